@@ -1,0 +1,123 @@
+"""The UOp core: hash-consing, inference, errors, metadata, and deep graphs."""
+
+import gc
+import sys
+
+import numpy as np
+import pytest
+
+from uopcli import GraphError, Metadata, Ops, UOp, dtypes
+from uopcli.ops import ALL_OPS, DTYPES, FAMILY
+from uopcli.uop import live_node_count, sweep_intern_table, toposort
+
+
+def test_every_op_has_a_family_and_inference():
+    from uopcli.uop import _INFER
+    assert set(FAMILY) == set(ALL_OPS) == set(_INFER)
+    assert len(ALL_OPS) == 48  # the op table of format v1
+    assert set(DTYPES) == {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                           "float16", "float32", "float64", "void"}
+
+
+def test_structurally_equal_nodes_are_one_object():
+    x = UOp.param("x", (3, 4))
+    assert UOp.param("x", (3, 4)) is x
+    assert UOp.param("x", (3, 5)) is not x
+    assert (x * 2 + 1) is (x * 2 + 1)
+    assert UOp.const(1.0) is not UOp.const(1)  # dtype is part of identity
+    assert UOp.const(0.0) is not UOp.const(-0.0)
+    assert UOp.const(float("nan")) is UOp.const(float("nan"))
+
+
+def test_shapes_and_dtypes_are_inferred():
+    x = UOp.param("x", (2, 3, 4))
+    assert x.sum(1, keepdim=True).shape == (2, 1, 4)
+    assert x.sum(1).shape == (2, 4)
+    assert x.permute(2, 0, 1).shape == (4, 2, 3)
+    assert x.pad(((1, 0), (0, 2), (0, 0))).shape == (3, 5, 4)
+    assert x.shrink(((0, 1), (1, 3), (0, 4))).shape == (1, 2, 4)
+    assert (x < 1).dtype is dtypes.bool
+    assert x.cast(dtypes.int32).dtype is dtypes.int32
+    assert (x @ UOp.param("w", (4, 5))).shape == (2, 3, 5)
+
+
+@pytest.mark.parametrize("build, words", [
+    (lambda x: x + UOp.param("y", (4,)), ["[3]", "[4]"]),
+    (lambda x: UOp.make(Ops.ADD, dtypes.float32, (x, UOp.param("i", (3,), dtypes.int32))), ["ADD", "int32"]),
+    (lambda x: x.reshape(4), ["RESHAPE", "[3]"]),
+    (lambda x: x.expand(6), ["EXPAND"]),
+    (lambda x: x.cast(dtypes.int32).sqrt(), ["SQRT", "float"]),
+    (lambda x: x.bitcast(dtypes.int16), ["BITCAST", "item size"]),
+    (lambda x: x.shrink(((1, 5),)), ["SHRINK"]),
+])
+def test_misfits_raise_the_library_error_naming_op_shapes_dtypes(build, words):
+    with pytest.raises(GraphError) as info:
+        build(UOp.param("x", (3,)))
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_nodes_are_immutable_but_metadata_is_beside_them():
+    x = UOp.param("x", (3,))
+    with pytest.raises(AttributeError):
+        x.op = Ops.MUL
+    y = x.relu()
+    assert y.meta.name == "relu" and y.meta.backward is False
+    assert x.meta is None  # the input was not made by relu
+
+
+def test_dead_graphs_leave_the_intern_table():
+    sweep_intern_table()
+    before = live_node_count()
+    x = UOp.param("dead_x", (5,))
+    y = x
+    for _ in range(1000):
+        y = (y * 1.25 + 0.5).sin()
+    assert live_node_count() > before + 2000
+    del x, y
+    gc.collect()
+    sweep_intern_table()
+    assert live_node_count() <= before + 2  # the shared constants may stay, the graph goes
+
+
+def test_a_live_graph_survives_a_sweep():
+    x = UOp.param("live_x", (2,))
+    y = (x * 3).sum()
+    sweep_intern_table()
+    assert (x * 3).sum() is y
+
+
+def test_million_node_chain_builds_and_walks_with_default_recursion_limit():
+    limit = sys.getrecursionlimit()
+    x = UOp.param("chain_x", (2,))
+    y = x
+    for i in range(1_000_000):
+        y = y + 1.0 if i % 2 else y * 0.999
+    assert sys.getrecursionlimit() == limit
+    order = toposort([y])
+    assert len(order) == 1_000_003 and order[-1] is y
+    del order, y  # tearing down a million-deep chain must not overflow the C stack
+    sweep_intern_table()
+
+
+def test_function_and_call_build():
+    x = UOp.param("x", (3,))
+    fn = UOp.trace_function("square", lambda a: (a * a, a + 1), x)
+    assert fn.op == Ops.FUNCTION and fn[0].shape == (3,) and fn[1].shape == (3,)
+    ste = UOp.trace_call("ste", lambda a: a.trunc(), lambda a, g: g, x)
+    assert ste.op == Ops.CALL and ste.arg.grad.op == Ops.TUPLE
+    with pytest.raises(GraphError, match="not closed"):
+        UOp.function("leaky", [x * 2], [x])
+
+
+def test_buffer_round_trips_values():
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    node = UOp.buffer(data)
+    assert node.shape == (2, 3) and node.dtype is dtypes.float32
+    np.testing.assert_array_equal(node.buffer_array(), data)
+
+
+def test_metadata_is_not_identity():
+    a = UOp.param("m", (2,)) * 5
+    a.set_meta(Metadata("thing"))
+    assert UOp.param("m", (2,)) * 5 is a and a.meta.name == "thing"

@@ -1,0 +1,1054 @@
+"""UOp: the immutable, hash-consed graph node, its shape/dtype inference, and the builder.
+
+Hash-consing: building a node that is structurally equal to a live one returns that same
+object, so `is` is equality and dicts keyed by nodes hash by identity (fast, in C).
+The intern table is a plain dict swept from time to time of entries nothing else holds,
+so dead graphs do not stay alive (a WeakValueDictionary costs far more per node).
+
+Metadata (`name`, `loc`, `backward`) lives in the node's `meta` slot, beside it and not
+part of its identity: two nodes that differ only in metadata are one node, and the
+first tag wins.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import math
+import sys
+from contextlib import contextmanager
+from typing import Iterable, NamedTuple, Sequence
+
+from .errors import GraphError
+from .ops import (ARITHMETIC, COMPARISON, FLOAT_UNARY, INTEGER_ONLY, LOGICAL, REDUCE_OPS, DType, Ops,
+                  dtype_of, dtypes)
+
+LN2 = math.log(2.0)
+
+
+class Metadata(NamedTuple):
+    name: str | None = None      # the front-end function that made the node, e.g. "relu"
+    loc: str | None = None       # source location
+    backward: bool = False       # made by differentiation
+
+
+class CallArg(NamedTuple):
+    """The arg of a CALL: its name and, optionally, the TUPLE of its backward body."""
+    name: str
+    grad: "UOp | None" = None
+
+
+# ----------------------------------------------------------------------------- the node
+
+class _Slots:
+    __slots__ = ("op", "dtype", "src", "arg", "shape", "meta", "serial")
+
+
+class UOp(_Slots):
+    """One operation of a graph. Build nodes with the class methods and operators, never
+    by hand: `UOp.param("x", (3,))`, `UOp.const(2.0)`, `x * 2 + 1`, `x.sum(0)`."""
+
+    __slots__ = ()
+
+    op: str
+    dtype: DType
+    src: tuple["UOp", ...]
+    arg: object
+    shape: tuple[int, ...] | None   # None for void nodes (TUPLE, FUNCTION, CALL, STORE, NOOP)
+    meta: Metadata | None
+    serial: int                     # creation order; nodes made after a point are "new"
+
+    def __setattr__(self, key, value):
+        raise AttributeError(f"UOp is immutable (tried to set {key!r}); use set_meta for metadata")
+
+    def set_meta(self, meta: Metadata | None) -> "UOp":
+        object.__setattr__(self, "meta", meta)
+        return self
+
+    def __repr__(self) -> str:
+        shape = "" if self.shape is None else list(self.shape)
+        arg = "" if self.arg is None else f" {_short(self.arg)}"
+        return f"<UOp {self.op} {self.dtype.name}{shape}{arg} src={len(self.src)}>"
+
+    # `==` stays identity (hash-consing makes it structural); use .eq() for CMPEQ.
+    __hash__ = object.__hash__
+    __eq__ = object.__eq__
+    __ne__ = object.__ne__
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    # ------------------------------------------------------------------ construction
+    @staticmethod
+    def make(op: str, dtype: DType, src: tuple["UOp", ...] = (), arg=None) -> "UOp":
+        """The one constructor of non-leaf nodes: intern, or infer the shape and create."""
+        key = (op, dtype, src, arg)
+        node = _intern.get(key)
+        if node is not None:
+            return node
+        try:
+            infer = _INFER[op]
+        except KeyError:
+            raise GraphError(f"unknown op {op!r}") from None
+        return _new(key, op, dtype, src, arg, infer(op, dtype, src, arg))
+
+    @staticmethod
+    def param(name: str | int, shape: Sequence[int] = (), dtype=dtypes.float32) -> "UOp":
+        """A graph input named `name`, or (with an int) slot `name` of a function body."""
+        shape = _shape_tuple(shape)
+        dtype = dtype_of(dtype)
+        if isinstance(name, bool) or not isinstance(name, (str, int)) or (isinstance(name, int) and name < 0):
+            raise GraphError(f"PARAM name must be a str or a slot number >= 0, got {name!r}")
+        if isinstance(name, str) and not valid_name(name):
+            raise GraphError(f"PARAM name {name!r} must be non-empty, without '=', ',' or whitespace")
+        if dtype.is_void:
+            raise GraphError("PARAM cannot be void")
+        return _leaf(Ops.PARAM, dtype, name, shape)
+
+    @staticmethod
+    def slot(index: int, shape: Sequence[int] = (), dtype=dtypes.float32) -> "UOp":
+        """Parameter `index` of a FUNCTION/CALL body."""
+        return UOp.param(int(index), shape, dtype)
+
+    @staticmethod
+    def const(value, dtype=None) -> "UOp":
+        """A scalar constant (shape ()); dtype defaults from the Python type."""
+        if dtype is None:
+            dtype = dtypes.bool if isinstance(value, bool) else dtypes.int32 if isinstance(value, int) \
+                else dtypes.float32
+        dtype = dtype_of(dtype)
+        value = _const_value(value, dtype)
+        key = (Ops.CONST, dtype, (), _const_key(value, dtype))
+        node = _intern.get(key)
+        if node is not None:
+            return node
+        return _new(key, Ops.CONST, dtype, (), value, ())
+
+    @staticmethod
+    def buffer(array) -> "UOp":
+        """A tensor embedded in the graph (a numpy array or anything np.asarray takes)."""
+        import numpy as np
+        array = np.asarray(array)
+        dtype = dtype_of(array.dtype)
+        data = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
+        return _leaf(Ops.BUFFER, dtype, data, tuple(int(d) for d in array.shape))
+
+    @staticmethod
+    def noop() -> "UOp":
+        return _leaf(Ops.NOOP, dtypes.void, None, None)
+
+    @staticmethod
+    def tuple(*elements: "UOp") -> "UOp":
+        return UOp.make(Ops.TUPLE, dtypes.void, tuple(elements))
+
+    @staticmethod
+    def full(shape: Sequence[int], value, dtype=None) -> "UOp":
+        """`value` broadcast to `shape` (a CONST reshaped and expanded)."""
+        return UOp.const(value, dtype).broadcast_to(_shape_tuple(shape))
+
+    def const_like(self, value) -> "UOp":
+        """A scalar CONST of this node's dtype (implicit scalar broadcast does the rest)."""
+        fast_key = (value.__class__, value, self.dtype)
+        node = _const_fast.get(fast_key) if value else None  # zeros: 0.0 == -0.0, keep apart
+        if node is None:
+            node = UOp.const(value, self.dtype)
+            if value:
+                _const_fast[fast_key] = node
+        return node
+
+    def zeros_like(self) -> "UOp":
+        return UOp.full(self.shape, 0, self.dtype)
+
+    def ones_like(self) -> "UOp":
+        return UOp.full(self.shape, 1, self.dtype)
+
+    @property
+    def param_name(self) -> str | None:
+        return self.arg if self.op == Ops.PARAM and isinstance(self.arg, str) else None
+
+    def buffer_array(self):
+        """The numpy array of a BUFFER node (read-only view of its bytes)."""
+        import numpy as np
+        return np.frombuffer(self.arg, dtype=self.dtype.np.newbyteorder("<")).reshape(self.shape)
+
+    # ------------------------------------------------------------------ elementwise
+    def _binary(self, op: str, other, reverse: bool = False, out_dtype: DType | None = None) -> "UOp":
+        if other.__class__ is not UOp:
+            other = self.const_like(other)
+        a, b = (other, self) if reverse else (self, other)
+        if a.shape != b.shape and a.shape and b.shape:
+            a, b = _broadcast_pair(a, b)
+        return UOp.make(op, out_dtype or a.dtype, (a, b))
+
+    def __add__(self, other): return self._binary(Ops.ADD, other)
+    def __radd__(self, other): return self._binary(Ops.ADD, other, True)
+    def __sub__(self, other): return self._binary(Ops.SUB, other)
+    def __rsub__(self, other): return self._binary(Ops.SUB, other, True)
+    def __mul__(self, other): return self._binary(Ops.MUL, other)
+    def __rmul__(self, other): return self._binary(Ops.MUL, other, True)
+    def __truediv__(self, other): return self._binary(Ops.FDIV, other)
+    def __rtruediv__(self, other): return self._binary(Ops.FDIV, other, True)
+    def __floordiv__(self, other): return self._binary(Ops.CDIV, other)
+    def __mod__(self, other): return self._binary(Ops.CMOD, other)
+    def __and__(self, other): return self._binary(Ops.AND, other)
+    def __or__(self, other): return self._binary(Ops.OR, other)
+    def __xor__(self, other): return self._binary(Ops.XOR, other)
+    def __lshift__(self, other): return self._binary(Ops.SHL, other)
+    def __rshift__(self, other): return self._binary(Ops.SHR, other)
+    def __pow__(self, other): return self._binary(Ops.POW, other)
+    def __rpow__(self, other): return self._binary(Ops.POW, other, True)
+    def __lt__(self, other): return self._binary(Ops.CMPLT, other, out_dtype=dtypes.bool)
+    def __gt__(self, other): return self._binary(Ops.CMPLT, other, True, out_dtype=dtypes.bool)
+    def __neg__(self): return UOp.make(Ops.NEG, self.dtype, (self,))
+
+    def eq(self, other) -> "UOp": return self._binary(Ops.CMPEQ, other, out_dtype=dtypes.bool)
+    def ne(self, other) -> "UOp": return self._binary(Ops.CMPNE, other, out_dtype=dtypes.bool)
+    def maximum(self, other) -> "UOp": return self._binary(Ops.MAX, other)
+    def minimum(self, other) -> "UOp": return -((-self).maximum(-other if isinstance(other, UOp) else -other))
+    def pow(self, other) -> "UOp": return self._binary(Ops.POW, other)
+    def logical_not(self) -> "UOp": return self.ne(True)
+
+    def where(self, a, b) -> "UOp":
+        """`a` where this (bool) condition holds, else `b`; scalars take the other's dtype."""
+        if not isinstance(a, UOp) and not isinstance(b, UOp):
+            raise GraphError("where needs at least one UOp branch")
+        if not isinstance(a, UOp):
+            a = b.const_like(a)
+        if not isinstance(b, UOp):
+            b = a.const_like(b)
+        shape = _broadcast_shape(_broadcast_shape(self.shape, a.shape), b.shape)
+        cond, a, b = (x.broadcast_to(shape) if x.shape else x for x in (self, a, b))
+        return UOp.make(Ops.WHERE, a.dtype, (cond, a, b))
+
+    def mulacc(self, b: "UOp", c: "UOp") -> "UOp":
+        return UOp.make(Ops.MULACC, self.dtype, (self, b, c))
+
+    def _unary(self, op: str) -> "UOp": return UOp.make(op, self.dtype, (self,))
+    def sqrt(self): return self._unary(Ops.SQRT)
+    def exp2(self): return self._unary(Ops.EXP2)
+    def log2(self): return self._unary(Ops.LOG2)
+    def sin(self): return self._unary(Ops.SIN)
+    def reciprocal(self): return self._unary(Ops.RECIPROCAL)
+    def trunc(self): return self._unary(Ops.TRUNC)
+    def contiguous(self): return self._unary(Ops.CONTIGUOUS)
+    def contiguous_backward(self): return self._unary(Ops.CONTIGUOUS_BACKWARD)
+    def detach(self): return self._unary(Ops.DETACH)
+    def copy_to_device(self, device: str): return UOp.make(Ops.COPY, self.dtype, (self,), device)
+
+    def cast(self, dtype) -> "UOp":
+        dtype = dtype_of(dtype)
+        return self if dtype is self.dtype else UOp.make(Ops.CAST, dtype, (self,))
+
+    def bitcast(self, dtype) -> "UOp":
+        return UOp.make(Ops.BITCAST, dtype_of(dtype), (self,))
+
+    # ------------------------------------------------------------------ reduce
+    def _reduce(self, op: str, axis, keepdim: bool) -> "UOp":
+        axes = _axes(axis, len(self.shape))
+        out = UOp.make(Ops.REDUCE, self.dtype, (self,), (op, axes)) if axes else self
+        if keepdim:
+            return out
+        return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+
+    def sum(self, axis=None, keepdim: bool = False) -> "UOp":
+        """REDUCE ADD over `axis` (an int, a tuple, or None for all)."""
+        return self._reduce("ADD", axis, keepdim)
+
+    def prod(self, axis=None, keepdim: bool = False) -> "UOp":
+        return self._reduce("MUL", axis, keepdim)
+
+    def max(self, axis=None, keepdim: bool = False) -> "UOp":
+        return self._reduce("MAX", axis, keepdim)
+
+    def r(self, op: str, axes: Sequence[int]) -> "UOp":
+        """The raw REDUCE node (tinygrad's `UOp.r`): reduced axes kept with size 1."""
+        return UOp.make(Ops.REDUCE, self.dtype, (self,), (op, tuple(sorted(axes))))
+
+    # ------------------------------------------------------------------ movement
+    def reshape(self, *shape) -> "UOp":
+        shape = _shape_tuple(_varargs(shape))
+        if -1 in shape:
+            known = math.prod(s for s in shape if s != -1)
+            shape = tuple(self.size // known if s == -1 and known else s for s in shape)
+        return self if shape == self.shape else UOp.make(Ops.RESHAPE, self.dtype, (self,), shape)
+
+    def expand(self, *shape) -> "UOp":
+        shape = _shape_tuple(_varargs(shape))
+        return self if shape == self.shape else UOp.make(Ops.EXPAND, self.dtype, (self,), shape)
+
+    def permute(self, *order) -> "UOp":
+        order = tuple(int(o) for o in _varargs(order))
+        if order == tuple(range(len(order))):
+            return self
+        return UOp.make(Ops.PERMUTE, self.dtype, (self,), order)
+
+    def pad(self, padding: Sequence[Sequence[int]]) -> "UOp":
+        padding = tuple((int(b), int(a)) for b, a in padding)
+        if all(p == (0, 0) for p in padding):
+            return self
+        return UOp.make(Ops.PAD, self.dtype, (self,), padding)
+
+    def shrink(self, bounds: Sequence[Sequence[int]]) -> "UOp":
+        bounds = tuple((int(s), int(e)) for s, e in bounds)
+        if bounds == tuple((0, s) for s in self.shape):
+            return self
+        return UOp.make(Ops.SHRINK, self.dtype, (self,), bounds)
+
+    def flip(self, axis) -> "UOp":
+        """Reverse the given axes (an int or a sequence); or pass one bool per axis."""
+        if isinstance(axis, (list, tuple)) and axis and all(isinstance(a, bool) for a in axis):
+            flags = tuple(axis)
+        else:
+            axes = _axes(axis, len(self.shape))
+            flags = tuple(i in axes for i in range(len(self.shape)))
+        return self if not any(flags) else UOp.make(Ops.FLIP, self.dtype, (self,), flags)
+
+    @property
+    def T(self) -> "UOp":  # noqa: N802
+        return self.transpose()
+
+    def transpose(self, a: int = -2, b: int = -1) -> "UOp":
+        order = list(range(len(self.shape)))
+        order[a], order[b] = order[b], order[a]
+        return self.permute(order)
+
+    def broadcast_to(self, shape: Sequence[int]) -> "UOp":
+        """numpy-style broadcast made explicit: RESHAPE to the rank, then EXPAND."""
+        shape = _shape_tuple(shape)
+        if self.shape == shape:
+            return self
+        if len(self.shape) > len(shape):
+            raise GraphError(f"cannot broadcast {list(self.shape)} to {list(shape)}")
+        padded = (1,) * (len(shape) - len(self.shape)) + self.shape
+        return self.reshape(padded).expand(shape)
+
+    # ------------------------------------------------------------------ composites
+    # Built from the primitives above and tagged with their name (metadata), as tinygrad
+    # tags the Tensor function that made a node.
+    def exp(self) -> "UOp":
+        return (self * (1 / LN2)).exp2()
+
+    def log(self) -> "UOp":
+        return self.log2() * LN2
+
+    def relu(self) -> "UOp":
+        return (self > 0).where(self, 0)
+
+    def sigmoid(self) -> "UOp":
+        return ((self * (-1 / LN2)).exp2() + 1).reciprocal()
+
+    def tanh(self) -> "UOp":
+        return 2 * (2 * self).sigmoid() - 1
+
+    def square(self) -> "UOp":
+        return self * self
+
+    def mean(self, axis=None, keepdim: bool = False) -> "UOp":
+        axes = _axes(axis, len(self.shape))
+        count = math.prod(self.shape[a] for a in axes)
+        return self.sum(axes, keepdim) * (1 / count if count else math.nan)
+
+    def matmul(self, other: "UOp") -> "UOp":
+        """(..., n, k) @ (..., k, m) as tinygrad spells it: RESHAPE/EXPAND, MUL, REDUCE ADD."""
+        a, b = self, other
+        if len(a.shape) < 1 or len(b.shape) < 1:
+            raise GraphError("matmul needs operands of rank >= 1")
+        a_vec, b_vec = len(a.shape) == 1, len(b.shape) == 1
+        if a_vec:
+            a = a.reshape(1, a.shape[0])
+        if b_vec:
+            b = b.reshape(b.shape[0], 1)
+        n, k = a.shape[-2:]
+        k2, m = b.shape[-2:]
+        if k != k2:
+            raise GraphError(f"matmul: inner sizes differ: {list(self.shape)} @ {list(other.shape)}")
+        batch = _broadcast_shape(a.shape[:-2], b.shape[:-2])
+        prod_shape = (*batch, n, m, k)
+        lhs = a.reshape(*a.shape[:-1], 1, k).broadcast_to(prod_shape)
+        rhs = b.transpose().reshape(*b.shape[:-2], 1, m, k).broadcast_to(prod_shape)
+        out = (lhs * rhs).sum(-1)
+        if a_vec:
+            out = out.reshape(*out.shape[:-2], out.shape[-1])
+        if b_vec:
+            out = out.reshape(out.shape[:-1])
+        return out
+
+    __matmul__ = matmul
+
+    def softmax(self, axis: int = -1) -> "UOp":
+        shifted = self - self.max(axis, keepdim=True).detach().broadcast_to(self.shape)
+        e = shifted.exp()
+        return e / e.sum(axis, keepdim=True).broadcast_to(self.shape)
+
+    def log_softmax(self, axis: int = -1) -> "UOp":
+        shifted = self - self.max(axis, keepdim=True).detach().broadcast_to(self.shape)
+        return shifted - shifted.exp().sum(axis, keepdim=True).log().broadcast_to(self.shape)
+
+    # ------------------------------------------------------------------ calls, memory
+    @staticmethod
+    def function(name: str, outputs: Sequence["UOp"], args: Sequence["UOp"]) -> "UOp":
+        """A FUNCTION whose body computes `outputs` from slot PARAMs bound to `args`."""
+        return UOp.make(Ops.FUNCTION, dtypes.void, (UOp.tuple(*outputs), *args), name)
+
+    @staticmethod
+    def call(name: str, outputs: Sequence["UOp"], args: Sequence["UOp"],
+             grad: Sequence["UOp | None"] | None = None) -> "UOp":
+        """A CALL; `grad` is its backward body: one element per arg (None for no gradient),
+        computed from slots 0..n-1 (the args) and n..n+m-1 (the outputs' gradients)."""
+        grad_body = None
+        if grad is not None:
+            grad_body = UOp.tuple(*(UOp.noop() if g is None else g for g in grad))
+        return UOp.make(Ops.CALL, dtypes.void, (UOp.tuple(*outputs), *args), CallArg(name, grad_body))
+
+    @staticmethod
+    def trace_function(name: str, fn, *args: "UOp") -> "UOp":
+        """Build a FUNCTION by calling `fn` on slot PARAMs shaped like `args`."""
+        slots = [UOp.slot(i, a.shape, a.dtype) for i, a in enumerate(args)]
+        outputs = fn(*slots)
+        return UOp.function(name, outputs if isinstance(outputs, (tuple, list)) else (outputs,), args)
+
+    @staticmethod
+    def trace_call(name: str, fn, backward, *args: "UOp") -> "UOp":
+        """Build a CALL from `fn(*arg_slots)` and `backward(*arg_slots, *grad_slots)`."""
+        slots = [UOp.slot(i, a.shape, a.dtype) for i, a in enumerate(args)]
+        outputs = fn(*slots)
+        outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
+        grad = None
+        if backward is not None:
+            grad_slots = [UOp.slot(len(args) + j, o.shape, o.dtype) for j, o in enumerate(outputs)]
+            grad = backward(*slots, *grad_slots)
+            grad = tuple(grad) if isinstance(grad, (tuple, list)) else (grad,)
+        return UOp.call(name, outputs, args, grad)
+
+    def gettuple(self, index: int) -> "UOp":
+        """Output `index` of a FUNCTION or CALL."""
+        return UOp.make(Ops.GETTUPLE, _GETTUPLE_DTYPE(self, index), (self,), int(index))
+
+    def __getitem__(self, index: int) -> "UOp":
+        return self.gettuple(index)
+
+    def store(self, value: "UOp") -> "UOp":
+        return UOp.make(Ops.STORE, dtypes.void, (self, value))
+
+    def after(self, store: "UOp") -> "UOp":
+        return UOp.make(Ops.AFTER, self.dtype, (self, store))
+
+    # ------------------------------------------------------------------ walks
+    def toposort(self) -> list["UOp"]:
+        """Every node this one depends on, sources before users (iterative)."""
+        return toposort([self])
+
+
+# ----------------------------------------------------------------------------- interning
+
+_intern: dict[tuple, UOp] = {}
+_const_fast: dict[tuple, UOp] = {}  # (type, value, dtype) -> CONST: skips validation for repeats
+_serials = itertools.count()
+_new_node = object.__new__
+_SWEEP_MIN = 1 << 16
+_sweep_at = _SWEEP_MIN
+
+
+def _new(key: tuple, op: str, dtype: DType, src: tuple, arg, shape) -> UOp:
+    node = _new_node(_Slots)
+    node.op = op
+    node.dtype = dtype
+    node.src = src
+    node.arg = arg
+    node.shape = shape
+    node.meta = None
+    node.serial = next(_serials)
+    node.__class__ = UOp  # from here on the node is immutable
+    _intern[key] = node
+    if len(_intern) > _sweep_at:
+        sweep_intern_table()
+    return node
+
+
+def _leaf(op: str, dtype: DType, arg, shape) -> UOp:
+    key = (op, dtype, shape, arg)  # PARAM and BUFFER carry their shape: it is part of identity
+    node = _intern.get(key)
+    if node is not None:
+        return node
+    return _new(key, op, dtype, (), arg, shape)
+
+
+def _intern_key(node: UOp) -> tuple:
+    """The intern-table key a node was stored under (see make, const and _leaf)."""
+    op = node.op
+    if op == Ops.PARAM or op == Ops.BUFFER or op == Ops.NOOP:
+        return (op, node.dtype, node.shape, node.arg)
+    if op == Ops.CONST:
+        return (op, node.dtype, (), _const_key(node.arg, node.dtype))
+    return (op, node.dtype, node.src, node.arg)
+
+
+def _const_key(value, dtype: DType):
+    if dtype.kind == "f" and (value == 0 or value != value):
+        return repr(value)  # keep 0.0, -0.0 and nan apart (and nan equal to itself)
+    return value
+
+
+def _unreferenced_count() -> int:
+    """What sys.getrefcount reports, in the sweep below, for a node only the table holds."""
+    table = {0: _new_node(_Slots)}
+    node = table[0]
+    return sys.getrefcount(node)
+
+
+_DEAD_REFS = _unreferenced_count()
+
+
+def sweep_intern_table() -> int:
+    """Drop interned nodes nothing but the table holds; returns how many were dropped.
+
+    A first pass counts references in C speed and finds the dead roots; dropping a dead
+    node releases its sources, which are then checked in turn, so whole graphs go at once.
+    """
+    global _sweep_at
+    table = _intern
+    _const_fast.clear()
+    before = len(table)
+    getrefcount = sys.getrefcount
+    values = list(table.values())
+    counts = list(map(getrefcount, values))
+    # a dead node is referenced by the table, `values` and getrefcount's own argument
+    stack = [v for v, c in zip(values, counts) if c <= _DEAD_REFS + 1]
+    del values, counts
+    node = None
+    while stack:
+        node = stack.pop()
+        if getrefcount(node) > _DEAD_REFS:
+            continue  # still used, or still on the stack twice
+        del table[_intern_key(node)]
+        stack.extend(node.src)
+        if node.op == Ops.CALL and node.arg.grad is not None:
+            stack.append(node.arg.grad)
+    node = None
+    _sweep_at = max(_SWEEP_MIN, 2 * len(table))
+    return before - len(table)
+
+
+def live_node_count() -> int:
+    """How many nodes the intern table holds (after a sweep: how many are alive)."""
+    return len(_intern)
+
+
+@contextmanager
+def no_gc():
+    """Pause the cyclic garbage collector: UOp graphs are acyclic, and scanning millions of
+    nodes while a graph grows costs far more than it could ever find."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def next_serial() -> int:
+    """The serial the next new node will get: nodes with serial >= it are made after now."""
+    probe = next(_serials)
+    return probe + 1
+
+
+def tag_new_nodes(root: UOp, since: int, meta: Metadata) -> None:
+    """Give `meta` to every node reachable from `root` made at or after serial `since`
+    that has no metadata yet (the first tag wins). Older nodes stop the walk: a node can
+    only have sources older than itself."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.serial < since or node.meta is not None:
+            continue
+        object.__setattr__(node, "meta", meta)
+        stack.extend(node.src)
+        if node.op == Ops.CALL and node.arg.grad is not None:
+            stack.append(node.arg.grad)
+
+
+_composite_depth = [0]
+
+
+def _tagging_composite(method):
+    """Wrap a composite method so the nodes it makes carry metadata name=<method name>."""
+    name = method.__name__
+
+    def wrapper(self, *args, **kwargs):
+        if _composite_depth[0]:  # nested composite (tanh uses sigmoid): the outermost names it
+            return method(self, *args, **kwargs)
+        since = next_serial()
+        _composite_depth[0] += 1
+        try:
+            result = method(self, *args, **kwargs)
+        finally:
+            _composite_depth[0] -= 1
+        frame = sys._getframe(1)
+        loc = f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno}"
+        tag_new_nodes(result, since, Metadata(name, loc, False))
+        return result
+
+    wrapper.__name__ = name
+    wrapper.__qualname__ = method.__qualname__
+    wrapper.__doc__ = method.__doc__
+    return wrapper
+
+
+def toposort(roots: Iterable[UOp], with_call_grads: bool = True) -> list[UOp]:
+    """Post-order of a depth-first walk from `roots` in order, sources in order (iterative).
+
+    With `with_call_grads`, a CALL's backward body is walked after its sources and before
+    the CALL itself (the file format's canonical order)."""
+    order: list[UOp] = []
+    seen: set[UOp] = set()
+    for root in roots:
+        if root in seen:
+            continue
+        seen.add(root)
+        stack = [(root, iter(_children(root, with_call_grads)))]
+        while stack:
+            node, children = stack[-1]
+            for child in children:
+                if child not in seen:
+                    seen.add(child)
+                    stack.append((child, iter(_children(child, with_call_grads))))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+    return order
+
+
+def _children(node: UOp, with_call_grads: bool) -> tuple[UOp, ...]:
+    if with_call_grads and node.op == Ops.CALL and node.arg.grad is not None:
+        return (*node.src, node.arg.grad)
+    return node.src
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def valid_name(name) -> bool:
+    """Input and output names: non-empty, no '=', ',' or whitespace (so CLIs can name them)."""
+    return isinstance(name, str) and bool(name) and not any(c in "=," or c.isspace() for c in name)
+
+
+def _short(arg) -> str:
+    text = repr(arg) if not isinstance(arg, bytes) else f"<{len(arg)} bytes>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _varargs(args: tuple):
+    return args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
+
+
+def _shape_tuple(shape) -> tuple[int, ...]:
+    try:
+        out = tuple(int(s) for s in shape)
+    except TypeError:
+        raise GraphError(f"a shape must be a sequence of ints, got {shape!r}") from None
+    if any(s < -1 for s in out):
+        raise GraphError(f"a shape cannot hold negative sizes: {list(out)}")
+    return out
+
+
+def _axes(axis, rank: int) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(rank))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    out = []
+    for a in axes:
+        if not -rank <= a < rank:
+            raise GraphError(f"axis {a} out of range for rank {rank}")
+        out.append(a % rank)
+    return tuple(sorted(set(out)))
+
+
+def _broadcast_shape(a: tuple, b: tuple) -> tuple:
+    rank = max(len(a), len(b))
+    a, b = (1,) * (rank - len(a)) + a, (1,) * (rank - len(b)) + b
+    out = []
+    for x, y in zip(a, b):
+        if x != y and 1 not in (x, y):
+            raise GraphError(f"shapes {list(a)} and {list(b)} do not broadcast")
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
+def _broadcast_pair(a: UOp, b: UOp) -> tuple[UOp, UOp]:
+    """Make two operands fit: equal shapes and () pass as they are (the graph broadcasts
+    scalars implicitly); any other numpy-style broadcast becomes RESHAPE + EXPAND."""
+    if a.shape == b.shape or not a.shape or not b.shape:
+        return a, b
+    shape = _broadcast_shape(a.shape, b.shape)
+    return a.broadcast_to(shape), b.broadcast_to(shape)
+
+
+def _const_value(value, dtype: DType):
+    if dtype.is_void:
+        raise GraphError("CONST cannot be void")
+    if isinstance(value, UOp) or not isinstance(value, (bool, int, float)) and not hasattr(value, "item"):
+        raise GraphError(f"CONST value must be bool, int or float, got {type(value).__name__}")
+    if hasattr(value, "item"):
+        value = value.item()
+    if dtype.is_bool:
+        return bool(value)
+    if dtype.is_int:
+        if isinstance(value, float) and not value.is_integer():
+            raise GraphError(f"CONST {value!r} is not an integer but the dtype is {dtype.name}")
+        value = int(value)
+        bits = dtype.itemsize * 8
+        low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if dtype.kind == "i" else (0, (1 << bits) - 1)
+        if not low <= value <= high:
+            raise GraphError(f"CONST {value} does not fit {dtype.name}")
+        return value
+    return float(value)
+
+
+def _GETTUPLE_DTYPE(call: UOp, index: int) -> DType:  # noqa: N802
+    if call.op not in (Ops.FUNCTION, Ops.CALL):
+        raise GraphError(f"GETTUPLE needs a FUNCTION or CALL, got {call.op}")
+    body = call.src[0].src
+    if not 0 <= index < len(body):
+        raise GraphError(f"GETTUPLE {index} out of range: {call.op} has {len(body)} outputs")
+    return body[index].dtype
+
+
+# ----------------------------------------------------------------------------- inference
+# One row per op family: check the sources, dtype and arg; return the node's shape.
+
+def _describe(src: tuple) -> str:
+    return ", ".join(f"{s.op} {s.dtype.name}{list(s.shape) if s.shape is not None else ''}" for s in src)
+
+
+def _misfit(op: str, dtype: DType, src: tuple, why: str) -> GraphError:
+    return GraphError(f"{op} -> {dtype.name}: {why} (sources: {_describe(src) or 'none'})")
+
+
+def _need_src(op, dtype, src, n: int):
+    if len(src) != n:
+        raise _misfit(op, dtype, src, f"takes {n} source{'s' if n != 1 else ''}, got {len(src)}")
+    for s in src:
+        if not isinstance(s, UOp):
+            raise GraphError(f"{op}: sources must be UOps, got {type(s).__name__}")
+
+
+def _need_shaped(op, dtype, src):
+    for s in src:
+        if s.shape is None:
+            raise _misfit(op, dtype, src, "a source is void")
+
+
+def _elementwise_shape(op, dtype, src) -> tuple:
+    shape = ()
+    for s in src:
+        if s.shape is None:
+            raise _misfit(op, dtype, src, "a source is void")
+        if s.shape:
+            if shape and s.shape != shape:
+                raise _misfit(op, dtype, src, "shapes differ (only shape () broadcasts)")
+            shape = s.shape
+    return shape
+
+
+def _infer_unary(op, dtype, src, arg):
+    _need_src(op, dtype, src, 1)
+    _need_shaped(op, dtype, src)
+    (x,) = src
+    if arg is not None:
+        raise _misfit(op, dtype, src, "takes no arg")
+    if op == Ops.CAST:
+        if dtype.is_void:
+            raise _misfit(op, dtype, src, "cannot cast to void")
+    elif op == Ops.BITCAST:
+        if dtype.is_void or dtype.itemsize != x.dtype.itemsize:
+            raise _misfit(op, dtype, src, f"needs equal item sizes ({x.dtype.name} has {x.dtype.itemsize})")
+    else:
+        if dtype is not x.dtype:
+            raise _misfit(op, dtype, src, "dtype must equal the source's")
+        if op in FLOAT_UNARY and not dtype.is_float:
+            raise _misfit(op, dtype, src, "needs a float dtype")
+        if op == Ops.NEG and (dtype.is_bool or dtype.is_void):
+            raise _misfit(op, dtype, src, "needs a numeric dtype")
+    return x.shape
+
+
+def _infer_binary(op, dtype, src, arg):
+    if len(src) != 2 or arg is not None:
+        _need_src(op, dtype, src, 2)
+        raise _misfit(op, dtype, src, "takes no arg")
+    a, b = src
+    sa, sb = a.shape, b.shape
+    if sa is None or sb is None:
+        raise _misfit(op, dtype, src, "a source is void")
+    if a.dtype is not b.dtype:
+        raise _misfit(op, dtype, src, "sources have different dtypes (no implicit promotion)")
+    kind = a.dtype.kind
+    if op in COMPARISON:
+        if dtype is not dtypes.bool:
+            raise _misfit(op, dtype, src, "comparisons give bool")
+    elif dtype is not a.dtype:
+        raise _misfit(op, dtype, src, "dtype must equal the sources'")
+    elif op in ARITHMETIC:
+        if kind not in "iuf":
+            raise _misfit(op, dtype, src, "needs a numeric dtype (use AND/OR for bool)")
+    elif op in INTEGER_ONLY:
+        if kind not in "iu":
+            raise _misfit(op, dtype, src, "needs an integer dtype")
+    elif op in LOGICAL and kind not in "biu":
+        raise _misfit(op, dtype, src, "needs a bool or integer dtype")
+    if sa == sb or not sb:
+        return sa
+    if not sa:
+        return sb
+    raise _misfit(op, dtype, src, "shapes differ (only shape () broadcasts)")
+
+
+def _infer_where(op, dtype, src, arg):
+    _need_src(op, dtype, src, 3)
+    cond, a, b = src
+    shape = _elementwise_shape(op, dtype, src)
+    if cond.dtype is not dtypes.bool:
+        raise _misfit(op, dtype, src, "the condition must be bool")
+    if a.dtype is not b.dtype or dtype is not a.dtype:
+        raise _misfit(op, dtype, src, "both branches and the result need one dtype")
+    return shape
+
+
+def _infer_mulacc(op, dtype, src, arg):
+    _need_src(op, dtype, src, 3)
+    shape = _elementwise_shape(op, dtype, src)
+    if any(s.dtype is not dtype for s in src) or dtype.kind not in "iuf":
+        raise _misfit(op, dtype, src, "needs three sources of the result's numeric dtype")
+    return shape
+
+
+def _unary_movement(op, dtype, src) -> tuple:
+    _need_src(op, dtype, src, 1)
+    _need_shaped(op, dtype, src)
+    if dtype is not src[0].dtype:
+        raise _misfit(op, dtype, src, "dtype must equal the source's")
+    return src[0].shape
+
+
+def _int_tuple(value, length: int | None = None) -> bool:
+    return isinstance(value, tuple) and (length is None or len(value) == length) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value)
+
+
+def _infer_reduce(op, dtype, src, arg):
+    shape = _unary_movement(op, dtype, src)
+    if not (isinstance(arg, tuple) and len(arg) == 2 and arg[0] in REDUCE_OPS and _int_tuple(arg[1])):
+        raise _misfit(op, dtype, src, f"arg must be (ADD|MUL|MAX, axes), got {arg!r}")
+    axes = arg[1]
+    if list(axes) != sorted(set(axes)) or any(not 0 <= a < len(shape) for a in axes):
+        raise _misfit(op, dtype, src, f"axes {list(axes)} must be sorted, unique and within rank {len(shape)}")
+    if dtype.kind not in "iuf":
+        raise _misfit(op, dtype, src, "needs a numeric dtype")
+    return tuple(1 if i in axes else s for i, s in enumerate(shape))
+
+
+def _infer_reshape(op, dtype, src, arg):
+    shape = _unary_movement(op, dtype, src)
+    if not _int_tuple(arg) or any(s < 0 for s in arg):
+        raise _misfit(op, dtype, src, f"arg must be a shape, got {arg!r}")
+    if math.prod(arg) != math.prod(shape):
+        raise _misfit(op, dtype, src, f"cannot reshape {list(shape)} to {list(arg)} (element counts differ)")
+    return arg
+
+
+def _infer_expand(op, dtype, src, arg):
+    shape = _unary_movement(op, dtype, src)
+    if not _int_tuple(arg, len(shape)) or any(s != n and s != 1 for s, n in zip(shape, arg)):
+        raise _misfit(op, dtype, src, f"cannot expand {list(shape)} to {arg!r}: same rank, only size-1 axes grow")
+    return arg
+
+
+def _infer_permute(op, dtype, src, arg):
+    shape = _unary_movement(op, dtype, src)
+    if not _int_tuple(arg) or sorted(arg) != list(range(len(shape))):
+        raise _misfit(op, dtype, src, f"{arg!r} is not an axis order of rank {len(shape)}")
+    return tuple(shape[i] for i in arg)
+
+
+def _pairs(arg, rank: int) -> bool:
+    return isinstance(arg, tuple) and len(arg) == rank and all(_int_tuple(p, 2) for p in arg)
+
+
+def _infer_pad(op, dtype, src, arg):
+    shape = _unary_movement(op, dtype, src)
+    if not _pairs(arg, len(shape)) or any(b < 0 or a < 0 for b, a in arg):
+        raise _misfit(op, dtype, src, f"arg must be one non-negative (before, after) per axis, got {arg!r}")
+    return tuple(s + b + a for s, (b, a) in zip(shape, arg))
+
+
+def _infer_shrink(op, dtype, src, arg):
+    shape = _unary_movement(op, dtype, src)
+    if not _pairs(arg, len(shape)) or any(not 0 <= s <= e <= n for (s, e), n in zip(arg, shape)):
+        raise _misfit(op, dtype, src, f"arg must be one (start, end) per axis within {list(shape)}, got {arg!r}")
+    return tuple(e - s for s, e in arg)
+
+
+def _infer_flip(op, dtype, src, arg):
+    shape = _unary_movement(op, dtype, src)
+    if not (isinstance(arg, tuple) and len(arg) == len(shape) and all(isinstance(f, bool) for f in arg)):
+        raise _misfit(op, dtype, src, f"arg must be one bool per axis, got {arg!r}")
+    return shape
+
+
+def _infer_identity(op, dtype, src, arg):
+    shape = _unary_movement(op, dtype, src)
+    if op == Ops.COPY:
+        if not isinstance(arg, str):
+            raise _misfit(op, dtype, src, f"arg must be a device name, got {arg!r}")
+    elif arg is not None:
+        raise _misfit(op, dtype, src, "takes no arg")
+    return shape
+
+
+def _infer_tuple(op, dtype, src, arg):
+    if dtype is not dtypes.void or arg is not None:
+        raise _misfit(op, dtype, src, "is void and takes no arg")
+    for s in src:
+        if not isinstance(s, UOp):
+            raise GraphError(f"TUPLE elements must be UOps, got {type(s).__name__}")
+        if s.shape is None and s.op != Ops.NOOP:
+            raise _misfit(op, dtype, src, f"elements must be values or NOOP, got {s.op}")
+    return None
+
+
+def _body_slots(body: UOp) -> dict[int, UOp]:
+    """The slot PARAMs a body reads, not looking inside nested calls' own bodies.
+    Raises on a graph-input PARAM (a body must be closed)."""
+    slots: dict[int, UOp] = {}
+    seen: set[UOp] = set()
+    stack = [body]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node.op == Ops.PARAM:
+            if isinstance(node.arg, str):
+                raise GraphError(f"a function body is not closed: it reads graph input {node.arg!r}")
+            other = slots.setdefault(node.arg, node)
+            if other is not node:
+                raise GraphError(f"slot {node.arg} appears with two shapes or dtypes in one body")
+        elif node.op in (Ops.FUNCTION, Ops.CALL):
+            stack.extend(node.src[1:])  # a nested call's body has its own slots
+        else:
+            stack.extend(node.src)
+    return slots
+
+
+def _check_slots(op, dtype, src, what: str, body: UOp, values: Sequence[UOp]):
+    for index, param in _body_slots(body).items():
+        if index >= len(values):
+            raise _misfit(op, dtype, src, f"{what} reads slot {index} but only {len(values)} are bound")
+        value = values[index]
+        if param.shape != value.shape or param.dtype is not value.dtype:
+            raise _misfit(op, dtype, src, f"{what} slot {index} is {param.dtype.name}{list(param.shape)} "
+                                          f"but is bound to {value.dtype.name}{list(value.shape or ())}")
+
+
+def _infer_call(op, dtype, src, arg):
+    if dtype is not dtypes.void:
+        raise _misfit(op, dtype, src, "is void")
+    if not src or not isinstance(src[0], UOp) or src[0].op != Ops.TUPLE:
+        raise _misfit(op, dtype, src, "its first source must be the body TUPLE")
+    body, args = src[0], src[1:]
+    for a in args:
+        if not isinstance(a, UOp) or a.shape is None:
+            raise _misfit(op, dtype, src, "call args must be values")
+    name = arg.name if op == Ops.CALL and isinstance(arg, CallArg) else arg
+    if not isinstance(name, str) or not name:
+        raise _misfit(op, dtype, src, f"arg must name the {op.lower()}, got {arg!r}")
+    if any(e.op == Ops.NOOP for e in body.src):
+        raise _misfit(op, dtype, src, "a body output cannot be NOOP")
+    _check_slots(op, dtype, src, "the body", body, args)
+    if op == Ops.CALL and arg.grad is not None:
+        grad = arg.grad
+        if not isinstance(grad, UOp) or grad.op != Ops.TUPLE or len(grad.src) != len(args):
+            raise _misfit(op, dtype, src, f"the backward body must be a TUPLE of {len(args)} elements")
+        output_grads = [UOp.slot(0, o.shape, o.dtype) for o in body.src]  # stand-ins: shape and dtype
+        _check_slots(op, dtype, src, "the backward body", grad, (*args, *output_grads))
+        for i, (g, a) in enumerate(zip(grad.src, args)):
+            if g.op != Ops.NOOP and (g.shape != a.shape or g.dtype is not a.dtype):
+                raise _misfit(op, dtype, src, f"backward element {i} is {g.dtype.name}{list(g.shape)}, "
+                                              f"arg {i} is {a.dtype.name}{list(a.shape)}")
+    elif op == Ops.CALL and not isinstance(arg, CallArg):
+        raise _misfit(op, dtype, src, f"arg must be CallArg(name, grad), got {arg!r}")
+    return None
+
+
+def _infer_gettuple(op, dtype, src, arg):
+    _need_src(op, dtype, src, 1)
+    call = src[0]
+    if call.op not in (Ops.FUNCTION, Ops.CALL):
+        raise _misfit(op, dtype, src, "its source must be a FUNCTION or CALL")
+    outputs = call.src[0].src
+    if not isinstance(arg, int) or isinstance(arg, bool) or not 0 <= arg < len(outputs):
+        raise _misfit(op, dtype, src, f"index {arg!r} out of range for {len(outputs)} outputs")
+    if dtype is not outputs[arg].dtype:
+        raise _misfit(op, dtype, src, f"output {arg} is {outputs[arg].dtype.name}")
+    return outputs[arg].shape
+
+
+def _infer_store(op, dtype, src, arg):
+    _need_src(op, dtype, src, 2)
+    dest, value = src
+    _need_shaped(op, dtype, src)
+    if dtype is not dtypes.void or arg is not None:
+        raise _misfit(op, dtype, src, "is void and takes no arg")
+    if dest.shape != value.shape or dest.dtype is not value.dtype:
+        raise _misfit(op, dtype, src, "dest and value need one shape and dtype")
+    return None
+
+
+def _infer_after(op, dtype, src, arg):
+    _need_src(op, dtype, src, 2)
+    dest, store = src
+    if store.op != Ops.STORE or store.src[0] is not dest:
+        raise _misfit(op, dtype, src, "needs (dest, STORE to that dest)")
+    if dtype is not dest.dtype or arg is not None:
+        raise _misfit(op, dtype, src, "dtype must equal dest's and takes no arg")
+    return dest.shape
+
+
+def _infer_leaf(op, dtype, src, arg):
+    raise GraphError(f"{op} nodes are built with UOp.{op.lower()}(...)")
+
+
+_INFER = {
+    **{op: _infer_unary for op in (Ops.NEG, Ops.RECIPROCAL, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC,
+                                   Ops.CAST, Ops.BITCAST)},
+    **{op: _infer_binary for op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.POW, Ops.CDIV, Ops.CMOD,
+                                    Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ)},
+    Ops.WHERE: _infer_where,
+    Ops.MULACC: _infer_mulacc,
+    Ops.REDUCE: _infer_reduce,
+    Ops.RESHAPE: _infer_reshape,
+    Ops.EXPAND: _infer_expand,
+    Ops.PERMUTE: _infer_permute,
+    Ops.PAD: _infer_pad,
+    Ops.SHRINK: _infer_shrink,
+    Ops.FLIP: _infer_flip,
+    **{op: _infer_identity for op in (Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY)},
+    Ops.TUPLE: _infer_tuple,
+    Ops.FUNCTION: _infer_call,
+    Ops.CALL: _infer_call,
+    Ops.GETTUPLE: _infer_gettuple,
+    Ops.STORE: _infer_store,
+    Ops.AFTER: _infer_after,
+    **{op: _infer_leaf for op in (Ops.PARAM, Ops.CONST, Ops.BUFFER, Ops.NOOP)},
+}
+
+# Composites tag what they build with their name, as tinygrad's Tensor functions do.
+for _name in ("exp", "log", "relu", "sigmoid", "tanh", "mean", "matmul", "softmax", "log_softmax"):
+    setattr(UOp, _name, _tagging_composite(getattr(UOp, _name)))
+UOp.__matmul__ = UOp.matmul
