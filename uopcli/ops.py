@@ -6,9 +6,6 @@ names the file format stores, and `Ops.ADD` reads like tinygrad's enum.
 
 from __future__ import annotations
 
-import numpy as np
-
-
 class Ops:
     # leaves ------------------------------------------------------------- src: none
     PARAM = "PARAM"            # arg: input name (str) or body slot (int); shape on the node
@@ -103,11 +100,20 @@ assert set(FAMILY) == set(ALL_OPS), "every op belongs to exactly one family"
 class DType:
     """A scalar type. One object per dtype, so `is` compares and hashing is by identity."""
 
-    __slots__ = ("name", "itemsize", "kind", "np")
+    __slots__ = ("name", "itemsize", "kind", "_np")
 
     def __init__(self, name: str, itemsize: int, kind: str):
         self.name, self.itemsize, self.kind = name, itemsize, kind  # kind: b i u f v
-        self.np = None if kind == "v" else np.dtype(name)
+        self._np = None
+
+    @property
+    def np(self):
+        """The numpy dtype (numpy is imported on first use: commands that need no arrays
+        start faster)."""
+        if self._np is None and self.kind != "v":
+            import numpy
+            self._np = numpy.dtype(self.name)
+        return self._np
 
     @property
     def is_float(self) -> bool:
@@ -157,7 +163,11 @@ def dtype_of(name_or_dtype) -> DType:
     """A DType from a DType, its name, or a numpy dtype."""
     if isinstance(name_or_dtype, DType):
         return name_or_dtype
-    name = np.dtype(name_or_dtype).name if not isinstance(name_or_dtype, str) else name_or_dtype
+    if isinstance(name_or_dtype, str):
+        name = name_or_dtype
+    else:
+        import numpy
+        name = numpy.dtype(name_or_dtype).name
     try:
         return DTYPES[name]
     except KeyError:
