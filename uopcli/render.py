@@ -1,0 +1,512 @@
+"""Graphviz pictures of UOp graphs: forward and backward told apart, functions as clusters.
+
+`to_dot` writes the DOT text itself (deterministic, no Graphviz needed); `render` pipes it
+through the `dot` program (via the `graphviz` package, imported only then) for svg/png/pdf.
+
+What the picture shows (the contract tests check):
+- One box per node: op and short arg (`REDUCE ADD (1,)`, `CONST 0.5`), dtype and shape,
+  and the metadata name of the function that made it (`relu`). Edges run from a source to
+  its user; where source order matters (`SUB`, `WHERE`, call args, ...) they are numbered.
+- Fill colour = op family (`FAMILY_COLOURS`, one fixed palette for every picture).
+  Forward nodes are rounded with a thin border; nodes made by differentiation
+  (`meta.backward`) are square with a thick dashed red border and read `∇ relu`.
+- Graph inputs are drawn as named, thick-bordered `invhouse` shapes; every output gets its
+  own `house` marker below the node it names.
+- A legend (cluster `cluster_legend`) lists the families present, forward vs backward,
+  input and output.
+- Scopes: the main graph and every distinct FUNCTION/CALL body (and CALL backward body).
+  Hash-consing shares a body between calls that compute the same thing, so each distinct
+  body is drawn once, as one cluster, and every call that uses it points to it (a bold
+  "body" edge from its TUPLE) and binds its args to the body's slots (dotted edges).
+  A body reached from a single scope is nested in that scope's cluster. A node reached
+  from several scopes (a CONST, a slot PARAM shared by two bodies) is drawn once per
+  scope, so every cluster is complete and no edge crosses into a function's inside.
+- `collapse_functions=True` draws each call as one 3-D box and no bodies.
+- Node ids come from the canonical node order (`Graph.nodes()`), never from `id()`; all
+  walks go in that order, so the same graph gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections import deque
+from typing import Iterable, Sequence
+
+from .errors import UOpError
+from .graph import Graph
+from .ops import CALLS, FAMILY, Ops
+from .uop import UOp, toposort
+
+DEFAULT_MAX_NODES = 500
+FORMATS = ("svg", "png", "pdf", "dot")
+INSTALL_DOT_HINT = ("the Graphviz 'dot' program is not installed: install it with `apt-get install graphviz` "
+                    "(Debian/Ubuntu) or `brew install graphviz` (macOS), or use --format dot")
+
+
+class RenderError(UOpError):
+    """A picture that cannot be drawn: too large, unknown names or format, no `dot`."""
+
+
+# ----------------------------------------------------------------------------- style tables
+# One row per op family: (fill colour, what the legend says). A ColorBrewer "Set3"-like
+# pastel palette: black text stays readable on every fill, and the colours never change
+# between pictures, so a reader learns them once.
+FAMILY_COLOURS: dict[str, tuple[str, str]] = {
+    "leaf":     ("#e6e6e6", "leaf: PARAM CONST BUFFER"),
+    "unary":    ("#a6cee3", "unary: NEG EXP2 LOG2 SQRT ..."),
+    "binary":   ("#b2df8a", "binary: ADD MUL FDIV CMPLT ..."),
+    "ternary":  ("#fdbf6f", "ternary: WHERE MULACC"),
+    "reduce":   ("#fb9a99", "reduce: REDUCE"),
+    "movement": ("#cab2d6", "movement: RESHAPE EXPAND PAD ..."),
+    "identity": ("#ffff99", "identity: CONTIGUOUS DETACH COPY"),
+    "call":     ("#8dd3c7", "call: FUNCTION CALL TUPLE GETTUPLE"),
+    "memory":   ("#d9b38c", "memory: STORE AFTER"),
+}
+assert set(FAMILY_COLOURS) == set(FAMILY.values()), "every op family has a colour"
+
+FORWARD_BORDER = "#4d4d4d"
+BACKWARD_BORDER = "#c0392b"   # red, dashed and thick: differentiation made this node
+FONT = "Helvetica"
+
+# Ops whose source order changes the result: their edges carry the source index.
+ORDERED_OPS = frozenset({Ops.SUB, Ops.FDIV, Ops.POW, Ops.CMPLT, Ops.CDIV, Ops.CMOD, Ops.SHL, Ops.SHR,
+                         Ops.WHERE, Ops.MULACC, Ops.STORE, Ops.AFTER, Ops.TUPLE})
+
+MAIN = None  # the scope key of the main graph; a body's scope key is its TUPLE node
+
+
+# ----------------------------------------------------------------------------- public API
+
+def to_dot(graph: Graph, *, outputs: Sequence[str] | None = None, around: str | None = None, depth: int = 2,
+           max_nodes: int | None = DEFAULT_MAX_NODES, collapse_functions: bool = False) -> str:
+    """The DOT text of `graph` (or of the part `outputs` / `around` select). Raises
+    RenderError when the picture would hold more than `max_nodes` nodes (None: no limit)."""
+    if outputs is not None and around is not None:
+        raise RenderError("choose either outputs or around, not both")
+    if around is not None and (not isinstance(depth, int) or depth < 0):
+        raise RenderError(f"depth must be a whole number >= 0, got {depth!r}")
+    order = graph.nodes()
+    whole = outputs is None and around is None
+    if whole and not collapse_functions and max_nodes is not None and len(order) > max_nodes:
+        raise _too_large(len(order), max_nodes)  # copies only add boxes: refuse before any work
+    roots = _selected_roots(graph, outputs)
+    chosen = _neighbourhood(graph, order, around, depth) if around is not None else set(toposort(roots.values()))
+    if whole:
+        chosen = set(order)
+    return _Drawing(graph, order, roots, chosen, collapse_functions).dot(max_nodes)
+
+
+def render(graph: Graph, fmt: str = "svg", **options) -> bytes:
+    """The picture as bytes in `fmt` (svg, png, pdf, or dot for the DOT text itself).
+    `options` are to_dot's. Formats other than dot need Graphviz's `dot` program."""
+    if fmt not in FORMATS:
+        raise RenderError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
+    text = to_dot(graph, **options).encode()
+    if fmt == "dot":
+        return text
+    return _run_dot(text, fmt)
+
+
+def _run_dot(text: bytes, fmt: str) -> bytes:
+    try:
+        import graphviz
+    except ImportError:
+        raise RenderError("the Python package 'graphviz' is missing: pip install graphviz") from None
+    try:
+        return graphviz.pipe("dot", fmt, text, quiet=True)
+    except graphviz.ExecutableNotFound:
+        raise RenderError(INSTALL_DOT_HINT) from None
+    except graphviz.CalledProcessError as exc:
+        detail = (exc.stderr or b"").decode(errors="replace").strip().splitlines()
+        raise RenderError(f"dot failed: {detail[0] if detail else exc}") from None
+
+
+def _too_large(count: int, limit: int) -> RenderError:
+    return RenderError(f"the picture would have {count} nodes, more than the limit of {limit}; draw a part "
+                       f"with --outputs NAMES or --around NAME --depth K, or raise --max-nodes")
+
+
+# ----------------------------------------------------------------------------- selection
+
+def _selected_roots(graph: Graph, names: Sequence[str] | None) -> dict[str, UOp]:
+    if names is None:
+        return dict(graph.outputs)
+    if isinstance(names, str):
+        names = [n for n in names.split(",") if n]
+    if not names:
+        raise RenderError("outputs names no output")
+    missing = [n for n in names if n not in graph.outputs]
+    if missing:
+        raise RenderError(f"no output named {missing[0]!r}; outputs: {', '.join(graph.outputs) or 'none'}")
+    return {n: graph.outputs[n] for n in dict.fromkeys(names)}
+
+
+def _children(node: UOp) -> tuple[UOp, ...]:
+    """Sources, plus a CALL's backward body (it hangs off the arg, not the sources)."""
+    if node.op == Ops.CALL and node.arg.grad is not None:
+        return (*node.src, node.arg.grad)
+    return node.src
+
+
+def _neighbourhood(graph: Graph, order: list[UOp], name: str, depth: int) -> set[UOp]:
+    """Nodes within `depth` steps of the input/output `name`: up through sources and down
+    through users (each direction on its own, so siblings do not flood the picture)."""
+    centres = [n for n in graph.inputs if n.arg == name]
+    if name in graph.outputs:
+        centres.append(graph.outputs[name])
+    if not centres:
+        raise RenderError(f"around: no input or output named {name!r}; inputs: "
+                          f"{', '.join(graph.input_names) or 'none'}; outputs: {', '.join(graph.outputs) or 'none'}")
+    users: dict[UOp, list[UOp]] = {}
+    for node in order:
+        for child in _children(node):
+            users.setdefault(child, []).append(node)
+    chosen = set(centres)
+    for step in (_children, lambda n: users.get(n, ())):
+        frontier = deque((c, 0) for c in centres)
+        seen = set(centres)
+        while frontier:
+            node, dist = frontier.popleft()
+            if dist == depth:
+                continue
+            for nxt in step(node):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    frontier.append((nxt, dist + 1))
+        chosen |= seen
+    return chosen
+
+
+# ----------------------------------------------------------------------------- scopes
+
+def _scope_walk(roots: Iterable[UOp]) -> tuple[dict, dict]:
+    """Which scopes reach each node, without entering nested bodies.
+
+    Returns (members: scope -> nodes in canonical order, callers: body scope -> the
+    (scope, CALL/FUNCTION node) pairs that use it). Each distinct body is walked once."""
+    members: dict = {}
+    callers: dict = {}
+    pending = [(MAIN, list(roots))]
+    while pending:
+        scope, scope_roots = pending.pop(0)
+        nodes = _scope_nodes(scope_roots)
+        members[scope] = nodes
+        for node in nodes:
+            if node.op not in CALLS:
+                continue
+            bodies = [node.src[0]]
+            if node.op == Ops.CALL and node.arg.grad is not None:
+                bodies.append(node.arg.grad)
+            for body in bodies:
+                if body not in callers:
+                    callers[body] = []
+                    pending.append((body, [body]))
+                callers[body].append((scope, node))
+    return members, callers
+
+
+def _scope_nodes(roots: Iterable[UOp]) -> list[UOp]:
+    """Post-order of a walk from `roots` that does not enter calls' bodies (their own scopes)."""
+    order: list[UOp] = []
+    seen: set[UOp] = set()
+    for root in roots:
+        if root in seen:
+            continue
+        seen.add(root)
+        stack = [(root, iter(_scope_sources(root)))]
+        while stack:
+            node, children = stack[-1]
+            for child in children:
+                if child not in seen:
+                    seen.add(child)
+                    stack.append((child, iter(_scope_sources(child))))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+    return order
+
+
+def _scope_sources(node: UOp) -> tuple[UOp, ...]:
+    return node.src[1:] if node.op in CALLS else node.src
+
+
+# ----------------------------------------------------------------------------- labels
+
+def _compact(value) -> str:
+    text = repr(value).replace(" ", "")
+    return text if len(text) <= 36 else text[:35] + "…"
+
+
+def _number(value) -> str:
+    if isinstance(value, bool) or isinstance(value, int):
+        return str(value)
+    if math.isnan(value) or math.isinf(value):
+        return str(value)
+    text = repr(value)
+    return text if len(text) <= 8 else f"{value:.6g}"
+
+
+def arg_text(node: UOp) -> str:
+    """The short arg a box shows after the op ('' when there is none worth showing)."""
+    op, arg = node.op, node.arg
+    if arg is None or op == Ops.BUFFER:
+        return ""  # a BUFFER's bytes say nothing at a glance; its shape line does
+    if op == Ops.PARAM:
+        return arg if isinstance(arg, str) else f"slot {arg}"
+    if op == Ops.CONST:
+        return _number(arg)
+    if op == Ops.REDUCE:
+        return f"{arg[0]} {_compact(arg[1])}"
+    if op == Ops.CALL:
+        return arg.name
+    if op == Ops.FLIP:
+        return "axes " + _compact(tuple(i for i, flipped in enumerate(arg) if flipped))
+    if isinstance(arg, str):
+        return arg
+    return _compact(arg)
+
+
+def type_text(node: UOp) -> str:
+    if node.shape is None:
+        return ""
+    return f"{node.dtype.name}[{','.join(map(str, node.shape))}]"
+
+
+def meta_text(node: UOp) -> str:
+    meta = node.meta
+    if meta is None:
+        return ""
+    if meta.backward:
+        return f"∇ {meta.name}" if meta.name else "∇"
+    return meta.name or ""
+
+
+def _e(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def _q(text: str) -> str:
+    """A DOT double-quoted string."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _html_label(head: str, lines: Sequence[tuple[str, str]]) -> str:
+    """<head in bold> then (text, colour) lines in a smaller font."""
+    parts = [f'<B>{_e(head)}</B>']
+    for text, colour in lines:
+        if text:
+            parts.append(f'<FONT POINT-SIZE="9" COLOR="{colour}">{_e(text)}</FONT>')
+    return "<" + "<BR/>".join(parts) + ">"
+
+
+def _tooltip(node: UOp) -> str:
+    words = [node.op, arg_text(node), type_text(node)]
+    meta = node.meta
+    if meta is not None:
+        words.append(f"({'backward of ' if meta.backward else ''}{meta.name or '?'}"
+                     f"{' at ' + meta.loc if meta.loc else ''})")
+    return " ".join(w for w in words if w)
+
+
+def _fill(node: UOp) -> str:
+    return FAMILY_COLOURS[FAMILY[node.op]][0]
+
+
+# ----------------------------------------------------------------------------- drawing
+
+class _Drawing:
+    """Turns a selection of a graph into DOT lines. Every walk is in canonical order."""
+
+    def __init__(self, graph: Graph, order: list[UOp], roots: dict[str, UOp], chosen: set[UOp],
+                 collapse: bool):
+        self.graph = graph
+        self.index = {node: i for i, node in enumerate(order)}
+        self.roots = roots
+        self.chosen = chosen
+        self.collapse = collapse
+        self.inputs = set(graph.inputs)
+        members, callers = _scope_walk([*roots.values(), *(n for n in graph.inputs if n in chosen)])
+        self.callers = callers
+        index = self.index
+        self.members = {s: sorted((n for n in nodes if n in chosen), key=index.__getitem__)
+                        for s, nodes in members.items()}
+        if collapse:
+            self.members = {MAIN: self.members[MAIN]}
+        self.drawn = {s: set(nodes) for s, nodes in self.members.items()}
+        self.children = self._nest()
+        self.lines: list[str] = []
+        self.ghosts: set[str] = set()
+        self.families: set[str] = set()
+        self.has_backward = False
+
+    # ids: node i of the main graph is n<i>; its copy in the body whose TUPLE is node j is b<j>_n<i>
+    def prefix(self, scope) -> str:
+        return "" if scope is MAIN else f"b{self.index[scope]}_"
+
+    def node_id(self, scope, node: UOp) -> str:
+        return f"{self.prefix(scope)}n{self.index[node]}"
+
+    def _nest(self) -> dict:
+        """scope -> the body scopes drawn inside its cluster (in canonical order). A body
+        used from one scope only is nested there; otherwise it goes to the top level."""
+        children: dict = {s: [] for s in self.members}
+        for body in sorted((s for s in self.members if s is not MAIN), key=self.index.__getitem__):
+            homes = {s for s, call in self.callers[body] if call in self.drawn.get(s, ())}
+            parent = next(iter(homes)) if len(homes) == 1 else MAIN
+            if parent is body:
+                parent = MAIN
+            children[parent].append(body)
+        return children
+
+    # ------------------------------------------------------------------ output
+    def dot(self, max_nodes: int | None) -> str:
+        count = sum(len(nodes) for nodes in self.members.values())
+        if max_nodes is not None and count > max_nodes:
+            raise _too_large(count, max_nodes)
+        out = self.lines
+        out.append("digraph uop {")
+        out.append(f'  graph [rankdir=TB fontname="{FONT}" fontsize=11 nodesep=0.25 ranksep=0.3 '
+                   f'bgcolor="white" labeljust=l];')
+        out.append(f'  node [shape=box style="rounded,filled" fontname="{FONT}" fontsize=10 '
+                   f'margin="0.1,0.04" height=0.3 color="{FORWARD_BORDER}" penwidth=1];')
+        out.append(f'  edge [color="#555555" arrowsize=0.6 fontname="{FONT}" fontsize=8 fontcolor="#555555"];')
+        self._scope(MAIN, "  ")
+        self._outputs()
+        self._bindings()
+        self._legend()
+        out.append("}")
+        return "\n".join(out) + "\n"
+
+    def _scope(self, scope, indent: str) -> None:
+        if scope is not MAIN:
+            self._cluster_open(scope, indent)
+            indent += "  "
+        for node in self.members[scope]:
+            self._node(scope, node, indent)
+        for body in self.children[scope]:
+            self._scope(body, indent)
+        for node in self.members[scope]:
+            self._edges(scope, node, indent)
+        if scope is not MAIN:
+            self.lines.append(indent[:-2] + "}")
+
+    def _cluster_open(self, body: UOp, indent: str) -> None:
+        calls = [call for _, call in self.callers[body]]
+        names = list(dict.fromkeys(_call_name(c) for c in calls))
+        backward = any(c.op == Ops.CALL and c.arg.grad is body for c in calls)
+        if backward:
+            title = f"∇ backward body of CALL {', '.join(names)}"
+            style = f'style="dashed,rounded,filled" color="{BACKWARD_BORDER}" penwidth=1.5'
+        else:
+            kind = " / ".join(dict.fromkeys(c.op for c in calls))
+            title = f"{kind} {', '.join(names)}"
+            style = f'style="rounded,filled" color="#2a9d8f" penwidth=1.5'
+        uses = len(dict.fromkeys(calls))
+        if uses > 1:
+            title += f" (shared by {uses} calls)"
+        self.lines.append(f"{indent}subgraph cluster_b{self.index[body]} {{")
+        self.lines.append(f'{indent}  label={_q(title)} {style} fillcolor="#f6fbfa" fontsize=10;')
+
+    def _node(self, scope, node: UOp, indent: str) -> None:
+        family = FAMILY[node.op]
+        self.families.add(family)
+        backward = node.meta is not None and node.meta.backward
+        self.has_backward |= backward
+        meta_colour = BACKWARD_BORDER if backward else "#444444"
+        attrs = {"fillcolor": _q(_fill(node)), "tooltip": _q(_tooltip(node))}
+        if node in self.inputs and scope is MAIN:
+            attrs["label"] = _html_label(node.arg, [(f"input {type_text(node)}", "#222222")])
+            attrs.update(shape="invhouse", style='"filled"', penwidth="2.5", color='"#000000"')
+        else:
+            head = f"{node.op} {arg_text(node)}".rstrip()
+            attrs["label"] = _html_label(head, [(type_text(node), "#222222"), (meta_text(node), meta_colour)])
+            if node.op in CALLS and self.collapse:
+                attrs.update(shape="box3d", style='"filled"', penwidth="1.5")
+        if backward:
+            attrs.update(style='"filled,dashed"', penwidth="2.2", color=f'"{BACKWARD_BORDER}"')
+        text = " ".join(f"{k}={v}" for k, v in attrs.items())
+        self.lines.append(f"{indent}{self.node_id(scope, node)} [{text}];")
+
+    def _edges(self, scope, node: UOp, indent: str) -> None:
+        me = self.node_id(scope, node)
+        sources = node.src
+        calls = node.op in CALLS
+        for i, src in enumerate(sources):
+            if calls and i == 0:
+                if not self.collapse:
+                    self._body_edge(src, me, "body", "bold", "#2a9d8f", indent)
+                continue
+            label = (f"arg {i - 1}" if calls else str(i)) if (calls or node.op in ORDERED_OPS) else ""
+            self._edge(scope, src, me, label, indent)
+        if node.op == Ops.CALL and node.arg.grad is not None and not self.collapse:
+            self._body_edge(node.arg.grad, me, "backward", "dashed", BACKWARD_BORDER, indent)
+
+    def _edge(self, scope, src: UOp, dest: str, label: str, indent: str) -> None:
+        if src in self.drawn[scope]:
+            tail = self.node_id(scope, src)
+        else:
+            tail = self._ghost(scope, src, indent)
+        attrs = f" [label={_q(label)}]" if label else ""
+        self.lines.append(f"{indent}{tail} -> {dest}{attrs};")
+
+    def _body_edge(self, body: UOp, dest: str, label: str, style: str, colour: str, indent: str) -> None:
+        if body not in self.drawn.get(body, ()):
+            return  # the body is outside the selection
+        self.lines.append(f'{indent}{self.node_id(body, body)} -> {dest} [label={_q(label)} style={style} '
+                          f'color="{colour}" fontcolor="{colour}"];')
+
+    def _ghost(self, scope, node: UOp, indent: str) -> str:
+        """A source outside the selection: a small dotted stand-in, so cut edges show."""
+        ghost = f"{self.prefix(scope)}g{self.index[node]}"
+        if ghost not in self.ghosts:
+            self.ghosts.add(ghost)
+            label = f"… {node.op} {type_text(node)}".rstrip()
+            self.lines.append(f'{indent}{ghost} [label={_q(label)} shape=box style="dotted" fontsize=8 '
+                              f'fontcolor="#777777" color="#999999" tooltip={_q("not drawn: " + _tooltip(node))}];')
+        return ghost
+
+    def _outputs(self) -> None:
+        for k, (name, node) in enumerate(self.roots.items()):
+            if node not in self.drawn[MAIN]:
+                continue
+            label = _html_label(name, [("output", "#222222")])
+            self.lines.append(f'  out{k} [label={label} shape=house style="filled" fillcolor="{_fill(node)}" '
+                              f'penwidth=2.5 color="#000000"];')
+            self.lines.append(f"  {self.node_id(MAIN, node)} -> out{k} [penwidth=1.5];")
+
+    def _bindings(self) -> None:
+        """Dotted edges from a call's args to the slots of its body: where values enter."""
+        for body in sorted((s for s in self.members if s is not MAIN), key=self.index.__getitem__):
+            slots = [n for n in self.members[body] if n.op == Ops.PARAM and isinstance(n.arg, int)]
+            for scope, call in self.callers[body]:
+                if call not in self.drawn.get(scope, ()):
+                    continue
+                args = call.src[1:]
+                for slot in slots:
+                    if slot.arg < len(args) and args[slot.arg] in self.drawn[scope]:
+                        self.lines.append(f"  {self.node_id(scope, args[slot.arg])} -> {self.node_id(body, slot)} "
+                                          f'[style=dotted arrowhead=none color="#2a9d8f"];')
+
+    def _legend(self) -> None:
+        rows = [f'<TR><TD COLSPAN="2"><B>legend</B></TD></TR>']
+        for family, (colour, text) in FAMILY_COLOURS.items():
+            if family in self.families:
+                rows.append(f'<TR><TD BGCOLOR="{colour}" WIDTH="18"> </TD><TD ALIGN="LEFT">{_e(text)}</TD></TR>')
+        rows.append('<TR><TD BORDER="1" STYLE="rounded" BGCOLOR="#ffffff" WIDTH="18"> </TD>'
+                    '<TD ALIGN="LEFT">forward node (rounded, thin border)</TD></TR>')
+        rows.append(f'<TR><TD BORDER="2" COLOR="{BACKWARD_BORDER}" BGCOLOR="#ffffff" WIDTH="18">∇</TD>'
+                    f'<TD ALIGN="LEFT"><FONT COLOR="{BACKWARD_BORDER}">backward node (∇ forward fn; '
+                    f'dashed red border)</FONT></TD></TR>')
+        rows.append('<TR><TD COLSPAN="2" ALIGN="LEFT">inputs and outputs: named, thick black border</TD></TR>')
+        table = ('<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="2" CELLPADDING="2">'
+                 + "".join(rows) + "</TABLE>>")
+        self.lines.append("  subgraph cluster_legend {")
+        self.lines.append(f'    label="" style="rounded" color="#bbbbbb";')
+        self.lines.append(f'    legend [shape=plaintext style="" label={table}];')
+        self.lines.append("  }")
+
+
+def _call_name(call: UOp) -> str:
+    return call.arg.name if call.op == Ops.CALL else call.arg
