@@ -1,17 +1,94 @@
-# Everything a fresh machine needs is set up here: `make test` and `make demo` work from a clean clone.
+# Everything a fresh machine needs is set up here: `make demo` and `make test` work from a
+# clean clone with nothing but python3 (>= 3.10) and make. Each target sets up what it uses:
+#   .venv/            a virtual environment with the package installed editable, with [test]
+#   dot (graphviz)    installed with apt-get (as root, or with sudo) or brew when missing
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+UOPGRAD := $(VENV)/bin/uopgrad
+STAMP := $(VENV)/.installed-test
+BENCH_STAMP := $(VENV)/.installed-bench
+LINT_STAMP := $(VENV)/.installed-lint
+OUT := out
+# pip: no prompts, no version nagging; the venv's own bin first so tests find `uopgrad`
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+export PIP_NO_INPUT := 1
+RUN := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
 
-.PHONY: setup test
-setup: $(STAMP)
+.PHONY: help setup venv dot demo test bench samples samples-check lint clean distclean
 
+help:
+	@echo "make demo      set up, then diff -> eval -> check -> render samples/mlp.uop (picture in $(OUT)/)"
+	@echo "make test      set up, then run the whole test suite"
+	@echo "make bench     run the benchmarks (installs the [bench] extra)"
+	@echo "make samples   rebuild samples/*.uop from samples/build.py"
+	@echo "make lint      ruff over the package, tests, samples and bench"
+	@echo "make clean     remove $(OUT)/ and caches; make distclean also removes $(VENV)/"
+
+setup: venv dot
+
+venv: $(STAMP)
+
+# The venv is rebuilt when pyproject.toml changes. A Debian/Ubuntu python3 without the
+# venv module (python3-venv) gets it installed first, the same way as dot below.
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || \
+		{ echo "uopgrad needs Python >= 3.10; $(PYTHON) is $$($(PYTHON) --version 2>&1). Run: make PYTHON=python3.11 ..." >&2; exit 1; }
+	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { rm -rf $(VENV); \
+		pyver=$$($(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")'); \
+		sh tools/install-system-package.sh "python$$pyver-venv" python3 && $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
-	touch $@
+	@touch $@
 
+# graphviz's `dot` program draws the pictures (`uopgrad render`); the Python package
+# `graphviz` alone cannot.
+dot:
+	@command -v dot >/dev/null 2>&1 || sh tools/install-system-package.sh graphviz graphviz
+
+demo: setup
+	@mkdir -p $(OUT)
+	@echo "== uopgrad diff: the gradient graph of samples/mlp.uop with respect to w1 and w2"
+	$(UOPGRAD) diff samples/mlp.uop --wrt w1,w2 -o $(OUT)/mlp-grad.uop
+	@echo "== uopgrad eval: evaluate it on seeded random inputs"
+	$(UOPGRAD) eval $(OUT)/mlp-grad.uop --random --seed 0
+	@echo "== uopgrad check: compare the gradients with central finite differences"
+	$(UOPGRAD) check samples/mlp.uop --wrt w1,w2
+	@echo "== uopgrad render: draw the gradient graph"
+	$(UOPGRAD) render $(OUT)/mlp-grad.uop -o $(OUT)/mlp-grad.svg
+	@echo
+	@echo "Done. The gradient graph is in $(OUT)/mlp-grad.uop; its picture is $(CURDIR)/$(OUT)/mlp-grad.svg"
+
+# pytest exit status 5 means it collected no test: that is a failure here, and says so.
 test: setup
-	$(PY) -m pytest -q
+	@$(RUN) $(PY) -m pytest -q; status=$$?; \
+		if [ $$status -eq 5 ]; then echo "make test: FAILED: pytest collected no tests" >&2; fi; \
+		exit $$status
+
+bench: setup $(BENCH_STAMP)
+	@if [ -f bench/run.py ]; then $(RUN) $(PY) bench/run.py; \
+		else echo "make bench: bench/run.py is not there yet" >&2; exit 1; fi
+
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	@touch $@
+
+samples: venv
+	$(PY) samples/build.py
+
+samples-check: venv
+	$(PY) samples/build.py --check
+
+lint: $(LINT_STAMP)
+	$(VENV)/bin/ruff check uopcli tests samples $(wildcard bench)
+
+$(LINT_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[test,lint]'
+	@touch $@
+
+clean:
+	rm -rf $(OUT) .pytest_cache .ruff_cache build *.egg-info
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""Build the sample .uop files with uopgrad's public Python API.
+
+    python samples/build.py            # rewrites samples/*.uop
+    python samples/build.py --out DIR  # writes them into DIR instead
+    python samples/build.py --check    # exit 1 when a committed file differs from a rebuild
+
+Every sample is a small, realistic training objective: the weights are graph inputs (not
+embedded BUFFERs) so that `uopgrad diff --wrt` can differentiate with respect to them,
+and the output is one scalar named `loss` (`y` for the polynomial). Nothing is random:
+building twice gives the same bytes (the file format's canonical encoding), which
+tests/test_samples.py checks against the committed files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+import uopcli
+from uopcli import UOp, dtypes
+from uopcli.graph import Graph
+
+HERE = Path(__file__).resolve().parent
+PRODUCER = "uopgrad samples/build.py"
+
+
+def _inputs(**shapes) -> dict[str, UOp]:
+    """Named float32 graph inputs, in the order given."""
+    return {name: UOp.param(name, shape, dtypes.float32) for name, shape in shapes.items()}
+
+
+def _graph(outputs: dict[str, UOp], inputs: dict[str, UOp], description: str) -> Graph:
+    return Graph(outputs, inputs=list(inputs.values()), meta={"producer": PRODUCER, "description": description})
+
+
+def _mse(prediction: UOp, target: UOp) -> UOp:
+    return ((prediction - target) * (prediction - target)).mean()
+
+
+# ----------------------------------------------------------------------------- the samples
+# One builder per sample: it returns the Graph; SAMPLES below lists them in file order.
+
+def mlp() -> Graph:
+    """2-layer MLP, ReLU hidden layer, mean-squared-error loss."""
+    v = _inputs(x=(16, 8), w1=(8, 32), b1=(32,), w2=(32, 4), b2=(4,), y=(16, 4))
+    hidden = (v["x"] @ v["w1"] + v["b1"]).relu()
+    prediction = hidden @ v["w2"] + v["b2"]
+    return _graph({"loss": _mse(prediction, v["y"])}, v, mlp.__doc__)
+
+
+def logreg() -> Graph:
+    """Logistic regression, binary cross-entropy on sigmoid probabilities."""
+    v = _inputs(x=(32, 10), w=(10,), b=(), y=(32,))
+    p = (v["x"] @ v["w"] + v["b"]).sigmoid()
+    y = v["y"]
+    loss = -(y * p.log() + (1 - y) * (1 - p).log()).mean()
+    return _graph({"loss": loss}, v, logreg.__doc__)
+
+
+def softmax_xent() -> Graph:
+    """Linear classifier over 10 classes, softmax cross-entropy with (one-hot) targets y."""
+    v = _inputs(x=(32, 20), w=(20, 10), b=(10,), y=(32, 10))
+    logits = v["x"] @ v["w"] + v["b"]
+    loss = -(v["y"] * logits.log_softmax(-1)).sum(-1).mean()
+    return _graph({"loss": loss}, v, softmax_xent.__doc__)
+
+
+def _sliding_windows(x: UOp, k: int) -> UOp:
+    """All k×k windows of x[N, C, H, W] (stride 1) as [N, C, H-k+1, W-k+1, k, k], made of
+    movement ops only (tinygrad's pooling trick): repeat each spatial axis, cut it to
+    k*(size+1) elements and fold it into (k, size+1); row j then starts j elements later,
+    so shrinking the columns to the output size leaves window row j in row j."""
+    n, c, h, w = x.shape
+    oh, ow = h - k + 1, w - k + 1
+    rh, rw = -(-k * (h + 1) // h), -(-k * (w + 1) // w)  # repeats: ceil(k*(size+1)/size)
+    x = x.reshape(n, c, 1, h, 1, w).expand(n, c, rh, h, rw, w).reshape(n, c, rh * h, rw * w)
+    x = x.shrink(((0, n), (0, c), (0, k * (h + 1)), (0, k * (w + 1))))
+    x = x.reshape(n, c, k, h + 1, k, w + 1)
+    x = x.shrink(((0, n), (0, c), (0, k), (0, oh), (0, k), (0, ow)))
+    return x.permute(0, 1, 3, 5, 2, 4)
+
+
+def conv2d(x: UOp, weight: UOp, bias: UOp, padding: int) -> UOp:
+    """x[N, C, H, W] * weight[F, C, k, k] + bias[F] -> [N, F, H', W']: PAD, the windows
+    above, EXPAND both operands to [N, F, C, H', W', k, k], MUL and REDUCE ADD."""
+    n, c = x.shape[:2]
+    f, _, k, _ = weight.shape
+    x = x.pad(((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    windows = _sliding_windows(x, k)                       # [N, C, H', W', k, k]
+    oh, ow = windows.shape[2:4]
+    full = (n, f, c, oh, ow, k, k)
+    patches = windows.reshape(n, 1, c, oh, ow, k, k).expand(full)
+    kernel = weight.reshape(1, f, c, 1, 1, k, k).expand(full)
+    out = (patches * kernel).sum((2, 5, 6))                 # [N, F, H', W']
+    return out + bias.reshape(1, f, 1, 1).expand(n, f, oh, ow)
+
+
+def conv_net() -> Graph:
+    """Small conv net: 3x3 convolution (padding 1) + ReLU, 2x2 average pool, linear layer
+    to 3 classes, softmax cross-entropy."""
+    v = _inputs(x=(4, 2, 8, 8), kernel=(4, 2, 3, 3), kernel_bias=(4,), w=(64, 3), b=(3,), y=(4, 3))
+    features = conv2d(v["x"], v["kernel"], v["kernel_bias"], padding=1).relu()  # [4, 4, 8, 8]
+    pooled = features.reshape(4, 4, 4, 2, 4, 2).mean((3, 5))                    # [4, 4, 4, 4]
+    logits = pooled.reshape(4, 64) @ v["w"] + v["b"]
+    loss = -(v["y"] * logits.log_softmax(-1)).sum(-1).mean()
+    return _graph({"loss": loss}, v, conv_net.__doc__)
+
+
+def layernorm() -> Graph:
+    """Layer normalisation over the last axis with gain and bias, MSE to a target."""
+    v = _inputs(x=(8, 16), gamma=(16,), beta=(16,), y=(8, 16))
+    x = v["x"]
+    centred = x - x.mean(-1, keepdim=True)
+    variance = (centred * centred).mean(-1, keepdim=True)
+    normalised = centred / (variance + 1e-5).sqrt()
+    out = normalised * v["gamma"] + v["beta"]
+    return _graph({"loss": _mse(out, v["y"])}, v, layernorm.__doc__)
+
+
+def attention() -> Graph:
+    """Single-head causal self-attention with an output projection, MSE to a target. The
+    causal mask is an embedded BUFFER (lower-triangular bools)."""
+    seq, d = 6, 16
+    v = _inputs(x=(seq, d), wq=(d, d), wk=(d, d), wv=(d, d), wo=(d, d), y=(seq, d))
+    x = v["x"]
+    q, k, val = x @ v["wq"], x @ v["wk"], x @ v["wv"]
+    scores = (q @ k.T) * (1 / np.sqrt(d))
+    causal = UOp.buffer(np.tril(np.ones((seq, seq), dtype=bool)))
+    weights = causal.where(scores, -1e9).softmax(-1)
+    out = (weights @ val) @ v["wo"]
+    return _graph({"loss": _mse(out, v["y"])}, v, attention.__doc__)
+
+
+def rnn() -> Graph:
+    """Elman RNN over 5 steps; the cell is one FUNCTION (its body shared by every step)
+    returning the new state and the step's output; MSE of the outputs to targets y."""
+    steps, batch, d_in, d_hidden, d_out = 5, 4, 3, 8, 2
+    v = _inputs(x=(steps, batch, d_in), h0=(batch, d_hidden), wx=(d_in, d_hidden), wh=(d_hidden, d_hidden),
+                b=(d_hidden,), w_out=(d_hidden, d_out), y=(steps, batch, d_out))
+
+    def cell(x_t, h, wx, wh, b, w_out):
+        h_new = (x_t @ wx + h @ wh + b).tanh()
+        return h_new, h_new @ w_out
+
+    h = v["h0"]
+    loss = None
+    for t in range(steps):
+        x_t = v["x"].shrink(((t, t + 1), (0, batch), (0, d_in))).reshape(batch, d_in)
+        y_t = v["y"].shrink(((t, t + 1), (0, batch), (0, d_out))).reshape(batch, d_out)
+        call = UOp.trace_function("rnn_cell", cell, x_t, h, v["wx"], v["wh"], v["b"], v["w_out"])
+        h, out = call.gettuple(0), call.gettuple(1)
+        term = _mse(out, y_t)
+        loss = term if loss is None else loss + term
+    return _graph({"loss": loss * (1 / steps)}, v, rnn.__doc__)
+
+
+def ste() -> Graph:
+    """Quantisation-aware linear layer: weights clipped to [-1, 1] and rounded toward zero
+    to multiples of 1/8 by a CALL whose backward body is the clipped straight-through
+    estimator (the gradient passes where |w| < 1, zero elsewhere); MSE to a target."""
+    v = _inputs(x=(8, 4), w=(4, 3), y=(8, 3))
+    levels = 8.0
+
+    def quantise(w):
+        return (w.maximum(-1.0).minimum(1.0) * levels).trunc() * (1 / levels)
+
+    def straight_through(w, grad_out):
+        inside = (w > -1.0) & (w < 1.0)
+        return inside.where(grad_out, 0.0)
+
+    w_q = UOp.trace_call("quantise_ste", quantise, straight_through, v["w"]).gettuple(0)
+    return _graph({"loss": _mse(v["x"] @ w_q, v["y"])}, v, ste.__doc__)
+
+
+def poly() -> Graph:
+    """y = 3x^4 - 2x^3 + x^2 - 5x + 7 for a scalar x (Horner form): its derivatives of
+    every order are known (y' = 12x^3 - 6x^2 + 2x - 5, y'' = 36x^2 - 12x + 2, ...)."""
+    v = _inputs(x=())
+    x = v["x"]
+    y = (((3 * x - 2) * x + 1) * x - 5) * x + 7
+    return _graph({"y": y}, v, poly.__doc__)
+
+
+SAMPLES: dict[str, Callable[[], Graph]] = {
+    "mlp": mlp,
+    "logreg": logreg,
+    "softmax_xent": softmax_xent,
+    "conv2d": conv_net,
+    "layernorm": layernorm,
+    "attention": attention,
+    "rnn": rnn,
+    "ste": ste,
+    "poly": poly,
+}
+
+
+def build_all(out_dir: Path) -> dict[str, bytes]:
+    """Write every sample into out_dir as <name>.uop; returns name -> file bytes."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for name, build in SAMPLES.items():
+        written[name] = uopcli.save(build(), out_dir / f"{name}.uop")
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=HERE, help="directory to write into (default: samples/)")
+    parser.add_argument("--check", action="store_true", help="compare a rebuild with the files in --out, write nothing")
+    args = parser.parse_args(argv)
+    if args.check:
+        stale = [name for name, build in SAMPLES.items()
+                 if not (args.out / f"{name}.uop").is_file()
+                 or uopcli.save(build()) != (args.out / f"{name}.uop").read_bytes()]
+        for name in stale:
+            print(f"{args.out / name}.uop is out of date: run `make samples`", file=sys.stderr)
+        return 1 if stale else 0
+    for name, data in build_all(args.out).items():
+        print(f"{args.out / name}.uop  {len(data)} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
