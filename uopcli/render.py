@@ -462,7 +462,7 @@ class _Drawing:
         ghost = f"{self.prefix(scope)}g{self.index[node]}"
         if ghost not in self.ghosts:
             self.ghosts.add(ghost)
-            label = f"… {node.op} {type_text(node)}".rstrip()
+            label = " ".join(w for w in ("…", node.op, arg_text(node), type_text(node)) if w)
             self.lines.append(f'{indent}{ghost} [label={_q(label)} shape=box style="dotted" fontsize=8 '
                               f'fontcolor="#777777" color="#999999" tooltip={_q("not drawn: " + _tooltip(node))}];')
         return ghost

@@ -1,0 +1,316 @@
+"""uopgrad render: real graphs drawn by the real `dot`, and the SVG read back."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from uopcli import Metadata, UOp
+from uopcli.graph import Graph
+from uopcli.ops import FAMILY
+from uopcli.render import (BACKWARD_BORDER, DEFAULT_MAX_NODES, FAMILY_COLOURS, RenderError, arg_text, render,
+                           to_dot, type_text)
+from uopcli.uop import next_serial, tag_new_nodes
+
+ROOT = Path(__file__).resolve().parent.parent
+needs_dot = pytest.mark.skipif(shutil.which("dot") is None,
+                               reason="Graphviz `dot` is not installed (make setup installs it)")
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+# ----------------------------------------------------------------------------- graphs
+
+def mlp() -> Graph:
+    x = UOp.param("x", (4, 3))
+    w1 = UOp.param("w1", (3, 5))
+    w2 = UOp.param("w2", (5, 2))
+    hidden = (x @ w1).relu()
+    out = (hidden @ w2).sum(1, keepdim=True) * 0.5
+    padded = x.pad(((0, 1), (1, 0)))
+    return Graph({"loss": out.sum(), "padded": padded})
+
+
+def backward_tagged() -> tuple[Graph, set[UOp]]:
+    """A forward graph plus nodes tagged as differentiation tags them (backward=True)."""
+    x = UOp.param("x", (6,))
+    y = x.sigmoid()
+    since = next_serial()
+    grad = y * (1 - y) * 3.0
+    tag_new_nodes(grad, since, Metadata("sigmoid", "model.py:7", True))
+    new = {n for n in grad.toposort() if n.serial >= since}
+    return Graph({"y": y, "grad_x": grad}), new
+
+
+def functions() -> Graph:
+    x = UOp.param("x", (3,))
+    w = UOp.param("w", (3,))
+    f = UOp.trace_function("affine", lambda a, b: (a * b + 1.0,), x, w)
+    c1 = UOp.trace_call("square", lambda a: (a * a,), lambda a, g: (g * a * 2.0,), x)
+    c2 = UOp.trace_call("square", lambda a: (a * a,), lambda a, g: (g * a * 2.0,), w)  # same bodies as c1
+    return Graph({"f": f[0], "s1": c1[0], "s2": c2[0]})
+
+
+def chain(length: int) -> Graph:
+    x = UOp.param("x", (2,))
+    node = x
+    for _ in range(length):
+        node = node * 1.5
+    return Graph({"y": node})
+
+
+# ----------------------------------------------------------------------------- reading SVG
+
+def svg_nodes(svg: bytes) -> dict[str, dict]:
+    """Drawn node id -> {'text': [lines], 'shape': attributes of its polygon/path/ellipse}."""
+    tree = ET.fromstring(svg)
+    out = {}
+    for group in tree.iter(f"{SVG}g"):
+        if group.get("class") != "node":
+            continue
+        title = group.find(f"{SVG}title").text
+        texts = [t.text or "" for t in group.iter(f"{SVG}text")]
+        shape = next((el.attrib for el in group.iter() if el.tag in (f"{SVG}polygon", f"{SVG}path",
+                                                                     f"{SVG}ellipse")), {})
+        out[title] = {"text": texts, "shape": dict(shape)}
+    return out
+
+
+def svg_clusters(svg: bytes) -> dict[str, list[str]]:
+    tree = ET.fromstring(svg)
+    return {g.find(f"{SVG}title").text: [t.text or "" for t in g.iter(f"{SVG}text")]
+            for g in tree.iter(f"{SVG}g") if g.get("class") == "cluster"}
+
+
+def drawn_ids(graph: Graph) -> dict[UOp, str]:
+    return {node: f"n{i}" for i, node in enumerate(graph.nodes())}
+
+
+# ----------------------------------------------------------------------------- labels
+
+def test_labels_show_op_short_arg_type_and_function_name():
+    x = UOp.param("x", (2, 3))
+    assert arg_text(x.sum(1, keepdim=True)) == "ADD (1,)"
+    assert arg_text(UOp.const(0.5)) == "0.5"
+    assert arg_text(x.pad(((0, 1), (1, 0)))) == "((0,1),(1,0))"
+    assert arg_text(x.flip(1)) == "axes (1,)"
+    assert arg_text(UOp.slot(2, (3,))) == "slot 2"
+    assert type_text(x) == "float32[2,3]" and type_text(UOp.const(1)) == "int32[]"
+    dot = to_dot(mlp())
+    for text in ("<B>REDUCE ADD (1,)</B>", "<B>CONST 0.5</B>", "<B>PAD ((0,1),(1,0))</B>", ">relu<", ">matmul<"):
+        assert text in dot
+
+
+@needs_dot
+def test_every_node_is_in_the_svg_with_its_label():
+    graph = mlp()
+    nodes = svg_nodes(render(graph, "svg"))
+    for node, node_id in drawn_ids(graph).items():
+        text = " ".join(nodes[node_id]["text"])
+        if node in graph.inputs:
+            assert node.arg in text and "input " + type_text(node) in text
+        else:
+            assert f"{node.op} {arg_text(node)}".strip() in text
+            assert type_text(node) in text
+            if node.meta is not None and node.meta.name:
+                assert node.meta.name in text
+    outputs = [n for n in nodes.values() if "output" in n["text"]]
+    assert sorted(n["text"][0] for n in outputs) == ["loss", "padded"]
+    # inputs and outputs stand out: thick black borders
+    for node_id in ("n%d" % list(graph.nodes()).index(graph.input("x")),):
+        assert nodes[node_id]["shape"]["stroke-width"] == "2.5"
+    assert all(n["shape"]["stroke-width"] == "2.5" for n in outputs)
+
+
+@needs_dot
+def test_backward_nodes_are_drawn_distinctly_and_name_their_forward_function():
+    graph, new = backward_tagged()
+    nodes = svg_nodes(render(graph, "svg"))
+    ids = drawn_ids(graph)
+    assert new
+    for node, node_id in ids.items():
+        shape = nodes[node_id]["shape"]
+        if node in new:
+            assert shape["stroke"] == BACKWARD_BORDER and "stroke-dasharray" in shape
+            assert "∇ sigmoid" in nodes[node_id]["text"]
+        else:
+            assert shape.get("stroke") != BACKWARD_BORDER and "stroke-dasharray" not in shape
+            assert not any("∇" in t for t in nodes[node_id]["text"])
+
+
+def test_colours_follow_the_op_family_and_never_change():
+    dot = to_dot(mlp())
+    for node, node_id in drawn_ids(mlp()).items():
+        line = next(line for line in dot.splitlines() if line.strip().startswith(node_id + " ["))
+        assert f'fillcolor="{FAMILY_COLOURS[FAMILY[node.op]][0]}"' in line
+    assert len({c for c, _ in FAMILY_COLOURS.values()}) == len(FAMILY_COLOURS)  # one colour per family
+
+
+@needs_dot
+def test_legend_lists_the_families_present_and_the_backward_style():
+    graph, _ = backward_tagged()
+    svg = render(graph, "svg")
+    assert "cluster_legend" in svg_clusters(svg)
+    legend = " ".join(svg_nodes(svg)["legend"]["text"])
+    present = {FAMILY[n.op] for n in graph.nodes()}
+    for family, (_, text) in FAMILY_COLOURS.items():
+        assert (text in legend) == (family in present), family
+    assert "backward node" in legend and "forward node" in legend
+
+
+@needs_dot
+def test_function_and_call_bodies_are_clusters_and_a_shared_body_is_drawn_once():
+    graph = functions()
+    svg = render(graph, "svg")
+    clusters = svg_clusters(svg)
+    titles = sorted(" ".join(texts) for name, texts in clusters.items() if name != "cluster_legend")
+    assert titles == ["CALL square (shared by 2 calls)", "FUNCTION affine",
+                      "∇ backward body of CALL square (shared by 2 calls)"]
+    dot = to_dot(graph)
+    assert dot.count('[label="body"') == 3 and dot.count('[label="backward"') == 2
+    # each distinct body is drawn once, with its own slot PARAMs: affine, square, square's backward
+    nodes = svg_nodes(svg)
+    assert sum("PARAM slot 0" in " ".join(n["text"]) for n in nodes.values()) == 3
+
+
+def test_collapse_functions_draws_each_call_as_one_box():
+    graph = functions()
+    dot = to_dot(graph, collapse_functions=True)
+    assert "subgraph cluster_b" not in dot and "PARAM slot" not in dot
+    assert dot.count("shape=box3d") == 3
+    assert "CALL square" in dot and "FUNCTION affine" in dot
+
+
+def test_nested_function_body_is_drawn_inside_its_caller():
+    x = UOp.param("x", (3,))
+    outer = UOp.trace_function("outer", lambda a: (UOp.trace_function("inner", lambda b: (b * 3.0,), a * 2.0)[0],), x)
+    dot = to_dot(Graph({"y": outer[0]}))
+    lines = dot.splitlines()
+    opened = [i for i, line in enumerate(lines) if line.strip().startswith("subgraph cluster_b")]
+    assert len(opened) == 2
+    assert lines[opened[1]].startswith("    ") and not lines[opened[0]].startswith("    ")
+
+
+@needs_dot
+def test_png_and_pdf_are_produced():
+    png = render(mlp(), "png")
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", png[16:24])
+    assert width > 200 and height > 200
+    assert render(mlp(), "pdf")[:5] == b"%PDF-"
+
+
+# ----------------------------------------------------------------------------- size and parts
+
+def test_a_graph_over_the_limit_is_refused_with_a_hint():
+    assert DEFAULT_MAX_NODES == 500
+    with pytest.raises(RenderError, match=r"--outputs .*--around"):
+        to_dot(chain(600))
+    with pytest.raises(RenderError, match="more than the limit of 5"):
+        render(mlp(), "dot", max_nodes=5)
+    assert to_dot(chain(600), max_nodes=None).count(" -> ") >= 600
+
+
+def test_a_huge_chain_is_refused_fast_and_drawn_in_part_without_recursion():
+    graph = chain(20_000)  # far past the recursion limit: every walk is iterative
+    with pytest.raises(RenderError):
+        to_dot(graph)
+    dot = to_dot(graph, around="y", depth=3)
+    assert dot.count("<B>MUL</B>") == 4 and "… MUL float32[2]" in dot  # y and 3 steps up
+
+
+def test_outputs_draws_only_those_outputs():
+    graph = mlp()
+    dot = to_dot(graph, outputs=["padded"])
+    assert "PAD ((0,1),(1,0))" in dot and "matmul" not in dot and "w1" not in dot
+    assert ">padded<" in dot and ">loss<" not in dot
+    assert to_dot(graph, outputs="padded") == dot
+    with pytest.raises(RenderError, match="no output named 'nope'; outputs: loss, padded"):
+        to_dot(graph, outputs=["nope"])
+
+
+def test_around_draws_k_steps_both_ways_and_marks_cut_edges():
+    x = UOp.param("x", (3,))
+    a = x * 2.0
+    b = a + 1.0
+    c = b.sqrt()
+    graph = Graph({"y": c.sum()})
+    near = to_dot(graph, around="x", depth=2)
+    assert "<B>MUL</B>" in near and "<B>ADD</B>" in near and "SQRT" not in near
+    assert "… CONST 1.0 float32[]" in near  # a source outside the walk: a dotted stand-in
+    up = to_dot(graph, around="y", depth=1)
+    assert "<B>RESHAPE ()</B>" in up and "<B>REDUCE ADD (0,)</B>" in up and "<B>SQRT</B>" not in up
+    assert "… SQRT float32[3]" in up  # the cut source shows as a dotted stand-in
+    only = to_dot(graph, around="x", depth=0)
+    assert ">x<" in only and "MUL" not in only
+    with pytest.raises(RenderError, match="around: no input or output named 'z'"):
+        to_dot(graph, around="z")
+
+
+def test_options_are_checked():
+    with pytest.raises(RenderError, match="unknown format 'gif'"):
+        render(mlp(), "gif")
+    with pytest.raises(RenderError, match="either outputs or around"):
+        to_dot(mlp(), outputs=["loss"], around="x")
+    with pytest.raises(RenderError, match="depth"):
+        to_dot(mlp(), around="x", depth=-1)
+
+
+# ----------------------------------------------------------------------------- determinism, escaping, no dot
+
+BUILD = """
+import hashlib, sys
+sys.path.insert(0, {root!r})
+sys.path.insert(0, {tests!r})
+import test_render as t
+from uopcli.render import to_dot
+print(hashlib.sha256((to_dot(t.mlp()) + to_dot(t.functions()) + to_dot(t.backward_tagged()[0])).encode()).hexdigest())
+"""
+
+
+def test_the_same_graph_gives_the_same_bytes_in_every_process():
+    assert render(functions(), "dot") == render(functions(), "dot")
+    script = BUILD.format(root=str(ROOT), tests=str(ROOT / "tests"))
+    digests = set()
+    for seed in ("0", "1", "12345"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        digests.add(subprocess.run([sys.executable, "-c", script], env=env, check=True,
+                                   capture_output=True, text=True).stdout)
+    assert len(digests) == 1
+
+
+@needs_dot
+def test_svg_bytes_are_stable():
+    assert render(mlp(), "svg") == render(mlp(), "svg")
+
+
+@needs_dot
+def test_names_are_escaped():
+    x = UOp.param('a<b>&"c', (2,))
+    graph = Graph({"o<&>": x * 2.0})
+    nodes = svg_nodes(render(graph, "svg"))
+    texts = [t for n in nodes.values() for t in n["text"]]
+    assert 'a<b>&"c' in texts and "o<&>" in texts
+
+
+def test_without_dot_the_dot_format_works_and_others_say_how_to_install(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no `dot` to be found
+    assert render(mlp(), "dot").startswith(b"digraph uop {")
+    with pytest.raises(RenderError) as info:
+        render(mlp(), "png")
+    message = str(info.value)
+    assert "apt-get install graphviz" in message and "brew install graphviz" in message
+    assert "\n" not in message
+
+
+def test_render_does_not_import_click():
+    code = "import sys, uopcli.render; print('click' in sys.modules, 'graphviz' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                         cwd=str(ROOT)).stdout.split()
+    assert out == ["False", "False"]
