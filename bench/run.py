@@ -1,0 +1,597 @@
+"""uopgrad benchmarks, side by side with tinygrad 0.14.0 and hand-written numpy, in one run.
+
+    make bench                      # everything; writes bench/RESULTS.md
+    .venv/bin/python bench/run.py --quick --no-write    # a smoke run of every section
+
+Sections: differentiation (uopcli vs tinygrad compute_gradient, and the whole `uopgrad diff`
+process), evaluation (uopcli.evaluate vs numpy by hand), files (load/save vs bare msgpack),
+scaling (per-node cost from 10^3 to 10^6 nodes) and start-up (`uopgrad info`).
+Every measurement runs in a fresh process (see worker.py); the targets of issues 2, 3 and 7
+are judged at the end, from ratios measured in this run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PY = sys.executable
+UOPGRAD = str(Path(PY).parent / "uopgrad")
+RESULTS = HERE / "RESULTS.md"
+FINDINGS = HERE / "findings.md"
+TINYGRAD_VERSION = "0.14.0"
+GIB = 1 << 30
+
+
+# ----------------------------------------------------------------------------- configuration
+
+@dataclass
+class Config:
+    diff_sizes: dict[str, list[int]]        # family -> forward node counts
+    tinygrad_max: int                       # largest graph handed to tinygrad
+    grad_repeats: int
+    eval_models: list[tuple[int, int, int]]  # (batch, width, layers)
+    eval_repeats: int
+    matmul: tuple[int, int, int]            # (n, k, m) for the EXPAND/MUL/REDUCE product
+    file_sizes: dict[str, list[int]]
+    startup_runs: int
+    scaling_sizes: list[int] = field(default_factory=list)
+
+
+FULL = Config(
+    diff_sizes={"chain": [1_000, 10_000, 100_000, 1_000_000], "mlp": [1_000, 10_000, 100_000],
+                "attention": [1_000, 10_000, 100_000]},
+    tinygrad_max=1_000_000, grad_repeats=3,
+    eval_models=[(256, 1024, 4), (1024, 2048, 4)], eval_repeats=3, matmul=(512, 1024, 1024),
+    file_sizes={"chain": [1_000, 10_000, 100_000, 1_000_000], "mlp": [1_000_000]},
+    startup_runs=31, scaling_sizes=[1_000, 10_000, 100_000, 1_000_000])
+
+QUICK = Config(
+    diff_sizes={"chain": [1_000, 10_000], "mlp": [1_000], "attention": [1_000]},
+    tinygrad_max=1_000, grad_repeats=1,
+    eval_models=[(64, 128, 2)], eval_repeats=1, matmul=(64, 128, 128),
+    file_sizes={"chain": [1_000, 10_000]}, startup_runs=5, scaling_sizes=[1_000, 10_000])
+
+
+# ----------------------------------------------------------------------------- processes
+
+class BenchError(Exception):
+    pass
+
+
+@dataclass
+class Child:
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+    wall: float        # seconds, start to exit
+    peak_rss: int      # bytes, the child's own maximum resident set
+
+
+def numpy_env() -> dict[str, str]:
+    """The environment for numpy measurements: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE (set on
+    some machines here for old OpenBLAS builds) slow a current numpy; drop both together."""
+    env = dict(os.environ)
+    env.pop("OPENBLAS_CORETYPE", None)
+    env.pop("OPENBLAS_L2_SIZE", None)
+    return env
+
+
+def run_child(cmd: list[str], env: dict | None = None, timeout: float = 3600) -> Child:
+    """Run `cmd` to completion; return its output, wall time and its own peak RSS (wait4)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=ROOT)
+        deadline = start + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                proc.kill()
+                pid, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.0005)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return Child(proc.returncode, out.read(), err.read(), wall, usage.ru_maxrss * 1024)
+
+
+def worker(task: str, env: dict | None = None, **args) -> dict:
+    """Run one worker.py task in a fresh process; its JSON result plus wall time and peak RSS."""
+    child = run_child([PY, str(HERE / "worker.py"), task, json.dumps(args)], env=env)
+    if child.returncode != 0:
+        raise BenchError(_last_line(child.stderr) or f"worker {task} exited {child.returncode}")
+    result = json.loads(child.stdout.decode().strip().splitlines()[-1])
+    result["wall"] = child.wall
+    result["peak_rss"] = child.peak_rss
+    return result
+
+
+def _last_line(text: bytes) -> str:
+    lines = [ln for ln in text.decode(errors="replace").strip().splitlines() if ln.strip()]
+    return lines[-1][:200] if lines else ""
+
+
+def progress(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def tinygrad_status() -> str | None:
+    """None when tinygrad 0.14.0 is importable, else why its rows are skipped."""
+    if importlib.util.find_spec("tinygrad") is None:
+        return "skipped (tinygrad not installed: pip install -e '.[bench]')"
+    from importlib.metadata import version
+    found = version("tinygrad")
+    return None if found == TINYGRAD_VERSION else f"skipped (tinygrad {found}, need {TINYGRAD_VERSION})"
+
+
+# ----------------------------------------------------------------------------- formatting
+
+def us(seconds: float, nodes: int) -> str:
+    return f"{seconds / nodes * 1e6:.2f}"
+
+
+def fmt_ratio(x: float | None) -> str:
+    return "–" if x is None else f"{x:.1f}×" if x >= 10 else f"{x:.2f}×"
+
+
+def mib(n: int) -> str:
+    return f"{n / (1 << 20):.0f} MiB"
+
+
+def table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+@dataclass
+class Target:
+    name: str
+    measured: str
+    met: bool | None   # None: not measured in this run
+
+    def row(self) -> list[str]:
+        verdict = "not measured" if self.met is None else "**met**" if self.met else "**MISSED**"
+        return [self.name, self.measured, verdict]
+
+
+# ----------------------------------------------------------------------------- sections
+
+class Bench:
+    def __init__(self, cfg: Config, quick: bool, workdir: Path):
+        self.cfg, self.quick, self.workdir = cfg, quick, workdir
+        self.tiny_skip = tinygrad_status()
+        self.sections: list[str] = []
+        self.targets: list[Target] = []
+        self.grad: dict[tuple[str, str, int], dict] = {}    # (lib, family, size) -> result
+        self.cli: dict[tuple[str, int], dict] = {}           # (family, size) -> result
+        self.files: dict[tuple[str, int], dict] = {}
+
+    def units(self, family: str, size: int) -> int:
+        sys.path.insert(0, str(HERE))
+        import graphs
+        return graphs.size_for(family, size)
+
+    # ------------------------------------------------------------------ 1. differentiation
+    def differentiation(self) -> None:
+        rows = []
+        for family, sizes in self.cfg.diff_sizes.items():
+            for size in sizes:
+                rows.append(self._diff_row(family, size))
+        self.sections.append(
+            "## 1. Differentiation\n\n"
+            "`compute_gradient` in process (the same model built with each library's own API; "
+            "root seeded with 1, every parameter a target), and the whole `uopgrad diff` process "
+            "(start, read, differentiate, write). µs per forward node counts each library's own "
+            "nodes; *speed-up* is tinygrad's time over ours on the same model (the stricter of "
+            "the time ratio and the per-node ratio).\n\n"
+            + table(["graph", "nodes (ours / tinygrad)", "uopcli µs/node", "tinygrad µs/node",
+                     "speed-up in process", "`uopgrad diff` µs/node (whole process)", "speed-up whole process",
+                     "`uopgrad diff` peak RSS"], rows))
+
+    def _diff_row(self, family: str, size: int) -> list:
+        units = self.units(family, size)
+        progress(f"diff {family} {size}")
+        ours = self._measure(("uopcli", family, size), "grad", lib="uopcli", family=family, units=units,
+                             repeats=self.cfg.grad_repeats if size < 1_000_000 else 1)
+        theirs = None
+        if self.tiny_skip:
+            tiny_cell = self.tiny_skip
+        elif size > self.cfg.tinygrad_max:
+            tiny_cell = f"skipped (> {self.cfg.tinygrad_max:,} nodes; run without --quick)"
+        else:
+            theirs = self._measure(("tinygrad", family, size), "grad", lib="tinygrad", family=family,
+                                   units=units, repeats=1 if size >= 100_000 else 2)
+            tiny_cell = _cell(theirs, lambda r: us(r["seconds"], r["nodes"]))
+        cli = self._cli_diff(family, size, units)
+        speed_in = _speedup(theirs, ours)
+        speed_cli = _speedup(theirs, cli)
+        return [f"{family} {size:,}",
+                f"{_get(ours, 'nodes', '?'):,} / {_get(theirs, 'nodes', '–')}" if ours and "error" not in ours
+                else f"? / {_get(theirs, 'nodes', '–')}",
+                _cell(ours, lambda r: us(r["seconds"], r["nodes"])), tiny_cell, fmt_ratio(speed_in),
+                _cell(cli, lambda r: us(r["wall"], r["nodes"])), fmt_ratio(speed_cli),
+                _cell(cli, lambda r: mib(r["peak_rss"]))]
+
+    def _measure(self, key, task: str, **args) -> dict:
+        try:
+            result = worker(task, **args)
+        except BenchError as error:
+            result = {"error": str(error)}
+        self.grad[key] = result
+        return result
+
+    def _cli_diff(self, family: str, size: int, units: int) -> dict:
+        path = self.workdir / f"{family}_{size}.uop"
+        try:
+            info = worker("write_graph", family=family, units=units, path=str(path))
+            wrt = ",".join(info["wrt"])
+            out = self.workdir / f"{family}_{size}_grad.uop"
+            runs = 3 if size <= 100_000 and not self.quick else 1
+            best = None
+            for _ in range(runs):
+                child = run_child([UOPGRAD, "diff", str(path), "--wrt", wrt, "-o", str(out), "--quiet"])
+                if child.returncode != 0:
+                    raise BenchError(_last_line(child.stderr) or f"uopgrad diff exited {child.returncode}")
+                if best is None or child.wall < best.wall:
+                    best = child
+            result = {"nodes": info["nodes"], "wall": best.wall, "peak_rss": best.peak_rss,
+                      "bytes_in": info["bytes"], "bytes_out": out.stat().st_size}
+        except (BenchError, OSError) as error:
+            result = {"error": str(error)}
+        self.cli[(family, size)] = result
+        return result
+
+    # ------------------------------------------------------------------ 2. evaluation
+    def evaluation(self) -> None:
+        rows = []
+        env = numpy_env()
+        for batch, width, layers in self.cfg.eval_models:
+            progress(f"eval mlp batch {batch} width {width} layers {layers}")
+            model = dict(batch=batch, width=width, layers=layers)
+            sides = {}
+            for side in ("uopcli", "numpy"):
+                try:
+                    timed = worker("eval", env=env, side=side, repeats=self.cfg.eval_repeats, **model)
+                    whole = worker("eval", env=env, side=side, repeats=1, **model)
+                    sides[side] = {"seconds": timed["seconds"], "wall": whole["wall"],
+                                   "peak_rss": whole["peak_rss"], "checksum": timed["checksum"]}
+                except BenchError as error:
+                    sides[side] = {"error": str(error)}
+            ours, numpy = sides["uopcli"], sides["numpy"]
+            ok = "error" not in ours and "error" not in numpy
+            time_ratio = ours["seconds"] / numpy["seconds"] if ok else None
+            wall_ratio = ours["wall"] / numpy["wall"] if ok else None
+            mem_ratio = ours["peak_rss"] / numpy["peak_rss"] if ok else None
+            agree = ok and abs(ours["checksum"] - numpy["checksum"]) <= 1e-3 * abs(numpy["checksum"])
+            rows.append([f"MLP batch {batch}, width {width}, {layers} layers",
+                         _cell(ours, lambda r: f"{r['seconds'] * 1e3:.0f} ms"),
+                         _cell(numpy, lambda r: f"{r['seconds'] * 1e3:.0f} ms"), fmt_ratio(time_ratio),
+                         _cell(ours, lambda r: f"{r['wall']:.2f} s"), _cell(numpy, lambda r: f"{r['wall']:.2f} s"),
+                         fmt_ratio(wall_ratio),
+                         _cell(ours, lambda r: mib(r["peak_rss"])), _cell(numpy, lambda r: mib(r["peak_rss"])),
+                         fmt_ratio(mem_ratio), "yes" if agree else "NO" if ok else "–"])
+            self.eval_results = getattr(self, "eval_results", {})
+            self.eval_results[(batch, width, layers)] = (time_ratio, wall_ratio, mem_ratio)
+        matmul_row = self._matmul_row(env)
+        self.sections.append(
+            "## 2. Evaluation\n\n"
+            "The gradient graph of `sum(relu(...relu(x @ W0 + b0)... @ W3 + b3))` for every weight and "
+            "bias, evaluated by `uopcli.evaluate`, against a hand-written numpy forward and backward of "
+            "the same model (float32, same inputs). *Evaluate* is the best in-process time; *whole "
+            "process* is one run from start to exit (imports, inputs, graph building and "
+            "differentiation for uopcli, evaluation); peak RSS is the whole process's. "
+            "OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE are unset for both sides.\n\n"
+            + table(["model", "uopcli evaluate", "numpy", "ratio", "uopcli whole process",
+                     "numpy whole process", "ratio", "uopcli peak RSS", "numpy peak RSS", "ratio", "same result"],
+                    rows)
+            + "\n\n" + matmul_row)
+
+    def _matmul_row(self, env: dict) -> str:
+        n, k, m = self.cfg.matmul
+        progress(f"eval matmul {n}x{k} @ {k}x{m}")
+        try:
+            result = worker("matmul", env=env, n=n, k=k, m=m, repeats=5)
+        except BenchError as error:
+            self.matmul_ratio = None
+            return f"Product {n}×{k} @ {k}×{m} from EXPAND/MUL/REDUCE: {error}"
+        self.matmul_ratio = result["seconds"] / result["numpy_seconds"]
+        return table(["product", "uopcli evaluate", "np.matmul", "ratio"],
+                     [[f"{n}×{k} @ {k}×{m} (RESHAPE/EXPAND/MUL/REDUCE ADD)", f"{result['seconds'] * 1e3:.1f} ms",
+                       f"{result['numpy_seconds'] * 1e3:.1f} ms", fmt_ratio(self.matmul_ratio)]])
+
+    # ------------------------------------------------------------------ 3. files
+    def files_section(self) -> None:
+        rows = []
+        for family, sizes in self.cfg.file_sizes.items():
+            for size in sizes:
+                progress(f"files {family} {size}")
+                try:
+                    r = worker("files", family=family, units=self.units(family, size),
+                               repeats=3 if size < 1_000_000 else 2)
+                except BenchError as error:
+                    r = {"error": str(error)}
+                self.files[(family, size)] = r
+                rows.append([f"{family} {size:,}", _cell(r, lambda r: f"{r['nodes']:,}"),
+                             _cell(r, lambda r: f"{r['bytes'] / 1e6:.1f} MB"),
+                             _cell(r, lambda r: f"{r['load']:.3f} s"), _cell(r, lambda r: f"{r['nodes'] / r['load'] / 1e6:.2f} M"),
+                             _cell(r, lambda r: f"{r['unpackb']:.3f} s"), _cell(r, lambda r: fmt_ratio(r["load"] / r["unpackb"])),
+                             _cell(r, lambda r: f"{r['save']:.3f} s"), _cell(r, lambda r: f"{r['nodes'] / r['save'] / 1e6:.2f} M"),
+                             _cell(r, lambda r: f"{r['packb']:.3f} s"), _cell(r, lambda r: fmt_ratio(r["save"] / r["packb"])),
+                             _cell(r, lambda r: "yes" if r["identical"] else "NO")])
+        self.sections.append(
+            "## 3. Files\n\n"
+            "`uopcli.load` from bytes and `uopcli.save` to bytes (MessagePack form), best of several runs, "
+            "against bare `msgpack.unpackb` / `msgpack.packb` on the same bytes / the unpacked object. "
+            "Each load starts from an empty intern table (nothing of an earlier graph is reused).\n\n"
+            + table(["graph", "nodes", "size", "load", "load nodes/s", "unpackb", "load / unpackb",
+                     "save", "save nodes/s", "packb", "save / packb", "save(load(b)) == b"], rows))
+
+    # ------------------------------------------------------------------ 4. scaling
+    def scaling(self) -> None:
+        sizes = self.cfg.scaling_sizes
+        lines = {
+            "compute_gradient (chain, in process)": lambda s: self._per_node(self.grad.get(("uopcli", "chain", s)), "seconds"),
+            "`uopgrad diff` (chain, whole process)": lambda s: self._per_node(self.cli.get(("chain", s)), "wall"),
+            "load (chain)": lambda s: self._per_node(self.files.get(("chain", s)), "load"),
+            "save (chain)": lambda s: self._per_node(self.files.get(("chain", s)), "save"),
+        }
+        if not self.tiny_skip:
+            lines["tinygrad compute_gradient (chain)"] = \
+                lambda s: self._per_node(self.grad.get(("tinygrad", "chain", s)), "seconds")
+        rows, self.scale_ratios = [], {}
+        for name, per_node in lines.items():
+            values = {s: per_node(s) for s in sizes}
+            growth = None
+            if values.get(1_000_000) and values.get(10_000):
+                growth = values[1_000_000] / values[10_000]
+            self.scale_ratios[name] = growth
+            rows.append([name, *(f"{values[s]:.2f}" if values[s] else "–" for s in sizes), fmt_ratio(growth)])
+        big = self.cli.get(("chain", 1_000_000))
+        peak = "not measured" if not big or "error" in big else mib(big["peak_rss"])
+        self.sections.append(
+            "## 4. Scaling\n\n"
+            "µs per node by graph size (chains; from the runs above). *Growth* is the cost per node at "
+            "10⁶ nodes over the cost at 10⁴.\n\n"
+            + table(["step", *(f"{s:,}" for s in sizes), "growth 10⁶ / 10⁴"], rows)
+            + f"\n\nPeak memory of `uopgrad diff` on the 10⁶-node chain (whole process): {peak}.")
+
+    @staticmethod
+    def _per_node(result: dict | None, key: str) -> float | None:
+        if not result or "error" in result or key not in result:
+            return None
+        return result[key] / result["nodes"] * 1e6
+
+    # ------------------------------------------------------------------ 5. start-up
+    def startup(self) -> None:
+        progress("start-up")
+        small = self.workdir / "small.uop"
+        rows = []
+        try:
+            worker("write_graph", family="mlp", units=2, path=str(small))
+            commands = {"`python -c pass` (floor)": [PY, "-c", "pass"],
+                        "`python -c 'import numpy'` (for scale)": [PY, "-c", "import numpy"],
+                        "`uopgrad --version`": [UOPGRAD, "--version"],
+                        "`uopgrad info small.uop`": [UOPGRAD, "info", str(small)]}
+            self.startup_ms = None
+            for name, cmd in commands.items():
+                walls = []
+                for _ in range(self.cfg.startup_runs):
+                    child = run_child(cmd)
+                    if child.returncode != 0:
+                        raise BenchError(f"{' '.join(cmd[:2])}: {_last_line(child.stderr)}")
+                    walls.append(child.wall)
+                median = statistics.median(walls) * 1e3
+                rows.append([name, f"{median:.1f} ms", f"{min(walls) * 1e3:.1f} ms"])
+                if "info" in name:
+                    self.startup_ms = median
+        except BenchError as error:
+            rows.append(["`uopgrad info small.uop`", f"error: {error}", "–"])
+            self.startup_ms = None
+        self.sections.append(
+            "## 5. Start-up\n\n"
+            f"Whole process, median and best of {self.cfg.startup_runs} runs; small.uop is a 2-layer MLP.\n\n"
+            + table(["command", "median", "best"], rows))
+
+    # ------------------------------------------------------------------ targets
+    def judge(self) -> None:
+        t = self.targets
+        for family, sizes in self.cfg.diff_sizes.items():
+            for size in sizes:
+                if size < 50_000:
+                    continue
+                ours, theirs = self.grad.get(("uopcli", family, size)), self.grad.get(("tinygrad", family, size))
+                cli = self.cli.get((family, size))
+                s_in, s_cli = _speedup(theirs, ours), _speedup(theirs, cli)
+                t.append(Target(f"in-process compute_gradient ≥ 30× tinygrad ({family} {size:,})",
+                                fmt_ratio(s_in), None if s_in is None else s_in >= 30))
+                t.append(Target(f"`uopgrad diff` whole process ≥ 20× tinygrad per node ({family} {size:,})",
+                                fmt_ratio(s_cli), None if s_cli is None else s_cli >= 20))
+        for family in ("chain", "mlp"):
+            r = self.grad.get(("uopcli", family, 100_000))
+            per = self._per_node(r, "seconds")
+            t.append(Target(f"compute_gradient ≤ 5 µs per forward node ({family} 100,000)",
+                            "–" if per is None else f"{per:.2f} µs", None if per is None else per <= 5))
+        for name, growth in getattr(self, "scale_ratios", {}).items():
+            if name.startswith("tinygrad"):
+                continue
+            t.append(Target(f"per-node cost at 10⁶ ≤ 1.5× at 10⁴: {name}", fmt_ratio(growth),
+                            None if growth is None else growth <= 1.5))
+        big = self.cli.get(("chain", 1_000_000))
+        peak = None if not big or "error" in big else big["peak_rss"]
+        t.append(Target("`uopgrad diff` of a 10⁶-node chain within 1 GiB peak memory",
+                        "–" if peak is None else mib(peak), None if peak is None else peak <= GIB))
+        for model, (time_ratio, wall_ratio, mem_ratio) in getattr(self, "eval_results", {}).items():
+            label = f"batch {model[0]}, width {model[1]}"
+            t.append(Target(f"evaluation ≤ 1.1× numpy time ({label}; evaluate / whole process)",
+                            f"{fmt_ratio(time_ratio)} / {fmt_ratio(wall_ratio)}",
+                            None if time_ratio is None else max(time_ratio, wall_ratio) <= 1.1))
+            t.append(Target(f"evaluation ≤ 1.5× numpy peak memory ({label}, whole process)",
+                            fmt_ratio(mem_ratio), None if mem_ratio is None else mem_ratio <= 1.5))
+        ratio = getattr(self, "matmul_ratio", None)
+        t.append(Target("EXPAND/MUL/REDUCE product ≤ 1.3× np.matmul", fmt_ratio(ratio),
+                        None if ratio is None else ratio <= 1.3))
+        for (family, size), r in self.files.items():
+            if size < 1_000_000 or "error" in r:
+                continue
+            t.append(Target(f"read {family} 10⁶ ≤ 3× unpackb and ≤ 5 s",
+                            f"{fmt_ratio(r['load'] / r['unpackb'])}, {r['load']:.2f} s",
+                            r["load"] <= 3 * r["unpackb"] and r["load"] <= 5))
+            t.append(Target(f"write {family} 10⁶ ≤ 5× packb and ≤ 5 s",
+                            f"{fmt_ratio(r['save'] / r['packb'])}, {r['save']:.2f} s",
+                            r["save"] <= 5 * r["packb"] and r["save"] <= 5))
+        ms = getattr(self, "startup_ms", None)
+        t.append(Target("`uopgrad info` on a small file ≤ 100 ms (whole process, median)",
+                        "–" if ms is None else f"{ms:.0f} ms", None if ms is None else ms <= 100))
+
+    # ------------------------------------------------------------------ report
+    def report(self, seconds: float) -> str:
+        parts = [
+            "# uopgrad benchmarks\n",
+            f"Generated by `make bench` (`bench/run.py{' --quick' if self.quick else ''}`) on "
+            f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC in {seconds:.0f} s; "
+            "regenerate with `make bench`. Every number below comes from this one run.\n",
+            "## Machine\n\n" + machine_description(),
+            "## Targets\n\n" + table(["target", "measured", "verdict"], [x.row() for x in self.targets]),
+            *self.sections,
+        ]
+        if FINDINGS.exists():
+            parts.append(FINDINGS.read_text().strip())
+        return "\n\n".join(p.strip() for p in parts) + "\n"
+
+
+def _get(result: dict | None, key: str, default):
+    return result[key] if result and key in result else default
+
+
+def _cell(result: dict | None, fmt) -> str:
+    if result is None:
+        return "–"
+    if "error" in result:
+        return f"error: {result['error'][:120]}"
+    return fmt(result)
+
+
+def _speedup(theirs: dict | None, ours: dict | None) -> float | None:
+    """tinygrad's cost over ours: the smaller of the time ratio and the per-node ratio."""
+    if not theirs or not ours or "error" in theirs or "error" in ours:
+        return None
+    our_time = ours.get("seconds", ours.get("wall")) if "seconds" in ours else ours["wall"]
+    time_ratio = theirs["seconds"] / our_time
+    node_ratio = time_ratio * ours["nodes"] / theirs["nodes"]
+    return min(time_ratio, node_ratio)
+
+
+# ----------------------------------------------------------------------------- machine
+
+def machine_description() -> str:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = "unknown"
+    try:
+        kib = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f"{kib / (1 << 20):.1f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    probe = run_child([PY, "-c", _VERSIONS_PROBE], env=numpy_env())
+    versions = json.loads(probe.stdout.decode() or "{}") if probe.returncode == 0 else {}
+    rows = [["CPU", f"{cpu}, {os.cpu_count()} logical cores"], ["memory", mem],
+            ["OS", f"{platform.system()} {platform.release()} {platform.machine()}"],
+            ["Python", platform.python_version() + f" ({platform.python_implementation()})"]]
+    rows += [[k, v] for k, v in versions.items()]
+    rows.append(["uopgrad commit", _git_head()])
+    return table(["", ""], rows)
+
+
+_VERSIONS_PROBE = r"""
+import json, importlib.metadata as md
+out = {}
+for name in ("numpy", "msgpack", "click", "tinygrad"):
+    try: out[name] = md.version(name)
+    except md.PackageNotFoundError: out[name] = "not installed"
+import numpy
+try:
+    from threadpoolctl import threadpool_info
+    out["BLAS (threadpoolctl)"] = "; ".join(
+        f"{i.get('internal_api')} {i.get('version')} {i.get('architecture', '')} {i.get('num_threads')} threads"
+        for i in threadpool_info() if i.get("user_api") == "blas") or "none found"
+except ImportError:
+    out["BLAS (threadpoolctl)"] = "threadpoolctl not installed"
+print(json.dumps(out))
+"""
+
+
+def _git_head() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "uopcli"], cwd=ROOT, capture_output=True, text=True)
+        return out.stdout.strip() + (" (uopcli modified)" if dirty.stdout.strip() else "")
+    except OSError:
+        return "unknown"
+
+
+# ----------------------------------------------------------------------------- main
+
+SECTIONS = ("diff", "eval", "files", "startup")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run of every section")
+    parser.add_argument("--no-write", action="store_true", help="print the report instead of writing RESULTS.md")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the report")
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"sections to run, of {','.join(SECTIONS)}")
+    parser.add_argument("--tinygrad-max", type=int, help="largest graph given to tinygrad (nodes)")
+    args = parser.parse_args(argv)
+    cfg = QUICK if args.quick else FULL
+    if args.tinygrad_max is not None:
+        cfg.tinygrad_max = args.tinygrad_max
+    only = set(args.only.split(","))
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="uopgrad-bench-") as tmp:
+        bench = Bench(cfg, args.quick, Path(tmp))
+        if "diff" in only:
+            bench.differentiation()
+        if "eval" in only:
+            bench.evaluation()
+        if "files" in only:
+            bench.files_section()
+        if "diff" in only or "files" in only:
+            bench.scaling()
+        if "startup" in only:
+            bench.startup()
+        bench.judge()
+        text = bench.report(time.perf_counter() - start)
+    if args.no_write:
+        print(text)
+    else:
+        args.out.write_text(text)
+        progress(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
