@@ -393,19 +393,21 @@ class _Drawing:
             self.lines.append(indent[:-2] + "}")
 
     def _cluster_open(self, body: UOp, indent: str) -> None:
-        calls = [call for _, call in self.callers[body]]
-        names = list(dict.fromkeys(_call_name(c) for c in calls))
-        backward = any(c.op == Ops.CALL and c.arg.grad is body for c in calls)
-        if backward:
-            title = f"∇ backward body of CALL {', '.join(names)}"
+        """A body's cluster, titled by its uses: `FUNCTION rnn_cell (5 calls)`, or
+        `∇ backward body of CALL f; FUNCTION f_backward` when one body serves both."""
+        uses: dict[str, int] = {}
+        for call in dict.fromkeys(call for _, call in self.callers[body]):
+            if call.op == Ops.CALL and call.arg.grad is body:
+                use = f"backward body of CALL {call.arg.name}"
+            else:
+                use = f"{call.op} {_call_name(call)}"
+            uses[use] = uses.get(use, 0) + 1
+        title = "; ".join(use + (f" ({count} calls)" if count > 1 else "") for use, count in uses.items())
+        if any(use.startswith("backward") for use in uses):
+            title = "∇ " + title
             style = f'style="dashed,rounded,filled" color="{BACKWARD_BORDER}" penwidth=1.5'
         else:
-            kind = " / ".join(dict.fromkeys(c.op for c in calls))
-            title = f"{kind} {', '.join(names)}"
-            style = f'style="rounded,filled" color="#2a9d8f" penwidth=1.5'
-        uses = len(dict.fromkeys(calls))
-        if uses > 1:
-            title += f" (shared by {uses} calls)"
+            style = 'style="rounded,filled" color="#2a9d8f" penwidth=1.5'
         self.lines.append(f"{indent}subgraph cluster_b{self.index[body]} {{")
         self.lines.append(f'{indent}  label={_q(title)} {style} fillcolor="#f6fbfa" fontsize=10;')
 
@@ -438,7 +440,8 @@ class _Drawing:
                 if not self.collapse:
                     self._body_edge(src, me, "body", "bold", "#2a9d8f", indent)
                 continue
-            label = (f"arg {i - 1}" if calls else str(i)) if (calls or node.op in ORDERED_OPS) else ""
+            ordered = node.op in ORDERED_OPS and len(sources) > 1
+            label = f"arg {i - 1}" if calls else str(i) if ordered else ""
             self._edge(scope, src, me, label, indent)
         if node.op == Ops.CALL and node.arg.grad is not None and not self.collapse:
             self._body_edge(node.arg.grad, me, "backward", "dashed", BACKWARD_BORDER, indent)
@@ -477,9 +480,13 @@ class _Drawing:
             self.lines.append(f"  {self.node_id(MAIN, node)} -> out{k} [penwidth=1.5];")
 
     def _bindings(self) -> None:
-        """Dotted edges from a call's args to the slots of its body: where values enter."""
+        """Dotted edges from a call's args to the slots of its body: where values enter.
+        Only for a body with one call: a shared body's calls say "arg i" on their edges, and
+        one binding per call and slot would bury the picture in dotted lines."""
         for body in sorted((s for s in self.members if s is not MAIN), key=self.index.__getitem__):
             slots = [n for n in self.members[body] if n.op == Ops.PARAM and isinstance(n.arg, int)]
+            if len(self.callers[body]) > 1:
+                continue
             for scope, call in self.callers[body]:
                 if call not in self.drawn.get(scope, ()):
                     continue
