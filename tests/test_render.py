@@ -399,3 +399,47 @@ def test_the_gradient_of_a_call_with_a_backward_body_draws_that_body():
     graph = gradient_graph("ste", keep_forward=False)
     clusters = svg_clusters(render(graph, "svg"))
     assert any("backward body of CALL quantise_ste" in " ".join(t) for t in clusters.values())
+
+
+# ----------------------------------------------------------------------------- the installed command
+
+def uopgrad_render_or_skip() -> Path:
+    exe = Path(sys.executable).parent / "uopgrad"
+    if not exe.exists():
+        pytest.skip("the uopgrad console script is not installed in this environment")
+    helped = subprocess.run([str(exe), "render", "--help"], capture_output=True, text=True)
+    if helped.returncode != 0:
+        pytest.skip("`uopgrad render` does not exist yet (uopcli/cli.py has no render command)")
+    return exe
+
+
+@needs_dot
+def test_uopgrad_render_end_to_end(tmp_path):
+    exe = uopgrad_render_or_skip()
+    fileformat = pytest.importorskip("uopcli.fileformat", reason="the file format module has not landed yet")
+    graph = mlp()
+    source = tmp_path / "mlp.uop"
+    fileformat.save(graph, source)
+
+    def run(*args):
+        return subprocess.run([str(exe), "render", str(source), *args], capture_output=True, cwd=tmp_path)
+
+    done = run("-o", "mlp.svg")
+    assert done.returncode == 0, done.stderr
+    svg = (tmp_path / "mlp.svg").read_bytes()
+    assert_whole_graph_drawn(fileformat.load(source), svg)
+    assert run("-o", "mlp.png").returncode == 0
+    assert (tmp_path / "mlp.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    piped = run("--format", "dot", "-o", "-")
+    assert piped.returncode == 0 and piped.stdout == render(fileformat.load(source), "dot")
+    part = run("--outputs", "padded", "--format", "dot", "-o", "-")
+    assert b"PAD ((0,1),(1,0))" in part.stdout and b"matmul" not in part.stdout
+    near = run("--around", "x", "--depth", "1", "--format", "dot", "-o", "-")
+    assert near.returncode == 0 and b"PAD ((0,1),(1,0))" in near.stdout and b"REDUCE" not in near.stdout
+    collapsed = run("--collapse-functions", "--format", "dot", "-o", "-")
+    assert collapsed.returncode == 0
+    refused = run("--max-nodes", "5", "-o", "small.svg")
+    assert refused.returncode == 1 and not (tmp_path / "small.svg").exists()
+    message = refused.stderr.decode().strip()
+    assert message.startswith("uopgrad: error:") and "--outputs" in message and "--around" in message
+    assert "\n" not in message
