@@ -367,7 +367,7 @@ class _Drawing:
             raise _too_large(count, max_nodes)
         out = self.lines
         out.append("digraph uop {")
-        out.append(f'  graph [rankdir=TB fontname="{FONT}" fontsize=11 nodesep=0.25 ranksep=0.3 '
+        out.append(f'  graph [rankdir=TB fontname="{FONT}" fontsize=11 nodesep=0.15 ranksep=0.25 '
                    f'bgcolor="white" labeljust=l];')
         out.append(f'  node [shape=box style="rounded,filled" fontname="{FONT}" fontsize=10 '
                    f'margin="0.1,0.04" height=0.3 color="{FORWARD_BORDER}" penwidth=1];')
