@@ -178,6 +178,24 @@ def test_function_and_call_bodies_are_clusters_and_a_shared_body_is_drawn_once()
     assert sum("PARAM slot 0" in " ".join(n["text"]) for n in nodes.values()) == 3
 
 
+def test_deeply_nested_functions_are_nested_clusters_without_recursion():
+    x = UOp.param("x", (2,))
+    slot = UOp.slot(0, (2,))
+    out = slot * 2.0
+    for i in range(1200):  # past the default recursion limit
+        out = UOp.function(f"f{i}", [out], [slot])[0] + 1.0
+    dot = to_dot(Graph({"y": UOp.function("top", [out], [x])[0]}), max_nodes=None)
+    assert dot.count("subgraph cluster_b") == 1201
+    assert max(len(line) - len(line.lstrip()) for line in dot.splitlines()) == 2 + 2 * 1201
+
+
+def test_around_draws_no_empty_clusters():
+    graph = functions()
+    dot = to_dot(graph, around="f", depth=1)  # GETTUPLE and its FUNCTION, none of the bodies
+    assert "FUNCTION affine" in dot and "subgraph cluster_b" not in dot
+    assert "… TUPLE" not in dot  # the body edge is not a cut source
+
+
 def test_collapse_functions_draws_each_call_as_one_box():
     graph = functions()
     dot = to_dot(graph, collapse_functions=True)
@@ -291,11 +309,11 @@ def test_svg_bytes_are_stable():
 
 @needs_dot
 def test_names_are_escaped():
-    x = UOp.param('a<b>&"c', (2,))
+    x = UOp.param('a<b>&"c\'\\d', (2,))
     graph = Graph({"o<&>": x * 2.0})
     nodes = svg_nodes(render(graph, "svg"))
     texts = [t for n in nodes.values() for t in n["text"]]
-    assert 'a<b>&"c' in texts and "o<&>" in texts
+    assert 'a<b>&"c\'\\d' in texts and "o<&>" in texts
 
 
 def test_without_dot_the_dot_format_works_and_others_say_how_to_install(monkeypatch, tmp_path):

@@ -91,9 +91,12 @@ def to_dot(graph: Graph, *, outputs: Sequence[str] | None = None, around: str | 
     if whole and not collapse_functions and max_nodes is not None and len(order) > max_nodes:
         raise _too_large(len(order), max_nodes)  # copies only add boxes: refuse before any work
     roots = _selected_roots(graph, outputs)
-    chosen = _neighbourhood(graph, order, around, depth) if around is not None else set(toposort(roots.values()))
-    if whole:
-        chosen = set(order)
+    if around is not None:
+        chosen = _neighbourhood(graph, order, around, depth)
+    elif outputs is not None:
+        chosen = set(toposort(roots.values()))
+    else:
+        chosen = set(order)  # unused inputs too
     return _Drawing(graph, order, roots, chosen, collapse_functions).dot(max_nodes)
 
 
@@ -334,12 +337,15 @@ class _Drawing:
                         for s, nodes in members.items()}
         if collapse:
             self.members = {MAIN: self.members[MAIN]}
+        # a body with nothing selected (around/outputs) gets no empty cluster
+        self.members = {s: nodes for s, nodes in self.members.items() if nodes or s is MAIN}
         self.drawn = {s: set(nodes) for s, nodes in self.members.items()}
         self.children = self._nest()
         self.lines: list[str] = []
-        self.ghosts: set[str] = set()
+        self.edges: list[str] = []
+        self.ghosts: dict = {s: [] for s in self.members}  # scope -> declarations of cut sources
+        self.ghost_ids: set[str] = set()
         self.families: set[str] = set()
-        self.has_backward = False
 
     # ids: node i of the main graph is n<i>; its copy in the body whose TUPLE is node j is b<j>_n<i>
     def prefix(self, scope) -> str:
@@ -372,25 +378,36 @@ class _Drawing:
         out.append(f'  node [shape=box style="rounded,filled" fontname="{FONT}" fontsize=10 '
                    f'margin="0.1,0.04" height=0.3 color="{FORWARD_BORDER}" penwidth=1];')
         out.append(f'  edge [color="#555555" arrowsize=0.6 fontname="{FONT}" fontsize=8 fontcolor="#555555"];')
-        self._scope(MAIN, "  ")
+        # Edges first (they find the cut sources each scope must declare), but written
+        # last: an edge naming a node before its cluster would pull the node out of it.
+        for scope in self.members:
+            for node in self.members[scope]:
+                self._edges(scope, node)
+        self._scopes()
         self._outputs()
+        out.extend(self.edges)
         self._bindings()
         self._legend()
         out.append("}")
         return "\n".join(out) + "\n"
 
-    def _scope(self, scope, indent: str) -> None:
-        if scope is not MAIN:
-            self._cluster_open(scope, indent)
-            indent += "  "
-        for node in self.members[scope]:
-            self._node(scope, node, indent)
-        for body in self.children[scope]:
-            self._scope(body, indent)
-        for node in self.members[scope]:
-            self._edges(scope, node, indent)
-        if scope is not MAIN:
-            self.lines.append(indent[:-2] + "}")
+    def _scopes(self) -> None:
+        """Every scope's nodes, bodies as (nested) clusters; an explicit stack, no recursion."""
+        stack: list = [(MAIN, "  ", False)]
+        while stack:
+            scope, indent, closing = stack.pop()
+            if closing:
+                self.lines.append(indent + "}")
+                continue
+            inner = indent
+            if scope is not MAIN:
+                self._cluster_open(scope, indent)
+                stack.append((scope, indent, True))
+                inner = indent + "  "
+            for node in self.members[scope]:
+                self._node(scope, node, inner)
+            self.lines.extend(inner + line for line in self.ghosts[scope])
+            stack.extend((body, inner, False) for body in reversed(self.children[scope]))
 
     def _cluster_open(self, body: UOp, indent: str) -> None:
         """A body's cluster, titled by its uses: `FUNCTION rnn_cell (5 calls)`, or
@@ -412,10 +429,8 @@ class _Drawing:
         self.lines.append(f'{indent}  label={_q(title)} {style} fillcolor="#f6fbfa" fontsize=10;')
 
     def _node(self, scope, node: UOp, indent: str) -> None:
-        family = FAMILY[node.op]
-        self.families.add(family)
+        self.families.add(FAMILY[node.op])
         backward = node.meta is not None and node.meta.backward
-        self.has_backward |= backward
         meta_colour = BACKWARD_BORDER if backward else "#444444"
         attrs = {"fillcolor": _q(_fill(node)), "tooltip": _q(_tooltip(node))}
         if node in self.inputs and scope is MAIN:
@@ -431,43 +446,44 @@ class _Drawing:
         text = " ".join(f"{k}={v}" for k, v in attrs.items())
         self.lines.append(f"{indent}{self.node_id(scope, node)} [{text}];")
 
-    def _edges(self, scope, node: UOp, indent: str) -> None:
+    def _edges(self, scope, node: UOp) -> None:
         me = self.node_id(scope, node)
         sources = node.src
         calls = node.op in CALLS
         for i, src in enumerate(sources):
             if calls and i == 0:
                 if not self.collapse:
-                    self._body_edge(src, me, "body", "bold", "#2a9d8f", indent)
+                    self._body_edge(src, me, "body", "bold", "#2a9d8f")
                 continue
             ordered = node.op in ORDERED_OPS and len(sources) > 1
             label = f"arg {i - 1}" if calls else str(i) if ordered else ""
-            self._edge(scope, src, me, label, indent)
+            self._edge(scope, src, me, label)
         if node.op == Ops.CALL and node.arg.grad is not None and not self.collapse:
-            self._body_edge(node.arg.grad, me, "backward", "dashed", BACKWARD_BORDER, indent)
+            self._body_edge(node.arg.grad, me, "backward", "dashed", BACKWARD_BORDER)
 
-    def _edge(self, scope, src: UOp, dest: str, label: str, indent: str) -> None:
+    def _edge(self, scope, src: UOp, dest: str, label: str) -> None:
         if src in self.drawn[scope]:
             tail = self.node_id(scope, src)
         else:
-            tail = self._ghost(scope, src, indent)
+            tail = self._ghost(scope, src)
         attrs = f" [label={_q(label)}]" if label else ""
-        self.lines.append(f"{indent}{tail} -> {dest}{attrs};")
+        self.edges.append(f"  {tail} -> {dest}{attrs};")
 
-    def _body_edge(self, body: UOp, dest: str, label: str, style: str, colour: str, indent: str) -> None:
+    def _body_edge(self, body: UOp, dest: str, label: str, style: str, colour: str) -> None:
         if body not in self.drawn.get(body, ()):
             return  # the body is outside the selection
-        self.lines.append(f'{indent}{self.node_id(body, body)} -> {dest} [label={_q(label)} style={style} '
+        self.edges.append(f'  {self.node_id(body, body)} -> {dest} [label={_q(label)} style={style} '
                           f'color="{colour}" fontcolor="{colour}"];')
 
-    def _ghost(self, scope, node: UOp, indent: str) -> str:
+    def _ghost(self, scope, node: UOp) -> str:
         """A source outside the selection: a small dotted stand-in, so cut edges show."""
         ghost = f"{self.prefix(scope)}g{self.index[node]}"
-        if ghost not in self.ghosts:
-            self.ghosts.add(ghost)
+        if ghost not in self.ghost_ids:
+            self.ghost_ids.add(ghost)
             label = " ".join(w for w in ("…", node.op, arg_text(node), type_text(node)) if w)
-            self.lines.append(f'{indent}{ghost} [label={_q(label)} shape=box style="dotted" fontsize=8 '
-                              f'fontcolor="#777777" color="#999999" tooltip={_q("not drawn: " + _tooltip(node))}];')
+            self.ghosts[scope].append(f'{ghost} [label={_q(label)} shape=box style="dotted" fontsize=8 '
+                                      f'fontcolor="#777777" color="#999999" '
+                                      f'tooltip={_q("not drawn: " + _tooltip(node))}];')
         return ghost
 
     def _outputs(self) -> None:
