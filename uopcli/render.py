@@ -16,9 +16,12 @@ What the picture shows (the contract tests check):
   input and output.
 - Scopes: the main graph and every distinct FUNCTION/CALL body (and CALL backward body).
   Hash-consing shares a body between calls that compute the same thing, so each distinct
-  body is drawn once, as one cluster, and every call that uses it points to it (a bold
-  "body" edge from its TUPLE) and binds its args to the body's slots (dotted edges).
-  A body reached from a single scope is nested in that scope's cluster. A node reached
+  body is drawn once, as one cluster, titled by its uses (`FUNCTION rnn_cell (5 calls)`),
+  and every call that uses it gets a bold "body" edge from its TUPLE (a dashed red
+  "backward" edge from a CALL's backward body); the call's own edges are labelled
+  `arg i`, which is slot i in the body. A body with a single call also gets dotted edges
+  from the args to its slot PARAMs. A body whose calls all sit in one scope is nested in
+  that scope's cluster; otherwise it is drawn at the top level. A node reached
   from several scopes (a CONST, a slot PARAM shared by two bodies) is drawn once per
   scope, so every cluster is complete and no edge crosses into a function's inside.
 - `collapse_functions=True` draws each call as one 3-D box and no bodies.
@@ -513,7 +516,7 @@ class _Drawing:
                                           f'[style=dotted arrowhead=none color="#2a9d8f"];')
 
     def _legend(self) -> None:
-        rows = [f'<TR><TD COLSPAN="2"><B>legend</B></TD></TR>']
+        rows = ['<TR><TD COLSPAN="2"><B>legend</B></TD></TR>']
         for family, (colour, text) in FAMILY_COLOURS.items():
             if family in self.families:
                 rows.append(f'<TR><TD BGCOLOR="{colour}" WIDTH="18"> </TD><TD ALIGN="LEFT">{_e(text)}</TD></TR>')
@@ -526,7 +529,7 @@ class _Drawing:
         table = ('<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="2" CELLPADDING="2">'
                  + "".join(rows) + "</TABLE>>")
         self.lines.append("  subgraph cluster_legend {")
-        self.lines.append(f'    label="" style="rounded" color="#bbbbbb";')
+        self.lines.append('    label="" style="rounded" color="#bbbbbb";')
         self.lines.append(f'    legend [shape=plaintext style="" label={table}];')
         self.lines.append("  }")
 
