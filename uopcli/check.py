@@ -1,0 +1,209 @@
+"""Gradient check: the gradient graph `differentiate` makes, against central finite differences.
+
+    report = check_gradients(graph, ["w1", "w2"], inputs={"x": x}, seed=0, samples=16)
+    report.passed, report.targets[0].max_abs_error
+
+How, and why so:
+- The graph is differentiated in its own dtypes, exactly as `uopgrad diff` would; then the
+  gradient graph and the forward graph are both *promoted to float64* (`to_float64`: every
+  float PARAM, CONST, BUFFER and node becomes float64, a float-to-float CAST disappears, a
+  BITCAST keeps its bit-level meaning by casting to its original dtypes around it). So what
+  is checked is the gradient graph's structure (the rules), not float32 rounding, and the
+  finite differences are accurate to ~1e-10 instead of ~1e-3.
+- The function differentiated is L = sum over the chosen outputs of sum(cotangent * output),
+  cotangent 1 for a scalar output and seeded random values for a non-scalar one (fed to the
+  gradient graph as its `cotangent_<output>` inputs).
+- Inputs not given are seeded random values (values.random_value), in float64 where float.
+- Per target, up to `samples` elements are picked (all when the target is that small;
+  else a seeded random choice); each gets dL/dx_i = (L(x+h) - L(x-h)) / (2h) with
+  h = 6e-6 * max(1, |x_i|) (about eps^(1/3), the step that balances truncation and rounding).
+- An element passes when |analytic - numeric| <= ATOL * max(1, |L|) + RTOL * max(|analytic|, |numeric|);
+  a NaN anywhere fails.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+from .differentiate import differentiate
+from .errors import EvaluationError
+from .graph import Graph
+from .ops import Ops, dtypes
+from .uop import CallArg, UOp, toposort
+
+RTOL = 1e-4
+ATOL = 1e-6
+STEP = 6e-6
+
+
+@dataclass
+class TargetCheck:
+    name: str
+    samples: int                 # elements compared
+    max_abs_error: float
+    max_rel_error: float
+    worst_index: tuple           # the element with the largest relative error
+    analytic: float              # gradient at worst_index, from the gradient graph
+    numeric: float               # ... and from finite differences
+    passed: bool
+
+    def to_dict(self) -> dict:
+        return {"target": self.name, "samples": self.samples, "max_abs_error": _json_float(self.max_abs_error),
+                "max_rel_error": _json_float(self.max_rel_error), "worst_index": list(self.worst_index),
+                "analytic": _json_float(self.analytic), "numeric": _json_float(self.numeric), "passed": self.passed}
+
+
+@dataclass
+class CheckReport:
+    of: list[str]
+    seed: int
+    loss: float
+    targets: list[TargetCheck]
+
+    @property
+    def passed(self) -> bool:
+        return all(t.passed for t in self.targets)
+
+    def to_dict(self) -> dict:
+        return {"of": self.of, "seed": self.seed, "passed": self.passed, "rtol": RTOL, "atol": ATOL,
+                "dtype": "float64", "targets": [t.to_dict() for t in self.targets]}
+
+    def lines(self) -> list[str]:
+        out = [f"{'target':<12} {'samples':>7} {'max abs err':>12} {'max rel err':>12}  worst at"]
+        for t in self.targets:
+            where = "[" + ",".join(map(str, t.worst_index)) + "]"
+            out.append(f"{t.name:<12} {t.samples:>7} {t.max_abs_error:>12.3e} {t.max_rel_error:>12.3e}  "
+                       f"{where} analytic {t.analytic:.6g} numeric {t.numeric:.6g}  "
+                       f"{'ok' if t.passed else 'FAILED'}")
+        failed = [t.name for t in self.targets if not t.passed]
+        out.append(f"FAILED: {', '.join(failed)}" if failed else
+                   f"ok: gradients of {', '.join(self.of)} match finite differences (float64)")
+        return out
+
+
+def _json_float(x: float):
+    return x if math.isfinite(x) else repr(x)
+
+
+def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None,
+                    inputs: Mapping | None = None, seed: int = 0, samples: int = 16,
+                    progress: Callable[[int], None] | None = None) -> CheckReport:
+    """Compare the gradients of `graph` with respect to `wrt` with finite differences.
+    `inputs` maps input names to arrays (checked by the caller); missing ones are random.
+    `progress(n)` is called after every n finite-difference evaluations."""
+    import numpy as np
+    from .evaluate import evaluate, evaluate_graph
+    from .values import random_value
+
+    if samples < 1:
+        raise EvaluationError(f"samples must be at least 1, got {samples}")
+    grad_graph, report = differentiate(graph, wrt, of, cotangent="input")
+    of = report.of
+    given = dict(inputs or {})
+    values = {n.arg: np.asarray(given[n.arg]) if n.arg in given else random_value(n, seed) for n in grad_graph.inputs}
+    values64 = {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in values.items()}
+
+    grad64 = to_float64(grad_graph)
+    analytic = evaluate_graph(grad64, values64)
+    forward = to_float64(Graph({name: graph.outputs[name] for name in of}, inputs=graph.inputs))
+    outputs = list(forward.outputs.values())
+    cotangents = [values64.get(f"cotangent_{name}", 1.0) for name in of]
+
+    def loss(feed) -> float:
+        results = evaluate(outputs, feed)
+        return float(sum(np.sum(c * r) for c, r in zip(cotangents, results)))
+
+    base = loss(values64)
+    rng = np.random.default_rng(seed)
+    checks = [_check_target(name, analytic[f"grad_{name}"], values64, loss, base, rng, samples, progress)
+              for name in report.wrt]
+    return CheckReport(of, seed, base, checks)
+
+
+def _check_target(name, analytic, values64, loss, base, rng, samples, progress) -> TargetCheck:
+    import numpy as np
+    x = values64[name]
+    picks = np.arange(x.size) if x.size <= samples else np.sort(rng.choice(x.size, samples, replace=False))
+    scale = ATOL * max(1.0, abs(base)) if math.isfinite(base) else ATOL
+    worst = (-1.0, (), math.nan, math.nan)  # relative error, index, analytic, numeric
+    max_abs, passed = 0.0, True
+    for flat in picks:
+        index = tuple(int(i) for i in np.unravel_index(int(flat), x.shape))
+        numeric = _central_difference(name, values64, index, loss)
+        a = float(analytic[index])
+        abs_err = abs(a - numeric)
+        rel_err = abs_err / max(abs(a), abs(numeric), 1e-300)
+        ok = abs_err <= scale + RTOL * max(abs(a), abs(numeric))  # False when anything is NaN
+        if math.isnan(abs_err):
+            abs_err = rel_err = math.inf
+        passed = passed and ok
+        max_abs = max(max_abs, abs_err)
+        if rel_err > worst[0]:
+            worst = (rel_err, index, a, numeric)
+        if progress is not None:
+            progress(1)
+    if not picks.size:  # an empty target: nothing to compare, nothing wrong
+        return TargetCheck(name, 0, 0.0, 0.0, (), 0.0, 0.0, True)
+    return TargetCheck(name, len(picks), max_abs, worst[0], worst[1], worst[2], worst[3], passed)
+
+
+def _central_difference(name, values64, index, loss) -> float:
+    import numpy as np
+    x = values64[name]
+    original = float(x[index])
+    step = STEP * max(1.0, abs(original))
+    feed = dict(values64)
+    shifted = np.array(x, copy=True)
+    shifted[index] = original + step
+    up_step = shifted[index] - original
+    feed[name] = shifted
+    up = loss(feed)
+    shifted = np.array(x, copy=True)
+    shifted[index] = original - step
+    down_step = original - shifted[index]
+    feed[name] = shifted
+    down = loss(feed)
+    return (up - down) / (up_step + down_step)
+
+
+# ----------------------------------------------------------------------------- float64
+
+def to_float64(graph: Graph) -> Graph:
+    """The same graph computed in float64: every float node (inputs, constants, buffers,
+    function slots, call bodies and backward bodies) becomes float64. Integer and bool
+    nodes stay; a CAST between floats disappears; a BITCAST casts back to its original
+    source dtype first (and its float result on to float64), so it means what it meant."""
+    promoted: dict[UOp, UOp] = {}
+    for node in toposort([*graph.outputs.values(), *graph.inputs]):
+        promoted[node] = _promote(node, promoted)
+    outputs = [(name, promoted[node]) for name, node in graph.outputs.items()]
+    return Graph(outputs, inputs=[promoted[n] for n in graph.inputs], meta=graph.meta)
+
+
+def _wide(dtype):
+    return dtypes.float64 if dtype.is_float else dtype
+
+
+def _promote(node: UOp, promoted: dict) -> UOp:
+    op, dtype = node.op, node.dtype
+    if op == Ops.PARAM:
+        return UOp.param(node.arg, node.shape, _wide(dtype)) if dtype.is_float else node
+    if op == Ops.CONST:
+        return UOp.const(node.arg, dtypes.float64) if dtype.is_float else node
+    if op == Ops.BUFFER:
+        return UOp.buffer(node.buffer_array().astype("float64")) if dtype.is_float else node
+    if op == Ops.NOOP:
+        return node
+    src = tuple(promoted[s] for s in node.src)
+    if op == Ops.CAST:
+        return src[0] if src[0].dtype is _wide(dtype) else UOp.make(Ops.CAST, _wide(dtype), src)
+    if op == Ops.BITCAST:
+        source_dtype = node.src[0].dtype
+        bits = UOp.make(Ops.BITCAST, dtype, (src[0].cast(source_dtype),))
+        return bits.cast(dtypes.float64) if dtype.is_float else bits
+    arg = node.arg
+    if op == Ops.CALL and arg.grad is not None:
+        arg = CallArg(arg.name, promoted[arg.grad])
+    return UOp.make(op, _wide(dtype), src, arg)

@@ -1,0 +1,608 @@
+"""The `uopgrad` command: a thin click layer over the library, built for shell pipelines.
+
+Every command parses its options, calls the library, prints. What they share lives here:
+- IN and OUT may be `-` (stdin / stdout); binary output to a terminal is refused.
+- Outputs are written atomically (a temporary file beside the target, then os.replace):
+  a failing command writes nothing and leaves an existing file alone; -o may name IN.
+- Exit status 0 success, 1 bad input or a failed check, 2 wrong usage; every error is one
+  line `uopgrad: error: ...` naming the file (and the node, where the library names one);
+  a traceback only with --debug.
+- Start-up matters (`uopgrad info` within 100 ms, whole process): numpy, graphviz, the
+  gradient and the evaluator are imported inside the commands that use them.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import json
+import os
+import sys
+import tempfile
+import traceback
+
+import click
+
+from . import __version__
+from .errors import UOpError
+
+PROG = "uopgrad"
+EXIT_FAILURE = 1
+BINARY_FORMS = {"msgpack", "npz", "png", "pdf"}
+RENDER_EXTENSIONS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv": "dot"}
+
+
+class CommandFailed(click.ClickException):
+    """Bad input or a failed command: one line on stderr, exit status 1."""
+    exit_code = EXIT_FAILURE
+
+
+# ----------------------------------------------------------------------------- the group
+
+class _Group(click.Group):
+    """Turns every error into one `uopgrad: error: ...` line with the right exit status.
+
+    Called as the console script (`__call__`) it also pauses the cyclic garbage collector
+    (UOp graphs are acyclic: scanning them finds nothing) and ends the process with
+    os._exit after flushing, skipping the teardown of large graphs. Called through
+    `.main()` (click's CliRunner) it returns normally."""
+
+    def __call__(self, *args, **kwargs):
+        gc.disable()
+        code = self.main(*args, **kwargs)
+        _flush_streams()
+        os._exit(code)
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            result = super().main(args, prog_name or PROG, complete_var, standalone_mode=False, **extra)
+            code = result if isinstance(result, int) else 0
+        except click.exceptions.Abort:
+            _error_line("interrupted")
+            code = EXIT_FAILURE
+        except click.ClickException as e:
+            _error_line(_one_line(e))
+            code = e.exit_code
+        except BrokenPipeError:
+            # the reader went away (`uopgrad print big.uop | head`): not our failure to report
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            code = EXIT_FAILURE
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+def _one_line(e: click.ClickException) -> str:
+    message = " ".join(e.format_message().split())
+    if isinstance(e, click.UsageError) and e.ctx is not None:
+        message += f" (see '{e.ctx.command_path} --help')"
+    return message
+
+
+def _error_line(message: str) -> None:
+    click.echo(f"{PROG}: error: {message}", err=True)
+
+
+def _flush_streams() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+# ----------------------------------------------------------------------------- shared options
+
+def _set_flag(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.meta[f"uopgrad.{param.name}"] = True
+
+
+def _flag(name: str) -> bool:
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx and ctx.meta.get(f"uopgrad.{name}"))
+
+
+def _common_options(fn):
+    """--quiet and --debug, accepted by the group and by every command."""
+    fn = click.option("-q", "--quiet", is_flag=True, expose_value=False, is_eager=True, callback=_set_flag,
+                      help="Print only results and errors.")(fn)
+    fn = click.option("--debug", is_flag=True, expose_value=False, is_eager=True, callback=_set_flag,
+                      help="Show a traceback on errors.")(fn)
+    return fn
+
+
+def _guarded(fn):
+    """Library errors become one line naming the file; anything else is a bug, reported as
+    one line too (with the traceback under --debug)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort, BrokenPipeError):
+            raise
+        except UOpError as e:
+            _maybe_traceback()
+            raise CommandFailed(_name_file(" ".join(str(e).split()))) from e
+        except OSError as e:
+            _maybe_traceback()
+            where = e.filename if e.filename is not None else _current_file()
+            raise CommandFailed(f"{where}: {e.strerror or e}" if where else str(e)) from e
+        except MemoryError as e:
+            _maybe_traceback()
+            raise CommandFailed(_name_file("out of memory")) from e
+        except Exception as e:  # noqa: BLE001 - a bug: still one line, traceback on request
+            _maybe_traceback()
+            hint = "" if _flag("debug") else " (run with --debug for the traceback)"
+            raise CommandFailed(_name_file(f"internal error: {type(e).__name__}: {e}{hint}")) from e
+    return wrapper
+
+
+def _maybe_traceback() -> None:
+    if _flag("debug"):
+        traceback.print_exc(file=sys.stderr)
+
+
+def _current_file() -> str | None:
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get("uopgrad.file") if ctx else None
+
+
+def _name_file(message: str) -> str:
+    where = _current_file()
+    if where and not message.startswith(f"{where}:"):
+        return f"{where}: {message}"
+    return message
+
+
+def _command(name: str, example: str, short: str):
+    """A subcommand with --quiet/--debug, error guarding, and an example in its --help."""
+    def decorate(fn):
+        fn = _guarded(fn)
+        fn = _common_options(fn)
+        doc = (fn.__doc__ or "").rstrip()
+        fn.__doc__ = f"{doc}\n\n\b\nExample:\n{example}"
+        return main.command(name, short_help=short)(fn)
+    return decorate
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name=PROG, message="%(prog)s %(version)s")
+@_common_options
+def main():
+    """Differentiate, evaluate, check and draw tinygrad-style UOp graphs saved as .uop files.
+
+    \b
+    Example:
+      uopgrad diff model.uop --wrt x,w -o grad.uop
+      uopgrad eval grad.uop -i x=x.npy -i w=0.5
+      uopgrad diff - --wrt x < model.uop | uopgrad eval - --random
+    """
+
+
+# ----------------------------------------------------------------------------- reading, writing
+
+def _read_graph(path: str, remember: bool = True):
+    """(Graph, raw bytes) from a path or `-` (stdin)."""
+    from .fileformat import load
+    display = "<stdin>" if path == "-" else path
+    if remember:
+        click.get_current_context().meta["uopgrad.file"] = display
+    if path == "-":
+        data = click.get_binary_stream("stdin").read()
+    else:
+        with open(path, "rb") as f:
+            data = f.read()
+    return load(data, name=display), data
+
+
+def _stdout_is_terminal() -> bool:
+    try:
+        return os.isatty(sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _refuse_binary_terminal(dest: str, form: str, hint: str) -> None:
+    if dest == "-" and form in BINARY_FORMS and _stdout_is_terminal():
+        raise CommandFailed(f"refusing to write binary {form} data to a terminal: redirect or pipe it "
+                            f"(> file, | uopgrad ...) or {hint}")
+
+
+def _write(dest: str, data: bytes) -> None:
+    if dest == "-":
+        out = click.get_binary_stream("stdout")
+        out.write(data)
+        out.flush()
+    else:
+        atomic_write(dest, data)
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Write `data` to `path` all at once or not at all: a temporary file in the same
+    directory, flushed, then renamed over the target (which stays as it was on failure)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(temp, _new_file_mode(path))
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
+
+
+def _new_file_mode(path: str) -> int:
+    """An existing file keeps its mode; a new one gets the usual 0666 minus the umask."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def _uop_form(dest: str, to: str | None = None) -> str:
+    if to:
+        return to
+    return "json" if dest.lower().endswith(".json") else "msgpack"
+
+
+def _names(text: str | None, option: str) -> list[str]:
+    if text is None:
+        return []
+    names = [n.strip() for n in text.split(",")]
+    if not all(names):
+        raise click.BadParameter(f"{text!r} is not a comma-separated list of names", param_hint=option)
+    return names
+
+
+def _note(message: str) -> None:
+    """Progress and diagnostics (not results): stderr, silenced by --quiet."""
+    if not _flag("quiet"):
+        click.echo(f"{PROG}: {message}", err=True)
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return os.isatty(sys.stderr.fileno())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _progress_bar(length: int, label: str):
+    """A click progress bar on stderr when stderr is a terminal and not --quiet; else a
+    stand-in with the same interface that draws nothing."""
+    if length and _stderr_is_terminal() and not _flag("quiet"):
+        return click.progressbar(length=length, label=label, file=sys.stderr)
+    return _NoBar()
+
+
+class _NoBar:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def update(self, n: int) -> None:
+        pass
+
+
+# ----------------------------------------------------------------------------- diff
+
+@_command("diff", short="Differentiate outputs with respect to inputs; write the gradient graph.", example="""\
+  uopgrad diff model.uop --wrt x,w -o grad.uop
+  uopgrad diff model.uop --wrt x --of y --cotangent ones | uopgrad eval - --random
+  uopgrad diff grad.uop --of grad_x --cotangent ones --wrt x -o hess.uop""")
+@click.argument("source", metavar="IN")
+@click.option("--wrt", required=True, metavar="NAMES", help="Inputs to differentiate with respect to (x,w); "
+              "the result's outputs are grad_x, grad_w in this order.")
+@click.option("--of", "of_", metavar="NAMES", help="Outputs to differentiate (default: the only one); "
+              "several are differentiated together, their gradients adding up.")
+@click.option("--cotangent", type=click.Choice(["ones", "input"]), help="Seed of a non-scalar output: all ones, "
+              "or a new input cotangent_<output>.")
+@click.option("--keep-forward", is_flag=True, help="Keep the forward outputs, before the gradients.")
+@click.option("-o", "--output", default="-", show_default=True, metavar="OUT",
+              help="Where to write the gradient graph (.json for the JSON form).")
+@click.option("--report", "report_path", metavar="FILE", help="Also write the zero-gradient report as JSON.")
+def diff(source, wrt, of_, cotangent, keep_forward, output, report_path):
+    """Write the gradient graph of IN's output(s) with respect to the inputs --wrt.
+
+    The result keeps every input of IN, in order (plus cotangent_<output> inputs with
+    --cotangent input), so the same -i values feed both files. Targets whose gradient is
+    identically zero are reported on stderr, with the reason.
+    """
+    from .differentiate import differentiate
+    from .fileformat import save
+    form = _uop_form(output)
+    _refuse_binary_terminal(output, form, "give -o FILE")
+    wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
+    graph, _ = _read_graph(source)
+    result, report = differentiate(graph, wrt_names, of_names or None, cotangent, keep_forward)
+    data = save(result, None, form)
+    report_bytes = (json.dumps(report.to_dict(), indent=2) + "\n").encode() if report_path else None
+    if report_bytes is not None:
+        _write(report_path, report_bytes)
+    _write(output, data)
+    for line in report.lines():
+        _note(line)
+
+
+# ----------------------------------------------------------------------------- eval
+
+@_command("eval", short="Evaluate a graph on given or random inputs.", example="""\
+  uopgrad eval model.uop -i x=x.npy -i w=weights.npz -i b=0.1
+  uopgrad eval grad.uop --random --seed 1 --stats
+  uopgrad eval grad.uop -i x=data.npz:features --random -o grads.npz""")
+@click.argument("source", metavar="IN")
+@click.option("-i", "--input", "specs", multiple=True, metavar="NAME=VALUE",
+              help="An input's value: x.npy, data.npz (member NAME), data.npz:key, or a number filled to its shape.")
+@click.option("--random", "use_random", is_flag=True, help="Fill inputs not given with seeded random values.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --random.")
+@click.option("-o", "--output", metavar="OUT.npz", help="Store the outputs in an .npz under their names (- for stdout).")
+@click.option("--json", "as_json", is_flag=True, help="Print the outputs as JSON.")
+@click.option("--stats", is_flag=True, help="Add the evaluation time and peak live bytes.")
+def eval_(source, specs, use_random, seed, output, as_json, stats):
+    """Evaluate IN's outputs and print them as a table (or --json, or -o OUT.npz)."""
+    if output and as_json:
+        raise click.UsageError("give either -o OUT.npz or --json, not both")
+    if output:
+        _refuse_binary_terminal(output, "npz", "give -o OUT.npz")
+    from .evaluate import EvalStats, evaluate_graph
+    from .values import gather_inputs
+    graph, _ = _read_graph(source)
+    inputs = gather_inputs(graph.inputs, specs, seed if use_random else None)
+    eval_stats = EvalStats() if stats else None
+    results = evaluate_graph(graph, inputs, stats=eval_stats)
+    if output:
+        _write(output, npz_bytes(results))
+        if eval_stats is not None:
+            click.echo(_stats_text(eval_stats), err=True)
+    elif as_json:
+        document = {"outputs": {name: _array_json(a) for name, a in results.items()}}
+        if eval_stats is not None:
+            document["stats"] = _stats_json(eval_stats)
+        click.echo(json.dumps(document))
+    else:
+        click.echo(_table(results))
+        if eval_stats is not None:
+            click.echo(_stats_text(eval_stats))
+
+
+def npz_bytes(arrays: dict) -> bytes:
+    """An .npz archive of `arrays` (what numpy.savez writes), deterministic: fixed
+    timestamps, members in output order, no pickles."""
+    import io
+    import zipfile
+
+    import numpy as np
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for name, array in arrays.items():
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            with archive.open(info, "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asarray(array), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def _array_json(array) -> dict:
+    import numpy as np
+    array = np.asarray(array)
+    if array.dtype.kind == "f":
+        values = _finite_or_text(array.astype(np.float64).tolist())
+    else:
+        values = array.tolist()
+    return {"dtype": array.dtype.name, "shape": list(array.shape), "values": values}
+
+
+def _finite_or_text(values):
+    """JSON has no NaN or infinity: write them as the strings "nan", "inf", "-inf"."""
+    if isinstance(values, list):
+        return [_finite_or_text(v) for v in values]
+    if values != values or values in (float("inf"), float("-inf")):
+        return repr(values)
+    return values
+
+
+def _stats_json(stats) -> dict:
+    return {"seconds": stats.seconds, "peak_bytes": stats.peak_bytes}
+
+
+def _stats_text(stats) -> str:
+    return f"time {stats.seconds * 1e3:.3f} ms, peak live bytes {stats.peak_bytes} ({_human_bytes(stats.peak_bytes)})"
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _table(results: dict, leading: int = 6) -> str:
+    import numpy as np
+    rows = [("name", "type", "min", "mean", "max", "values")]
+    for name, array in results.items():
+        array = np.asarray(array)
+        typ = f"{array.dtype.name}[{','.join(map(str, array.shape))}]"
+        flat = array.reshape(-1)
+        if flat.size and array.dtype.kind in "biuf":
+            numeric = flat.astype(np.float64)
+            low, mean, high = (f"{v:.6g}" for v in (numeric.min(), numeric.mean(), numeric.max()))
+        else:
+            low = mean = high = "-"
+        shown = " ".join(_value_text(v) for v in flat[:leading]) + (" ..." if flat.size > leading else "")
+        rows.append((name, typ, low, mean, high, shown))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths)) + "  " + row[5]
+                     for row in rows).rstrip()
+
+
+def _value_text(value) -> str:
+    if isinstance(value, (bool,)) or getattr(value, "dtype", None) is not None and value.dtype.kind == "b":
+        return "true" if value else "false"
+    if getattr(value, "dtype", None) is not None and value.dtype.kind in "iu":
+        return str(int(value))
+    return f"{float(value):.6g}"
+
+
+# ----------------------------------------------------------------------------- check
+
+@_command("check", short="Compare gradients with finite differences (exit 1 on failure).", example="""\
+  uopgrad check model.uop --wrt w1,w2
+  uopgrad check model.uop --wrt x -i x=x.npy --samples 50 --seed 3 --json""")
+@click.argument("source", metavar="IN")
+@click.option("--wrt", required=True, metavar="NAMES", help="Inputs whose gradients are checked.")
+@click.option("--of", "of_", metavar="NAMES", help="Outputs to differentiate (default: the only one).")
+@click.option("-i", "--input", "specs", multiple=True, metavar="NAME=VALUE",
+              help="An input's value (as for eval); inputs not given are seeded random values.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs, "
+              "cotangents and sampled elements.")
+@click.option("--samples", type=click.IntRange(min=1), default=16, show_default=True,
+              help="Elements compared per target, at most.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def check(source, wrt, of_, specs, seed, samples, as_json):
+    """Differentiate IN, evaluate the gradients in float64 and compare them with central
+    finite differences on up to --samples elements per target.
+
+    Non-scalar outputs are weighted by seeded random cotangents. An element fails when
+    |analytic - numeric| > 1e-6*max(1,|L|) + 1e-4*max(|analytic|,|numeric|). Exit status 1
+    when any target fails.
+    """
+    from .check import check_gradients
+    from .values import gather_inputs
+    wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
+    graph, _ = _read_graph(source)
+    given = gather_inputs(graph.inputs, specs, seed)
+    total = sum(min(_size(graph, n), samples) for n in wrt_names if n in graph.input_names)
+    with _progress_bar(total, "finite differences") as bar:
+        report = check_gradients(graph, wrt_names, of_names or None, given, seed, samples, progress=bar.update)
+    if as_json:
+        click.echo(json.dumps(report.to_dict()))
+    else:
+        click.echo("\n".join(report.lines()))
+    return 0 if report.passed else EXIT_FAILURE
+
+
+def _size(graph, name: str) -> int:
+    n = 1
+    for s in graph.input(name).shape:
+        n *= s
+    return n
+
+
+# ----------------------------------------------------------------------------- info, print
+
+@_command("info", short="Statistics: nodes, ops, inputs, outputs, depth, FLOPs, sha256.", example="""\
+  uopgrad info model.uop
+  uopgrad info model.uop --json | jq .flops""")
+@click.argument("source", metavar="IN")
+@click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
+def info(source, as_json):
+    """Node count, count per op, inputs and outputs with shape and dtype, depth, total input
+    elements, embedded bytes, an estimate of floating-point operations, and the sha256 of
+    the graph's canonical bytes."""
+    from .inspect import graph_info, info_text
+    graph, _ = _read_graph(source)
+    stats = graph_info(graph)
+    click.echo(json.dumps(stats) if as_json else info_text(stats))
+
+
+@_command("print", short="A readable listing, one node a line.", example="""\
+  uopgrad print model.uop
+  uopgrad diff model.uop --wrt x | uopgrad print - | less""")
+@click.argument("source", metavar="IN")
+def print_(source):
+    """List IN's nodes in file order, one a line (`%12 = MUL float32[32,64] %10 %11  #
+    relu, backward`), function bodies indented, then the outputs."""
+    from .inspect import listing
+    graph, _ = _read_graph(source)
+    out = sys.stdout
+    for line in listing(graph):
+        out.write(line)
+        out.write("\n")
+    out.flush()
+
+
+# ----------------------------------------------------------------------------- convert, validate
+
+@_command("convert", short="Rewrite a .uop file as canonical JSON or MessagePack.", example="""\
+  uopgrad convert model.uop -o model.json
+  uopgrad convert model.json -o model.uop
+  uopgrad convert model.uop --to json -o - | less""")
+@click.argument("source", metavar="IN")
+@click.option("-o", "--output", required=True, metavar="OUT", help="Where to write (- for stdout).")
+@click.option("--to", type=click.Choice(["json", "msgpack"]),
+              help="The form (default: JSON for a .json OUT, else MessagePack).")
+def convert(source, output, to):
+    """Write IN in canonical form, as JSON or MessagePack."""
+    from .fileformat import save
+    form = _uop_form(output, to)
+    _refuse_binary_terminal(output, form, "use --to json, or give -o FILE")
+    graph, _ = _read_graph(source)
+    _write(output, save(graph, None, form))
+
+
+@_command("validate", short="Check a file against the format; print ok and counts.", example="""\
+  uopgrad validate model.uop
+  for f in *.uop; do uopgrad validate "$f" || exit 1; done""")
+@click.argument("source", metavar="IN")
+def validate(source):
+    """Read IN as the format contract requires; print `ok` and its counts, or the error
+    (exit status 1)."""
+    graph, _ = _read_graph(source)
+    nodes = len(graph.nodes())
+    click.echo(f"ok: {nodes} nodes, {len(graph.inputs)} inputs, {len(graph.outputs)} outputs")
+
+
+# ----------------------------------------------------------------------------- render
+
+@_command("render", short="Draw a graph with graphviz (svg, png, pdf or dot).", example="""\
+  uopgrad render grad.uop -o grad.svg
+  uopgrad render grad.uop -o part.png --around x --depth 3
+  uopgrad render big.uop --outputs loss --collapse-functions --format dot -o - | dot -Tsvg > big.svg""")
+@click.argument("source", metavar="IN")
+@click.option("-o", "--output", required=True, metavar="OUT", help="Where to write the picture (- for stdout).")
+@click.option("--format", "fmt", type=click.Choice(["svg", "png", "pdf", "dot"]),
+              help="The format (default: from OUT's extension; svg for -).")
+@click.option("--max-nodes", type=click.IntRange(min=1), metavar="N",
+              help="Refuse graphs with more nodes than this (default 500).")
+@click.option("--outputs", "outputs", metavar="NAMES", help="Draw only what these outputs depend on.")
+@click.option("--around", metavar="NAME", help="Draw only the nodes within --depth edges of this input or output.")
+@click.option("--depth", type=click.IntRange(min=0), default=2, show_default=True, help="Distance for --around.")
+@click.option("--collapse-functions", is_flag=True, help="Draw each FUNCTION/CALL as one box, without its body.")
+def render(source, output, fmt, max_nodes, outputs, around, depth, collapse_functions):
+    """Draw IN: one box per node (op, dtype, shape, arg, the function that made it),
+    colours by op family, backward nodes dashed red, function bodies as clusters, a legend."""
+    fmt = fmt or _render_format(output)
+    _refuse_binary_terminal(output, fmt, "give -o FILE")
+    from .render import render as draw
+    graph, _ = _read_graph(source)
+    options = {"outputs": _names(outputs, "--outputs") or None, "around": around, "depth": depth,
+               "collapse_functions": collapse_functions}
+    if max_nodes is not None:
+        options["max_nodes"] = max_nodes
+    _write(output, draw(graph, fmt, **options))
+
+
+def _render_format(output: str) -> str:
+    if output == "-":
+        return "svg"
+    ext = os.path.splitext(output)[1].lower()
+    if ext not in RENDER_EXTENSIONS:
+        raise click.UsageError(f"cannot tell the format from {output!r}: give --format svg|png|pdf|dot "
+                               f"or an OUT ending in .svg, .png, .pdf or .dot")
+    return RENDER_EXTENSIONS[ext]
+
+
+if __name__ == "__main__":  # python -m uopcli.cli
+    main()
