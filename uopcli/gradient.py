@@ -1,0 +1,458 @@
+"""Reverse-mode differentiation of UOp graphs: the rule table and `compute_gradient`.
+
+    grads = compute_gradient(loss, UOp.const(1.0), [w, b])   # {w: dloss/dw, b: dloss/db}
+
+The algorithm is tinygrad's (see shared/seed): walk, from the root down, only the nodes on
+a path from the root to a target; give each its incoming gradient; let its row of
+GRADIENT_RULES turn that into one gradient per source; add up what arrives at a node from
+several users. The gradients are themselves UOps, so they can be differentiated again.
+
+Calls: a GETTUPLE sends its gradient to element i of a TUPLE on its FUNCTION/CALL (NOOP
+elsewhere), and tuple gradients add element by element. A FUNCTION is differentiated
+through a new FUNCTION `<name>_backward` whose body is the gradient of its body with
+respect to only the slots that lead to a target; a CALL through its own backward body.
+
+Every node differentiation creates carries Metadata(name, loc, backward=True) of the
+forward node it was made for (the first tag wins).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+from .errors import GradientError
+from .ops import Ops, dtypes
+from .uop import Metadata, UOp, next_serial, no_gc, tag_new_nodes
+
+_make = UOp.make
+_NOOP_OP = Ops.NOOP
+_CALL_OPS = frozenset({Ops.FUNCTION, Ops.CALL})
+LN2 = math.log(2.0)
+
+
+# ----------------------------------------------------------------------------- builders
+# Thin node builders for the rules: sources already fit (same dtype; equal shapes or ()).
+
+def _add(a: UOp, b: UOp) -> UOp: return _make(Ops.ADD, a.dtype, (a, b))
+def _sub(a: UOp, b: UOp) -> UOp: return _make(Ops.SUB, a.dtype, (a, b))
+def _mul(a: UOp, b: UOp) -> UOp: return _make(Ops.MUL, a.dtype, (a, b))
+def _div(a: UOp, b: UOp) -> UOp: return _make(Ops.FDIV, a.dtype, (a, b))
+def _neg(a: UOp) -> UOp: return _make(Ops.NEG, a.dtype, (a,))
+def _where(c: UOp, a: UOp, b: UOp) -> UOp: return _make(Ops.WHERE, a.dtype, (c, a, b))
+def _eq(a: UOp, b: UOp) -> UOp: return _make(Ops.CMPEQ, dtypes.bool, (a, b))
+def _lt(a: UOp, b: UOp) -> UOp: return _make(Ops.CMPLT, dtypes.bool, (a, b))
+def _const(like: UOp, value) -> UOp: return like.const_like(value)
+def _expand(x: UOp, shape: tuple) -> UOp: return x if x.shape == shape else _make(Ops.EXPAND, x.dtype, (x,), shape)
+
+
+def _reduce(x: UOp, op: str, axes: tuple) -> UOp:
+    return _make(Ops.REDUCE, x.dtype, (x,), (op, axes)) if axes else x
+
+
+def _sum_axes(g: UOp, axes: tuple) -> UOp:
+    """REDUCE ADD over `axes`; float16 adds up in float32 and is cast back (as tinygrad does)."""
+    if not axes:
+        return g
+    if g.dtype is dtypes.float16:
+        return _reduce(g.cast(dtypes.float32), "ADD", axes).cast(dtypes.float16)
+    return _reduce(g, "ADD", axes)
+
+
+def _sum_to_scalar(g: UOp) -> UOp:
+    """`g` summed to shape (): the gradient of a source reached by implicit scalar broadcast."""
+    summed = _sum_axes(g, tuple(range(len(g.shape))))
+    return _make(Ops.RESHAPE, summed.dtype, (summed,), ())
+
+
+def _zeros(like: UOp) -> UOp:
+    return like.zeros_like()
+
+
+# ----------------------------------------------------------------------------- rules
+# A rule gets the node's incoming gradient `g` (the node's shape and dtype), the node `y`,
+# and `need`, one bool per source: whether that source leads to a target. It returns one
+# gradient per source, None (or False) for "no gradient"; rules whose gradients cost new
+# nodes skip the sources not needed. A gradient has its
+# source's shape, or the node's shape for a shape-() source (compute_gradient sums it).
+# The forward result is the node itself (`y`): rules reuse it instead of recomputing.
+
+def _fdiv_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
+    a, b = y.src
+    g_over_b = _div(g, b)
+    return g_over_b, need[1] and _neg(_mul(g_over_b, y))   # -g*y/b = -g*a/b^2
+
+
+def _max_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
+    a, b = y.src
+    tie_share = _where(_eq(a, b), _mul(g, _const(g, 0.5)), _const(g, 0.0))
+    return need[0] and _where(_lt(b, a), g, tie_share), need[1] and _where(_lt(a, b), g, tie_share)
+
+
+def _pow_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
+    b, e = y.src
+    zero = _const(b, 0.0)
+    d_base = d_exp = None
+    if need[0]:   # d/db b^e = e b^(e-1), and 0 at e == 0 (b^0 is constant even at b == 0)
+        d_base = _mul(g, _where(_eq(e, zero), zero, _mul(e, _make(Ops.POW, b.dtype, (b, _sub(e, _const(e, 1.0)))))))
+    if need[1]:   # d/de b^e = b^e ln(b); at b == 0: -inf for e < 0, else 0
+        at_zero = _where(_lt(e, zero), _const(b, -math.inf), zero)
+        d_exp = _mul(g, _where(_eq(b, zero), at_zero, _mul(_mul(y, b.log2()), _const(b, LN2))))
+    return d_base, d_exp
+
+
+def _reduce_max_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
+    (x,) = y.src
+    axes = y.arg[1]
+    mask = _eq(x, _expand(y, x.shape)).cast(x.dtype)   # 1 where x holds the maximum
+    count = _reduce(mask, "ADD", axes)                   # ties share the gradient evenly
+    return (_mul(_expand(_div(g, count), x.shape), mask),)
+
+
+def _reduce_mul_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
+    # d prod(x) / d x_i = product of the other elements, exactly, also when x holds zeros:
+    # no zero: y / x_i; one zero: the product of the nonzeros at the zero, 0 elsewhere;
+    # two or more zeros: 0 everywhere. Built from counts of zeros and the nonzero product.
+    (x,) = y.src
+    axes, shape = y.arg[1], x.shape
+    zero, one = _const(x, 0.0), _const(x, 1.0)
+    is_zero = _eq(x, zero)
+    zeros = _expand(_reduce(is_zero.cast(x.dtype), "ADD", axes), shape)
+    nonzero_x = _where(is_zero, one, x)
+    nonzero_prod = _expand(_reduce(nonzero_x, "MUL", axes), shape)
+    only_zero_here = _make(Ops.AND, dtypes.bool, (is_zero, _eq(zeros, one)))
+    others = _where(_eq(zeros, zero), _div(nonzero_prod, nonzero_x), _where(only_zero_here, nonzero_prod, zero))
+    return (_mul(_expand(g, shape), others),)
+
+
+def _expand_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
+    (x,) = y.src
+    axes = tuple(i for i, (before, after) in enumerate(zip(x.shape, y.shape)) if before != after)
+    return (_sum_axes(g, axes),)
+
+
+def _permute_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
+    order = y.arg
+    inverse = tuple(sorted(range(len(order)), key=order.__getitem__))
+    return (_make(Ops.PERMUTE, g.dtype, (g,), inverse),)
+
+
+def _pad_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
+    x = y.src[0]
+    window = tuple((before, before + size) for (before, _), size in zip(y.arg, x.shape))
+    return (_make(Ops.SHRINK, g.dtype, (g,), window),)
+
+
+def _shrink_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
+    x = y.src[0]
+    padding = tuple((start, size - end) for (start, end), size in zip(y.arg, x.shape))
+    return (_make(Ops.PAD, g.dtype, (g,), padding),)
+
+
+def _copy_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
+    x = y.src[0]
+    device = x.arg if x.op == Ops.COPY else "CPU"
+    return (_make(Ops.COPY, g.dtype, (g,), device),)
+
+
+def _gettuple_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
+    outputs = len(y.src[0].src[0].src)
+    elements = [UOp.noop()] * outputs
+    elements[y.arg] = g
+    return (UOp.tuple(*elements),)
+
+
+def _tuple_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
+    return tuple(None if e.op == _NOOP_OP else e for e in g.src)
+
+
+def _function_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
+    """Through `<name>_backward`: a FUNCTION whose body is the gradient of this body with
+    respect to the needed slots only, reading the output gradients as extra slots."""
+    body, args = y.src[0], y.src[1:]
+    needed = [i for i, wanted in enumerate(need[1:]) if wanted]
+    n = len(args)
+    since = next_serial()  # the output-gradient slots made here are new nodes of the inner walk
+    grad_slots = tuple(e if e.op == _NOOP_OP else UOp.slot(n + j, out.shape, out.dtype)
+                       for j, (e, out) in enumerate(zip(g.src, body.src)))
+    slot_targets = [UOp.slot(i, args[i].shape, args[i].dtype) for i in needed]
+    inner = _gradients(body, UOp.tuple(*grad_slots), slot_targets, since)
+    backward = _closed_function(f"{y.arg}_backward", [inner[t] for t in slot_targets], (*args, *g.src))
+    return _gradients_per_arg(backward, needed, n)
+
+
+def _call_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
+    """Through the CALL's own backward body (slots 0..n-1 the args, n..n+m-1 the output
+    gradients), bound to the args and output gradients as a FUNCTION `<name>_backward`."""
+    name, grad_body = y.arg
+    if grad_body is None:
+        raise GradientError(f"CALL {name!r} has no backward body (grad): cannot differentiate through it")
+    args = y.src[1:]
+    wanted = [i for i, needed in enumerate(need[1:]) if needed and grad_body.src[i].op != _NOOP_OP]
+    if not wanted:
+        return (None,) * len(y.src)
+    backward = _closed_function(f"{name}_backward", [grad_body.src[i] for i in wanted], (*args, *g.src))
+    return _gradients_per_arg(backward, wanted, len(args))
+
+
+def _gradients_per_arg(backward: UOp, indices, n_args: int):
+    grads: list[UOp | None] = [None] * (n_args + 1)  # src[0] is the body: no gradient
+    for k, i in enumerate(indices):
+        grads[1 + i] = backward.gettuple(k)
+    return tuple(grads)
+
+
+def _reduce_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
+    return GRADIENT_RULES[(Ops.REDUCE, y.arg[0])](g, y, need)
+
+
+def _none(n: int):
+    return lambda g, y, need: (None,) * n
+
+
+GRADIENT_RULES = {
+    Ops.ADD: lambda g, y, need: (g, g),                                        # d(a+b) = da + db
+    Ops.SUB: lambda g, y, need: (g, _neg(g)),                                  # d(a-b) = da - db
+    Ops.MUL: lambda g, y, need: (need[0] and _mul(g, y.src[1]),                 # d(ab) = b da + a db
+                              need[1] and _mul(g, y.src[0])),
+    Ops.FDIV: _fdiv_rule,                                                # d(a/b) = da/b - (a/b^2) db
+    Ops.NEG: lambda g, y, need: (_neg(g),),                                    # d(-x) = -dx
+    Ops.RECIPROCAL: lambda g, y, need: (_neg(_mul(g, _mul(y, y))),),           # d(1/x) = -(1/x)^2 dx
+    Ops.SQRT: lambda g, y, need: (_div(g, _mul(y, _const(y, 2.0))),),          # d sqrt(x) = dx / (2 sqrt(x))
+    Ops.EXP2: lambda g, y, need: (_mul(_mul(g, y), _const(y, LN2)),),          # d 2^x = 2^x ln2 dx
+    Ops.LOG2: lambda g, y, need: (_div(g, _mul(y.src[0], _const(y, LN2))),),   # d log2(x) = dx / (x ln2)
+    Ops.SIN: lambda g, y, need: (_mul(_sub(_const(y, math.pi / 2), y.src[0]).sin(), g),),  # d sin x = cos x dx
+    Ops.TRUNC: lambda g, y, need: (_zeros(y.src[0]),),                         # piecewise constant: 0
+    Ops.CAST: lambda g, y, need: (g.cast(y.src[0].dtype),),                    # the gradient in x's dtype
+    Ops.BITCAST: _none(1),                                               # bits, not values: none
+    Ops.MAX: _max_rule,                     # a>b: (g, 0); a<b: (0, g); a==b: (g/2, g/2)
+    Ops.POW: _pow_rule,                     # d b^e = e b^(e-1) db + b^e ln(b) de; 0 at e==0 / b==0 edges
+    Ops.CMPLT: _none(2), Ops.CMPNE: _none(2), Ops.CMPEQ: _none(2),       # bool results: none
+    Ops.CDIV: _none(2), Ops.CMOD: _none(2), Ops.AND: _none(2), Ops.OR: _none(2),  # integer ops: none
+    Ops.XOR: _none(2), Ops.SHL: _none(2), Ops.SHR: _none(2),
+    Ops.WHERE: lambda g, y, need: (None,                                 # c ? a : b: g goes where chosen
+                                   need[1] and _where(y.src[0], g, _const(g, 0.0)),
+                                   need[2] and _where(y.src[0], _const(g, 0.0), g)),
+    Ops.MULACC: lambda g, y, need: (need[0] and _mul(g, y.src[1]),           # d(ab+c) = b da + a db + dc
+                                    need[1] and _mul(g, y.src[0]), g),
+    Ops.REDUCE: _reduce_rule,                                            # by reduce op, rows below
+    (Ops.REDUCE, "ADD"): lambda g, y, need: (_expand(g, y.src[0].shape),),     # every element adds once: g expanded
+    (Ops.REDUCE, "MAX"): _reduce_max_rule,                               # g * (x==max) / count(x==max)
+    (Ops.REDUCE, "MUL"): _reduce_mul_rule,                               # g * product of the other elements
+    Ops.RESHAPE: lambda g, y, need: (_make(Ops.RESHAPE, g.dtype, (g,), y.src[0].shape),),  # g reshaped back
+    Ops.EXPAND: _expand_rule,                                            # g summed over the grown axes
+    Ops.PAD: _pad_rule,                                                  # g shrunk to the unpadded window
+    Ops.SHRINK: _shrink_rule,                                            # g padded back with zeros
+    Ops.PERMUTE: _permute_rule,                                          # g permuted by the inverse order
+    Ops.FLIP: lambda g, y, need: (_make(Ops.FLIP, g.dtype, (g,), y.arg),),     # flipping is its own inverse
+    Ops.CONTIGUOUS: lambda g, y, need: (g,),                                   # identity
+    Ops.CONTIGUOUS_BACKWARD: lambda g, y, need: (g.contiguous(),),             # identity; gradient made contiguous
+    Ops.DETACH: _none(1),                                                # stops gradients (never walked)
+    Ops.COPY: _copy_rule,                                                # g copied back to x's device
+    Ops.TUPLE: _tuple_rule,                                              # element i of the TUPLE gradient
+    Ops.STORE: lambda g, y, need: (None, g),                                   # the stored value gets g
+    Ops.AFTER: lambda g, y, need: (None, g),                                   # the value after the store is the stored value
+    Ops.GETTUPLE: _gettuple_rule,          # TUPLE(NOOP.., g at i, ..NOOP) on the call: tuples add per element
+    Ops.FUNCTION: _function_rule,          # through a `<name>_backward` FUNCTION (needed slots only)
+    Ops.CALL: _call_rule,                  # through the CALL's backward body
+}
+
+
+# ----------------------------------------------------------------------------- the walk
+
+def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp]) -> dict[UOp, UOp]:
+    """The gradient of `root` (seeded with `root_grad`, of root's shape and dtype) with
+    respect to each target: {target: gradient}, every target present (zeros of its shape
+    when the root does not depend on it). Targets must be floating point."""
+    targets = list(dict.fromkeys(targets))
+    for t in targets:
+        if not isinstance(t, UOp) or t.shape is None:
+            raise GradientError(f"a target must be a value node, got {t!r}")
+        if not t.dtype.is_float:
+            raise GradientError(f"target {t!r} is {t.dtype.name}: only floating-point targets have gradients")
+    _check_root_grad(root, root_grad)
+    with no_gc():
+        return _gradients(root, root_grad, targets)
+
+
+def _check_root_grad(root: UOp, root_grad: UOp) -> None:
+    if not isinstance(root, UOp) or not isinstance(root_grad, UOp):
+        raise GradientError("root and root_grad must be UOps")
+    if root.op == Ops.TUPLE:
+        if root_grad.op != Ops.TUPLE or len(root_grad.src) != len(root.src):
+            raise GradientError(f"the gradient of a TUPLE of {len(root.src)} must be a TUPLE of as many")
+    elif root_grad.shape != root.shape or root_grad.dtype is not root.dtype:
+        raise GradientError(f"root_grad {root_grad.dtype.name}{list(root_grad.shape or ())} does not fit "
+                            f"root {root.dtype.name}{list(root.shape or ())}")
+
+
+def _gradients(root: UOp, root_grad: UOp, targets: list[UOp], since: int | None = None) -> dict[UOp, UOp]:
+    """The walk, the rules, and the metadata sweep; nodes with serial >= `since` are new."""
+    if since is None:
+        since = next_serial()
+    walk, reaches = _target_path(root, targets)
+    grads = _backpropagate(walk, reaches, root, root_grad, since)
+    result = {}
+    for t in targets:
+        grad = grads.get(t)
+        if grad is None:
+            grad = _zeros(t)
+        tag_new_nodes(grad, since, _backward_meta(t))  # the sweep: nothing new left untagged
+        result[t] = grad
+    return result
+
+
+def _target_path(root: UOp, targets: list[UOp]) -> tuple[list[UOp], set[UOp]]:
+    """The nodes that depend on a target, sources before users (iterative post-order), and
+    that set plus the targets. A DETACH depends on nothing; a call body is closed, so the
+    walk skips it (src[0] of FUNCTION/CALL)."""
+    reaches = set(targets)
+    walk: list[UOp] = []
+    emitted: dict[UOp, bool] = {}  # False: sources pushed; True: emitted
+    stack = [root]
+    push, pop = stack.append, stack.pop
+    while stack:
+        node = stack[-1]
+        state = emitted.get(node)
+        if state is None:
+            emitted[node] = False
+            src = node.src
+            if src:
+                op = node.op
+                if op in _CALL_OPS:
+                    src = src[1:]
+                elif op == Ops.DETACH:
+                    continue
+                for s in src:
+                    if s not in emitted:
+                        push(s)
+            continue
+        pop()
+        if state is False:
+            emitted[node] = True
+            if not reaches.isdisjoint(node.src) and node.op != Ops.DETACH:
+                reaches.add(node)
+                walk.append(node)
+    return walk, reaches
+
+
+def _backpropagate(walk: list[UOp], reaches: set[UOp], root: UOp, root_grad: UOp, since: int) -> dict[UOp, UOp]:
+    grads: dict[UOp, UOp] = {root: root_grad}
+    rules = GRADIENT_RULES
+    grads_get = grads.get
+    in_path = reaches.__contains__
+    for node in reversed(walk):  # users before their sources
+        g = grads_get(node)
+        if g is None or g.op == _NOOP_OP:
+            continue
+        rule = rules.get(node.op)
+        if rule is None:
+            raise GradientError(f"no gradient rule for {node.op}: {node!r}")
+        src = node.src
+        need = tuple(map(in_path, src))  # only sources that lead to a target get a gradient
+        meta = None
+        for s, grad, wanted in zip(src, rule(g, node, need), need):
+            if not wanted or grad is None:
+                continue
+            if grad.shape != s.shape:
+                grad = _fit_to_source(grad, s, node)
+            prev = grads_get(s)
+            if prev is not None and prev.op != _NOOP_OP:
+                grad = _accumulate(prev, grad)
+            grads[s] = grad
+            if grad.meta is None and grad.serial >= since:
+                if meta is None:
+                    meta = _backward_meta(node)
+                tag_new_nodes(grad, since, meta)
+    return grads
+
+
+def _fit_to_source(grad: UOp, src: UOp, node: UOp) -> UOp:
+    if src.shape == ():
+        return _sum_to_scalar(grad)  # implicit scalar broadcast: the scalar's gradient adds up
+    if src.shape is None:
+        return grad                  # a void source (STORE under AFTER) takes g as it is
+    raise GradientError(f"gradient rule of {node.op} gave shape {list(grad.shape or ())} "
+                        f"for a source of shape {list(src.shape)}: {node!r}")
+
+
+def _accumulate(prev: UOp, grad: UOp) -> UOp:
+    """prev + grad; TUPLE gradients add element by element, a NOOP element adding nothing."""
+    if prev.op == Ops.TUPLE and grad.op == Ops.TUPLE:
+        return UOp.tuple(*(p if n.op == _NOOP_OP else n if p.op == _NOOP_OP else _add(p, n)
+                           for p, n in zip(prev.src, grad.src)))
+    return _add(prev, grad)
+
+
+_backward_metas: dict[Metadata | None, Metadata] = {None: Metadata(None, None, True)}
+
+
+def _backward_meta(node: UOp) -> Metadata:
+    """The metadata of nodes made for forward node `node`: its name and loc, backward."""
+    meta = node.meta
+    found = _backward_metas.get(meta)
+    if found is None:
+        found = _backward_metas[meta] = Metadata(meta.name, meta.loc, True)
+    return found
+
+
+# ----------------------------------------------------------------------------- closed bodies
+
+def _closed_function(name: str, outputs: list[UOp], values: tuple[UOp, ...]) -> UOp:
+    """A FUNCTION computing `outputs`, whose slot i stands for `values[i]`: only the slots
+    the outputs read are kept, renumbered 0..k-1 in order, bound to their values (a NOOP
+    value, an output gradient that never arrived, is bound to zeros)."""
+    used = _slots_read(outputs)
+    order = sorted(used)
+    if order != list(range(len(order))):
+        renumbered = {used[old]: UOp.slot(new, used[old].shape, used[old].dtype) for new, old in enumerate(order)}
+        outputs = _substitute(outputs, renumbered)
+    args = [values[i] if values[i].op != _NOOP_OP else _zeros(used[i]) for i in order]
+    return UOp.function(name, outputs, args)
+
+
+def _slots_read(roots: list[UOp]) -> dict[int, UOp]:
+    """slot -> PARAM for the slot PARAMs `roots` read (not inside nested call bodies)."""
+    slots: dict[int, UOp] = {}
+    seen: set[UOp] = set()
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node.op == Ops.PARAM:
+            if isinstance(node.arg, int):
+                slots[node.arg] = node
+        elif node.op in _CALL_OPS:
+            stack.extend(node.src[1:])
+        else:
+            stack.extend(node.src)
+    return slots
+
+
+def _substitute(roots: list[UOp], mapping: dict[UOp, UOp]) -> list[UOp]:
+    """`roots` with each key of `mapping` replaced by its value (iterative; nested call
+    bodies are closed and stay as they are). Rebuilt nodes are left untagged: the caller's
+    tagging gives them, and the new slots under them, the metadata of the call."""
+    done: dict[UOp, UOp] = dict(mapping)
+    stack = list(roots)
+    while stack:
+        node = stack[-1]
+        if node in done:
+            stack.pop()
+            continue
+        src = node.src
+        keep_body = node.op in _CALL_OPS
+        children = src[1:] if keep_body else src
+        pending = [s for s in children if s not in done]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        new_src = tuple(s if keep_body and i == 0 else done[s] for i, s in enumerate(src))
+        if new_src == src:
+            done[node] = node
+            continue
+        done[node] = _make(node.op, node.dtype, new_src, node.arg)
+    return [done[r] for r in roots]
