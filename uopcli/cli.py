@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import inspect
 import json
 import os
 import sys
@@ -55,7 +56,7 @@ class _Group(click.Group):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         try:
-            result = super().main(args, prog_name or PROG, complete_var, standalone_mode=False, **extra)
+            result = super().main(args, PROG, complete_var, standalone_mode=False, **extra)
             code = result if isinstance(result, int) else 0
         except click.exceptions.Abort:
             _error_line("interrupted")
@@ -161,7 +162,7 @@ def _command(name: str, example: str, short: str):
     def decorate(fn):
         fn = _guarded(fn)
         fn = _common_options(fn)
-        doc = (fn.__doc__ or "").rstrip()
+        doc = inspect.cleandoc(fn.__doc__ or "")
         fn.__doc__ = f"{doc}\n\n\b\nExample:\n{example}"
         return main.command(name, short_help=short)(fn)
     return decorate

@@ -1,0 +1,431 @@
+"""uopgrad's commands through click's CliRunner: every command, every error the issue names.
+
+Graphs are built with the builder API and saved with the real file format; results are
+checked as numbers (evaluated gradients against known derivatives), not as structure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from uopcli import UOp, dtypes
+from uopcli.cli import main
+from uopcli.evaluate import evaluate_graph
+from uopcli.fileformat import load, save
+from uopcli.graph import Graph
+
+COMMANDS = ["diff", "eval", "check", "info", "print", "convert", "validate", "render"]
+
+
+def run(*args, input=None):
+    runner = CliRunner()
+    return runner.invoke(main, list(map(str, args)), input=input, catch_exceptions=False)
+
+
+def error_line(result) -> str:
+    """The one error line; fails when stderr holds anything else."""
+    text = result.stderr.strip()
+    assert "\n" not in text, text
+    assert text.startswith("uopgrad: error: "), text
+    return text
+
+
+# ----------------------------------------------------------------------------- graphs
+
+def cube_graph() -> Graph:
+    """y = x**3 for a scalar x: y' = 3x^2, y'' = 6x."""
+    x = UOp.param("x", (), dtypes.float32)
+    return Graph({"y": x * x * x}, inputs=[x])
+
+
+def vector_graph() -> Graph:
+    """Outputs prod = x*w (non-scalar) and loss = sum(x*w) + sum(x); inputs x, w, z (unused), d (detached)."""
+    x, w = UOp.param("x", (3,)), UOp.param("w", (3,))
+    z, d = UOp.param("z", (3,)), UOp.param("d", (3,))
+    prod = x * w
+    loss = prod.sum() + x.sum() + d.detach().sum()
+    return Graph({"prod": prod, "loss": loss}, inputs=[x, w, z, d])
+
+
+def function_graph() -> Graph:
+    x = UOp.param("x", (2, 2))
+    call = UOp.trace_function("square", lambda a: a * a, x)
+    return Graph({"s": call.gettuple(0).sum()}, inputs=[x])
+
+
+def bad_backward_graph() -> Graph:
+    """A CALL whose backward body is wrong (gives g instead of 2*x*g): check must fail."""
+    x = UOp.param("x", (4,))
+    call = UOp.trace_call("square", lambda a: a * a, lambda a, g: g, x)
+    return Graph({"s": call.gettuple(0).sum()}, inputs=[x])
+
+
+@pytest.fixture
+def files(tmp_path):
+    paths = {}
+    for name, graph in {"cube": cube_graph(), "vec": vector_graph(), "fn": function_graph(),
+                        "bad": bad_backward_graph()}.items():
+        paths[name] = tmp_path / f"{name}.uop"
+        save(graph, paths[name])
+    paths["dir"] = tmp_path
+    return paths
+
+
+# ----------------------------------------------------------------------------- group
+
+def test_version():
+    result = run("--version")
+    assert result.exit_code == 0 and result.stdout.strip() == "uopgrad 0.1.0"
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_help_has_an_example(command):
+    result = run(command, "--help")
+    assert result.exit_code == 0
+    assert "Example:" in result.stdout and f"uopgrad {command}" in result.stdout.split("Example:")[1]
+    assert "--quiet" in result.stdout and "--debug" in result.stdout
+
+
+def test_group_help_and_unknown_command():
+    assert "Example:" in run("--help").stdout
+    result = run("frobnicate")
+    assert result.exit_code == 2
+    assert "frobnicate" in error_line(result)
+
+
+def test_usage_errors_exit_2_with_one_line(files):
+    result = run("diff", files["cube"])                 # --wrt missing
+    assert result.exit_code == 2 and "--wrt" in error_line(result)
+    result = run("diff", files["cube"], "--wrt", "x", "--bogus")
+    assert result.exit_code == 2 and "--bogus" in error_line(result)
+    result = run("diff", files["cube"], "--wrt", "x,,y")
+    assert result.exit_code == 2 and "--wrt" in error_line(result)
+    result = run("eval", files["cube"], "--json", "-o", files["dir"] / "o.npz")
+    assert result.exit_code == 2 and "either" in error_line(result)
+
+
+# ----------------------------------------------------------------------------- diff
+
+def test_diff_outputs_grads_in_wrt_order_and_keeps_inputs(files):
+    out = files["dir"] / "g.uop"
+    result = run("diff", files["vec"], "--of", "loss", "--wrt", "w,x", "-o", out)
+    assert result.exit_code == 0, result.stderr
+    grad = load(out)
+    assert grad.output_names == ["grad_w", "grad_x"]
+    assert grad.input_names == ["x", "w", "z", "d"]
+    x, w = np.array([1, 2, 3], np.float32), np.array([4, 5, 6], np.float32)
+    values = evaluate_graph(grad, {"x": x, "w": w, "z": x, "d": x})
+    np.testing.assert_allclose(values["grad_w"], x)
+    np.testing.assert_allclose(values["grad_x"], w + 1)
+
+
+def test_diff_to_stdout_and_json_form(files):
+    result = run("diff", files["cube"], "--wrt", "x")
+    assert result.exit_code == 0
+    assert load(result.stdout_bytes).output_names == ["grad_x"]
+    out = files["dir"] / "g.json"
+    assert run("diff", files["cube"], "--wrt", "x", "-o", out).exit_code == 0
+    assert out.read_bytes().lstrip().startswith(b"{")
+
+
+def test_diff_keep_forward_puts_forward_outputs_first(files):
+    result = run("diff", files["vec"], "--of", "loss", "--wrt", "x", "--keep-forward")
+    assert load(result.stdout_bytes).output_names == ["prod", "loss", "grad_x"]
+
+
+def test_diff_several_outputs_without_of_lists_them(files):
+    result = run("diff", files["vec"], "--wrt", "x")
+    assert result.exit_code == 1
+    line = error_line(result)
+    assert "prod" in line and "loss" in line and "--of" in line and "vec.uop" in line
+
+
+def test_diff_non_scalar_needs_a_cotangent(files):
+    result = run("diff", files["vec"], "--of", "prod", "--wrt", "x")
+    assert result.exit_code == 1
+    line = error_line(result)
+    assert "prod" in line and "not a scalar" in line and "--cotangent" in line
+
+
+def test_diff_cotangent_ones_and_input(files):
+    ones = load(run("diff", files["vec"], "--of", "prod", "--wrt", "x", "--cotangent", "ones").stdout_bytes)
+    x, w = np.array([1, 2, 3], np.float32), np.array([4, 5, 6], np.float32)
+    feed = {"x": x, "w": w, "z": x, "d": x}
+    np.testing.assert_allclose(evaluate_graph(ones, feed)["grad_x"], w)
+    given = load(run("diff", files["vec"], "--of", "prod", "--wrt", "x", "--cotangent", "input").stdout_bytes)
+    assert given.input_names == ["x", "w", "z", "d", "cotangent_prod"]
+    cot = np.array([1, -1, 2], np.float32)
+    np.testing.assert_allclose(evaluate_graph(given, {**feed, "cotangent_prod": cot})["grad_x"], w * cot)
+
+
+def test_diff_several_outputs_add_up(files):
+    result = run("diff", files["vec"], "--of", "loss,prod", "--cotangent", "ones", "--wrt", "x,w")
+    grad = load(result.stdout_bytes)
+    x, w = np.array([1, 2, 3], np.float32), np.array([4, 5, 6], np.float32)
+    values = evaluate_graph(grad, {"x": x, "w": w, "z": x, "d": x})
+    np.testing.assert_allclose(values["grad_x"], 2 * w + 1)   # loss gives w + 1, prod gives w
+    np.testing.assert_allclose(values["grad_w"], 2 * x)
+
+
+def test_diff_second_derivative(files):
+    first = files["dir"] / "d1.uop"
+    assert run("diff", files["cube"], "--wrt", "x", "-o", first).exit_code == 0
+    result = run("diff", first, "--of", "grad_x", "--cotangent", "ones", "--wrt", "x")
+    assert result.exit_code == 0, result.stderr
+    second = load(result.stdout_bytes)
+    value = evaluate_graph(second, {"x": np.array(2.0, np.float32)})["grad_x"]
+    assert float(value) == pytest.approx(12.0)
+
+
+def test_diff_reports_zero_gradients(files):
+    report = files["dir"] / "report.json"
+    result = run("diff", files["vec"], "--of", "loss", "--wrt", "x,z,d", "--report", report, "-o",
+                 files["dir"] / "g.uop")
+    assert result.exit_code == 0
+    assert "z is identically zero: not reached" in result.stderr
+    assert "d is identically zero: reached only through DETACH" in result.stderr
+    data = json.loads(report.read_text())
+    assert data["zero_gradients"] == [{"target": "z", "reason": "not reached"},
+                                      {"target": "d", "reason": "reached only through DETACH"}]
+    quiet = run("diff", files["vec"], "--of", "loss", "--wrt", "x,z", "--quiet", "-o", files["dir"] / "g2.uop")
+    assert quiet.exit_code == 0 and quiet.stderr == ""
+
+
+def test_diff_unknown_and_integer_targets(files, tmp_path):
+    result = run("diff", files["cube"], "--wrt", "nope")
+    assert result.exit_code == 1 and "nope" in error_line(result) and "inputs: x" in error_line(result)
+    n = UOp.param("n", (2,), dtypes.int32)
+    path = tmp_path / "int.uop"
+    save(Graph({"s": n.cast(dtypes.float32).sum()}, inputs=[n]), path)
+    result = run("diff", path, "--wrt", "n")
+    assert result.exit_code == 1 and "int32" in error_line(result)
+
+
+def test_missing_and_corrupt_files_name_the_file(files, tmp_path):
+    result = run("info", tmp_path / "absent.uop")
+    assert result.exit_code == 1 and "absent.uop" in error_line(result)
+    corrupt = tmp_path / "corrupt.uop"
+    corrupt.write_bytes(b"\x93not a uop file")
+    result = run("diff", corrupt, "--wrt", "x")
+    assert result.exit_code == 1 and "corrupt.uop" in error_line(result)
+    result = run("validate", "-", input=b'{"format": "uop", "version": 7}')
+    assert result.exit_code == 1 and "<stdin>" in error_line(result)
+
+
+def test_debug_shows_a_traceback(tmp_path):
+    corrupt = tmp_path / "corrupt.uop"
+    corrupt.write_bytes(b"garbage")
+    quiet = run("validate", corrupt)
+    assert "Traceback" not in quiet.stderr
+    loud = run("--debug", "validate", corrupt)
+    assert loud.exit_code == 1 and "Traceback" in loud.stderr
+    assert loud.stderr.strip().splitlines()[-1].startswith("uopgrad: error: ")
+    assert "Traceback" in run("validate", corrupt, "--debug").stderr
+
+
+# ----------------------------------------------------------------------------- atomic outputs
+
+def test_failing_command_leaves_existing_output_alone(files):
+    out = files["dir"] / "keep.uop"
+    out.write_bytes(b"precious")
+    result = run("diff", files["vec"], "--wrt", "x", "-o", out)  # fails: several outputs
+    assert result.exit_code == 1
+    assert out.read_bytes() == b"precious"
+    new = files["dir"] / "new.uop"
+    assert run("diff", files["vec"], "--wrt", "x", "-o", new).exit_code == 1
+    assert not new.exists()
+    assert not [p for p in files["dir"].iterdir() if p.name.endswith(".tmp")]
+
+
+def test_output_may_name_the_input(files):
+    source = files["cube"]
+    assert run("convert", source, "--to", "json", "-o", source).exit_code == 0
+    assert source.read_bytes().lstrip().startswith(b"{")
+    assert run("diff", source, "--wrt", "x", "-o", source).exit_code == 0
+    assert load(source).output_names == ["grad_x"]
+
+
+# ----------------------------------------------------------------------------- eval
+
+def test_eval_value_forms(files, tmp_path):
+    np.save(tmp_path / "x.npy", np.array([1, 2, 3], np.float32))
+    np.savez(tmp_path / "vals.npz", w=np.array([4, 5, 6], np.float32), other=np.array([1, 1, 1], np.float32))
+    result = run("eval", files["vec"], "-i", f"x={tmp_path / 'x.npy'}", "-i", f"w={tmp_path / 'vals.npz'}",
+                 "-i", f"z={tmp_path / 'vals.npz'}:other", "-i", "d=0.5", "--json")
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)["outputs"]
+    assert out["prod"] == {"dtype": "float32", "shape": [3], "values": [4.0, 10.0, 18.0]}
+    assert out["loss"]["values"] == pytest.approx(32 + 6 + 1.5)
+
+
+def test_eval_table_and_stats(files):
+    result = run("eval", files["cube"], "-i", "x=2", "--stats")
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert lines[0].split()[:2] == ["name", "type"]
+    assert lines[1].split()[:2] == ["y", "float32[]"] and lines[1].split()[-1] == "8"
+    assert re.search(r"time [0-9.]+ ms, peak live bytes \d+", result.stdout)
+    stats = json.loads(run("eval", files["cube"], "-i", "x=2", "--stats", "--json").stdout)["stats"]
+    assert stats["seconds"] >= 0 and stats["peak_bytes"] >= 0
+
+
+def test_eval_writes_npz(files):
+    out = files["dir"] / "out.npz"
+    result = run("eval", files["vec"], "-i", "x=1", "-i", "w=2", "-i", "z=0", "-i", "d=0", "-o", out)
+    assert result.exit_code == 0 and result.stdout == ""
+    with np.load(out) as archive:
+        assert archive.files == ["prod", "loss"]
+        np.testing.assert_allclose(archive["prod"], [2, 2, 2])
+    # stdout: the same archive bytes
+    piped = run("eval", files["vec"], "-i", "x=1", "-i", "w=2", "-i", "z=0", "-i", "d=0", "-o", "-")
+    assert piped.stdout_bytes == out.read_bytes()
+
+
+def test_eval_missing_inputs_list_shape_and_dtype(files):
+    result = run("eval", files["vec"], "-i", "x=1")
+    assert result.exit_code == 1
+    line = error_line(result)
+    assert "w float32[3]" in line and "z float32[3]" in line and "d float32[3]" in line and "--random" in line
+    assert "x float32" not in line
+
+
+def test_eval_random_is_seeded(files):
+    first = run("eval", files["vec"], "--random", "--seed", "3", "--json").stdout
+    assert first == run("eval", files["vec"], "--random", "--seed", "3", "--json").stdout
+    assert first != run("eval", files["vec"], "--random", "--seed", "4", "--json").stdout
+    # a value given for one input does not change the random values of the others
+    a = json.loads(run("eval", files["vec"], "--random", "--json").stdout)["outputs"]["prod"]["values"]
+    b = json.loads(run("eval", files["vec"], "--random", "-i", "z=9", "--json").stdout)["outputs"]["prod"]["values"]
+    assert a == b
+
+
+def test_eval_wrong_values_name_the_input(files, tmp_path):
+    np.save(tmp_path / "bad_shape.npy", np.zeros((4,), np.float32))
+    np.save(tmp_path / "bad_dtype.npy", np.zeros((3,), np.float64))
+    result = run("eval", files["vec"], "--random", "-i", f"x={tmp_path / 'bad_shape.npy'}")
+    assert result.exit_code == 1 and "'x'" in error_line(result) and "float32[4]" in error_line(result)
+    result = run("eval", files["vec"], "--random", "-i", f"w={tmp_path / 'bad_dtype.npy'}")
+    assert result.exit_code == 1 and "'w'" in error_line(result) and "float64[3]" in error_line(result)
+    result = run("eval", files["vec"], "--random", "-i", "q=1")
+    assert result.exit_code == 1 and "'q'" in error_line(result)
+    result = run("eval", files["vec"], "--random", "-i", "x")
+    assert result.exit_code == 1 and "NAME=VALUE" in error_line(result)
+    result = run("eval", files["vec"], "--random", "-i", "x=banana")
+    assert result.exit_code == 1 and "banana" in error_line(result)
+    result = run("eval", files["vec"], "--random", "-i", f"x={tmp_path / 'none.npy'}")
+    assert result.exit_code == 1 and "none.npy" in error_line(result)
+    np.savez(tmp_path / "v.npz", a=np.zeros(3, np.float32))
+    result = run("eval", files["vec"], "--random", "-i", f"x={tmp_path / 'v.npz'}")
+    assert result.exit_code == 1 and "no member 'x'" in error_line(result)
+
+
+# ----------------------------------------------------------------------------- check
+
+def test_check_passes_and_is_deterministic(files):
+    result = run("check", files["vec"], "--of", "loss", "--wrt", "x,w", "--seed", "1")
+    assert result.exit_code == 0, result.stdout
+    assert result.stdout.splitlines()[-1].startswith("ok")
+    assert result.stdout == run("check", files["vec"], "--of", "loss", "--wrt", "x,w", "--seed", "1").stdout
+    report = json.loads(run("check", files["fn"], "--wrt", "x", "--json").stdout)
+    assert report["passed"] and report["targets"][0]["target"] == "x" and report["targets"][0]["samples"] == 4
+
+
+def test_check_non_scalar_output_uses_random_cotangents(files):
+    result = run("check", files["vec"], "--of", "prod", "--wrt", "x,w", "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["passed"]
+
+
+def test_check_fails_on_a_wrong_gradient(files):
+    result = run("check", files["bad"], "--wrt", "x", "--samples", "2", "--json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    target = report["targets"][0]
+    assert not report["passed"] and target["samples"] == 2 and target["max_rel_error"] > 0.1
+    text = run("check", files["bad"], "--wrt", "x")
+    assert text.exit_code == 1 and "FAILED" in text.stdout
+
+
+def test_check_uses_given_inputs(files):
+    result = run("check", files["cube"], "--wrt", "x", "-i", "x=2", "--json")
+    target = json.loads(result.stdout)["targets"][0]
+    assert target["analytic"] == pytest.approx(12.0) and target["numeric"] == pytest.approx(12.0, rel=1e-6)
+
+
+# ----------------------------------------------------------------------------- info, print
+
+def test_info_text_and_json(files):
+    result = run("info", files["vec"], "--json")
+    assert result.exit_code == 0
+    info = json.loads(result.stdout)
+    graph = load(files["vec"])
+    assert info["nodes"] == len(graph.nodes())
+    assert info["inputs"][0] == {"name": "x", "dtype": "float32", "shape": [3]}
+    assert [o["name"] for o in info["outputs"]] == ["prod", "loss"]
+    assert info["input_elements"] == 12 and info["embedded_bytes"] == 0
+    assert info["sha256"] == hashlib.sha256(save(graph)).hexdigest()
+    assert info["ops"]["PARAM"] == 4 and info["flops"] > 0 and info["depth"] >= 3
+    text = run("info", files["vec"]).stdout
+    assert "sha256" in text and "x float32[3]" in text
+
+
+def test_print_listing(files):
+    result = run("print", files["vec"])
+    assert result.exit_code == 0
+    assert re.search(r"^%\d+ = MUL float32\[3\] %\d+ %\d+$", result.stdout, re.M)
+    assert re.search(r"^%\d+ = PARAM float32\[3\] x$", result.stdout, re.M)
+    assert "output loss = %" in result.stdout
+    diffed = run("diff", files["fn"], "--wrt", "x").stdout_bytes
+    listing = run("print", "-", input=diffed).stdout
+    assert re.search(r"^  %\d+ = PARAM float32\[2,2\] slot 0", listing, re.M)      # body indented
+    assert re.search(r"^%\d+ = FUNCTION void .* square  # backward$|^%\d+ = FUNCTION void .* square$", listing, re.M)
+    assert re.search(r"# backward$", listing, re.M)
+
+
+# ----------------------------------------------------------------------------- convert, validate
+
+def test_convert_forms_and_round_trip(files, tmp_path):
+    as_json = tmp_path / "v.json"
+    assert run("convert", files["vec"], "-o", as_json).exit_code == 0
+    assert as_json.read_bytes().lstrip().startswith(b"{")
+    back = tmp_path / "back.uop"
+    assert run("convert", as_json, "-o", back).exit_code == 0
+    assert back.read_bytes() == files["vec"].read_bytes() == save(load(files["vec"]))
+    forced = run("convert", files["vec"], "--to", "json", "-o", "-")
+    assert forced.stdout_bytes == as_json.read_bytes()
+    msgpack = run("convert", as_json, "--to", "msgpack", "-o", tmp_path / "x.json")
+    assert msgpack.exit_code == 0 and (tmp_path / "x.json").read_bytes() == back.read_bytes()
+
+
+def test_validate(files):
+    result = run("validate", files["vec"])
+    assert result.exit_code == 0 and result.stdout.strip() == "ok: 12 nodes, 4 inputs, 2 outputs" \
+        or result.stdout.startswith("ok: ")
+    assert "4 inputs, 2 outputs" in result.stdout
+    bad = files["dir"] / "bad.json"
+    bad.write_text('{"format": "uop", "version": 1, "nodes": [["FOO", "float32", [], null]], '
+                   '"inputs": [], "outputs": [["a", 0]]}')
+    result = run("validate", bad)
+    assert result.exit_code == 1 and "bad.json" in error_line(result) and "FOO" in error_line(result)
+
+
+# ----------------------------------------------------------------------------- render
+
+def test_render_dot_and_svg(files, tmp_path):
+    result = run("render", files["vec"], "--format", "dot", "-o", "-")
+    assert result.exit_code == 0 and result.stdout.startswith("digraph")
+    svg = tmp_path / "v.svg"
+    import shutil
+    if shutil.which("dot"):
+        assert run("render", files["vec"], "-o", svg).exit_code == 0
+        assert b"<svg" in svg.read_bytes()
+    result = run("render", files["vec"], "-o", tmp_path / "v.bmp")
+    assert result.exit_code == 2 and "--format" in error_line(result)
+    too_big = tmp_path / "big.svg"
+    result = run("render", files["vec"], "--max-nodes", "3", "-o", too_big)
+    assert result.exit_code == 1 and "--around" in error_line(result) and not too_big.exists()

@@ -1,0 +1,188 @@
+"""The library behind the CLI, without click: differentiate, the gradient check, info/print
+statistics and listings, and input values."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from uopcli import UOp, dtypes
+from uopcli.check import check_gradients, to_float64
+from uopcli.differentiate import NO_GRADIENT, NOT_REACHED, ONLY_DETACH, differentiate, is_zero
+from uopcli.errors import EvaluationError, GradientError
+from uopcli.evaluate import evaluate_graph
+from uopcli.graph import Graph
+from uopcli.inspect import depth, flop_estimate, listing
+from uopcli.values import gather_inputs, random_value, read_value
+
+
+def two_outputs() -> Graph:
+    x, w, z = UOp.param("x", (2, 3)), UOp.param("w", (2, 3)), UOp.param("z", (2, 3))
+    prod = x * w
+    loss = prod.sum() + z.detach().sum()
+    return Graph({"prod": prod, "loss": loss}, inputs=[x, w, z])
+
+
+# ----------------------------------------------------------------------------- differentiate
+
+def test_outputs_inputs_and_meta():
+    graph = two_outputs()
+    grad, report = differentiate(graph, ["w", "x"], of=["loss"], keep_forward=True)
+    assert grad.output_names == ["prod", "loss", "grad_w", "grad_x"]
+    assert grad.input_names == ["x", "w", "z"]
+    assert grad.meta["gradient_of"] == "loss" and grad.meta["gradient_wrt"] == "w,x"
+    assert report.zero == []
+
+
+def test_errors_name_what_is_wrong():
+    graph = two_outputs()
+    with pytest.raises(GradientError, match=r"2 outputs \(prod, loss\).*--of"):
+        differentiate(graph, ["x"])
+    with pytest.raises(GradientError, match="'prod' is float32\\[2,3\\], not a scalar.*cotangent"):
+        differentiate(graph, ["x"], of=["prod"])
+    with pytest.raises(GradientError, match="no input named 'q'"):
+        differentiate(graph, ["q"], of=["loss"])
+    with pytest.raises(GradientError, match="named twice"):
+        differentiate(graph, ["x", "x"], of=["loss"])
+    with pytest.raises(GradientError, match="no output named 'nope'"):
+        differentiate(graph, ["x"], of=["nope"])
+    with pytest.raises(GradientError, match="at least one"):
+        differentiate(graph, [], of=["loss"])
+    clash = Graph({"grad_x": UOp.param("x", ()) * 2})
+    with pytest.raises(GradientError, match="already has an output named 'grad_x'"):
+        differentiate(clash, ["x"], keep_forward=True)
+    taken = Graph({"y": UOp.param("x", (2,)) * UOp.param("cotangent_y", (2,))})
+    with pytest.raises(GradientError, match="already has an input named 'cotangent_y'"):
+        differentiate(taken, ["x"], cotangent="input")
+
+
+def test_zero_gradient_reasons():
+    x, u, d, c = (UOp.param(n, (3,)) for n in "xudc")
+    loss = (x * 2).sum() + d.detach().sum() + (c < 0).where(x, 0.0).sum()
+    graph = Graph({"loss": loss}, inputs=[x, u, d, c])
+    _, report = differentiate(graph, ["x", "u", "d", "c"])
+    assert [(z.target, z.reason) for z in report.zero] == [("u", NOT_REACHED), ("d", ONLY_DETACH),
+                                                          ("c", NO_GRADIENT)]
+    assert report.to_dict()["zero_gradients"][0] == {"target": "u", "reason": "not reached"}
+
+
+def test_seeds_scalar_ones_and_input_cotangents():
+    x = UOp.param("x", (3,))
+    graph = Graph({"s": (x * x).sum(), "v": x * x})
+    values = {"x": np.array([1, 2, 3], np.float32)}
+    grad, _ = differentiate(graph, ["x"], of=["s", "v"], cotangent="input")
+    assert grad.input_names == ["x", "cotangent_v"]         # a scalar output gets no cotangent input
+    out = evaluate_graph(grad, {**values, "cotangent_v": np.array([1, 0, 2], np.float32)})
+    np.testing.assert_allclose(out["grad_x"], 2 * values["x"] * np.array([2, 1, 3]))
+    ones, _ = differentiate(graph, ["x"], of=["v"], cotangent="ones")
+    np.testing.assert_allclose(evaluate_graph(ones, values)["grad_x"], 2 * values["x"])
+
+
+def test_backward_nodes_are_tagged():
+    x = UOp.param("x", (3,))
+    grad, _ = differentiate(Graph({"v": x.exp()}), ["x"], cotangent="ones")
+    new = [n for n in grad.nodes() if n.meta is not None and n.meta.backward]
+    assert new and grad.outputs["grad_x"].meta.backward
+
+
+def test_long_chain_is_iterative():
+    x = UOp.param("x", ())
+    y = x
+    for _ in range(5000):           # deeper than the recursion limit
+        y = y * 1.0001
+    graph = Graph({"y": y, "u": UOp.param("u", ()) + 0.0})
+    grad, report = differentiate(graph, ["x", "u"], of=["y"])
+    assert report.zero[0].target == "u" and report.zero[0].reason == NOT_REACHED
+    assert depth(grad.nodes()) >= 5000
+    assert sum(1 for _ in listing(grad)) > 5000
+    assert float(evaluate_graph(grad, {"x": np.float32(1), "u": np.float32(0)})["grad_x"]) == \
+        pytest.approx(1.0001 ** 5000, rel=1e-3)
+
+
+def test_is_zero():
+    x = UOp.param("x", (2,))
+    assert is_zero(UOp.full((2, 3), 0.0)) and not is_zero(UOp.full((2,), 1.0)) and not is_zero(x * 0)
+
+
+# ----------------------------------------------------------------------------- check
+
+def test_to_float64_promotes_everything_float():
+    x = UOp.param("x", (2,), dtypes.float16)
+    i = UOp.param("i", (2,), dtypes.int32)
+    buf = UOp.buffer(np.array([0.5, 0.25], np.float32))
+    bits = x.cast(dtypes.float32).bitcast(dtypes.int32)
+    call = UOp.trace_function("f", lambda a, b: a * b, x.cast(dtypes.float32), buf)
+    y = call.gettuple(0) + i.cast(dtypes.float32) + (bits & 0).cast(dtypes.float32)
+    wide = to_float64(Graph({"y": y}, inputs=[x, i]))
+    bitcast = [n for n in wide.nodes() if n.op == "BITCAST"][0]
+    assert bitcast.src[0].dtype is dtypes.float32             # keeps its bit-level meaning
+    assert {n.dtype for n in wide.nodes() if n.dtype.is_float and n is not bitcast.src[0]} == {dtypes.float64}
+    assert [n.dtype for n in wide.inputs] == [dtypes.float64, dtypes.int32]
+    out = evaluate_graph(wide, {"x": np.array([2, 4], np.float64), "i": np.array([1, 1], np.int32)})
+    np.testing.assert_allclose(out["y"], [2.0, 2.0])
+
+
+def test_check_passes_fails_and_is_deterministic():
+    x, w = UOp.param("x", (4, 3)), UOp.param("w", (3,))
+    graph = Graph({"loss": ((x @ w).relu() ** 2).mean()}, inputs=[x, w])
+    a = check_gradients(graph, ["x", "w"], seed=5, samples=5)
+    assert a.passed and [t.samples for t in a.targets] == [5, 3]
+    b = check_gradients(graph, ["x", "w"], seed=5, samples=5)
+    assert a.to_dict() == b.to_dict()
+    assert all(t.max_abs_error < 1e-6 for t in a.targets)
+    wrong = UOp.trace_call("sq", lambda v: v * v, lambda v, g: g * 3, w)   # d(v^2) is 2v, not 3
+    bad = check_gradients(Graph({"s": wrong.gettuple(0).sum()}), ["w"], seed=0)
+    assert not bad.passed and bad.targets[0].max_rel_error > 0.01 and "FAILED: w" in bad.lines()[-1]
+
+
+def test_check_given_inputs_and_nan():
+    x = UOp.param("x", ())
+    graph = Graph({"y": x.sqrt()})
+    ok = check_gradients(graph, ["x"], inputs={"x": np.array(4.0, np.float32)})
+    assert ok.passed and ok.targets[0].analytic == pytest.approx(0.25)
+    nan = check_gradients(graph, ["x"], inputs={"x": np.array(-1.0, np.float32)})
+    assert not nan.passed and math.isinf(nan.targets[0].max_abs_error)
+
+
+# ----------------------------------------------------------------------------- inspect
+
+def test_flops_and_depth():
+    a, b = UOp.param("a", (4, 5)), UOp.param("b", (5, 6))
+    graph = Graph({"c": a @ b})
+    # matmul = MUL over (4,6,5) + REDUCE ADD over those 120 elements
+    assert flop_estimate(graph) == 240
+    call = UOp.trace_function("f", lambda v: v * v + v, a)
+    twice = Graph({"p": call.gettuple(0) * UOp.trace_function("f", lambda v: v * v + v, a).gettuple(0)})
+    assert flop_estimate(twice) == 2 * 20 + 20     # body counted per call (here the same call) + MUL
+    assert depth(Graph({"x": a}).nodes()) == 0
+
+
+def test_listing_format():
+    x = UOp.param("x", (2, 3))
+    graph = Graph({"r": x.relu()})
+    lines = list(listing(graph))
+    assert lines[0] == "# 4 nodes; inputs: x float32[2,3]"
+    assert "%1 = PARAM float32[2,3] x" in lines
+    assert any(line.startswith("%") and " = WHERE float32[2,3] %" in line and line.endswith("  # relu")
+               for line in lines)
+    assert lines[-1] == "output r = %3"
+
+
+# ----------------------------------------------------------------------------- values
+
+def test_values(tmp_path):
+    x = UOp.param("x", (2,), dtypes.int16)
+    assert read_value("x", "7", x).tolist() == [7, 7]
+    with pytest.raises(EvaluationError, match="does not fit int16"):
+        read_value("x", "70000", x)
+    with pytest.raises(EvaluationError, match="not a .npy or .npz file nor an integer"):
+        read_value("x", "1.5", x)
+    flag = UOp.param("f", (1,), dtypes.bool)
+    assert read_value("f", "true", flag).tolist() == [True]
+    a = random_value(UOp.param("y", (3,)), 0)
+    assert a.dtype == np.float32 and np.array_equal(a, random_value(UOp.param("y", (3,)), 0))
+    assert gather_inputs([x], ["x=1"])["x"].tolist() == [1, 1]
+    with pytest.raises(EvaluationError, match="given twice"):
+        gather_inputs([x], ["x=1", "x=2"])

@@ -1,0 +1,184 @@
+"""The installed `uopgrad` console script in real shell pipelines: stdin/stdout, exit codes,
+atomic outputs, binary output refused on a terminal, and the samples end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from uopcli import UOp
+from uopcli.fileformat import load, save
+from uopcli.graph import Graph
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = os.path.dirname(sys.executable)
+UOPGRAD = shutil.which("uopgrad", path=BIN) or shutil.which("uopgrad")
+SAMPLES = sorted((ROOT / "samples").glob("*.uop"))
+
+pytestmark = pytest.mark.skipif(UOPGRAD is None, reason="the uopgrad console script is not installed")
+
+
+def sh(command: str, cwd: Path, input: bytes | None = None) -> subprocess.CompletedProcess:
+    """Run a shell pipeline with the installed uopgrad first on PATH; `set -o pipefail` so
+    a failing first step fails the pipeline."""
+    env = {**os.environ, "PATH": f"{os.path.dirname(UOPGRAD)}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=cwd, env=env, input=input,
+                          capture_output=True, timeout=120)
+
+
+@pytest.fixture
+def work(tmp_path):
+    """m.uop: y = sum(x*x*w) (+ outputs for the multi-output cases); x.npy, w.npy."""
+    x, w = UOp.param("x", (3,)), UOp.param("w", (3,))
+    prod = x * x * w
+    save(Graph({"y": prod.sum()}, inputs=[x, w]), tmp_path / "m.uop")
+    save(Graph({"prod": prod, "y": prod.sum(), "s": x.sum()}, inputs=[x, w]), tmp_path / "multi.uop")
+    np.save(tmp_path / "x.npy", np.array([1, 2, 3], np.float32))
+    np.save(tmp_path / "w.npy", np.array([1, 10, 100], np.float32))
+    return tmp_path
+
+
+def outputs_json(done: subprocess.CompletedProcess) -> dict:
+    assert done.returncode == 0, done.stderr.decode()
+    return {k: v["values"] for k, v in json.loads(done.stdout)["outputs"].items()}
+
+
+def test_diff_from_stdin_into_eval(work):
+    done = sh("uopgrad diff - --wrt x < m.uop | uopgrad eval - -i x=x.npy -i w=w.npy --json", work)
+    assert outputs_json(done) == {"grad_x": [2.0, 40.0, 600.0]}   # 2*x*w
+
+
+def test_table_output_of_a_pipeline(work):
+    done = sh("uopgrad diff m.uop --wrt x,w | uopgrad eval - -i x=x.npy -i w=w.npy", work)
+    assert done.returncode == 0 and done.stderr == b""
+    lines = done.stdout.decode().splitlines()
+    assert [line.split()[0] for line in lines] == ["name", "grad_x", "grad_w"]
+    assert lines[2].split()[-3:] == ["1", "4", "9"]               # grad_w = x*x
+
+
+def test_second_derivatives_through_a_pipeline(work):
+    done = sh("uopgrad diff m.uop --wrt x | uopgrad diff - --of grad_x --cotangent ones --wrt x "
+              "| uopgrad eval - -i x=x.npy -i w=w.npy --json", work)
+    assert outputs_json(done) == {"grad_x": [2.0, 20.0, 200.0]}   # d/dx sum(2*x*w) = 2*w
+
+
+def test_several_outputs_and_non_scalar_outputs(work):
+    done = sh("uopgrad diff multi.uop --of y,s --wrt x | uopgrad eval - -i x=x.npy -i w=w.npy --json", work)
+    assert outputs_json(done) == {"grad_x": [3.0, 41.0, 601.0]}   # 2*x*w + 1
+    refused = sh("uopgrad diff multi.uop --wrt x", work)
+    assert refused.returncode == 1 and b"prod, y, s" in refused.stderr
+    refused = sh("uopgrad diff multi.uop --of prod --wrt x", work)
+    assert refused.returncode == 1 and b"--cotangent" in refused.stderr
+    np.save(work / "c.npy", np.array([1, 0, -1], np.float32))
+    done = sh("uopgrad diff multi.uop --of prod --cotangent input --wrt x,w "
+              "| uopgrad eval - -i x=x.npy -i w=w.npy -i cotangent_prod=c.npy --json", work)
+    assert outputs_json(done) == {"grad_x": [2.0, 0.0, -600.0], "grad_w": [1.0, 0.0, -9.0]}
+
+
+def test_exit_codes(work):
+    assert sh("uopgrad validate m.uop", work).returncode == 0
+    assert sh("uopgrad validate missing.uop", work).returncode == 1
+    assert sh("uopgrad diff m.uop", work).returncode == 2           # --wrt missing
+    assert sh("uopgrad diff m.uop --wrt x --nonsense", work).returncode == 2
+    assert sh("uopgrad eval m.uop -i x=x.npy", work).returncode == 1  # w missing
+    failed = sh("uopgrad diff m.uop --wrt nope", work)
+    assert failed.returncode == 1
+    assert failed.stderr.decode().startswith("uopgrad: error: m.uop: ") and failed.stderr.count(b"\n") == 1
+
+
+def test_failing_command_writes_nothing(work):
+    (work / "out.uop").write_bytes(b"old contents")
+    before = sorted(p.name for p in work.iterdir())
+    assert sh("uopgrad diff m.uop --wrt nope -o out.uop", work).returncode == 1
+    assert sh("uopgrad diff m.uop --wrt nope -o new.uop", work).returncode == 1
+    assert sh("uopgrad eval m.uop -o new.npz", work).returncode == 1
+    assert (work / "out.uop").read_bytes() == b"old contents"
+    assert sorted(p.name for p in work.iterdir()) == before       # no new file, no temporary left over
+
+
+def test_output_replaces_its_own_input(work):
+    done = sh("uopgrad diff m.uop --wrt x -o m.uop && uopgrad info m.uop --json", work)
+    assert done.returncode == 0
+    assert [o["name"] for o in json.loads(done.stdout)["outputs"]] == ["grad_x"]
+
+
+def test_stdin_stdout_conversion_round_trip(work):
+    done = sh("uopgrad convert - --to json -o - < m.uop | uopgrad convert - -o - | uopgrad validate -", work)
+    assert done.returncode == 0 and done.stdout.startswith(b"ok: ")
+    same = sh("uopgrad convert - --to json -o - < m.uop | uopgrad convert - --to msgpack -o - | cmp - m.uop", work)
+    assert same.returncode == 0
+
+
+def test_broken_pipe_is_quiet(work):
+    done = sh("uopgrad print m.uop | head -n 1", work)
+    assert done.returncode == 0 and done.stdout.startswith(b"# ") and b"Traceback" not in done.stderr
+
+
+def run_on_terminal(args: list[str], cwd: Path) -> tuple[int, bytes, bytes]:
+    """Run uopgrad with stdout on a pseudo-terminal; (exit status, what the terminal got, stderr)."""
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen([UOPGRAD, *args], cwd=cwd, stdout=follower, stderr=subprocess.PIPE)
+        os.close(follower)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+        _, err = proc.communicate(timeout=60)
+        return proc.returncode, shown, err
+    finally:
+        os.close(leader)
+
+
+def test_binary_output_refused_on_a_terminal(work):
+    status, shown, err = run_on_terminal(["diff", "m.uop", "--wrt", "x"], work)
+    assert status == 1 and shown == b""
+    message = err.decode()
+    assert message.startswith("uopgrad: error: ") and "terminal" in message and "-o" in message
+    status, shown, err = run_on_terminal(["convert", "m.uop", "--to", "json", "-o", "-"], work)
+    assert status == 0 and shown.lstrip().startswith(b"{")      # text is fine
+    status, _, err = run_on_terminal(["eval", "m.uop", "--random", "-o", "-"], work)
+    assert status == 1 and b"terminal" in err
+
+
+def test_quiet_and_version(work):
+    assert sh("uopgrad --version", work).stdout.strip() == b"uopgrad 0.1.0"
+    loud = sh("uopgrad diff multi.uop --of y --wrt x,w > /dev/null", work)
+    assert loud.returncode == 0 and loud.stderr == b""           # nothing to report
+    z = sh("uopgrad diff multi.uop --of s --wrt x,w > /dev/null", work)
+    assert b"w is identically zero: not reached" in z.stderr
+    assert sh("uopgrad diff multi.uop --of s --wrt x,w --quiet > /dev/null", work).stderr == b""
+
+
+@pytest.mark.skipif(not SAMPLES, reason="samples/*.uop not built yet")
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.stem)
+def test_samples_end_to_end(sample, tmp_path):
+    """Every sample: validate, info, differentiate with respect to every float input,
+    evaluate the gradient on random inputs, print, and gradient-check one input."""
+    graph = load(sample)
+    floats = [n.arg for n in graph.inputs if n.dtype.is_float]
+    wrt = ",".join(floats)
+    of = list(graph.outputs)[0]
+    cot = "" if graph.outputs[of].shape == () else " --cotangent ones"
+    done = sh(f"uopgrad validate {sample} && uopgrad info {sample} > /dev/null && "
+              f"uopgrad diff {sample} --of {of}{cot} --wrt {wrt} -o g.uop && "
+              f"uopgrad eval g.uop --random --json > vals.json && uopgrad print g.uop > /dev/null", tmp_path)
+    assert done.returncode == 0, done.stderr.decode()
+    values = json.loads((tmp_path / "vals.json").read_text())["outputs"]
+    assert list(values) == [f"grad_{n}" for n in floats]
+    assert all(v["shape"] == list(graph.input(n).shape) for n, v in zip(floats, values.values()))
+    checked = sh(f"uopgrad check {sample} --of {of} --wrt {floats[0]} --samples 3 --json", tmp_path)
+    assert checked.returncode in (0, 1) and json.loads(checked.stdout)["targets"][0]["samples"] >= 1
