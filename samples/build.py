@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build the sample .uop files with uopgrad's public Python API.
 
-    python samples/build.py            # rewrites samples/*.uop
+    python samples/build.py            # rewrites samples/*.uop and samples/README.md
     python samples/build.py --out DIR  # writes them into DIR instead
     python samples/build.py --check    # exit 1 when a committed file differs from a rebuild
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -186,26 +186,65 @@ def poly() -> Graph:
     return _graph({"y": y}, v, poly.__doc__)
 
 
-SAMPLES: dict[str, Callable[[], Graph]] = {
-    "mlp": mlp,
-    "logreg": logreg,
-    "softmax_xent": softmax_xent,
-    "conv2d": conv_net,
-    "layernorm": layernorm,
-    "attention": attention,
-    "rnn": rnn,
-    "ste": ste,
-    "poly": poly,
+class Sample(NamedTuple):
+    build: Callable[[], Graph]
+    try_it: str  # a command to try on it, from the repository's root (listed in samples/README.md)
+
+
+SAMPLES: dict[str, Sample] = {
+    "mlp": Sample(mlp, "uopgrad diff samples/mlp.uop --wrt w1,w2 -o grad.uop && uopgrad eval grad.uop --random --seed 0"),
+    "logreg": Sample(logreg, "uopgrad check samples/logreg.uop --wrt x,w,b,y"),
+    "softmax_xent": Sample(softmax_xent, "uopgrad diff samples/softmax_xent.uop --wrt w,b --keep-forward | uopgrad eval - --random"),
+    "conv2d": Sample(conv_net, "uopgrad check samples/conv2d.uop --wrt kernel,kernel_bias,w,b --samples 8"),
+    "layernorm": Sample(layernorm, "uopgrad diff samples/layernorm.uop --wrt x,gamma,beta | uopgrad info -"),
+    "attention": Sample(attention, "uopgrad diff samples/attention.uop --wrt wq,wk,wv,wo -o grad.uop && uopgrad render grad.uop -o attention-grad.svg"),
+    "rnn": Sample(rnn, "uopgrad print samples/rnn.uop"),
+    "ste": Sample(ste, "uopgrad diff samples/ste.uop --wrt w -o grad.uop && uopgrad eval grad.uop --random --seed 1"),
+    "poly": Sample(poly, "uopgrad diff samples/poly.uop --wrt x -o d1.uop && uopgrad diff d1.uop --of grad_x --wrt x -o d2.uop && uopgrad eval d2.uop -i x=2"),
 }
+
+README_HEAD = """# Samples
+
+Small, realistic training objectives saved as `.uop` files, for trying `uopgrad` and for
+its tests. They are written by [`build.py`](build.py) with uopgrad's public Python API
+(`make samples` rebuilds them, byte for byte: nothing is random). Every sample's weights are
+graph inputs, so `uopgrad diff --wrt` can differentiate with respect to any of them, and its
+output is one float32 scalar, `loss` (`y` for the polynomial). This file is written by
+`build.py` too.
+
+Each command below runs from the repository's root once `make demo` (or `make setup`) has
+made `.venv/`; put `.venv/bin` on your `PATH` or write `.venv/bin/uopgrad`.
+"""
+
+
+def samples_readme() -> str:
+    """samples/README.md: every sample, its inputs and a command to try."""
+    parts = [README_HEAD]
+    for name, sample in SAMPLES.items():
+        graph = sample.build()
+        (output_name, output), = graph.outputs.items()
+        doc = " ".join(graph.meta["description"].split())
+        rows = [f"| `{n.arg}` | {list(n.shape)} | {n.dtype.name} |" for n in graph.inputs]
+        parts.append(f"\n## [`{name}.uop`]({name}.uop)\n\n{doc} {len(graph)} nodes; output `{output_name}` "
+                     f"({output.dtype.name} scalar).\n\n| input | shape | dtype |\n|---|---|---|\n"
+                     + "\n".join(rows) + f"\n\n```console\n$ {sample.try_it}\n```\n")
+    return "".join(parts)
+
+
+def sample_files() -> dict[str, bytes]:
+    """Every file this script writes, by file name: the .uop files and README.md."""
+    files = {f"{name}.uop": uopcli.save(sample.build()) for name, sample in SAMPLES.items()}
+    files["README.md"] = samples_readme().encode()
+    return files
 
 
 def build_all(out_dir: Path) -> dict[str, bytes]:
-    """Write every sample into out_dir as <name>.uop; returns name -> file bytes."""
+    """Write every sample file into out_dir; returns file name -> bytes."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = {}
-    for name, build in SAMPLES.items():
-        written[name] = uopcli.save(build(), out_dir / f"{name}.uop")
-    return written
+    files = sample_files()
+    for file_name, data in files.items():
+        (out_dir / file_name).write_bytes(data)
+    return files
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,14 +253,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="compare a rebuild with the files in --out, write nothing")
     args = parser.parse_args(argv)
     if args.check:
-        stale = [name for name, build in SAMPLES.items()
-                 if not (args.out / f"{name}.uop").is_file()
-                 or uopcli.save(build()) != (args.out / f"{name}.uop").read_bytes()]
-        for name in stale:
-            print(f"{args.out / name}.uop is out of date: run `make samples`", file=sys.stderr)
+        stale = [file_name for file_name, data in sample_files().items()
+                 if not (args.out / file_name).is_file() or (args.out / file_name).read_bytes() != data]
+        for file_name in stale:
+            print(f"{args.out / file_name} is out of date: run `make samples`", file=sys.stderr)
         return 1 if stale else 0
-    for name, data in build_all(args.out).items():
-        print(f"{args.out / name}.uop  {len(data)} bytes")
+    for file_name, data in build_all(args.out).items():
+        print(f"{args.out / file_name}  {len(data)} bytes")
     return 0
 
 
