@@ -383,8 +383,8 @@ def test_print_listing(files):
     diffed = run("diff", files["fn"], "--wrt", "x").stdout_bytes
     listing = run("print", "-", input=diffed).stdout
     assert re.search(r"^  %\d+ = PARAM float32\[2,2\] slot 0", listing, re.M)      # body indented
-    assert re.search(r"^%\d+ = FUNCTION void .* square  # backward$|^%\d+ = FUNCTION void .* square$", listing, re.M)
-    assert re.search(r"# backward$", listing, re.M)
+    assert re.search(r"^%\d+ = FUNCTION void %\d+ %\d+ %\d+ square_backward  # backward$", listing, re.M)
+    assert re.search(r"^  %\d+ = MUL float32\[2,2\] %\d+ %\d+  # backward$", listing, re.M)  # its body
 
 
 # ----------------------------------------------------------------------------- convert, validate
@@ -404,9 +404,8 @@ def test_convert_forms_and_round_trip(files, tmp_path):
 
 def test_validate(files):
     result = run("validate", files["vec"])
-    assert result.exit_code == 0 and result.stdout.strip() == "ok: 12 nodes, 4 inputs, 2 outputs" \
-        or result.stdout.startswith("ok: ")
-    assert "4 inputs, 2 outputs" in result.stdout
+    graph = load(files["vec"])
+    assert result.exit_code == 0 and result.stdout == f"ok: {len(graph.nodes())} nodes, 4 inputs, 2 outputs\n"
     bad = files["dir"] / "bad.json"
     bad.write_text('{"format": "uop", "version": 1, "nodes": [["FOO", "float32", [], null]], '
                    '"inputs": [], "outputs": [["a", 0]]}')

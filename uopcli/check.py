@@ -135,7 +135,7 @@ def _check_target(name, analytic, values64, loss, base, rng, samples, progress) 
         a = float(analytic[index])
         abs_err = abs(a - numeric)
         rel_err = abs_err / max(abs(a), abs(numeric), 1e-300)
-        ok = abs_err <= scale + RTOL * max(abs(a), abs(numeric))  # False when anything is NaN
+        ok = bool(abs_err <= scale + RTOL * max(abs(a), abs(numeric)))  # False when anything is NaN
         if math.isnan(abs_err):
             abs_err = rel_err = math.inf
         passed = passed and ok
@@ -165,7 +165,7 @@ def _central_difference(name, values64, index, loss) -> float:
     down_step = original - shifted[index]
     feed[name] = shifted
     down = loss(feed)
-    return (up - down) / (up_step + down_step)
+    return float((up - down) / (up_step + down_step))
 
 
 # ----------------------------------------------------------------------------- float64

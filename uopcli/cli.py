@@ -15,12 +15,8 @@ from __future__ import annotations
 
 import functools
 import gc
-import inspect
-import json
 import os
 import sys
-import tempfile
-import traceback
 
 import click
 
@@ -142,6 +138,7 @@ def _guarded(fn):
 
 def _maybe_traceback() -> None:
     if _flag("debug"):
+        import traceback
         traceback.print_exc(file=sys.stderr)
 
 
@@ -157,12 +154,20 @@ def _name_file(message: str) -> str:
     return message
 
 
+def _cleandoc(doc: str) -> str:
+    """inspect.cleandoc without importing inspect (start-up time): strip the common indent."""
+    lines = doc.expandtabs().strip().splitlines()
+    rest = [line for line in lines[1:] if line.strip()]
+    indent = min((len(line) - len(line.lstrip()) for line in rest), default=0)
+    return "\n".join([lines[0].strip(), *(line[indent:] for line in lines[1:])]) if lines else ""
+
+
 def _command(name: str, example: str, short: str):
     """A subcommand with --quiet/--debug, error guarding, and an example in its --help."""
     def decorate(fn):
         fn = _guarded(fn)
         fn = _common_options(fn)
-        doc = inspect.cleandoc(fn.__doc__ or "")
+        doc = _cleandoc(fn.__doc__ or "")
         fn.__doc__ = f"{doc}\n\n\b\nExample:\n{example}"
         return main.command(name, short_help=short)(fn)
     return decorate
@@ -191,7 +196,7 @@ def _read_graph(path: str, remember: bool = True):
     if remember:
         click.get_current_context().meta["uopgrad.file"] = display
     if path == "-":
-        data = click.get_binary_stream("stdin").read()
+        data = sys.stdin.buffer.read()
     else:
         with open(path, "rb") as f:
             data = f.read()
@@ -213,7 +218,7 @@ def _refuse_binary_terminal(dest: str, form: str, hint: str) -> None:
 
 def _write(dest: str, data: bytes) -> None:
     if dest == "-":
-        out = click.get_binary_stream("stdout")
+        out = sys.stdout.buffer
         out.write(data)
         out.flush()
     else:
@@ -223,6 +228,7 @@ def _write(dest: str, data: bytes) -> None:
 def atomic_write(path: str, data: bytes) -> None:
     """Write `data` to `path` all at once or not at all: a temporary file in the same
     directory, flushed, then renamed over the target (which stays as it was on failure)."""
+    import tempfile
     directory = os.path.dirname(os.path.abspath(path))
     fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
@@ -329,6 +335,7 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path):
     graph, _ = _read_graph(source)
     result, report = differentiate(graph, wrt_names, of_names or None, cotangent, keep_forward)
     data = save(result, None, form)
+    import json
     report_bytes = (json.dumps(report.to_dict(), indent=2) + "\n").encode() if report_path else None
     if report_bytes is not None:
         _write(report_path, report_bytes)
@@ -368,6 +375,7 @@ def eval_(source, specs, use_random, seed, output, as_json, stats):
         if eval_stats is not None:
             click.echo(_stats_text(eval_stats), err=True)
     elif as_json:
+        import json
         document = {"outputs": {name: _array_json(a) for name, a in results.items()}}
         if eval_stats is not None:
             document["stats"] = _stats_json(eval_stats)
@@ -488,6 +496,7 @@ def check(source, wrt, of_, specs, seed, samples, as_json):
     with _progress_bar(total, "finite differences") as bar:
         report = check_gradients(graph, wrt_names, of_names or None, given, seed, samples, progress=bar.update)
     if as_json:
+        import json
         click.echo(json.dumps(report.to_dict()))
     else:
         click.echo("\n".join(report.lines()))
@@ -515,7 +524,11 @@ def info(source, as_json):
     from .inspect import graph_info, info_text
     graph, _ = _read_graph(source)
     stats = graph_info(graph)
-    click.echo(json.dumps(stats) if as_json else info_text(stats))
+    if as_json:
+        import json
+        click.echo(json.dumps(stats))
+    else:
+        click.echo(info_text(stats))
 
 
 @_command("print", short="A readable listing, one node a line.", example="""\
