@@ -448,6 +448,10 @@ def test_uopgrad_render_end_to_end(tmp_path):
     assert_whole_graph_drawn(fileformat.load(source), svg)
     assert run("-o", "mlp.png").returncode == 0
     assert (tmp_path / "mlp.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert run("-o", "mlp.pdf").returncode == 0 and (tmp_path / "mlp.pdf").read_bytes()[:5] == b"%PDF-"
+    from_stdin = subprocess.run([str(exe), "render", "-", "-o", "-", "--format", "svg"], input=source.read_bytes(),
+                                capture_output=True, cwd=tmp_path)
+    assert from_stdin.returncode == 0 and from_stdin.stdout == svg
     piped = run("--format", "dot", "-o", "-")
     assert piped.returncode == 0 and piped.stdout == render(fileformat.load(source), "dot")
     part = run("--outputs", "padded", "--format", "dot", "-o", "-")
