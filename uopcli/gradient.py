@@ -43,6 +43,17 @@ def _where(c: UOp, a: UOp, b: UOp) -> UOp: return _make(Ops.WHERE, a.dtype, (c, 
 def _eq(a: UOp, b: UOp) -> UOp: return _make(Ops.CMPEQ, dtypes.bool, (a, b))
 def _lt(a: UOp, b: UOp) -> UOp: return _make(Ops.CMPLT, dtypes.bool, (a, b))
 def _const(like: UOp, value) -> UOp: return like.const_like(value)
+
+
+_zeros_by_dtype: dict = {}
+
+
+def _zero(like: UOp) -> UOp:
+    """The scalar 0 of like's dtype (const_like does not cache zeros: 0.0 and -0.0 differ)."""
+    zero = _zeros_by_dtype.get(like.dtype)
+    if zero is None:
+        zero = _zeros_by_dtype[like.dtype] = UOp.const(0, like.dtype)
+    return zero
 def _expand(x: UOp, shape: tuple) -> UOp: return x if x.shape == shape else _make(Ops.EXPAND, x.dtype, (x,), shape)
 
 
@@ -85,13 +96,13 @@ def _fdiv_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
 
 def _max_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
     a, b = y.src
-    tie_share = _where(_eq(a, b), _mul(g, _const(g, 0.5)), _const(g, 0.0))
+    tie_share = _where(_eq(a, b), _mul(g, _const(g, 0.5)), _zero(g))
     return need[0] and _where(_lt(b, a), g, tie_share), need[1] and _where(_lt(a, b), g, tie_share)
 
 
 def _pow_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
     b, e = y.src
-    zero = _const(b, 0.0)
+    zero = _zero(b)
     d_base = d_exp = None
     if need[0]:   # d/db b^e = e b^(e-1), and 0 at e == 0 (b^0 is constant even at b == 0)
         d_base = _mul(g, _where(_eq(e, zero), zero, _mul(e, _make(Ops.POW, b.dtype, (b, _sub(e, _const(e, 1.0)))))))
@@ -110,18 +121,18 @@ def _reduce_max_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
 
 
 def _reduce_mul_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
-    # d prod(x) / d x_i = product of the other elements, exactly, also when x holds zeros:
-    # no zero: y / x_i; one zero: the product of the nonzeros at the zero, 0 elsewhere;
-    # two or more zeros: 0 everywhere. Built from counts of zeros and the nonzero product.
+    # d prod(x) / d x_i = the product of the other elements, exactly, also when x holds
+    # zeros: where x_i != 0 it is y / x_i (0 when another element is zero); where x_i == 0
+    # it is the product of the nonzeros if x_i is the only zero, else 0.
     (x,) = y.src
     axes, shape = y.arg[1], x.shape
-    zero, one = _const(x, 0.0), _const(x, 1.0)
+    zero = _zero(x)
     is_zero = _eq(x, zero)
-    zeros = _expand(_reduce(is_zero.cast(x.dtype), "ADD", axes), shape)
-    nonzero_x = _where(is_zero, one, x)
+    zero_count = _expand(_reduce(is_zero.cast(x.dtype), "ADD", axes), shape)
+    nonzero_x = _where(is_zero, _const(x, 1.0), x)
     nonzero_prod = _expand(_reduce(nonzero_x, "MUL", axes), shape)
-    only_zero_here = _make(Ops.AND, dtypes.bool, (is_zero, _eq(zeros, one)))
-    others = _where(_eq(zeros, zero), _div(nonzero_prod, nonzero_x), _where(only_zero_here, nonzero_prod, zero))
+    at_zero = _where(_eq(zero_count, _const(x, 1.0)), nonzero_prod, zero)
+    others = _where(is_zero, at_zero, _div(_expand(y, shape), nonzero_x))
     return (_mul(_expand(g, shape), others),)
 
 
@@ -231,8 +242,8 @@ GRADIENT_RULES = {
     Ops.CDIV: _none(2), Ops.CMOD: _none(2), Ops.AND: _none(2), Ops.OR: _none(2),  # integer ops: none
     Ops.XOR: _none(2), Ops.SHL: _none(2), Ops.SHR: _none(2),
     Ops.WHERE: lambda g, y, need: (None,                                 # c ? a : b: g goes where chosen
-                                   need[1] and _where(y.src[0], g, _const(g, 0.0)),
-                                   need[2] and _where(y.src[0], _const(g, 0.0), g)),
+                                   need[1] and _where(y.src[0], g, _zero(g)),
+                                   need[2] and _where(y.src[0], _zero(g), g)),
     Ops.MULACC: lambda g, y, need: (need[0] and _mul(g, y.src[1]),           # d(ab+c) = b da + a db + dc
                                     need[1] and _mul(g, y.src[0]), g),
     Ops.REDUCE: _reduce_rule,                                            # by reduce op, rows below
@@ -341,6 +352,7 @@ def _backpropagate(walk: list[UOp], reaches: set[UOp], root: UOp, root_grad: UOp
     rules = GRADIENT_RULES
     grads_get = grads.get
     in_path = reaches.__contains__
+    metas_get = _backward_metas.get
     for node in reversed(walk):  # users before their sources
         g = grads_get(node)
         if g is None or g.op == _NOOP_OP:
@@ -349,7 +361,8 @@ def _backpropagate(walk: list[UOp], reaches: set[UOp], root: UOp, root_grad: UOp
         if rule is None:
             raise GradientError(f"no gradient rule for {node.op}: {node!r}")
         src = node.src
-        need = tuple(map(in_path, src))  # only sources that lead to a target get a gradient
+        # only sources that lead to a target get a gradient (a walked node's only source does)
+        need = _ONLY_SOURCE if len(src) == 1 else tuple(map(in_path, src))
         meta = None
         for s, grad, wanted in zip(src, rule(g, node, need), need):
             if not wanted or grad is None:
@@ -362,9 +375,12 @@ def _backpropagate(walk: list[UOp], reaches: set[UOp], root: UOp, root_grad: UOp
             grads[s] = grad
             if grad.meta is None and grad.serial >= since:
                 if meta is None:
-                    meta = _backward_meta(node)
+                    meta = metas_get(node.meta) or _backward_meta(node)
                 tag_new_nodes(grad, since, meta)
     return grads
+
+
+_ONLY_SOURCE = (True,)
 
 
 def _fit_to_source(grad: UOp, src: UOp, node: UOp) -> UOp:
