@@ -465,3 +465,16 @@ def test_uopgrad_render_end_to_end(tmp_path):
     message = refused.stderr.decode().strip()
     assert message.startswith("uopgrad: error:") and "--outputs" in message and "--around" in message
     assert "\n" not in message
+
+
+def test_a_function_body_made_by_differentiation_is_a_backward_cluster():
+    gradient = pytest.importorskip("uopcli.gradient", reason="uopcli.gradient has not landed yet")
+    x = UOp.param("x", (3,))
+    f = UOp.trace_function("cube", lambda a: (a * a * a,), x)
+    loss = f[0].sum()
+    grad = gradient.compute_gradient(loss, loss.const_like(1.0), [x])[x]
+    dot = to_dot(Graph({"loss": loss, "grad_x": grad}))
+    titles = [line for line in dot.splitlines() if line.strip().startswith("label=")]
+    backward = [t for t in titles if "cube_backward" in t]
+    assert backward and all("∇ FUNCTION cube_backward" in t and "dashed" in t for t in backward)
+    assert any("FUNCTION cube" in t and "∇" not in t for t in titles)

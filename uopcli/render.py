@@ -414,7 +414,8 @@ class _Drawing:
 
     def _cluster_open(self, body: UOp, indent: str) -> None:
         """A body's cluster, titled by its uses: `FUNCTION rnn_cell (5 calls)`, or
-        `∇ backward body of CALL f; FUNCTION f_backward` when one body serves both."""
+        `∇ backward body of CALL f; FUNCTION f_backward` when one body serves both.
+        Backward bodies get the backward style: a dashed red border and a ∇."""
         uses: dict[str, int] = {}
         for call in dict.fromkeys(call for _, call in self.callers[body]):
             if call.op == Ops.CALL and call.arg.grad is body:
@@ -423,7 +424,9 @@ class _Drawing:
                 use = f"{call.op} {_call_name(call)}"
             uses[use] = uses.get(use, 0) + 1
         title = "; ".join(use + (f" ({count} calls)" if count > 1 else "") for use, count in uses.items())
-        if any(use.startswith("backward") for use in uses):
+        # a CALL's backward body, or a body differentiation made (`f_backward`): drawn as backward
+        made_by_gradient = body.meta is not None and body.meta.backward
+        if made_by_gradient or any(use.startswith("backward") for use in uses):
             title = "∇ " + title
             style = f'style="dashed,rounded,filled" color="{BACKWARD_BORDER}" penwidth=1.5'
         else:
