@@ -1,0 +1,172 @@
+"""The numpy evaluator against plain numpy, side by side, in one run.
+
+    .venv/bin/python bench/bench_eval.py            # full sizes (a minute or two)
+    .venv/bin/python bench/bench_eval.py --quick    # small sizes, a few seconds
+
+Rows:
+- matmul: a (n,k) @ (k,m) product as uopcli builds it (RESHAPE/EXPAND/MUL/REDUCE ADD)
+  against np.matmul on the same arrays (target: within 1.3x);
+- MLP gradient: the gradient of sum(relu(... relu(x @ W0 + b0) ... @ W + b)) for every
+  weight and bias (compute_gradient), evaluated, against a hand-written numpy forward and
+  backward (target: within 1.1x of its time and 1.5x of its peak memory). Peak memory is
+  what tracemalloc sees numpy allocate during the call (inputs excluded), plus the
+  evaluator's own EvalStats.peak_bytes;
+- chain: a long scalar chain, per-node cost of the interpreter (compile + run).
+Times are the best of a few repeats; prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from uopcli import UOp, dtypes  # noqa: E402
+from uopcli.evaluate import EvalStats, evaluate  # noqa: E402
+from uopcli.uop import no_gc  # noqa: E402
+
+
+def best_time(fn, repeats: int) -> tuple[float, object]:
+    times, out = [], None
+    for _ in range(repeats):
+        out = None
+        gc.collect()
+        start = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - start)
+    return min(times), out
+
+
+def traced_peak(fn) -> int:
+    """Peak bytes allocated while fn runs (numpy reports its array memory to tracemalloc)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+# ----------------------------------------------------------------------------- matmul
+
+def bench_matmul(n: int, k: int, m: int, repeats: int) -> list:
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, k), dtype=np.float32)
+    b = rng.standard_normal((k, m), dtype=np.float32)
+    product = UOp.param("a", (n, k)) @ UOp.param("b", (k, m))
+    ours, (value,) = best_time(lambda: evaluate([product], {"a": a, "b": b}), repeats)
+    theirs, ref = best_time(lambda: np.matmul(a, b), repeats)
+    assert np.allclose(value, ref, rtol=1e-3, atol=1e-3)
+    return [f"matmul {n}x{k} @ {k}x{m}", f"{ours * 1e3:.1f} ms", f"{theirs * 1e3:.1f} ms",
+            f"{ours / theirs:.2f}x", "", "", "", "≤ 1.3x time"]
+
+
+# ----------------------------------------------------------------------------- MLP gradient
+
+def mlp_arrays(batch: int, width: int, layers: int) -> dict:
+    rng = np.random.default_rng(0)
+    scale = np.float32(1.0 / np.sqrt(width))
+    arrays = {"x": rng.standard_normal((batch, width), dtype=np.float32)}
+    for i in range(layers):
+        arrays[f"w{i}"] = rng.standard_normal((width, width), dtype=np.float32) * scale
+        arrays[f"b{i}"] = rng.standard_normal((width,), dtype=np.float32) * np.float32(0.1)
+    return arrays
+
+
+def mlp_gradient_graph(batch: int, width: int, layers: int) -> list:
+    """[dW0, db0, dW1, ...] of sum(relu(... relu(x @ W0 + b0) ...)) as UOps."""
+    from uopcli.gradient import compute_gradient
+    h = UOp.param("x", (batch, width))
+    targets = []
+    for i in range(layers):
+        w, b = UOp.param(f"w{i}", (width, width)), UOp.param(f"b{i}", (width,))
+        h = (h @ w + b).relu()
+        targets += [w, b]
+    loss = h.sum()
+    grads = compute_gradient(loss, loss.const_like(1.0), targets)
+    return [grads[t] for t in targets]
+
+
+def numpy_mlp_gradient(arrays: dict, layers: int) -> list:
+    """The same gradient written by hand, as a careful numpy user would (in-place where safe)."""
+    acts, h = [], arrays["x"]
+    for i in range(layers):
+        z = h @ arrays[f"w{i}"]
+        z += arrays[f"b{i}"]
+        acts.append(h)
+        h = np.maximum(z, 0, out=z)
+    grad = (h > 0).astype(np.float32)  # d sum(relu(z)) / dz
+    del h
+    grads = [None] * (2 * layers)
+    for i in reversed(range(layers)):
+        grads[2 * i] = acts[i].T @ grad
+        grads[2 * i + 1] = grad.sum(0)
+        if i:
+            back = grad @ arrays[f"w{i}"].T
+            back *= acts[i] > 0
+            grad = back
+        acts[i] = None
+    return grads
+
+
+def bench_mlp(batch: int, width: int, layers: int, repeats: int) -> list:
+    arrays = mlp_arrays(batch, width, layers)
+    outputs = mlp_gradient_graph(batch, width, layers)
+    stats = EvalStats()
+    ours, values = best_time(lambda: evaluate(outputs, arrays, stats=stats), repeats)
+    theirs, refs = best_time(lambda: numpy_mlp_gradient(arrays, layers), repeats)
+    for value, ref in zip(values, refs):
+        assert np.allclose(value, ref, rtol=1e-3, atol=1e-3 * float(np.abs(ref).max() + 1))
+    del values, refs
+    ours_peak = traced_peak(lambda: evaluate(outputs, arrays))
+    theirs_peak = traced_peak(lambda: numpy_mlp_gradient(arrays, layers))
+    mib = 1 << 20
+    return [f"MLP gradient, batch {batch}, width {width}, {layers} layers",
+            f"{ours * 1e3:.0f} ms", f"{theirs * 1e3:.0f} ms", f"{ours / theirs:.2f}x",
+            f"{ours_peak / mib:.0f} MiB (stats {stats.peak_bytes / mib:.0f})", f"{theirs_peak / mib:.0f} MiB",
+            f"{ours_peak / theirs_peak:.2f}x", "≤ 1.1x time, ≤ 1.5x memory"]
+
+
+# ----------------------------------------------------------------------------- chain
+
+def bench_chain(length: int) -> list:
+    with no_gc():
+        y = UOp.param("x", (), dtypes.float32)
+        for i in range(length // 2):
+            y = y * 1.0000001 + 0.25
+    stats = EvalStats()
+    start = time.perf_counter()
+    evaluate([y], {"x": np.float32(1)})
+    seconds = time.perf_counter() - start
+    evaluate([y], {"x": np.float32(1)}, stats=stats)
+    return [f"scalar chain, {stats.nodes_evaluated:,} nodes", f"{seconds:.2f} s",
+            f"{seconds / stats.nodes_evaluated * 1e6:.2f} µs/node", "", "", "", "", "a few seconds"]
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in seconds")
+    args = parser.parse_args(argv)
+    if args.quick:
+        rows = [bench_matmul(128, 256, 256, 3), bench_mlp(128, 256, 3, 2), bench_chain(100_000)]
+    else:
+        rows = [bench_matmul(512, 1024, 1024, 7), bench_mlp(256, 1024, 4, 3), bench_mlp(1024, 2048, 4, 3),
+                bench_chain(1_000_000)]
+    header = ["case", "uopcli evaluate", "numpy", "time ratio", "uopcli peak", "numpy peak", "memory ratio",
+              "target"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,495 @@
+"""The numpy evaluator: every op against plain numpy, dtype edge cases, calls, contractions
+that never build the expanded product, memory freed after last use, errors, deep chains."""
+
+import sys
+import tracemalloc
+import warnings
+
+import numpy as np
+import pytest
+
+from uopcli import EvaluationError, Ops, UOp, dtypes
+from uopcli.evaluate import IMPL, EvalStats, evaluate, evaluate_graph
+from uopcli.graph import Graph
+from uopcli.ops import ALL_OPS
+from uopcli.uop import no_gc
+
+RNG = np.random.default_rng(7)
+
+
+def rand(*shape, dtype=np.float32):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def run(output, **inputs):
+    """Evaluate one output with warnings turned into errors (numpy must stay silent)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (value,) = evaluate([output], inputs)
+    return value
+
+
+def same(value, expected):
+    """Equal values, dtype and shape (nan equal to nan)."""
+    expected = np.asarray(expected)
+    assert value.dtype == expected.dtype, (value.dtype, expected.dtype)
+    assert value.shape == expected.shape, (value.shape, expected.shape)
+    np.testing.assert_array_equal(value, expected)
+
+
+def test_the_table_has_one_row_per_op():
+    assert set(IMPL) == set(ALL_OPS)
+
+
+# ----------------------------------------------------------------------------- elementwise
+
+X = rand(3, 4)
+Y = rand(3, 4)
+POS = np.abs(X) + np.float32(0.5)
+
+FLOAT_CASES = [
+    ("neg", lambda x, y: -x, lambda x, y: -x),
+    ("reciprocal", lambda x, y: x.reciprocal(), lambda x, y: np.float32(1) / x),
+    ("sqrt", lambda x, y: x.sqrt(), lambda x, y: np.sqrt(x)),
+    ("exp2", lambda x, y: x.exp2(), lambda x, y: np.exp2(x)),
+    ("log2", lambda x, y: x.log2(), lambda x, y: np.log2(x)),
+    ("sin", lambda x, y: x.sin(), lambda x, y: np.sin(x)),
+    ("trunc", lambda x, y: (x * 3).trunc(), lambda x, y: np.trunc(x * np.float32(3))),
+    ("add", lambda x, y: x + y, lambda x, y: x + y),
+    ("sub", lambda x, y: x - y, lambda x, y: x - y),
+    ("mul", lambda x, y: x * y, lambda x, y: x * y),
+    ("fdiv", lambda x, y: x / y, lambda x, y: x / y),
+    ("max", lambda x, y: x.maximum(y), lambda x, y: np.maximum(x, y)),
+    ("pow", lambda x, y: x.pow(y), lambda x, y: np.power(x, y)),
+    ("cmplt", lambda x, y: x < y, lambda x, y: x < y),
+    ("cmpne", lambda x, y: x.ne(y), lambda x, y: x != y),
+    ("cmpeq", lambda x, y: x.eq(x), lambda x, y: x == x),
+    ("where", lambda x, y: (x < y).where(x, y), lambda x, y: np.where(x < y, x, y)),
+    ("mulacc", lambda x, y: x.mulacc(y, x), lambda x, y: x * y + x),
+    ("scalar right", lambda x, y: x * 2.5 + 1, lambda x, y: x * np.float32(2.5) + np.float32(1)),
+    ("scalar left", lambda x, y: 2.5 - x, lambda x, y: np.float32(2.5) - x),
+    ("scalar where", lambda x, y: UOp.const(True).where(x, y), lambda x, y: x),
+    ("scalar mulacc", lambda x, y: x.mulacc(x.const_like(2.0), x.const_like(1.0)), lambda x, y: x * 2 + 1),
+]
+
+
+@pytest.mark.parametrize("name, build, reference", FLOAT_CASES, ids=[c[0] for c in FLOAT_CASES])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_float_elementwise_matches_numpy(name, build, reference, dtype):
+    x_value, y_value = POS.astype(dtype), Y.astype(dtype)
+    x, y = UOp.param("x", (3, 4), dtype), UOp.param("y", (3, 4), dtype)
+    out = build(x, y)
+    value = run(out, x=x_value, y=y_value)
+    expected = np.asarray(reference(x_value, y_value))
+    if expected.dtype != np.bool_:
+        expected = expected.astype(dtype)
+    assert value.dtype == out.dtype.np and value.shape == out.shape
+    np.testing.assert_allclose(value, expected, rtol=2e-3 if dtype == np.float16 else 1e-6)
+
+
+def test_ieee_results_without_warnings():
+    x = UOp.param("x", (4,))
+    value = np.array([1.0, -1.0, 0.0, -4.0], np.float32)
+    same(run(x / 0.0, x=value), np.array([np.inf, -np.inf, np.nan, -np.inf], np.float32))
+    same(run(x.sqrt(), x=value), np.sqrt(np.abs(value)) * np.array([1, np.nan, 1, np.nan], np.float32))
+    same(run(x.log2(), x=value), np.array([0, np.nan, -np.inf, np.nan], np.float32))
+    same(run(x.reciprocal(), x=value), np.array([1, -1, np.inf, -0.25], np.float32))
+
+
+INTS = np.array([-7, 7, -7, 7, 0, -1, 5, -128], np.int64)
+DIVS = np.array([2, 2, -2, -2, 3, 1, 0, -1], np.int64)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64])
+def test_integer_division_truncates_and_remainder_has_the_dividends_sign(dtype):
+    a, b = UOp.param("a", (8,), dtype), UOp.param("b", (8,), dtype)
+    av, bv = INTS.astype(dtype), DIVS.astype(dtype)
+    quotient = run(a // b, a=av, b=bv)
+    remainder = run(a % b, a=av, b=bv)
+    assert quotient.dtype == dtype and remainder.dtype == dtype
+    # C: -7/2 = -3, 7/-2 = -3, -7%2 = -1, 7%-2 = 1; x/0 gives 0 here (C leaves it undefined)
+    assert quotient[:6].tolist() == [-3, 3, 3, -3, 0, -1]
+    assert remainder[:6].tolist() == [-1, 1, -1, 1, 0, 0]
+    assert quotient[6] == 0
+    np.testing.assert_array_equal(quotient[:6] * bv[:6] + remainder[:6], av[:6])
+    # FDIV on integers is C division too
+    same(run(UOp.make(Ops.FDIV, a.dtype, (a, b)), a=av, b=bv), quotient)
+
+
+def test_unsigned_division_and_wrapping():
+    a, b = UOp.param("a", (3,), dtypes.uint8), UOp.param("b", (3,), dtypes.uint8)
+    av, bv = np.array([200, 7, 255], np.uint8), np.array([100, 2, 1], np.uint8)
+    same(run(a + b, a=av, b=bv), np.array([44, 9, 0], np.uint8))
+    same(run(a // b, a=av, b=bv), np.array([2, 3, 255], np.uint8))
+    same(run(a % b, a=av, b=bv), np.array([0, 1, 0], np.uint8))
+    same(run(-a, a=av), np.array([56, 249, 1], np.uint8))
+    i8 = UOp.param("i", (2,), dtypes.int8)
+    same(run(i8 * 2, i=np.array([100, -100], np.int8)), np.array([-56, 56], np.int8))
+
+
+def test_integer_power_shifts_and_logic():
+    a, b = UOp.param("a", (5,), dtypes.int32), UOp.param("b", (5,), dtypes.int32)
+    av, bv = np.array([2, -1, 1, 3, -2], np.int32), np.array([10, -3, -2, -1, 3], np.int32)
+    same(run(a.pow(b), a=av, b=bv), np.array([1024, -1, 1, 0, -8], np.int32))
+    sv = np.array([1, 2, 3, 0, 31], np.int32)
+    same(run(a << b, a=av, b=sv), av << sv)
+    same(run(a >> b, a=np.array([-16, 16, -1, 7, -(2 ** 31)], np.int32), b=sv),
+         np.array([-8, 4, -1, 7, -1], np.int32))
+    same(run(a & b, a=av, b=bv), av & bv)
+    same(run(a | b, a=av, b=bv), av | bv)
+    same(run(a ^ b, a=av, b=bv), av ^ bv)
+    same(run(a < b, a=av, b=bv), av < bv)
+    same(run(a.maximum(b), a=av, b=bv), np.maximum(av, bv))
+    p, q = UOp.param("p", (4,), dtypes.bool), UOp.param("q", (4,), dtypes.bool)
+    pv, qv = np.array([True, True, False, False]), np.array([True, False, True, False])
+    same(run(p & q, p=pv, q=qv), pv & qv)
+    same(run(p | q, p=pv, q=qv), pv | qv)
+    same(run(p ^ q, p=pv, q=qv), pv ^ qv)
+    same(run(p.ne(True), p=pv), ~pv)
+
+
+def test_casts_truncate_and_bitcasts_reinterpret():
+    x = UOp.param("x", (6,))
+    xv = np.array([-1.7, 1.7, 2.5, -0.5, 0.0, 300.9], np.float32)
+    same(run(x.cast(dtypes.int32), x=xv), np.array([-1, 1, 2, 0, 0, 300], np.int32))
+    same(run(x.cast(dtypes.bool), x=xv), np.array([True, True, True, True, False, True]))
+    same(run(x.cast(dtypes.float16), x=xv), xv.astype(np.float16))
+    same(run(x.cast(dtypes.int32).cast(dtypes.float64), x=xv), np.array([-1, 1, 2, 0, 0, 300], np.float64))
+    b = UOp.param("b", (2,), dtypes.bool)
+    same(run(b.cast(dtypes.float32), b=np.array([True, False])), np.array([1, 0], np.float32))
+    bits = run(x.bitcast(dtypes.int32), x=np.array([1.0, -0.0, 0, 0, 0, 0], np.float32))
+    assert bits.dtype == np.int32 and bits[0] == 0x3F800000 and bits[1] == -(2 ** 31)
+    same(run(x.bitcast(dtypes.uint32).bitcast(dtypes.float32), x=xv), xv)
+    h = UOp.param("h", (2,), dtypes.float16)
+    same(run(h.bitcast(dtypes.int16), h=np.array([1, -2], np.float16)), np.array([1, -2], np.float16).view(np.int16))
+    # float -> int of nan is undefined in C; it must at least not warn
+    run(x.cast(dtypes.int32), x=np.full(6, np.nan, np.float32))
+
+
+def test_where_is_exact_for_every_value():
+    x = UOp.param("x", (6,))
+    c = UOp.param("c", (6,), dtypes.bool)
+    xv = np.array([np.nan, np.inf, -np.inf, -0.0, 2.0, -3.0], np.float32)
+    cv = np.array([False, False, True, True, False, True])
+    for out, expected in [(c.where(x, 0.0), np.where(cv, xv, np.float32(0))),
+                          (c.where(0.0, x), np.where(cv, np.float32(0), xv)),
+                          (c.where(x, -x), np.where(cv, xv, -xv)),
+                          (c.where(x, -0.0), np.where(cv, xv, np.float32(-0.0))),
+                          (c.where(x, 1.0), np.where(cv, xv, np.float32(1)))]:
+        value = run(out, x=xv, c=cv)
+        assert value.dtype == np.float32
+        np.testing.assert_array_equal(value.view(np.uint32), expected.view(np.uint32))
+    i = UOp.param("i", (3,), dtypes.int16)
+    same(run(c.shrink(((0, 3),)).where(i, 0), c=cv, i=np.array([5, 6, 7], np.int16)), np.array([0, 0, 7], np.int16))
+    same(run(UOp.const(False).where(x, 0.0), x=xv), np.zeros(6, np.float32))
+
+
+# ----------------------------------------------------------------------------- reduce and movement
+
+def test_reduces_keep_reduced_axes():
+    x = UOp.param("x", (2, 3, 4))
+    xv = rand(2, 3, 4)
+    same(run(x.r("ADD", (1,)), x=xv), xv.sum(1, keepdims=True))
+    np.testing.assert_allclose(run(x.r("MUL", (0, 2)), x=xv), xv.prod((0, 2), keepdims=True), rtol=1e-6)
+    same(run(x.r("MAX", (2,)), x=xv), xv.max(2, keepdims=True))
+    assert run(x.sum(), x=xv).shape == ()
+    i = UOp.param("i", (4,), dtypes.int8)
+    same(run(i.sum(), i=np.array([100, 100, 100, 1], np.int8)), np.int8(45))  # wraps in int8
+    same(run(i.max(), i=np.array([-5, 3, 3, -128], np.int8)), np.int8(3))
+    empty = UOp.param("e", (0, 3))
+    same(run(empty.r("MAX", (0,)), e=np.zeros((0, 3), np.float32)), np.full((1, 3), -np.inf, np.float32))
+    same(run(empty.r("ADD", (0,)), e=np.zeros((0, 3), np.float32)), np.zeros((1, 3), np.float32))
+
+
+def test_float16_sums_accumulate_in_float32():
+    x = UOp.param("x", (20000,), dtypes.float16)
+    xv = np.full(20000, 0.1, np.float16)
+    value = run(x.sum(), x=xv)
+    assert value.dtype == np.float16
+    assert value == np.float16(xv.astype(np.float32).sum())
+    naive = np.add.accumulate(xv)[-1]  # a float16 accumulator, added in order, stalls far below
+    assert abs(float(value) - 2000) < 2 and abs(float(naive) - 2000) > 100
+
+
+def test_movement_ops_match_numpy():
+    x = UOp.param("x", (2, 3, 4))
+    xv = rand(2, 3, 4)
+    same(run(x.reshape(4, 6), x=xv), xv.reshape(4, 6))
+    same(run(x.reshape(2, 1, 3, 4).expand(2, 5, 3, 4), x=xv), np.broadcast_to(xv[:, None], (2, 5, 3, 4)))
+    same(run(x.permute(2, 0, 1), x=xv), xv.transpose(2, 0, 1))
+    same(run(x.pad(((1, 0), (0, 2), (1, 1))), x=xv), np.pad(xv, ((1, 0), (0, 2), (1, 1))))
+    same(run(x.shrink(((1, 2), (0, 2), (1, 4))), x=xv), xv[1:2, 0:2, 1:4])
+    same(run(x.flip((0, 2)), x=xv), xv[::-1, :, ::-1])
+    for identity in (x.contiguous(), x.detach(), x.contiguous_backward(), x.copy_to_device("CPU")):
+        same(run(identity, x=xv), xv)
+    same(run(UOp.const(2.0).reshape(1, 1).expand(2, 3), x=xv), np.full((2, 3), 2, np.float32))
+
+
+def test_expand_is_a_zero_copy_view():
+    x = UOp.param("x", (1, 1000))
+    stats = EvalStats()
+    (value,) = evaluate([x.expand(1000, 1000).shrink(((0, 1000), (0, 10)))], {"x": rand(1, 1000)}, stats=stats)
+    assert value.shape == (1000, 10)
+    assert stats.peak_bytes == 0  # views of the caller's array: nothing allocated
+
+
+def test_leaves_consts_and_buffers():
+    same(run(UOp.const(3, dtypes.int16)), np.int16(3))
+    same(run(UOp.const(-0.0)), np.float32(-0.0))
+    data = np.arange(6, dtype=np.int32).reshape(2, 3)
+    value = run(UOp.buffer(data))
+    same(value, data)
+    value[0, 0] = 99  # outputs are the caller's own, writable arrays
+    same(run(UOp.buffer(data) * 2), data * 2)
+
+
+# ----------------------------------------------------------------------------- calls and memory ops
+
+def test_function_bodies_run_with_slots_bound():
+    a, b = UOp.param("a", (3, 4)), UOp.param("b", (4,))
+    av, bv = rand(3, 4), rand(4)
+    f = UOp.trace_function("affine", lambda x, y: (x * 2 + y.reshape(1, 4).expand(3, 4), x.sum()), a, b)
+    first, second, both = evaluate([f[0], f[1], f], {"a": av, "b": bv})
+    np.testing.assert_allclose(first, av * 2 + bv, rtol=1e-6)
+    np.testing.assert_allclose(second, av.sum(), rtol=1e-5)
+    assert isinstance(both, tuple) and len(both) == 2
+    np.testing.assert_array_equal(both[0], first)
+
+
+def test_one_body_called_with_different_args_and_nested_calls():
+    x, y = UOp.param("x", (5,)), UOp.param("y", (5,))
+    xv, yv = rand(5), rand(5)
+    square = lambda v: UOp.trace_function("square", lambda s: (s * s,), v)[0]  # noqa: E731
+    outer = UOp.trace_function("outer", lambda p, q: (square(p) + square(q + 1),), x, y)
+    twice = UOp.trace_function("outer", lambda p, q: (square(p) + square(q + 1),), y, x)
+    first, second = evaluate([outer[0], twice[0]], {"x": xv, "y": yv})
+    np.testing.assert_allclose(first, xv * xv + (yv + 1) ** 2, rtol=1e-6)
+    np.testing.assert_allclose(second, yv * yv + (xv + 1) ** 2, rtol=1e-6)
+    deep = x
+    for _ in range(50):  # calls nested 50 deep
+        deep = UOp.trace_function("inc", lambda s: (s + 1,), deep)[0]
+    np.testing.assert_allclose(run(deep, x=xv), xv + 50, rtol=1e-6)
+
+
+def test_each_call_runs_its_body_once_and_unread_outputs_never():
+    x = UOp.param("x", (4,))
+    f = UOp.trace_function("f", lambda s: ((s * 3).sin(), (s * 5).exp2()), x)
+    stats = EvalStats()
+    evaluate([f[0] + f[0].sin(), f[0] * 2], {"x": rand(4)}, stats=stats)
+    # body output 0: CONST 3, MUL, SIN; then SIN, ADD, CONST 2, MUL. Output 1 (MUL, EXP2) never runs.
+    assert stats.nodes_evaluated == 7
+
+
+def test_call_tuple_store_after():
+    x = UOp.param("x", (3,))
+    xv = rand(3)
+    c = UOp.trace_call("double", lambda s: (s * 2,), lambda s, g: (g * 2,), x)
+    np.testing.assert_allclose(run(c[0], x=xv), xv * 2)
+    (pair,) = evaluate([UOp.tuple(x + 1, UOp.noop())], {"x": xv})
+    np.testing.assert_allclose(pair[0], xv + 1)
+    assert pair[1] is None
+    dest = UOp.param("dest", (3,))
+    store = dest.store(x * 3)
+    value, stored = evaluate([dest.after(store), store], {"x": xv})  # dest itself is not needed
+    np.testing.assert_allclose(value, xv * 3)
+    np.testing.assert_allclose(stored, xv * 3)
+
+
+def test_evaluate_graph_and_nodes_as_input_keys():
+    x = UOp.param("x", (2,))
+    s = UOp.slot(0, (2,))
+    graph = Graph({"double": x * 2, "plus": x + 1})
+    out = evaluate_graph(graph, {"x": np.array([1, 2], np.float32)})
+    assert list(out) == ["double", "plus"]
+    same(out["double"], np.array([2, 4], np.float32))
+    (body,) = evaluate([s * 3], {s: np.array([1, 2], np.float32)})  # a body evaluated on its own
+    same(body, np.array([3, 6], np.float32))
+    (over,) = evaluate([(x * 2) + 1], {x * 2: np.array([5, 5], np.float32)})  # a node's value supplied
+    same(over, np.array([6, 6], np.float32))
+
+
+# ----------------------------------------------------------------------------- errors
+
+def test_input_errors_name_the_input_with_shape_and_dtype():
+    x = UOp.param("x", (3, 4))
+    with pytest.raises(EvaluationError, match=r"missing input 'x'.*float32\[3, 4\]"):
+        evaluate([x * 2], {})
+    with pytest.raises(EvaluationError, match=r"input 'x'.*float32\[3, 4\].*float32\[4, 3\]"):
+        evaluate([x * 2], {"x": rand(4, 3)})
+    with pytest.raises(EvaluationError, match=r"input 'x'.*float32\[3, 4\].*float64\[3, 4\]"):
+        evaluate([x * 2], {"x": rand(3, 4, dtype=np.float64)})
+    with pytest.raises(EvaluationError, match=r"input 'x'.*numpy array"):
+        evaluate([x * 2], {"x": [[1.0] * 4] * 3})
+    with pytest.raises(EvaluationError, match=r"unknown input 'y'.*x"):
+        evaluate_graph(Graph({"out": x * 2}), {"x": rand(3, 4), "y": rand(3, 4)})
+    with pytest.raises(EvaluationError, match=r"slot PARAM 0"):
+        evaluate([UOp.slot(0, (2,)) + 1], {})
+
+
+# ----------------------------------------------------------------------------- contractions
+
+def expanded_product(a: UOp, b: UOp) -> UOp:
+    """The MUL that tinygrad's matmul builds: a (n,k), b (k,m) -> (n,m,k) expanded product."""
+    (n, k), m = a.shape, b.shape[1]
+    return a.reshape(n, 1, k).expand(n, m, k) * b.T.reshape(1, m, k).expand(n, m, k)
+
+
+def contract(outputs, **inputs):
+    stats = EvalStats()
+    values = evaluate(outputs, inputs, stats=stats)
+    return values, stats
+
+
+CONTRACTION_CASES = [
+    ("matmul", lambda a, b, c: a @ b, lambda a, b, c: a @ b),
+    ("transposed left", lambda a, b, c: a.T @ c, lambda a, b, c: a.T @ c),
+    ("transposed right", lambda a, b, c: b.T @ a.T, lambda a, b, c: b.T @ a.T),
+    ("both transposed", lambda a, b, c: c.T @ a, lambda a, b, c: c.T @ a),
+    ("vector", lambda a, b, c: a[0] if False else a.shrink(((0, 1), (0, 8))).reshape(8) @ b,
+     lambda a, b, c: a[0] @ b),
+    ("scalar factor", lambda a, b, c: (expanded_product(a, b) * 0.5).sum(2),
+     lambda a, b, c: (a @ b) * np.float32(0.5)),
+    ("scalar factor inside", lambda a, b, c: (expanded_product(a * 1.0, b) * UOp.const(2.0)).r("ADD", (2,)),
+     lambda a, b, c: ((a @ b) * 2)[:, :, None]),
+    ("keepdim", lambda a, b, c: expanded_product(a, b).r("ADD", (2,)), lambda a, b, c: (a @ b)[:, :, None]),
+    ("dot", lambda a, b, c: (a * a).sum(), lambda a, b, c: (a * a).sum()),
+    ("row dots", lambda a, b, c: (a * a).sum(1), lambda a, b, c: (a * a).sum(1)),
+    ("outer", lambda a, b, c: (a.reshape(6, 8, 1).expand(6, 8, 6) * c.reshape(6, 1, 6).expand(6, 8, 6)).sum(0),
+     lambda a, b, c: np.einsum("ik,il->kl", a, c)),
+    ("sum of products", lambda a, b, c: (expanded_product(a, b) + expanded_product(a * 2, b)).sum(2),
+     lambda a, b, c: 3 * (a @ b)),
+    ("broadcast sum", lambda a, b, c: (a.reshape(6, 8, 1).expand(6, 8, 5) * UOp.const(3.0)).sum((0, 2)),
+     lambda a, b, c: a.sum(0) * 15),
+]
+
+
+@pytest.mark.parametrize("name, build, reference", CONTRACTION_CASES, ids=[c[0] for c in CONTRACTION_CASES])
+def test_contractions_equal_the_naive_product(name, build, reference):
+    av, bv, cv = rand(6, 8), rand(8, 5), rand(6, 6)
+    a, b, c = UOp.param("a", (6, 8)), UOp.param("b", (8, 5)), UOp.param("c", (6, 6))
+    out = build(a, b, c)
+    (value,), stats = contract([out], a=av, b=bv, c=cv)
+    assert stats.contractions >= 1
+    expected = np.asarray(reference(av, bv, cv), np.float32)
+    assert value.shape == out.shape == expected.shape and value.dtype == np.float32
+    np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_batched_and_broadcast_batch_contractions():
+    a, b, w = UOp.param("a", (3, 4, 5)), UOp.param("b", (3, 5, 6)), UOp.param("w", (5, 2))
+    av, bv, wv = rand(3, 4, 5), rand(3, 5, 6), rand(5, 2)
+    (ab, aw, ba), stats = contract([a @ b, a @ w, b.transpose(-1, -2) @ a.transpose(-1, -2)], a=av, b=bv, w=wv)
+    assert stats.contractions == 3
+    np.testing.assert_allclose(ab, av @ bv, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(aw, av @ wv, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ba, (av @ bv).transpose(0, 2, 1), rtol=1e-5, atol=1e-5)
+    assert ba.flags.c_contiguous
+    big_a, big_b = UOp.param("A", (16, 32, 24)), UOp.param("B", (16, 24, 20))  # matmul per batch item
+    Av, Bv = rand(16, 32, 24), rand(16, 24, 20)
+    (value,), stats = contract([big_a @ big_b], A=Av, B=Bv)
+    np.testing.assert_allclose(value, Av @ Bv, rtol=1e-5, atol=1e-4)
+
+
+def test_gradient_shaped_contractions():
+    """What the gradient of a matmul produces: REDUCE ADD over the expanded axes of
+    g_expanded * other_expanded."""
+    n, k, m = 6, 8, 5
+    a, b, g = UOp.param("a", (n, k)), UOp.param("b", (k, m)), UOp.param("g", (n, m))
+    av, bv, gv = rand(n, k), rand(k, m), rand(n, m)
+    g_exp = g.reshape(n, m, 1).expand(n, m, k)
+    lhs = a.reshape(n, 1, k).expand(n, m, k)
+    rhs = b.T.reshape(1, m, k).expand(n, m, k)
+    grad_a = (g_exp * rhs).r("ADD", (1,)).reshape(n, k)
+    grad_b = (g_exp * lhs).r("ADD", (0,)).reshape(m, k).permute(1, 0)
+    (da, db), stats = contract([grad_a, grad_b], a=av, b=bv, g=gv)
+    assert stats.contractions == 2
+    np.testing.assert_allclose(da, gv @ bv.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(db, av.T @ gv, rtol=1e-5, atol=1e-5)
+
+
+def test_mlp_gradient_from_compute_gradient_matches_numpy():
+    gradient = pytest.importorskip("uopcli.gradient")
+    x, w0, b0, w1 = UOp.param("x", (4, 6)), UOp.param("w0", (6, 5)), UOp.param("b0", (5,)), UOp.param("w1", (5, 3))
+    xv, w0v, b0v, w1v = rand(4, 6), rand(6, 5), rand(5), rand(5, 3)
+    z = x @ w0 + b0
+    loss = ((z.relu() @ w1) ** 2.0).sum()
+    grads = gradient.compute_gradient(loss, loss.const_like(1.0), [w0, b0, w1])
+    (dw0, db0, dw1), stats = contract([grads[w0], grads[b0], grads[w1]], x=xv, w0=w0v, b0=b0v, w1=w1v)
+    assert stats.contractions >= 4
+    zv = xv @ w0v + b0v
+    h = np.maximum(zv, 0)
+    gout = 2 * (h @ w1v)
+    gz = (gout @ w1v.T) * (zv > 0)
+    np.testing.assert_allclose(dw1, h.T @ gout, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(dw0, xv.T @ gz, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(db0, gz.sum(0), rtol=1e-4, atol=1e-4)
+
+
+def test_integer_and_float16_contractions():
+    a, b = UOp.param("a", (4, 6), dtypes.int32), UOp.param("b", (6, 3), dtypes.int32)
+    av, bv = RNG.integers(-50, 50, (4, 6)).astype(np.int32), RNG.integers(-50, 50, (6, 3)).astype(np.int32)
+    (value,), stats = contract([a @ b], a=av, b=bv)
+    same(value, av @ bv)
+    h, k = UOp.param("h", (4, 64), dtypes.float16), UOp.param("k", (64, 3), dtypes.float16)
+    hv, kv = rand(4, 64, dtype=np.float16), rand(64, 3, dtype=np.float16)
+    (value,), stats = contract([h @ k], h=hv, k=kv)
+    assert value.dtype == np.float16 and stats.contractions == 1
+    np.testing.assert_allclose(value, (hv.astype(np.float32) @ kv.astype(np.float32)).astype(np.float16),
+                               rtol=2e-3, atol=2e-3)
+
+
+def test_a_product_read_elsewhere_is_evaluated_normally():
+    a, b = UOp.param("a", (6, 8)), UOp.param("b", (8, 5))
+    av, bv = rand(6, 8), rand(8, 5)
+    product = expanded_product(a, b)
+    (total, first), stats = contract([product.sum(2), product.shrink(((0, 1), (0, 1), (0, 8)))], a=av, b=bv)
+    assert stats.contractions == 0
+    np.testing.assert_allclose(total, av @ bv, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(first.reshape(8), av[0] * bv[:, 0], rtol=1e-6)
+    (value,), stats = contract([(a * b.shrink(((0, 6), (0, 5))).pad(((0, 0), (0, 3)))).r("MAX", (1,))], a=av, b=bv)
+    assert stats.contractions == 0  # not a sum
+
+
+def test_a_large_contraction_never_builds_the_expanded_product():
+    n = 256  # the expanded product would be 256^3 float32 = 64 MiB
+    a, b = UOp.param("a", (n, n)), UOp.param("b", (n, n))
+    av, bv = rand(n, n), rand(n, n)
+    g = UOp.param("g", (n, n))
+    g_exp = g.reshape(n, n, 1).expand(n, n, n)
+    outputs = [a @ b, (g_exp * b.T.reshape(1, n, n).expand(n, n, n)).r("ADD", (1,))]
+    tracemalloc.start()
+    try:
+        (ab, ga), stats = contract(outputs, a=av, b=bv, g=av)
+        traced_peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert stats.contractions == 2
+    assert stats.peak_bytes <= 2 * n * n * 4  # the two results, nothing else
+    assert traced_peak < 8 * n * n * 4        # numpy allocated nothing near 64 MiB either
+    np.testing.assert_allclose(ab, av @ bv, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(ga.reshape(n, n), av @ bv.T, rtol=1e-4, atol=1e-3)
+
+
+# ----------------------------------------------------------------------------- memory and scale
+
+def test_intermediates_are_freed_after_their_last_use():
+    x = UOp.param("x", (1 << 18,))  # 1 MiB per float32 array
+    y = x
+    for i in range(200):
+        y = (y * 1.0001 + 0.5).sin() if i % 2 else y.maximum(x)  # x stays live: it is read throughout
+    stats = EvalStats()
+    (value,) = evaluate([y], {"x": rand(1 << 18)}, stats=stats)
+    assert stats.nodes_evaluated > 300
+    assert stats.peak_bytes <= 3 * (1 << 20)  # about two arrays live at a time
+
+
+def test_a_million_node_chain_evaluates_at_the_default_recursion_limit():
+    assert sys.getrecursionlimit() <= 1000
+    with no_gc():
+        y = UOp.param("x", ())
+        for _ in range(500_000):
+            y = y * 1.0000001 + 0.25
+    stats = EvalStats()
+    (value,) = evaluate([y], {"x": np.float32(1)}, stats=stats)
+    assert stats.nodes_evaluated == 1_000_002  # 500,000 MULs and ADDs, and each CONST once
+    assert value.dtype == np.float32 and value.shape == () and np.isfinite(value)

@@ -1,0 +1,791 @@
+"""The numpy evaluator: one table maps each op to numpy, an iterative compiler turns a
+graph into a flat list of steps, and a tight loop runs them.
+
+    evaluate([loss, grad_w], {"x": x, "w": w})        -> [array, array]
+    evaluate_graph(graph, {"x": x, "w": w})           -> {"loss": array, "grad_w": array}
+
+How it works, and why:
+- **Compile once, run flat.** An explicit-stack walk (no recursion: a 1,000,000-node chain
+  is fine) gives every value a register and emits one step per computing node. Nodes
+  that only rename a value (CONTIGUOUS, DETACH, COPY, GETTUPLE, a body's slot PARAM,
+  STORE/AFTER) get no step: they share their source's register.
+- **Calls are inlined per call site.** A FUNCTION/CALL body is walked in a context of its
+  own, where slot PARAM i is the register of arg i; a GETTUPLE asks for one body output
+  in that context, so each call node runs its body once and unread outputs never run.
+- **Free after last use.** The compiler knows each register's last reader, so the loop
+  drops a value right after it: peak memory stays near what hand-written numpy holds.
+- **Contractions never materialise.** A REDUCE ADD over a product (or a sum of products)
+  of RESHAPE/EXPAND/PERMUTE views, which is how tinygrad spells matmul and what its
+  gradients produce, runs as one BLAS matmul (or einsum) over the un-broadcast operands;
+  the MUL node is never built (see `_Contraction`).
+- numpy's floating-point warnings are silenced: results are IEEE values (1/0 = inf).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .errors import EvaluationError
+from .ops import Ops
+from .uop import UOp, no_gc
+
+__all__ = ["evaluate", "evaluate_graph", "EvalStats"]
+
+
+@dataclass
+class EvalStats:
+    """Filled in by `evaluate` when passed: what the evaluation cost."""
+    seconds: float = 0.0          # wall time, compile and run
+    peak_bytes: int = 0           # peak bytes of live arrays the evaluator allocated (not the caller's inputs)
+    nodes_evaluated: int = 0      # steps run (renaming nodes and fused products cost none)
+    contractions: int = 0         # REDUCE ADD over products run as matmul/einsum
+
+
+# ----------------------------------------------------------------------------- op helpers
+# Exact dtype semantics: every result is in the node's dtype. Sources of a binary op share
+# one dtype, and numpy keeps it (a source of shape () broadcasts as numpy broadcasts).
+
+def _uint_of(dtype) -> np.dtype:
+    """The unsigned integer type of the same item size: WHERE moves bits through it."""
+    return np.dtype(f"u{dtype.itemsize}")
+
+
+def _const(node):
+    return node.dtype.np.type(node.arg)  # a numpy scalar: cheapest operand for ufuncs
+
+
+def _cdiv(node, a, b):
+    if node.dtype.is_float:
+        return a / b
+    if node.dtype.kind == "u":
+        return np.floor_divide(a, b)
+    # C division truncates toward zero: a - fmod(a, b) is an exact multiple of b
+    # (and cannot overflow, |fmod| < |b| with a's sign), so floor division is exact.
+    return np.floor_divide(np.subtract(a, np.fmod(a, b)), b)
+
+
+def _int_pow(a, b):
+    """Integer power as C code would write it: negative exponents give 1/a^|b| truncated
+    (so 1, -1 or 0); numpy refuses them."""
+    if b.dtype.kind == "u" or not np.any(b < 0):
+        return np.power(a, b)
+    negative = b < 0
+    out = np.power(a, np.where(negative, 0, b).astype(b.dtype))
+    one, zero = a.dtype.type(1), a.dtype.type(0)
+    small = np.where(a == 1, one, np.where(a == -1, np.where(b % 2 == 0, one, -one), zero))
+    return np.where(negative, small, out).astype(a.dtype)
+
+
+def _pow(node, a, b):
+    return a ** b if node.dtype.is_float else _int_pow(np.asarray(a), np.asarray(b))
+
+
+def _where(node, cond, a, b):
+    """`a` where cond else `b`. np.where is ~10x slower than a multiply on random masks, so
+    when one branch is a zero scalar (relu and its gradient) the bits of the other branch
+    are multiplied by the mask: exact for every value, -0.0, inf and nan included."""
+    if b.ndim == 0 and a.shape == node.shape and not b.view(_uint_of(b.dtype)):
+        uint = _uint_of(a.dtype)
+        return np.multiply(a.view(uint), cond, dtype=uint).view(a.dtype)
+    if a.ndim == 0 and b.shape == node.shape and not a.view(_uint_of(a.dtype)):
+        uint = _uint_of(b.dtype)
+        return np.multiply(b.view(uint), np.logical_not(cond), dtype=uint).view(b.dtype)
+    return np.where(cond, a, b)
+
+
+def _mulacc(node, a, b, c):
+    product = np.multiply(a, b)
+    if isinstance(product, np.ndarray) and product.shape == node.shape:
+        return np.add(product, c, out=product)
+    return np.add(product, c)
+
+
+def _reduce(node, x):
+    op, axes = node.arg
+    if op == "ADD":
+        if node.dtype.itemsize == 2 and node.dtype.is_float:  # float16 sums accumulate in float32
+            return np.sum(x, axis=axes, keepdims=True, dtype=np.float32).astype(np.float16)
+        return np.sum(x, axis=axes, keepdims=True, dtype=x.dtype)  # ints wrap in their own dtype
+    if op == "MUL":
+        return np.prod(x, axis=axes, keepdims=True, dtype=x.dtype)
+    if any(node.src[0].shape[a] == 0 for a in axes):  # max over nothing: the identity
+        low = -np.inf if node.dtype.is_float else np.iinfo(x.dtype).min
+        return np.max(x, axis=axes, keepdims=True, initial=low)
+    return np.max(x, axis=axes, keepdims=True)
+
+
+def _pad(node, x):
+    out = np.zeros(node.shape, dtype=node.dtype.np)
+    out[tuple(slice(before, before + n) for (before, _), n in zip(node.arg, np.shape(x)))] = x
+    return out
+
+
+def _shrink(node, x):
+    return x[tuple(slice(start, end) for start, end in node.arg)]
+
+
+def _flip(node, x):
+    return x[tuple(slice(None, None, -1) if f else slice(None) for f in node.arg)]
+
+
+# Markers for ops the compiler handles without a step.
+SAME_AS_SOURCE_0 = "same value as source 0"   # the register of src[0] is reused
+SAME_AS_SOURCE_1 = "same value as source 1"   # the register of src[1] is reused
+STRUCTURAL = "handled by the compiler"        # inputs, call plumbing, tuples
+
+# ----------------------------------------------------------------------------- the op table
+# One row per op of format v1: the numpy that computes the node from its sources' values,
+# called as impl(node, *source_values); the maths beside it. Python operators are used
+# where they mean the same ufunc: on numpy scalars they are ~20x faster than np.add(...).
+IMPL = {
+    Ops.PARAM: STRUCTURAL,                                               # the input's array, or call arg i for slot i
+    Ops.CONST: _const,                                                   # the scalar, in the node's dtype
+    Ops.BUFFER: lambda n: n.buffer_array(),                              # the embedded bytes, zero-copy
+    Ops.NOOP: STRUCTURAL,                                                # None (only inside a TUPLE)
+    Ops.NEG: lambda n, x: -x,                                            # -x (unsigned wraps)
+    Ops.RECIPROCAL: lambda n, x: np.reciprocal(x),                       # 1/x
+    Ops.SQRT: lambda n, x: np.sqrt(x),                                   # √x
+    Ops.EXP2: lambda n, x: np.exp2(x),                                   # 2^x
+    Ops.LOG2: lambda n, x: np.log2(x),                                   # log₂ x
+    Ops.SIN: lambda n, x: np.sin(x),                                     # sin x
+    Ops.TRUNC: lambda n, x: np.trunc(x),                                 # x rounded toward 0
+    Ops.CAST: lambda n, x: np.asarray(x).astype(n.dtype.np),             # value converted; float -> int truncates
+    Ops.BITCAST: lambda n, x: x.view(n.dtype.np),                        # same bytes, new dtype
+    Ops.ADD: lambda n, a, b: a + b,                                      # a + b
+    Ops.SUB: lambda n, a, b: a - b,                                      # a - b
+    Ops.MUL: lambda n, a, b: a * b,                                      # a * b
+    Ops.FDIV: _cdiv,                                                     # a / b (integers: as CDIV)
+    Ops.MAX: lambda n, a, b: np.maximum(a, b),                           # max(a, b)
+    Ops.POW: _pow,                                                       # a^b (integers: C-style, b<0 -> 1/a^|b|)
+    Ops.CDIV: _cdiv,                                                     # a / b truncated toward 0
+    Ops.CMOD: lambda n, a, b: np.fmod(a, b),                             # a - b*trunc(a/b): the dividend's sign
+    Ops.AND: lambda n, a, b: a & b,                                      # a & b (bool: and)
+    Ops.OR: lambda n, a, b: a | b,                                       # a | b (bool: or)
+    Ops.XOR: lambda n, a, b: a ^ b,                                      # a ^ b (bool: xor)
+    Ops.SHL: lambda n, a, b: a << b,                                     # a << b
+    Ops.SHR: lambda n, a, b: a >> b,                                     # a >> b (signed: arithmetic)
+    Ops.CMPLT: lambda n, a, b: a < b,                                    # a < b
+    Ops.CMPNE: lambda n, a, b: a != b,                                   # a != b
+    Ops.CMPEQ: lambda n, a, b: a == b,                                   # a == b
+    Ops.WHERE: _where,                                                   # cond ? a : b
+    Ops.MULACC: _mulacc,                                                 # a*b + c
+    Ops.REDUCE: _reduce,                                                 # Σ / Π / max over axes, kept as size 1
+    Ops.RESHAPE: lambda n, x: np.reshape(x, n.arg),                      # same elements, new shape (a view when it can)
+    Ops.EXPAND: lambda n, x: np.broadcast_to(x, n.arg),                  # size-1 axes repeated: a zero-copy view
+    Ops.PERMUTE: lambda n, x: np.transpose(x, n.arg),                    # axes reordered: a view
+    Ops.PAD: _pad,                                                       # zeros around x
+    Ops.SHRINK: _shrink,                                                 # x[start:end, ...]: a view
+    Ops.FLIP: _flip,                                                     # x[::-1] on marked axes: a view
+    Ops.CONTIGUOUS: SAME_AS_SOURCE_0,                                    # x (layout is numpy's business)
+    Ops.CONTIGUOUS_BACKWARD: SAME_AS_SOURCE_0,                           # x
+    Ops.DETACH: SAME_AS_SOURCE_0,                                        # x (only gradients stop)
+    Ops.COPY: SAME_AS_SOURCE_0,                                          # x (everything runs on the CPU)
+    Ops.TUPLE: STRUCTURAL,                                               # (elements...), as an output only
+    Ops.FUNCTION: STRUCTURAL,                                            # body run once with slot i = arg i
+    Ops.CALL: STRUCTURAL,                                                # the same (its backward body is not run)
+    Ops.GETTUPLE: STRUCTURAL,                                            # body output i of that call
+    Ops.STORE: SAME_AS_SOURCE_1,                                         # the stored value
+    Ops.AFTER: SAME_AS_SOURCE_1,                                         # the value its STORE wrote
+}
+
+# How a step's result relates to memory, for the peak-bytes count.
+_VIEW_OPS = frozenset({Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP, Ops.BITCAST})  # always views of src 0
+_MAYBE_VIEW_OPS = frozenset({Ops.RESHAPE})                                          # a view when numpy can
+_NEW, _VIEW, _MAYBE_VIEW, _EXTERNAL = 0, 1, 2, 3
+
+
+def _memory_kind(op: str) -> int:
+    if op in _VIEW_OPS:
+        return _VIEW
+    if op in _MAYBE_VIEW_OPS:
+        return _MAYBE_VIEW
+    return _EXTERNAL if op == Ops.BUFFER else _NEW
+
+
+# ----------------------------------------------------------------------------- contractions
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_MATMUL_MIN_WORK = 4096  # per batch item: below it, per-matrix BLAS calls cost more than einsum's loop
+
+
+class _Contraction:
+    """REDUCE ADD over Σ_terms Π_factors, run without building any product.
+
+    Each factor is the value of a MUL source as numpy holds it: usually a broadcast view
+    (EXPAND of a RESHAPE/PERMUTE). An axis along which a factor's stride is 0 (or whose
+    size is 1) is not an axis of that factor: it is indexed away, which leaves the
+    un-broadcast data. Then per term:
+        axes in both factors, reduced  -> contracted (matmul's K)
+        axes in both factors, kept     -> batch
+        axes in one factor only, kept  -> that factor's free axes (matmul's M or N)
+        axes in one factor only, reduced -> summed in that factor first
+        axes in no factor: reduced -> multiply by their size; kept -> broadcast
+    and np.matmul runs with the operands ordered so its C-ordered result is already in the
+    REDUCE's axis order where possible (np.einsum can return Fortran-ordered results that
+    slow every later elementwise op). Shape-() factors multiply the result.
+    """
+
+    __slots__ = ("terms",)
+
+    def __init__(self, terms: tuple[tuple[int, ...], ...]):
+        self.terms = terms  # per term, the positions of its factors among the step's sources
+
+    def __call__(self, node, *values):
+        full_shape = node.src[0].shape
+        reduced = frozenset(node.arg[1])
+        total = None
+        for term in self.terms:
+            part = _contract_term([values[i] for i in term], full_shape, reduced, node)
+            if total is None:
+                total = part
+            elif total.flags.writeable and total.base is None and total.shape == node.shape:
+                np.add(total, part, out=total)
+            else:
+                total = np.add(total, part)
+        return total
+
+
+def _factor_view(value, full_shape) -> tuple[np.ndarray, list[int]]:
+    """The factor without its broadcast axes, and the full-shape axes it keeps."""
+    index, axes = [], []
+    for axis, (size, stride) in enumerate(zip(full_shape, value.strides)):
+        if size != 1 and stride != 0:
+            index.append(slice(None))
+            axes.append(axis)
+        else:
+            index.append(0)
+    return value[tuple(index)], axes
+
+
+def _contract_term(values, full_shape, reduced, node):
+    dtype = node.dtype.np
+    compute = np.dtype(np.float32) if dtype == np.float16 else dtype  # float16 sums accumulate in float32
+    scale = None
+    operands = []
+    for value in values:
+        if np.ndim(value) == 0:
+            scale = value if scale is None else np.multiply(scale, value)
+            continue
+        view, axes = _factor_view(value, full_shape)
+        operands.append((view.astype(compute, copy=False), axes))
+    present = set().union(*(axes for _, axes in operands)) if operands else set()
+    kept = [a for a in range(len(full_shape)) if a not in reduced and full_shape[a] != 1]
+    out_axes = [a for a in kept if a in present]
+    if len(operands) == 2:
+        result = _contract_pair(operands, reduced, out_axes, full_shape)
+    elif len(operands) == 1:
+        view, axes = operands[0]
+        result = np.sum(view, axis=tuple(i for i, a in enumerate(axes) if a in reduced), dtype=compute)
+        result = np.asarray(result)
+    elif operands:
+        subscripts = [(view, [_LETTERS[a] for a in axes]) for view, axes in operands]
+        spec = ",".join("".join(letters) for _, letters in subscripts) + "->" + "".join(_LETTERS[a] for a in out_axes)
+        result = np.ascontiguousarray(np.einsum(spec, *(v for v, _ in subscripts), optimize=True))
+    else:
+        result = np.ones((), dtype=compute)
+    result = _apply_scale(result, scale, math.prod(full_shape[a] for a in reduced if a not in present), compute)
+    if result.dtype != dtype:
+        result = result.astype(dtype)
+    keep_shape = tuple(full_shape[a] if a in present and a not in reduced else 1 for a in range(len(full_shape)))
+    result = result.reshape(keep_shape)
+    return result if keep_shape == node.shape else np.broadcast_to(result, node.shape)
+
+
+def _apply_scale(result, scale, count: int, compute):
+    """result * scale * count, in place (the result is always a fresh array here)."""
+    if count != 1:
+        factor = np.array(count).astype(compute)  # integers wrap, as count additions would
+        result = np.multiply(result, factor, out=result) if result.ndim else np.multiply(result, factor)
+    if scale is not None:
+        scale = np.asarray(scale).astype(compute, copy=False)
+        result = np.multiply(result, scale, out=result) if result.ndim else np.multiply(result, scale)
+    return np.asarray(result)
+
+
+def _contract_pair(operands, reduced, out_axes, full_shape):
+    """Two factors: one np.matmul (or einsum for many tiny matrices), result in out_axes order."""
+    (a, a_axes), (b, b_axes) = operands
+    # an axis only one factor has and the REDUCE sums over: sum it in that factor first
+    a, a_axes = _sum_private(a, a_axes, set(b_axes), reduced)
+    b, b_axes = _sum_private(b, b_axes, set(a_axes), reduced)
+    common = set(a_axes) & set(b_axes)
+    batch = [x for x in out_axes if x in common]
+    contracted = [x for x in a_axes if x in common and x in reduced]
+    a_free = [x for x in a_axes if x not in common]
+    b_free = [x for x in b_axes if x not in common]
+    if b_free and a_free and max(b_free) < min(a_free):  # the result reads B's axes first: swap
+        a, a_axes, a_free, b, b_axes, b_free = b, b_axes, b_free, a, a_axes, a_free
+    size = {x: full_shape[x] for x in a_axes + b_axes}
+    batch_n, m, n, k = (math.prod(size[x] for x in group) for group in (batch, a_free, b_free, contracted))
+    order = batch + a_free + b_free
+    if batch and m * n * k < _MATMUL_MIN_WORK:
+        spec = "".join(_LETTERS[x] for x in a_axes) + "," + "".join(_LETTERS[x] for x in b_axes) + "->" \
+            + "".join(_LETTERS[x] for x in order)
+        result = np.einsum(spec, a, b)
+    else:
+        lhs = np.transpose(a, [a_axes.index(x) for x in batch + a_free + contracted])
+        rhs = np.transpose(b, [b_axes.index(x) for x in batch + contracted + b_free])
+        lead = (batch_n,) if batch else ()
+        result = np.matmul(lhs.reshape(*lead, m, k), rhs.reshape(*lead, k, n))
+        result = result.reshape([size[x] for x in order])
+    if order != out_axes:
+        result = np.transpose(result, [order.index(x) for x in out_axes])
+    return np.ascontiguousarray(result)
+
+
+def _sum_private(view, axes, other_axes, reduced):
+    private = [i for i, a in enumerate(axes) if a in reduced and a not in other_axes]
+    if not private:
+        return view, axes
+    return np.sum(view, axis=tuple(private)), [a for i, a in enumerate(axes) if i not in private]
+
+
+# ----------------------------------------------------------------------------- the compiler
+
+class _Program:
+    __slots__ = ("steps", "register_count", "initial", "outputs", "contractions")
+
+    def __init__(self):
+        # a step: [impl, node, source registers, output register, memory kind, registers to free after]
+        self.steps: list[list] = []
+        self.register_count = 0
+        self.initial: dict = {}      # register -> the caller's array (inputs)
+        self.outputs: list = []      # per requested output: a register, None, or a tuple of those
+        self.contractions = 0
+
+
+# What the walk does per op: emit a step, reuse a source's register, or call plumbing.
+_STEP, _RENAME0, _RENAME1, _PARAM, _GETTUPLE, _CALL, _VOID = range(7)
+
+
+def _walk_kind(op: str, impl) -> int:
+    if impl is SAME_AS_SOURCE_0:
+        return _RENAME0
+    if impl is SAME_AS_SOURCE_1:
+        return _RENAME1
+    return {Ops.PARAM: _PARAM, Ops.GETTUPLE: _GETTUPLE, Ops.FUNCTION: _CALL, Ops.CALL: _CALL,
+            Ops.TUPLE: _VOID, Ops.NOOP: _VOID}.get(op, _STEP)
+
+
+_OP_INFO = {op: (_walk_kind(op, impl), impl, _memory_kind(op)) for op, impl in IMPL.items()}
+
+
+_VISITED = object()  # stack marker: the node below it has all its sources done
+
+
+def _describe(node: UOp) -> str:
+    return f"{node.dtype.name}{list(node.shape)}"
+
+
+def _check_value(what: str, node: UOp, value):
+    if not isinstance(value, np.ndarray):
+        if isinstance(value, np.generic):
+            value = np.asarray(value)
+        else:
+            raise EvaluationError(f"{what}: expected a numpy array {_describe(node)}, got {type(value).__name__}")
+    if value.shape != node.shape or value.dtype != node.dtype.np:
+        raise EvaluationError(f"{what}: expected {_describe(node)}, got {value.dtype}{list(value.shape)}")
+    return value
+
+
+class _Compiler:
+    """Walks the graph from the outputs (explicit stack, post-order) and emits the program.
+
+    A value is keyed by its node at the top level and by (context, node) inside a call
+    body: context ids are given per call site, so one body called twice runs twice, with
+    its own slot bindings, and one call node read by several GETTUPLEs runs once."""
+
+    def __init__(self, inputs: Mapping):
+        self.by_name: dict[str, object] = {}
+        self.by_node: dict[UOp, object] = {}
+        for key, value in inputs.items():
+            if isinstance(key, UOp):
+                self.by_node[key] = value
+            elif isinstance(key, str):
+                self.by_name[key] = value
+            else:
+                raise EvaluationError(f"input keys must be names or UOps, got {type(key).__name__}")
+        self.program = _Program()
+        self.register: dict = {}         # key -> register
+        self.call_context: dict = {}     # key of a call node -> its body's context id
+        self.context_args: dict = {}     # context id -> registers of the call's args
+
+    def context_of(self, call_key) -> int:
+        context = self.call_context.get(call_key)
+        if context is None:
+            context = self.call_context[call_key] = len(self.call_context) + 1
+        return context
+
+    def walk(self, roots: Sequence[UOp]) -> None:
+        """The top level: an explicit stack of bare nodes (no tuple per visit: this loop
+        is most of the cost of evaluating a long chain). A node is pushed, then _VISITED
+        on top of it, then its sources; popping _VISITED means its sources are done."""
+        register, by_node, info, program = self.register, self.by_node, _OP_INFO, self.program
+        steps, count = program.steps, program.register_count
+        stack = list(reversed(roots))
+        push, pop = stack.append, stack.pop
+        while stack:
+            node = pop()
+            if node is _VISITED:
+                node = pop()
+                how, impl, memory = info[node.op]
+                if how == _STEP:
+                    register[node] = count
+                    steps.append([impl, node, tuple(map(register.__getitem__, node.src)), count, memory, ()])
+                    count += 1
+                elif how == _RENAME0:
+                    register[node] = register[node.src[0]]
+                elif how == _RENAME1:
+                    register[node] = register[node.src[1]]
+                elif how == _PARAM:
+                    register[node] = count
+                    program.initial[count] = self.input_value(node)
+                    count += 1
+                elif how == _CALL:
+                    self.context_args[self.context_of(node)] = tuple(map(register.__getitem__, node.src[1:]))
+                    register[node] = -1
+                else:  # _GETTUPLE: its call's args are done; compile the body output it reads
+                    call = node.src[0]
+                    program.register_count = count
+                    register[node] = self.walk_body(call.src[0].src[node.arg], self.call_context[call])
+                    count = program.register_count
+                continue
+            if node in register:
+                continue
+            if by_node and node in by_node:
+                register[node] = count
+                program.initial[count] = _check_value(f"input {node!r}", node, by_node[node])
+                count += 1
+                continue
+            how = info[node.op][0]
+            push(node)
+            push(_VISITED)
+            if how == _STEP:
+                sources = node.src
+            elif how == _RENAME0 or how == _GETTUPLE:
+                sources = node.src[:1]
+            elif how == _RENAME1:
+                sources = node.src[1:2]
+            elif how == _CALL:
+                sources = node.src[1:]
+            elif how == _VOID:
+                raise EvaluationError(f"{node.op} cannot be used as a value: {node!r}")
+            else:
+                continue
+            for s in reversed(sources):
+                if s not in register:
+                    push(s)
+        program.register_count = count
+
+    def walk_body(self, root: UOp, root_context: int) -> int:
+        """A node inside a call body (context >= 1), and what it needs, possibly in nested
+        calls: the same walk over (node, context) pairs. Returns the root's register."""
+        register, info, program = self.register, _OP_INFO, self.program
+        steps, count = program.steps, program.register_count
+        stack = [(root, root_context, False)]
+        push, pop = stack.append, stack.pop
+        while stack:
+            node, context, ready = pop()
+            key = (context, node)
+            if key in register:
+                continue
+            how, impl, memory = info[node.op]
+            if not ready:  # first visit: sources first
+                push((node, context, True))
+                if how == _STEP:
+                    for s in reversed(node.src):
+                        push((s, context, False))
+                elif how == _RENAME0:
+                    push((node.src[0], context, False))
+                elif how == _RENAME1:
+                    push((node.src[1], context, False))
+                elif how == _GETTUPLE:
+                    call = node.src[0]
+                    push((call.src[0].src[node.arg], self.context_of((context, call)), False))
+                    push((call, context, False))  # the call's args first: the body's slots read them
+                elif how == _CALL:
+                    for s in reversed(node.src[1:]):
+                        push((s, context, False))
+                elif how == _VOID:
+                    raise EvaluationError(f"{node.op} cannot be used as a value: {node!r}")
+                continue
+            if how == _STEP:  # second visit: sources have registers
+                register[key] = count
+                steps.append([impl, node, tuple([register[(context, s)] for s in node.src]), count, memory, ()])
+                count += 1
+            elif how == _RENAME0:
+                register[key] = register[(context, node.src[0])]
+            elif how == _RENAME1:
+                register[key] = register[(context, node.src[1])]
+            elif how == _PARAM:
+                if not isinstance(node.arg, int):
+                    raise EvaluationError(f"a function body reads graph input {node.arg!r}: bodies must be closed")
+                register[key] = self.context_args[context][node.arg]
+            elif how == _GETTUPLE:
+                call = node.src[0]
+                register[key] = register[(self.call_context[(context, call)], call.src[0].src[node.arg])]
+            else:  # _CALL: its args have registers now; its body runs when a GETTUPLE asks
+                self.context_args[self.context_of(key)] = tuple(register[(context, s)] for s in node.src[1:])
+                register[key] = -1
+        program.register_count = count
+        return register[(root_context, root)]
+
+    def input_value(self, node: UOp):
+        name = node.arg
+        if not isinstance(name, str):
+            raise EvaluationError(f"slot PARAM {name} {_describe(node)} is outside any function body: "
+                                  "bind it by passing the node itself as an input key")
+        if name not in self.by_name:
+            raise EvaluationError(f"missing input {name!r}: expected {_describe(node)}")
+        return _check_value(f"input {name!r}", node, self.by_name[name])
+
+
+def _output_roots(output: UOp) -> tuple[list[UOp], object]:
+    """The value nodes an output needs, and how to assemble it from them: a node, None
+    (NOOP), or a tuple of those (TUPLE, FUNCTION, CALL outputs)."""
+    if not isinstance(output, UOp):
+        raise EvaluationError(f"outputs must be UOps, got {type(output).__name__}")
+    if output.op == Ops.TUPLE:
+        layout = tuple(None if e.op == Ops.NOOP else e for e in output.src)
+    elif output.op in (Ops.FUNCTION, Ops.CALL):
+        layout = tuple(output.gettuple(i) for i in range(len(output.src[0].src)))
+    elif output.op == Ops.STORE:
+        return [output.src[1]], output.src[1]
+    elif output.op == Ops.NOOP:
+        return [], None
+    else:
+        return [output], output
+    return [e for e in layout if e is not None], layout
+
+
+def _compile(outputs: Sequence[UOp], inputs: Mapping) -> _Program:
+    compiler = _Compiler(inputs)
+    layouts, roots = [], []
+    for output in outputs:
+        needed, layout = _output_roots(output)
+        roots.extend(needed)
+        layouts.append(layout)
+    compiler.walk(roots)
+    register, program = compiler.register, compiler.program
+    for layout in layouts:
+        if isinstance(layout, tuple):
+            program.outputs.append(tuple(None if e is None else register[e] for e in layout))
+        else:
+            program.outputs.append(None if layout is None else register[layout])
+    _fuse_contractions(program)
+    _plan_frees(program)
+    return program
+
+
+def _output_registers(program: _Program) -> set[int]:
+    regs = set()
+    for out in program.outputs:
+        regs.update(r for r in (out if isinstance(out, tuple) else (out,)) if r is not None)
+    return regs
+
+
+def _fuse_contractions(program: _Program) -> None:
+    """Turn REDUCE ADD over (sums of) products into contraction steps; the products
+    (MUL/ADD nodes read only by that REDUCE) get no step at all."""
+    steps = program.steps
+    candidates = [step for step in steps if step[1].op == Ops.REDUCE and step[1].arg[0] == "ADD"
+                  and 0 not in step[1].src[0].shape and len(step[1].src[0].shape) <= len(_LETTERS)]
+    if not candidates:
+        return
+    reads = [0] * program.register_count
+    for step in steps:
+        for s in step[2]:
+            reads[s] += 1
+    for r in _output_registers(program):
+        reads[r] += 1
+    producer = {step[3]: step for step in steps}
+    fused: set[int] = set()  # ids of the steps folded into a contraction
+    for step in candidates:
+        terms = _sum_of_products(step[2][0], producer, reads)
+        if terms is None:
+            continue
+        sources, positions = [], []
+        for absorbed, factors in terms:
+            positions.append(tuple(range(len(sources), len(sources) + len(factors))))
+            sources.extend(factors)
+            fused.update(absorbed)
+        step[0], step[2], step[4] = _Contraction(tuple(positions)), tuple(sources), _NEW
+        program.contractions += 1
+    if fused:
+        program.steps = [step for step in steps if id(step) not in fused]
+
+
+def _sum_of_products(root: int, producer: dict, reads: list):
+    """The value in register `root` seen as a sum of products: a list of terms, each
+    (ids of the ADD/MUL steps it absorbs, factor registers); None when no term is a
+    product. Only ADD/MUL steps whose value nothing else reads are absorbed."""
+
+    def absorbable(reg: int, op: str):
+        step = producer.get(reg)
+        return step if step is not None and reads[reg] == 1 and step[1].op == op else None
+
+    absorbed_adds, terms = [], []
+    pending = [root]
+    while pending:
+        reg = pending.pop()
+        add = absorbable(reg, Ops.ADD)
+        if add is not None:  # a + b: two more terms
+            absorbed_adds.append(id(add))
+            pending.extend(reversed(add[2]))
+            continue
+        absorbed, factors, muls = [], [], [reg]
+        while muls:
+            r = muls.pop()
+            mul = absorbable(r, Ops.MUL)
+            if mul is None:
+                factors.append(r)
+            else:
+                absorbed.append(id(mul))
+                muls.extend(reversed(mul[2]))
+        terms.append((absorbed, factors))
+    if not any(len(factors) > 1 for _, factors in terms):
+        return None
+    terms[0] = (terms[0][0] + absorbed_adds, terms[0][1])
+    return terms
+
+
+def _plan_frees(program: _Program) -> None:
+    """Each step gets the registers it reads for the last time, to drop right after it."""
+    last_reader: list = [None] * program.register_count
+    for step in program.steps:
+        for s in step[2]:
+            last_reader[s] = step
+    for reg in _output_registers(program):
+        last_reader[reg] = None
+    for reg, step in enumerate(last_reader):
+        if step is not None:
+            step[5] += (reg,)
+
+
+# ----------------------------------------------------------------------------- the loops
+# Sources are passed by arity: unpacking a list built per step costs more than most
+# scalar ops themselves.
+
+def _run(program: _Program) -> list:
+    values = [None] * program.register_count
+    for reg, value in program.initial.items():
+        values[reg] = value
+    for impl, node, srcs, out, _, frees in program.steps:
+        arity = len(srcs)
+        if arity == 2:
+            values[out] = impl(node, values[srcs[0]], values[srcs[1]])
+        elif arity == 1:
+            values[out] = impl(node, values[srcs[0]])
+        else:
+            values[out] = impl(node, *[values[s] for s in srcs])
+        for s in frees:
+            values[s] = None
+    return values
+
+
+def _owner(array):
+    """The array that owns the memory `array` looks at (numpy collapses view chains,
+    except for a few helper arrays such as broadcast_to's)."""
+    base = array.base
+    while isinstance(base, np.ndarray):
+        array, base = base, base.base
+    return array
+
+
+def _run_counting(program: _Program, stats: EvalStats) -> list:
+    """The same loop, also counting the bytes of live arrays the evaluator made: an array
+    and the views of it count once, from its first to its last use."""
+    values = [None] * program.register_count
+    owner_of = [0] * program.register_count  # register -> id of the array owning its memory
+    live: dict[int, list] = {}               # owner id -> [registers using it, bytes, owner]
+    live_bytes = peak = 0
+    for reg, value in program.initial.items():
+        values[reg] = value
+        key = owner_of[reg] = id(_owner(value))
+        entry = live.get(key)
+        if entry is None:
+            live[key] = [1, 0, value]        # the caller's memory: not counted
+        else:
+            entry[0] += 1
+    for impl, node, srcs, out, kind, frees in program.steps:
+        result = impl(node, *[values[s] for s in srcs])
+        values[out] = result
+        if kind == _VIEW or kind == _MAYBE_VIEW and result.base is not None \
+                and np.may_share_memory(result, values[srcs[0]]):
+            key = owner_of[srcs[0]]
+            live[key][0] += 1
+        else:
+            owner = _owner(result)
+            key = id(owner)
+            entry = live.get(key)
+            if entry is not None:
+                entry[0] += 1
+            else:
+                size = 0 if kind == _EXTERNAL else owner.nbytes
+                live[key] = [1, size, owner]
+                live_bytes += size
+                if live_bytes > peak:
+                    peak = live_bytes
+        owner_of[out] = key
+        for s in frees:
+            values[s] = None
+            entry = live[owner_of[s]]
+            entry[0] -= 1
+            if not entry[0]:
+                live_bytes -= entry[1]
+                del live[owner_of[s]]
+    stats.peak_bytes = peak
+    return values
+
+
+# ----------------------------------------------------------------------------- the API
+
+def _finish(value):
+    """An output as the caller gets it: a writable ndarray (numpy scalars become 0-d
+    arrays; read-only views, such as a broadcast, are copied)."""
+    if value is None:
+        return None
+    value = np.asarray(value)
+    return value if value.flags.writeable else value.copy()
+
+
+def evaluate(outputs: Sequence[UOp], inputs: Mapping, *, stats: EvalStats | None = None) -> list:
+    """The values of `outputs` (a list of UOps) given `inputs`: graph-input names (or PARAM
+    nodes, or any node whose value you supply) mapped to numpy arrays of exactly the
+    node's shape and dtype. A TUPLE, FUNCTION or CALL output gives a tuple of arrays (None
+    for NOOP). Raises EvaluationError for a missing or mismatched input."""
+    start = time.perf_counter()
+    if isinstance(outputs, UOp):
+        outputs = [outputs]
+    with no_gc():  # graphs are acyclic: scanning them while the program grows finds nothing
+        program = _compile(list(outputs), inputs)
+        with np.errstate(all="ignore"):
+            values = _run(program) if stats is None else _run_counting(program, stats)
+    results = []
+    for out in program.outputs:
+        if isinstance(out, tuple):
+            results.append(tuple(None if r is None else _finish(values[r]) for r in out))
+        else:
+            results.append(None if out is None else _finish(values[out]))
+    if stats is not None:
+        stats.seconds = time.perf_counter() - start
+        stats.nodes_evaluated = len(program.steps)
+        stats.contractions = program.contractions
+    return results
+
+
+def evaluate_graph(graph, inputs: Mapping[str, np.ndarray], *, stats: EvalStats | None = None) -> dict:
+    """Evaluate every output of a Graph; returns {output name: array}. Inputs are given by
+    name; a name that is not one of the graph's inputs is an error (likely a typo)."""
+    known = set(graph.input_names)
+    for name in inputs:
+        if name not in known:
+            raise EvaluationError(f"unknown input {name!r}; the graph's inputs: {', '.join(graph.input_names) or 'none'}")
+    names = list(graph.outputs)
+    values = evaluate([graph.outputs[n] for n in names], inputs, stats=stats)
+    return dict(zip(names, values))
