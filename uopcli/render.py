@@ -141,7 +141,7 @@ def _selected_roots(graph: Graph, names: Sequence[str] | None) -> dict[str, UOp]
     if isinstance(names, str):
         names = [n for n in names.split(",") if n]
     if not names:
-        raise RenderError("outputs names no output")
+        raise RenderError("outputs: give at least one output name")
     missing = [n for n in names if n not in graph.outputs]
     if missing:
         raise RenderError(f"no output named {missing[0]!r}; outputs: {', '.join(graph.outputs) or 'none'}")
@@ -189,13 +189,13 @@ def _neighbourhood(graph: Graph, order: list[UOp], name: str, depth: int) -> set
 def _scope_walk(roots: Iterable[UOp]) -> tuple[dict, dict]:
     """Which scopes reach each node, without entering nested bodies.
 
-    Returns (members: scope -> nodes in canonical order, callers: body scope -> the
+    Returns (members: scope -> its nodes in walk order, callers: body scope -> the
     (scope, CALL/FUNCTION node) pairs that use it). Each distinct body is walked once."""
     members: dict = {}
     callers: dict = {}
-    pending = [(MAIN, list(roots))]
+    pending = deque([(MAIN, list(roots))])
     while pending:
-        scope, scope_roots = pending.pop(0)
+        scope, scope_roots = pending.popleft()
         nodes = _scope_nodes(scope_roots)
         members[scope] = nodes
         for node in nodes:
@@ -281,12 +281,15 @@ def type_text(node: UOp) -> str:
 
 
 def meta_text(node: UOp) -> str:
+    """`relu` for a node the front-end function relu made, `∇ relu` for one differentiation
+    made from it, `∇` alone when that forward node had no name."""
     meta = node.meta
     if meta is None:
         return ""
+    name = meta.name if meta.name is None or len(meta.name) <= 40 else meta.name[:39] + "…"
     if meta.backward:
-        return f"∇ {meta.name}" if meta.name else "∇"
-    return meta.name or ""
+        return f"∇ {name}" if name else "∇"
+    return name or ""
 
 
 def _e(text: str) -> str:
@@ -327,10 +330,8 @@ class _Drawing:
 
     def __init__(self, graph: Graph, order: list[UOp], roots: dict[str, UOp], chosen: set[UOp],
                  collapse: bool):
-        self.graph = graph
         self.index = {node: i for i, node in enumerate(order)}
         self.roots = roots
-        self.chosen = chosen
         self.collapse = collapse
         self.inputs = set(graph.inputs)
         members, callers = _scope_walk([*roots.values(), *(n for n in graph.inputs if n in chosen)])
