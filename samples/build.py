@@ -24,6 +24,7 @@ import numpy as np
 import uopcli
 from uopcli import UOp, dtypes
 from uopcli.graph import Graph
+from uopcli.uop import sweep_intern_table
 
 HERE = Path(__file__).resolve().parent
 PRODUCER = "uopgrad samples/build.py"
@@ -233,7 +234,13 @@ def samples_readme() -> str:
 
 def sample_files() -> dict[str, bytes]:
     """Every file this script writes, by file name: the .uop files and README.md."""
-    files = {f"{name}.uop": uopcli.save(sample.build()) for name, sample in SAMPLES.items()}
+    files = {}
+    for name, sample in SAMPLES.items():
+        files[f"{name}.uop"] = uopcli.save(sample.build())
+        # Nodes are shared by structure and keep the metadata of whoever made them first (the
+        # CONST 2.0 of one sample's tanh would say `tanh` in the next sample's polynomial):
+        # dropping the finished graph's nodes lets every sample start as if built alone.
+        sweep_intern_table()
     files["README.md"] = samples_readme().encode()
     return files
 
