@@ -19,6 +19,7 @@ forward node it was made for (the first tag wins).
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 from typing import Iterable
 
 from .errors import GradientError
@@ -314,37 +315,39 @@ def _gradients(root: UOp, root_grad: UOp, targets: list[UOp], since: int | None 
 
 
 def _target_path(root: UOp, targets: list[UOp]) -> tuple[list[UOp], set[UOp]]:
-    """The nodes that depend on a target, sources before users (iterative post-order), and
-    that set plus the targets. A DETACH depends on nothing; a call body is closed, so the
-    walk skips it (src[0] of FUNCTION/CALL)."""
+    """The nodes that depend on a target, sources before users, and that set plus the
+    targets. A DETACH depends on nothing; a call body is closed, so the walk skips it
+    (src[0] of FUNCTION/CALL). A node's sources are always older than the node, so
+    ordering the reachable nodes by serial is a topological order: one iterative pass
+    collects them, one C-level sort orders them."""
+    seen = {root}
+    stack = [root]
+    pop, push, add = stack.pop, stack.append, seen.add
+    while stack:
+        node = pop()
+        src = node.src
+        if not src:
+            continue
+        op = node.op
+        if op in _CALL_OPS:
+            src = src[1:]
+        elif op == Ops.DETACH:
+            continue
+        for s in src:
+            if s not in seen:
+                add(s)
+                push(s)
     reaches = set(targets)
     walk: list[UOp] = []
-    emitted: dict[UOp, bool] = {}  # False: sources pushed; True: emitted
-    stack = [root]
-    push, pop = stack.append, stack.pop
-    while stack:
-        node = stack[-1]
-        state = emitted.get(node)
-        if state is None:
-            emitted[node] = False
-            src = node.src
-            if src:
-                op = node.op
-                if op in _CALL_OPS:
-                    src = src[1:]
-                elif op == Ops.DETACH:
-                    continue
-                for s in src:
-                    if s not in emitted:
-                        push(s)
-            continue
-        pop()
-        if state is False:
-            emitted[node] = True
-            if not reaches.isdisjoint(node.src) and node.op != Ops.DETACH:
-                reaches.add(node)
-                walk.append(node)
+    depends_on_none = reaches.isdisjoint
+    for node in sorted(seen, key=_by_serial):
+        if not depends_on_none(node.src) and node.op != Ops.DETACH:
+            reaches.add(node)
+            walk.append(node)
     return walk, reaches
+
+
+_by_serial = attrgetter("serial")
 
 
 def _backpropagate(walk: list[UOp], reaches: set[UOp], root: UOp, root_grad: UOp, since: int) -> dict[UOp, UOp]:
