@@ -1,0 +1,881 @@
+"""Reading and writing .uop files (format v1): MessagePack and JSON forms, canonical bytes, limits.
+
+The contract is docs/format.md (a copy of the shared uop-format-v1 page plus what this
+reader decided where that page is silent). In short:
+
+    {"format": "uop", "version": 1, "nodes": [[op, dtype, [src...], arg(, meta)], ...],
+     "inputs": [index, ...], "outputs": [[name, index], ...], "meta": {str: str}}
+
+Reading treats every file as untrusted. Each refusal is a FormatError with one line that
+names the file, and the node index and op where there is one. Nothing in a file is ever
+executed or imported; both parsers build only plain lists, maps, strings, numbers and
+bytes; work is linear in the file's size, and limits (`Limits`) bound the rest.
+
+Speed: the reader's per-node loop assumes a well-formed node and lets Python's own checks
+fail fast on anything else; only then does `_diagnose` look again, slowly, to say exactly
+what is wrong. Nodes are still built through UOp.make / UOp.param / UOp.const, so every
+shape and dtype rule of the core applies to files too.
+
+Writing is canonical: structurally equal nodes are one node (hash-consing already makes
+them one object), nodes are numbered in the post-order of a depth-first walk from the
+outputs (a CALL's backward body after the CALL's sources, before the CALL), unused inputs
+come last, maps have sorted keys, floats are float64 and integers take their smallest
+MessagePack encoding. The JSON form has one fixed layout (see `_json_text`).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import re
+import secrets
+from dataclasses import dataclass
+
+import msgpack
+
+from .errors import FormatError, GraphError
+from .graph import Graph
+from .ops import DTYPES, REDUCE_OPS, DType, Ops, dtypes
+from .uop import CallArg, Metadata, UOp, _leaf, no_gc, valid_name
+
+__all__ = ["Limits", "DEFAULT_LIMITS", "load", "loads", "save", "dumps", "FORMAT", "VERSION"]
+
+FORMAT = "uop"
+VERSION = 1
+FORMS = ("msgpack", "json")
+
+_REQUIRED_KEYS = frozenset({"format", "version", "nodes", "inputs", "outputs"})
+_ALLOWED_KEYS = _REQUIRED_KEYS | {"meta"}
+_WHITESPACE = re.compile(rb"[ \t\r\n]*")
+# A JSON \u escape in the surrogate range: only then can a decoded string hold a lone
+# surrogate, which no UTF-8 (and so no MessagePack) file can carry.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the reader accepts at most. Raise a limit with e.g. `Limits(max_nodes=50_000_000)`.
+
+    Every limit guards memory or time against a hostile or broken file; the defaults fit
+    any graph this tool is meant for."""
+
+    max_file_bytes: int = 1 << 30           # 1 GiB: the whole file (either form)
+    max_nodes: int = 10_000_000             # entries of `nodes`
+    max_arg_depth: int = 16                 # nesting of lists/maps inside one arg (v1 args need 3)
+    max_rank: int = 16                      # axes of any shape (PARAM, BUFFER, RESHAPE, EXPAND, ...)
+    max_tensor_elements: int = 1 << 31      # elements of any one tensor (stored or inferred)
+
+
+DEFAULT_LIMITS = Limits()
+
+
+# ============================================================================= reading
+
+class _Bad(Exception):
+    """A refusal inside the node loop: becomes a FormatError naming the node."""
+
+
+def load(source, *, limits: Limits | None = None, name: str | None = None) -> Graph:
+    """Read a .uop file (either form) from a path, bytes, or a binary file object.
+
+    `name` is what error messages call the file (default: the path, "<bytes>", or the file
+    object's name). Raises FormatError for anything that is not a valid v1 file."""
+    limits = limits or DEFAULT_LIMITS
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return loads(bytes(source), limits=limits, name=name or "<bytes>")
+    if isinstance(source, (str, os.PathLike)):
+        label = name or os.fspath(source)
+        try:
+            with open(source, "rb") as file:
+                data = file.read(limits.max_file_bytes + 1)
+        except OSError as error:
+            raise FormatError(f"cannot read: {error.strerror or error}", source=label) from None
+        return loads(data, limits=limits, name=label)
+    if hasattr(source, "read"):
+        label = name or _stream_name(source)
+        try:
+            data = source.read(limits.max_file_bytes + 1)
+        except OSError as error:
+            raise FormatError(f"cannot read: {error.strerror or error}", source=label) from None
+        if not isinstance(data, (bytes, bytearray)):
+            raise FormatError("needs a binary file object (open the file with 'rb')", source=label)
+        return loads(bytes(data), limits=limits, name=label)
+    raise TypeError(f"load() takes a path, bytes or a binary file object, not {type(source).__name__}")
+
+
+def loads(data: bytes, *, limits: Limits | None = None, name: str = "<bytes>") -> Graph:
+    """Read a .uop file from its bytes (either form); see `load`."""
+    limits = limits or DEFAULT_LIMITS
+    if len(data) > limits.max_file_bytes:
+        raise FormatError(f"file is larger than the limit of {limits.max_file_bytes} bytes "
+                          f"(raise Limits.max_file_bytes to read it)", source=name)
+    start = _WHITESPACE.match(data).end()
+    if start == len(data):
+        raise FormatError("empty file: a .uop file is one MessagePack or JSON map", source=name)
+    json_form = data[start] == 0x7B  # "{"
+    with no_gc():  # the graph is acyclic; scanning it while it grows costs more than parsing
+        doc = _parse_json(data, name) if json_form else _parse_msgpack(data, name)
+        return _Reader(doc, json_form, limits, name).graph()
+
+
+def _stream_name(stream) -> str:
+    label = getattr(stream, "name", None)
+    return label if isinstance(label, str) else "<stream>"
+
+
+def _parse_msgpack(data: bytes, name: str):
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
+    except msgpack.ExtraData:
+        raise FormatError("trailing bytes after the file's map", source=name) from None
+    except msgpack.StackError:
+        raise FormatError("values nested too deeply for the MessagePack reader", source=name) from None
+    except Exception as error:  # noqa: BLE001 - msgpack raises many types for bad bytes; all mean one thing
+        raise FormatError(f"not valid MessagePack: {_short(str(error) or type(error).__name__)}",
+                          source=name) from None
+
+
+def _parse_json(data: bytes, name: str):
+    import json
+    try:
+        text = data.decode("utf-8")
+        doc = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        if _SURROGATE_ESCAPE.search(data):
+            json.dumps(doc, ensure_ascii=False).encode("utf-8")  # raises on a lone surrogate
+    except RecursionError:
+        raise FormatError("values nested too deeply for the JSON reader", source=name) from None
+    except UnicodeError as error:
+        raise FormatError(f"not valid UTF-8 text: {_short(str(error))}", source=name) from None
+    except ValueError as error:
+        message = str(error)
+        if message.startswith("Extra data"):
+            raise FormatError(f"trailing bytes after the file's map ({message})", source=name) from None
+        raise FormatError(f"not valid JSON: {_short(message)}", source=name) from None
+    return doc
+
+
+def _refuse_constant(word: str):
+    raise ValueError(f"{word} is not JSON; write a non-finite float as {{\"float\": \"nan\" | \"inf\" | \"-inf\"}}")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"number {_short(text)} is too large for a float64; write infinity as {{\"float\": \"inf\"}}")
+    return value
+
+
+class _Reader:
+    """One file being read: the parsed document, the nodes built so far, and what the
+    checks after the node loop need (named PARAMs, whether any slot PARAM was seen)."""
+
+    def __init__(self, doc, json_form: bool, limits: Limits, name: str):
+        self.doc, self.json_form, self.limits, self.name = doc, json_form, limits, name
+        self.built: list[UOp] = []
+        self.named_params: dict[str, tuple[int, UOp]] = {}
+        self.has_slots = False
+        self.meta_cache: dict[tuple, Metadata] = {}
+
+    def fail(self, message: str, index: int | None = None):
+        op = None
+        if index is not None and index < len(self.built):
+            op = self.built[index].op
+        return FormatError(message, node=index, op=op, source=self.name)
+
+    # ------------------------------------------------------------------ top level
+    def graph(self) -> Graph:
+        doc = self.doc
+        if doc.__class__ is not dict:
+            raise self.fail(f"not a .uop file: the top level is {_kind(doc)}, not a map")
+        if doc.get("format") != FORMAT:
+            raise self.fail(f"not a .uop file: 'format' is {_short(repr(doc.get('format')))}, not 'uop'")
+        version = doc.get("version")
+        if version.__class__ is not int or version != VERSION:
+            raise self.fail(f"unsupported version {_short(repr(version))}: this reader reads version {VERSION}")
+        missing = sorted(_REQUIRED_KEYS - doc.keys())
+        if missing:
+            raise self.fail(f"missing top-level key{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+        extra = [k for k in doc if k not in _ALLOWED_KEYS]
+        if extra:
+            raise self.fail(f"unknown top-level key {_short(repr(extra[0]))} "
+                            f"(allowed: {', '.join(sorted(_ALLOWED_KEYS))})")
+        meta = self._file_meta(doc.get("meta", {}))
+        nodes = doc["nodes"]
+        if nodes.__class__ is not list:
+            raise self.fail(f"'nodes' must be an array, got {_kind(nodes)}")
+        if len(nodes) > self.limits.max_nodes:
+            raise self.fail(f"{len(nodes)} nodes exceed the limit of {self.limits.max_nodes} "
+                            f"(raise Limits.max_nodes to read it)")
+        self._nodes(nodes)
+        outputs = self._outputs(doc["outputs"])
+        inputs = self._inputs(doc["inputs"])
+        if self.has_slots:
+            self._check_no_free_slots(outputs)
+        # Every invariant Graph.__init__ checks holds by now (and more: every named PARAM of
+        # the file is an input); skipping its walk over all nodes saves a second pass.
+        graph = Graph.__new__(Graph)
+        graph.outputs, graph.inputs, graph.meta = outputs, inputs, meta
+        return graph
+
+    def _file_meta(self, meta) -> dict[str, str]:
+        if meta.__class__ is not dict:
+            raise self.fail(f"'meta' must be a map of strings, got {_kind(meta)}")
+        for key, value in meta.items():
+            if key.__class__ is not str or value.__class__ is not str:
+                raise self.fail(f"'meta' must map strings to strings, got {_short(repr(key))}: {_short(repr(value))}")
+        return dict(sorted(meta.items()))
+
+    # ------------------------------------------------------------------ nodes
+    def _nodes(self, nodes: list) -> None:
+        built = self.built
+        append = built.append
+        make = UOp.make
+        plain = _PLAIN_CANONICAL
+        canonical = _CANONICAL_OP
+        decoders = _JSON_DECODERS if self.json_form else _DECODERS
+        dtype_named = DTYPES
+        entry = None
+        try:
+            for entry in nodes:
+                if entry.__class__ is not list:
+                    raise _Bad(f"a node must be an array [op, dtype, src, arg(, meta)], got {_kind(entry)}")
+                if len(entry) == 4:
+                    op, dtype_name, src, arg = entry
+                    meta = None
+                elif len(entry) == 5:
+                    op, dtype_name, src, arg, meta = entry
+                else:
+                    raise _Bad(f"a node has 4 or 5 fields [op, dtype, src, arg(, meta)], got {len(entry)}")
+                dtype = dtype_named[dtype_name]
+                if src:
+                    if src.__class__ is not list:
+                        raise _Bad(f"src must be an array of node indices, got {_kind(src)}")
+                    sources = []
+                    for s in src:
+                        if s.__class__ is not int or s < 0:
+                            raise _Bad(f"source {_short(repr(s))} is not a node index")
+                        sources.append(built[s])
+                    sources = tuple(sources)
+                else:
+                    sources = ()
+                interned = plain.get(op)  # the op's own interned string: files' strings are copies
+                if interned is not None:
+                    if arg is not None:
+                        raise _Bad(f"{op} takes no arg (nil), got {_short(repr(arg))}")
+                    node = make(interned, dtype, sources, None)
+                else:
+                    op = canonical[op]
+                    node = decoders[op](self, op, dtype, sources, arg)
+                if meta is not None:
+                    self._node_meta(node, meta)
+                append(node)
+        except (_Bad, GraphError, TypeError, ValueError, KeyError, IndexError, AttributeError,
+                OverflowError) as error:
+            raise self._node_error(self._why(entry, error), entry) from None
+
+    def _why(self, entry, error: Exception) -> str:
+        """The message for a node the loop refused (the slow path: only runs once, on failure)."""
+        limit = self.limits.max_arg_depth
+        if entry.__class__ is list and len(entry) >= 4 and _nests_deeper(entry[3], limit):
+            return f"arg nests deeper than {limit} levels (raise Limits.max_arg_depth)"
+        if isinstance(error, (_Bad, GraphError)):
+            return str(error)
+        return _diagnose(entry, len(self.built), error)
+
+    def _node_error(self, message: str, entry) -> FormatError:
+        op = entry[0] if entry.__class__ is list and entry else None
+        label = op if op.__class__ is str and op in _DECODERS else (None if op is None else _short(repr(op)))
+        return FormatError(message, node=len(self.built), op=label, source=self.name)
+
+    def _node_meta(self, node: UOp, meta) -> None:
+        if meta.__class__ is not dict:
+            raise _Bad(f"node meta must be a map, got {_kind(meta)}")
+        name, loc, backward = meta.get("name"), meta.get("loc"), meta.get("backward", False)
+        if len(meta) != (name is not None) + (loc is not None) + ("backward" in meta):
+            keys = ", ".join(_short(repr(k)) for k in meta if k not in ("name", "loc", "backward"))
+            raise _Bad(f"node meta holds only 'name', 'loc' (strings) and 'backward' (bool); got {keys or 'nil'}")
+        if (name is not None and name.__class__ is not str) or (loc is not None and loc.__class__ is not str):
+            raise _Bad("node meta 'name' and 'loc' must be strings")
+        if backward.__class__ is not bool:
+            raise _Bad(f"node meta 'backward' must be a bool, got {_short(repr(backward))}")
+        key = (name, loc, backward)
+        if key == (None, None, False):
+            return
+        tag = self.meta_cache.get(key)
+        if tag is None:
+            tag = self.meta_cache[key] = Metadata(name, loc, backward)
+        if node.meta is None:  # the first tag wins, as everywhere in the core
+            node.set_meta(tag)
+
+    # ------------------------------------------------------------------ inputs and outputs
+    def _index(self, value, what: str) -> int:
+        if value.__class__ is not int or not 0 <= value < len(self.built):
+            raise self.fail(f"{what} {_short(repr(value))} is not a node index (the file has {len(self.built)} nodes)")
+        return value
+
+    def _outputs(self, outputs) -> dict[str, UOp]:
+        if outputs.__class__ is not list:
+            raise self.fail(f"'outputs' must be an array of [name, index], got {_kind(outputs)}")
+        named: dict[str, UOp] = {}
+        for pair in outputs:
+            if pair.__class__ is not list or len(pair) != 2:
+                raise self.fail(f"an output must be [name, index], got {_short(repr(pair))}")
+            name, index = pair
+            if not valid_name(name):
+                raise self.fail(f"output name {_short(repr(name))} must be a non-empty string without '=', ',' "
+                                f"or whitespace")
+            node = self.built[self._index(index, f"output {name!r}:")]
+            if name in named:
+                raise self.fail(f"duplicate output name {name!r}", index)
+            if node.op == Ops.NOOP:
+                raise self.fail(f"output {name!r} is a NOOP (NOOP is only a TUPLE element)", index)
+            named[name] = node
+        return named
+
+    def _inputs(self, inputs) -> list[UOp]:
+        if inputs.__class__ is not list:
+            raise self.fail(f"'inputs' must be an array of node indices, got {_kind(inputs)}")
+        listed: list[UOp] = []
+        names: set[str] = set()
+        for value in inputs:
+            index = self._index(value, "input")
+            node = self.built[index]
+            if node.op != Ops.PARAM or node.arg.__class__ is not str:
+                raise self.fail("an input must be a PARAM with a name", index)
+            if node.arg in names:
+                raise self.fail(f"duplicate input name {node.arg!r}", index)
+            names.add(node.arg)
+            listed.append(node)
+        for name, (index, node) in self.named_params.items():
+            if name not in names:
+                raise self.fail(f"graph input PARAM {name!r} is not listed in 'inputs'", index)
+        return listed
+
+    def _check_no_free_slots(self, outputs: dict[str, UOp]) -> None:
+        """Slot PARAMs live only inside FUNCTION/CALL bodies: walk from the outputs without
+        entering bodies and refuse any slot reached (only run when the file has slots)."""
+        seen: set[UOp] = set()
+        stack = list(outputs.values())
+        while stack:
+            node = stack.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            if node.op == Ops.PARAM and node.arg.__class__ is int:
+                index = self.built.index(node)
+                raise self.fail(f"slot PARAM {node.arg} is used outside any FUNCTION or CALL body", index)
+            stack.extend(node.src[1:] if node.op in (Ops.FUNCTION, Ops.CALL) else node.src)
+
+    # ------------------------------------------------------------------ arg checks used by decoders
+    def shape(self, value, what: str = "shape") -> tuple[int, ...]:
+        if value.__class__ is not list or any(s.__class__ is not int or s < 0 for s in value):
+            raise _Bad(f"{what} must be an array of non-negative ints, got {_short(repr(value))}")
+        if len(value) > self.limits.max_rank:
+            raise _Bad(f"{what} has rank {len(value)}, over the limit of {self.limits.max_rank} "
+                       f"(raise Limits.max_rank)")
+        self.elements(value, what)
+        return tuple(value)
+
+    def elements(self, shape, what: str = "tensor") -> None:
+        if math.prod(shape) > self.limits.max_tensor_elements:
+            raise _Bad(f"{what} {list(shape)} has {math.prod(shape)} elements, over the limit of "
+                       f"{self.limits.max_tensor_elements} (raise Limits.max_tensor_elements)")
+
+    def axis_list(self, arg, op: str) -> list:
+        if arg.__class__ is not list:
+            raise _Bad(f"{op} arg must be an array, got {_kind(arg)}")
+        if len(arg) > self.limits.max_rank:
+            raise _Bad(f"{op} arg has {len(arg)} entries, over the rank limit of {self.limits.max_rank}")
+        return arg
+
+
+# ----------------------------------------------------------------------------- per-op decoders
+# One row per op that is more than `make(op, dtype, sources)`: turn the file's arg into the
+# core's internal arg (uop.py) and build the node. Each returns the UOp or raises _Bad or
+# GraphError; the node loop adds the node index and op to the message.
+
+def _no_sources(op: str, sources: tuple) -> None:
+    if sources:
+        raise _Bad(f"{op} takes no sources, got {len(sources)}")
+
+
+def _map_arg(op: str, arg, keys: set, optional: frozenset = frozenset()) -> dict:
+    if arg.__class__ is not dict or not keys <= arg.keys() or not arg.keys() <= keys | optional:
+        wanted = ", ".join(sorted(keys)) + "".join(f", {k} (optional)" for k in sorted(optional))
+        raise _Bad(f"{op} arg must be a map with keys {wanted}; got {_short(repr(arg))}")
+    return arg
+
+
+def _decode_param(reader: _Reader, op, dtype, sources, arg) -> UOp:
+    _no_sources(op, sources)
+    if arg.__class__ is not dict or len(arg) != 2 or "shape" not in arg or not ("name" in arg or "slot" in arg):
+        raise _Bad(f"PARAM arg must be {{\"name\": str, \"shape\": [int]}} or {{\"slot\": int, \"shape\": [int]}}, "
+                   f"got {_short(repr(arg))}")
+    shape = reader.shape(arg["shape"], "PARAM shape")
+    if "name" in arg:
+        name = arg["name"]
+        if not valid_name(name):
+            raise _Bad(f"PARAM name {_short(repr(name))} must be a non-empty string without '=', ',' or whitespace")
+        node = UOp.param(name, shape, dtype)
+        index = len(reader.built)
+        first = reader.named_params.setdefault(name, (index, node))
+        if first[1] is not node:
+            raise _Bad(f"duplicate input name {name!r}: node {first[0]} is a PARAM of that name with "
+                       f"another shape or dtype")
+        return node
+    slot = arg["slot"]
+    if slot.__class__ is not int or slot < 0:
+        raise _Bad(f"PARAM slot must be an int >= 0, got {_short(repr(slot))}")
+    reader.has_slots = True
+    return UOp.param(slot, shape, dtype)
+
+
+def _const_number(dtype: DType, arg):
+    """The CONST arg as the Python value of its dtype (no silent conversions across kinds)."""
+    kind = dtype.kind
+    cls = arg.__class__
+    if kind == "f" and (cls is float or cls is int):
+        value = float(arg)  # an int where a float is meant is fine (hand-written JSON: 2)
+        return math.nan if value != value else value  # one NaN, so equal graphs give equal bytes
+    if (kind in "iu" and cls is int) or (kind == "b" and cls is bool):
+        return arg
+    raise _Bad(f"CONST {dtype.name} needs a {_KIND_WORD.get(kind, 'value')}, got {_short(repr(arg))}")
+
+
+_KIND_WORD = {"f": "float", "i": "int", "u": "int", "b": "bool"}
+
+
+def _decode_const(reader, op, dtype, sources, arg) -> UOp:
+    _no_sources(op, sources)
+    return UOp.const(_const_number(dtype, arg), dtype)
+
+
+_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def _decode_const_json(reader, op, dtype, sources, arg) -> UOp:
+    if arg.__class__ is dict and dtype.kind == "f":
+        if len(arg) != 1 or arg.get("float") not in _NON_FINITE:
+            raise _Bad(f"CONST arg map must be {{\"float\": \"nan\" | \"inf\" | \"-inf\"}}, got {_short(repr(arg))}")
+        _no_sources(op, sources)
+        return UOp.const(_NON_FINITE[arg["float"]], dtype)
+    return _decode_const(reader, op, dtype, sources, arg)
+
+
+def _decode_buffer(reader, op, dtype, sources, arg, data=None) -> UOp:
+    _no_sources(op, sources)
+    _map_arg(op, arg, {"shape", "data"})
+    shape = reader.shape(arg["shape"], "BUFFER shape")
+    if data is None:
+        data = arg["data"]
+        if data.__class__ is not bytes:
+            raise _Bad(f"BUFFER data must be bin (bytes), got {_kind(data)}")
+    if dtype.is_void:
+        raise _Bad("BUFFER cannot be void")
+    expected = math.prod(shape) * dtype.itemsize
+    if len(data) != expected:
+        raise _Bad(f"BUFFER data has {len(data)} bytes, but {dtype.name}{list(shape)} needs {expected}")
+    if dtype.is_bool and data.translate(None, b"\x00\x01"):
+        raise _Bad("BUFFER bool data must hold only bytes 0 and 1")
+    return _leaf(Ops.BUFFER, dtype, data, shape)  # what UOp.buffer builds, without numpy
+
+
+def _decode_buffer_json(reader, op, dtype, sources, arg) -> UOp:
+    import base64
+    import binascii
+    _map_arg(op, arg, {"shape", "data"})
+    packed = arg["data"]
+    if packed.__class__ is not dict or len(packed) != 1 or packed.get("b64").__class__ is not str:
+        raise _Bad(f"BUFFER data must be {{\"b64\": \"<base64>\"}} in the JSON form, got {_short(repr(packed))}")
+    try:
+        data = base64.b64decode(packed["b64"], validate=True)
+    except (binascii.Error, ValueError) as error:
+        raise _Bad(f"BUFFER data is not valid base64: {error}") from None
+    return _decode_buffer(reader, op, dtype, sources, arg, data)
+
+
+def _decode_noop(reader, op, dtype, sources, arg) -> UOp:
+    _no_sources(op, sources)
+    if dtype is not dtypes.void or arg is not None:
+        raise _Bad("NOOP is void and takes no arg")
+    return UOp.noop()
+
+
+def _decode_reduce(reader, op, dtype, sources, arg) -> UOp:
+    if arg.__class__ is not list or len(arg) != 2 or arg[0].__class__ is not str or arg[0] not in _REDUCE_OP:
+        raise _Bad(f"REDUCE arg must be [\"ADD\" | \"MUL\" | \"MAX\", [axes]], got {_short(repr(arg))}")
+    axes = reader.axis_list(arg[1], op)
+    return UOp.make(op, dtype, sources, (_REDUCE_OP[arg[0]], tuple(axes)))
+
+
+_REDUCE_OP = {op: op for op in REDUCE_OPS}
+
+
+def _decode_int_list(reader, op, dtype, sources, arg) -> UOp:  # RESHAPE EXPAND PERMUTE FLIP
+    node = UOp.make(op, dtype, sources, tuple(reader.axis_list(arg, op)))
+    if op == Ops.EXPAND:
+        reader.elements(node.shape, "EXPAND result")
+    return node
+
+
+def _decode_pairs(reader, op, dtype, sources, arg) -> UOp:  # PAD SHRINK
+    pairs = reader.axis_list(arg, op)
+    if any(p.__class__ is not list or len(p) != 2 for p in pairs):
+        raise _Bad(f"{op} arg must be [[int, int]] per axis, got {_short(repr(arg))}")
+    node = UOp.make(op, dtype, sources, tuple(tuple(p) for p in pairs))
+    if op == Ops.PAD:
+        reader.elements(node.shape, "PAD result")
+    return node
+
+
+def _decode_copy(reader, op, dtype, sources, arg) -> UOp:
+    if arg.__class__ is not str or not arg:
+        raise _Bad(f"COPY arg must be a device name (string), got {_short(repr(arg))}")
+    return UOp.make(op, dtype, sources, arg)
+
+
+def _call_name(op: str, arg) -> str:
+    name = arg["name"]
+    if name.__class__ is not str or not name:
+        raise _Bad(f"{op} name must be a non-empty string, got {_short(repr(name))}")
+    return name
+
+
+def _decode_function(reader, op, dtype, sources, arg) -> UOp:
+    _map_arg(op, arg, {"name"})
+    return UOp.make(op, dtype, sources, _call_name(op, arg))
+
+
+def _decode_call(reader, op, dtype, sources, arg) -> UOp:
+    _map_arg(op, arg, {"name"}, frozenset({"grad"}))
+    name = _call_name(op, arg)
+    grad = None
+    if "grad" in arg:
+        index = arg["grad"]
+        if index.__class__ is not int or not 0 <= index < len(reader.built):
+            raise _Bad(f"CALL grad {_short(repr(index))} must be the index of an earlier node")
+        grad = reader.built[index]
+        if grad.op != Ops.TUPLE:
+            raise _Bad(f"CALL grad must be a TUPLE (the backward body), node {index} is {grad.op}")
+    return UOp.make(op, dtype, sources, CallArg(name, grad))
+
+
+def _decode_gettuple(reader, op, dtype, sources, arg) -> UOp:
+    if arg.__class__ is not int:
+        raise _Bad(f"GETTUPLE arg must be an int, got {_short(repr(arg))}")
+    return UOp.make(op, dtype, sources, arg)
+
+
+# Ops whose arg is nil and whose node is exactly make(op, dtype, sources): the loop's fast path.
+_PLAIN_OPS = frozenset({
+    Ops.NEG, Ops.RECIPROCAL, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC, Ops.CAST, Ops.BITCAST,
+    Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.POW, Ops.CDIV, Ops.CMOD,
+    Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ,
+    Ops.WHERE, Ops.MULACC, Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH,
+    Ops.TUPLE, Ops.STORE, Ops.AFTER,
+})
+
+_DECODERS = {
+    Ops.PARAM: _decode_param,
+    Ops.CONST: _decode_const,
+    Ops.BUFFER: _decode_buffer,
+    Ops.NOOP: _decode_noop,
+    Ops.REDUCE: _decode_reduce,
+    Ops.RESHAPE: _decode_int_list,
+    Ops.EXPAND: _decode_int_list,
+    Ops.PERMUTE: _decode_int_list,
+    Ops.FLIP: _decode_int_list,
+    Ops.PAD: _decode_pairs,
+    Ops.SHRINK: _decode_pairs,
+    Ops.COPY: _decode_copy,
+    Ops.FUNCTION: _decode_function,
+    Ops.CALL: _decode_call,
+    Ops.GETTUPLE: _decode_gettuple,
+    # the plain ops are decoded by the loop itself; listed so every op has a row
+    **{op: None for op in _PLAIN_OPS},
+}
+_PLAIN_CANONICAL = {op: op for op in _PLAIN_OPS}
+_CANONICAL_OP = {op: op for op in _DECODERS}
+# The JSON form differs only where MessagePack has a type JSON lacks: bin and non-finite floats.
+_JSON_DECODERS = {**_DECODERS, Ops.CONST: _decode_const_json, Ops.BUFFER: _decode_buffer_json}
+
+
+def _nests_deeper(value, limit: int) -> bool:
+    """Whether lists/maps nest more than `limit` levels inside `value` (iterative)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if item.__class__ is list or item.__class__ is dict:
+            if depth >= limit:
+                return True
+            children = item if item.__class__ is list else item.values()
+            stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _diagnose(entry, index: int, error: Exception) -> str:
+    """Why the fast loop failed on `entry` (only called on failure: slow and precise)."""
+    if entry.__class__ is not list or len(entry) not in (4, 5):
+        return "a node must be an array [op, dtype, src, arg(, meta)]"
+    op, dtype_name, src = entry[0], entry[1], entry[2]
+    if op.__class__ is not str or op not in _DECODERS:
+        return f"unknown op {_short(repr(op))}"
+    if dtype_name.__class__ is not str or dtype_name not in DTYPES:
+        return f"unknown dtype {_short(repr(dtype_name))} (one of {', '.join(DTYPES)})"
+    if src.__class__ is not list:
+        return f"src must be an array of node indices, got {_kind(src)}"
+    for s in src:
+        if s.__class__ is not int or not 0 <= s < index:
+            return f"source {_short(repr(s))} is not the index of an earlier node (this is node {index})"
+    return f"malformed {op} node: {_short(f'{type(error).__name__}: {error}')}"
+
+
+# ============================================================================= writing
+
+def save(graph: Graph, dest=None, form: str = "msgpack") -> bytes:
+    """Write `graph` canonically; returns the bytes, and writes them to `dest` when given
+    (a path: atomically, through a temporary file in the same directory; or a binary file
+    object). `form` is "msgpack" (the default) or "json"."""
+    data = dumps(graph, form)
+    if dest is None:
+        return data
+    if isinstance(dest, (str, os.PathLike)):
+        _write_atomically(os.fspath(dest), data)
+    elif hasattr(dest, "write"):
+        if isinstance(dest, io.TextIOBase):
+            raise FormatError("needs a binary file object (open the file with 'wb')", source=_stream_name(dest))
+        dest.write(data)
+    else:
+        raise TypeError(f"save() writes to a path or a binary file object, not {type(dest).__name__}")
+    return data
+
+
+def dumps(graph: Graph, form: str = "msgpack") -> bytes:
+    """The canonical bytes of `graph` in `form` ("msgpack" or "json")."""
+    if form not in FORMS:
+        raise FormatError(f"unknown form {form!r}: one of {', '.join(FORMS)}")
+    if not isinstance(graph, Graph):
+        raise TypeError(f"save() needs a Graph, got {type(graph).__name__}")
+    json_form = form == "json"
+    with no_gc():
+        nodes, index = _canonical_nodes(graph, json_form)
+        doc = {"format": FORMAT,
+               "inputs": [index[n] for n in graph.inputs],
+               "meta": _file_meta_out(graph.meta),
+               "nodes": nodes,
+               "outputs": [[name, index[node]] for name, node in graph.outputs.items()],
+               "version": VERSION}
+        if not doc["meta"]:
+            del doc["meta"]  # optional: an empty map is left out
+        if json_form:
+            return _json_text(doc).encode("utf-8")
+        return msgpack.packb(doc, use_bin_type=True, use_single_float=False)
+
+
+def _file_meta_out(meta) -> dict:
+    for key, value in meta.items():
+        if key.__class__ is not str or value.__class__ is not str:
+            raise GraphError(f"graph meta must map strings to strings, got {key!r}: {value!r}")
+    return dict(sorted(meta.items()))
+
+
+def _canonical_nodes(graph: Graph, json_form: bool) -> tuple[list, dict]:
+    """The file's node entries in canonical order, and the node -> index map.
+
+    Depth-first post-order from the outputs in order, sources in order, a CALL's backward
+    body after its sources (the order of uop.toposort and Graph.nodes(), fused here with
+    the encoding: one pass instead of two). The stack holds the current path only (the
+    graph is acyclic), so a node not yet numbered is never on it twice; revisiting a node
+    rescans its sources from the start, except for wide nodes, whose scan position is kept.
+    """
+    index: dict[UOp, int] = {}
+    nodes: list = []
+    append = nodes.append
+    encoders = _JSON_ENCODERS if json_form else _ENCODERS
+    meta_out = _MetaOut()
+    position: dict[UOp, int] = {}  # scan position of wide nodes (many sources) on the path
+    for root in (*graph.outputs.values(), *graph.inputs):
+        if root in index:
+            continue
+        stack = [root]
+        while stack:
+            node = stack[-1]
+            children = node.src
+            if node.op == Ops.CALL and node.arg.grad is not None:
+                children = (*children, node.arg.grad)
+            if len(children) <= 8:
+                for child in children:
+                    if child not in index:
+                        stack.append(child)
+                        break
+                else:
+                    stack.pop()
+                    index[node] = len(nodes)
+                    arg = node.arg
+                    if arg is not None:
+                        encode = encoders.get(node.op)
+                        if encode is not None:
+                            arg = encode(node, index)
+                    entry = [node.op, node.dtype.name, [index[s] for s in node.src], arg]
+                    if node.meta is not None:
+                        tag = meta_out(node.meta)
+                        if tag:
+                            entry.append(tag)
+                    append(entry)
+                continue
+            start = position.get(node, 0)
+            for i in range(start, len(children)):
+                if children[i] not in index:
+                    position[node] = i + 1
+                    stack.append(children[i])
+                    break
+            else:  # all sources numbered: emit as above (rare path, kept apart for speed)
+                stack.pop()
+                position.pop(node, None)
+                index[node] = len(nodes)
+                arg = node.arg
+                encode = encoders.get(node.op)
+                if arg is not None and encode is not None:
+                    arg = encode(node, index)
+                entry = [node.op, node.dtype.name, [index[s] for s in node.src], arg]
+                tag = meta_out(node.meta) if node.meta is not None else None
+                if tag:
+                    entry.append(tag)
+                append(entry)
+    return nodes, index
+
+
+class _MetaOut:
+    """Metadata -> the node's meta map (sorted keys, empty fields left out), once per tag."""
+
+    def __init__(self):
+        self.cache: dict[Metadata, dict] = {}
+
+    def __call__(self, meta: Metadata) -> dict:
+        out = self.cache.get(meta)
+        if out is None:
+            name, loc, backward = meta
+            if (name is not None and name.__class__ is not str) or (loc is not None and loc.__class__ is not str) \
+                    or backward.__class__ is not bool:
+                raise GraphError(f"node metadata {meta!r} cannot be written: name and loc are strings, backward a bool")
+            out = {}
+            if backward:
+                out["backward"] = True
+            if loc is not None:
+                out["loc"] = loc
+            if name is not None:
+                out["name"] = name
+            self.cache[meta] = out
+        return out
+
+
+# ----------------------------------------------------------------------------- per-op encoders
+# One row per op whose file arg differs from the core's internal arg. Ops not listed here
+# write their arg as it is (tuples become arrays; ints, bools, strings stay).
+
+def _encode_param(node: UOp, index) -> dict:
+    if node.arg.__class__ is str:
+        return {"name": node.arg, "shape": list(node.shape)}
+    return {"shape": list(node.shape), "slot": node.arg}
+
+
+def _encode_const(node: UOp, index):
+    value = node.arg
+    return math.nan if value != value else value  # one NaN bit pattern: equal graphs, equal bytes
+
+
+def _encode_const_json(node: UOp, index):
+    value = node.arg
+    if value.__class__ is float and not math.isfinite(value):
+        return {"float": "nan" if value != value else ("inf" if value > 0 else "-inf")}
+    return value
+
+
+def _encode_buffer(node: UOp, index) -> dict:
+    return {"data": node.arg, "shape": list(node.shape)}
+
+
+def _encode_buffer_json(node: UOp, index) -> dict:
+    import base64
+    return {"data": {"b64": base64.b64encode(node.arg).decode("ascii")}, "shape": list(node.shape)}
+
+
+def _encode_function(node: UOp, index) -> dict:
+    return {"name": node.arg}
+
+
+def _encode_call(node: UOp, index) -> dict:
+    name, grad = node.arg
+    return {"name": name} if grad is None else {"grad": index[grad], "name": name}
+
+
+_ENCODERS = {
+    Ops.PARAM: _encode_param,
+    Ops.CONST: _encode_const,
+    Ops.BUFFER: _encode_buffer,
+    Ops.FUNCTION: _encode_function,
+    Ops.CALL: _encode_call,
+}
+_JSON_ENCODERS = {**_ENCODERS, Ops.CONST: _encode_const_json, Ops.BUFFER: _encode_buffer_json}
+
+
+def _json_text(doc: dict) -> str:
+    """The JSON form's one layout: compact JSON (sorted keys, "," and ":" without spaces,
+    UTF-8 rather than \\u escapes), one top-level key per line and one node per line:
+
+        {"format":"uop",
+         "inputs":[0],
+         "nodes":[
+          ["PARAM","float32",[],{"name":"x","shape":[3]}],
+          ["SIN","float32",[0],null]
+         ],
+         "outputs":[["y",1]],
+         "version":1}
+    """
+    import json
+    encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, sort_keys=True, check_circular=False,
+                              separators=(",", ":")).encode
+    lines = []
+    for key, value in doc.items():
+        if key == "nodes":
+            if value:
+                body = ",\n  ".join(map(encode, value))
+                lines.append(f'"nodes":[\n  {body}\n ]')
+            else:
+                lines.append('"nodes":[]')
+        else:
+            lines.append(f"{encode(key)}:{encode(value)}")
+    return "{" + ",\n ".join(lines) + "}\n"
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def _write_atomically(path: str, data: bytes) -> None:
+    """Write to a new file in the same directory, then rename it over `path`: readers
+    never see half a file, and a failed write leaves the old file as it was."""
+    directory, base = os.path.split(os.path.abspath(path))
+    temp = os.path.join(directory, f".{base}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
+        try:
+            with os.fdopen(fd, "wb") as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+        except BaseException:
+            os.unlink(temp)
+            raise
+        os.replace(temp, path)
+    except OSError as error:
+        raise FormatError(f"cannot write: {error.strerror or error}", source=path) from None
+
+
+def _kind(value) -> str:
+    return {dict: "a map", list: "an array", str: "a string", bytes: "bin", int: "an int", float: "a float",
+            bool: "a bool", type(None): "nil"}.get(value.__class__, type(value).__name__)
+
+
+def _short(text: str, limit: int = 80) -> str:
+    text = text.replace("\n", "\\n").replace("\r", "\\r")
+    return text if len(text) <= limit else text[:limit - 3] + "..."
