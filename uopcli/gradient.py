@@ -44,6 +44,7 @@ def _where(c: UOp, a: UOp, b: UOp) -> UOp: return _make(Ops.WHERE, a.dtype, (c, 
 def _eq(a: UOp, b: UOp) -> UOp: return _make(Ops.CMPEQ, dtypes.bool, (a, b))
 def _lt(a: UOp, b: UOp) -> UOp: return _make(Ops.CMPLT, dtypes.bool, (a, b))
 def _const(like: UOp, value) -> UOp: return like.const_like(value)
+def _expand(x: UOp, shape: tuple) -> UOp: return x if x.shape == shape else _make(Ops.EXPAND, x.dtype, (x,), shape)
 
 
 _zeros_by_dtype: dict = {}
@@ -55,7 +56,6 @@ def _zero(like: UOp) -> UOp:
     if zero is None:
         zero = _zeros_by_dtype[like.dtype] = UOp.const(0, like.dtype)
     return zero
-def _expand(x: UOp, shape: tuple) -> UOp: return x if x.shape == shape else _make(Ops.EXPAND, x.dtype, (x,), shape)
 
 
 def _reduce(x: UOp, op: str, axes: tuple) -> UOp:
@@ -85,9 +85,9 @@ def _zeros(like: UOp) -> UOp:
 # A rule gets the node's incoming gradient `g` (the node's shape and dtype), the node `y`,
 # and `need`, one bool per source: whether that source leads to a target. It returns one
 # gradient per source, None (or False) for "no gradient"; rules whose gradients cost new
-# nodes skip the sources not needed. A gradient has its
-# source's shape, or the node's shape for a shape-() source (compute_gradient sums it).
-# The forward result is the node itself (`y`): rules reuse it instead of recomputing.
+# nodes skip the sources not needed. A gradient has its source's shape, or the node's
+# shape for a shape-() source (compute_gradient sums it down). The forward result is the
+# node itself (`y`): rules reuse it instead of recomputing it.
 
 def _fdiv_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
     a, b = y.src
@@ -222,51 +222,61 @@ def _none(n: int):
     return lambda g, y, need: (None,) * n
 
 
+# op -> rule(g, y, need) -> one gradient per source. REDUCE dispatches on its reduce op
+# to the (REDUCE, op) rows. DETACH is never walked; its row says so for completeness.
 GRADIENT_RULES = {
-    Ops.ADD: lambda g, y, need: (g, g),                                        # d(a+b) = da + db
-    Ops.SUB: lambda g, y, need: (g, _neg(g)),                                  # d(a-b) = da - db
-    Ops.MUL: lambda g, y, need: (need[0] and _mul(g, y.src[1]),                 # d(ab) = b da + a db
-                              need[1] and _mul(g, y.src[0])),
-    Ops.FDIV: _fdiv_rule,                                                # d(a/b) = da/b - (a/b^2) db
-    Ops.NEG: lambda g, y, need: (_neg(g),),                                    # d(-x) = -dx
-    Ops.RECIPROCAL: lambda g, y, need: (_neg(_mul(g, _mul(y, y))),),           # d(1/x) = -(1/x)^2 dx
-    Ops.SQRT: lambda g, y, need: (_div(g, _mul(y, _const(y, 2.0))),),          # d sqrt(x) = dx / (2 sqrt(x))
-    Ops.EXP2: lambda g, y, need: (_mul(_mul(g, y), _const(y, LN2)),),          # d 2^x = 2^x ln2 dx
-    Ops.LOG2: lambda g, y, need: (_div(g, _mul(y.src[0], _const(y, LN2))),),   # d log2(x) = dx / (x ln2)
-    Ops.SIN: lambda g, y, need: (_mul(_sub(_const(y, math.pi / 2), y.src[0]).sin(), g),),  # d sin x = cos x dx
-    Ops.TRUNC: lambda g, y, need: (_zeros(y.src[0]),),                         # piecewise constant: 0
-    Ops.CAST: lambda g, y, need: (g.cast(y.src[0].dtype),),                    # the gradient in x's dtype
-    Ops.BITCAST: _none(1),                                               # bits, not values: none
-    Ops.MAX: _max_rule,                     # a>b: (g, 0); a<b: (0, g); a==b: (g/2, g/2)
-    Ops.POW: _pow_rule,                     # d b^e = e b^(e-1) db + b^e ln(b) de; 0 at e==0 / b==0 edges
-    Ops.CMPLT: _none(2), Ops.CMPNE: _none(2), Ops.CMPEQ: _none(2),       # bool results: none
-    Ops.CDIV: _none(2), Ops.CMOD: _none(2), Ops.AND: _none(2), Ops.OR: _none(2),  # integer ops: none
-    Ops.XOR: _none(2), Ops.SHL: _none(2), Ops.SHR: _none(2),
-    Ops.WHERE: lambda g, y, need: (None,                                 # c ? a : b: g goes where chosen
+    # elementwise arithmetic
+    Ops.ADD: lambda g, y, need: (g, g),                                    # d(a+b) = da + db
+    Ops.SUB: lambda g, y, need: (g, _neg(g)),                              # d(a-b) = da - db
+    Ops.MUL: lambda g, y, need: (need[0] and _mul(g, y.src[1]),            # d(ab) = b da + a db
+                                 need[1] and _mul(g, y.src[0])),
+    Ops.FDIV: _fdiv_rule,                                                  # d(a/b) = da/b - (y/b) db
+    Ops.MAX: _max_rule,                                                    # the larger gets g; ties g/2 each
+    Ops.POW: _pow_rule,                                                    # e b^(e-1) db + y ln(b) de (edges: see rule)
+    Ops.MULACC: lambda g, y, need: (need[0] and _mul(g, y.src[1]),         # d(ab+c) = b da + a db + dc
+                                    need[1] and _mul(g, y.src[0]), g),
+    Ops.WHERE: lambda g, y, need: (None,                                   # c ? a : b: g where chosen, else 0
                                    need[1] and _where(y.src[0], g, _zero(g)),
                                    need[2] and _where(y.src[0], _zero(g), g)),
-    Ops.MULACC: lambda g, y, need: (need[0] and _mul(g, y.src[1]),           # d(ab+c) = b da + a db + dc
-                                    need[1] and _mul(g, y.src[0]), g),
-    Ops.REDUCE: _reduce_rule,                                            # by reduce op, rows below
-    (Ops.REDUCE, "ADD"): lambda g, y, need: (_expand(g, y.src[0].shape),),     # every element adds once: g expanded
-    (Ops.REDUCE, "MAX"): _reduce_max_rule,                               # g * (x==max) / count(x==max)
-    (Ops.REDUCE, "MUL"): _reduce_mul_rule,                               # g * product of the other elements
+    # elementwise unary (EXP2, SQRT, RECIPROCAL reuse y itself)
+    Ops.NEG: lambda g, y, need: (_neg(g),),                                # d(-x) = -dx
+    Ops.RECIPROCAL: lambda g, y, need: (_neg(_mul(g, _mul(y, y))),),       # d(1/x) = -y^2 dx
+    Ops.SQRT: lambda g, y, need: (_div(g, _mul(y, _const(y, 2.0))),),      # d sqrt(x) = dx / (2y)
+    Ops.EXP2: lambda g, y, need: (_mul(_mul(g, y), _const(y, LN2)),),      # d 2^x = y ln2 dx
+    Ops.LOG2: lambda g, y, need: (_div(g, _mul(y.src[0], _const(y, LN2))),),  # d log2(x) = dx / (x ln2)
+    Ops.SIN: lambda g, y, need: (_mul(_sub(_const(y, math.pi / 2), y.src[0]).sin(), g),),  # d sin x = sin(pi/2-x) dx
+    Ops.TRUNC: lambda g, y, need: (_zeros(y.src[0]),),                     # piecewise constant: 0
+    Ops.CAST: lambda g, y, need: (g.cast(y.src[0].dtype),),                # g, back in x's dtype
+    Ops.BITCAST: _none(1),                                                 # bits, not values: none
+    # comparisons and integer ops: no gradient
+    Ops.CMPLT: _none(2), Ops.CMPNE: _none(2), Ops.CMPEQ: _none(2),
+    Ops.CDIV: _none(2), Ops.CMOD: _none(2), Ops.AND: _none(2), Ops.OR: _none(2),
+    Ops.XOR: _none(2), Ops.SHL: _none(2), Ops.SHR: _none(2),
+    # reduce
+    Ops.REDUCE: _reduce_rule,
+    (Ops.REDUCE, "ADD"): lambda g, y, need: (_expand(g, y.src[0].shape),),  # each element adds once: g expanded
+    (Ops.REDUCE, "MAX"): _reduce_max_rule,                                 # g * (x==y) / count(x==y)
+    (Ops.REDUCE, "MUL"): _reduce_mul_rule,                                 # g * product of the others (exact at zeros)
+    # movement: the inverse movement of g
     Ops.RESHAPE: lambda g, y, need: (_make(Ops.RESHAPE, g.dtype, (g,), y.src[0].shape),),  # g reshaped back
-    Ops.EXPAND: _expand_rule,                                            # g summed over the grown axes
-    Ops.PAD: _pad_rule,                                                  # g shrunk to the unpadded window
-    Ops.SHRINK: _shrink_rule,                                            # g padded back with zeros
-    Ops.PERMUTE: _permute_rule,                                          # g permuted by the inverse order
-    Ops.FLIP: lambda g, y, need: (_make(Ops.FLIP, g.dtype, (g,), y.arg),),     # flipping is its own inverse
-    Ops.CONTIGUOUS: lambda g, y, need: (g,),                                   # identity
-    Ops.CONTIGUOUS_BACKWARD: lambda g, y, need: (g.contiguous(),),             # identity; gradient made contiguous
-    Ops.DETACH: _none(1),                                                # stops gradients (never walked)
-    Ops.COPY: _copy_rule,                                                # g copied back to x's device
-    Ops.TUPLE: _tuple_rule,                                              # element i of the TUPLE gradient
-    Ops.STORE: lambda g, y, need: (None, g),                                   # the stored value gets g
-    Ops.AFTER: lambda g, y, need: (None, g),                                   # the value after the store is the stored value
-    Ops.GETTUPLE: _gettuple_rule,          # TUPLE(NOOP.., g at i, ..NOOP) on the call: tuples add per element
-    Ops.FUNCTION: _function_rule,          # through a `<name>_backward` FUNCTION (needed slots only)
-    Ops.CALL: _call_rule,                  # through the CALL's backward body
+    Ops.EXPAND: _expand_rule,                                              # g summed over the grown axes
+    Ops.PAD: _pad_rule,                                                    # g shrunk to the unpadded window
+    Ops.SHRINK: _shrink_rule,                                              # g padded back with zeros
+    Ops.PERMUTE: _permute_rule,                                            # g permuted by the inverse order
+    Ops.FLIP: lambda g, y, need: (_make(Ops.FLIP, g.dtype, (g,), y.arg),),  # a flip is its own inverse
+    # identity-valued
+    Ops.CONTIGUOUS: lambda g, y, need: (g,),                               # identity
+    Ops.CONTIGUOUS_BACKWARD: lambda g, y, need: (g.contiguous(),),         # identity; g made contiguous
+    Ops.DETACH: _none(1),                                                  # stops gradients
+    Ops.COPY: _copy_rule,                                                  # g copied back to x's device
+    # memory
+    Ops.STORE: lambda g, y, need: (None, g),                               # the stored value gets g
+    Ops.AFTER: lambda g, y, need: (None, g),                               # after the store: the stored value
+    # tuples and calls
+    Ops.TUPLE: _tuple_rule,                                                # element i of the TUPLE gradient
+    Ops.GETTUPLE: _gettuple_rule,                                          # TUPLE(NOOP.., g at i, ..NOOP) to the call
+    Ops.FUNCTION: _function_rule,                                          # via `<name>_backward`, needed slots only
+    Ops.CALL: _call_rule,                                                  # via the CALL's backward body
 }
 
 
