@@ -315,6 +315,13 @@ def test_call_without_backward_body_is_an_error_naming_it():
         compute_gradient(opaque[0].sum(), UOp.const(1.0, f64), [x])
 
 
+def test_call_without_backward_body_off_the_target_path_is_fine():
+    x, w = param("x", (3,)), param("w", (3,))
+    opaque = UOp.trace_call("opaque_kernel", lambda p: p.sin(), None, x)
+    grads = compute_gradient((opaque[0] * w).sum(), UOp.const(1.0, f64), [w])
+    np.testing.assert_allclose(evaluate([grads[w]], {"x": a3(1, 2, 3), "w": a3(0, 0, 0)})[0], np.sin(a3(1, 2, 3)))
+
+
 def test_call_output_gradient_that_never_arrives_is_bound_to_zeros():
     x = param("x", (2,))
     two = UOp.trace_call("two", lambda p: (p * 2.0, p * 3.0), lambda p, g0, g1: (g0 * 2.0 + g1 * 3.0,), x)
