@@ -370,6 +370,9 @@ def test_info_text_and_json(files):
     assert info["input_elements"] == 12 and info["embedded_bytes"] == 0
     assert info["sha256"] == hashlib.sha256(save(graph)).hexdigest()
     assert info["ops"]["PARAM"] == 4 and info["flops"] > 0 and info["depth"] >= 3
+    as_json = files["dir"] / "vec.json"
+    run("convert", files["vec"], "-o", as_json)
+    assert json.loads(run("info", as_json, "--json").stdout)["sha256"] == info["sha256"]   # canonical bytes
     text = run("info", files["vec"]).stdout
     assert "sha256" in text and "x float32[3]" in text
 

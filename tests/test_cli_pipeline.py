@@ -118,15 +118,26 @@ def test_stdin_stdout_conversion_round_trip(work):
 
 
 def test_broken_pipe_is_quiet(work):
-    done = sh("uopgrad print m.uop | head -n 1", work)
-    assert done.returncode == 0 and done.stdout.startswith(b"# ") and b"Traceback" not in done.stderr
+    """A reader that stops early (head) is not an error worth a message; the status says
+    the output was cut short (1), as PIPESTATUS shows."""
+    x = UOp.param("x", ())
+    y = x
+    for _ in range(3000):          # a listing far larger than a pipe's buffer
+        y = y * 1.5 + 1.0
+    save(Graph({"y": y}), work / "long.uop")
+    done = sh("uopgrad print long.uop | head -n 1; exit ${PIPESTATUS[0]}", work)
+    assert done.stdout.startswith(b"# ") and done.stdout.count(b"\n") == 1
+    assert done.returncode == 1 and done.stderr == b""
 
 
-def run_on_terminal(args: list[str], cwd: Path) -> tuple[int, bytes, bytes]:
-    """Run uopgrad with stdout on a pseudo-terminal; (exit status, what the terminal got, stderr)."""
+def run_on_terminal(args: list[str], cwd: Path, stream: str = "stdout") -> tuple[int, bytes, bytes]:
+    """Run uopgrad with `stream` (stdout or stderr) on a pseudo-terminal and the other on a
+    pipe; (exit status, what the terminal got, what the pipe got)."""
     leader, follower = pty.openpty()
     try:
-        proc = subprocess.Popen([UOPGRAD, *args], cwd=cwd, stdout=follower, stderr=subprocess.PIPE)
+        streams = {"stdout": follower, "stderr": subprocess.PIPE} if stream == "stdout" else \
+            {"stdout": subprocess.PIPE, "stderr": follower}
+        proc = subprocess.Popen([UOPGRAD, *args], cwd=cwd, **streams)
         os.close(follower)
         shown = b""
         while True:
@@ -137,8 +148,8 @@ def run_on_terminal(args: list[str], cwd: Path) -> tuple[int, bytes, bytes]:
             if not chunk:
                 break
             shown += chunk
-        _, err = proc.communicate(timeout=60)
-        return proc.returncode, shown, err
+        out, err = proc.communicate(timeout=60)
+        return proc.returncode, shown, err if stream == "stdout" else out
     finally:
         os.close(leader)
 
@@ -152,6 +163,17 @@ def test_binary_output_refused_on_a_terminal(work):
     assert status == 0 and shown.lstrip().startswith(b"{")      # text is fine
     status, _, err = run_on_terminal(["eval", "m.uop", "--random", "-o", "-"], work)
     assert status == 1 and b"terminal" in err
+
+
+def test_progress_bar_only_on_a_terminal(work):
+    status, shown, out = run_on_terminal(["check", "m.uop", "--wrt", "x,w"], work, stream="stderr")
+    assert status == 0 and b"finite differences" in shown and out.startswith(b"target")
+    status, shown, out = run_on_terminal(["check", "m.uop", "--wrt", "x,w", "--quiet"], work, stream="stderr")
+    assert status == 0 and shown == b"" and out.startswith(b"target")
+    status, shown, _ = run_on_terminal(["diff", "m.uop", "--wrt", "x", "-o", "g.uop"], work, stream="stderr")
+    assert status == 0 and b"%" in shown
+    piped = sh("uopgrad check m.uop --wrt x,w", work)
+    assert piped.returncode == 0 and piped.stderr == b""
 
 
 def test_quiet_and_version(work):

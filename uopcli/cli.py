@@ -46,8 +46,12 @@ class _Group(click.Group):
 
     def __call__(self, *args, **kwargs):
         gc.disable()
-        code = self.main(*args, **kwargs)
-        _flush_streams()
+        try:
+            code = self.main(*args, **{**kwargs, "standalone_mode": False})
+        except SystemExit as e:  # sys.exit inside a command
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_FAILURE)
+        if not _flush_streams():
+            code = code or EXIT_FAILURE
         os._exit(code)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
@@ -81,12 +85,15 @@ def _error_line(message: str) -> None:
     click.echo(f"{PROG}: error: {message}", err=True)
 
 
-def _flush_streams() -> None:
+def _flush_streams() -> bool:
+    """Flush stdout and stderr (os._exit will not); False when stdout could not take it."""
+    ok = True
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):
-            pass
+            ok = ok and stream is not sys.stdout
+    return ok
 
 
 # ----------------------------------------------------------------------------- shared options
@@ -292,7 +299,31 @@ def _progress_bar(length: int, label: str):
     return _NoBar()
 
 
+class _Steps:
+    """Work in a few long steps (read, compute, write), shown on a terminal as a progress
+    bar whose label names the step under way."""
+
+    def __init__(self, *labels: str):
+        self.labels, self.done = labels, 0
+        self.bar = _progress_bar(len(labels), labels[0])
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.bar.__exit__(*exc)
+
+    def next(self) -> None:
+        self.done += 1
+        if self.done < len(self.labels):
+            self.bar.label = self.labels[self.done]
+        self.bar.update(1)
+
+
 class _NoBar:
+    label = ""
+
     def __enter__(self):
         return self
 
@@ -331,15 +362,21 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path):
     from .fileformat import save
     form = _uop_form(output)
     _refuse_binary_terminal(output, form, "give -o FILE")
+    if report_path == "-" and output == "-":
+        raise click.UsageError("--report - and the graph cannot both go to stdout: give -o OUT")
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
-    graph, _ = _read_graph(source)
-    result, report = differentiate(graph, wrt_names, of_names or None, cotangent, keep_forward)
-    data = save(result, None, form)
-    import json
-    report_bytes = (json.dumps(report.to_dict(), indent=2) + "\n").encode() if report_path else None
-    if report_bytes is not None:
-        _write(report_path, report_bytes)
-    _write(output, data)
+    with _Steps("reading", "differentiating", "encoding", "writing") as steps:
+        graph, _ = _read_graph(source)
+        steps.next()
+        result, report = differentiate(graph, wrt_names, of_names or None, cotangent, keep_forward)
+        steps.next()
+        data = save(result, None, form)
+        steps.next()
+        if report_path:
+            import json
+            _write(report_path, (json.dumps(report.to_dict(), indent=2) + "\n").encode())
+        _write(output, data)
+        steps.next()
     for line in report.lines():
         _note(line)
 
@@ -366,10 +403,13 @@ def eval_(source, specs, use_random, seed, output, as_json, stats):
         _refuse_binary_terminal(output, "npz", "give -o OUT.npz")
     from .evaluate import EvalStats, evaluate_graph
     from .values import gather_inputs
-    graph, _ = _read_graph(source)
-    inputs = gather_inputs(graph.inputs, specs, seed if use_random else None)
-    eval_stats = EvalStats() if stats else None
-    results = evaluate_graph(graph, inputs, stats=eval_stats)
+    with _Steps("reading", "evaluating") as steps:
+        graph, _ = _read_graph(source)
+        inputs = gather_inputs(graph.inputs, specs, seed if use_random else None)
+        steps.next()
+        eval_stats = EvalStats() if stats else None
+        results = evaluate_graph(graph, inputs, stats=eval_stats)
+        steps.next()
     if output:
         _write(output, npz_bytes(results))
         if eval_stats is not None:

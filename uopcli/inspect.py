@@ -124,7 +124,7 @@ def info_text(info: dict) -> str:
         f"sha256          {info['sha256']}",
         "ops             " + ", ".join(f"{op} {n}" for op, n in info["ops"].items()),
     ]
-    lines += [f"meta.{key:<10} {value}" for key, value in info["meta"].items()]
+    lines += [f"{'meta.' + key:<15} {value}" for key, value in info["meta"].items()]
     return "\n".join(lines)
 
 
