@@ -33,15 +33,19 @@ from uopcli.evaluate import EvalStats, evaluate  # noqa: E402
 from uopcli.uop import no_gc  # noqa: E402
 
 
-def best_time(fn, repeats: int) -> tuple[float, object]:
-    times, out = [], None
+def best_times(fns, repeats: int) -> list[tuple[float, object]]:
+    """Best wall time of each function, run in turns (ours, theirs, ours, ...) so that
+    load from other processes falls on both sides alike."""
+    times = [[] for _ in fns]
+    outs = [None] * len(fns)
     for _ in range(repeats):
-        out = None
-        gc.collect()
-        start = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - start)
-    return min(times), out
+        for i, fn in enumerate(fns):
+            outs[i] = None
+            gc.collect()
+            start = time.perf_counter()
+            outs[i] = fn()
+            times[i].append(time.perf_counter() - start)
+    return [(min(t), out) for t, out in zip(times, outs)]
 
 
 def traced_peak(fn) -> int:
@@ -62,8 +66,8 @@ def bench_matmul(n: int, k: int, m: int, repeats: int) -> list:
     a = rng.standard_normal((n, k), dtype=np.float32)
     b = rng.standard_normal((k, m), dtype=np.float32)
     product = UOp.param("a", (n, k)) @ UOp.param("b", (k, m))
-    ours, (value,) = best_time(lambda: evaluate([product], {"a": a, "b": b}), repeats)
-    theirs, ref = best_time(lambda: np.matmul(a, b), repeats)
+    (ours, (value,)), (theirs, ref) = best_times(
+        [lambda: evaluate([product], {"a": a, "b": b}), lambda: np.matmul(a, b)], repeats)
     assert np.allclose(value, ref, rtol=1e-3, atol=1e-3)
     return [f"matmul {n}x{k} @ {k}x{m}", f"{ours * 1e3:.1f} ms", f"{theirs * 1e3:.1f} ms",
             f"{ours / theirs:.2f}x", "", "", "", "≤ 1.3x time"]
@@ -121,8 +125,8 @@ def bench_mlp(batch: int, width: int, layers: int, repeats: int) -> list:
     arrays = mlp_arrays(batch, width, layers)
     outputs = mlp_gradient_graph(batch, width, layers)
     stats = EvalStats()
-    ours, values = best_time(lambda: evaluate(outputs, arrays, stats=stats), repeats)
-    theirs, refs = best_time(lambda: numpy_mlp_gradient(arrays, layers), repeats)
+    (ours, values), (theirs, refs) = best_times(
+        [lambda: evaluate(outputs, arrays, stats=stats), lambda: numpy_mlp_gradient(arrays, layers)], repeats)
     for value, ref in zip(values, refs):
         assert np.allclose(value, ref, rtol=1e-3, atol=1e-3 * float(np.abs(ref).max() + 1))
     del values, refs

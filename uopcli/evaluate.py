@@ -272,6 +272,9 @@ def _contract_term(values, full_shape, reduced, node):
             scale = value if scale is None else np.multiply(scale, value)
             continue
         view, axes = _factor_view(value, full_shape)
+        if not axes:  # broadcast from a single value: a scalar factor after all
+            scale = view if scale is None else np.multiply(scale, view)
+            continue
         operands.append((view.astype(compute, copy=False), axes))
     present = set().union(*(axes for _, axes in operands)) if operands else set()
     kept = [a for a in range(len(full_shape)) if a not in reduced and full_shape[a] != 1]
@@ -579,6 +582,7 @@ def _compile(outputs: Sequence[UOp], inputs: Mapping) -> _Program:
             program.outputs.append(None if layout is None else register[layout])
     _fuse_contractions(program)
     _plan_frees(program)
+    _plan_in_place(program)
     return program
 
 
@@ -667,6 +671,87 @@ def _plan_frees(program: _Program) -> None:
             step[5] += (reg,)
 
 
+# Ops that can write their result into a source dying at that step (same shape and dtype):
+# no allocation and no fresh pages to fault in, and a lower peak. Hand-written numpy does
+# the same (`z += b`).
+UFUNC_INTO = {
+    Ops.NEG: np.negative, Ops.RECIPROCAL: np.reciprocal, Ops.SQRT: np.sqrt, Ops.EXP2: np.exp2,
+    Ops.LOG2: np.log2, Ops.SIN: np.sin, Ops.TRUNC: np.trunc,
+    Ops.ADD: np.add, Ops.SUB: np.subtract, Ops.MUL: np.multiply, Ops.MAX: np.maximum,
+    Ops.AND: np.bitwise_and, Ops.OR: np.bitwise_or, Ops.XOR: np.bitwise_xor,
+    Ops.SHL: np.left_shift, Ops.SHR: np.right_shift, Ops.CMOD: np.fmod,
+}
+FLOAT_UFUNC_INTO = {Ops.FDIV: np.divide, Ops.POW: np.power}  # integer FDIV/POW are C-style, not ufuncs
+
+
+def _into_source(ufunc, position: int, arity: int):
+    """impl computing ufunc into source `position` (when numpy lets it be written)."""
+    if arity == 1:
+        return lambda node, x: ufunc(x, out=x) if x.flags.writeable else ufunc(x)
+    if position == 0:
+        return lambda node, a, b: ufunc(a, b, out=a) if a.flags.writeable else ufunc(a, b)
+    return lambda node, a, b: ufunc(a, b, out=b) if b.flags.writeable else ufunc(a, b)
+
+
+def _where_into(node, cond, a, b):
+    """WHERE(cond, a, 0) written into a: a's bits times the mask (see _where)."""
+    if b.ndim == 0 and a.flags.writeable and not b.view(_uint_of(b.dtype)):
+        bits = a.view(_uint_of(a.dtype))
+        np.multiply(bits, cond, out=bits)
+        return a
+    return _where(node, cond, a, b)
+
+
+def _in_place_impl(step, position: int):
+    node = step[1]
+    ufunc = UFUNC_INTO.get(node.op) or (FLOAT_UFUNC_INTO.get(node.op) if node.dtype.is_float else None)
+    if ufunc is not None:
+        return _into_source(ufunc, position, len(step[2]))
+    if node.op == Ops.WHERE and position == 1:
+        return _where_into
+    return None
+
+
+def _plan_in_place(program: _Program) -> None:
+    """Let elementwise steps write into a source array that dies with them. Safe when the
+    array is one the evaluator made (not an input, not an output), the source (maybe a
+    view of it) has the result's shape and dtype, and nothing reads the array, or any view
+    of it, later or elsewhere in this step. Read-only views (broadcasts) are caught when
+    the step runs."""
+    steps = program.steps
+    producer: dict[int, list] = {}
+    memory = list(range(program.register_count))  # register -> register whose array it looks at
+    for step in steps:
+        producer[step[3]] = step
+        if step[4] == _VIEW or step[4] == _MAYBE_VIEW:
+            memory[step[3]] = memory[step[2][0]]
+    last_reader = {}
+    for index, step in enumerate(steps):
+        for s in step[2]:
+            last_reader[memory[s]] = index
+    for reg in _output_registers(program):
+        last_reader[memory[reg]] = -1
+    for index, step in enumerate(steps):
+        node, srcs = step[1], step[2]
+        if not node.shape or (node.op not in UFUNC_INTO and node.op not in FLOAT_UFUNC_INTO
+                              and node.op != Ops.WHERE):
+            continue
+        for position, reg in enumerate(srcs):
+            root = memory[reg]  # the register holding the array that owns reg's memory
+            made = producer.get(root)
+            if made is None or made[4] != _NEW or last_reader.get(root) != index:
+                continue
+            source = producer[reg][1]
+            if source.shape != node.shape or source.dtype is not node.dtype:
+                continue
+            if any(memory[s] == root for p, s in enumerate(srcs) if p != position):
+                continue  # the step also reads this array under another name or layout
+            impl = _in_place_impl(step, position)
+            if impl is not None:
+                step[0] = impl
+                break
+
+
 # ----------------------------------------------------------------------------- the loops
 # Sources are passed by arity: unpacking a list built per step costs more than most
 # scalar ops themselves.
@@ -713,7 +798,13 @@ def _run_counting(program: _Program, stats: EvalStats) -> list:
         else:
             entry[0] += 1
     for impl, node, srcs, out, kind, frees in program.steps:
-        result = impl(node, *[values[s] for s in srcs])
+        arity = len(srcs)
+        if arity == 2:
+            result = impl(node, values[srcs[0]], values[srcs[1]])
+        elif arity == 1:
+            result = impl(node, values[srcs[0]])
+        else:
+            result = impl(node, *[values[s] for s in srcs])
         values[out] = result
         if kind == _VIEW or kind == _MAYBE_VIEW and result.base is not None \
                 and np.may_share_memory(result, values[srcs[0]]):
