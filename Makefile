@@ -14,6 +14,10 @@ OUT := out
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 RUN := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
+# pip into the venv; its chatter (setuptools' notices on every editable install) goes to a
+# log that is shown only when the install fails
+pip_install = $(PY) -m pip install $(1) >>$(VENV)/install.log 2>&1 || { cat $(VENV)/install.log >&2; \
+	echo "make: pip install $(1) failed (log above, also in $(VENV)/install.log)" >&2; exit 1; }
 
 .PHONY: help setup venv dot demo test bench samples samples-check lint clean distclean
 
@@ -37,8 +41,9 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { rm -rf $(VENV); \
 		pyver=$$($(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")'); \
 		sh tools/install-system-package.sh "python$$pyver-venv" python3 && $(PYTHON) -m venv $(VENV); }
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	@echo "make: installing uopgrad and its test tools into $(VENV)/ (pip's log: $(VENV)/install.log)"
+	@$(call pip_install,--upgrade pip)
+	@$(call pip_install,-e '.[test]')
 	@touch $@
 
 # graphviz's `dot` program draws the pictures (`uopgrad render`); the Python package
@@ -70,7 +75,8 @@ bench: setup $(BENCH_STAMP)
 		else echo "make bench: bench/run.py is not there yet" >&2; exit 1; fi
 
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e '.[test,bench]'
+	@echo "make: installing the benchmarks' extra packages (pip's log: $(VENV)/install.log)"
+	@$(call pip_install,-e '.[test,bench]')
 	@touch $@
 
 samples: venv
@@ -83,7 +89,7 @@ lint: $(LINT_STAMP)
 	$(VENV)/bin/ruff check uopcli tests samples $(wildcard bench)
 
 $(LINT_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -e '.[test,lint]'
+	@$(call pip_install,-e '.[test,lint]')
 	@touch $@
 
 clean:

@@ -1,0 +1,268 @@
+"""The committed samples: they rebuild to identical bytes, compute what they claim (against
+hand-written numpy), pass the gradient check through the installed `uopgrad` for every
+float input, and the README's commands run."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import uopcli
+from uopcli.evaluate import evaluate_graph
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES_DIR = ROOT / "samples"
+BIN_DIR = Path(sys.executable).parent
+UOPGRAD = BIN_DIR / "uopgrad"
+
+
+def _load_build_module():
+    spec = importlib.util.spec_from_file_location("samples_build", SAMPLES_DIR / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+build = _load_build_module()
+NAMES = list(build.SAMPLES)
+
+
+def _uopgrad(*args: str) -> subprocess.CompletedProcess:
+    """Run the installed command; it must succeed."""
+    result = subprocess.run([str(UOPGRAD), *args], capture_output=True, text=True, timeout=120,
+                            stdin=subprocess.DEVNULL)
+    if result.returncode != 0:
+        raise AssertionError(f"uopgrad {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def _values(graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Deterministic inputs of the right shapes: standard normal, scaled down a little."""
+    rng = np.random.default_rng(seed)
+    return {node.arg: (0.5 * rng.standard_normal(node.shape)).astype(node.dtype.np) for node in graph.inputs}
+
+
+# ----------------------------------------------------------------------------- bytes
+
+# Bytes are compared in fresh processes (the build script, `uopgrad convert`): nodes are
+# shared by structure and keep the metadata of whoever made them first, so a graph built or
+# loaded in this test process could pick up tags from graphs other tests made.
+
+def _build(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SAMPLES_DIR / "build.py"), *args], capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+
+
+def test_rebuilding_the_samples_gives_identical_bytes(tmp_path):
+    result = _build("--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written == sorted([f"{name}.uop" for name in NAMES] + ["README.md"])
+    for file_name in written:
+        committed = SAMPLES_DIR / file_name
+        assert committed.is_file(), f"samples/{file_name} is not committed: run make samples"
+        assert (tmp_path / file_name).read_bytes() == committed.read_bytes(), \
+            f"samples/{file_name} differs from a rebuild: run make samples"
+
+
+def test_build_check_mode_finds_a_stale_file(tmp_path):
+    shutil.copytree(SAMPLES_DIR, tmp_path, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    assert _build("--out", str(tmp_path), "--check").returncode == 0
+    (tmp_path / "poly.uop").write_bytes(b"stale")
+    result = _build("--out", str(tmp_path), "--check")
+    assert result.returncode == 1 and "poly.uop is out of date" in result.stderr
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_sample_file_is_canonical(name, tmp_path):
+    """Reading a sample and writing it again (`uopgrad convert`) gives identical bytes."""
+    _uopgrad("convert", str(SAMPLES_DIR / f"{name}.uop"), "-o", str(tmp_path / "again.uop"))
+    assert (tmp_path / "again.uop").read_bytes() == (SAMPLES_DIR / f"{name}.uop").read_bytes()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_sample_has_one_float_scalar_output_and_float_inputs(name):
+    graph = uopcli.load(SAMPLES_DIR / f"{name}.uop")
+    (output_name, output), = graph.outputs.items()
+    assert output_name == ("y" if name == "poly" else "loss")
+    assert output.shape == () and output.dtype.is_float
+    assert graph.inputs and all(node.dtype.is_float for node in graph.inputs)
+
+
+# ----------------------------------------------------------------------------- values
+
+def _mse(a, b):
+    return np.mean((a - b) ** 2)
+
+
+def _log_softmax(z):
+    z = z - z.max(-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(-1, keepdims=True))
+
+
+def _conv2d_reference(x, kernel, bias):
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))  # n c h w kh kw
+    return np.einsum("nchwij,fcij->nfhw", windows, kernel) + bias[None, :, None, None]
+
+
+def _reference(name: str, v: dict[str, np.ndarray]) -> float:
+    """Each sample's forward value, written independently in float64 numpy."""
+    v = {k: a.astype(np.float64) for k, a in v.items()}
+    if name == "mlp":
+        hidden = np.maximum(v["x"] @ v["w1"] + v["b1"], 0)
+        return _mse(hidden @ v["w2"] + v["b2"], v["y"])
+    if name == "logreg":
+        p = 1 / (1 + np.exp(-(v["x"] @ v["w"] + v["b"])))
+        return -np.mean(v["y"] * np.log(p) + (1 - v["y"]) * np.log(1 - p))
+    if name == "softmax_xent":
+        return -np.mean((v["y"] * _log_softmax(v["x"] @ v["w"] + v["b"])).sum(-1))
+    if name == "conv2d":
+        features = np.maximum(_conv2d_reference(v["x"], v["kernel"], v["kernel_bias"]), 0)
+        pooled = features.reshape(4, 4, 4, 2, 4, 2).mean((3, 5)).reshape(4, 64)
+        return -np.mean((v["y"] * _log_softmax(pooled @ v["w"] + v["b"])).sum(-1))
+    if name == "layernorm":
+        x = v["x"]
+        normalised = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+        return _mse(normalised * v["gamma"] + v["beta"], v["y"])
+    if name == "attention":
+        x = v["x"]
+        scores = (x @ v["wq"]) @ (x @ v["wk"]).T / np.sqrt(16)
+        scores = np.where(np.tril(np.ones((6, 6), bool)), scores, -1e9)
+        weights = np.exp(_log_softmax(scores))
+        return _mse(weights @ (x @ v["wv"]) @ v["wo"], v["y"])
+    if name == "rnn":
+        h, total = v["h0"], 0.0
+        for t in range(5):
+            h = np.tanh(v["x"][t] @ v["wx"] + h @ v["wh"] + v["b"])
+            total += _mse(h @ v["w_out"], v["y"][t])
+        return total / 5
+    if name == "ste":
+        w_q = np.trunc(np.clip(v["w"], -1, 1) * 8) / 8
+        return _mse(v["x"] @ w_q, v["y"])
+    if name == "poly":
+        x = v["x"]
+        return 3 * x**4 - 2 * x**3 + x**2 - 5 * x + 7
+    raise AssertionError(f"no reference for sample {name}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_sample_computes_what_it_claims(name):
+    graph = uopcli.load(SAMPLES_DIR / f"{name}.uop")
+    for seed in (0, 1):
+        values = _values(graph, seed)
+        got = evaluate_graph(graph, values)[graph.output_names[0]]
+        np.testing.assert_allclose(got, _reference(name, values), rtol=2e-5, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- gradients
+
+def _float_inputs(name: str) -> list[str]:
+    return [node.arg for node in uopcli.load(SAMPLES_DIR / f"{name}.uop").inputs if node.dtype.is_float]
+
+
+# The straight-through estimator's gradient is, by design, not the derivative of its
+# forward (that is zero almost everywhere): the weights it quantises are not
+# finite-difference checked; test_ste_gradient_is_the_straight_through_one checks them
+# against the estimator's own formula instead.
+NOT_FINITE_DIFFERENCE_CHECKED = {"ste": {"w"}}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_sample_passes_uopgrad_check_for_every_float_input(name):
+    wrt = [n for n in _float_inputs(name) if n not in NOT_FINITE_DIFFERENCE_CHECKED.get(name, ())]
+    result = _uopgrad("check", str(SAMPLES_DIR / f"{name}.uop"), "--wrt", ",".join(wrt), "--seed", "0", "--json")
+    report = json.loads(result.stdout)
+    assert report["passed"] and report["dtype"] == "float64"
+    assert [t["target"] for t in report["targets"]] == wrt
+    for target in report["targets"]:
+        assert target["passed"] and target["samples"] >= 1, target
+
+
+def test_ste_gradient_is_the_straight_through_one(tmp_path):
+    """d loss/d w of ste.uop is the gradient with respect to the quantised weights, passed
+    through where |w| < 1 and zero elsewhere (the CALL's backward body, not its forward)."""
+    sample = SAMPLES_DIR / "ste.uop"
+    graph = uopcli.load(sample)
+    values = _values(graph, seed=3)
+    values["w"] = np.array([[0.3, -1.5, 0.9], [1.2, -0.2, 0.05], [-0.7, 0.45, 2.0], [0.6, -0.95, -0.1]], np.float32)
+    for name, array in values.items():
+        np.save(tmp_path / f"{name}.npy", array)
+    _uopgrad("diff", str(sample), "--wrt", "x,w", "-o", str(tmp_path / "grad.uop"))
+    _uopgrad("eval", str(tmp_path / "grad.uop"), *(f"-i{n}={tmp_path / n}.npy" for n in values),
+             "-o", str(tmp_path / "grad.npz"))
+    got = np.load(tmp_path / "grad.npz")
+
+    x, w, y = (values[n].astype(np.float64) for n in ("x", "w", "y"))
+    w_q = np.trunc(np.clip(w, -1, 1) * 8) / 8
+    d_pred = 2 * (x @ w_q - y) / y.size               # d mean((x w_q - y)^2) / d (x w_q)
+    expected_w = (x.T @ d_pred) * (np.abs(w) < 1)     # straight through, clipped
+    np.testing.assert_allclose(got["grad_w"], expected_w, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(got["grad_x"], d_pred @ w_q.T, rtol=1e-5, atol=1e-7)
+    assert np.all(got["grad_w"][np.abs(w) >= 1] == 0) and np.any(got["grad_w"] != 0)
+
+
+def test_poly_second_and_third_derivatives(tmp_path):
+    """diff applied to its own output gives the polynomial's higher derivatives."""
+    sample = SAMPLES_DIR / "poly.uop"
+    _uopgrad("diff", str(sample), "--wrt", "x", "-o", str(tmp_path / "d1.uop"))
+    _uopgrad("diff", str(tmp_path / "d1.uop"), "--of", "grad_x", "--wrt", "x", "-o", str(tmp_path / "d2.uop"))
+    _uopgrad("diff", str(tmp_path / "d2.uop"), "--of", "grad_x", "--wrt", "x", "-o", str(tmp_path / "d3.uop"))
+    graphs = [uopcli.load(tmp_path / f"d{order}.uop") for order in (1, 2, 3)]
+    for x in (-1.5, 0.0, 0.5, 2.0):
+        derivatives = [float(evaluate_graph(g, {"x": np.float32(x)})["grad_x"]) for g in graphs]
+        expected = [12 * x**3 - 6 * x**2 + 2 * x - 5, 36 * x**2 - 12 * x + 2, 72 * x - 12]
+        np.testing.assert_allclose(derivatives, expected, rtol=1e-5, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- README
+
+def _console_commands(markdown: Path) -> list[str]:
+    """Every `$ command` line inside the file's ```console blocks, in order."""
+    text = markdown.read_text()
+    commands = []
+    for block in re.findall(r"^```console\n(.*?)^```", text, flags=re.S | re.M):
+        commands.extend(line[2:] for line in block.splitlines() if line.startswith("$ "))
+    return commands
+
+
+def _run_in_scratch_copy(commands: list[str], scratch: Path) -> None:
+    """Run shell commands in order in `scratch`, which holds a copy of samples/: each must exit 0."""
+    shutil.copytree(SAMPLES_DIR, scratch / "samples", ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    env = {**os.environ, "PATH": f"{BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}"}
+    for command in commands:
+        result = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=scratch, env=env,
+                                capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert result.returncode == 0, (f"command failed ({result.returncode}): {command}\n"
+                                        f"{result.stdout.decode(errors='replace')}\n"
+                                        f"{result.stderr.decode(errors='replace')}")
+
+
+def test_samples_readme_commands_run(tmp_path):
+    commands = _console_commands(SAMPLES_DIR / "README.md")
+    assert len(commands) == len(NAMES)
+    _run_in_scratch_copy(commands, tmp_path)
+
+
+def test_readme_shows_the_two_quick_start_commands():
+    commands = _console_commands(ROOT / "README.md")
+    assert "make demo" in commands and "make test" in commands
+
+
+def test_readme_commands_run(tmp_path):
+    """The README's tour, run in order in a scratch directory holding a copy of samples/:
+    each command exits 0 (commands meant to fail are written `... || echo ...`)."""
+    commands = [c for c in _console_commands(ROOT / "README.md") if not c.startswith(("make ", "git ", "cd "))]
+    assert len(commands) >= 8, "the README tour lost its commands"
+    assert {c.split()[1] for c in commands if c.startswith("uopgrad ")} >= {
+        "diff", "eval", "check", "info", "print", "convert", "validate", "render"}
+    _run_in_scratch_copy(commands, tmp_path)
