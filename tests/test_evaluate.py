@@ -483,6 +483,29 @@ def test_intermediates_are_freed_after_their_last_use():
     assert stats.peak_bytes <= 3 * (1 << 20)  # about two arrays live at a time
 
 
+def test_writing_into_dying_sources_never_changes_a_value_still_needed():
+    x = UOp.param("x", (3, 4))
+    xv = rand(3, 4)
+    keep = xv.copy()
+    y = x * 2
+    (later,) = evaluate([(y + 1).reshape(4, 3) + y.reshape(4, 3)], {"x": xv})  # y's view is read after y + 1
+    np.testing.assert_allclose(later, (xv * 2 + 1).reshape(4, 3) + (xv * 2).reshape(4, 3))
+    (same_step,) = evaluate([(x * 3) + (x * 3).flip(1)], {"x": xv})  # read twice, two layouts, one step
+    np.testing.assert_allclose(same_step, xv * 3 + (xv * 3)[:, ::-1])
+    (transposed,) = evaluate([y.permute(1, 0) + 0.5], {"x": xv})  # written through a transposed view
+    np.testing.assert_allclose(transposed, (xv * 2).T + 0.5)
+    plus, kept_output = evaluate([y + 1, y], {"x": xv})  # an output is never written
+    np.testing.assert_allclose(kept_output, xv * 2)
+    np.testing.assert_array_equal(xv, keep)  # nor is the caller's input
+    c = UOp.param("c", (3, 4), dtypes.bool)
+    cv = xv > 0
+    (relu_grad,) = evaluate([c.where(UOp.const(1.0).reshape(1, 1).expand(3, 4), 0.0)], {"c": cv})
+    np.testing.assert_array_equal(relu_grad, cv.astype(np.float32))  # a broadcast is never written
+    stats = EvalStats()
+    evaluate([((x * 2 + 1) * 3).sin()], {"x": rand(3, 4)}, stats=stats)
+    assert stats.peak_bytes < 2 * 3 * 4 * 4  # one array (and scalar CONSTs), written in place four times
+
+
 def test_a_million_node_chain_evaluates_at_the_default_recursion_limit():
     assert sys.getrecursionlimit() <= 1000
     with no_gc():
