@@ -48,11 +48,13 @@ class TargetCheck:
     analytic: float              # gradient at worst_index, from the gradient graph
     numeric: float               # ... and from finite differences
     passed: bool
+    note: str = ""               # why a failure may be by design (a CALL's own backward body)
 
     def to_dict(self) -> dict:
         return {"target": self.name, "samples": self.samples, "max_abs_error": _json_float(self.max_abs_error),
                 "max_rel_error": _json_float(self.max_rel_error), "worst_index": list(self.worst_index),
-                "analytic": _json_float(self.analytic), "numeric": _json_float(self.numeric), "passed": self.passed}
+                "analytic": _json_float(self.analytic), "numeric": _json_float(self.numeric), "passed": self.passed,
+                **({"note": self.note} if self.note else {})}
 
 
 @dataclass
@@ -77,6 +79,7 @@ class CheckReport:
             out.append(f"{t.name:<12} {t.samples:>7} {t.max_abs_error:>12.3e} {t.max_rel_error:>12.3e}  "
                        f"{where} analytic {t.analytic:.6g} numeric {t.numeric:.6g}  "
                        f"{'ok' if t.passed else 'FAILED'}")
+        out += [f"note: {t.name}: {t.note}" for t in self.targets if t.note]
         failed = [t.name for t in self.targets if not t.passed]
         out.append(f"FAILED: {', '.join(failed)}" if failed else
                    f"ok: gradients of {', '.join(self.of)} match finite differences (float64)")
@@ -119,7 +122,28 @@ def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
     rng = np.random.default_rng(seed)
     checks = [_check_target(name, analytic[f"grad_{name}"], values64, loss, base, rng, samples, progress)
               for name in report.wrt]
+    for target in checks:
+        if not target.passed:
+            target.note = _custom_backward_note(graph, of, graph.input(target.name))
     return CheckReport(of, seed, base, checks)
+
+
+def _custom_backward_note(graph: Graph, of: list[str], target: UOp) -> str:
+    """A gradient that flows through a CALL's own backward body (a straight-through
+    estimator, say) is whatever that body says, not the derivative of the forward: name
+    such calls, so a failure there reads as what it may well be, a design choice."""
+    depends: set[UOp] = {target}
+    calls = []
+    for node in toposort([graph.outputs[name] for name in of], with_call_grads=False):
+        if node is not target and any(s in depends for s in node.src):
+            depends.add(node)
+            if node.op == Ops.CALL and node.arg.grad is not None:
+                calls.append(node.arg.name)
+    if not calls:
+        return ""
+    names = ", ".join(dict.fromkeys(calls))
+    return (f"its gradient passes through CALL {names}, whose backward body is given, not derived: "
+            f"finite differences of the forward need not match it")
 
 
 def _check_target(name, analytic, values64, loss, base, rng, samples, progress) -> TargetCheck:

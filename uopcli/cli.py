@@ -478,11 +478,11 @@ def _human_bytes(n: float) -> str:
 
 
 def _table(results: dict, leading: int = 6) -> str:
+    """One row per output: name, shape, dtype, min / mean / max, and its leading values."""
     import numpy as np
-    rows = [("name", "type", "min", "mean", "max", "values")]
+    rows = [("name", "shape", "dtype", "min", "mean", "max", "values")]
     for name, array in results.items():
         array = np.asarray(array)
-        typ = f"{array.dtype.name}[{','.join(map(str, array.shape))}]"
         flat = array.reshape(-1)
         if flat.size and array.dtype.kind in "biuf":
             numeric = flat.astype(np.float64)
@@ -490,10 +490,10 @@ def _table(results: dict, leading: int = 6) -> str:
         else:
             low = mean = high = "-"
         shown = " ".join(_value_text(v) for v in flat[:leading]) + (" ..." if flat.size > leading else "")
-        rows.append((name, typ, low, mean, high, shown))
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths)) + "  " + row[5]
-                     for row in rows).rstrip()
+        rows.append((name, f"[{','.join(map(str, array.shape))}]", array.dtype.name, low, mean, high, shown))
+    widths = [max(len(row[i]) for row in rows) for i in range(6)]
+    return "\n".join(("  ".join(cell.ljust(w) for cell, w in zip(row[:6], widths)) + "  " + row[6]).rstrip()
+                     for row in rows)
 
 
 def _value_text(value) -> str:
