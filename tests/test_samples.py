@@ -266,3 +266,16 @@ def test_readme_commands_run(tmp_path):
     assert {c.split()[1] for c in commands if c.startswith("uopgrad ")} >= {
         "diff", "eval", "check", "info", "print", "convert", "validate", "render"}
     _run_in_scratch_copy(commands, tmp_path)
+
+
+def test_readme_python_example_runs(tmp_path):
+    """The README's Python API example, run as a script in a scratch directory."""
+    blocks = re.findall(r"^```python\n(.*?)^```", (ROOT / "README.md").read_text(), flags=re.S | re.M)
+    assert len(blocks) == 1
+    (tmp_path / "example.py").write_text(blocks[0])
+    result = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[:2] == ["['loss', 'grad_w']", "(16, 8)"]
+    assert result.stdout.splitlines()[-1] == "True"
+    assert (tmp_path / "model.uop").is_file() and (tmp_path / "grad.svg").read_bytes().startswith(b"<?xml")
