@@ -438,6 +438,19 @@ def test_integer_and_float16_contractions():
                                rtol=2e-3, atol=2e-3)
 
 
+def test_float16_gradient_contractions_sum_in_float32():
+    gradient = pytest.importorskip("uopcli.gradient")
+    a, b = UOp.param("a", (8, 32), dtypes.float16), UOp.param("b", (32, 4), dtypes.float16)
+    av, bv = rand(8, 32, dtype=np.float16), rand(32, 4, dtype=np.float16)
+    loss = (a @ b).sum()
+    grads = gradient.compute_gradient(loss, loss.const_like(1.0), [a, b])
+    (da, db), stats = contract([grads[a], grads[b]], a=av, b=bv)
+    assert stats.contractions == 2  # the float16 products (CAST to float32, REDUCE) are never built
+    ones = np.ones((8, 4), np.float32)
+    np.testing.assert_allclose(da, (ones @ bv.astype(np.float32).T).astype(np.float16), rtol=1e-3)
+    np.testing.assert_allclose(db, (av.astype(np.float32).T @ ones).astype(np.float16), rtol=1e-3)
+
+
 def test_a_product_read_elsewhere_is_evaluated_normally():
     a, b = UOp.param("a", (6, 8)), UOp.param("b", (8, 5))
     av, bv = rand(6, 8), rand(8, 5)

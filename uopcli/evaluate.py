@@ -31,7 +31,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .errors import EvaluationError
-from .ops import Ops
+from .ops import Ops, dtypes
 from .uop import UOp, no_gc
 
 __all__ = ["evaluate", "evaluate_graph", "EvalStats"]
@@ -642,7 +642,15 @@ def _sum_of_products(root: int, producer: dict, reads: list):
             absorbed_adds.append(id(add))
             pending.extend(reversed(add[2]))
             continue
-        absorbed, factors, muls = [], [], [reg]
+        absorbed = []
+        widen = absorbable(reg, Ops.CAST)
+        if widen is not None and widen[1].dtype is dtypes.float32 and widen[1].src[0].dtype is dtypes.float16 \
+                and absorbable(widen[2][0], Ops.MUL) is not None:
+            # float16 gradients sum float16 products in float32 (CAST, REDUCE, CAST back): the
+            # contraction multiplies in float32 too, so products skip one float16 rounding
+            absorbed.append(id(widen))
+            reg = widen[2][0]
+        factors, muls = [], [reg]
         while muls:
             r = muls.pop()
             mul = absorbable(r, Ops.MUL)
