@@ -91,6 +91,9 @@ class UOp(_Slots):
         node = _intern.get(key)
         if node is not None:
             return node
+        plain_arg = _MEMO_ARG_CHECK.get(op)
+        if plain_arg is not None and len(src) == 1 and src[0].__class__ is UOp and plain_arg(arg):
+            return _new(key, op, dtype, src, arg, _memo_shape(op, dtype, src, arg))
         try:
             infer = _INFER[op]
         except KeyError:
@@ -468,6 +471,36 @@ def _new(key: tuple, op: str, dtype: DType, src: tuple, arg, shape) -> UOp:
     if len(_intern) > _sweep_at:
         sweep_intern_table()
     return node
+
+
+# Shape inference of one-source ops depends only on (op, dtype, the source's dtype and
+# shape, arg), and validating an arg costs more than the rest of building a node; graphs
+# repeat the same few combinations. Only args of exactly the canonical types are memoised
+# (checked by _MEMO_ARG_CHECK), so an arg that merely compares equal to a valid one, such
+# as (True, 2) for (1, 2), still goes through full validation. Errors are never stored.
+_shape_memo: dict[tuple, tuple] = {}
+_SHAPE_MEMO_MAX = 1 << 16
+_INT_ONLY = frozenset({int})
+
+
+def _plain_ints(arg) -> bool:
+    return arg.__class__ is tuple and _INT_ONLY.issuperset(map(type, arg))
+
+
+def _plain_reduce_arg(arg) -> bool:
+    return arg.__class__ is tuple and len(arg) == 2 and arg[0].__class__ is str and _plain_ints(arg[1])
+
+
+def _memo_shape(op: str, dtype: DType, src: tuple, arg) -> tuple:
+    x = src[0]
+    memo_key = (op, dtype, x.dtype, x.shape, arg)
+    shape = _shape_memo.get(memo_key)
+    if shape is None:
+        shape = _INFER[op](op, dtype, src, arg)  # raises on a misfit: nothing stored
+        if len(_shape_memo) >= _SHAPE_MEMO_MAX:
+            _shape_memo.clear()
+        _shape_memo[memo_key] = shape
+    return shape
 
 
 def _leaf(op: str, dtype: DType, arg, shape) -> UOp:
@@ -1046,6 +1079,16 @@ _INFER = {
     Ops.STORE: _infer_store,
     Ops.AFTER: _infer_after,
     **{op: _infer_leaf for op in (Ops.PARAM, Ops.CONST, Ops.BUFFER, Ops.NOOP)},
+}
+
+_no_arg = (lambda arg: arg is None)
+_MEMO_ARG_CHECK = {
+    **{op: _no_arg for op in (Ops.NEG, Ops.RECIPROCAL, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC,
+                              Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH)},
+    Ops.RESHAPE: _plain_ints,
+    Ops.EXPAND: _plain_ints,
+    Ops.PERMUTE: _plain_ints,
+    Ops.REDUCE: _plain_reduce_arg,
 }
 
 # Composites tag what they build with their name, as tinygrad's Tensor functions do.
