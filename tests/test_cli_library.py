@@ -186,3 +186,14 @@ def test_values(tmp_path):
     assert gather_inputs([x], ["x=1"])["x"].tolist() == [1, 1]
     with pytest.raises(EvaluationError, match="given twice"):
         gather_inputs([x], ["x=1", "x=2"])
+
+
+def test_gradient_graph_is_a_valid_graph():
+    """differentiate skips Graph's own checks: rebuilding through Graph() must agree."""
+    x, w = UOp.param("x", (2, 3)), UOp.param("w", (3,))
+    call = UOp.trace_function("f", lambda a, b: (a * b).exp(), x, w.reshape(1, 3).expand(2, 3))
+    forward = Graph({"v": call.gettuple(0), "s": call.gettuple(0).sum()}, inputs=[x, w])
+    grad, _ = differentiate(forward, ["w", "x"], of=["v", "s"], cotangent="input", keep_forward=True)
+    checked = Graph(grad.outputs, inputs=grad.inputs, meta=grad.meta)
+    assert checked.nodes() == grad.nodes() and checked.input_names == ["x", "w", "cotangent_v"]
+    assert grad.output_names == ["v", "s", "grad_w", "grad_x"]
