@@ -243,7 +243,7 @@ class _Contraction:
             part = _contract_term([values[i] for i in term], full_shape, reduced, node)
             if total is None:
                 total = part
-            elif total.flags.writeable and total.base is None and total.shape == node.shape:
+            elif total.flags.writeable:  # a fresh result (a read-only one is a broadcast)
                 np.add(total, part, out=total)
             else:
                 total = np.add(total, part)
@@ -386,6 +386,8 @@ def _describe(node: UOp) -> str:
 
 
 def _check_value(what: str, node: UOp, value):
+    if node.shape is None:
+        raise EvaluationError(f"{what}: a {node.op} node has no value to supply")
     if not isinstance(value, np.ndarray):
         if isinstance(value, np.generic):
             value = np.asarray(value)
@@ -727,27 +729,29 @@ def _plan_in_place(program: _Program) -> None:
     of it, later or elsewhere in this step. Read-only views (broadcasts) are caught when
     the step runs."""
     steps = program.steps
-    producer: dict[int, list] = {}
+    candidates = [index for index, step in enumerate(steps) if step[1].shape and (
+        step[1].op in UFUNC_INTO or step[1].op in FLOAT_UFUNC_INTO or step[1].op == Ops.WHERE)]
+    if not candidates:  # scalar graphs: nothing to gain
+        return
+    producer: list = [None] * program.register_count
     memory = list(range(program.register_count))  # register -> register whose array it looks at
     for step in steps:
         producer[step[3]] = step
         if step[4] == _VIEW or step[4] == _MAYBE_VIEW:
             memory[step[3]] = memory[step[2][0]]
-    last_reader = {}
+    last_reader = [-1] * program.register_count   # by memory owner: the last step reading it or a view
     for index, step in enumerate(steps):
         for s in step[2]:
             last_reader[memory[s]] = index
     for reg in _output_registers(program):
         last_reader[memory[reg]] = -1
-    for index, step in enumerate(steps):
+    for index in candidates:
+        step = steps[index]
         node, srcs = step[1], step[2]
-        if not node.shape or (node.op not in UFUNC_INTO and node.op not in FLOAT_UFUNC_INTO
-                              and node.op != Ops.WHERE):
-            continue
         for position, reg in enumerate(srcs):
-            root = memory[reg]  # the register holding the array that owns reg's memory
-            made = producer.get(root)
-            if made is None or made[4] != _NEW or last_reader.get(root) != index:
+            root = memory[reg]
+            made = producer[root]
+            if made is None or made[4] != _NEW or last_reader[root] != index:
                 continue
             source = producer[reg][1]
             if source.shape != node.shape or source.dtype is not node.dtype:
