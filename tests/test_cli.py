@@ -94,6 +94,8 @@ def test_every_help_has_an_example(command):
 
 def test_group_help_and_unknown_command():
     assert "Example:" in run("--help").stdout
+    bare = run()
+    assert bare.exit_code == 2 and "Usage: uopgrad" in bare.stderr and "Commands:" in bare.stderr
     result = run("frobnicate")
     assert result.exit_code == 2
     assert "frobnicate" in error_line(result)

@@ -26,6 +26,7 @@ from .errors import UOpError
 PROG = "uopgrad"
 EXIT_FAILURE = 1
 BINARY_FORMS = {"msgpack", "npz", "png", "pdf"}
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2
 RENDER_EXTENSIONS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv": "dot"}
 
 
@@ -61,6 +62,9 @@ class _Group(click.Group):
         except click.exceptions.Abort:
             _error_line("interrupted")
             code = EXIT_FAILURE
+        except _NO_ARGS_IS_HELP as e:  # bare `uopgrad`: the help, as a usage error
+            click.echo(e.ctx.get_help() if e.ctx else e.format_message(), err=True)
+            code = e.exit_code
         except click.ClickException as e:
             _error_line(_one_line(e))
             code = e.exit_code
@@ -174,6 +178,7 @@ def _command(name: str, example: str, short: str):
     def decorate(fn):
         fn = _guarded(fn)
         fn = _common_options(fn)
+        fn.__click_params__ = fn.__click_params__[-2:] + fn.__click_params__[:-2]  # listed last in --help
         doc = _cleandoc(fn.__doc__ or "")
         fn.__doc__ = f"{doc}\n\n\b\nExample:\n{example}"
         return main.command(name, short_help=short)(fn)
