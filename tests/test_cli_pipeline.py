@@ -204,3 +204,14 @@ def test_samples_end_to_end(sample, tmp_path):
     assert all(v["shape"] == list(graph.input(n).shape) for n, v in zip(floats, values.values()))
     checked = sh(f"uopgrad check {sample} --of {of} --wrt {floats[0]} --samples 3 --json", tmp_path)
     assert checked.returncode in (0, 1) and json.loads(checked.stdout)["targets"][0]["samples"] >= 1
+
+
+def test_render_without_dot_says_how_to_install_it(work, tmp_path_factory):
+    empty = tmp_path_factory.mktemp("no-dot-here")
+    env = {**os.environ, "PATH": str(empty)}     # uopgrad's own path is absolute; `dot` is not found
+    failed = subprocess.run([UOPGRAD, "render", "m.uop", "-o", "m.svg"], cwd=work, env=env, capture_output=True)
+    message = failed.stderr.decode()
+    assert failed.returncode == 1 and message.count("\n") == 1 and message.startswith("uopgrad: error: ")
+    assert "install" in message and "graphviz" in message and not (work / "m.svg").exists()
+    text = subprocess.run([UOPGRAD, "render", "m.uop", "-o", "m.dot"], cwd=work, env=env, capture_output=True)
+    assert text.returncode == 0 and (work / "m.dot").read_text().startswith("digraph")
