@@ -261,61 +261,56 @@ class Bench:
 
     # ------------------------------------------------------------------ 2. evaluation
     def evaluation(self) -> None:
-        rows = []
+        rows, self.eval_results = [], {}
         env = numpy_env()
         for batch, width, layers in self.cfg.eval_models:
             progress(f"eval mlp batch {batch} width {width} layers {layers}")
             model = dict(batch=batch, width=width, layers=layers)
-            sides = {}
-            for side in ("uopcli", "numpy"):
-                try:
-                    timed = worker("eval", env=env, side=side, repeats=self.cfg.eval_repeats, **model)
-                    whole = worker("eval", env=env, side=side, repeats=1, **model)
-                    sides[side] = {"seconds": timed["seconds"], "wall": whole["wall"],
-                                   "peak_rss": whole["peak_rss"], "checksum": timed["checksum"]}
-                except BenchError as error:
-                    sides[side] = {"error": str(error)}
-            ours, numpy = sides["uopcli"], sides["numpy"]
-            ok = "error" not in ours and "error" not in numpy
-            time_ratio = ours["seconds"] / numpy["seconds"] if ok else None
-            wall_ratio = ours["wall"] / numpy["wall"] if ok else None
-            mem_ratio = ours["peak_rss"] / numpy["peak_rss"] if ok else None
-            agree = ok and abs(ours["checksum"] - numpy["checksum"]) <= 1e-3 * abs(numpy["checksum"])
-            rows.append([f"MLP batch {batch}, width {width}, {layers} layers",
-                         _cell(ours, lambda r: f"{r['seconds'] * 1e3:.0f} ms"),
-                         _cell(numpy, lambda r: f"{r['seconds'] * 1e3:.0f} ms"), fmt_ratio(time_ratio),
-                         _cell(ours, lambda r: f"{r['wall']:.2f} s"), _cell(numpy, lambda r: f"{r['wall']:.2f} s"),
-                         fmt_ratio(wall_ratio),
-                         _cell(ours, lambda r: mib(r["peak_rss"])), _cell(numpy, lambda r: mib(r["peak_rss"])),
-                         fmt_ratio(mem_ratio), "yes" if agree else "NO" if ok else "–"])
-            self.eval_results = getattr(self, "eval_results", {})
+            try:
+                timed = worker("eval_time", env=env, repeats=self.cfg.eval_repeats, **model)
+                ours = worker("eval_whole", env=env, side="uopcli", **model)
+                numpy = worker("eval_whole", env=env, side="numpy", **model)
+            except BenchError as error:
+                rows.append([f"MLP batch {batch}, width {width}, {layers} layers", f"error: {error}",
+                             *["–"] * 9])
+                continue
+            time_ratio = timed["seconds"] / timed["numpy_seconds"]
+            wall_ratio = ours["wall"] / numpy["wall"]
+            mem_ratio = ours["peak_rss"] / numpy["peak_rss"]
             self.eval_results[(batch, width, layers)] = (time_ratio, wall_ratio, mem_ratio)
-        matmul_row = self._matmul_row(env)
+            rows.append([f"MLP batch {batch}, width {width}, {layers} layers",
+                         f"{timed['seconds'] * 1e3:.0f} ms", f"{timed['numpy_seconds'] * 1e3:.0f} ms",
+                         fmt_ratio(time_ratio), f"{ours['wall']:.2f} s", f"{numpy['wall']:.2f} s",
+                         fmt_ratio(wall_ratio), mib(ours["peak_rss"]), mib(numpy["peak_rss"]),
+                         fmt_ratio(mem_ratio), "yes" if timed["same"] else "NO"])
+        matmul_table = self._matmul_table(env)
         self.sections.append(
             "## 2. Evaluation\n\n"
             "The gradient graph of `sum(relu(...relu(x @ W0 + b0)... @ W3 + b3))` for every weight and "
-            "bias, evaluated by `uopcli.evaluate`, against a hand-written numpy forward and backward of "
-            "the same model (float32, same inputs). *Evaluate* is the best in-process time; *whole "
-            "process* is one run from start to exit (imports, inputs, graph building and "
-            "differentiation for uopcli, evaluation); peak RSS is the whole process's. "
-            "OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE are unset for both sides.\n\n"
+            "bias (`compute_gradient`), evaluated by `uopcli.evaluate`, against a hand-written numpy "
+            "forward and backward of the same model (float32, same inputs; models from "
+            "`bench/bench_eval.py`). *evaluate* and *numpy* are the best in-process times, run in turns "
+            "in one process; *whole process* is one run from start to exit of each side alone "
+            "(imports, inputs, for uopcli also building and differentiating the graph, one evaluation), "
+            "and peak RSS is that process's. OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for both.\n\n"
             + table(["model", "uopcli evaluate", "numpy", "ratio", "uopcli whole process",
                      "numpy whole process", "ratio", "uopcli peak RSS", "numpy peak RSS", "ratio", "same result"],
                     rows)
-            + "\n\n" + matmul_row)
+            + "\n\n" + matmul_table)
 
-    def _matmul_row(self, env: dict) -> str:
+    def _matmul_table(self, env: dict) -> str:
         n, k, m = self.cfg.matmul
         progress(f"eval matmul {n}x{k} @ {k}x{m}")
+        self.matmul_ratio = None
         try:
-            result = worker("matmul", env=env, n=n, k=k, m=m, repeats=5)
+            result = worker("matmul", env=env, n=n, k=k, m=m, repeats=7)
         except BenchError as error:
-            self.matmul_ratio = None
-            return f"Product {n}×{k} @ {k}×{m} from EXPAND/MUL/REDUCE: {error}"
+            return f"Product {n}×{k} @ {k}×{m} from EXPAND/MUL/REDUCE: error: {error}"
         self.matmul_ratio = result["seconds"] / result["numpy_seconds"]
-        return table(["product", "uopcli evaluate", "np.matmul", "ratio"],
-                     [[f"{n}×{k} @ {k}×{m} (RESHAPE/EXPAND/MUL/REDUCE ADD)", f"{result['seconds'] * 1e3:.1f} ms",
-                       f"{result['numpy_seconds'] * 1e3:.1f} ms", fmt_ratio(self.matmul_ratio)]])
+        return table(["product", "uopcli evaluate", "np.matmul", "ratio", "same result"],
+                     [[f"{n}×{k} @ {k}×{m} built as RESHAPE/EXPAND/MUL/REDUCE ADD",
+                       f"{result['seconds'] * 1e3:.1f} ms", f"{result['numpy_seconds'] * 1e3:.1f} ms",
+                       fmt_ratio(self.matmul_ratio), "yes" if result["same"] else "NO"]])
 
     # ------------------------------------------------------------------ 3. files
     def files_section(self) -> None:
@@ -324,23 +319,25 @@ class Bench:
             for size in sizes:
                 progress(f"files {family} {size}")
                 try:
-                    r = worker("files", family=family, units=self.units(family, size),
-                               repeats=3 if size < 1_000_000 else 2)
+                    r = worker("files", family=family, nodes=size, repeats=3 if size < 1_000_000 else 2)
                 except BenchError as error:
                     r = {"error": str(error)}
                 self.files[(family, size)] = r
-                rows.append([f"{family} {size:,}", _cell(r, lambda r: f"{r['nodes']:,}"),
-                             _cell(r, lambda r: f"{r['bytes'] / 1e6:.1f} MB"),
-                             _cell(r, lambda r: f"{r['load']:.3f} s"), _cell(r, lambda r: f"{r['nodes'] / r['load'] / 1e6:.2f} M"),
-                             _cell(r, lambda r: f"{r['unpackb']:.3f} s"), _cell(r, lambda r: fmt_ratio(r["load"] / r["unpackb"])),
-                             _cell(r, lambda r: f"{r['save']:.3f} s"), _cell(r, lambda r: f"{r['nodes'] / r['save'] / 1e6:.2f} M"),
-                             _cell(r, lambda r: f"{r['packb']:.3f} s"), _cell(r, lambda r: fmt_ratio(r["save"] / r["packb"])),
-                             _cell(r, lambda r: "yes" if r["identical"] else "NO")])
+                if "error" in r:
+                    rows.append([f"{family} {size:,}", f"error: {r['error']}", *["–"] * 10])
+                    continue
+                rows.append([f"{family} {size:,}", f"{r['nodes']:,}", f"{r['bytes'] / 1e6:.1f} MB",
+                             f"{r['load']:.3f} s", f"{r['nodes'] / r['load'] / 1e6:.2f} M",
+                             f"{r['unpackb']:.3f} s", fmt_ratio(r["load"] / r["unpackb"]),
+                             f"{r['save']:.3f} s", f"{r['nodes'] / r['save'] / 1e6:.2f} M",
+                             f"{r['packb']:.3f} s", fmt_ratio(r["save"] / r["packb"]),
+                             "yes" if r["identical"] else "NO"])
         self.sections.append(
             "## 3. Files\n\n"
             "`uopcli.load` from bytes and `uopcli.save` to bytes (MessagePack form), best of several runs, "
-            "against bare `msgpack.unpackb` / `msgpack.packb` on the same bytes / the unpacked object. "
-            "Each load starts from an empty intern table (nothing of an earlier graph is reused).\n\n"
+            "against bare `msgpack.unpackb` on the same bytes and `msgpack.packb` of the unpacked document "
+            "(graphs and timing from `bench/bench_files.py`). Each load starts from an empty intern table, "
+            "as in a fresh process.\n\n"
             + table(["graph", "nodes", "size", "load", "load nodes/s", "unpackb", "load / unpackb",
                      "save", "save nodes/s", "packb", "save / packb", "save(load(b)) == b"], rows))
 

@@ -74,138 +74,63 @@ def task_write_graph(family: str, units: int, path: str) -> dict:
 
 # ----------------------------------------------------------------------------- files
 
-def task_files(family: str, units: int, repeats: int = 3) -> dict:
-    """load/save of one graph against bare msgpack.unpackb/packb on the same bytes."""
-    import msgpack
-    from uopcli.fileformat import load, save
-    from uopcli.graph import Graph
-    from uopcli.uop import sweep_intern_table
-
-    loss, _ = graphs.FAMILIES[family](graphs.uop_param, units)
-    data = save(Graph({"loss": loss}))
-    del loss
-    gc.collect()
-    sweep_intern_table()  # nothing of the built graph may help the loads below
-
-    def best(fn, *args):
-        out, times = None, []
-        for _ in range(repeats):
-            out = None
-            gc.collect()
-            start = time.perf_counter()
-            out = fn(*args)
-            times.append(time.perf_counter() - start)
-        return min(times), out
-
-    unpack_s, obj = best(lambda b: msgpack.unpackb(b, raw=False, strict_map_key=False), data)
-    pack_s, _ = best(msgpack.packb, obj)
-    load_times = []
-    graph = None
-    for _ in range(repeats):
-        graph = None
-        gc.collect()
-        sweep_intern_table()
-        start = time.perf_counter()
-        graph = load(data)
-        load_times.append(time.perf_counter() - start)
-    save_s, again = best(save, graph)
-    nodes = len(graph.nodes())
-    return {"nodes": nodes, "bytes": len(data), "load": min(load_times), "save": save_s,
-            "unpackb": unpack_s, "packb": pack_s, "identical": again == data}
+def task_files(family: str, nodes: int, repeats: int = 3) -> dict:
+    """load/save of one graph against bare msgpack on the same bytes (bench_files.measure)."""
+    import bench_files
+    return bench_files.measure(family, nodes, repeats)
 
 
 # ----------------------------------------------------------------------------- evaluation
+# The models and the hand-written numpy side are bench_eval.py's (the evaluator's own
+# benchmark); here they run in processes of their own so whole-process memory can be read.
 
-def _mlp_arrays(batch: int, width: int, layers: int) -> dict:
+def task_eval_time(batch: int, width: int, layers: int, repeats: int = 3) -> dict:
+    """Best evaluate time against the best numpy time, run in turns in one process (load
+    from other processes then falls on both sides alike); checks both give the same arrays."""
     import numpy as np
-    rng = np.random.default_rng(0)
-    scale = np.float32(1.0 / np.sqrt(width))
-    arrays = {"x": rng.standard_normal((batch, width), dtype=np.float32)}
-    for i in range(layers):
-        arrays[f"w{i}"] = rng.standard_normal((width, width), dtype=np.float32) * scale
-        arrays[f"b{i}"] = rng.standard_normal((width,), dtype=np.float32) * np.float32(0.1)
-    return arrays
-
-
-def task_eval(side: str, batch: int, width: int, layers: int, repeats: int = 1) -> dict:
-    """The MLP's gradient (every weight and bias) evaluated by uopcli, or by hand in numpy."""
-    arrays = _mlp_arrays(batch, width, layers)
-    if side == "numpy":
-        run = lambda: _numpy_mlp_grad(arrays, layers)  # noqa: E731
-    else:
-        run = _uopcli_mlp_grad(arrays, batch, width, layers)
-    times, out = [], None
-    for _ in range(repeats):
-        out = None
-        start = time.perf_counter()
-        out = run()
-        times.append(time.perf_counter() - start)
-    checksum = float(sum(float(abs(a).sum()) for a in out))
-    return {"seconds": min(times), "all_seconds": times, "checksum": checksum, "outputs": len(out)}
-
-
-def _numpy_mlp_grad(arrays: dict, layers: int) -> list:
-    """Hand-written forward and backward of sum(relu(...relu(x @ W0 + b0)... @ W + b))."""
-    import numpy as np
-    acts, h = [], arrays["x"]
-    for i in range(layers):
-        z = h @ arrays[f"w{i}"]
-        z += arrays[f"b{i}"]
-        acts.append(h)
-        h = np.maximum(z, 0, out=z)
-    grad = (h > 0).astype(np.float32)  # d sum(relu(z)) / dz
-    del h
-    grads = [None] * (2 * layers)
-    for i in reversed(range(layers)):
-        grads[2 * i] = acts[i].T @ grad
-        grads[2 * i + 1] = grad.sum(0)
-        if i:
-            back = grad @ arrays[f"w{i}"].T
-            back *= acts[i] > 0
-            grad = back
-        acts[i] = None
-    return grads
-
-
-def _uopcli_mlp_grad(arrays: dict, batch: int, width: int, layers: int):
+    import bench_eval
     from uopcli.evaluate import evaluate
-    from uopcli.gradient import compute_gradient
-    loss, targets = graphs.mlp(graphs.uop_param, layers, width=width, batch=batch)
-    grads = compute_gradient(loss, loss.const_like(1.0), targets)
-    outputs = [grads[t] for t in targets]
-    return lambda: evaluate(outputs, arrays)
+    arrays = bench_eval.mlp_arrays(batch, width, layers)
+    outputs = bench_eval.mlp_gradient_graph(batch, width, layers)
+    (ours, values), (theirs, refs) = bench_eval.best_times(
+        [lambda: evaluate(outputs, arrays), lambda: bench_eval.numpy_mlp_gradient(arrays, layers)], repeats)
+    same = all(np.allclose(v, r, rtol=1e-3, atol=1e-3 * float(np.abs(r).max() + 1)) for v, r in zip(values, refs))
+    return {"seconds": ours, "numpy_seconds": theirs, "same": bool(same)}
+
+
+def task_eval_whole(side: str, batch: int, width: int, layers: int) -> dict:
+    """One whole process: inputs, (uopcli: graph and gradient,) one evaluation. The parent
+    reads its wall time and peak RSS."""
+    import bench_eval
+    arrays = bench_eval.mlp_arrays(batch, width, layers)
+    start = time.perf_counter()
+    if side == "numpy":
+        out = bench_eval.numpy_mlp_gradient(arrays, layers)
+    else:
+        from uopcli.evaluate import evaluate
+        out = evaluate(bench_eval.mlp_gradient_graph(batch, width, layers), arrays)
+    return {"seconds": time.perf_counter() - start, "outputs": len(out)}
 
 
 def task_matmul(n: int, k: int, m: int, repeats: int = 5) -> dict:
     """A (n,k) @ (k,m) product as uopcli builds it (RESHAPE/EXPAND/MUL/REDUCE ADD) against np.matmul."""
     import numpy as np
+    import bench_eval
     from uopcli import UOp
     from uopcli.evaluate import evaluate
     rng = np.random.default_rng(0)
     a = rng.standard_normal((n, k), dtype=np.float32)
     b = rng.standard_normal((k, m), dtype=np.float32)
     product = UOp.param("a", (n, k)) @ UOp.param("b", (k, m))
-    ops = sorted({u.op for u in product.toposort()})
-
-    def best(fn):
-        times, out = [], None
-        for _ in range(repeats):
-            out = None
-            start = time.perf_counter()
-            out = fn()
-            times.append(time.perf_counter() - start)
-        return min(times), out
-
-    ours_s, (ours,) = best(lambda: evaluate([product], {"a": a, "b": b}))
-    numpy_s, ref = best(lambda: np.matmul(a, b))
-    close = bool(np.allclose(ours, ref, rtol=1e-3, atol=1e-3))
-    return {"seconds": ours_s, "numpy_seconds": numpy_s, "ops": ops, "close": close}
+    (ours, (value,)), (theirs, ref) = bench_eval.best_times(
+        [lambda: evaluate([product], {"a": a, "b": b}), lambda: np.matmul(a, b)], repeats)
+    return {"seconds": ours, "numpy_seconds": theirs, "same": bool(np.allclose(value, ref, rtol=1e-3, atol=1e-3))}
 
 
 # ----------------------------------------------------------------------------- main
 
-TASKS = {"grad": task_grad, "write_graph": task_write_graph, "files": task_files, "eval": task_eval,
-         "matmul": task_matmul}
+TASKS = {"grad": task_grad, "write_graph": task_write_graph, "files": task_files,
+         "eval_time": task_eval_time, "eval_whole": task_eval_whole, "matmul": task_matmul}
 
 if __name__ == "__main__":
     task, args = sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
