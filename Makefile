@@ -14,6 +14,7 @@ OUT := out
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 RUN := PATH="$(CURDIR)/$(VENV)/bin:$$PATH"
+comma := ,
 # pip into the venv; its chatter (setuptools' notices on every editable install) goes to a
 # log that is shown only when the install fails
 pip_install = $(PY) -m pip install $(1) >>$(VENV)/install.log 2>&1 || { cat $(VENV)/install.log >&2; \
@@ -26,7 +27,7 @@ help:
 	@echo "make test      set up, then run the whole test suite"
 	@echo "make bench     run the benchmarks (installs the [bench] extra)"
 	@echo "make samples   rebuild samples/*.uop from samples/build.py"
-	@echo "make lint      ruff over the package, tests, samples and bench"
+	@echo "make lint      ruff over the package, tests, samples, tools and bench"
 	@echo "make clean     remove $(OUT)/ and caches; make distclean also removes $(VENV)/"
 
 setup: venv dot
@@ -76,7 +77,7 @@ bench: setup $(BENCH_STAMP)
 
 $(BENCH_STAMP): $(STAMP)
 	@echo "make: installing the benchmarks' extra packages (pip's log: $(VENV)/install.log)"
-	@$(call pip_install,-e '.[test,bench]')
+	@$(call pip_install,-e '.[test$(comma)bench]')
 	@touch $@
 
 samples: venv
@@ -86,10 +87,10 @@ samples-check: venv
 	$(PY) samples/build.py --check
 
 lint: $(LINT_STAMP)
-	$(VENV)/bin/ruff check uopcli tests samples $(wildcard bench)
+	$(VENV)/bin/ruff check uopcli tests samples tools $(wildcard bench)
 
 $(LINT_STAMP): $(STAMP)
-	@$(call pip_install,-e '.[test,lint]')
+	@$(call pip_install,-e '.[test$(comma)lint]')
 	@touch $@
 
 clean:
