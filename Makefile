@@ -10,6 +10,7 @@ STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 LINT_STAMP := $(VENV)/.installed-lint
 OUT := out
+BENCH_ARGS ?=  # e.g. make bench BENCH_ARGS=--quick
 # pip: no prompts, no version nagging; the venv's own bin first so tests find `uopgrad`
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
@@ -25,7 +26,7 @@ pip_install = $(PY) -m pip install $(1) >>$(VENV)/install.log 2>&1 || { cat $(VE
 help:
 	@echo "make demo      set up, then diff -> eval -> check -> render samples/mlp.uop (picture in $(OUT)/)"
 	@echo "make test      set up, then run the whole test suite"
-	@echo "make bench     run the benchmarks (installs the [bench] extra)"
+	@echo "make bench     run the benchmarks (installs the [bench] extra; BENCH_ARGS=--quick for a smoke run)"
 	@echo "make samples   rebuild samples/*.uop from samples/build.py"
 	@echo "make lint      ruff over the package, tests, samples, tools and bench"
 	@echo "make clean     remove $(OUT)/ and caches; make distclean also removes $(VENV)/"
@@ -72,7 +73,7 @@ test: setup
 		exit $$status
 
 bench: setup $(BENCH_STAMP)
-	@if [ -f bench/run.py ]; then $(RUN) $(PY) bench/run.py; \
+	@if [ -f bench/run.py ]; then $(RUN) $(PY) bench/run.py $(BENCH_ARGS); \
 		else echo "make bench: bench/run.py is not there yet" >&2; exit 1; fi
 
 $(BENCH_STAMP): $(STAMP)
