@@ -12,13 +12,14 @@ Rows:
   what tracemalloc sees numpy allocate during the call (inputs excluded), plus the
   evaluator's own EvalStats.peak_bytes;
 - chain: a long scalar chain, per-node cost of the interpreter (compile + run).
-Times are the best of a few repeats; prints a markdown table.
+Times are medians of repeats run in turns; prints a markdown table.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import statistics
 import sys
 import time
 import tracemalloc
@@ -34,8 +35,9 @@ from uopcli.uop import no_gc  # noqa: E402
 
 
 def best_times(fns, repeats: int) -> list[tuple[float, object]]:
-    """Best wall time of each function, run in turns (ours, theirs, ours, ...) so that
-    load from other processes falls on both sides alike."""
+    """Median wall time of each function, run in turns (ours, theirs, ours, ...) so that
+    load from other processes falls on both sides alike (on a busy machine the median of
+    interleaved runs is steadier than the minimum)."""
     times = [[] for _ in fns]
     outs = [None] * len(fns)
     for _ in range(repeats):
@@ -45,7 +47,7 @@ def best_times(fns, repeats: int) -> list[tuple[float, object]]:
             start = time.perf_counter()
             outs[i] = fn()
             times[i].append(time.perf_counter() - start)
-    return [(min(t), out) for t, out in zip(times, outs)]
+    return [(statistics.median(t), out) for t, out in zip(times, outs)]
 
 
 def traced_peak(fn) -> int:
@@ -162,7 +164,7 @@ def main(argv=None) -> None:
     if args.quick:
         rows = [bench_matmul(128, 256, 256, 3), bench_mlp(128, 256, 3, 2), bench_chain(100_000)]
     else:
-        rows = [bench_matmul(512, 1024, 1024, 7), bench_mlp(256, 1024, 4, 3), bench_mlp(1024, 2048, 4, 3),
+        rows = [bench_matmul(512, 1024, 1024, 15), bench_mlp(256, 1024, 4, 7), bench_mlp(1024, 2048, 4, 5),
                 bench_chain(1_000_000)]
     header = ["case", "uopcli evaluate", "numpy", "time ratio", "uopcli peak", "numpy peak", "memory ratio",
               "target"]
