@@ -452,6 +452,50 @@ def test_float16_gradient_contractions_sum_in_float32():
     np.testing.assert_allclose(db, (av.astype(np.float32).T @ ones).astype(np.float16), rtol=1e-3)
 
 
+def random_factor(rng, name: str, full: tuple, dtype):
+    """A PARAM holding a random subset of the full shape's axes, stored in a random axis
+    order, brought to the full shape with PERMUTE, RESHAPE and EXPAND (as builders do)."""
+    axes = [a for a in range(len(full)) if rng.random() < 0.6]
+    stored = list(rng.permutation(axes)) if axes else []
+    param = UOp.param(name, tuple(full[a] for a in stored), dtype)
+    value = rng.standard_normal(param.shape).astype(dtype) if stored else np.asarray(rng.standard_normal(), dtype)
+    node = param.permute([stored.index(a) for a in axes]) if stored else param
+    node = node.reshape(tuple(full[a] if a in axes else 1 for a in range(len(full))))
+    dense = np.broadcast_to(np.transpose(value, [stored.index(a) for a in axes]).reshape(node.shape), full)
+    return node.expand(full), value, dense
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_contractions_equal_the_naive_product(seed):
+    rng = np.random.default_rng(seed)
+    dtype = np.float64 if seed % 4 else np.float32
+    full = tuple(int(rng.integers(1, 5 if seed % 2 else 20)) for _ in range(int(rng.integers(1, 5))))  # big: matmul
+    terms, inputs, expected_terms = [], {}, []
+    for t in range(1 + (seed % 5 == 0)):  # sometimes a sum of two products
+        factors, dense = [], []
+        for f in range(2 + (seed % 3 == 0)):  # sometimes three factors
+            node, value, full_value = random_factor(rng, f"p{t}{f}", full, dtype)
+            factors.append(node)
+            dense.append(full_value)
+            inputs[f"p{t}{f}"] = value
+        product = factors[0]
+        for factor in factors[1:]:
+            product = product * factor
+        if seed % 7 == 0:
+            product = product * UOp.const(1.5, product.dtype)
+            dense.append(np.asarray(1.5, dtype))
+        terms.append(product)
+        expected_terms.append(np.prod(np.broadcast_arrays(*dense), axis=0))
+    total = terms[0] if len(terms) == 1 else terms[0] + terms[1]
+    axes = tuple(a for a in range(len(full)) if rng.random() < 0.5) or (0,)
+    out = total.r("ADD", axes)
+    (value,), stats = contract([out], **inputs)
+    assert stats.contractions == 1
+    expected = sum(expected_terms).sum(axis=axes, keepdims=True)
+    assert value.shape == out.shape and value.dtype == dtype
+    np.testing.assert_allclose(value, expected, rtol=1e-4 if dtype == np.float32 else 1e-10, atol=1e-5)
+
+
 def test_a_product_read_elsewhere_is_evaluated_normally():
     a, b = UOp.param("a", (6, 8)), UOp.param("b", (8, 5))
     av, bv = rand(6, 8), rand(8, 5)
