@@ -179,6 +179,17 @@ def test_where_is_exact_for_every_value():
         value = run(out, x=xv, c=cv)
         assert value.dtype == np.float32
         np.testing.assert_array_equal(value.view(np.uint32), expected.view(np.uint32))
+    made, other = x * 1.0, x * -2.0  # arrays the evaluator made: written in place when they die
+    made_v, other_v = xv * np.float32(1), xv * np.float32(-2)
+    for out, expected in [(c.where(made, other), np.where(cv, made_v, other_v)),
+                          (c.where(x, made), np.where(cv, xv, made_v)),
+                          (c.where(made, 0.0), np.where(cv, made_v, np.float32(0))),
+                          (c.where(0.0, made), np.where(cv, np.float32(0), made_v)),
+                          (c.where(made, 3.0), np.where(cv, made_v, np.float32(3))),
+                          (c.where(-1.0, made), np.where(cv, np.float32(-1), made_v)),
+                          (c.where(UOp.const(2.0), UOp.const(-0.0)), np.where(cv, np.float32(2), np.float32(-0.0)))]:
+        value = run(out, x=xv, c=cv)
+        np.testing.assert_array_equal(value.view(np.uint32), expected.view(np.uint32))
     i = UOp.param("i", (3,), dtypes.int16)
     same(run(c.shrink(((0, 3),)).where(i, 0), c=cv, i=np.array([5, 6, 7], np.int16)), np.array([0, 0, 7], np.int16))
     same(run(UOp.const(False).where(x, 0.0), x=xv), np.zeros(6, np.float32))
