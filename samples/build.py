@@ -193,15 +193,19 @@ class Sample(NamedTuple):
 
 
 SAMPLES: dict[str, Sample] = {
-    "mlp": Sample(mlp, "uopgrad diff samples/mlp.uop --wrt w1,w2 -o grad.uop && uopgrad eval grad.uop --random --seed 0"),
+    "mlp": Sample(mlp, "uopgrad diff samples/mlp.uop --wrt w1,w2 -o grad.uop"
+                       " && uopgrad eval grad.uop --random --seed 0"),
     "logreg": Sample(logreg, "uopgrad check samples/logreg.uop --wrt x,w,b,y"),
-    "softmax_xent": Sample(softmax_xent, "uopgrad diff samples/softmax_xent.uop --wrt w,b --keep-forward | uopgrad eval - --random"),
+    "softmax_xent": Sample(softmax_xent, "uopgrad diff samples/softmax_xent.uop --wrt w,b --keep-forward"
+                                         " | uopgrad eval - --random"),
     "conv2d": Sample(conv_net, "uopgrad check samples/conv2d.uop --wrt kernel,kernel_bias,w,b --samples 8"),
     "layernorm": Sample(layernorm, "uopgrad diff samples/layernorm.uop --wrt x,gamma,beta | uopgrad info -"),
-    "attention": Sample(attention, "uopgrad diff samples/attention.uop --wrt wq,wk,wv,wo -o grad.uop && uopgrad render grad.uop -o attention-grad.svg"),
+    "attention": Sample(attention, "uopgrad diff samples/attention.uop --wrt wq,wk,wv,wo -o grad.uop"
+                                   " && uopgrad render grad.uop -o attention-grad.svg"),
     "rnn": Sample(rnn, "uopgrad print samples/rnn.uop"),
     "ste": Sample(ste, "uopgrad diff samples/ste.uop --wrt w -o grad.uop && uopgrad eval grad.uop --random --seed 1"),
-    "poly": Sample(poly, "uopgrad diff samples/poly.uop --wrt x -o d1.uop && uopgrad diff d1.uop --of grad_x --wrt x -o d2.uop && uopgrad eval d2.uop -i x=2"),
+    "poly": Sample(poly, "uopgrad diff samples/poly.uop --wrt x -o d1.uop"
+                         " && uopgrad diff d1.uop --of grad_x --wrt x -o d2.uop && uopgrad eval d2.uop -i x=2"),
 }
 
 README_HEAD = """# Samples
