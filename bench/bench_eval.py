@@ -34,20 +34,26 @@ from uopcli.evaluate import EvalStats, evaluate  # noqa: E402
 from uopcli.uop import no_gc  # noqa: E402
 
 
-def best_times(fns, repeats: int) -> list[tuple[float, object]]:
-    """Median wall time of each function, run in turns (ours, theirs, ours, ...) so that
-    load from other processes falls on both sides alike (on a busy machine the median of
-    interleaved runs is steadier than the minimum)."""
-    times = [[] for _ in fns]
+def best_times(fns, repeats: int) -> list[tuple[float, float, object]]:
+    """Median wall time and median CPU time (this process, all threads) of each function,
+    run in turns (ours, theirs, ours, ...) so that load from other processes falls on both
+    sides alike. On a busy machine CPU time is the steadier of the two."""
+    walls, cpus = [[] for _ in fns], [[] for _ in fns]
     outs = [None] * len(fns)
     for _ in range(repeats):
         for i, fn in enumerate(fns):
             outs[i] = None
             gc.collect()
-            start = time.perf_counter()
+            wall, cpu = time.perf_counter(), time.process_time()
             outs[i] = fn()
-            times[i].append(time.perf_counter() - start)
-    return [(statistics.median(t), out) for t, out in zip(times, outs)]
+            cpus[i].append(time.process_time() - cpu)
+            walls[i].append(time.perf_counter() - wall)
+    return [(statistics.median(w), statistics.median(c), out) for w, c, out in zip(walls, cpus, outs)]
+
+
+def time_cells(ours: tuple, theirs: tuple) -> list[str]:
+    return [f"{ours[0] * 1e3:.1f} ms (cpu {ours[1] * 1e3:.1f})", f"{theirs[0] * 1e3:.1f} ms (cpu {theirs[1] * 1e3:.1f})",
+            f"{ours[0] / theirs[0]:.2f}x (cpu {ours[1] / theirs[1]:.2f}x)"]
 
 
 def traced_peak(fn) -> int:
@@ -68,11 +74,9 @@ def bench_matmul(n: int, k: int, m: int, repeats: int) -> list:
     a = rng.standard_normal((n, k), dtype=np.float32)
     b = rng.standard_normal((k, m), dtype=np.float32)
     product = UOp.param("a", (n, k)) @ UOp.param("b", (k, m))
-    (ours, (value,)), (theirs, ref) = best_times(
-        [lambda: evaluate([product], {"a": a, "b": b}), lambda: np.matmul(a, b)], repeats)
-    assert np.allclose(value, ref, rtol=1e-3, atol=1e-3)
-    return [f"matmul {n}x{k} @ {k}x{m}", f"{ours * 1e3:.1f} ms", f"{theirs * 1e3:.1f} ms",
-            f"{ours / theirs:.2f}x", "", "", "", "≤ 1.3x time"]
+    ours, theirs = best_times([lambda: evaluate([product], {"a": a, "b": b}), lambda: np.matmul(a, b)], repeats)
+    assert np.allclose(ours[2][0], theirs[2], rtol=1e-3, atol=1e-3)
+    return [f"matmul {n}x{k} @ {k}x{m}", *time_cells(ours, theirs), "", "", "", "≤ 1.3x time"]
 
 
 # ----------------------------------------------------------------------------- MLP gradient
@@ -127,16 +131,18 @@ def bench_mlp(batch: int, width: int, layers: int, repeats: int) -> list:
     arrays = mlp_arrays(batch, width, layers)
     outputs = mlp_gradient_graph(batch, width, layers)
     stats = EvalStats()
-    (ours, values), (theirs, refs) = best_times(
+    ours, theirs = best_times(
         [lambda: evaluate(outputs, arrays, stats=stats), lambda: numpy_mlp_gradient(arrays, layers)], repeats)
+    values, refs = ours[2], theirs[2]
     for value, ref in zip(values, refs):
         assert np.allclose(value, ref, rtol=1e-3, atol=1e-3 * float(np.abs(ref).max() + 1))
-    del values, refs
+    cells = time_cells(ours, theirs)
+    del values, refs, ours, theirs
     ours_peak = traced_peak(lambda: evaluate(outputs, arrays))
     theirs_peak = traced_peak(lambda: numpy_mlp_gradient(arrays, layers))
     mib = 1 << 20
     return [f"MLP gradient, batch {batch}, width {width}, {layers} layers",
-            f"{ours * 1e3:.0f} ms", f"{theirs * 1e3:.0f} ms", f"{ours / theirs:.2f}x",
+            *cells,
             f"{ours_peak / mib:.0f} MiB (stats {stats.peak_bytes / mib:.0f})", f"{theirs_peak / mib:.0f} MiB",
             f"{ours_peak / theirs_peak:.2f}x", "≤ 1.1x time, ≤ 1.5x memory"]
 
