@@ -409,6 +409,7 @@ def test_refuses_unknown_op_and_dtype():
     (["NOOP", "float32", [], None], ["NOOP is void"]),
     (["TUPLE", "void", [0], {"b64": ""}], ["TUPLE takes no arg"]),
     (["SIN", "float32", [0], None, {"name": 1}], ["node meta 'name' and 'loc' must be strings"]),
+    (["SIN", "float32", [0], None, {"name": ["relu"]}], ["node meta 'name' and 'loc' must be strings"]),
     (["SIN", "float32", [0], None, {"backward": 1}], ["'backward' must be a bool"]),
     (["SIN", "float32", [0], None, {"why": "x"}], ["node meta holds only"]),
     (["SIN", "float32", [0], None, "meta"], ["node meta must be a map"]),

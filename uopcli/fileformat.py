@@ -166,6 +166,9 @@ def _finite_float(text: str) -> float:
     return value
 
 
+_NO_TAG = Metadata()  # an empty meta map: the node gets no tag
+
+
 class _Reader:
     """One file being read: the parsed document, the nodes built so far, and what the
     checks after the node loop need (named PARAMs, whether any slot PARAM was seen)."""
@@ -175,7 +178,8 @@ class _Reader:
         self.built: list[UOp] = []
         self.named_params: dict[str, tuple[int, UOp]] = {}
         self.has_slots = False
-        self.meta_cache: dict[tuple, Metadata] = {}
+        self.checked_shapes: set[tuple] = set()  # results known to be within max_tensor_elements
+        self.meta_cache: dict[tuple, Metadata] = {}  # meta map items -> checked tag
 
     def fail(self, message: str, index: int | None = None):
         op = None
@@ -235,6 +239,7 @@ class _Reader:
         canonical = _CANONICAL_OP
         decoders = _JSON_DECODERS if self.json_form else _DECODERS
         dtype_named = DTYPES
+        meta_cache = self.meta_cache
         entry = None
         try:
             for entry in nodes:
@@ -248,17 +253,29 @@ class _Reader:
                 else:
                     raise _Bad(f"a node has 4 or 5 fields [op, dtype, src, arg(, meta)], got {len(entry)}")
                 dtype = dtype_named[dtype_name]
-                if src:
-                    if src.__class__ is not list:
-                        raise _Bad(f"src must be an array of node indices, got {_kind(src)}")
-                    sources = []
+                if src.__class__ is not list:
+                    raise _Bad(f"src must be an array of node indices, got {_kind(src)}")
+                # Sources by count, without a loop for the usual one or two; `built` holds
+                # only earlier nodes, so built[s] fails for s >= this node's index, and the
+                # class check refuses bools and floats (True would index node 1).
+                count = len(src)
+                if count == 1:
+                    s = src[0]
+                    if s.__class__ is not int or s < 0:
+                        raise ValueError("bad source")  # _diagnose says which and why
+                    sources = (built[s],)
+                elif count == 2:
+                    s, t = src
+                    if s.__class__ is not int or t.__class__ is not int or s < 0 or t < 0:
+                        raise ValueError("bad source")
+                    sources = (built[s], built[t])
+                elif count == 0:
+                    sources = ()
+                else:
                     for s in src:
                         if s.__class__ is not int or s < 0:
-                            raise _Bad(f"source {_short(repr(s))} is not a node index")
-                        sources.append(built[s])
-                    sources = tuple(sources)
-                else:
-                    sources = ()
+                            raise ValueError("bad source")
+                    sources = tuple([built[s] for s in src])
                 interned = plain.get(op)  # the op's own interned string: files' strings are copies
                 if interned is not None:
                     if arg is not None:
@@ -268,7 +285,11 @@ class _Reader:
                     op = canonical[op]
                     node = decoders[op](self, op, dtype, sources, arg)
                 if meta is not None:
-                    self._node_meta(node, meta)
+                    tag = meta_cache.get(tuple(meta.items())) if meta.__class__ is dict else None
+                    if tag is None or ("backward" in meta and meta["backward"].__class__ is not bool):
+                        tag = self._node_meta(meta)  # first sight of this meta map: check it fully
+                    if tag is not _NO_TAG and node.meta is None:  # the first tag wins, as in the core
+                        node.set_meta(tag)
                 append(node)
         except (_Bad, GraphError, TypeError, ValueError, KeyError, IndexError, AttributeError,
                 OverflowError) as error:
@@ -281,14 +302,22 @@ class _Reader:
             return f"arg nests deeper than {limit} levels (raise Limits.max_arg_depth)"
         if isinstance(error, (_Bad, GraphError)):
             return str(error)
-        return _diagnose(entry, len(self.built), error)
+        message = _diagnose(entry, len(self.built), error)
+        if message.startswith("malformed") and len(entry) == 5:
+            try:
+                self._node_meta(entry[4])
+            except (_Bad, TypeError) as meta_error:  # TypeError: an unhashable value in the map
+                return str(meta_error) if isinstance(meta_error, _Bad) else "node meta values must be strings or bool"
+        return message
 
     def _node_error(self, message: str, entry) -> FormatError:
         op = entry[0] if entry.__class__ is list and entry else None
         label = op if op.__class__ is str and op in _DECODERS else (None if op is None else _short(repr(op)))
         return FormatError(message, node=len(self.built), op=label, source=self.name)
 
-    def _node_meta(self, node: UOp, meta) -> None:
+    def _node_meta(self, meta) -> Metadata:
+        """Check a node's meta map and return its Metadata (_NO_TAG for an empty map),
+        remembered by the map's items so the next equal map costs one lookup."""
         if meta.__class__ is not dict:
             raise _Bad(f"node meta must be a map, got {_kind(meta)}")
         name, loc, backward = meta.get("name"), meta.get("loc"), meta.get("backward", False)
@@ -299,14 +328,9 @@ class _Reader:
             raise _Bad("node meta 'name' and 'loc' must be strings")
         if backward.__class__ is not bool:
             raise _Bad(f"node meta 'backward' must be a bool, got {_short(repr(backward))}")
-        key = (name, loc, backward)
-        if key == (None, None, False):
-            return
-        tag = self.meta_cache.get(key)
-        if tag is None:
-            tag = self.meta_cache[key] = Metadata(name, loc, backward)
-        if node.meta is None:  # the first tag wins, as everywhere in the core
-            node.set_meta(tag)
+        tag = _NO_TAG if (name, loc, backward) == (None, None, False) else Metadata(name, loc, backward)
+        self.meta_cache[tuple(meta.items())] = tag
+        return tag
 
     # ------------------------------------------------------------------ inputs and outputs
     def _index(self, value, what: str) -> int:
@@ -369,8 +393,11 @@ class _Reader:
 
     # ------------------------------------------------------------------ arg checks used by decoders
     def shape(self, value, what: str = "shape") -> tuple[int, ...]:
-        if value.__class__ is not list or any(s.__class__ is not int or s < 0 for s in value):
+        if value.__class__ is not list:
             raise _Bad(f"{what} must be an array of non-negative ints, got {_short(repr(value))}")
+        for size in value:
+            if size.__class__ is not int or size < 0:
+                raise _Bad(f"{what} must be an array of non-negative ints, got {_short(repr(value))}")
         if len(value) > self.limits.max_rank:
             raise _Bad(f"{what} has rank {len(value)}, over the limit of {self.limits.max_rank} "
                        f"(raise Limits.max_rank)")
@@ -408,16 +435,20 @@ def _map_arg(op: str, arg, keys: set, optional: frozenset = frozenset()) -> dict
 
 
 def _decode_param(reader: _Reader, op, dtype, sources, arg) -> UOp:
+    # The checks of UOp.param, done here once (a regex for valid_name): the node is what
+    # UOp.param(name_or_slot, shape, dtype) returns, built with the constructor it ends in.
     _no_sources(op, sources)
     if arg.__class__ is not dict or len(arg) != 2 or "shape" not in arg or not ("name" in arg or "slot" in arg):
         raise _Bad(f"PARAM arg must be {{\"name\": str, \"shape\": [int]}} or {{\"slot\": int, \"shape\": [int]}}, "
                    f"got {_short(repr(arg))}")
     shape = reader.shape(arg["shape"], "PARAM shape")
+    if dtype is dtypes.void:
+        raise _Bad("PARAM cannot be void")
     if "name" in arg:
         name = arg["name"]
-        if not valid_name(name):
+        if name.__class__ is not str or not _VALID_NAME(name):
             raise _Bad(f"PARAM name {_short(repr(name))} must be a non-empty string without '=', ',' or whitespace")
-        node = UOp.param(name, shape, dtype)
+        node = _leaf(Ops.PARAM, dtype, name, shape)
         index = len(reader.built)
         first = reader.named_params.setdefault(name, (index, node))
         if first[1] is not node:
@@ -428,7 +459,11 @@ def _decode_param(reader: _Reader, op, dtype, sources, arg) -> UOp:
     if slot.__class__ is not int or slot < 0:
         raise _Bad(f"PARAM slot must be an int >= 0, got {_short(repr(slot))}")
     reader.has_slots = True
-    return UOp.param(slot, shape, dtype)
+    return _leaf(Ops.PARAM, dtype, slot, shape)
+
+
+# uop.valid_name as one regex match (Python's \s is exactly str.isspace)
+_VALID_NAME = re.compile(r"[^=,\s]+").fullmatch
 
 
 def _const_number(dtype: DType, arg):
@@ -513,9 +548,12 @@ _REDUCE_OP = {op: op for op in REDUCE_OPS}
 
 
 def _decode_int_list(reader, op, dtype, sources, arg) -> UOp:  # RESHAPE EXPAND PERMUTE FLIP
-    node = UOp.make(op, dtype, sources, tuple(reader.axis_list(arg, op)))
-    if op == Ops.EXPAND:
+    if arg.__class__ is not list or len(arg) > reader.limits.max_rank:
+        reader.axis_list(arg, op)  # raises, saying which
+    node = UOp.make(op, dtype, sources, tuple(arg))
+    if op == Ops.EXPAND and node.shape not in reader.checked_shapes:
         reader.elements(node.shape, "EXPAND result")
+        reader.checked_shapes.add(node.shape)
     return node
 
 
@@ -684,66 +722,75 @@ def _canonical_nodes(graph: Graph, json_form: bool) -> tuple[list, dict]:
     """The file's node entries in canonical order, and the node -> index map.
 
     Depth-first post-order from the outputs in order, sources in order, a CALL's backward
-    body after its sources (the order of uop.toposort and Graph.nodes(), fused here with
-    the encoding: one pass instead of two). The stack holds the current path only (the
-    graph is acyclic), so a node not yet numbered is never on it twice; revisiting a node
-    rescans its sources from the start, except for wide nodes, whose scan position is kept.
+    body after its sources, then unused inputs: the order of uop.toposort and Graph.nodes(),
+    fused here with the encoding (one pass instead of two). A node is expanded when popped:
+    it goes back on the stack under an _EMIT marker, its sources on top (the first on top);
+    when the marker comes up, every source is numbered and the node is written. A node
+    can sit on the stack twice only while unexpanded (the graph is acyclic), and the second
+    copy is skipped, so the order is exactly that of a recursive walk.
     """
     index: dict[UOp, int] = {}
     nodes: list = []
     append = nodes.append
     encoders = _JSON_ENCODERS if json_form else _ENCODERS
     meta_out = _MetaOut()
-    position: dict[UOp, int] = {}  # scan position of wide nodes (many sources) on the path
+    call = Ops.CALL
+    emit = _EMIT
     for root in (*graph.outputs.values(), *graph.inputs):
         if root in index:
             continue
         stack = [root]
+        push, pop = stack.append, stack.pop
         while stack:
-            node = stack[-1]
-            children = node.src
-            if node.op == Ops.CALL and node.arg.grad is not None:
-                children = (*children, node.arg.grad)
-            if len(children) <= 8:
-                for child in children:
-                    if child not in index:
-                        stack.append(child)
-                        break
-                else:
-                    stack.pop()
-                    index[node] = len(nodes)
-                    arg = node.arg
-                    if arg is not None:
-                        encode = encoders.get(node.op)
-                        if encode is not None:
-                            arg = encode(node, index)
-                    entry = [node.op, node.dtype.name, [index[s] for s in node.src], arg]
-                    if node.meta is not None:
-                        tag = meta_out(node.meta)
-                        if tag:
-                            entry.append(tag)
-                    append(entry)
-                continue
-            start = position.get(node, 0)
-            for i in range(start, len(children)):
-                if children[i] not in index:
-                    position[node] = i + 1
-                    stack.append(children[i])
-                    break
-            else:  # all sources numbered: emit as above (rare path, kept apart for speed)
-                stack.pop()
-                position.pop(node, None)
+            node = pop()
+            if node is emit:
+                node = pop()
                 index[node] = len(nodes)
                 arg = node.arg
-                encode = encoders.get(node.op)
-                if arg is not None and encode is not None:
-                    arg = encode(node, index)
-                entry = [node.op, node.dtype.name, [index[s] for s in node.src], arg]
-                tag = meta_out(node.meta) if node.meta is not None else None
+                if arg is not None:
+                    encode = encoders.get(node.op)
+                    if encode is not None:
+                        arg = encode(node, index)
+                src = node.src
+                count = len(src)
+                # tuples: one allocation each (a list takes two); both forms write arrays
+                if count == 1:
+                    src_indices = (index[src[0]],)
+                elif count == 2:
+                    src_indices = (index[src[0]], index[src[1]])
+                else:
+                    src_indices = tuple([index[s] for s in src])
+                tag = None if node.meta is None else meta_out(node.meta)
                 if tag:
-                    entry.append(tag)
-                append(entry)
+                    append((node.op, node.dtype.name, src_indices, arg, tag))
+                else:
+                    append((node.op, node.dtype.name, src_indices, arg))
+                continue
+            if node in index:
+                continue
+            push(node)
+            push(emit)
+            children = node.src
+            if node.op == call and node.arg.grad is not None:
+                children = (*children, node.arg.grad)
+            count = len(children)
+            if count == 1:
+                if children[0] not in index:
+                    push(children[0])
+            elif count == 2:
+                first, second = children
+                if second not in index:
+                    push(second)
+                if first not in index:
+                    push(first)
+            else:
+                for child in reversed(children):
+                    if child not in index:
+                        push(child)
     return nodes, index
+
+
+_EMIT = None  # the stack marker "all sources of the node below are written": never a UOp
 
 
 class _MetaOut:
