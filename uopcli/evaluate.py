@@ -18,7 +18,21 @@ How it works, and why:
   of RESHAPE/EXPAND/PERMUTE views, which is how tinygrad spells matmul and what its
   gradients produce, runs as one BLAS matmul (or einsum) over the un-broadcast operands;
   the MUL node is never built (see `_Contraction`).
+- **Write into dying arrays.** An elementwise step whose source array (one the evaluator
+  made) dies with it writes its result there, as hand-written numpy would (`z += b`).
 - numpy's floating-point warnings are silenced: results are IEEE values (1/0 = inf).
+
+Semantics where the format leaves room (decided here):
+- integer FDIV is C division (as CDIV); integer division or remainder by zero gives 0;
+  integer POW with a negative exponent gives 1/a^|b| truncated (1, -1 or 0).
+- a float16 contraction (the float32-accumulated sum a float16 gradient spells as CAST,
+  REDUCE ADD, CAST) multiplies in float32: products skip one float16 rounding.
+- inputs are keyed by name, by PARAM node, or by any node whose value you supply (its
+  sources are then not evaluated); arrays must match shape and dtype exactly.
+- outputs are writable arrays: numpy scalars become 0-d arrays, read-only views (a
+  broadcast, an embedded BUFFER) are copied; other views are returned as they are.
+- EvalStats.peak_bytes counts arrays held between steps (inputs and BUFFER bytes are not
+  the evaluator's); scratch space inside one numpy call (BLAS packing) is not seen.
 """
 
 from __future__ import annotations
