@@ -366,6 +366,7 @@ def _backpropagate(walk: list[UOp], reaches: set[UOp], root: UOp, root_grad: UOp
     grads_get = grads.get
     in_path = reaches.__contains__
     metas_get = _backward_metas.get
+    set_meta = object.__setattr__
     for node in reversed(walk):  # users before their sources
         g = grads_get(node)
         if g is None or g.op == _NOOP_OP:
@@ -386,10 +387,15 @@ def _backpropagate(walk: list[UOp], reaches: set[UOp], root: UOp, root_grad: UOp
             if prev is not None and prev.op != _NOOP_OP:
                 grad = _accumulate(prev, grad)
             grads[s] = grad
-            if grad.meta is None and grad.serial >= since:
+            if grad.meta is None and grad.serial >= since:  # new: tag it and what is new under it
                 if meta is None:
                     meta = metas_get(node.meta) or _backward_meta(node)
-                tag_new_nodes(grad, since, meta)
+                set_meta(grad, "meta", meta)
+                for made in grad.src:  # usually old or tagged already: skip the walk's set-up
+                    if made.meta is None and made.serial >= since:
+                        tag_new_nodes(made, since, meta)
+                if grad.op == Ops.CALL and grad.arg.grad is not None:
+                    tag_new_nodes(grad.arg.grad, since, meta)
     return grads
 
 
