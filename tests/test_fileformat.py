@@ -95,7 +95,7 @@ def test_json_form_spells_bin_and_non_finite_floats_as_the_contract_says():
     assert "NaN" not in text and "Infinity" not in text
 
 
-def test_metadata_round_trips_and_the_first_tag_wins():
+def test_metadata_round_trips_and_the_file_is_the_truth():
     graph = CASES["with_metadata"]()
     doc = json.loads(save(graph, form="json"))
     metas = [n[4] for n in doc["nodes"] if len(n) == 5]
@@ -104,12 +104,17 @@ def test_metadata_round_trips_and_the_first_tag_wins():
     assert any(m.get("name") == "relu" for m in metas)
     again = load(save(graph))
     assert again.outputs["h"].meta == Metadata(None, None, True)
-    # a file may tag a node that already exists untagged: the tag is applied
+    # the file is the truth for its nodes, even those already alive with another tag
     x = UOp.param("meta_x", (2,))
     y = x.sin()
     doc = msgpack.unpackb(save(Graph({"y": y})))
-    doc["nodes"][1].append({"name": "sine", "loc": "f.py:1"})
-    assert load(msgpack.packb(doc)).outputs["y"].meta == Metadata("sine", "f.py:1", False)
+    doc["nodes"][1].append({"loc": "f.py:1", "name": "sine"})  # sorted keys: canonical
+    tagged = msgpack.packb(doc)
+    assert load(tagged).outputs["y"].meta == Metadata("sine", "f.py:1", False)
+    assert save(load(tagged)) == tagged
+    untagged = save(Graph({"y": y.set_meta(None)}))
+    y.set_meta(Metadata("other", None, True))
+    assert load(untagged).outputs["y"].meta is None and save(load(untagged)) == untagged
 
 
 def test_file_meta_round_trips(graphs):
@@ -650,3 +655,19 @@ def test_writer_refuses_what_the_reader_would_refuse():
             save(Graph({"y": node}))
     finally:
         object.__setattr__(node, "meta", None)
+
+
+def test_the_worked_example_in_docs_is_what_save_writes(tmp_path):
+    """docs/format.md shows a script and the JSON it writes: run the script, compare."""
+    text = (ROOT / "docs" / "format.md").read_text()
+    example = text.split("## A worked example", 1)[1]
+    script = example.split("```python\n", 1)[1].split("```", 1)[0]
+    shown = example.split("```json\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "example.py").write_text(script)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "example.py"], cwd=tmp_path, env=env, check=True)
+    assert (tmp_path / "example.json").read_text() == shown
+    written = (tmp_path / "example.uop").read_bytes()
+    assert f"MessagePack, {len(written)} bytes" in script
+    assert save(load(shown.encode()), form="json").decode() == shown
+    assert save(load(shown.encode())) == written

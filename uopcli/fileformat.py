@@ -288,8 +288,13 @@ class _Reader:
                     tag = meta_cache.get(tuple(meta.items())) if meta.__class__ is dict else None
                     if tag is None or ("backward" in meta and meta["backward"].__class__ is not bool):
                         tag = self._node_meta(meta)  # first sight of this meta map: check it fully
-                    if tag is not _NO_TAG and node.meta is None:  # the first tag wins, as in the core
-                        node.set_meta(tag)
+                    if node.meta is not tag:
+                        node.set_meta(None if tag is _NO_TAG else tag)
+                elif node.meta is not None:
+                    # The file is the truth for the nodes it holds, so that reading a file and
+                    # writing it again gives the same bytes even when a structurally equal
+                    # node with another tag is alive in this process (nodes are shared).
+                    node.set_meta(None)
                 append(node)
         except (_Bad, GraphError, TypeError, ValueError, KeyError, IndexError, AttributeError,
                 OverflowError) as error:
