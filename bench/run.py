@@ -78,6 +78,7 @@ class Child:
     stdout: bytes
     stderr: bytes
     wall: float        # seconds, start to exit
+    cpu: float         # seconds of CPU (user + system): what the process cost, whatever else runs
     peak_rss: int      # bytes, the child's own maximum resident set
 
 
@@ -109,7 +110,8 @@ def run_child(cmd: list[str], env: dict | None = None, timeout: float = 3600) ->
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return Child(proc.returncode, out.read(), err.read(), wall, usage.ru_maxrss * 1024)
+        return Child(proc.returncode, out.read(), err.read(), wall, usage.ru_utime + usage.ru_stime,
+                     usage.ru_maxrss * 1024)
 
 
 def worker(task: str, env: dict | None = None, **args) -> dict:
@@ -177,6 +179,7 @@ class Target:
 class Bench:
     def __init__(self, cfg: Config, quick: bool, workdir: Path):
         self.cfg, self.quick, self.workdir = cfg, quick, workdir
+        self.load_at_start = os.getloadavg()[0]
         self.tiny_skip = tinygrad_status()
         self.sections: list[str] = []
         self.targets: list[Target] = []
@@ -203,7 +206,8 @@ class Bench:
             "nodes; *speed-up* is tinygrad's time over ours on the same model (the stricter of "
             "the time ratio and the per-node ratio).\n\n"
             + table(["graph", "nodes (ours / tinygrad)", "uopcli µs/node", "tinygrad µs/node",
-                     "speed-up in process", "`uopgrad diff` µs/node (whole process)", "speed-up whole process",
+                     "speed-up in process", "`uopgrad diff` µs/node (whole process)", "`uopgrad diff` CPU µs/node",
+                     "speed-up whole process",
                      "`uopgrad diff` peak RSS"], rows))
 
     def _diff_row(self, family: str, size: int) -> list:
@@ -227,7 +231,8 @@ class Bench:
                 f"{_get(ours, 'nodes', '?'):,} / {_get(theirs, 'nodes', '–')}" if ours and "error" not in ours
                 else f"? / {_get(theirs, 'nodes', '–')}",
                 _cell(ours, lambda r: us(r["seconds"], r["nodes"])), tiny_cell, fmt_ratio(speed_in),
-                _cell(cli, lambda r: us(r["wall"], r["nodes"])), fmt_ratio(speed_cli),
+                _cell(cli, lambda r: us(r["wall"], r["nodes"])), _cell(cli, lambda r: us(r["cpu"], r["nodes"])),
+                fmt_ratio(speed_cli),
                 _cell(cli, lambda r: mib(r["peak_rss"]))]
 
     def _measure(self, key, task: str, **args) -> dict:
@@ -252,7 +257,7 @@ class Bench:
                     raise BenchError(_last_line(child.stderr) or f"uopgrad diff exited {child.returncode}")
                 if best is None or child.wall < best.wall:
                     best = child
-            result = {"nodes": info["nodes"], "wall": best.wall, "peak_rss": best.peak_rss,
+            result = {"nodes": info["nodes"], "wall": best.wall, "cpu": best.cpu, "peak_rss": best.peak_rss,
                       "bytes_in": info["bytes"], "bytes_out": out.stat().st_size}
         except (BenchError, OSError) as error:
             result = {"error": str(error)}
@@ -345,14 +350,15 @@ class Bench:
     def scaling(self) -> None:
         sizes = self.cfg.scaling_sizes
         lines = {
-            "compute_gradient (chain, in process)": lambda s: self._per_node(self.grad.get(("uopcli", "chain", s)), "seconds"),
-            "`uopgrad diff` (chain, whole process)": lambda s: self._per_node(self.cli.get(("chain", s)), "wall"),
+            "compute_gradient (chain, in process, CPU time)":
+                lambda s: self._per_node(self.grad.get(("uopcli", "chain", s)), "cpu_seconds"),
+            "`uopgrad diff` (chain, whole process, CPU time)": lambda s: self._per_node(self.cli.get(("chain", s)), "cpu"),
             "load (chain)": lambda s: self._per_node(self.files.get(("chain", s)), "load"),
             "save (chain)": lambda s: self._per_node(self.files.get(("chain", s)), "save"),
         }
         if not self.tiny_skip:
-            lines["tinygrad compute_gradient (chain)"] = \
-                lambda s: self._per_node(self.grad.get(("tinygrad", "chain", s)), "seconds")
+            lines["tinygrad compute_gradient (chain, CPU time)"] = \
+                lambda s: self._per_node(self.grad.get(("tinygrad", "chain", s)), "cpu_seconds")
         rows, self.scale_ratios = [], {}
         for name, per_node in lines.items():
             values = {s: per_node(s) for s in sizes}
@@ -366,7 +372,9 @@ class Bench:
         self.sections.append(
             "## 4. Scaling\n\n"
             "µs per node by graph size (chains; from the runs above). *Growth* is the cost per node at "
-            "10⁶ nodes over the cost at 10⁴.\n\n"
+            "10⁶ nodes over the cost at 10⁴. Differentiation is measured in CPU time (user + system), "
+            "which other processes on the machine disturb less than wall time; load and save in wall "
+            "time (bench_files.py).\n\n"
             + table(["step", *(f"{s:,}" for s in sizes), "growth 10⁶ / 10⁴"], rows)
             + f"\n\nPeak memory of `uopgrad diff` on the 10⁶-node chain (whole process): {peak}.")
 
@@ -389,23 +397,27 @@ class Bench:
                         "`uopgrad info small.uop`": [UOPGRAD, "info", str(small)]}
             self.startup_ms = None
             for name, cmd in commands.items():
-                walls = []
+                walls, cpus = [], []
                 for _ in range(self.cfg.startup_runs):
                     child = run_child(cmd)
                     if child.returncode != 0:
                         raise BenchError(f"{' '.join(cmd[:2])}: {_last_line(child.stderr)}")
                     walls.append(child.wall)
+                    cpus.append(child.cpu)
                 median = statistics.median(walls) * 1e3
-                rows.append([name, f"{median:.1f} ms", f"{min(walls) * 1e3:.1f} ms"])
+                rows.append([name, f"{median:.1f} ms", f"{min(walls) * 1e3:.1f} ms",
+                             f"{statistics.median(cpus) * 1e3:.1f} ms"])
                 if "info" in name:
                     self.startup_ms = median
         except BenchError as error:
-            rows.append(["`uopgrad info small.uop`", f"error: {error}", "–"])
+            rows.append(["`uopgrad info small.uop`", f"error: {error}", "–", "–"])
             self.startup_ms = None
         self.sections.append(
             "## 5. Start-up\n\n"
-            f"Whole process, median and best of {self.cfg.startup_runs} runs; small.uop is a 2-layer MLP.\n\n"
-            + table(["command", "median", "best"], rows))
+            f"Whole process, wall time median and best of {self.cfg.startup_runs} runs, and the median CPU "
+            "time (user + system: what the process itself cost, whatever else the machine runs); "
+            "small.uop is a 2-layer MLP.\n\n"
+            + table(["command", "wall median", "wall best", "CPU median"], rows))
 
     # ------------------------------------------------------------------ targets
     def judge(self) -> None:
@@ -465,7 +477,10 @@ class Bench:
             f"Generated by `make bench` (`bench/run.py{' --quick' if self.quick else ''}`) on "
             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC in {seconds:.0f} s; "
             "regenerate with `make bench`. Every number below comes from this one run.\n",
-            "## Machine\n\n" + machine_description(),
+            "## Machine\n\n" + machine_description()
+            + f"\n\nLoad average (1 min) at the start of the run {self.load_at_start:.2f}, at the end "
+              f"{os.getloadavg()[0]:.2f}, on {os.cpu_count()} cores: above about 1, other processes shared "
+              "the machine and wall times are inflated (CPU times much less so).",
             "## Targets\n\n" + table(["target", "measured", "verdict"], [x.row() for x in self.targets]),
             *self.sections,
         ]
