@@ -337,6 +337,14 @@ def test_input_errors_name_the_input_with_shape_and_dtype():
         evaluate([UOp.slot(0, (2,)) + 1], {})
 
 
+def test_numpy_failures_become_evaluation_errors_naming_the_node():
+    x = UOp.param("x", (2,))
+    huge = x.reshape(2, 1).expand(2, 1 << 42).pad(((0, 0), (0, 1)))  # 32 TiB of zeros
+    for stats in (None, EvalStats()):
+        with pytest.raises(EvaluationError, match=r"PAD.*MemoryError"):
+            evaluate([huge], {"x": rand(2)}, stats=stats)
+
+
 # ----------------------------------------------------------------------------- contractions
 
 def expanded_product(a: UOp, b: UOp) -> UOp:

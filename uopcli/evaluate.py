@@ -816,20 +816,31 @@ def _plan_in_place(program: _Program) -> None:
 # Sources are passed by arity: unpacking a list built per step costs more than most
 # scalar ops themselves.
 
+_NUMPY_FAILURES = (ArithmeticError, ValueError, TypeError, IndexError, MemoryError)
+
+
+def _failed(node, error: Exception) -> EvaluationError:
+    return EvaluationError(f"evaluating {node!r}: {type(error).__name__}: {error}")
+
+
 def _run(program: _Program) -> list:
     values = [None] * program.register_count
     for reg, value in program.initial.items():
         values[reg] = value
-    for impl, node, srcs, out, _, frees in program.steps:
-        arity = len(srcs)
-        if arity == 2:
-            values[out] = impl(node, values[srcs[0]], values[srcs[1]])
-        elif arity == 1:
-            values[out] = impl(node, values[srcs[0]])
-        else:
-            values[out] = impl(node, *[values[s] for s in srcs])
-        for s in frees:
-            values[s] = None
+    node = None
+    try:
+        for impl, node, srcs, out, _, frees in program.steps:
+            arity = len(srcs)
+            if arity == 2:
+                values[out] = impl(node, values[srcs[0]], values[srcs[1]])
+            elif arity == 1:
+                values[out] = impl(node, values[srcs[0]])
+            else:
+                values[out] = impl(node, *[values[s] for s in srcs])
+            for s in frees:
+                values[s] = None
+    except _NUMPY_FAILURES as error:  # e.g. out of memory: name the node that asked
+        raise _failed(node, error) from error
     return values
 
 
@@ -858,13 +869,16 @@ def _run_counting(program: _Program, stats: EvalStats) -> list:
         else:
             entry[0] += 1
     for impl, node, srcs, out, kind, frees in program.steps:
-        arity = len(srcs)
-        if arity == 2:
-            result = impl(node, values[srcs[0]], values[srcs[1]])
-        elif arity == 1:
-            result = impl(node, values[srcs[0]])
-        else:
-            result = impl(node, *[values[s] for s in srcs])
+        try:
+            arity = len(srcs)
+            if arity == 2:
+                result = impl(node, values[srcs[0]], values[srcs[1]])
+            elif arity == 1:
+                result = impl(node, values[srcs[0]])
+            else:
+                result = impl(node, *[values[s] for s in srcs])
+        except _NUMPY_FAILURES as error:
+            raise _failed(node, error) from error
         values[out] = result
         if kind == _VIEW or kind == _MAYBE_VIEW and result.base is not None \
                 and np.may_share_memory(result, values[srcs[0]]):
