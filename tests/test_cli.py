@@ -220,6 +220,16 @@ def test_diff_unknown_and_integer_targets(files, tmp_path):
     assert result.exit_code == 1 and "int32" in error_line(result)
 
 
+def test_call_without_backward_is_named(tmp_path):
+    x = UOp.param("x", (3,))
+    call = UOp.trace_call("opaque", lambda a: a * a, None, x)
+    path = tmp_path / "opaque.uop"
+    save(Graph({"s": call.gettuple(0).sum()}), path)
+    result = run("diff", path, "--wrt", "x", "-o", tmp_path / "g.uop")
+    assert result.exit_code == 1 and "opaque" in error_line(result) and "opaque.uop" in error_line(result)
+    assert not (tmp_path / "g.uop").exists()
+
+
 def test_missing_and_corrupt_files_name_the_file(files, tmp_path):
     result = run("info", tmp_path / "absent.uop")
     assert result.exit_code == 1 and "absent.uop" in error_line(result)
