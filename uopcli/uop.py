@@ -546,6 +546,7 @@ def sweep_intern_table() -> int:
     global _sweep_at
     table = _intern
     _const_fast.clear()
+    _body_slots_memo.clear()
     before = len(table)
     getrefcount = sys.getrefcount
     values = list(table.values())
@@ -955,9 +956,18 @@ def _infer_tuple(op, dtype, src, arg):
     return None
 
 
+_body_slots_memo: dict[UOp, dict[int, UOp]] = {}  # body -> its slots; sweep_intern_table clears it
+
+
 def _body_slots(body: UOp) -> dict[int, UOp]:
     """The slot PARAMs a body reads, not looking inside nested calls' own bodies.
-    Raises on a graph-input PARAM (a body must be closed)."""
+    Raises on a graph-input PARAM (a body must be closed).
+
+    Memoised per body: every FUNCTION/CALL of one body would otherwise walk it again, and
+    a file with many calls of one large body would cost calls x body size."""
+    memo = _body_slots_memo.get(body)
+    if memo is not None:
+        return memo
     slots: dict[int, UOp] = {}
     seen: set[UOp] = set()
     stack = [body]
@@ -976,6 +986,7 @@ def _body_slots(body: UOp) -> dict[int, UOp]:
             stack.extend(node.src[1:])  # a nested call's body has its own slots
         else:
             stack.extend(node.src)
+    _body_slots_memo[body] = slots
     return slots
 
 
