@@ -9,6 +9,9 @@ from __future__ import annotations
 import hashlib
 import gc
 import json
+import os
+import stat
+import threading
 import re
 
 import numpy as np
@@ -264,6 +267,30 @@ def test_failing_command_leaves_existing_output_alone(files):
     assert run("diff", files["vec"], "--wrt", "x", "-o", new).exit_code == 1
     assert not new.exists()
     assert not [p for p in files["dir"].iterdir() if p.name.endswith(".tmp")]
+
+
+def test_output_to_a_fifo_is_written_in_place(files, tmp_path):
+    """A FIFO (like /dev/null or /dev/stdout, not a regular file) is written to, never
+    renamed over: the node must still be a FIFO afterwards."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    result = run("convert", files["cube"], "--to", "json", "-o", fifo)
+    reader.join(timeout=10)
+    assert result.exit_code == 0
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert received and received[0].lstrip().startswith(b"{")
+
+
+def test_output_through_a_symlink_replaces_its_target(files, tmp_path):
+    real = tmp_path / "real.uop"
+    real.write_bytes(b"old")
+    link = tmp_path / "link.uop"
+    link.symlink_to(real)
+    assert run("convert", files["cube"], "-o", link).exit_code == 0
+    assert link.is_symlink() and real.read_bytes() == files["cube"].read_bytes()
 
 
 def test_output_may_name_the_input(files):
