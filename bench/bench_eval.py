@@ -34,7 +34,7 @@ from uopcli.evaluate import EvalStats, evaluate  # noqa: E402
 from uopcli.uop import no_gc  # noqa: E402
 
 
-def best_times(fns, repeats: int) -> list[tuple[float, float, object]]:
+def times_in_turns(fns, repeats: int) -> list[tuple[float, float, object]]:
     """Median wall time and median CPU time (this process, all threads) of each function,
     run in turns (ours, theirs, ours, ...) so that load from other processes falls on both
     sides alike. On a busy machine CPU time is the steadier of the two."""
@@ -49,6 +49,11 @@ def best_times(fns, repeats: int) -> list[tuple[float, float, object]]:
             cpus[i].append(time.process_time() - cpu)
             walls[i].append(time.perf_counter() - wall)
     return [(statistics.median(w), statistics.median(c), out) for w, c, out in zip(walls, cpus, outs)]
+
+
+def best_times(fns, repeats: int) -> list[tuple[float, object]]:
+    """(median wall seconds, last output) per function, run in turns (bench/worker.py uses this)."""
+    return [(wall, out) for wall, _, out in times_in_turns(fns, repeats)]
 
 
 def time_cells(ours: tuple, theirs: tuple) -> list[str]:
@@ -74,7 +79,7 @@ def bench_matmul(n: int, k: int, m: int, repeats: int) -> list:
     a = rng.standard_normal((n, k), dtype=np.float32)
     b = rng.standard_normal((k, m), dtype=np.float32)
     product = UOp.param("a", (n, k)) @ UOp.param("b", (k, m))
-    ours, theirs = best_times([lambda: evaluate([product], {"a": a, "b": b}), lambda: np.matmul(a, b)], repeats)
+    ours, theirs = times_in_turns([lambda: evaluate([product], {"a": a, "b": b}), lambda: np.matmul(a, b)], repeats)
     assert np.allclose(ours[2][0], theirs[2], rtol=1e-3, atol=1e-3)
     return [f"matmul {n}x{k} @ {k}x{m}", *time_cells(ours, theirs), "", "", "", "≤ 1.3x time"]
 
@@ -131,7 +136,7 @@ def bench_mlp(batch: int, width: int, layers: int, repeats: int) -> list:
     arrays = mlp_arrays(batch, width, layers)
     outputs = mlp_gradient_graph(batch, width, layers)
     stats = EvalStats()
-    ours, theirs = best_times(
+    ours, theirs = times_in_turns(
         [lambda: evaluate(outputs, arrays, stats=stats), lambda: numpy_mlp_gradient(arrays, layers)], repeats)
     values, refs = ours[2], theirs[2]
     for value, ref in zip(values, refs):
