@@ -329,6 +329,29 @@ def test_call_output_gradient_that_never_arrives_is_bound_to_zeros():
     np.testing.assert_array_equal(evaluate([grads[x]], {"x": a3(1, 2)})[0], [3.0, 3.0])
 
 
+def test_a_tuple_root_takes_a_tuple_seed_and_noop_means_no_gradient_from_that_output():
+    x = param("x", (3,))
+    seed = UOp.tuple(UOp.full((3,), 1.0, f64), UOp.noop())
+    grads = compute_gradient(UOp.tuple(x.sin(), x * 3.0), seed, [x])
+    p = a3(0.0, 1.0, 2.0)
+    np.testing.assert_allclose(evaluate([grads[x]], {"x": p})[0], np.cos(p))
+
+
+def test_a_function_applied_to_its_own_output():
+    x = param("x", (3,))
+    square = lambda v: UOp.trace_function("sq", lambda p: (p * p,), v)[0]  # noqa: E731
+    grads = compute_gradient((square(square(x)) + square(x)).sum(), UOp.const(1.0, f64), [x])
+    p = a3(1.0, 2.0, -3.0)
+    np.testing.assert_allclose(evaluate([grads[x]], {"x": p})[0], 4 * p ** 3 + 2 * p)
+
+
+def test_float16_targets_get_float16_gradients():
+    h = UOp.param("h16", (3,), dtypes.float16)
+    grads = compute_gradient((h * h).sum(), UOp.const(1.0, dtypes.float16), [h])
+    assert grads[h].dtype is dtypes.float16
+    np.testing.assert_array_equal(evaluate([grads[h]], {"h16": np.array([1, 2, 3], np.float16)})[0], [2, 4, 6])
+
+
 # ----------------------------------------------------------------------------- metadata
 def test_every_new_node_is_tagged_backward_and_old_nodes_are_untouched():
     x, w = param("mx", (2, 3)), param("mw", (3, 4))
