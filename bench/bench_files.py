@@ -78,7 +78,7 @@ def measure(family: str, nodes: int, repeats: int) -> dict:
     unpack_s, doc = best(lambda: msgpack.unpackb(data), repeats)
     unpack_nogc_s, _ = best(lambda: msgpack.unpackb(data), repeats, pause_gc=True)
     pack_s, _ = best(lambda: msgpack.packb(doc), repeats)
-    del doc
+    doc = None
     load_times = []
     loaded = None
     for _ in range(repeats):

@@ -88,9 +88,14 @@ def load(source, *, limits: Limits | None = None, name: str | None = None) -> Gr
         label = name or os.fspath(source)
         try:
             with open(source, "rb") as file:
-                data = file.read(limits.max_file_bytes + 1)
+                # refuse a large file before reading it; read one byte past the limit in
+                # case it has no size (a pipe or device) or grows meanwhile
+                too_large = os.fstat(file.fileno()).st_size > limits.max_file_bytes
+                data = b"" if too_large else file.read(limits.max_file_bytes + 1)
         except OSError as error:
             raise FormatError(f"cannot read: {error.strerror or error}", source=label) from None
+        if too_large:
+            raise _too_large(limits, label)
         return loads(data, limits=limits, name=label)
     if hasattr(source, "read"):
         label = name or _stream_name(source)
@@ -107,9 +112,10 @@ def load(source, *, limits: Limits | None = None, name: str | None = None) -> Gr
 def loads(data: bytes, *, limits: Limits | None = None, name: str = "<bytes>") -> Graph:
     """Read a .uop file from its bytes (either form); see `load`."""
     limits = limits or DEFAULT_LIMITS
+    if isinstance(data, str):  # JSON text
+        data = data.encode("utf-8", "surrogatepass")
     if len(data) > limits.max_file_bytes:
-        raise FormatError(f"file is larger than the limit of {limits.max_file_bytes} bytes "
-                          f"(raise Limits.max_file_bytes to read it)", source=name)
+        raise _too_large(limits, name)
     start = _WHITESPACE.match(data).end()
     if start == len(data):
         raise FormatError("empty file: a .uop file is one MessagePack or JSON map", source=name)
@@ -117,6 +123,11 @@ def loads(data: bytes, *, limits: Limits | None = None, name: str = "<bytes>") -
     with no_gc():  # the graph is acyclic; scanning it while it grows costs more than parsing
         doc = _parse_json(data, name) if json_form else _parse_msgpack(data, name)
         return _Reader(doc, json_form, limits, name).graph()
+
+
+def _too_large(limits: Limits, name: str) -> FormatError:
+    return FormatError(f"file is larger than the limit of {limits.max_file_bytes} bytes "
+                       f"(raise Limits.max_file_bytes to read it)", source=name)
 
 
 def _stream_name(stream) -> str:
