@@ -208,3 +208,13 @@ def test_gradient_graph_is_a_valid_graph():
     checked = Graph(grad.outputs, inputs=grad.inputs, meta=grad.meta)
     assert checked.nodes() == grad.nodes() and checked.input_names == ["x", "w", "cotangent_v"]
     assert grad.output_names == ["v", "s", "grad_w", "grad_x"]
+
+
+def test_check_holds_detached_values_fixed():
+    """d/dx sum(x * detach(x)) is detach(x) = x, not 2x: the finite differences must hold
+    the DETACH value fixed to agree, and then they do."""
+    x = UOp.param("x", (4,))
+    report = check_gradients(Graph({"s": (x * x.detach()).sum()}), ["x"], seed=2)
+    assert report.passed
+    t = report.targets[0]
+    assert t.numeric == pytest.approx(t.analytic, rel=1e-8)

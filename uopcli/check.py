@@ -17,6 +17,9 @@ How, and why so:
 - Per target, up to `samples` elements are picked (all when the target is that small;
   else a seeded random choice); each gets dL/dx_i = (L(x+h) - L(x-h)) / (2h) with
   h = 6e-6 * max(1, |x_i|) (about eps^(1/3), the step that balances truncation and rounding).
+- DETACH means "a constant, as far as gradients go": the finite differences hold every
+  DETACH value (outside function bodies) fixed at the point checked, by replacing it with
+  a BUFFER of that value, so a stop-gradient is checked as the stop-gradient it is.
 - An element passes when |analytic - numeric| <= ATOL * max(1, |L|) + RTOL * max(|analytic|, |numeric|);
   a NaN anywhere fails.
 """
@@ -111,7 +114,7 @@ def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
     grad64 = to_float64(grad_graph)
     analytic = evaluate_graph(grad64, values64)
     forward = to_float64(Graph({name: graph.outputs[name] for name in of}, inputs=graph.inputs))
-    outputs = list(forward.outputs.values())
+    outputs = freeze_detached(list(forward.outputs.values()), values64)
     cotangents = [values64.get(f"cotangent_{name}", 1.0) for name in of]
 
     def loss(feed) -> float:
@@ -190,6 +193,50 @@ def _central_difference(name, values64, index, loss) -> float:
     feed[name] = shifted
     down = loss(feed)
     return float((up - down) / (up_step + down_step))
+
+
+# ----------------------------------------------------------------------------- DETACH
+
+def freeze_detached(outputs: list[UOp], values: Mapping) -> list[UOp]:
+    """`outputs` with every DETACH outside function bodies replaced by a BUFFER of its value
+    for the inputs `values`: the function finite differences must match when gradients do
+    not flow through DETACH. (A DETACH inside a body takes other values at every call, so
+    it stays; that is rare.)"""
+    from .evaluate import evaluate
+    detached = [n for n in _main_scope(outputs) if n.op == Ops.DETACH]
+    if not detached:
+        return outputs
+    frozen = {node: UOp.buffer(value) for node, value in zip(detached, evaluate(detached, values))}
+    return [_substituted(out, frozen) for out in outputs]
+
+
+def _main_scope(roots: list[UOp]) -> list[UOp]:
+    """The nodes reachable from `roots` without entering a call's body or backward body."""
+    seen, stack, order = set(roots), list(roots), []
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        for s in (node.src[1:] if node.op in (Ops.FUNCTION, Ops.CALL) else node.src):
+            if s not in seen:
+                seen.add(s)
+                stack.append(s)
+    return order
+
+
+def _substituted(root: UOp, replace: dict) -> UOp:
+    """`root` rebuilt with the nodes in `replace` swapped for their replacements."""
+    new: dict[UOp, UOp] = {}
+    for node in toposort([root]):
+        if node in replace:
+            new[node] = replace[node]
+            continue
+        src = tuple(new[s] for s in node.src)
+        arg = node.arg
+        if node.op == Ops.CALL and arg.grad is not None and new[arg.grad] is not arg.grad:
+            arg = CallArg(arg.name, new[arg.grad])
+        same = arg is node.arg and all(a is b for a, b in zip(src, node.src))
+        new[node] = node if same else UOp.make(node.op, node.dtype, src, arg)
+    return new[root]
 
 
 # ----------------------------------------------------------------------------- float64
