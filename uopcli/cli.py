@@ -542,7 +542,8 @@ def check(source, wrt, of_, specs, seed, samples, as_json):
     """Differentiate IN, evaluate the gradients in float64 and compare them with central
     finite differences on up to --samples elements per target.
 
-    Non-scalar outputs are weighted by seeded random cotangents. An element fails when
+    Non-scalar outputs are weighted by seeded random cotangents; DETACH values are held
+    fixed (gradients do not flow through them). An element fails when
     |analytic - numeric| > 1e-6*max(1,|L|) + 1e-4*max(|analytic|,|numeric|). Exit status 1
     when any target fails.
     """
