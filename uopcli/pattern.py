@@ -67,27 +67,28 @@ class UPat:
             return False
         if self.dtypes is not None and node.dtype not in self.dtypes:
             return False
-        if self.arg is not _ANY:
-            arg = node.arg
-            if arg.__class__ is not self.arg.__class__ and not (
-                    isinstance(arg, (int, float)) and isinstance(self.arg, (int, float))
-                    and not isinstance(arg, bool) and not isinstance(self.arg, bool)):
-                return False
-            if arg != self.arg:
-                return False
+        if self.arg is not _ANY and not _same_arg(node.arg, self.arg):
+            return False
         if self.name is not None:
             bound = bindings.get(self.name)
             if bound is None:
                 bindings[self.name] = node
             elif bound is not node:
                 return False
-        if self.src is None:
+        src = self.src
+        if src is None:
             return True
         if self._src_each:
-            return all(self.src.match(s, bindings) for s in node.src)
-        if len(self.src) != len(node.src):
+            for s in node.src:
+                if not src.match(s, bindings):
+                    return False
+            return True
+        if len(src) != len(node.src):
             return False
-        return all(p.match(s, bindings) for p, s in zip(self.src, node.src))
+        for pattern, s in zip(src, node.src):
+            if not pattern.match(s, bindings):
+                return False
+        return True
 
     def __repr__(self) -> str:
         parts = []
@@ -98,6 +99,16 @@ class UPat:
         if self.arg is not _ANY:
             parts.append(f"arg={self.arg!r}")
         return f"UPat({', '.join(parts)})"
+
+
+def _same_arg(arg, wanted) -> bool:
+    """Equal args; a bool never equals a number (True is not 1 here), ints and floats may."""
+    if arg.__class__ is not wanted.__class__:
+        numbers = (int, float)
+        if not (isinstance(arg, numbers) and isinstance(wanted, numbers)) or \
+                isinstance(arg, bool) or isinstance(wanted, bool):
+            return False
+    return arg == wanted
 
 
 class PatternMatcher:
