@@ -120,6 +120,8 @@ def loads(data: bytes, *, limits: Limits | None = None, name: str = "<bytes>") -
     if start == len(data):
         raise FormatError("empty file: a .uop file is one MessagePack or JSON map", source=name)
     json_form = data[start] == 0x7B  # "{"
+    if data[start] == 0x5B:  # "[": JSON, but not a map (as MessagePack it would be the int 91)
+        raise FormatError("not a .uop file: the top level is an array, not a map", source=name)
     with no_gc():  # the graph is acyclic; scanning it while it grows costs more than parsing
         doc = _parse_json(data, name) if json_form else _parse_msgpack(data, name)
         return _Reader(doc, json_form, limits, name).graph()
