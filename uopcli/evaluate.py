@@ -37,6 +37,7 @@ Semantics where the format leaves room (decided here):
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -751,6 +752,7 @@ UFUNC_INTO = {
 FLOAT_UFUNC_INTO = {Ops.FDIV: np.divide, Ops.POW: np.power}  # integer FDIV/POW are C-style, not ufuncs
 
 
+@functools.lru_cache(maxsize=None)
 def _into_source(ufunc, position: int, arity: int):
     """impl computing ufunc into source `position` (when numpy lets it be written)."""
     if arity == 1:
