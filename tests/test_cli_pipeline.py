@@ -176,6 +176,16 @@ def test_binary_output_refused_on_a_terminal(work):
     assert status == 1 and b"terminal" in err
 
 
+def test_stdin_from_a_terminal_is_refused(work):
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run([UOPGRAD, "info", "-"], cwd=work, stdin=follower, capture_output=True, timeout=60)
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert done.returncode == 1 and b"stdin is a terminal" in done.stderr
+
+
 def test_progress_bar_only_on_a_terminal(work):
     status, shown, out = run_on_terminal(["check", "m.uop", "--wrt", "x,w"], work, stream="stderr")
     assert status == 0 and b"finite differences" in shown and out.startswith(b"target")

@@ -208,6 +208,9 @@ def _read_graph(path: str, remember: bool = True):
     if remember:
         click.get_current_context().meta["uopgrad.file"] = display
     if path == "-":
+        if _is_terminal(sys.stdin):
+            raise CommandFailed("IN is - but stdin is a terminal: pipe a graph in (... | uopgrad ...) "
+                                "or redirect one (< model.uop)")
         data = sys.stdin.buffer.read()
     else:
         with open(path, "rb") as f:
@@ -215,11 +218,15 @@ def _read_graph(path: str, remember: bool = True):
     return load(data, name=display), data
 
 
-def _stdout_is_terminal() -> bool:
+def _is_terminal(stream) -> bool:
     try:
-        return os.isatty(sys.stdout.fileno())
-    except (AttributeError, OSError, ValueError):
+        return os.isatty(stream.fileno())
+    except (AttributeError, OSError, ValueError):  # CliRunner's streams have no descriptor
         return False
+
+
+def _stdout_is_terminal() -> bool:
+    return _is_terminal(sys.stdout)
 
 
 def _refuse_binary_terminal(dest: str, form: str, hint: str) -> None:
@@ -304,10 +311,7 @@ def _note(message: str) -> None:
 
 
 def _stderr_is_terminal() -> bool:
-    try:
-        return os.isatty(sys.stderr.fileno())
-    except (AttributeError, OSError, ValueError):
-        return False
+    return _is_terminal(sys.stderr)
 
 
 def _progress_bar(length: int, label: str):
