@@ -209,6 +209,10 @@ def test_ste_gradient_is_the_straight_through_one(tmp_path):
     np.testing.assert_allclose(got["grad_w"], expected_w, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(got["grad_x"], d_pred @ w_q.T, rtol=1e-5, atol=1e-7)
     assert np.all(got["grad_w"][np.abs(w) >= 1] == 0) and np.any(got["grad_w"] != 0)
+    # ... and so it is not the finite-difference derivative of the forward, which check reports
+    check = subprocess.run([str(UOPGRAD), "check", str(sample), "--wrt", "w"], capture_output=True, text=True,
+                           timeout=120, stdin=subprocess.DEVNULL)
+    assert check.returncode == 1 and "FAILED" in check.stdout
 
 
 def test_poly_second_and_third_derivatives(tmp_path):
