@@ -454,6 +454,7 @@ def test_integer_and_float16_contractions():
     hv, kv = rand(4, 64, dtype=np.float16), rand(64, 3, dtype=np.float16)
     (value,), stats = contract([h @ k], h=hv, k=kv)
     assert value.dtype == np.float16 and stats.contractions == 1
+    assert stats.peak_bytes >= (4 * 64 + 64 * 3) * 4  # the float32 copies of the operands are counted
     np.testing.assert_allclose(value, (hv.astype(np.float32) @ kv.astype(np.float32)).astype(np.float16),
                                rtol=2e-3, atol=2e-3)
 

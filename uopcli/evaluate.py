@@ -288,23 +288,27 @@ class _Contraction:
     slow every later elementwise op). Shape-() factors multiply the result.
     """
 
-    __slots__ = ("terms",)
+    __slots__ = ("terms", "scratch_bytes")
 
     def __init__(self, terms: tuple[tuple[int, ...], ...]):
         self.terms = terms  # per term, the positions of its factors among the step's sources
+        self.scratch_bytes = 0  # temporaries of the last call (converted operands, partial results), for EvalStats
 
     def __call__(self, node, *values):
         full_shape = node.src[0].shape
         reduced = frozenset(node.arg[1])
-        total = None
+        total, scratch = None, []
         for term in self.terms:
-            part = _contract_term([values[i] for i in term], full_shape, reduced, node)
+            part = _contract_term([values[i] for i in term], full_shape, reduced, node, scratch)
             if total is None:
                 total = part
-            elif total.flags.writeable:  # a fresh result (a read-only one is a broadcast)
+                continue
+            scratch.append(part.nbytes)
+            if total.flags.writeable:  # a fresh result (a read-only one is a broadcast)
                 np.add(total, part, out=total)
             else:
                 total = np.add(total, part)
+        self.scratch_bytes = sum(scratch)
         return total
 
 
@@ -320,7 +324,7 @@ def _factor_view(value, full_shape) -> tuple[np.ndarray, list[int]]:
     return value[tuple(index)], axes
 
 
-def _contract_term(values, full_shape, reduced, node):
+def _contract_term(values, full_shape, reduced, node, scratch: list):
     dtype = node.dtype.np
     compute = np.dtype(np.float32) if dtype == np.float16 else dtype  # float16 sums accumulate in float32
     scale = None
@@ -333,12 +337,15 @@ def _contract_term(values, full_shape, reduced, node):
         if not axes:  # broadcast from a single value: a scalar factor after all
             scale = view if scale is None else np.multiply(scale, view)
             continue
-        operands.append((view.astype(compute, copy=False), axes))
+        converted = view.astype(compute, copy=False)
+        if converted is not view:
+            scratch.append(converted.nbytes)
+        operands.append((converted, axes))
     present = set().union(*(axes for _, axes in operands)) if operands else set()
     kept = [a for a in range(len(full_shape)) if a not in reduced and full_shape[a] != 1]
     out_axes = [a for a in kept if a in present]
     if len(operands) == 2:
-        result = _contract_pair(operands, reduced, out_axes, full_shape)
+        result = _contract_pair(operands, reduced, out_axes, full_shape, scratch)
     elif len(operands) == 1:
         view, axes = operands[0]
         result = np.sum(view, axis=tuple(i for i, a in enumerate(axes) if a in reduced), dtype=compute)
@@ -346,11 +353,12 @@ def _contract_term(values, full_shape, reduced, node):
     elif operands:
         subscripts = [(view, [_LETTERS[a] for a in axes]) for view, axes in operands]
         spec = ",".join("".join(letters) for _, letters in subscripts) + "->" + "".join(_LETTERS[a] for a in out_axes)
-        result = np.ascontiguousarray(np.einsum(spec, *(v for v, _ in subscripts), optimize=True))
+        result = _contiguous(np.einsum(spec, *(v for v, _ in subscripts), optimize=True), scratch)
     else:
         result = np.ones((), dtype=compute)
     result = _apply_scale(result, scale, math.prod(full_shape[a] for a in reduced if a not in present), compute)
     if result.dtype != dtype:
+        scratch.append(result.nbytes)
         result = result.astype(dtype)
     keep_shape = tuple(full_shape[a] if a in present and a not in reduced else 1 for a in range(len(full_shape)))
     result = result.reshape(keep_shape)
@@ -368,12 +376,12 @@ def _apply_scale(result, scale, count: int, compute):
     return np.asarray(result)
 
 
-def _contract_pair(operands, reduced, out_axes, full_shape):
+def _contract_pair(operands, reduced, out_axes, full_shape, scratch: list):
     """Two factors: one np.matmul (or einsum for many tiny matrices), result in out_axes order."""
     (a, a_axes), (b, b_axes) = operands
     # an axis only one factor has and the REDUCE sums over: sum it in that factor first
-    a, a_axes = _sum_private(a, a_axes, set(b_axes), reduced)
-    b, b_axes = _sum_private(b, b_axes, set(a_axes), reduced)
+    a, a_axes = _sum_private(a, a_axes, set(b_axes), reduced, scratch)
+    b, b_axes = _sum_private(b, b_axes, set(a_axes), reduced, scratch)
     common = set(a_axes) & set(b_axes)
     batch = [x for x in out_axes if x in common]
     contracted = [x for x in a_axes if x in common and x in reduced]
@@ -392,18 +400,36 @@ def _contract_pair(operands, reduced, out_axes, full_shape):
         lhs = np.transpose(a, [a_axes.index(x) for x in batch + a_free + contracted])
         rhs = np.transpose(b, [b_axes.index(x) for x in batch + contracted + b_free])
         lead = (batch_n,) if batch else ()
-        result = np.matmul(lhs.reshape(*lead, m, k), rhs.reshape(*lead, k, n))
+        result = np.matmul(_reshaped(lhs, (*lead, m, k), scratch), _reshaped(rhs, (*lead, k, n), scratch))
         result = result.reshape([size[x] for x in order])
     if order != out_axes:
         result = np.transpose(result, [order.index(x) for x in out_axes])
-    return np.ascontiguousarray(result)
+    return _contiguous(result, scratch)
 
 
-def _sum_private(view, axes, other_axes, reduced):
+def _sum_private(view, axes, other_axes, reduced, scratch: list):
     private = [i for i, a in enumerate(axes) if a in reduced and a not in other_axes]
     if not private:
         return view, axes
-    return np.sum(view, axis=tuple(private)), [a for i, a in enumerate(axes) if i not in private]
+    summed = np.sum(view, axis=tuple(private))
+    scratch.append(np.asarray(summed).nbytes)
+    return summed, [a for i, a in enumerate(axes) if i not in private]
+
+
+def _reshaped(view, shape, scratch: list):
+    """view.reshape(shape), counting the copy numpy makes when no view fits."""
+    out = view.reshape(shape)
+    if not np.may_share_memory(out, view):
+        scratch.append(out.nbytes)
+    return out
+
+
+def _contiguous(result, scratch: list):
+    """C order (einsum and transposes can leave others, which slow later elementwise ops)."""
+    if result.flags.c_contiguous:
+        return result
+    scratch.append(result.nbytes)
+    return np.ascontiguousarray(result)
 
 
 # ----------------------------------------------------------------------------- the compiler
@@ -898,6 +924,8 @@ def _run_counting(program: _Program, stats: EvalStats) -> list:
                 live_bytes += size
                 if live_bytes > peak:
                     peak = live_bytes
+            if impl.__class__ is _Contraction and live_bytes + impl.scratch_bytes > peak:
+                peak = live_bytes + impl.scratch_bytes  # its temporaries lived beside the result
         owner_of[out] = key
         for s in frees:
             values[s] = None
