@@ -331,7 +331,8 @@ class _Reader:
     def _node_error(self, message: str, entry) -> FormatError:
         op = entry[0] if entry.__class__ is list and entry else None
         label = op if op.__class__ is str and op in _DECODERS else (None if op is None else _short(repr(op)))
-        return FormatError(message, node=len(self.built), op=label, source=self.name)
+        # the core's messages quote args and shapes: keep a hostile one (4000-digit ints) short
+        return FormatError(_short(message, 300), node=len(self.built), op=label, source=self.name)
 
     def _node_meta(self, meta) -> Metadata:
         """Check a node's meta map and return its Metadata (_NO_TAG for an empty map),
