@@ -31,8 +31,9 @@ Semantics where the format leaves room (decided here):
   sources are then not evaluated); arrays must match shape and dtype exactly.
 - outputs are writable arrays: numpy scalars become 0-d arrays, read-only views (a
   broadcast, an embedded BUFFER) are copied; other views are returned as they are.
-- EvalStats.peak_bytes counts arrays held between steps (inputs and BUFFER bytes are not
-  the evaluator's); scratch space inside one numpy call (BLAS packing) is not seen.
+- EvalStats.peak_bytes counts arrays held between steps and a contraction's temporaries
+  (inputs and BUFFER bytes are not the evaluator's); scratch space inside one numpy call
+  (BLAS packing, einsum's own intermediates) is not seen.
 """
 
 from __future__ import annotations
