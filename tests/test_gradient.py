@@ -271,6 +271,19 @@ def test_function_args_not_leading_to_a_target_get_no_gradient_work():
     np.testing.assert_allclose(evaluate([grads[c]], inputs)[0], np.cos(inputs["c"]) * inputs["b"])
 
 
+def test_a_function_called_at_several_sites_like_an_rnn_cell():
+    def build(h0, w, xs):
+        h, total = h0, None
+        for t in range(3):
+            x_t = xs.shrink(((t, t + 1), (0, 2))).reshape(2)
+            cell = UOp.trace_function("cell", lambda x, h, w: ((x + h * w).sin(), h * h), x_t, h, w)
+            h = cell[0]
+            total = cell[1] if total is None else total + cell[1]
+        return total + h
+    check_against_finite_differences(build, {"h0": a3(0.3, -0.5), "w": a3(1.5, 0.7),
+                                             "xs": RNG.normal(size=(3, 2))})
+
+
 def test_nested_functions_differentiate():
     def build(a):
         inner = lambda p: UOp.trace_function("inner", lambda q: (q.sin() * q,), p)[0]

@@ -19,6 +19,7 @@ forward node it was made for (the first tag wins).
 from __future__ import annotations
 
 import math
+from functools import partial
 from operator import attrgetter
 from typing import Iterable
 
@@ -178,32 +179,47 @@ def _tuple_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
     return tuple(None if e.op == _NOOP_OP else e for e in g.src)
 
 
-def _function_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
+def _function_rule(g: UOp, y: UOp, need: tuple[bool, ...], bodies: dict | None = None):
     """Through `<name>_backward`: a FUNCTION whose body is the gradient of this body with
-    respect to the needed slots only, reading the output gradients as extra slots."""
+    respect to the needed slots only, reading the output gradients as extra slots.
+    `bodies` remembers backward bodies within one compute_gradient: a function called at
+    many sites (an RNN cell) is differentiated once, each site only binds its values."""
     body, args = y.src[0], y.src[1:]
-    needed = [i for i, wanted in enumerate(need[1:]) if wanted]
-    n = len(args)
-    since = next_serial()  # the output-gradient slots made here are new nodes of the inner walk
-    grad_slots = tuple(e if e.op == _NOOP_OP else UOp.slot(n + j, out.shape, out.dtype)
-                       for j, (e, out) in enumerate(zip(g.src, body.src)))
-    slot_targets = [UOp.slot(i, args[i].shape, args[i].dtype) for i in needed]
-    inner = _gradients(body, UOp.tuple(*grad_slots), slot_targets, since)
-    backward = _closed_function(f"{y.arg}_backward", [inner[t] for t in slot_targets], (*args, *g.src))
-    return _gradients_per_arg(backward, needed, n)
+    needed = tuple(i for i, wanted in enumerate(need[1:]) if wanted)
+    arrived = tuple(e.op != _NOOP_OP for e in g.src)
+    key = (body, needed, arrived)
+    closed = None if bodies is None else bodies.get(key)
+    if closed is None:
+        n = len(args)
+        since = next_serial()  # the output-gradient slots made here are new nodes of the inner walk
+        grad_slots = tuple(UOp.slot(n + j, out.shape, out.dtype) if present else UOp.noop()
+                           for j, (present, out) in enumerate(zip(arrived, body.src)))
+        slot_targets = [UOp.slot(i, args[i].shape, args[i].dtype) for i in needed]
+        inner = _gradients(body, UOp.tuple(*grad_slots), slot_targets, since, bodies)
+        closed = _closed_body([inner[t] for t in slot_targets])
+        if bodies is not None:
+            bodies[key] = closed
+    backward = _bind(f"{y.arg}_backward", closed, (*args, *g.src))
+    return _gradients_per_arg(backward, needed, len(args))
 
 
-def _call_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
+def _call_rule(g: UOp, y: UOp, need: tuple[bool, ...], bodies: dict | None = None):
     """Through the CALL's own backward body (slots 0..n-1 the args, n..n+m-1 the output
     gradients), bound to the args and output gradients as a FUNCTION `<name>_backward`."""
     name, grad_body = y.arg
     if grad_body is None:
         raise GradientError(f"CALL {name!r} has no backward body (grad): cannot differentiate through it")
     args = y.src[1:]
-    wanted = [i for i, needed in enumerate(need[1:]) if needed and grad_body.src[i].op != _NOOP_OP]
+    wanted = tuple(i for i, needed in enumerate(need[1:]) if needed and grad_body.src[i].op != _NOOP_OP)
     if not wanted:
         return (None,) * len(y.src)
-    backward = _closed_function(f"{name}_backward", [grad_body.src[i] for i in wanted], (*args, *g.src))
+    key = (grad_body, wanted)
+    closed = None if bodies is None else bodies.get(key)
+    if closed is None:
+        closed = _closed_body([grad_body.src[i] for i in wanted])
+        if bodies is not None:
+            bodies[key] = closed
+    backward = _bind(f"{name}_backward", closed, (*args, *g.src))
     return _gradients_per_arg(backward, wanted, len(args))
 
 
@@ -308,12 +324,14 @@ def _check_root_grad(root: UOp, root_grad: UOp) -> None:
                             f"root {root.dtype.name}{list(root.shape or ())}")
 
 
-def _gradients(root: UOp, root_grad: UOp, targets: list[UOp], since: int | None = None) -> dict[UOp, UOp]:
-    """The walk, the rules, and the metadata sweep; nodes with serial >= `since` are new."""
+def _gradients(root: UOp, root_grad: UOp, targets: list[UOp], since: int | None = None,
+               bodies: dict | None = None) -> dict[UOp, UOp]:
+    """The walk, the rules, and the metadata sweep; nodes with serial >= `since` are new.
+    `bodies`: the backward bodies of calls made so far in this compute_gradient."""
     if since is None:
         since = next_serial()
     walk, reaches = _target_path(root, targets)
-    grads = _backpropagate(walk, reaches, root, root_grad, since)
+    grads = _backpropagate(walk, reaches, root, root_grad, since, {} if bodies is None else bodies)
     result = {}
     for t in targets:
         grad = grads.get(t)
@@ -360,9 +378,18 @@ def _target_path(root: UOp, targets: list[UOp]) -> tuple[list[UOp], set[UOp]]:
 _by_serial = attrgetter("serial")
 
 
-def _backpropagate(walk: list[UOp], reaches: set[UOp], root: UOp, root_grad: UOp, since: int) -> dict[UOp, UOp]:
+def _rules_for_one_call(bodies: dict) -> dict:
+    """GRADIENT_RULES with the call rows bound to this compute_gradient's backward bodies."""
+    rules = dict(GRADIENT_RULES)
+    for op in _CALL_OPS:
+        rules[op] = partial(GRADIENT_RULES[op], bodies=bodies)
+    return rules
+
+
+def _backpropagate(walk: list[UOp], reaches: set[UOp], root: UOp, root_grad: UOp, since: int,
+                   bodies: dict) -> dict[UOp, UOp]:
     grads: dict[UOp, UOp] = {root: root_grad}
-    rules = GRADIENT_RULES
+    rules = _rules_for_one_call(bodies)
     grads_get = grads.get
     in_path = reaches.__contains__
     metas_get = _backward_metas.get
@@ -433,16 +460,22 @@ def _backward_meta(node: UOp) -> Metadata:
 
 # ----------------------------------------------------------------------------- closed bodies
 
-def _closed_function(name: str, outputs: list[UOp], values: tuple[UOp, ...]) -> UOp:
-    """A FUNCTION computing `outputs`, whose slot i stands for `values[i]`: only the slots
-    the outputs read are kept, renumbered 0..k-1 in order, bound to their values (a NOOP
-    value, an output gradient that never arrived, is bound to zeros)."""
+def _closed_body(outputs: list[UOp]) -> tuple[list[UOp], list[UOp]]:
+    """`outputs` reading only slots 0..k-1: the slots they read, renumbered in order, and
+    the original slot PARAM each new slot stands for (unread slots are dropped)."""
     used = _slots_read(outputs)
     order = sorted(used)
     if order != list(range(len(order))):
         renumbered = {used[old]: UOp.slot(new, used[old].shape, used[old].dtype) for new, old in enumerate(order)}
         outputs = _substitute(outputs, renumbered)
-    args = [values[i] if values[i].op != _NOOP_OP else _zeros(used[i]) for i in order]
+    return outputs, [used[i] for i in order]
+
+
+def _bind(name: str, closed: tuple[list[UOp], list[UOp]], values: tuple[UOp, ...]) -> UOp:
+    """The FUNCTION of a closed body, its slots bound to `values[original slot]` (a NOOP
+    value, an output gradient that never arrived, is bound to zeros)."""
+    outputs, slots = closed
+    args = [values[p.arg] if values[p.arg].op != _NOOP_OP else _zeros(p) for p in slots]
     return UOp.function(name, outputs, args)
 
 
