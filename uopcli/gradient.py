@@ -381,8 +381,8 @@ _by_serial = attrgetter("serial")
 def _rules_for_one_call(bodies: dict) -> dict:
     """GRADIENT_RULES with the call rows bound to this compute_gradient's backward bodies."""
     rules = dict(GRADIENT_RULES)
-    for op in _CALL_OPS:
-        rules[op] = partial(GRADIENT_RULES[op], bodies=bodies)
+    for op in _CALL_OPS & rules.keys():
+        rules[op] = partial(rules[op], bodies=bodies)
     return rules
 
 

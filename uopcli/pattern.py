@@ -12,7 +12,9 @@ replacement node, or None to leave the node alone.
 
 `graph_rewrite` is iterative (a one-million-node chain rewrites at the default recursion
 limit) and runs bottom-up to a fixpoint: sources are rewritten before their users, and a
-node a rule produced is itself rewritten until no rule applies.
+node a rule produced is itself rewritten until no rule applies. FUNCTION and CALL bodies
+are sources and are rewritten like the rest; a CALL's backward body lives in its arg and
+is left as it is.
 """
 
 from __future__ import annotations
