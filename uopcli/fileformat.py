@@ -751,8 +751,9 @@ def _canonical_nodes(graph: Graph, json_form: bool) -> tuple[list, dict]:
     index: dict[UOp, int] = {}
     nodes: list = []
     append = nodes.append
+    written = 0
     encoders = _JSON_ENCODERS if json_form else _ENCODERS
-    meta_out = _MetaOut()
+    meta_maps: dict[Metadata, dict] = {}  # tag -> its meta map, built once per tag
     call = Ops.CALL
     emit = _EMIT
     for root in (*graph.outputs.values(), *graph.inputs):
@@ -764,10 +765,12 @@ def _canonical_nodes(graph: Graph, json_form: bool) -> tuple[list, dict]:
             node = pop()
             if node is emit:
                 node = pop()
-                index[node] = len(nodes)
+                index[node] = written
+                written += 1
+                op = node.op
                 arg = node.arg
                 if arg is not None:
-                    encode = encoders.get(node.op)
+                    encode = encoders.get(op)
                     if encode is not None:
                         arg = encode(node, index)
                 src = node.src
@@ -779,11 +782,14 @@ def _canonical_nodes(graph: Graph, json_form: bool) -> tuple[list, dict]:
                     src_indices = (index[src[0]], index[src[1]])
                 else:
                     src_indices = tuple([index[s] for s in src])
-                tag = None if node.meta is None else meta_out(node.meta)
-                if tag:
-                    append((node.op, node.dtype.name, src_indices, arg, tag))
-                else:
-                    append((node.op, node.dtype.name, src_indices, arg))
+                meta = node.meta
+                if meta is None:
+                    append((op, node.dtype.name, src_indices, arg))
+                    continue
+                tag = meta_maps.get(meta)
+                if tag is None:
+                    tag = meta_maps[meta] = _meta_map(meta)
+                append((op, node.dtype.name, src_indices, arg, tag) if tag else (op, node.dtype.name, src_indices, arg))
                 continue
             if node in index:
                 continue
@@ -812,28 +818,20 @@ def _canonical_nodes(graph: Graph, json_form: bool) -> tuple[list, dict]:
 _EMIT = None  # the stack marker "all sources of the node below are written": never a UOp
 
 
-class _MetaOut:
-    """Metadata -> the node's meta map (sorted keys, empty fields left out), once per tag."""
-
-    def __init__(self):
-        self.cache: dict[Metadata, dict] = {}
-
-    def __call__(self, meta: Metadata) -> dict:
-        out = self.cache.get(meta)
-        if out is None:
-            name, loc, backward = meta
-            if (name is not None and name.__class__ is not str) or (loc is not None and loc.__class__ is not str) \
-                    or backward.__class__ is not bool:
-                raise GraphError(f"node metadata {meta!r} cannot be written: name and loc are strings, backward a bool")
-            out = {}
-            if backward:
-                out["backward"] = True
-            if loc is not None:
-                out["loc"] = loc
-            if name is not None:
-                out["name"] = name
-            self.cache[meta] = out
-        return out
+def _meta_map(meta: Metadata) -> dict:
+    """A node's meta map: sorted keys, empty fields left out (so maybe empty: not written)."""
+    name, loc, backward = meta
+    if (name is not None and name.__class__ is not str) or (loc is not None and loc.__class__ is not str) \
+            or backward.__class__ is not bool:
+        raise GraphError(f"node metadata {meta!r} cannot be written: name and loc are strings, backward a bool")
+    out = {}
+    if backward:
+        out["backward"] = True
+    if loc is not None:
+        out["loc"] = loc
+    if name is not None:
+        out["name"] = name
+    return out
 
 
 # ----------------------------------------------------------------------------- per-op encoders
