@@ -624,6 +624,10 @@ def test_save_replaces_atomically_and_leaves_the_old_file_on_failure(tmp_path):
     assert path.read_bytes().startswith(b'{"format":"uop"')
     with pytest.raises(FormatError, match="cannot write"):
         save(Graph({}), tmp_path / "missing-dir" / "g.uop")
+    (tmp_path / "a-directory").mkdir()
+    with pytest.raises(FormatError, match="cannot write"):
+        save(Graph({}), tmp_path / "a-directory")
+    (tmp_path / "a-directory").rmdir()
     with pytest.raises(FormatError, match="unknown form"):
         save(Graph({}), path, form="yaml")
     assert path.read_bytes().startswith(b'{"format":"uop"')

@@ -927,10 +927,13 @@ def _write_atomically(path: str, data: bytes) -> None:
                 file.write(data)
                 file.flush()
                 os.fsync(file.fileno())
+            os.replace(temp, path)
         except BaseException:
-            os.unlink(temp)
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
             raise
-        os.replace(temp, path)
     except OSError as error:
         raise FormatError(f"cannot write: {error.strerror or error}", source=path) from None
 
