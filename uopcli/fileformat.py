@@ -702,7 +702,10 @@ def save(graph: Graph, dest=None, form: str = "msgpack") -> bytes:
     elif hasattr(dest, "write"):
         if isinstance(dest, io.TextIOBase):
             raise FormatError("needs a binary file object (open the file with 'wb')", source=_stream_name(dest))
-        dest.write(data)
+        try:
+            dest.write(data)
+        except OSError as error:
+            raise FormatError(f"cannot write: {error.strerror or error}", source=_stream_name(dest)) from None
     else:
         raise TypeError(f"save() writes to a path or a binary file object, not {type(dest).__name__}")
     return data
