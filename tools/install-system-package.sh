@@ -18,8 +18,12 @@ if command -v apt-get >/dev/null 2>&1; then
         exit 1
     fi
     echo "uopgrad set-up: installing $deb with apt-get" >&2
-    $as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 &&
-        $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$deb" >&2 && exit 0
+    log=$(mktemp)
+    $as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq >"$log" 2>&1 &&
+        $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$deb" >>"$log" 2>&1 &&
+        { rm -f "$log"; exit 0; }
+    tail -n 20 "$log" >&2
+    rm -f "$log"
     echo "uopgrad set-up: apt-get could not install '$deb'; please install it, then run make again" >&2
     exit 1
 fi
