@@ -949,3 +949,7 @@ def _kind(value) -> str:
 def _short(text: str, limit: int = 80) -> str:
     text = text.replace("\n", "\\n").replace("\r", "\\r")
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+# _Reader.graph fills a Graph's slots itself: if Graph gains a field, this must learn it.
+assert Graph.__slots__ == ("outputs", "inputs", "meta"), "fileformat._Reader.graph needs updating"
