@@ -29,10 +29,7 @@ import io
 import math
 import os
 import re
-import secrets
-from dataclasses import dataclass
-
-import msgpack
+from typing import NamedTuple
 
 from .errors import FormatError, GraphError
 from .graph import Graph
@@ -53,9 +50,9 @@ _WHITESPACE = re.compile(rb"[ \t\r\n]*")
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
-@dataclass(frozen=True)
-class Limits:
-    """What the reader accepts at most. Raise a limit with e.g. `Limits(max_nodes=50_000_000)`.
+class Limits(NamedTuple):
+    """What the reader accepts at most. Raise a limit with e.g. `Limits(max_nodes=50_000_000)`
+    (or `limits._replace(...)`).
 
     Every limit guards memory or time against a hostile or broken file; the defaults fit
     any graph this tool is meant for."""
@@ -138,6 +135,7 @@ def _stream_name(stream) -> str:
 
 
 def _parse_msgpack(data: bytes, name: str):
+    import msgpack  # here, not at the top: `import uopcli` stays fast for commands that read no file
     try:
         return msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
     except msgpack.ExtraData:
@@ -730,6 +728,7 @@ def dumps(graph: Graph, form: str = "msgpack") -> bytes:
             del doc["meta"]  # optional: an empty map is left out
         if json_form:
             return _json_text(doc).encode("utf-8")
+        import msgpack
         return msgpack.packb(doc, use_bin_type=True, use_single_float=False)
 
 
@@ -922,7 +921,7 @@ def _write_atomically(path: str, data: bytes) -> None:
     """Write to a new file in the same directory, then rename it over `path`: readers
     never see half a file, and a failed write leaves the old file as it was."""
     directory, base = os.path.split(os.path.abspath(path))
-    temp = os.path.join(directory, f".{base}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    temp = os.path.join(directory, f".{base}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
         try:
