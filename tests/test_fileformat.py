@@ -683,3 +683,15 @@ def test_the_worked_example_in_docs_is_what_save_writes(tmp_path):
     assert f"MessagePack, {len(written)} bytes" in script
     assert save(load(shown.encode()), form="json").decode() == shown
     assert save(load(shown.encode())) == written
+
+
+def test_unicode_names_and_strings_round_trip():
+    x = UOp.param("x_é層", (2,))
+    y = x.exp2().set_meta(Metadata("naïve😀", "modèle.py:3", True))
+    graph = Graph({"ÿ": y}, meta={"clé": "välue\nwith a newline"})
+    for form in ("msgpack", "json"):
+        data = save(graph, form=form)
+        again = load(data)
+        assert_same_graph(graph, again)
+        assert save(again, form=form) == data
+    assert "x_é層".encode() in save(graph, form="json")  # UTF-8, not \u escapes
