@@ -394,8 +394,8 @@ def test_refuses_unknown_op_and_dtype():
     (["PARAM", "float32", [], {"slot": 0, "shape": [-1]}], ["shape must be an array of non-negative ints"]),
     (["PARAM", "float32", [0], {"slot": 0, "shape": [3]}], ["PARAM takes no sources"]),
     (["CONST", "float32", [], "1.0"], ["CONST float32 needs a float"]),
-    (["CONST", "int32", [], 1.0], ["CONST int32 needs a int"]),
-    (["CONST", "int32", [], True], ["CONST int32 needs a int"]),
+    (["CONST", "int32", [], 1.0], ["CONST int32 needs an int"]),
+    (["CONST", "int32", [], True], ["CONST int32 needs an int"]),
     (["CONST", "bool", [], 1], ["CONST bool needs a bool"]),
     (["CONST", "uint8", [], 256], ["does not fit uint8"]),
     (["CONST", "void", [], None], ["CONST void"]),
@@ -432,7 +432,7 @@ def test_refuses_wrong_arg_types_in_the_json_form():
     json_refused(["BUFFER", "float32", [], {"shape": [1], "data": "AAAAAA=="}], "{\"b64\": \"<base64>\"}")
     json_refused(["BUFFER", "float32", [], {"shape": [1], "data": {"b64": "AA!A"}}], "not valid base64")
     json_refused(["CONST", "float32", [], {"float": "NaN"}], "CONST arg map must be")
-    json_refused(["CONST", "int32", [], {"float": "nan"}], "CONST int32 needs a int")
+    json_refused(["CONST", "int32", [], {"float": "nan"}], "CONST int32 needs an int")
     refused(file([X, ["CONST", "float32", [], {"float": "nan"}]], [0]), "needs a float", node=1, op="CONST")
 
 

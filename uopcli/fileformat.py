@@ -492,10 +492,10 @@ def _const_number(dtype: DType, arg):
         return math.nan if value != value else value  # one NaN, so equal graphs give equal bytes
     if (kind in "iu" and cls is int) or (kind == "b" and cls is bool):
         return arg
-    raise _Bad(f"CONST {dtype.name} needs a {_KIND_WORD.get(kind, 'value')}, got {_short(repr(arg))}")
+    raise _Bad(f"CONST {dtype.name} needs {_KIND_WORD.get(kind, 'a value')}, got {_short(repr(arg))}")
 
 
-_KIND_WORD = {"f": "float", "i": "int", "u": "int", "b": "bool"}
+_KIND_WORD = {"f": "a float", "i": "an int", "u": "an int", "b": "a bool"}
 
 
 def _decode_const(reader, op, dtype, sources, arg) -> UOp:
