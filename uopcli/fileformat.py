@@ -715,21 +715,42 @@ def dumps(graph: Graph, form: str = "msgpack") -> bytes:
         raise FormatError(f"unknown form {form!r}: one of {', '.join(FORMS)}")
     if not isinstance(graph, Graph):
         raise TypeError(f"save() needs a Graph, got {type(graph).__name__}")
-    json_form = form == "json"
+    meta = _file_meta_out(graph.meta)
     with no_gc():
-        nodes, index = _canonical_nodes(graph, json_form)
-        doc = {"format": FORMAT,
-               "inputs": [index[n] for n in graph.inputs],
-               "meta": _file_meta_out(graph.meta),
-               "nodes": nodes,
-               "outputs": [[name, index[node]] for name, node in graph.outputs.items()],
-               "version": VERSION}
-        if not doc["meta"]:
-            del doc["meta"]  # optional: an empty map is left out
-        if json_form:
-            return _json_text(doc).encode("utf-8")
+        if form == "json":
+            nodes: list = []
+            index = _canonical_nodes(graph, _JSON_ENCODERS, nodes.append)
+            return _json_text(_document(graph, index, meta, nodes)).encode("utf-8")
+        # MessagePack: each node is packed as soon as it is numbered (no million-entry list
+        # to build, walk again and free), then the map is put together around the nodes'
+        # bytes exactly as msgpack.packb would write the whole document.
         import msgpack
-        return msgpack.packb(doc, use_bin_type=True, use_single_float=False)
+        packer = msgpack.Packer(use_bin_type=True, use_single_float=False, autoreset=False)
+        index = _canonical_nodes(graph, _ENCODERS, packer.pack)
+        nodes_bytes = packer.bytes()
+        doc = _document(graph, index, meta, _NODES_HERE)
+        packer = msgpack.Packer(use_bin_type=True, use_single_float=False)
+        head, tail = [packer.pack_map_header(len(doc))], []
+        part = head
+        for key, value in doc.items():
+            if value is _NODES_HERE:
+                head += (packer.pack(key), packer.pack_array_header(len(index)))
+                part = tail
+            else:
+                part += (packer.pack(key), packer.pack(value))
+        return b"".join((*head, nodes_bytes, *tail))
+
+
+_NODES_HERE = object()  # where the packed nodes go in the document
+
+
+def _document(graph: Graph, index: dict, meta: dict, nodes) -> dict:
+    """The top-level map, keys sorted; an empty `meta` is left out (it is optional)."""
+    doc = {"format": FORMAT, "inputs": [index[n] for n in graph.inputs], "meta": meta, "nodes": nodes,
+           "outputs": [[name, index[node]] for name, node in graph.outputs.items()], "version": VERSION}
+    if not meta:
+        del doc["meta"]
+    return doc
 
 
 def _file_meta_out(meta) -> dict:
@@ -739,8 +760,9 @@ def _file_meta_out(meta) -> dict:
     return dict(sorted(meta.items()))
 
 
-def _canonical_nodes(graph: Graph, json_form: bool) -> tuple[list, dict]:
-    """The file's node entries in canonical order, and the node -> index map.
+def _canonical_nodes(graph: Graph, encoders: dict, append) -> dict[UOp, int]:
+    """Give every node of the file, in canonical order, to `append` as its entry tuple;
+    returns the node -> index map.
 
     Depth-first post-order from the outputs in order, sources in order, a CALL's backward
     body after its sources, then unused inputs: the order of uop.toposort and Graph.nodes(),
@@ -751,10 +773,7 @@ def _canonical_nodes(graph: Graph, json_form: bool) -> tuple[list, dict]:
     copy is skipped, so the order is exactly that of a recursive walk.
     """
     index: dict[UOp, int] = {}
-    nodes: list = []
-    append = nodes.append
     written = 0
-    encoders = _JSON_ENCODERS if json_form else _ENCODERS
     meta_maps: dict[Metadata, dict] = {}  # tag -> its meta map, built once per tag
     call = Ops.CALL
     emit = _EMIT
@@ -814,7 +833,7 @@ def _canonical_nodes(graph: Graph, json_form: bool) -> tuple[list, dict]:
                 for child in reversed(children):
                     if child not in index:
                         push(child)
-    return nodes, index
+    return index
 
 
 _EMIT = None  # the stack marker "all sources of the node below are written": never a UOp
