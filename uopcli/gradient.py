@@ -139,9 +139,16 @@ def _reduce_mul_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
 
 
 def _expand_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
-    (x,) = y.src
-    axes = tuple(i for i, (before, after) in enumerate(zip(x.shape, y.shape)) if before != after)
+    shapes = (y.src[0].shape, y.shape)
+    axes = _grown_axes.get(shapes)
+    if axes is None:  # graphs repeat a few shapes: remember which axes an expand grows
+        if len(_grown_axes) > 4096:
+            _grown_axes.clear()
+        axes = _grown_axes[shapes] = tuple(i for i, (a, b) in enumerate(zip(*shapes)) if a != b)
     return (_sum_axes(g, axes),)
+
+
+_grown_axes: dict[tuple, tuple] = {}
 
 
 def _permute_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
