@@ -87,18 +87,23 @@ class UOp(_Slots):
     @staticmethod
     def make(op: str, dtype: DType, src: tuple["UOp", ...] = (), arg=None) -> "UOp":
         """The one constructor of non-leaf nodes: intern, or infer the shape and create."""
-        key = (op, dtype, src, arg)
+        table = _by_src.get(op)
+        if table is None:
+            raise GraphError(f"unknown op {op!r}")
+        node = table.get(src)
+        if node is None:  # the usual case for a new node: its sources' slot is free (and so
+            # no sibling exists: the sweep moves a sibling into a slot it empties)
+            plain_arg = _MEMO_ARG_CHECK.get(op)
+            if plain_arg is not None and len(src) == 1 and src[0].__class__ is UOp and plain_arg(arg):
+                return _new(table, src, op, dtype, src, arg, _memo_shape(op, dtype, src, arg))
+            return _new(table, src, op, dtype, src, arg, _INFER[op](op, dtype, src, arg))
+        if node.dtype is dtype and (node.arg is arg or node.arg == arg):
+            return node
+        key = (op, dtype, src, arg)  # a sibling on the same sources holds that slot
         node = _intern.get(key)
         if node is not None:
             return node
-        plain_arg = _MEMO_ARG_CHECK.get(op)
-        if plain_arg is not None and len(src) == 1 and src[0].__class__ is UOp and plain_arg(arg):
-            return _new(key, op, dtype, src, arg, _memo_shape(op, dtype, src, arg))
-        try:
-            infer = _INFER[op]
-        except KeyError:
-            raise GraphError(f"unknown op {op!r}") from None
-        return _new(key, op, dtype, src, arg, infer(op, dtype, src, arg))
+        return _new(_intern, key, op, dtype, src, arg, _infer_shape(op, dtype, src, arg))
 
     @staticmethod
     def param(name: str | int, shape: Sequence[int] = (), dtype=dtypes.float32) -> "UOp":
@@ -130,7 +135,7 @@ class UOp(_Slots):
         node = _intern.get(key)
         if node is not None:
             return node
-        return _new(key, Ops.CONST, dtype, (), value, ())
+        return _new(_intern, key, Ops.CONST, dtype, (), value, ())
 
     @staticmethod
     def buffer(array) -> "UOp":
@@ -449,7 +454,14 @@ class UOp(_Slots):
 
 # ----------------------------------------------------------------------------- interning
 
+# Two tables. Most non-leaf nodes live in _by_src[op] under their own `src` tuple, so the
+# table keeps no key of its own (a 4-tuple key per node was a quarter of a node's memory).
+# _intern holds full (op, dtype, src or shape, arg) keys: leaves, CONSTs, and a node whose
+# sources' slot in _by_src is already taken by a sibling (same op and sources, another
+# dtype or arg: x.reshape(a) beside x.reshape(b)).
 _intern: dict[tuple, UOp] = {}
+_by_src: dict[str, dict[tuple, UOp]] = {}  # filled from _INFER below: one table per op
+_node_count = 0                            # nodes in both tables (exact after a sweep)
 _const_fast: dict[tuple, UOp] = {}  # (type, value, dtype) -> CONST: skips validation for repeats
 _serials = itertools.count()
 _new_node = object.__new__
@@ -457,7 +469,8 @@ _SWEEP_MIN = 1 << 16
 _sweep_at = _SWEEP_MIN
 
 
-def _new(key: tuple, op: str, dtype: DType, src: tuple, arg, shape) -> UOp:
+def _new(table: dict, key, op: str, dtype: DType, src: tuple, arg, shape) -> UOp:
+    global _node_count
     node = _new_node(_Slots)
     node.op = op
     node.dtype = dtype
@@ -467,10 +480,18 @@ def _new(key: tuple, op: str, dtype: DType, src: tuple, arg, shape) -> UOp:
     node.meta = None
     node.serial = next(_serials)
     node.__class__ = UOp  # from here on the node is immutable
-    _intern[key] = node
-    if len(_intern) > _sweep_at:
+    table[key] = node
+    _node_count += 1
+    if _node_count > _sweep_at:
         sweep_intern_table()
     return node
+
+
+def _infer_shape(op: str, dtype: DType, src: tuple, arg):
+    plain_arg = _MEMO_ARG_CHECK.get(op)
+    if plain_arg is not None and len(src) == 1 and src[0].__class__ is UOp and plain_arg(arg):
+        return _memo_shape(op, dtype, src, arg)
+    return _INFER[op](op, dtype, src, arg)
 
 
 # Shape inference of one-source ops depends only on (op, dtype, the source's dtype and
@@ -508,17 +529,29 @@ def _leaf(op: str, dtype: DType, arg, shape) -> UOp:
     node = _intern.get(key)
     if node is not None:
         return node
-    return _new(key, op, dtype, (), arg, shape)
+    return _new(_intern, key, op, dtype, (), arg, shape)
 
 
-def _intern_key(node: UOp) -> tuple:
-    """The intern-table key a node was stored under (see make, const and _leaf)."""
+def _forget(node: UOp) -> None:
+    """Remove `node` from the table it was stored in (see make, const and _leaf)."""
     op = node.op
     if op == Ops.PARAM or op == Ops.BUFFER or op == Ops.NOOP:
-        return (op, node.dtype, node.shape, node.arg)
-    if op == Ops.CONST:
-        return (op, node.dtype, (), _const_key(node.arg, node.dtype))
-    return (op, node.dtype, node.src, node.arg)
+        del _intern[(op, node.dtype, node.shape, node.arg)]
+    elif op == Ops.CONST:
+        del _intern[(op, node.dtype, (), _const_key(node.arg, node.dtype))]
+    else:
+        table = _by_src[op]
+        if table.get(node.src) is node:
+            del table[node.src]
+        else:
+            del _intern[(op, node.dtype, node.src, node.arg)]
+
+
+def _all_nodes() -> list[UOp]:
+    nodes = list(_intern.values())
+    for table in _by_src.values():
+        nodes.extend(table.values())
+    return nodes
 
 
 def _const_key(value, dtype: DType):
@@ -543,34 +576,49 @@ def sweep_intern_table() -> int:
     A first pass counts references in C speed and finds the dead roots; dropping a dead
     node releases its sources, which are then checked in turn, so whole graphs go at once.
     """
-    global _sweep_at
-    table = _intern
+    global _sweep_at, _node_count
     _const_fast.clear()
     _body_slots_memo.clear()
-    before = len(table)
     getrefcount = sys.getrefcount
-    values = list(table.values())
+    values = _all_nodes()
+    before = len(values)
     counts = list(map(getrefcount, values))
     # a dead node is referenced by the table, `values` and getrefcount's own argument
     stack = [v for v, c in zip(values, counts) if c <= _DEAD_REFS + 1]
     del values, counts
     node = None
+    dropped = 0
     while stack:
         node = stack.pop()
         if getrefcount(node) > _DEAD_REFS:
             continue  # still used, or still on the stack twice
-        del table[_intern_key(node)]
+        _forget(node)
+        dropped += 1
         stack.extend(node.src)
         if node.op == Ops.CALL and node.arg.grad is not None:
             stack.append(node.arg.grad)
     node = None
-    _sweep_at = max(_SWEEP_MIN, 2 * len(table))
-    return before - len(table)
+    _promote_siblings()
+    _node_count = before - dropped
+    _sweep_at = max(_SWEEP_MIN, 2 * _node_count)
+    return dropped
+
+
+def _promote_siblings() -> None:
+    """Move a node kept under a full key into its sources' slot when the sweep emptied it,
+    so that an empty slot always means "no node on these sources" (make relies on it)."""
+    for key, node in list(_intern.items()):
+        src = node.src
+        if src:  # leaves and CONSTs have none and stay
+            table = _by_src[node.op]
+            if src not in table:
+                table[src] = node
+                del _intern[key]
 
 
 def live_node_count() -> int:
-    """How many nodes the intern table holds (after a sweep: how many are alive)."""
-    return len(_intern)
+    """How many nodes the intern tables hold (after a sweep: how many are alive)."""
+    return len(_intern) + sum(map(len, _by_src.values()))
 
 
 @contextmanager
@@ -1091,6 +1139,8 @@ _INFER = {
     Ops.AFTER: _infer_after,
     **{op: _infer_leaf for op in (Ops.PARAM, Ops.CONST, Ops.BUFFER, Ops.NOOP)},
 }
+
+_by_src.update({op: {} for op in _INFER})
 
 _no_arg = (lambda arg: arg is None)
 _MEMO_ARG_CHECK = {
