@@ -356,29 +356,33 @@ def _target_path(root: UOp, targets: list[UOp]) -> tuple[list[UOp], set[UOp]]:
     ordering the reachable nodes by serial is a topological order: one iterative pass
     collects them, one C-level sort orders them."""
     seen = {root}
+    inner: list[UOp] = []  # the reached nodes with sources (a leaf depends on no target)
     stack = [root]
-    pop, push, add = stack.pop, stack.append, seen.add
+    pop, push, add, keep = stack.pop, stack.append, seen.add, inner.append
+    calls, detach = _CALL_OPS, Ops.DETACH
     while stack:
         node = pop()
         src = node.src
         if not src:
             continue
         op = node.op
-        if op in _CALL_OPS:
+        if op in calls:
             src = src[1:]
-        elif op == Ops.DETACH:
+        elif op == detach:
             continue
+        keep(node)
         for s in src:
             if s not in seen:
                 add(s)
                 push(s)
     reaches = set(targets)
     walk: list[UOp] = []
-    depends_on_none = reaches.isdisjoint
-    for node in sorted(seen, key=_by_serial):
-        if not depends_on_none(node.src) and node.op != Ops.DETACH:
-            reaches.add(node)
-            walk.append(node)
+    depends_on_none, on_path, step = reaches.isdisjoint, reaches.add, walk.append
+    inner.sort(key=_by_serial)
+    for node in inner:
+        if not depends_on_none(node.src):
+            on_path(node)
+            step(node)
     return walk, reaches
 
 
