@@ -481,3 +481,18 @@ def test_a_million_node_chain_differentiates_at_the_default_recursion_limit():
         assert node.src[1] is UOp.const(1.000001, f64)
         node, factors = node.src[0], factors + 1
     assert factors == 500_000 and node.op == Ops.EXPAND
+
+
+# ----------------------------------------------------------------------------- evaluators agree
+def test_reference_and_production_evaluators_agree_on_gradient_graphs():
+    production = pytest.importorskip("uopcli.evaluate")
+    a, b = param("ea", (2, 3)), param("eb", (3, 4))
+    fn = UOp.trace_function("block", lambda p, q: ((p @ q).relu(), p.prod(1)), a, b)
+    ste = UOp.trace_call("ste", lambda p: p.trunc(), lambda p, g: g, fn[0])
+    loss = (ste[0] * fn[0]).max(1).sum() + fn[1].softmax().sum() + (a.pad(((1, 0), (0, 1))).flip(0) ** 2.0).mean()
+    first = compute_gradient(loss, UOp.const(1.0, f64), [a, b])
+    second = compute_gradient(first[a].sum(), UOp.const(1.0, f64), [a, b])
+    outputs = [first[a], first[b], second[a], second[b]]
+    inputs = {"ea": RNG.normal(size=(2, 3)), "eb": RNG.normal(size=(3, 4))}
+    for ours, theirs in zip(reference_evaluate(outputs, inputs), production.evaluate(outputs, inputs)):
+        np.testing.assert_allclose(theirs, ours, rtol=1e-12, atol=1e-12)
