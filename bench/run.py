@@ -232,8 +232,7 @@ class Bench:
         speed_in = _speedup(theirs, ours)
         speed_cli = _speedup(theirs, cli)
         return [f"{family} {size:,}",
-                f"{_get(ours, 'nodes', '?'):,} / {_get(theirs, 'nodes', '–')}" if ours and "error" not in ours
-                else f"? / {_get(theirs, 'nodes', '–')}",
+                f"{_count(ours)} / {_count(theirs)}",
                 _cell(ours, lambda r: us(r["cpu_seconds"], r["nodes"])), tiny_cell, fmt_ratio(speed_in),
                 _cell(cli, lambda r: us(r["wall"], r["nodes"])), _cell(cli, lambda r: us(r["cpu"], r["nodes"])),
                 fmt_ratio(speed_cli),
@@ -494,8 +493,8 @@ class Bench:
         return "\n\n".join(p.strip() for p in parts) + "\n"
 
 
-def _get(result: dict | None, key: str, default):
-    return result[key] if result and key in result else default
+def _count(result: dict | None) -> str:
+    return f"{result['nodes']:,}" if result and "nodes" in result else "–"
 
 
 def _cell(result: dict | None, fmt) -> str:
