@@ -1,4 +1,10 @@
-"""uopcli: differentiate, evaluate, draw and store tinygrad-style UOp graphs."""
+"""uopcli: differentiate, evaluate, draw and store tinygrad-style UOp graphs.
+
+    from uopcli import UOp, Graph, compute_gradient, evaluate_graph, load, save
+
+The core (UOp, Graph, load/save) imports without numpy; the heavier parts are imported
+on first use, so a command that only reads a file starts fast.
+"""
 
 from .errors import EvaluationError, FormatError, GradientError, GraphError, UOpError
 from .ops import DType, Ops, dtypes
@@ -8,6 +14,30 @@ from .fileformat import Limits, load, save
 
 __version__ = "0.1.0"
 
+# name -> module that defines it, imported when the name is first used
+_LAZY = {
+    "compute_gradient": "gradient",
+    "evaluate": "evaluate",
+    "evaluate_graph": "evaluate",
+    "EvalStats": "evaluate",
+    "differentiate": "differentiate",
+    "DiffReport": "differentiate",
+    "render": "render",
+    "to_dot": "render",
+    "RenderError": "render",
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'uopcli' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
 __all__ = ["UOp", "Ops", "DType", "dtypes", "Metadata", "CallArg", "toposort",
-           "Graph", "load", "save", "Limits",
+           "Graph", "load", "save", "Limits", *_LAZY,
            "UOpError", "GraphError", "GradientError", "EvaluationError", "FormatError", "__version__"]

@@ -1,0 +1,32 @@
+"""The package's front door: what `import uopcli` gives, and what it costs."""
+
+import subprocess
+import sys
+
+import numpy as np
+
+import uopcli
+
+
+def test_importing_the_package_does_not_import_numpy_click_or_graphviz():
+    code = "import sys, uopcli; print(sorted(m for m in ('numpy', 'click', 'graphviz') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_every_public_name_resolves():
+    for name in uopcli.__all__:
+        assert getattr(uopcli, name) is not None, name
+
+
+def test_the_readme_python_example_computes_the_gradient():
+    x = uopcli.UOp.param("x", (3,))
+    w = uopcli.UOp.param("w", (3,))
+    loss = (x * w).sum().square()
+    grads = uopcli.compute_gradient(loss, uopcli.UOp.const(1.0), [w])
+    graph = uopcli.Graph({"grad_w": grads[w]}, inputs=[x, w])
+    xs, ws = np.array([1, 2, 3], np.float32), np.array([0.5, -1, 2], np.float32)
+    out = uopcli.evaluate_graph(graph, {"x": xs, "w": ws})
+    np.testing.assert_allclose(out["grad_w"], 2 * (xs @ ws) * xs, rtol=1e-6)
+    again = uopcli.load(uopcli.save(graph))
+    assert again.output_names == ["grad_w"] and again.input_names == ["x", "w"]
