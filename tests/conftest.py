@@ -1,6 +1,20 @@
-"""Shared pytest options: `--runslow` runs the tests marked slow (long fuzz and scale runs)."""
+"""Shared pytest set-up: `--runslow` runs the tests marked slow (long fuzz and scale runs),
+and every test starts with an intern table as if it ran first."""
+
+import gc
 
 import pytest
+
+from uopcli.uop import sweep_intern_table
+
+
+@pytest.fixture(autouse=True)
+def _leave_no_nodes_behind():
+    """Hash-consing shares nodes between tests (and the first metadata tag wins): drop this
+    test's nodes when it ends, so the tests that follow see a table as if they ran first."""
+    yield
+    gc.collect()
+    sweep_intern_table()
 
 
 def pytest_addoption(parser):

@@ -7,7 +7,6 @@ checked as numbers (evaluated gradients against known derivatives), not as struc
 from __future__ import annotations
 
 import hashlib
-import gc
 import json
 import os
 import stat
@@ -23,16 +22,6 @@ from uopcli.cli import main
 from uopcli.evaluate import evaluate_graph
 from uopcli.fileformat import load, save
 from uopcli.graph import Graph
-from uopcli.uop import sweep_intern_table
-
-@pytest.fixture(autouse=True)
-def _leave_no_nodes_behind():
-    """Hash-consing shares nodes between tests (and the first metadata tag wins): drop this
-    test's nodes when it ends, so the tests that follow see a table as if they ran first."""
-    yield
-    gc.collect()
-    sweep_intern_table()
-
 
 COMMANDS = ["diff", "eval", "check", "info", "print", "convert", "validate", "render"]
 

@@ -3,7 +3,6 @@ statistics and listings, and input values."""
 
 from __future__ import annotations
 
-import gc
 import math
 
 import numpy as np
@@ -15,18 +14,8 @@ from uopcli.differentiate import NO_GRADIENT, NOT_REACHED, ONLY_DETACH, differen
 from uopcli.errors import EvaluationError, GradientError
 from uopcli.evaluate import evaluate_graph
 from uopcli.graph import Graph
-from uopcli.uop import sweep_intern_table
 from uopcli.inspect import depth, flop_estimate, listing
 from uopcli.values import gather_inputs, random_value, read_value
-
-
-@pytest.fixture(autouse=True)
-def _leave_no_nodes_behind():
-    """Hash-consing shares nodes between tests (and the first metadata tag wins): drop this
-    test's nodes when it ends, so the tests that follow see a table as if they ran first."""
-    yield
-    gc.collect()
-    sweep_intern_table()
 
 
 def two_outputs() -> Graph:

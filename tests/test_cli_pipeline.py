@@ -3,7 +3,6 @@ atomic outputs, binary output refused on a terminal, and the samples end to end.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import pty
@@ -18,7 +17,6 @@ import pytest
 from uopcli import UOp
 from uopcli.fileformat import load, save
 from uopcli.graph import Graph
-from uopcli.uop import sweep_intern_table
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = os.path.dirname(sys.executable)
@@ -26,15 +24,6 @@ UOPGRAD = shutil.which("uopgrad", path=BIN) or shutil.which("uopgrad")
 SAMPLES = sorted((ROOT / "samples").glob("*.uop"))
 
 pytestmark = pytest.mark.skipif(UOPGRAD is None, reason="the uopgrad console script is not installed")
-
-
-@pytest.fixture(autouse=True)
-def _leave_no_nodes_behind():
-    """Hash-consing shares nodes between tests (and the first metadata tag wins): drop this
-    test's nodes when it ends, so the tests that follow see a table as if they ran first."""
-    yield
-    gc.collect()
-    sweep_intern_table()
 
 
 def sh(command: str, cwd: Path, input: bytes | None = None) -> subprocess.CompletedProcess:

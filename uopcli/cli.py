@@ -21,6 +21,7 @@ import sys
 import click
 
 from . import __version__
+from .atomic import write_atomically
 from .errors import UOpError
 
 PROG = "uopgrad"
@@ -241,52 +242,7 @@ def _write(dest: str, data: bytes) -> None:
         out.write(data)
         out.flush()
     else:
-        atomic_write(dest, data)
-
-
-def atomic_write(path: str, data: bytes) -> None:
-    """Write `data` to `path` all at once or not at all: a temporary file in the same
-    directory, flushed, then renamed over the target (which stays as it was on failure).
-
-    Only a regular file (or a new one) is replaced that way. A device, FIFO or socket
-    (`-o /dev/null`, `-o /dev/stdout`, a named pipe) is written in place: renaming a file
-    over it would replace the device node itself. A symlink is followed, so the link stays
-    and the file it points to is replaced."""
-    import stat
-    import tempfile
-    target = os.path.realpath(path)
-    try:
-        mode = os.stat(target).st_mode
-    except FileNotFoundError:
-        mode = None
-    if mode is not None and not stat.S_ISREG(mode):
-        with open(target, "wb") as f:
-            f.write(data)
-        return
-    fd, temp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=f".{os.path.basename(target)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(temp, _new_file_mode(target))
-        os.replace(temp, target)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
-        raise
-
-
-def _new_file_mode(path: str) -> int:
-    """An existing file keeps its mode; a new one gets the usual 0666 minus the umask."""
-    try:
-        return os.stat(path).st_mode & 0o7777
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
+        write_atomically(dest, data)
 
 
 def _uop_form(dest: str, to: str | None = None) -> str:

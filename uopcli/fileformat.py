@@ -31,6 +31,7 @@ import os
 import re
 from typing import NamedTuple
 
+from .atomic import write_atomically
 from .errors import FormatError, GraphError
 from .graph import Graph
 from .ops import DTYPES, REDUCE_OPS, DType, Ops, dtypes
@@ -937,24 +938,8 @@ def _json_text(doc: dict) -> str:
 # ----------------------------------------------------------------------------- helpers
 
 def _write_atomically(path: str, data: bytes) -> None:
-    """Write to a new file in the same directory, then rename it over `path`: readers
-    never see half a file, and a failed write leaves the old file as it was."""
-    directory, base = os.path.split(os.path.abspath(path))
-    temp = os.path.join(directory, f".{base}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
-        try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(data)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(temp, path)
-        except BaseException:
-            try:
-                os.unlink(temp)
-            except OSError:
-                pass
-            raise
+        write_atomically(path, data)
     except OSError as error:
         raise FormatError(f"cannot write: {error.strerror or error}", source=path) from None
 

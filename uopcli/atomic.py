@@ -1,0 +1,50 @@
+"""Writing a file all at once or not at all (used by save and by every command's -o)."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Write `data` to `path` all at once or not at all: a temporary file in the same
+    directory, flushed, then renamed over the target (which stays as it was on failure).
+
+    Only a regular file (or a new one) is replaced that way. A device, FIFO or socket
+    (`-o /dev/null`, `-o /dev/stdout`, a named pipe) is written in place: renaming a file
+    over it would replace the device node itself. A symlink is followed, so the link stays
+    and the file it points to is replaced. Raises OSError."""
+    target = os.path.realpath(path)
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        with open(target, "wb") as f:
+            f.write(data)
+        return
+    directory, base = os.path.split(target)
+    temp = os.path.join(directory, f".{base}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(temp, _new_file_mode(target, mode))
+        os.replace(temp, target)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
+
+
+def _new_file_mode(path: str, mode: int | None) -> int:
+    """An existing file keeps its mode; a new one gets the usual 0666 minus the umask."""
+    if mode is not None:
+        return mode & 0o7777
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
