@@ -695,3 +695,27 @@ def test_unicode_names_and_strings_round_trip():
         assert_same_graph(graph, again)
         assert save(again, form=form) == data
     assert "x_é層".encode() in save(graph, form="json")  # UTF-8, not \u escapes
+
+
+@pytest.mark.parametrize("op, src, good, bad", [
+    ("REDUCE", [0], ["ADD", [0]], ["ADD", [0.0]]),
+    ("RESHAPE", [0], [3, 1], [3.0, 1]),
+    ("PERMUTE", [1], [1, 0], [True, 0]),
+    ("FLIP", [0], [True], [1]),
+    ("PAD", [0], [[1, 0]], [[1.0, 0]]),
+])
+def test_a_wrong_arg_type_is_refused_even_when_an_equal_node_exists(op, src, good, bad):
+    """Interning compares args with ==, where 0 == 0.0 == False: the reader checks types itself."""
+    import msgpack
+    from uopcli.errors import FormatError as Refused
+
+    def doc(arg):
+        nodes = [["PARAM", "float32", [], {"name": "x", "shape": [3]}],
+                 ["RESHAPE", "float32", [0], [3, 1]], [op, "float32", src, arg]]
+        return msgpack.packb({"format": "uop", "version": 1, "nodes": nodes, "inputs": [0],
+                              "outputs": [["y", 2]]})
+
+    kept = load(doc(good))  # the equal, well-typed node is now interned
+    with pytest.raises(Refused, match=f"node 2 \\({op}\\)"):
+        load(doc(bad))
+    assert kept.output("y").op == op

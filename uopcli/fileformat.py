@@ -427,11 +427,15 @@ class _Reader:
             raise _Bad(f"{what} {list(shape)} has {math.prod(shape)} elements, over the limit of "
                        f"{self.limits.max_tensor_elements} (raise Limits.max_tensor_elements)")
 
-    def axis_list(self, arg, op: str) -> list:
+    def axis_list(self, arg, op: str, item=None) -> list:
+        """A list of at most max_rank entries, each exactly of type `item` (checked here,
+        not left to the core: an equal node already interned would let 0.0 pass for 0)."""
         if arg.__class__ is not list:
             raise _Bad(f"{op} arg must be an array, got {_kind(arg)}")
         if len(arg) > self.limits.max_rank:
             raise _Bad(f"{op} arg has {len(arg)} entries, over the rank limit of {self.limits.max_rank}")
+        if item is not None and not {item}.issuperset(map(type, arg)):
+            raise _Bad(f"{op} arg must be {_ARG_FORM[op]}, got {_short(repr(arg))}")
         return arg
 
 
@@ -558,16 +562,18 @@ def _decode_noop(reader, op, dtype, sources, arg) -> UOp:
 def _decode_reduce(reader, op, dtype, sources, arg) -> UOp:
     if arg.__class__ is not list or len(arg) != 2 or arg[0].__class__ is not str or arg[0] not in _REDUCE_OP:
         raise _Bad(f"REDUCE arg must be [\"ADD\" | \"MUL\" | \"MAX\", [axes]], got {_short(repr(arg))}")
-    axes = reader.axis_list(arg[1], op)
+    axes = reader.axis_list(arg[1], op, int)
     return UOp.make(op, dtype, sources, (_REDUCE_OP[arg[0]], tuple(axes)))
 
 
 _REDUCE_OP = {op: op for op in REDUCE_OPS}
+_ARG_FORM = {Ops.REDUCE: "[op, [int axes]]", Ops.RESHAPE: "a shape (ints)", Ops.EXPAND: "a shape (ints)",
+             Ops.PERMUTE: "an axis order (ints)", Ops.FLIP: "one bool per axis",
+             Ops.PAD: "[[int, int]] per axis", Ops.SHRINK: "[[int, int]] per axis"}
 
 
 def _decode_int_list(reader, op, dtype, sources, arg) -> UOp:  # RESHAPE EXPAND PERMUTE FLIP
-    if arg.__class__ is not list or len(arg) > reader.limits.max_rank:
-        reader.axis_list(arg, op)  # raises, saying which
+    reader.axis_list(arg, op, bool if op == Ops.FLIP else int)
     node = UOp.make(op, dtype, sources, tuple(arg))
     if op == Ops.EXPAND and node.shape not in reader.checked_shapes:
         reader.elements(node.shape, "EXPAND result")
@@ -576,8 +582,8 @@ def _decode_int_list(reader, op, dtype, sources, arg) -> UOp:  # RESHAPE EXPAND 
 
 
 def _decode_pairs(reader, op, dtype, sources, arg) -> UOp:  # PAD SHRINK
-    pairs = reader.axis_list(arg, op)
-    if any(p.__class__ is not list or len(p) != 2 for p in pairs):
+    pairs = reader.axis_list(arg, op, list)
+    if any(len(p) != 2 or not {int}.issuperset(map(type, p)) for p in pairs):
         raise _Bad(f"{op} arg must be [[int, int]] per axis, got {_short(repr(arg))}")
     node = UOp.make(op, dtype, sources, tuple(tuple(p) for p in pairs))
     if op == Ops.PAD:
