@@ -22,8 +22,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 import uopcli
-from uopcli import UOp, dtypes
-from uopcli.graph import Graph
+from uopcli import Graph, UOp, dtypes
 from uopcli.uop import sweep_intern_table
 
 HERE = Path(__file__).resolve().parent
