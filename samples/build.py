@@ -9,7 +9,8 @@ Every sample is a small, realistic training objective: the weights are graph inp
 embedded BUFFERs) so that `uopgrad diff --wrt` can differentiate with respect to them,
 and the output is one scalar named `loss` (`y` for the polynomial). Nothing is random:
 building twice gives the same bytes (the file format's canonical encoding), which
-tests/test_samples.py checks against the committed files.
+tests/test_samples.py checks against the committed files. Node metadata records where in
+this file each composite was called (`loc`), so after editing it, run `make samples`.
 """
 
 from __future__ import annotations
