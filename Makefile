@@ -27,7 +27,7 @@ help:
 	@echo "make demo      set up, then diff -> eval -> check -> render samples/mlp.uop (picture in $(OUT)/)"
 	@echo "make test      set up, then run the whole test suite"
 	@echo "make bench     run the benchmarks (installs the [bench] extra; BENCH_ARGS=--quick for a smoke run)"
-	@echo "make samples   rebuild samples/*.uop from samples/build.py"
+	@echo "make samples   rebuild samples/*.uop from samples/build.py (make samples-check: compare only)"
 	@echo "make lint      ruff over the package, tests, samples, tools and bench"
 	@echo "make clean     remove $(OUT)/ and caches; make distclean also removes $(VENV)/"
 
