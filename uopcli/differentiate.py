@@ -65,7 +65,8 @@ def differentiate(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = N
     if not wrt:
         raise GradientError("nothing to differentiate with respect to: name at least one input (--wrt)")
     of = _chosen_outputs(graph, of)
-    targets = [_target(graph, name) for name in wrt]
+    inputs = {node.arg: node for node in graph.inputs}  # one dict: --wrt may name thousands
+    targets = [_target(inputs, name) for name in wrt]
     grad_names = [f"grad_{name}" for name in wrt]
     if keep_forward:
         clash = [n for n in grad_names if n in graph.outputs]
@@ -132,11 +133,11 @@ def _chosen_outputs(graph: Graph, of: Sequence[str] | None) -> list[str]:
     return of
 
 
-def _target(graph: Graph, name: str) -> UOp:
-    if name not in graph.input_names:
+def _target(inputs: dict[str, UOp], name: str) -> UOp:
+    node = inputs.get(name)
+    if node is None:
         raise GradientError(f"no input named {name!r} to differentiate with respect to; "
-                            f"inputs: {', '.join(graph.input_names) or 'none'}")
-    node = graph.input(name)
+                            f"inputs: {', '.join(inputs) or 'none'}")
     if not node.dtype.is_float:
         raise GradientError(f"input {name!r} is {_type(node)}: only floating-point inputs have gradients")
     return node
