@@ -218,7 +218,7 @@ class Bench:
         units = self.units(family, size)
         progress(f"diff {family} {size}")
         ours = self._measure(("uopcli", family, size), "grad", lib="uopcli", family=family, units=units,
-                             repeats=self.cfg.grad_repeats if size < 1_000_000 else 1)
+                             repeats=self.cfg.grad_repeats if size < 1_000_000 else 2)
         theirs = None
         if self.tiny_skip:
             tiny_cell = self.tiny_skip
