@@ -719,3 +719,9 @@ def test_a_wrong_arg_type_is_refused_even_when_an_equal_node_exists(op, src, goo
     with pytest.raises(Refused, match=f"node 2 \\({op}\\)"):
         load(doc(bad))
     assert kept.output("y").op == op
+
+
+def test_text_that_is_not_a_graph_is_called_so():
+    """'not a graph' parses as MessagePack int 110 plus bytes: the message says what the file is."""
+    with pytest.raises(FormatError, match=r"^broken\.uop: not a \.uop file: the top level is an int, not a map"):
+        load(b"not a graph", name="broken.uop")

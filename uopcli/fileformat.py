@@ -139,7 +139,10 @@ def _parse_msgpack(data: bytes, name: str):
     import msgpack  # here, not at the top: `import uopcli` stays fast for commands that read no file
     try:
         return msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
-    except msgpack.ExtraData:
+    except msgpack.ExtraData as extra:
+        if extra.unpacked.__class__ is not dict:  # text or other bytes that happen to start with a value
+            raise FormatError(f"not a .uop file: the top level is {_kind(extra.unpacked)}, not a map "
+                              f"(followed by {len(extra.extra)} more bytes)", source=name) from None
         raise FormatError("trailing bytes after the file's map", source=name) from None
     except msgpack.StackError:
         raise FormatError("values nested too deeply for the MessagePack reader", source=name) from None
