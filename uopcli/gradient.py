@@ -25,7 +25,7 @@ from typing import Iterable
 
 from .errors import GradientError
 from .ops import Ops, dtypes
-from .uop import Metadata, UOp, next_serial, no_gc, tag_new_nodes
+from .uop import Metadata, UOp, next_serial, no_gc, scope_toposort, tag_new_nodes
 
 _make = UOp.make
 _NOOP_OP = Ops.NOOP
@@ -492,22 +492,7 @@ def _bind(name: str, closed: tuple[list[UOp], list[UOp]], values: tuple[UOp, ...
 
 def _slots_read(roots: list[UOp]) -> dict[int, UOp]:
     """slot -> PARAM for the slot PARAMs `roots` read (not inside nested call bodies)."""
-    slots: dict[int, UOp] = {}
-    seen: set[UOp] = set()
-    stack = list(roots)
-    while stack:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        if node.op == Ops.PARAM:
-            if isinstance(node.arg, int):
-                slots[node.arg] = node
-        elif node.op in _CALL_OPS:
-            stack.extend(node.src[1:])
-        else:
-            stack.extend(node.src)
-    return slots
+    return {node.arg: node for node in scope_toposort(roots) if node.op == Ops.PARAM and isinstance(node.arg, int)}
 
 
 def _substitute(roots: list[UOp], mapping: dict[UOp, UOp]) -> list[UOp]:

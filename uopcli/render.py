@@ -39,7 +39,7 @@ from typing import Iterable, Sequence
 from .errors import UOpError
 from .graph import Graph
 from .ops import CALLS, FAMILY, Ops
-from .uop import UOp, toposort
+from .uop import UOp, scope_toposort, toposort
 
 DEFAULT_MAX_NODES = 500
 FORMATS = ("svg", "png", "pdf", "dot")
@@ -196,7 +196,7 @@ def _scope_walk(roots: Iterable[UOp]) -> tuple[dict, dict]:
     pending = deque([(MAIN, list(roots))])
     while pending:
         scope, scope_roots = pending.popleft()
-        nodes = _scope_nodes(scope_roots)
+        nodes = scope_toposort(scope_roots)
         members[scope] = nodes
         for node in nodes:
             if node.op not in CALLS:
@@ -210,32 +210,6 @@ def _scope_walk(roots: Iterable[UOp]) -> tuple[dict, dict]:
                     pending.append((body, [body]))
                 callers[body].append((scope, node))
     return members, callers
-
-
-def _scope_nodes(roots: Iterable[UOp]) -> list[UOp]:
-    """Post-order of a walk from `roots` that does not enter calls' bodies (their own scopes)."""
-    order: list[UOp] = []
-    seen: set[UOp] = set()
-    for root in roots:
-        if root in seen:
-            continue
-        seen.add(root)
-        stack = [(root, iter(_scope_sources(root)))]
-        while stack:
-            node, children = stack[-1]
-            for child in children:
-                if child not in seen:
-                    seen.add(child)
-                    stack.append((child, iter(_scope_sources(child))))
-                    break
-            else:
-                stack.pop()
-                order.append(node)
-    return order
-
-
-def _scope_sources(node: UOp) -> tuple[UOp, ...]:
-    return node.src[1:] if node.op in CALLS else node.src
 
 
 # ----------------------------------------------------------------------------- labels

@@ -687,19 +687,29 @@ def toposort(roots: Iterable[UOp], with_call_grads: bool = True) -> list[UOp]:
 
     With `with_call_grads`, a CALL's backward body is walked after its sources and before
     the CALL itself (the file format's canonical order)."""
+    return _postorder(roots, _children_with_call_grads if with_call_grads else _sources)
+
+
+def scope_toposort(roots: Iterable[UOp]) -> list[UOp]:
+    """Like toposort, but a FUNCTION or CALL contributes only its args: its body (and a
+    CALL's backward body) is a scope of its own, with its own slot PARAMs."""
+    return _postorder(roots, _scope_children)
+
+
+def _postorder(roots: Iterable[UOp], children) -> list[UOp]:
     order: list[UOp] = []
     seen: set[UOp] = set()
     for root in roots:
         if root in seen:
             continue
         seen.add(root)
-        stack = [(root, iter(_children(root, with_call_grads)))]
+        stack = [(root, iter(children(root)))]
         while stack:
-            node, children = stack[-1]
-            for child in children:
+            node, pending = stack[-1]
+            for child in pending:
                 if child not in seen:
                     seen.add(child)
-                    stack.append((child, iter(_children(child, with_call_grads))))
+                    stack.append((child, iter(children(child))))
                     break
             else:
                 stack.pop()
@@ -707,10 +717,18 @@ def toposort(roots: Iterable[UOp], with_call_grads: bool = True) -> list[UOp]:
     return order
 
 
-def _children(node: UOp, with_call_grads: bool) -> tuple[UOp, ...]:
-    if with_call_grads and node.op == Ops.CALL and node.arg.grad is not None:
+def _sources(node: UOp) -> tuple[UOp, ...]:
+    return node.src
+
+
+def _children_with_call_grads(node: UOp) -> tuple[UOp, ...]:
+    if node.op == Ops.CALL and node.arg.grad is not None:
         return (*node.src, node.arg.grad)
     return node.src
+
+
+def _scope_children(node: UOp) -> tuple[UOp, ...]:
+    return node.src[1:] if node.op == Ops.FUNCTION or node.op == Ops.CALL else node.src
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -1017,23 +1035,12 @@ def _body_slots(body: UOp) -> dict[int, UOp]:
     if memo is not None:
         return memo
     slots: dict[int, UOp] = {}
-    seen: set[UOp] = set()
-    stack = [body]
-    while stack:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
+    for node in scope_toposort([body]):
         if node.op == Ops.PARAM:
             if isinstance(node.arg, str):
                 raise GraphError(f"a function body is not closed: it reads graph input {node.arg!r}")
-            other = slots.setdefault(node.arg, node)
-            if other is not node:
+            if slots.setdefault(node.arg, node) is not node:
                 raise GraphError(f"slot {node.arg} appears with two shapes or dtypes in one body")
-        elif node.op in (Ops.FUNCTION, Ops.CALL):
-            stack.extend(node.src[1:])  # a nested call's body has its own slots
-        else:
-            stack.extend(node.src)
     _body_slots_memo[body] = slots
     return slots
 
