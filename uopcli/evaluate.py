@@ -127,34 +127,27 @@ def _where(node, cond, a, b):
 
 
 def _where_into(node, cond, a, b):
-    """WHERE written into a dying `a` (see _where): a ^= b; a *= cond; a ^= b."""
-    if not a.flags.writeable:
-        return _where(node, cond, a, b)
-    bits = a.view(_uint_of(node.dtype))
-    if _is_zero_bits(b):
-        np.multiply(bits, cond, out=bits)
-        return a
-    b_bits = b.view(bits.dtype)
-    np.bitwise_xor(bits, b_bits, out=bits)
-    np.multiply(bits, cond, out=bits)
-    np.bitwise_xor(bits, b_bits, out=bits)
-    return a
+    """WHERE written into a dying `a` (see _where)."""
+    return _select_into(node, a, b, cond) if a.flags.writeable else _where(node, cond, a, b)
 
 
 def _where_into_b(node, cond, a, b):
-    """WHERE written into a dying `b`: b ^= a; b *= not cond; b ^= a."""
-    if not b.flags.writeable:
-        return _where(node, cond, a, b)
-    bits = b.view(_uint_of(node.dtype))
-    keep = np.logical_not(cond)
-    if _is_zero_bits(a):
+    """WHERE written into a dying `b`."""
+    return _select_into(node, b, a, np.logical_not(cond)) if b.flags.writeable else _where(node, cond, a, b)
+
+
+def _select_into(node, target, other, keep):
+    """`target` where `keep`, else `other`, in place: target ^= other; target *= keep;
+    target ^= other (on the bits, so exact for every value; a zero `other` needs only the multiply)."""
+    bits = target.view(_uint_of(node.dtype))
+    if _is_zero_bits(other):
         np.multiply(bits, keep, out=bits)
-        return b
-    a_bits = a.view(bits.dtype)
-    np.bitwise_xor(bits, a_bits, out=bits)
+        return target
+    other_bits = other.view(bits.dtype)
+    np.bitwise_xor(bits, other_bits, out=bits)
     np.multiply(bits, keep, out=bits)
-    np.bitwise_xor(bits, a_bits, out=bits)
-    return b
+    np.bitwise_xor(bits, other_bits, out=bits)
+    return target
 
 
 def _mulacc(node, a, b, c):
