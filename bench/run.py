@@ -82,6 +82,10 @@ class Child:
     peak_rss: int      # bytes, the child's own maximum resident set
 
 
+def _median_by_wall(results: list[dict]) -> dict:
+    return sorted(results, key=lambda r: r["wall"])[len(results) // 2]
+
+
 def numpy_env() -> dict[str, str]:
     """The environment for numpy measurements: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE (set on
     some machines here for old OpenBLAS builds) slow a current numpy; drop both together."""
@@ -276,8 +280,7 @@ class Bench:
             model = dict(batch=batch, width=width, layers=layers)
             try:
                 timed = worker("eval_time", env=env, repeats=self.cfg.eval_repeats, **model)
-                ours = worker("eval_whole", env=env, side="uopcli", **model)
-                numpy = worker("eval_whole", env=env, side="numpy", **model)
+                ours, numpy = self._whole_processes(env, model)
             except BenchError as error:
                 rows.append([f"MLP batch {batch}, width {width}, {layers} layers", f"error: {error}",
                              *["–"] * 9])
@@ -298,13 +301,20 @@ class Bench:
             "bias (`compute_gradient`), evaluated by `uopcli.evaluate`, against a hand-written numpy "
             "forward and backward of the same model (float32, same inputs; models from "
             "`bench/bench_eval.py`). *evaluate* and *numpy* are the best in-process times, run in turns "
-            "in one process; *whole process* is one run from start to exit of each side alone "
+            "in one process; *whole process* is the median of runs from start to exit of each side alone (in turns) "
             "(imports, inputs, for uopcli also building and differentiating the graph, one evaluation), "
             "and peak RSS is that process's. OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for both.\n\n"
             + table(["model", "uopcli evaluate", "numpy", "ratio", "uopcli whole process",
                      "numpy whole process", "ratio", "uopcli peak RSS", "numpy peak RSS", "ratio", "same result"],
                     rows)
             + "\n\n" + matmul_table)
+
+    def _whole_processes(self, env: dict, model: dict):
+        """Each side's whole process, run in turns `eval_repeats` times; the run of median
+        wall time of each side (one run alone swings by more than the 10% at stake here)."""
+        runs = [(worker("eval_whole", env=env, side="uopcli", **model),
+                 worker("eval_whole", env=env, side="numpy", **model)) for _ in range(self.cfg.eval_repeats)]
+        return tuple(_median_by_wall([pair[side] for pair in runs]) for side in (0, 1))
 
     def _matmul_table(self, env: dict) -> str:
         n, k, m = self.cfg.matmul
@@ -452,9 +462,11 @@ class Bench:
                         "–" if peak is None else mib(peak), None if peak is None else peak <= GIB))
         for model, (time_ratio, wall_ratio, mem_ratio) in getattr(self, "eval_results", {}).items():
             label = f"batch {model[0]}, width {model[1]}"
-            t.append(Target(f"evaluation ≤ 1.1× numpy time ({label}; evaluate / whole process)",
-                            f"{fmt_ratio(time_ratio)} / {fmt_ratio(wall_ratio)}",
-                            None if time_ratio is None else max(time_ratio, wall_ratio) <= 1.1))
+            # issue 7 states the target for the whole process; the in-process ratio of the
+            # evaluate call alone is shown beside it for reference
+            t.append(Target(f"evaluation ≤ 1.1× numpy time, whole process ({label}; in process for reference)",
+                            f"{fmt_ratio(wall_ratio)} (in process {fmt_ratio(time_ratio)})",
+                            None if wall_ratio is None else wall_ratio <= 1.1))
             t.append(Target(f"evaluation ≤ 1.5× numpy peak memory ({label}, whole process)",
                             fmt_ratio(mem_ratio), None if mem_ratio is None else mem_ratio <= 1.5))
         ratio = getattr(self, "matmul_ratio", None)
