@@ -67,10 +67,7 @@ def build(steps, a, b):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.lists(step, min_size=1, max_size=6), seed=st.integers(0, 2**32 - 1))
 def test_random_graphs_agree_with_finite_differences(steps, seed):
-    rng = np.random.default_rng(seed)
-    inputs = {"a": rng.uniform(-1.5, 1.5, SHAPE), "b": rng.uniform(-1.5, 1.5, SHAPE)}
-    a, b = UOp.param("a", SHAPE, f64), UOp.param("b", SHAPE, f64)
-    out = build(steps, a, b)
+    rng, inputs, _, out = random_case(steps, seed)
     weights = rng.uniform(0.5, 1.5, out.shape)
     assert_vjp_matches_finite_differences(out, weights, inputs, steps)
 
@@ -78,13 +75,18 @@ def test_random_graphs_agree_with_finite_differences(steps, seed):
 @settings(max_examples=25, deadline=None)
 @given(steps=st.lists(step, min_size=1, max_size=4), seed=st.integers(0, 2**32 - 1))
 def test_second_order_agrees_with_finite_differences_of_the_gradient(steps, seed):
-    rng = np.random.default_rng(seed)
-    inputs = {"a": rng.uniform(-1.5, 1.5, SHAPE), "b": rng.uniform(-1.5, 1.5, SHAPE)}
-    a, b = UOp.param("a", SHAPE, f64), UOp.param("b", SHAPE, f64)
-    out = build(steps, a, b)
+    rng, inputs, a, out = random_case(steps, seed)
     first = compute_gradient(out.sum(), UOp.const(1.0, f64), [a])[a]
     weights = rng.uniform(0.5, 1.5, SHAPE)
     assert_vjp_matches_finite_differences(first, weights, inputs, steps)
+
+
+def random_case(steps, seed):
+    """A seeded generator, input values for a and b, the input a, and the graph of `steps`."""
+    rng = np.random.default_rng(seed)
+    inputs = {"a": rng.uniform(-1.5, 1.5, SHAPE), "b": rng.uniform(-1.5, 1.5, SHAPE)}
+    a, b = UOp.param("a", SHAPE, f64), UOp.param("b", SHAPE, f64)
+    return rng, inputs, a, build(steps, a, b)
 
 
 def assert_vjp_matches_finite_differences(out, weights, inputs, steps):
