@@ -87,6 +87,50 @@ def test_a_live_graph_survives_a_sweep():
     assert (x * 3).sum() is y
 
 
+def test_no_gc_hands_new_nodes_to_the_oldest_generation_without_a_scan():
+    from uopcli.uop import no_gc
+    gc.collect()
+    collections = []
+    gc.callbacks.append(lambda phase, info: collections.append(info["generation"]) if phase == "start" else None)
+    try:
+        with no_gc():
+            y = UOp.param("gen_x", (2,))
+            for _ in range(5000):  # ~10,000 new objects: far past the young generation's threshold
+                y = y * 1.5 + 0.25
+            assert not gc.isenabled()
+        assert gc.isenabled() and gc.get_count()[0] < 700
+        tail = UOp.param("gen_z", (2,)) * 2.0  # the next allocation finds no young backlog to scan
+        assert collections == []
+    finally:
+        gc.callbacks.pop()
+    del y, tail
+    gc.collect()
+    sweep_intern_table()
+    assert live_node_count() < 100
+
+
+def test_no_gc_leaves_a_programs_own_frozen_objects_frozen():
+    from uopcli.uop import no_gc
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with no_gc():
+            UOp.param("freeze_x", (2,)) * 3.0
+        assert gc.get_freeze_count() == frozen and gc.isenabled()
+    finally:
+        gc.unfreeze()
+
+
+def test_a_sweep_drops_dead_nodes_and_keeps_every_live_one():
+    sweep_intern_table()
+    keep = [UOp.param(f"keep{i}", (3,)) * float(i) for i in range(300)]
+    for i in range(300):
+        UOp.param(f"drop{i}", (3,)) * float(i) + 1.0  # dead as soon as made
+    dropped = sweep_intern_table()
+    assert dropped >= 300 * 2  # each dead ADD and its dead PARAM (the MULs on drop* too)
+    assert all((UOp.param(f"keep{i}", (3,)) * float(i)) is keep[i] for i in range(300))
+
+
 def test_million_node_chain_builds_and_walks_with_default_recursion_limit():
     limit = sys.getrecursionlimit()
     x = UOp.param("chain_x", (2,))
