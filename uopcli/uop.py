@@ -362,29 +362,24 @@ class UOp(_Slots):
         return self.sum(axes, keepdim) * (1 / count if count else math.nan)
 
     def matmul(self, other: "UOp") -> "UOp":
-        """(..., n, k) @ (..., k, m) as tinygrad spells it: RESHAPE/EXPAND, MUL, REDUCE ADD."""
+        """(..., n, k) @ (..., k, m) from primitives, as tinygrad spells it: RESHAPE/EXPAND,
+        MUL, REDUCE ADD. The product is laid out (..., n, k, m) and summed over k, so
+        neither operand needs a PERMUTE, and each is reshaped once, straight to the
+        product's rank (a vector operand too): 7 nodes for a 2-D product."""
         a, b = self, other
         if len(a.shape) < 1 or len(b.shape) < 1:
             raise GraphError("matmul needs operands of rank >= 1")
         a_vec, b_vec = len(a.shape) == 1, len(b.shape) == 1
-        if a_vec:
-            a = a.reshape(1, a.shape[0])
-        if b_vec:
-            b = b.reshape(b.shape[0], 1)
-        n, k = a.shape[-2:]
-        k2, m = b.shape[-2:]
+        a_batch, (n, k) = ((), (1, *a.shape)) if a_vec else (a.shape[:-2], a.shape[-2:])
+        b_batch, (k2, m) = ((), (*b.shape, 1)) if b_vec else (b.shape[:-2], b.shape[-2:])
         if k != k2:
             raise GraphError(f"matmul: inner sizes differ: {list(self.shape)} @ {list(other.shape)}")
-        batch = _broadcast_shape(a.shape[:-2], b.shape[:-2])
-        prod_shape = (*batch, n, m, k)
-        lhs = a.reshape(*a.shape[:-1], 1, k).broadcast_to(prod_shape)
-        rhs = b.transpose().reshape(*b.shape[:-2], 1, m, k).broadcast_to(prod_shape)
-        out = (lhs * rhs).sum(-1)
-        if a_vec:
-            out = out.reshape(*out.shape[:-2], out.shape[-1])
-        if b_vec:
-            out = out.reshape(out.shape[:-1])
-        return out
+        batch = _broadcast_shape(a_batch, b_batch)
+        prod_shape = (*batch, n, k, m)
+        lhs = a.reshape(*(1,) * (len(batch) - len(a_batch)), *a_batch, n, k, 1).expand(prod_shape)
+        rhs = b.reshape(*(1,) * (len(batch) - len(b_batch)), *b_batch, 1, k, m).expand(prod_shape)
+        summed = (lhs * rhs).r(Ops.ADD, (len(batch) + 1,))  # (..., n, 1, m)
+        return summed.reshape(*batch, *(() if a_vec else (n,)), *(() if b_vec else (m,)))
 
     __matmul__ = matmul
 
