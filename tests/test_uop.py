@@ -131,6 +131,38 @@ def test_a_sweep_drops_dead_nodes_and_keeps_every_live_one():
     assert all((UOp.param(f"keep{i}", (3,)) * float(i)) is keep[i] for i in range(300))
 
 
+def test_sweeps_run_by_themselves_and_keep_the_table_bounded():
+    import uopcli.uop as core
+    sweep_intern_table()
+    floor = max(core._SWEEP_MIN, live_node_count())
+    peak = 0
+    for round_ in range(100):  # ~3,000 nodes a round (300,000 in all), each round's graph dropped at once
+        y = UOp.param(f"round{round_}", (2,))
+        for _ in range(1000):
+            y = y * 1.5 + 0.25
+        peak = max(peak, live_node_count())
+        del y
+    assert peak <= 2 * floor + 4000  # garbage found: the 2x schedule holds
+    assert live_node_count() < 2 * floor + 4000
+
+
+def test_sweeps_back_off_while_a_graph_only_grows():
+    import uopcli.uop as core
+    sweep_intern_table()
+    sweeps = []
+    original = core.sweep_intern_table
+    core.sweep_intern_table = lambda: sweeps.append(live_node_count()) or original()
+    try:
+        y = UOp.param("growing", (2,))
+        for _ in range(120_000):  # 240,000 live nodes, nothing to free
+            y = y * 1.5 + 0.25
+    finally:
+        core.sweep_intern_table = original
+    # each fruitless sweep quadruples the next threshold: 65,536 then 262,144 (not 131,072)
+    assert len(sweeps) == 1 and core._sweep_at >= 4 * sweeps[0]
+    del y
+
+
 def test_million_node_chain_builds_and_walks_with_default_recursion_limit():
     limit = sys.getrecursionlimit()
     x = UOp.param("chain_x", (2,))

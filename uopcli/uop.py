@@ -595,8 +595,15 @@ def sweep_intern_table() -> int:
     node = None
     _promote_siblings()
     _node_count = before - dropped
-    _sweep_at = max(_SWEEP_MIN, 2 * _node_count)
+    # The next sweep when the table has grown by this factor: 2 while sweeps find garbage;
+    # 4 after one that found almost none (a graph being built: loading a file, a gradient),
+    # where sweeping again at 2x would touch every node only to find them all alive.
+    growth = 2 if dropped * _FRUITFUL_SHARE >= before else 4
+    _sweep_at = max(_SWEEP_MIN, growth * _node_count)
     return dropped
+
+
+_FRUITFUL_SHARE = 8  # a sweep that frees at least 1/8 of the table keeps the 2x schedule
 
 
 def _promote_siblings() -> None:
