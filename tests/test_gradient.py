@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from _reference_eval import evaluate, numeric_gradient, reference_evaluate
+from _reference_eval import assert_shapes_as_inferred, evaluate, numeric_gradient, reference_evaluate
 from uopcli import GradientError, Metadata, Ops, UOp, dtypes
 from uopcli.gradient import GRADIENT_RULES, compute_gradient
 from uopcli.uop import next_serial, no_gc, toposort
@@ -28,6 +28,7 @@ def check_against_finite_differences(build, inputs, atol=1e-6, rtol=1e-5, only=N
     seed = RNG.uniform(0.5, 1.5, out.shape)
     names = only or list(inputs)
     grads = compute_gradient(out, UOp.buffer(seed), [params[k] for k in names])
+    assert_shapes_as_inferred([grads[params[k]] for k in names])
     values = evaluate([grads[params[k]] for k in names], inputs)
     for name, value in zip(names, values):
         expected = numeric_gradient(out, seed, inputs, name)
@@ -156,6 +157,7 @@ def test_expand_of_float16_accumulates_in_float32_and_casts_back():
     grads = compute_gradient(x.expand(4, 3), UOp.full((4, 3), 1.0, dtypes.float16), [x])
     grad = grads[x]
     assert grad.dtype is dtypes.float16 and grad.shape == (1, 3)
+    assert_shapes_as_inferred([grad])
     assert any(n.op == Ops.REDUCE and n.dtype is dtypes.float32 for n in grad.toposort())
     (value,) = evaluate([grad], {"h": np.zeros((1, 3), np.float16)})
     np.testing.assert_array_equal(value, [[4.0, 4.0, 4.0]])
@@ -484,6 +486,20 @@ def test_a_million_node_chain_differentiates_at_the_default_recursion_limit():
 
 
 # ----------------------------------------------------------------------------- evaluators agree
+@pytest.mark.parametrize("sample", ["mlp", "conv2d", "attention", "rnn", "ste", "layernorm", "softmax_xent"])
+def test_gradient_nodes_of_every_sample_are_as_inference_builds_them(sample):
+    from pathlib import Path
+
+    from uopcli.fileformat import load
+    graph = load(Path(__file__).resolve().parent.parent / "samples" / f"{sample}.uop")
+    (loss,) = graph.outputs.values()
+    targets = [t for t in graph.inputs if t.dtype.is_float]
+    first = compute_gradient(loss, loss.const_like(1.0), targets)
+    assert_shapes_as_inferred(list(first.values()))
+    second = compute_gradient(first[targets[0]].sum(), UOp.const(1.0), targets)  # through the gradient again
+    assert_shapes_as_inferred(list(second.values()))
+
+
 def test_reference_and_production_evaluators_agree_on_gradient_graphs():
     production = pytest.importorskip("uopcli.evaluate")
     a, b = param("ea", (2, 3)), param("eb", (3, 4))

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _reference_eval import evaluate, numeric_gradient
+from _reference_eval import assert_shapes_as_inferred, evaluate, numeric_gradient
 from uopcli import UOp, dtypes
 from uopcli.gradient import compute_gradient
 
@@ -93,6 +93,7 @@ def assert_vjp_matches_finite_differences(out, weights, inputs, steps):
     """d(sum(weights * out))/da and /db from compute_gradient equal central differences."""
     a, b = UOp.param("a", SHAPE, f64), UOp.param("b", SHAPE, f64)
     grads = compute_gradient(out, UOp.buffer(weights), [a, b])
+    assert_shapes_as_inferred([grads[a], grads[b]])
     values = evaluate([grads[a], grads[b]], inputs)
     for name, value in zip("ab", values):
         expected = numeric_gradient(out, weights, inputs, name)

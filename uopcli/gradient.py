@@ -25,27 +25,31 @@ from typing import Iterable
 
 from .errors import GradientError
 from .ops import Ops, dtypes
-from .uop import Metadata, UOp, next_serial, no_gc, scope_toposort, tag_new_nodes
+from .uop import Metadata, UOp, make_shaped, next_serial, no_gc, scope_toposort, tag_new_nodes
 
 _make = UOp.make
+_shaped = make_shaped
 _NOOP_OP = Ops.NOOP
 _CALL_OPS = frozenset({Ops.FUNCTION, Ops.CALL})
 LN2 = math.log(2.0)
 
 
 # ----------------------------------------------------------------------------- builders
-# Thin node builders for the rules: sources already fit (same dtype; equal shapes or ()).
+# Thin node builders for the rules: sources already fit (same dtype; equal shapes or ()),
+# so each result's shape is known (the larger source's, or the one asked for) and the
+# node is made without inference (make_shaped).
 
-def _add(a: UOp, b: UOp) -> UOp: return _make(Ops.ADD, a.dtype, (a, b))
-def _sub(a: UOp, b: UOp) -> UOp: return _make(Ops.SUB, a.dtype, (a, b))
-def _mul(a: UOp, b: UOp) -> UOp: return _make(Ops.MUL, a.dtype, (a, b))
-def _div(a: UOp, b: UOp) -> UOp: return _make(Ops.FDIV, a.dtype, (a, b))
-def _neg(a: UOp) -> UOp: return _make(Ops.NEG, a.dtype, (a,))
-def _where(c: UOp, a: UOp, b: UOp) -> UOp: return _make(Ops.WHERE, a.dtype, (c, a, b))
-def _eq(a: UOp, b: UOp) -> UOp: return _make(Ops.CMPEQ, dtypes.bool, (a, b))
-def _lt(a: UOp, b: UOp) -> UOp: return _make(Ops.CMPLT, dtypes.bool, (a, b))
+def _add(a: UOp, b: UOp) -> UOp: return _shaped(Ops.ADD, a.dtype, (a, b), None, a.shape or b.shape)
+def _sub(a: UOp, b: UOp) -> UOp: return _shaped(Ops.SUB, a.dtype, (a, b), None, a.shape or b.shape)
+def _mul(a: UOp, b: UOp) -> UOp: return _shaped(Ops.MUL, a.dtype, (a, b), None, a.shape or b.shape)
+def _div(a: UOp, b: UOp) -> UOp: return _shaped(Ops.FDIV, a.dtype, (a, b), None, a.shape or b.shape)
+def _neg(a: UOp) -> UOp: return _shaped(Ops.NEG, a.dtype, (a,), None, a.shape)
+def _where(c: UOp, a: UOp, b: UOp) -> UOp: return _shaped(Ops.WHERE, a.dtype, (c, a, b), None, c.shape or a.shape or b.shape)
+def _eq(a: UOp, b: UOp) -> UOp: return _shaped(Ops.CMPEQ, dtypes.bool, (a, b), None, a.shape or b.shape)
+def _lt(a: UOp, b: UOp) -> UOp: return _shaped(Ops.CMPLT, dtypes.bool, (a, b), None, a.shape or b.shape)
 def _const(like: UOp, value) -> UOp: return like.const_like(value)
-def _expand(x: UOp, shape: tuple) -> UOp: return x if x.shape == shape else _make(Ops.EXPAND, x.dtype, (x,), shape)
+def _expand(x: UOp, shape: tuple) -> UOp: return x if x.shape == shape else _shaped(Ops.EXPAND, x.dtype, (x,), shape, shape)
+def _reshape(x: UOp, shape: tuple) -> UOp: return _shaped(Ops.RESHAPE, x.dtype, (x,), shape, shape)
 
 
 _zeros_by_dtype: dict = {}
@@ -59,23 +63,25 @@ def _zero(like: UOp) -> UOp:
     return zero
 
 
-def _reduce(x: UOp, op: str, axes: tuple) -> UOp:
-    return _make(Ops.REDUCE, x.dtype, (x,), (op, axes)) if axes else x
+def _reduce(x: UOp, op: str, axes: tuple, shape: tuple) -> UOp:
+    """REDUCE `op` over `axes`, whose result has `shape` (x's, with those axes 1)."""
+    return _shaped(Ops.REDUCE, x.dtype, (x,), (op, axes), shape) if axes else x
 
 
-def _sum_axes(g: UOp, axes: tuple) -> UOp:
-    """REDUCE ADD over `axes`; float16 adds up in float32 and is cast back (as tinygrad does)."""
+def _sum_axes(g: UOp, axes: tuple, shape: tuple) -> UOp:
+    """REDUCE ADD over `axes` (to `shape`); float16 adds up in float32 and is cast back
+    (as tinygrad does)."""
     if not axes:
         return g
     if g.dtype is dtypes.float16:
-        return _reduce(g.cast(dtypes.float32), "ADD", axes).cast(dtypes.float16)
-    return _reduce(g, "ADD", axes)
+        return _reduce(g.cast(dtypes.float32), "ADD", axes, shape).cast(dtypes.float16)
+    return _reduce(g, "ADD", axes, shape)
 
 
 def _sum_to_scalar(g: UOp) -> UOp:
     """`g` summed to shape (): the gradient of a source reached by implicit scalar broadcast."""
-    summed = _sum_axes(g, tuple(range(len(g.shape))))
-    return _make(Ops.RESHAPE, summed.dtype, (summed,), ())
+    rank = len(g.shape)
+    return _reshape(_sum_axes(g, tuple(range(rank)), (1,) * rank), ())
 
 
 def _zeros(like: UOp) -> UOp:
@@ -118,7 +124,7 @@ def _reduce_max_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
     (x,) = y.src
     axes = y.arg[1]
     mask = _eq(x, _expand(y, x.shape)).cast(x.dtype)   # 1 where x holds the maximum
-    count = _reduce(mask, "ADD", axes)                   # ties share the gradient evenly
+    count = _reduce(mask, "ADD", axes, y.shape)          # ties share the gradient evenly
     return (_mul(_expand(_div(g, count), x.shape), mask),)
 
 
@@ -130,9 +136,9 @@ def _reduce_mul_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
     axes, shape = y.arg[1], x.shape
     zero = _zero(x)
     is_zero = _eq(x, zero)
-    zero_count = _expand(_reduce(is_zero.cast(x.dtype), "ADD", axes), shape)
+    zero_count = _expand(_reduce(is_zero.cast(x.dtype), "ADD", axes, y.shape), shape)
     nonzero_x = _where(is_zero, _const(x, 1.0), x)
-    nonzero_prod = _expand(_reduce(nonzero_x, "MUL", axes), shape)
+    nonzero_prod = _expand(_reduce(nonzero_x, "MUL", axes, y.shape), shape)
     at_zero = _where(_eq(zero_count, _const(x, 1.0)), nonzero_prod, zero)
     others = _where(is_zero, at_zero, _div(_expand(y, shape), nonzero_x))
     return (_mul(_expand(g, shape), others),)
@@ -145,7 +151,7 @@ def _expand_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
         if len(_grown_axes) > 4096:
             _grown_axes.clear()
         axes = _grown_axes[shapes] = tuple(i for i, (a, b) in enumerate(zip(*shapes)) if a != b)
-    return (_sum_axes(g, axes),)
+    return (_sum_axes(g, axes, shapes[0]),)
 
 
 _grown_axes: dict[tuple, tuple] = {}
@@ -154,7 +160,7 @@ _grown_axes: dict[tuple, tuple] = {}
 def _permute_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
     order = y.arg
     inverse = tuple(sorted(range(len(order)), key=order.__getitem__))
-    return (_make(Ops.PERMUTE, g.dtype, (g,), inverse),)
+    return (_shaped(Ops.PERMUTE, g.dtype, (g,), inverse, y.src[0].shape),)
 
 
 def _pad_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
@@ -281,7 +287,7 @@ GRADIENT_RULES = {
     (Ops.REDUCE, "MAX"): _reduce_max_rule,                                 # g * (x==y) / count(x==y)
     (Ops.REDUCE, "MUL"): _reduce_mul_rule,                                 # g * product of the others (exact at zeros)
     # movement: the inverse movement of g
-    Ops.RESHAPE: lambda g, y, need: (_make(Ops.RESHAPE, g.dtype, (g,), y.src[0].shape),),  # g reshaped back
+    Ops.RESHAPE: lambda g, y, need: (_reshape(g, y.src[0].shape),),           # g reshaped back
     Ops.EXPAND: _expand_rule,                                              # g summed over the grown axes
     Ops.PAD: _pad_rule,                                                    # g shrunk to the unpadded window
     Ops.SHRINK: _shrink_rule,                                              # g padded back with zeros

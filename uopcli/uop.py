@@ -482,6 +482,25 @@ def _new(table: dict, key, op: str, dtype: DType, src: tuple, arg, shape) -> UOp
     return node
 
 
+def make_shaped(op: str, dtype: DType, src: tuple, arg, shape) -> UOp:
+    """UOp.make for a caller that knows the node fits and what its shape is: interned
+    exactly as make does, with no inference. For the gradient rules, whose sources come
+    from a checked graph and whose result shapes follow from the forward node's (the
+    rules are tested against finite differences, and reading a file checks every node
+    anew). Inference is most of the cost of a new node; a gradient makes one per node."""
+    table = _by_src[op]
+    node = table.get(src)
+    if node is None:
+        return _new(table, src, op, dtype, src, arg, shape)
+    if node.dtype is dtype and (node.arg is arg or node.arg == arg):
+        return node
+    key = (op, dtype, src, arg)
+    node = _intern.get(key)
+    if node is not None:
+        return node
+    return _new(_intern, key, op, dtype, src, arg, shape)
+
+
 def _infer_shape(op: str, dtype: DType, src: tuple, arg):
     plain_arg = _MEMO_ARG_CHECK.get(op)
     if plain_arg is not None and len(src) == 1 and src[0].__class__ is UOp and plain_arg(arg):
