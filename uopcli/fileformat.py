@@ -184,6 +184,14 @@ def _finite_float(text: str) -> float:
 _NO_TAG = Metadata()  # an empty meta map: the node gets no tag
 
 
+def _meta_key(meta: dict) -> tuple:
+    """What a node's meta map is remembered by. Equal keys mean equal maps: a map with
+    the same three values and as many keys has exactly those keys (a value it lacks reads
+    None, and a valid map holds no None); only `backward` can be equal and not the same
+    (1 == True), which the reader checks on every hit."""
+    return meta.get("name"), meta.get("loc"), meta.get("backward"), len(meta)
+
+
 class _Reader:
     """One file being read: the parsed document, the nodes built so far, and what the
     checks after the node loop need (named PARAMs, whether any slot PARAM was seen)."""
@@ -255,6 +263,7 @@ class _Reader:
         decoders = _JSON_DECODERS if self.json_form else _DECODERS
         dtype_named = DTYPES
         meta_cache = self.meta_cache
+        set_meta = object.__setattr__  # UOp.set_meta without its call
         entry = None
         try:
             for entry in nodes:
@@ -300,16 +309,16 @@ class _Reader:
                     op = canonical[op]
                     node = decoders[op](self, op, dtype, sources, arg)
                 if meta is not None:
-                    tag = meta_cache.get(tuple(meta.items())) if meta.__class__ is dict else None
+                    tag = meta_cache.get(_meta_key(meta)) if meta.__class__ is dict else None
                     if tag is None or ("backward" in meta and meta["backward"].__class__ is not bool):
                         tag = self._node_meta(meta)  # first sight of this meta map: check it fully
                     if node.meta is not tag:
-                        node.set_meta(None if tag is _NO_TAG else tag)
+                        set_meta(node, "meta", None if tag is _NO_TAG else tag)
                 elif node.meta is not None:
                     # The file is the truth for the nodes it holds, so that reading a file and
                     # writing it again gives the same bytes even when a structurally equal
                     # node with another tag is alive in this process (nodes are shared).
-                    node.set_meta(None)
+                    set_meta(node, "meta", None)
                 append(node)
         except (_Bad, GraphError, TypeError, ValueError, KeyError, IndexError, AttributeError,
                 OverflowError) as error:
@@ -338,7 +347,7 @@ class _Reader:
 
     def _node_meta(self, meta) -> Metadata:
         """Check a node's meta map and return its Metadata (_NO_TAG for an empty map),
-        remembered by the map's items so the next equal map costs one lookup."""
+        remembered by _meta_key so the next equal map costs one lookup."""
         if meta.__class__ is not dict:
             raise _Bad(f"node meta must be a map, got {_kind(meta)}")
         name, loc, backward = meta.get("name"), meta.get("loc"), meta.get("backward", False)
@@ -350,7 +359,7 @@ class _Reader:
         if backward.__class__ is not bool:
             raise _Bad(f"node meta 'backward' must be a bool, got {_short(repr(backward))}")
         tag = _NO_TAG if (name, loc, backward) == (None, None, False) else Metadata(name, loc, backward)
-        self.meta_cache[tuple(meta.items())] = tag
+        self.meta_cache[_meta_key(meta)] = tag
         return tag
 
     # ------------------------------------------------------------------ inputs and outputs
@@ -437,7 +446,7 @@ class _Reader:
             raise _Bad(f"{op} arg must be an array, got {_kind(arg)}")
         if len(arg) > self.limits.max_rank:
             raise _Bad(f"{op} arg has {len(arg)} entries, over the rank limit of {self.limits.max_rank}")
-        if item is not None and not {item}.issuperset(map(type, arg)):
+        if item is not None and not _ONLY[item].issuperset(map(type, arg)):
             raise _Bad(f"{op} arg must be {_ARG_FORM[op]}, got {_short(repr(arg))}")
         return arg
 
@@ -570,6 +579,7 @@ def _decode_reduce(reader, op, dtype, sources, arg) -> UOp:
 
 
 _REDUCE_OP = {op: op for op in REDUCE_OPS}
+_ONLY = {t: frozenset({t}) for t in (int, bool, list)}  # axis_list's entry types
 _ARG_FORM = {Ops.REDUCE: "[op, [int axes]]", Ops.RESHAPE: "a shape (ints)", Ops.EXPAND: "a shape (ints)",
              Ops.PERMUTE: "an axis order (ints)", Ops.FLIP: "one bool per axis",
              Ops.PAD: "[[int, int]] per axis", Ops.SHRINK: "[[int, int]] per axis"}
