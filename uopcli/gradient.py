@@ -50,6 +50,8 @@ def _lt(a: UOp, b: UOp) -> UOp: return _shaped(Ops.CMPLT, dtypes.bool, (a, b), N
 def _const(like: UOp, value) -> UOp: return like.const_like(value)
 def _expand(x: UOp, shape: tuple) -> UOp: return x if x.shape == shape else _shaped(Ops.EXPAND, x.dtype, (x,), shape, shape)
 def _reshape(x: UOp, shape: tuple) -> UOp: return _shaped(Ops.RESHAPE, x.dtype, (x,), shape, shape)
+def _sin(x: UOp) -> UOp: return _shaped(Ops.SIN, x.dtype, (x,), None, x.shape)
+def _cast(x: UOp, dtype) -> UOp: return x if x.dtype is dtype else _shaped(Ops.CAST, dtype, (x,), None, x.shape)
 
 
 _zeros_by_dtype: dict = {}
@@ -74,7 +76,7 @@ def _sum_axes(g: UOp, axes: tuple, shape: tuple) -> UOp:
     if not axes:
         return g
     if g.dtype is dtypes.float16:
-        return _reduce(g.cast(dtypes.float32), "ADD", axes, shape).cast(dtypes.float16)
+        return _cast(_reduce(_cast(g, dtypes.float32), "ADD", axes, shape), dtypes.float16)
     return _reduce(g, "ADD", axes, shape)
 
 
@@ -123,7 +125,7 @@ def _pow_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
 def _reduce_max_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
     (x,) = y.src
     axes = y.arg[1]
-    mask = _eq(x, _expand(y, x.shape)).cast(x.dtype)   # 1 where x holds the maximum
+    mask = _cast(_eq(x, _expand(y, x.shape)), x.dtype)  # 1 where x holds the maximum
     count = _reduce(mask, "ADD", axes, y.shape)          # ties share the gradient evenly
     return (_mul(_expand(_div(g, count), x.shape), mask),)
 
@@ -136,7 +138,7 @@ def _reduce_mul_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
     axes, shape = y.arg[1], x.shape
     zero = _zero(x)
     is_zero = _eq(x, zero)
-    zero_count = _expand(_reduce(is_zero.cast(x.dtype), "ADD", axes, y.shape), shape)
+    zero_count = _expand(_reduce(_cast(is_zero, x.dtype), "ADD", axes, y.shape), shape)
     nonzero_x = _where(is_zero, _const(x, 1.0), x)
     nonzero_prod = _expand(_reduce(nonzero_x, "MUL", axes, y.shape), shape)
     at_zero = _where(_eq(zero_count, _const(x, 1.0)), nonzero_prod, zero)
@@ -273,9 +275,9 @@ GRADIENT_RULES = {
     Ops.SQRT: lambda g, y, need: (_div(g, _mul(y, _const(y, 2.0))),),      # d sqrt(x) = dx / (2y)
     Ops.EXP2: lambda g, y, need: (_mul(_mul(g, y), _const(y, LN2)),),      # d 2^x = y ln2 dx
     Ops.LOG2: lambda g, y, need: (_div(g, _mul(y.src[0], _const(y, LN2))),),  # d log2(x) = dx / (x ln2)
-    Ops.SIN: lambda g, y, need: (_mul(_sub(_const(y, math.pi / 2), y.src[0]).sin(), g),),  # d sin x = sin(pi/2-x) dx
+    Ops.SIN: lambda g, y, need: (_mul(_sin(_sub(_const(y, math.pi / 2), y.src[0])), g),),  # d sin x = sin(pi/2-x) dx
     Ops.TRUNC: lambda g, y, need: (_zeros(y.src[0]),),                     # piecewise constant: 0
-    Ops.CAST: lambda g, y, need: (g.cast(y.src[0].dtype),),                # g, back in x's dtype
+    Ops.CAST: lambda g, y, need: (_cast(g, y.src[0].dtype),),              # g, back in x's dtype
     Ops.BITCAST: _none(1),                                                 # bits, not values: none
     # comparisons and integer ops: no gradient
     Ops.CMPLT: _none(2), Ops.CMPNE: _none(2), Ops.CMPEQ: _none(2),
