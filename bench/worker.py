@@ -63,7 +63,9 @@ def task_grad(lib: str, family: str, units: int, repeats: int = 1) -> dict:
         if lib == "uopcli":
             from uopcli.uop import sweep_intern_table
             sweep_intern_table()
+    import statistics
     return {"seconds": min(times), "cpu_seconds": min(cpu_times), "user_seconds": min(user_times),
+            "median_cpu_seconds": statistics.median(cpu_times), "median_user_seconds": statistics.median(user_times),
             "all_seconds": times, "nodes": nodes, "grad_nodes": grad_nodes}
 
 
