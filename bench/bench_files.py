@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import statistics
 import sys
 import time
 
@@ -59,6 +60,12 @@ def best(fn, repeats: int, pause_gc: bool = False, before=gc.collect):
     """Best of `repeats` runs as (CPU seconds, wall seconds, last result). CPU time (this
     process only) is what the ratios use: it stays meaningful when other jobs share the
     machine, where wall time swings by 2x or more."""
+    cpu, wall, out = runs(fn, repeats, pause_gc, before)
+    return min(cpu), min(wall), out
+
+
+def runs(fn, repeats: int, pause_gc: bool = False, before=gc.collect):
+    """Every run's CPU and wall seconds (two lists) and the last result."""
     cpu, wall, out = [], [], None
     for _ in range(repeats):
         out = None
@@ -70,7 +77,7 @@ def best(fn, repeats: int, pause_gc: bool = False, before=gc.collect):
         cpu.append(time.process_time() - start_cpu)
         wall.append(time.perf_counter() - start_wall)
         gc.enable()
-    return min(cpu), min(wall), out
+    return cpu, wall, out
 
 
 def fresh_table():
@@ -89,10 +96,11 @@ def measure(family: str, nodes: int, repeats: int) -> dict:
     pack, _, _ = best(lambda: msgpack.packb(doc), repeats)
     count = len(doc["nodes"])
     doc = None
-    load_cpu, load_wall, loaded = best(lambda: load(data), repeats, before=fresh_table)
-    save_cpu, save_wall, again = best(lambda: save(loaded), repeats)
-    return {"family": family, "nodes": count, "bytes": len(data), "load": load_cpu, "save": save_cpu,
-            "load_wall": load_wall, "save_wall": save_wall, "unpackb": unpack, "unpackb_nogc": unpack_nogc,
+    load_cpu, load_wall, loaded = runs(lambda: load(data), repeats, before=fresh_table)
+    save_cpu, save_wall, again = runs(lambda: save(loaded), repeats)
+    return {"family": family, "nodes": count, "bytes": len(data), "load": min(load_cpu), "save": min(save_cpu),
+            "load_median": statistics.median(load_cpu), "save_median": statistics.median(save_cpu),
+            "load_wall": min(load_wall), "save_wall": min(save_wall), "unpackb": unpack, "unpackb_nogc": unpack_nogc,
             "packb": pack, "identical": again == data}
 
 
