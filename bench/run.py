@@ -224,7 +224,7 @@ class Bench:
         units = self.units(family, size)
         progress(f"diff {family} {size}")
         ours = self._measure(("uopcli", family, size), "grad", lib="uopcli", family=family, units=units,
-                             repeats=self._grad_repeats(size))
+                             repeats=self._repeats(size, self.cfg.grad_repeats))
         theirs = None
         if self.tiny_skip:
             tiny_cell = self.tiny_skip
@@ -244,18 +244,12 @@ class Bench:
                 fmt_ratio(speed_cli),
                 _cell(cli, lambda r: mib(r["peak_rss"]))]
 
-    def _grad_repeats(self, size: int) -> int:
-        """Runs of our compute_gradient per graph: the scaling section compares medians, and
-        a median of short runs needs more of them (9 up to 10^4 nodes: 30 ms each)."""
+    def _repeats(self, size: int, quick: int) -> int:
+        """Runs per graph of our compute_gradient, load and save: the scaling section
+        compares medians, and a median of short runs needs more of them (9 up to 10^4
+        nodes, milliseconds each; 3 above). `quick` runs for a --quick smoke run."""
         if self.quick:
-            return self.cfg.grad_repeats
-        return 9 if size <= 10_000 else 3
-
-    def _file_repeats(self, size: int) -> int:
-        """Loads and saves per graph: 9 up to 10^4 nodes (milliseconds each), for the medians
-        the scaling section compares; 3 above."""
-        if self.quick:
-            return 2
+            return quick
         return 9 if size <= 10_000 else 3
 
     def _measure(self, key, task: str, **args) -> dict:
@@ -354,7 +348,7 @@ class Bench:
             for size in sizes:
                 progress(f"files {family} {size}")
                 try:
-                    r = worker("files", family=family, nodes=size, repeats=self._file_repeats(size))
+                    r = worker("files", family=family, nodes=size, repeats=self._repeats(size, 2))
                 except BenchError as error:
                     r = {"error": str(error)}
                 self.files[(family, size)] = r

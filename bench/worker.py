@@ -12,6 +12,8 @@ from __future__ import annotations
 import gc
 import json
 import os
+import resource
+import statistics
 import sys
 import time
 
@@ -31,7 +33,6 @@ def _finish(result: dict) -> None:
 
 def task_grad(lib: str, family: str, units: int, repeats: int = 1) -> dict:
     """compute_gradient of one family graph, in uopcli or tinygrad, timed alone."""
-    import resource
     builder = graphs.FAMILIES[family]
     times, cpu_times, user_times, nodes, grad_nodes = [], [], [], 0, 0
     for rep in range(repeats):
@@ -63,7 +64,6 @@ def task_grad(lib: str, family: str, units: int, repeats: int = 1) -> dict:
         if lib == "uopcli":
             from uopcli.uop import sweep_intern_table
             sweep_intern_table()
-    import statistics
     return {"seconds": min(times), "cpu_seconds": min(cpu_times), "user_seconds": min(user_times),
             "median_cpu_seconds": statistics.median(cpu_times), "median_user_seconds": statistics.median(user_times),
             "all_seconds": times, "nodes": nodes, "grad_nodes": grad_nodes}
