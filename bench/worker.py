@@ -31,6 +31,14 @@ def _finish(result: dict) -> None:
 
 # ----------------------------------------------------------------------------- gradients
 
+def _timed(fn, *args):
+    """Run fn(*args); return (its result, wall seconds, CPU seconds, user-mode CPU seconds)."""
+    start, cpu, user = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_utime
+    result = fn(*args)
+    return (result, time.perf_counter() - start, time.process_time() - cpu,
+            resource.getrusage(resource.RUSAGE_SELF).ru_utime - user)
+
+
 def task_grad(lib: str, family: str, units: int, repeats: int = 1) -> dict:
     """compute_gradient of one family graph, in uopcli or tinygrad, timed alone."""
     builder = graphs.FAMILIES[family]
@@ -42,11 +50,7 @@ def task_grad(lib: str, family: str, units: int, repeats: int = 1) -> dict:
             loss, targets = builder(graphs.fresh_uop_param(), units)
             nodes = len(toposort([loss]))
             root_grad = loss.const_like(1.0)
-            start, cpu, user = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_utime
-            grads = compute_gradient(loss, root_grad, targets)
-            times.append(time.perf_counter() - start)
-            cpu_times.append(time.process_time() - cpu)
-            user_times.append(resource.getrusage(resource.RUSAGE_SELF).ru_utime - user)
+            grads, wall, cpu, user = _timed(compute_gradient, loss, root_grad, targets)
             if rep == 0:
                 grad_nodes = len(toposort([grads[t] for t in targets]))
         else:
@@ -54,11 +58,10 @@ def task_grad(lib: str, family: str, units: int, repeats: int = 1) -> dict:
             loss, targets = builder(graphs.tinygrad_param_factory(offset=rep * 10_000_000), units)
             nodes = len(loss.toposort())
             root_grad = loss.const_like(1.0)
-            start, cpu, user = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_utime
-            grads = compute_gradient(loss, root_grad, set(targets))
-            times.append(time.perf_counter() - start)
-            cpu_times.append(time.process_time() - cpu)
-            user_times.append(resource.getrusage(resource.RUSAGE_SELF).ru_utime - user)
+            grads, wall, cpu, user = _timed(compute_gradient, loss, root_grad, set(targets))
+        times.append(wall)
+        cpu_times.append(cpu)
+        user_times.append(user)
         del grads, loss, targets, root_grad
         gc.collect()
         if lib == "uopcli":
