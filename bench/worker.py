@@ -138,10 +138,49 @@ def task_matmul(n: int, k: int, m: int, repeats: int = 5) -> dict:
     return {"seconds": ours, "numpy_seconds": theirs, "same": bool(np.allclose(value, ref, rtol=1e-3, atol=1e-3))}
 
 
+# ----------------------------------------------------------------------------- agreement
+
+def _input_value(name: str, shape: tuple):
+    """The seeded random value of input `name`: the same in every process and library."""
+    import zlib
+    import numpy as np
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    return (rng.standard_normal(shape) * 0.5).astype(np.float32)
+
+
+def task_agree(family: str, units: int, workdir: str, uopgrad: str) -> dict:
+    """The same model's gradients from tinygrad (Tensor.gradient, realized on its DEV=PYTHON
+    interpreter, which needs no compiler) and from the installed `uopgrad` (diff, then eval
+    on the same inputs): the largest difference relative to each gradient's largest value."""
+    import subprocess
+    import numpy as np
+    from tinygrad import Tensor
+    work = os.path.join(workdir, f"agree_{family}")
+    os.makedirs(work, exist_ok=True)
+    model, grad, inputs, ours_npz = (os.path.join(work, n) for n in ("model.uop", "grad.uop", "inputs.npz", "ours.npz"))
+    info = task_write_graph(family, units, model)
+    values = {}
+
+    def tiny_param(name: str, shape: tuple):
+        values[name] = _input_value(name, shape)
+        return Tensor(values[name])
+    loss, targets = graphs.FAMILIES[family](tiny_param, units)
+    theirs = [g.numpy() for g in loss.gradient(*targets)]
+    np.savez(inputs, **values)
+    subprocess.run([uopgrad, "diff", model, "--wrt", ",".join(info["wrt"]), "-o", grad, "--quiet"], check=True)
+    subprocess.run([uopgrad, "eval", grad, *(f"-i{name}={inputs}" for name in values), "-o", ours_npz, "--quiet"],
+                   check=True, stdout=subprocess.DEVNULL)
+    with np.load(ours_npz) as ours:
+        worst = max(float(np.abs(ours[f"grad_{name}"] - ref).max() / max(float(np.abs(ref).max()), 1e-30))
+                    for name, ref in zip(info["wrt"], theirs))
+    return {"nodes": info["nodes"], "targets": len(info["wrt"]), "worst": worst}
+
+
 # ----------------------------------------------------------------------------- main
 
 TASKS = {"grad": task_grad, "write_graph": task_write_graph, "files": task_files,
-         "eval_time": task_eval_time, "eval_whole": task_eval_whole, "matmul": task_matmul}
+         "eval_time": task_eval_time, "eval_whole": task_eval_whole, "matmul": task_matmul,
+         "agree": task_agree}
 
 if __name__ == "__main__":
     task, args = sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}

@@ -20,7 +20,21 @@ def test_quick_benchmark_runs_every_section():
     assert run.returncode == 0, run.stderr[-2000:]
     report = run.stdout
     for heading in ("## Machine", "## Targets", "## 1. Differentiation", "## 2. Evaluation", "## 3. Files",
-                    "## 4. Scaling", "## 5. Start-up"):
+                    "## 4. Scaling", "## 5. Start-up", "## 6. Agreement with tinygrad"):
         assert heading in report
     assert "error:" not in report, [line for line in report.splitlines() if "error:" in line]
     assert "`uopgrad info small.uop`" in report
+    agreement = report.split("## 6. Agreement with tinygrad", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in agreement.splitlines() if line.startswith(("| chain", "| mlp", "| attention"))]
+    assert len(rows) == 3, agreement
+    if _tinygrad_status() is None:  # tinygrad 0.14.0 is installed: the gradients were compared, and agree
+        assert all(row.endswith("| yes |") for row in rows), rows
+
+
+def _tinygrad_status():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from run import tinygrad_status
+    finally:
+        sys.path.pop(0)
+    return tinygrad_status()
