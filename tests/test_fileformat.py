@@ -17,7 +17,7 @@ import pytest
 
 import uopcli
 from uopcli import FormatError, Graph, Limits, Metadata, Ops, UOp, dtypes, load, save, toposort
-from uopcli.fileformat import dumps, loads
+from uopcli.fileformat import dump_parts, dumps, loads, write_parts
 from uopcli.ops import ALL_OPS, DTYPES
 
 from fileformat_cases import CASES, all_graphs, ops_used
@@ -616,6 +616,23 @@ def test_load_and_save_with_paths_and_file_objects(tmp_path):
     assert uopcli.load is load and uopcli.save is save and uopcli.Limits is Limits
     assert sorted(os.listdir(tmp_path)) == ["g.uop"]  # no temporary file left behind
 
+
+@pytest.mark.parametrize("form", ["msgpack", "json"])
+@pytest.mark.parametrize("case", ["calls", "every_dtype", "with_metadata"])
+def test_dump_parts_are_the_canonical_bytes_in_pieces(case, form, tmp_path):
+    """dump_parts hands the file over in pieces (the nodes as a view of the packer's
+    buffer, not copied); written in order, to a path or a file object, they are dumps."""
+    graph = CASES[case]()
+    parts = dump_parts(graph, form)
+    assert len(parts) == (1 if form == "json" else 3)
+    assert b"".join(parts) == dumps(graph, form) == save(graph, form=form)
+    path = tmp_path / "g.uop"
+    write_parts(path, parts)
+    assert path.read_bytes() == dumps(graph, form)
+    buffer = io.BytesIO()
+    write_parts(buffer, parts)
+    assert buffer.getvalue() == dumps(graph, form)
+    assert sorted(os.listdir(tmp_path)) == ["g.uop"]
 
 def test_save_replaces_atomically_and_leaves_the_old_file_on_failure(tmp_path):
     path = tmp_path / "g.uop"

@@ -6,9 +6,10 @@ import os
 import stat
 
 
-def write_atomically(path: str, data: bytes) -> None:
-    """Write `data` to `path` all at once or not at all: a temporary file in the same
-    directory, flushed, then renamed over the target (which stays as it was on failure).
+def write_atomically(path: str, data) -> None:
+    """Write `data` (bytes, or a list of bytes-like pieces written in order) to `path` all
+    at once or not at all: a temporary file in the same directory, flushed, then renamed
+    over the target (which stays as it was on failure).
 
     Only a regular file (or a new one) is replaced that way. A device, FIFO or socket
     (`-o /dev/null`, `-o /dev/stdout`, a named pipe) is written in place: renaming a file
@@ -21,14 +22,14 @@ def write_atomically(path: str, data: bytes) -> None:
         mode = None
     if mode is not None and not stat.S_ISREG(mode):
         with open(target, "wb") as f:
-            f.write(data)
+            _write_all(f, data)
         return
     directory, base = os.path.split(target)
     temp = os.path.join(directory, f".{base}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            _write_all(f, data)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(temp, _new_file_mode(target, mode))
@@ -39,6 +40,11 @@ def write_atomically(path: str, data: bytes) -> None:
         except OSError:
             pass
         raise
+
+
+def _write_all(f, data) -> None:
+    for part in (data,) if isinstance(data, (bytes, bytearray, memoryview)) else data:
+        f.write(part)
 
 
 def _new_file_mode(path: str, mode: int | None) -> int:

@@ -236,10 +236,13 @@ def _refuse_binary_terminal(dest: str, form: str, hint: str) -> None:
                             f"(> file, | uopgrad ...) or {hint}")
 
 
-def _write(dest: str, data: bytes) -> None:
+def _write(dest: str, data) -> None:
+    """Write bytes, or the pieces of a file in order (fileformat.dump_parts), to a path
+    (atomically) or to stdout ("-")."""
     if dest == "-":
         out = sys.stdout.buffer
-        out.write(data)
+        for part in (data,) if isinstance(data, bytes) else data:
+            out.write(part)
         out.flush()
     else:
         write_atomically(dest, data)
@@ -338,7 +341,7 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path):
     identically zero are reported on stderr, with the reason.
     """
     from .differentiate import differentiate
-    from .fileformat import save
+    from .fileformat import dump_parts
     form = _uop_form(output)
     _refuse_binary_terminal(output, form, "give -o FILE")
     if report_path == "-" and output == "-":
@@ -349,7 +352,7 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path):
         steps.next()
         result, report = differentiate(graph, wrt_names, of_names or None, cotangent, keep_forward)
         steps.next()
-        data = save(result, None, form)
+        data = dump_parts(result, form)
         steps.next()
         if report_path:
             import json
@@ -579,11 +582,11 @@ def print_(source):
               help="The form (default: JSON for a .json OUT, else MessagePack).")
 def convert(source, output, to):
     """Write IN in canonical form, as JSON or MessagePack."""
-    from .fileformat import save
+    from .fileformat import dump_parts
     form = _uop_form(output, to)
     _refuse_binary_terminal(output, form, "use --to json, or give -o FILE")
     graph, _ = _read_graph(source)
-    _write(output, save(graph, None, form))
+    _write(output, dump_parts(graph, form))
 
 
 @_command("validate", short="Check a file against the format; print ok and counts.", example="""\

@@ -37,7 +37,8 @@ from .graph import Graph
 from .ops import DTYPES, REDUCE_OPS, DType, Ops, dtypes
 from .uop import CallArg, Metadata, UOp, _leaf, no_gc, valid_name
 
-__all__ = ["Limits", "DEFAULT_LIMITS", "load", "loads", "save", "dumps", "FORMAT", "VERSION"]
+__all__ = ["Limits", "DEFAULT_LIMITS", "load", "loads", "save", "dumps", "dump_parts", "write_parts", "FORMAT",
+           "VERSION"]
 
 FORMAT = "uop"
 VERSION = 1
@@ -712,25 +713,38 @@ def save(graph: Graph, dest=None, form: str = "msgpack") -> bytes:
     """Write `graph` canonically; returns the bytes, and writes them to `dest` when given
     (a path: atomically, through a temporary file in the same directory; or a binary file
     object). `form` is "msgpack" (the default) or "json"."""
-    data = dumps(graph, form)
-    if dest is None:
-        return data
+    parts = dump_parts(graph, form)
+    if dest is not None:
+        write_parts(dest, parts)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def write_parts(dest, parts: list) -> None:
+    """Write the pieces from dump_parts to `dest`, as save does (a path: atomically)."""
     if isinstance(dest, (str, os.PathLike)):
-        _write_atomically(os.fspath(dest), data)
+        _write_atomically(os.fspath(dest), parts)
     elif hasattr(dest, "write"):
         if isinstance(dest, io.TextIOBase):
             raise FormatError("needs a binary file object (open the file with 'wb')", source=_stream_name(dest))
         try:
-            dest.write(data)
+            for part in parts:
+                dest.write(part)
         except OSError as error:
             raise FormatError(f"cannot write: {error.strerror or error}", source=_stream_name(dest)) from None
     else:
         raise TypeError(f"save() writes to a path or a binary file object, not {type(dest).__name__}")
-    return data
 
 
 def dumps(graph: Graph, form: str = "msgpack") -> bytes:
     """The canonical bytes of `graph` in `form` ("msgpack" or "json")."""
+    parts = dump_parts(graph, form)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def dump_parts(graph: Graph, form: str = "msgpack") -> list:
+    """The canonical bytes of `graph` as pieces to write in order (bytes and a memoryview;
+    b"".join(parts) == dumps(graph, form)): writing them one after another spares a copy
+    of the whole file in memory (64 MB for the gradient of a 10^6-node chain)."""
     if form not in FORMS:
         raise FormatError(f"unknown form {form!r}: one of {', '.join(FORMS)}")
     if not isinstance(graph, Graph):
@@ -740,14 +754,14 @@ def dumps(graph: Graph, form: str = "msgpack") -> bytes:
         if form == "json":
             nodes: list = []
             index = _canonical_nodes(graph, _JSON_ENCODERS, nodes.append)
-            return _json_text(_document(graph, index, meta, nodes)).encode("utf-8")
+            return [_json_text(_document(graph, index, meta, nodes)).encode("utf-8")]
         # MessagePack: each node is packed as soon as it is numbered (no million-entry list
         # to build, walk again and free), then the map is put together around the nodes'
         # bytes exactly as msgpack.packb would write the whole document.
         import msgpack
         packer = msgpack.Packer(use_bin_type=True, use_single_float=False, autoreset=False)
         index = _canonical_nodes(graph, _ENCODERS, packer.pack)
-        nodes_bytes = packer.bytes()
+        nodes_bytes = packer.getbuffer()  # a view of the packer's buffer: no copy
         doc = _document(graph, index, meta, _NODES_HERE)
         packer = msgpack.Packer(use_bin_type=True, use_single_float=False)
         head, tail = [packer.pack_map_header(len(doc))], []
@@ -758,7 +772,7 @@ def dumps(graph: Graph, form: str = "msgpack") -> bytes:
                 part = tail
             else:
                 part += (packer.pack(key), packer.pack(value))
-        return b"".join((*head, nodes_bytes, *tail))
+        return [b"".join(head), nodes_bytes, b"".join(tail)]
 
 
 _NODES_HERE = object()  # where the packed nodes go in the document
@@ -956,7 +970,7 @@ def _json_text(doc: dict) -> str:
 
 # ----------------------------------------------------------------------------- helpers
 
-def _write_atomically(path: str, data: bytes) -> None:
+def _write_atomically(path: str, data) -> None:
     try:
         write_atomically(path, data)
     except OSError as error:
