@@ -69,7 +69,8 @@ def task_grad(lib: str, family: str, units: int, repeats: int = 1) -> dict:
             sweep_intern_table()
     return {"seconds": min(times), "cpu_seconds": min(cpu_times), "user_seconds": min(user_times),
             "median_cpu_seconds": statistics.median(cpu_times), "median_user_seconds": statistics.median(user_times),
-            "all_seconds": times, "nodes": nodes, "grad_nodes": grad_nodes}
+            "all_seconds": times, "all_cpu_seconds": cpu_times, "all_user_seconds": user_times,
+            "nodes": nodes, "grad_nodes": grad_nodes}
 
 
 def task_write_graph(family: str, units: int, path: str) -> dict:
