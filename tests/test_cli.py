@@ -139,6 +139,19 @@ def test_diff_to_stdout_and_json_form(files):
     assert out.read_bytes().lstrip().startswith(b"{")
 
 
+def test_diff_stats_times_each_step_on_stderr_and_changes_nothing_else(files):
+    plain = run("diff", files["vec"], "--of", "loss", "--wrt", "x", "--quiet")
+    timed = run("diff", files["vec"], "--of", "loss", "--wrt", "x", "--quiet", "--stats")
+    assert timed.exit_code == 0, timed.stderr
+    assert timed.stdout_bytes == plain.stdout_bytes  # the graph on stdout, untouched
+    lines = timed.stderr.strip().splitlines()
+    assert lines[0].split() == ["step", "wall", "CPU"]
+    rows = [re.fullmatch(r"(\w+) +(\d+\.\d{3}) s +(\d+\.\d{3}) s", line) for line in lines[1:]]
+    assert all(rows), lines
+    assert [row[1] for row in rows] == ["reading", "differentiating", "encoding", "writing"]
+    assert all(float(row[2]) >= 0 and float(row[3]) >= 0 for row in rows)
+
+
 def test_diff_keep_forward_puts_forward_outputs_first(files):
     result = run("diff", files["vec"], "--of", "loss", "--wrt", "x", "--keep-forward")
     assert load(result.stdout_bytes).output_names == ["prod", "loss", "grad_x"]
