@@ -229,7 +229,8 @@ class Bench:
             + table(["graph", "nodes (ours / tinygrad)", "uopcli CPU µs/node", "tinygrad CPU µs/node",
                      "speed-up in process", "`uopgrad diff` µs/node (whole process)", "`uopgrad diff` CPU µs/node",
                      "speed-up whole process",
-                     "`uopgrad diff` peak RSS", "rounds"], rows))
+                     "`uopgrad diff` peak RSS", "rounds"], rows)
+            + "\n\n" + self._steps_table())
 
     def _diff_row(self, family: str, size: int) -> list:
         """Both libraries' compute_gradient and the whole `uopgrad diff`, in rounds (see
@@ -263,6 +264,29 @@ class Bench:
                 _cell(cli, lambda r: us(r["wall"], r["nodes"])), _cell(cli, lambda r: us(r["cpu"], r["nodes"])),
                 fmt_ratio(speed_cli),
                 _cell(cli, lambda r: mib(r["peak_rss"])), rounds]
+
+    def _steps_table(self) -> str:
+        """Where each whole `uopgrad diff` process (the best run) spent its CPU time, from
+        its --stats, against the budget the 20x target leaves it."""
+        rows, smallest = [], 10_000 if self.quick else 100_000
+        for (family, size), cli in self.cli.items():
+            if size < smallest or "error" in cli:
+                continue
+            steps = cli["steps_cpu"]
+            per_node = lambda seconds: f"{seconds / cli['nodes'] * 1e6:.2f}"
+            theirs = self.grad.get(("tinygrad", family, size))
+            budget = "–"
+            if theirs and "error" not in theirs:
+                total = theirs["median_cpu_seconds"]
+                budget = per_node(min(total, total / theirs["nodes"] * cli["nodes"]) / 20)
+            rows.append([f"{family} {size:,}", per_node(cli["cpu"] - sum(steps.values())),
+                         *(per_node(steps[label]) for label in DIFF_STEPS), per_node(cli["cpu"]), budget])
+        return ("Where the whole `uopgrad diff` process spends its CPU time (µs per forward node, from "
+                "`uopgrad diff --stats` in the best run above): *start-up and exit* is the process's CPU "
+                "time less its steps (interpreter, imports, leaving). *20× budget* is what the whole process "
+                "may take to be 20× faster than tinygrad's `compute_gradient` on the same model (the "
+                "stricter of the time and the per-node ratio, against tinygrad's median run).\n\n"
+                + table(["graph", "start-up and exit", *DIFF_STEPS, "whole process", "20× budget"], rows))
 
     def _rounds(self, size: int) -> int:
         """Rounds of the differentiation measurements: 3 where the speed-ups are judged
@@ -300,13 +324,14 @@ class Bench:
             best = None
             for _ in range(runs):
                 child = run_child([UOPGRAD, "diff", str(graph["path"]), "--wrt", ",".join(graph["wrt"]),
-                                   "-o", str(graph["out"]), "--quiet"])
+                                   "-o", str(graph["out"]), "--quiet", "--stats"])
                 if child.returncode != 0:
                     raise BenchError(_last_line(child.stderr) or f"uopgrad diff exited {child.returncode}")
                 if best is None or child.wall < best.wall:
                     best = child
             return {"nodes": graph["nodes"], "wall": best.wall, "cpu": best.cpu, "peak_rss": best.peak_rss,
-                    "bytes_in": graph["bytes"], "bytes_out": graph["out"].stat().st_size}
+                    "bytes_in": graph["bytes"], "bytes_out": graph["out"].stat().st_size,
+                    "steps_cpu": _step_times(best.stderr)}
         except (BenchError, OSError) as error:
             return {"error": str(error)}
 
@@ -597,6 +622,22 @@ def _cell(result: dict | None, fmt) -> str:
     if "error" in result:
         return f"error: {result['error'][:120]}"
     return fmt(result)
+
+
+DIFF_STEPS = ("reading", "differentiating", "encoding", "writing")  # uopgrad diff --stats
+
+
+def _step_times(stderr: bytes) -> dict[str, float]:
+    """The CPU seconds of each step from `uopgrad diff --stats` (`reading  0.181 s  0.180 s`)."""
+    steps = {}
+    for line in stderr.decode(errors="replace").splitlines():
+        fields = line.split()
+        if len(fields) == 5 and fields[0] in DIFF_STEPS:
+            steps[fields[0]] = float(fields[3])
+    missing = [label for label in DIFF_STEPS if label not in steps]
+    if missing:
+        raise BenchError(f"uopgrad diff --stats gave no time for {', '.join(missing)}")
+    return steps
 
 
 def _merged(runs: list[dict]) -> dict:

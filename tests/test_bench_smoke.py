@@ -24,6 +24,7 @@ def test_quick_benchmark_runs_every_section():
         assert heading in report
     assert "error:" not in report, [line for line in report.splitlines() if "error:" in line]
     assert "`uopgrad info small.uop`" in report
+    assert "| graph | start-up and exit | reading | differentiating | encoding | writing |" in report
     agreement = report.split("## 6. Agreement with tinygrad", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in agreement.splitlines() if line.startswith(("| chain", "| mlp", "| attention"))]
     assert len(rows) == 3, agreement
