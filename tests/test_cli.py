@@ -271,6 +271,21 @@ def test_failing_command_leaves_existing_output_alone(files):
     assert not [p for p in files["dir"].iterdir() if p.name.endswith(".tmp")]
 
 
+@pytest.mark.parametrize("command", [["diff", "--wrt", "x"], ["convert"], ["eval", "-i", "x=2"]])
+def test_unwritable_output_is_named_in_the_error_not_its_temporary_file(files, command):
+    """The error names the path the user gave (a missing directory, a directory), never
+    the hidden temporary file the atomic write goes through."""
+    for out in (files["dir"] / "no-such-dir" / "out.uop", files["dir"]):
+        if command[0] == "eval":
+            out = out.with_suffix(".npz") if out != files["dir"] else out
+        result = run(command[0], files["cube"], *command[1:], "-o", out)
+        assert result.exit_code == 1
+        line = error_line(result)
+        assert line.startswith(f"uopgrad: error: {out}: "), line
+        assert ".tmp" not in line
+    assert not [p for p in files["dir"].iterdir() if p.name.endswith(".tmp")]
+
+
 def test_output_to_a_fifo_is_written_in_place(files, tmp_path):
     """A FIFO (like /dev/null or /dev/stdout, not a regular file) is written to, never
     renamed over: the node must still be a FIFO afterwards."""

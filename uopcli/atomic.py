@@ -14,7 +14,15 @@ def write_atomically(path: str, data) -> None:
     Only a regular file (or a new one) is replaced that way. A device, FIFO or socket
     (`-o /dev/null`, `-o /dev/stdout`, a named pipe) is written in place: renaming a file
     over it would replace the device node itself. A symlink is followed, so the link stays
-    and the file it points to is replaced. Raises OSError."""
+    and the file it points to is replaced. Raises OSError, naming `path` (not the
+    temporary file, which the caller never heard of)."""
+    try:
+        _write(path, data)
+    except OSError as error:
+        raise OSError(error.errno, error.strerror, path) from None
+
+
+def _write(path: str, data) -> None:
     target = os.path.realpath(path)
     try:
         mode = os.stat(target).st_mode
