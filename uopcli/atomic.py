@@ -30,14 +30,14 @@ def _write(path: str, data) -> None:
         mode = None
     if mode is not None and not stat.S_ISREG(mode):
         with open(target, "wb") as f:
-            _write_all(f, data)
+            write_all(f, data)
         return
     directory, base = os.path.split(target)
     temp = os.path.join(directory, f".{base}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
-            _write_all(f, data)
+            write_all(f, data)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(temp, _new_file_mode(target, mode))
@@ -50,7 +50,9 @@ def _write(path: str, data) -> None:
         raise
 
 
-def _write_all(f, data) -> None:
+def write_all(f, data) -> None:
+    """Write `data` to the binary file object `f`: bytes, or a list of bytes-like pieces
+    in order (fileformat.dump_parts)."""
     for part in (data,) if isinstance(data, (bytes, bytearray, memoryview)) else data:
         f.write(part)
 

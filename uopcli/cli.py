@@ -22,7 +22,7 @@ import time
 import click
 
 from . import __version__
-from .atomic import write_atomically
+from .atomic import write_all, write_atomically
 from .errors import UOpError
 
 PROG = "uopgrad"
@@ -241,10 +241,8 @@ def _write(dest: str, data) -> None:
     """Write bytes, or the pieces of a file in order (fileformat.dump_parts), to a path
     (atomically) or to stdout ("-")."""
     if dest == "-":
-        out = sys.stdout.buffer
-        for part in (data,) if isinstance(data, bytes) else data:
-            out.write(part)
-        out.flush()
+        write_all(sys.stdout.buffer, data)
+        sys.stdout.buffer.flush()
     else:
         write_atomically(dest, data)
 

@@ -31,7 +31,7 @@ import os
 import re
 from typing import NamedTuple
 
-from .atomic import write_atomically
+from .atomic import write_all, write_atomically
 from .errors import FormatError, GraphError
 from .graph import Graph
 from .ops import DTYPES, REDUCE_OPS, DType, Ops, dtypes
@@ -716,7 +716,7 @@ def save(graph: Graph, dest=None, form: str = "msgpack") -> bytes:
     parts = dump_parts(graph, form)
     if dest is not None:
         write_parts(dest, parts)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+    return b"".join(parts)  # one piece (the JSON form) comes back as it is, not copied
 
 
 def write_parts(dest, parts: list) -> None:
@@ -727,8 +727,7 @@ def write_parts(dest, parts: list) -> None:
         if isinstance(dest, io.TextIOBase):
             raise FormatError("needs a binary file object (open the file with 'wb')", source=_stream_name(dest))
         try:
-            for part in parts:
-                dest.write(part)
+            write_all(dest, parts)
         except OSError as error:
             raise FormatError(f"cannot write: {error.strerror or error}", source=_stream_name(dest)) from None
     else:
@@ -738,7 +737,7 @@ def write_parts(dest, parts: list) -> None:
 def dumps(graph: Graph, form: str = "msgpack") -> bytes:
     """The canonical bytes of `graph` in `form` ("msgpack" or "json")."""
     parts = dump_parts(graph, form)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+    return b"".join(parts)  # one piece (the JSON form) comes back as it is, not copied
 
 
 def dump_parts(graph: Graph, form: str = "msgpack") -> list:
