@@ -401,10 +401,7 @@ class Bench:
         for family, sizes in self.cfg.file_sizes.items():
             for size in sizes:
                 progress(f"files {family} {size}")
-                try:
-                    r = worker("files", family=family, nodes=size, repeats=self._repeats(size, 2))
-                except BenchError as error:
-                    r = {"error": str(error)}
+                r = self._try("files", family=family, nodes=size, repeats=self._repeats(size, 2))
                 self.files[(family, size)] = r
                 if "error" in r:
                     rows.append([f"{family} {size:,}", f"error: {r['error']}", *["–"] * 12])
@@ -521,11 +518,10 @@ class Bench:
             if self.tiny_skip:
                 rows.append([family, "–", "–", self.tiny_skip, "–"])
                 continue
-            try:
-                r = worker("agree", env={**os.environ, "DEV": "PYTHON"}, family=family, units=units,
-                           workdir=str(self.workdir), uopgrad=UOPGRAD)
-            except BenchError as error:
-                rows.append([family, "–", "–", f"error: {error}", "–"])
+            r = self._try("agree", env={**os.environ, "DEV": "PYTHON"}, family=family, units=units,
+                          workdir=str(self.workdir), uopgrad=UOPGRAD)
+            if "error" in r:
+                rows.append([family, "–", "–", f"error: {r['error']}", "–"])
                 continue
             rows.append([family, f"{r['nodes']:,}", r["targets"], f"{r['worst']:.1e}",
                          "yes" if r["worst"] <= AGREE_RTOL else "NO"])
