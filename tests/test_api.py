@@ -19,6 +19,23 @@ def test_every_public_name_resolves():
         assert getattr(uopcli, name) is not None, name
 
 
+def test_functions_named_like_their_module_stay_functions_once_the_module_is_imported():
+    """`from uopcli import evaluate` is the function even after uopcli.evaluate (the module)
+    was imported, directly or through another public name: Python would otherwise set the
+    module as the package's attribute of that name."""
+    code = """
+import types, uopcli.differentiate, uopcli.render
+from uopcli.differentiate import is_zero
+from uopcli import evaluate_graph, evaluate, DiffReport, differentiate, to_dot, render
+import uopcli
+print([isinstance(f, types.FunctionType) and f.__name__ == n
+       for n, f in (("evaluate", evaluate), ("differentiate", differentiate), ("render", render),
+                    ("render", uopcli.render))])
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[True, True, True, True]"
+
+
 def test_the_readme_python_example_computes_the_gradient():
     x = uopcli.UOp.param("x", (3,))
     w = uopcli.UOp.param("w", (3,))

@@ -6,6 +6,9 @@ The core (UOp, Graph, load/save) imports without numpy; the heavier parts are im
 on first use, so a command that only reads a file starts fast.
 """
 
+import sys
+import types
+
 from .errors import EvaluationError, FormatError, GradientError, GraphError, UOpError
 from .ops import DType, Ops, dtypes
 from .uop import CallArg, Metadata, UOp, toposort
@@ -26,6 +29,23 @@ _LAZY = {
     "to_dot": "render",
     "RenderError": "render",
 }
+
+
+# Functions named like the module that defines them. Importing such a module (as the CLI
+# and `from uopcli.evaluate import ...` do) makes Python set it as an attribute of this
+# package, which would shadow the function: `from uopcli import evaluate` would then give
+# the module. The package's own module type keeps the function in its place.
+_SHADOWED = frozenset(name for name, module in _LAZY.items() if name == module)
+
+
+class _Package(types.ModuleType):
+    def __setattr__(self, name: str, value) -> None:
+        if name in _SHADOWED and isinstance(value, types.ModuleType):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str):
