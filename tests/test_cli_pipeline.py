@@ -117,6 +117,23 @@ def test_stdin_stdout_conversion_round_trip(work):
     assert same.returncode == 0
 
 
+def test_the_library_and_the_cli_write_the_same_gradient_bytes(work):
+    """The gradient graph depends only on the forward graph, not on what the process built
+    before: here the model is built in an order unlike the file's (the sigmoid before the
+    first sum), then saved, read back and differentiated in this process, and the bytes
+    are those of `uopgrad diff` in a fresh one."""
+    from uopcli import differentiate
+    from uopcli.fileformat import dumps
+    x, w = UOp.param("x", (4, 3)), UOp.param("w", (3, 2))
+    hidden = x @ w
+    squashed = hidden.sigmoid()
+    save(Graph({"l": hidden.sum() + squashed.sum()}, inputs=[x, w]), work / "r.uop")
+    in_process, _ = differentiate(load(work / "r.uop"), ["w"])
+    done = sh("uopgrad diff r.uop --wrt w", work)
+    assert done.returncode == 0, done.stderr.decode()
+    assert dumps(in_process) == done.stdout
+
+
 def test_broken_pipe_is_quiet(work):
     """A reader that stops early (head) is not an error worth a message; the status says
     the output was cut short (1), as PIPESTATUS shows."""

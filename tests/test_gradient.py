@@ -200,6 +200,39 @@ def test_detach_blocks_the_gradient():
     np.testing.assert_array_equal(evaluate([only_detached[x]], {"x": a3(1, 2, 3)})[0], [0.0, 0.0, 0.0])
 
 
+def test_gradients_add_up_in_tinygrads_walk_order_not_in_creation_order():
+    """tinygrad walks the post-order of a depth-first walk from the root (sources in
+    order) backwards; a node's gradient is the sum of its users' contributions in that
+    order. Here `late` is built before `early` but comes first under the root, so it is
+    walked after it, and its contribution is added second."""
+    x = param("x", (3,))
+    late = x * 3.0
+    early = x.sin()
+    g = UOp.const(1.0, f64)
+    grads = compute_gradient(early + late, g.broadcast_to((3,)), [x])
+    from_early = compute_gradient(early, g.broadcast_to((3,)), [x])[x]
+    from_late = compute_gradient(late, g.broadcast_to((3,)), [x])[x]
+    assert grads[x].op == Ops.ADD and grads[x].src == (from_late, from_early)
+
+
+def test_the_walk_order_under_a_detach_is_tinygrads_too():
+    """tinygrad's walk goes through a DETACH (no gradient passes it), so a node first met
+    under it takes its place in the order there: `shared` is placed before `other` (built
+    earlier), so it is walked after it and its contribution to x's gradient comes second."""
+    x = param("x", (3,))
+    other = x.exp2()
+    shared = x * 2.0
+    root = (shared.detach() + other) + shared.sin()
+    grads = compute_gradient(root.sum(), UOp.const(1.0, f64), [x])
+    assert grads[x].op == Ops.ADD
+    first, second = grads[x].src
+    assert Ops.EXP2 in {n.op for n in toposort([first])}
+    assert Ops.EXP2 not in {n.op for n in toposort([second])} and Ops.SIN in {n.op for n in toposort([second])}
+    xs = a3(0.5, 1.0, 2.0)
+    np.testing.assert_allclose(evaluate([grads[x]], {"x": xs})[0],
+                               2.0 ** xs * math.log(2.0) + 2.0 * np.cos(2.0 * xs), rtol=1e-12)
+
+
 def test_a_non_float_target_is_an_error():
     i = UOp.param("i", (3,), dtypes.int32)
     with pytest.raises(GradientError, match="int32"):

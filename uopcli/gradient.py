@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from operator import attrgetter
 from typing import Iterable
 
 from .errors import GradientError
@@ -358,43 +357,61 @@ def _gradients(root: UOp, root_grad: UOp, targets: list[UOp], since: int | None 
 
 
 def _target_path(root: UOp, targets: list[UOp]) -> tuple[list[UOp], set[UOp]]:
-    """The nodes that depend on a target, sources before users, and that set plus the
-    targets. A DETACH depends on nothing; a call body is closed, so the walk skips it
-    (src[0] of FUNCTION/CALL). A node's sources are always older than the node, so
-    ordering the reachable nodes by serial is a topological order: one iterative pass
-    collects them, one C-level sort orders them."""
-    seen = {root}
-    inner: list[UOp] = []  # the reached nodes with sources (a leaf depends on no target)
-    stack = [root]
-    pop, push, add, keep = stack.pop, stack.append, seen.add, inner.append
-    calls, detach = _CALL_OPS, Ops.DETACH
-    while stack:
-        node = pop()
-        src = node.src
-        if not src:
-            continue
-        op = node.op
-        if op in calls:
-            src = src[1:]
-        elif op == detach:
-            continue
-        keep(node)
-        for s in src:
-            if s not in seen:
-                add(s)
-                push(s)
+    """The nodes that depend on a target, in the order of tinygrad's walk, and that set
+    plus the targets.
+
+    The order is the post-order of a depth-first walk from the root, sources in order:
+    tinygrad's toposort, so that gradients arriving at a node from several users add up
+    in the same order, and the result is the same graph in every process (an order by
+    creation would follow whatever the process built first). A DETACH depends on nothing
+    but is walked through, as tinygrad does, since what lies under it takes its place in
+    the order there. A call body is closed (it reaches no graph input), so the walk skips
+    it (src[0] of FUNCTION/CALL). A node is expanded when popped: it goes back on the
+    stack under an _EMIT marker with its sources on top, the first on top; when the marker
+    comes up, all its sources are placed."""
     reaches = set(targets)
     walk: list[UOp] = []
+    expanded: set[UOp] = set()
+    stack = [root]
+    pop, push, expand = stack.pop, stack.append, expanded.add
     depends_on_none, on_path, step = reaches.isdisjoint, reaches.add, walk.append
-    inner.sort(key=_by_serial)
-    for node in inner:
-        if not depends_on_none(node.src):
-            on_path(node)
-            step(node)
+    calls, detach, emit = _CALL_OPS, Ops.DETACH, _EMIT
+    while stack:
+        node = pop()
+        if node is emit:
+            node = pop()
+            if not depends_on_none(node.src) and node.op != detach:
+                on_path(node)
+                step(node)
+            continue
+        if node in expanded:
+            continue
+        expand(node)
+        src = node.src
+        if not src:  # a leaf depends on no target (a target is on the path by itself)
+            continue
+        push(node)
+        push(emit)
+        if node.op in calls:
+            src = src[1:]
+        count = len(src)
+        if count == 1:
+            if src[0] not in expanded:
+                push(src[0])
+        elif count == 2:
+            first, second = src
+            if second not in expanded:
+                push(second)
+            if first not in expanded:
+                push(first)
+        else:
+            for s in reversed(src):
+                if s not in expanded:
+                    push(s)
     return walk, reaches
 
 
-_by_serial = attrgetter("serial")
+_EMIT = None  # the stack marker "all sources of the node below are placed": never a UOp
 
 
 def _rules_for_one_call(bodies: dict) -> dict:
