@@ -234,6 +234,18 @@ def test_a_graph_over_the_limit_is_refused_with_a_hint():
     assert to_dot(chain(600), max_nodes=None).count(" -> ") >= 600
 
 
+def test_the_hint_offers_collapsing_functions_only_where_there_are_functions_to_collapse():
+    with pytest.raises(RenderError) as plain:
+        to_dot(chain(600))
+    assert "--collapse-functions" not in str(plain.value)
+    with pytest.raises(RenderError, match=r"--depth K, draw each function as one box with --collapse-functions, "
+                                          r"or raise --max-nodes"):
+        to_dot(functions(), max_nodes=5)
+    with pytest.raises(RenderError) as collapsed:
+        to_dot(functions(), max_nodes=5, collapse_functions=True)
+    assert "--collapse-functions" not in str(collapsed.value) and "more than the limit of 5" in str(collapsed.value)
+
+
 def test_a_huge_chain_is_refused_fast_and_drawn_in_part_without_recursion():
     graph = chain(20_000)  # far past the recursion limit: every walk is iterative
     with pytest.raises(RenderError):

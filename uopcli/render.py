@@ -92,7 +92,7 @@ def to_dot(graph: Graph, *, outputs: Sequence[str] | None = None, around: str | 
     order = graph.nodes()
     whole = outputs is None and around is None
     if whole and not collapse_functions and max_nodes is not None and len(order) > max_nodes:
-        raise _too_large(len(order), max_nodes)  # copies only add boxes: refuse before any work
+        raise _too_large(len(order), max_nodes, _has_calls(order))  # copies only add boxes: refuse before any work
     roots = _selected_roots(graph, outputs)
     if around is not None:
         chosen = _neighbourhood(graph, order, around, depth)
@@ -128,9 +128,15 @@ def _run_dot(text: bytes, fmt: str) -> bytes:
         raise RenderError(f"dot failed: {detail[0] if detail else exc}") from None
 
 
-def _too_large(count: int, limit: int) -> RenderError:
+def _too_large(count: int, limit: int, collapsible: bool) -> RenderError:
+    """`collapsible`: the graph has calls not yet drawn as one box each, so say how to."""
+    collapse = ", draw each function as one box with --collapse-functions," if collapsible else ""
     return RenderError(f"the picture would have {count} nodes, more than the limit of {limit}; draw a part "
-                       f"with --outputs NAMES or --around NAME --depth K, or raise --max-nodes")
+                       f"with --outputs NAMES or --around NAME --depth K{collapse} or raise --max-nodes")
+
+
+def _has_calls(nodes) -> bool:
+    return any(node.op in CALLS for node in nodes)
 
 
 # ----------------------------------------------------------------------------- selection
@@ -348,7 +354,7 @@ class _Drawing:
     def dot(self, max_nodes: int | None) -> str:
         count = sum(len(nodes) for nodes in self.members.values())
         if max_nodes is not None and count > max_nodes:
-            raise _too_large(count, max_nodes)
+            raise _too_large(count, max_nodes, not self.collapse and _has_calls(self.index))
         out = self.lines
         out.append("digraph uop {")
         out.append(f'  graph [rankdir=TB fontname="{FONT}" fontsize=11 nodesep=0.15 ranksep=0.25 '
