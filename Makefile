@@ -11,6 +11,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 LINT_STAMP := $(VENV)/.installed-lint
 OUT := out
 BENCH_ARGS ?=  # e.g. make bench BENCH_ARGS=--quick
+PYTEST_ARGS ?=  # e.g. make test PYTEST_ARGS=--runslow (the long fuzz run too)
 # pip: no prompts, no version nagging; the venv's own bin first so tests find `uopgrad`
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
@@ -68,7 +69,7 @@ demo: setup
 
 # pytest exit status 5 means it collected no test: that is a failure here, and says so.
 test: setup
-	@$(RUN) $(PY) -m pytest -q; status=$$?; \
+	@$(RUN) $(PY) -m pytest -q $(PYTEST_ARGS); status=$$?; \
 		if [ $$status -eq 5 ]; then echo "make test: FAILED: pytest collected no tests" >&2; fi; \
 		exit $$status
 
@@ -96,6 +97,7 @@ $(LINT_STAMP): $(STAMP)
 
 clean:
 	rm -rf $(OUT) .pytest_cache .ruff_cache build *.egg-info
+	rm -f ./*.uop ./*.json ./*.npy ./*.npz ./*.svg ./*.png ./*.pdf ./*.dot  # the README tour's files
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
 
 distclean: clean
