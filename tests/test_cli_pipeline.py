@@ -104,6 +104,67 @@ def test_failing_command_writes_nothing(work):
     assert sorted(p.name for p in work.iterdir()) == before       # no new file, no temporary left over
 
 
+def test_a_failed_diff_writes_no_report_either(work):
+    (work / "r.json").write_bytes(b"old report")
+    done = sh("uopgrad diff m.uop --wrt x --report r.json -o nodir/g.uop", work)
+    assert done.returncode == 1 and b"nodir/g.uop" in done.stderr
+    assert (work / "r.json").read_bytes() == b"old report"
+    assert sh("uopgrad diff m.uop --wrt x --report new.json -o /dev/full", work).returncode == 1
+    assert not (work / "new.json").exists()
+
+
+def test_stdout_that_cannot_take_the_output_is_an_error_naming_stdout(work):
+    """A full disk (/dev/full), a closed stdout (>&-), and a pipe that takes only part of
+    a large write (non-blocking, nobody reading): exit status 1 and one line naming
+    <stdout>, never a cut-short output with status 0."""
+    full = sh("uopgrad print m.uop > /dev/full", work)
+    assert full.returncode == 1 and full.stderr == b"uopgrad: error: <stdout>: No space left on device\n"
+    closed = sh("uopgrad validate m.uop >&-", work)
+    assert closed.returncode == 1 and closed.stderr == b"uopgrad: error: <stdout>: Bad file descriptor\n"
+    no_stdin = sh("uopgrad validate - <&-", work)
+    assert no_stdin.returncode == 1 and b"stdin is closed" in no_stdin.stderr and b"Traceback" not in no_stdin.stderr
+    x = UOp.param("x", (3,))
+    y = x
+    for _ in range(3000):  # about 300 KB of JSON, more than a pipe holds
+        y = y * 1.5 + 1.0
+    save(Graph({"y": y}), work / "long.uop")
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    try:
+        done = subprocess.run([UOPGRAD, "convert", "long.uop", "--to", "json", "-o", "-"], cwd=work,
+                              stdout=write_end, stderr=subprocess.PIPE, timeout=60)
+    finally:
+        os.close(write_end)
+        os.close(read_end)
+    assert done.returncode == 1 and done.stderr.startswith(b"uopgrad: error: <stdout>: ")
+
+
+def test_o_dev_stdout_writes_to_the_redirection_as_it_is(work):
+    """`-o /dev/stdout` (or a shell's >(...)) writes to that descriptor: a `>>` file keeps
+    what it held, a pipe gets the bytes, and nothing is renamed over anything."""
+    (work / "log.txt").write_bytes(b"before\n")
+    appended = sh("uopgrad convert m.uop --to json -o /dev/stdout >> log.txt", work)
+    assert appended.returncode == 0
+    canonical_json = sh("uopgrad convert m.uop --to json -o -", work).stdout
+    assert (work / "log.txt").read_bytes() == b"before\n" + canonical_json
+    piped = sh("uopgrad convert m.uop -o /dev/stdout | cmp - m.uop", work)
+    assert piped.returncode == 0
+    process = sh("uopgrad convert m.uop -o >(cat > copy.uop); wait; sleep 0.2; cmp copy.uop m.uop", work)
+    assert process.returncode == 0, process.stderr.decode()
+
+
+def test_an_oversized_file_is_refused_before_it_is_read(work):
+    with open(work / "huge.uop", "wb") as f:
+        f.truncate((1 << 30) + 1)  # sparse: no disk, and no memory if it is refused unread
+    done = subprocess.run(["/usr/bin/time", "-f", "%M", UOPGRAD, "validate", "huge.uop"], cwd=work,
+                          capture_output=True, timeout=60) if os.path.exists("/usr/bin/time") else None
+    if done is None:
+        pytest.skip("/usr/bin/time is not installed")
+    lines = done.stderr.decode().splitlines()
+    assert done.returncode == 1 and lines[0].startswith("uopgrad: error: huge.uop: file is larger than the limit")
+    assert int(lines[-1]) < 200_000  # peak KiB: the gigabyte was never read
+
+
 def test_output_replaces_its_own_input(work):
     done = sh("uopgrad diff m.uop --wrt x -o m.uop && uopgrad info m.uop --json", work)
     assert done.returncode == 0

@@ -634,6 +634,30 @@ def test_dump_parts_are_the_canonical_bytes_in_pieces(case, form, tmp_path):
     assert buffer.getvalue() == dumps(graph, form)
     assert sorted(os.listdir(tmp_path)) == ["g.uop"]
 
+class _ShortWrites(io.BytesIO):
+    """Takes at most 5 bytes a call and says so, as a buffered file does when a large
+    write fills the disk part way (and then fails on the next call)."""
+
+    def write(self, data):
+        return super().write(bytes(memoryview(data).cast("B")[:5]))
+
+
+def test_write_parts_goes_on_after_a_short_write():
+    graph = Graph({"y": UOp.param("x", (2,)).sin()})
+    short = _ShortWrites()
+    write_parts(short, dump_parts(graph))
+    assert short.getvalue() == dumps(graph)
+
+
+def test_a_stream_over_the_size_limit_is_refused_after_reading_one_byte_past_it():
+    data = dumps(Graph({"y": UOp.param("x", (2,)).sin()}))
+    stream = io.BytesIO(data + b" " * 100)
+    with pytest.raises(FormatError, match="larger than the limit"):
+        load(stream, limits=Limits(max_file_bytes=len(data) + 10))
+    assert stream.tell() == len(data) + 11
+    assert load(io.BytesIO(data), limits=Limits(max_file_bytes=len(data))).outputs["y"].op == Ops.SIN
+
+
 def test_save_replaces_atomically_and_leaves_the_old_file_on_failure(tmp_path):
     path = tmp_path / "g.uop"
     path.write_bytes(b"old")

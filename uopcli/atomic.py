@@ -1,8 +1,11 @@
-"""Writing a file all at once or not at all (used by save and by every command's -o)."""
+"""Writing a file all at once or not at all (used by save and by every command's -o), and
+writing to a descriptor all of it or failing (the CLI's stdout)."""
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import stat
 
 
@@ -12,8 +15,9 @@ def write_atomically(path: str, data) -> None:
     over the target (which stays as it was on failure).
 
     Only a regular file (or a new one) is replaced that way. A device, FIFO or socket
-    (`-o /dev/null`, `-o /dev/stdout`, a named pipe) is written in place: renaming a file
-    over it would replace the device node itself. A symlink is followed, so the link stays
+    (`-o /dev/null`, a named pipe) is written in place: renaming a file over it would
+    replace the device node itself. A path naming a descriptor (`/dev/stdout`,
+    `/dev/fd/N`) is written to that descriptor. A symlink is followed, so the link stays
     and the file it points to is replaced. Raises OSError, naming `path` (not the
     temporary file, which the caller never heard of)."""
     try:
@@ -23,6 +27,13 @@ def write_atomically(path: str, data) -> None:
 
 
 def _write(path: str, data) -> None:
+    fd = _descriptor_named(path)
+    if fd is not None:  # -o /dev/stdout, or a shell's >(process): that descriptor, as it is
+        stream = _sys_stream(fd)
+        if stream is not None:
+            stream.flush()  # what was printed before goes first
+        write_descriptor(fd, data, path)
+        return
     target = os.path.realpath(path)
     try:
         mode = os.stat(target).st_mode
@@ -52,9 +63,76 @@ def _write(path: str, data) -> None:
 
 def write_all(f, data) -> None:
     """Write `data` to the binary file object `f`: bytes, or a list of bytes-like pieces
-    in order (fileformat.dump_parts)."""
-    for part in (data,) if isinstance(data, (bytes, bytearray, memoryview)) else data:
-        f.write(part)
+    in order (fileformat.dump_parts). A short write is followed by one for the rest, which
+    raises if the disk is full: a buffered file returns the short count of a large write
+    that filled the disk and no error."""
+    for part in _pieces(data):
+        done, size = f.write(part), memoryview(part).nbytes
+        while done is not None and done < size:
+            done += f.write(memoryview(part).cast("B")[done:])
+
+
+def write_descriptor(fd: int, data, name: str) -> int:
+    """Write `data` (bytes or pieces) to file descriptor `fd`, all of it, or raise OSError
+    naming `name`; returns the byte count."""
+    total = 0
+    for part in _pieces(data):
+        view = memoryview(part).cast("B")
+        done = 0
+        while done < len(view):
+            try:
+                done += os.write(fd, view[done:])
+            except OSError as error:
+                raise OSError(error.errno, error.strerror, name) from None
+        total += done
+    return total
+
+
+def _pieces(data):
+    return (data,) if isinstance(data, (bytes, bytearray, memoryview)) else data
+
+
+class DescriptorWriter(io.RawIOBase):
+    """A raw stream whose write() writes everything to a descriptor or raises OSError
+    naming the stream (`<stdout>`), for the CLI to put under sys.stdout. Python's own
+    stdout, when the disk fills during a large write, returns a short count and no error,
+    and print() ignores the count: the output would end early with exit status 0."""
+
+    def __init__(self, fd: int, name: str):
+        super().__init__()
+        self._fd, self._name = fd, name
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        return os.isatty(self._fd)
+
+    def write(self, data) -> int:
+        return write_descriptor(self._fd, data, self._name)
+
+
+_DESCRIPTOR_PATH = re.compile(r"/dev/(?:fd/(\d+)|(stdout)|(stderr))|/proc/self/fd/(\d+)")
+
+
+def _descriptor_named(path: str) -> int | None:
+    """The descriptor a path like /dev/stdout, /dev/fd/63 or /proc/self/fd/1 stands for.
+    Such a path opened anew would truncate the file a shell redirected there (>> keeps
+    what is already in it), and one renamed over would be lost to the shell's reader."""
+    match = _DESCRIPTOR_PATH.fullmatch(os.fspath(path))
+    if match is None:
+        return None
+    fd_text, stdout, stderr, proc_fd = match.groups()
+    return 1 if stdout else 2 if stderr else int(fd_text or proc_fd)
+
+
+def _sys_stream(fd: int):
+    """Python's text stream on descriptor 1 or 2 (to flush before writing under it)."""
+    import sys
+    return {1: sys.stdout, 2: sys.stderr}.get(fd)
 
 
 def _new_file_mode(path: str, mode: int | None) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import io
 import os
 import sys
 import time
@@ -49,11 +50,12 @@ class _Group(click.Group):
 
     def __call__(self, *args, **kwargs):
         gc.disable()
+        _whole_standard_streams()
         try:
             code = self.main(*args, **{**kwargs, "standalone_mode": False})
         except SystemExit as e:  # sys.exit inside a command
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_FAILURE)
-        if not _flush_streams():
+        if not _flush_streams(say_why=code == 0):  # a failed command has said what failed
             code = code or EXIT_FAILURE
         os._exit(code)
 
@@ -80,6 +82,37 @@ class _Group(click.Group):
         return code
 
 
+def _whole_standard_streams() -> None:
+    """Put stdout on an atomic.DescriptorWriter: it writes everything or fails naming
+    <stdout>. A closed stdout or stderr (`>&-`) gets /dev/null on its descriptor, so that
+    no file opened later takes that number: read-only for stdout, whose every write then
+    fails (EBADF), write-only for stderr, which stays silent."""
+    for fd, name, flags in ((1, "stdout", os.O_RDONLY), (2, "stderr", os.O_WRONLY)):
+        if getattr(sys, name) is None:
+            devnull = os.open(os.devnull, flags)
+            if devnull != fd:
+                os.dup2(devnull, fd)
+                os.close(devnull)
+            setattr(sys, name, _descriptor_text(fd, f"<{name}>", "utf-8", "strict", False))
+    stdout = sys.stdout
+    if isinstance(stdout, io.TextIOWrapper) and _descriptor(stdout) == 1:
+        stdout.flush()
+        sys.stdout = _descriptor_text(1, "<stdout>", stdout.encoding, stdout.errors, stdout.line_buffering)
+
+
+def _descriptor(stream) -> int | None:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _descriptor_text(fd: int, name: str, encoding: str, errors: str, line_buffering: bool):
+    from .atomic import DescriptorWriter
+    return io.TextIOWrapper(io.BufferedWriter(DescriptorWriter(fd, name), 1 << 16), encoding=encoding,
+                            errors=errors, line_buffering=line_buffering)
+
+
 def _one_line(e: click.ClickException) -> str:
     message = " ".join(e.format_message().split())
     if isinstance(e, click.UsageError) and e.ctx is not None:
@@ -91,14 +124,19 @@ def _error_line(message: str) -> None:
     click.echo(f"{PROG}: error: {message}", err=True)
 
 
-def _flush_streams() -> bool:
-    """Flush stdout and stderr (os._exit will not); False when stdout could not take it."""
+def _flush_streams(say_why: bool = True) -> bool:
+    """Flush stdout and stderr (os._exit will not); False when stdout could not take it
+    (said on stderr if `say_why`, but for a reader that went away: `| head` is no failure
+    to report)."""
     ok = True
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):
-            ok = ok and stream is not sys.stdout
+        except (OSError, ValueError) as error:
+            if stream is sys.stdout:
+                ok = False
+                if say_why and not isinstance(error, BrokenPipeError):
+                    _error_line(f"<stdout>: {getattr(error, 'strerror', None) or error}")
     return ok
 
 
@@ -205,19 +243,22 @@ def main():
 
 def _read_graph(path: str, remember: bool = True):
     """(Graph, raw bytes) from a path or `-` (stdin)."""
-    from .fileformat import load
+    from .fileformat import loads, read_bytes
     display = "<stdin>" if path == "-" else path
     if remember:
         click.get_current_context().meta["uopgrad.file"] = display
     if path == "-":
+        if sys.stdin is None:
+            raise CommandFailed("IN is - but stdin is closed: pipe a graph in (... | uopgrad ...) "
+                                "or redirect one (< model.uop)")
         if _is_terminal(sys.stdin):
             raise CommandFailed("IN is - but stdin is a terminal: pipe a graph in (... | uopgrad ...) "
                                 "or redirect one (< model.uop)")
-        data = sys.stdin.buffer.read()
+        source = sys.stdin.buffer
     else:
-        with open(path, "rb") as f:
-            data = f.read()
-    return load(data, name=display), data
+        source = path
+    data = read_bytes(source, name=display)  # refuses an oversized file before reading it all
+    return loads(data, name=display), data
 
 
 def _is_terminal(stream) -> bool:
@@ -367,10 +408,10 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats):
         steps.next()
         data = dump_parts(result, form)
         steps.next()
-        if report_path:
+        _write(output, data)
+        if report_path:  # after the graph: a command that fails to write it leaves no report
             import json
             _write(report_path, (json.dumps(report.to_dict(), indent=2) + "\n").encode())
-        _write(output, data)
         steps.next()
     for line in report.lines():
         _note(line)

@@ -83,29 +83,37 @@ def load(source, *, limits: Limits | None = None, name: str | None = None) -> Gr
     limits = limits or DEFAULT_LIMITS
     if isinstance(source, (bytes, bytearray, memoryview)):
         return loads(bytes(source), limits=limits, name=name or "<bytes>")
+    label = name or (os.fspath(source) if isinstance(source, (str, os.PathLike)) else _stream_name(source))
+    return loads(read_bytes(source, limits=limits, name=label), limits=limits, name=label)
+
+
+def read_bytes(source, *, limits: Limits | None = None, name: str | None = None) -> bytes:
+    """The bytes of a path or a binary file object, refusing (FormatError) more than
+    limits.max_file_bytes before holding them all: a file by its size, a pipe or device
+    (stdin, /dev/zero) by reading one byte past the limit."""
+    limits = limits or DEFAULT_LIMITS
     if isinstance(source, (str, os.PathLike)):
         label = name or os.fspath(source)
         try:
             with open(source, "rb") as file:
-                # refuse a large file before reading it; read one byte past the limit in
-                # case it has no size (a pipe or device) or grows meanwhile
                 too_large = os.fstat(file.fileno()).st_size > limits.max_file_bytes
                 data = b"" if too_large else file.read(limits.max_file_bytes + 1)
         except OSError as error:
             raise FormatError(f"cannot read: {error.strerror or error}", source=label) from None
-        if too_large:
-            raise _too_large(limits, label)
-        return loads(data, limits=limits, name=label)
-    if hasattr(source, "read"):
+    elif hasattr(source, "read"):
         label = name or _stream_name(source)
+        too_large = False
         try:
             data = source.read(limits.max_file_bytes + 1)
         except OSError as error:
             raise FormatError(f"cannot read: {error.strerror or error}", source=label) from None
         if not isinstance(data, (bytes, bytearray)):
             raise FormatError("needs a binary file object (open the file with 'rb')", source=label)
-        return loads(bytes(data), limits=limits, name=label)
-    raise TypeError(f"load() takes a path, bytes or a binary file object, not {type(source).__name__}")
+    else:
+        raise TypeError(f"load() takes a path, bytes or a binary file object, not {type(source).__name__}")
+    if too_large or len(data) > limits.max_file_bytes:
+        raise _too_large(limits, label)
+    return bytes(data)
 
 
 def loads(data: bytes, *, limits: Limits | None = None, name: str = "<bytes>") -> Graph:
