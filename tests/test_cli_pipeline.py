@@ -94,6 +94,15 @@ def test_exit_codes(work):
     assert failed.stderr.decode().startswith("uopgrad: error: m.uop: ") and failed.stderr.count(b"\n") == 1
 
 
+def test_a_negative_seed_is_a_usage_error_and_check_keeps_numpy_warnings_to_itself(work):
+    for command in ("eval m.uop --random --seed -1", "check m.uop --wrt x --seed -1"):
+        done = sh(f"uopgrad {command}", work)
+        assert done.returncode == 2 and b"--seed" in done.stderr and b"internal error" not in done.stderr
+    at_infinity = sh("uopgrad check m.uop --wrt x -i x=inf -i w=1", work)
+    assert at_infinity.returncode == 1 and b"FAILED" in at_infinity.stdout
+    assert b"Warning" not in at_infinity.stderr
+
+
 def test_failing_command_writes_nothing(work):
     (work / "out.uop").write_bytes(b"old contents")
     before = sorted(p.name for p in work.iterdir())

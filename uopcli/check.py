@@ -178,6 +178,11 @@ def _check_target(name, analytic, values64, loss, base, rng, samples, progress) 
 
 def _central_difference(name, values64, index, loss) -> float:
     import numpy as np
+    with np.errstate(all="ignore"):  # inf or nan inputs give a nan difference, reported as such
+        return _difference(np, name, values64, index, loss)
+
+
+def _difference(np, name, values64, index, loss) -> float:
     x = values64[name]
     original = float(x[index])
     step = STEP * max(1.0, abs(original))

@@ -429,7 +429,7 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats):
 @click.option("-i", "--input", "specs", multiple=True, metavar="NAME=VALUE",
               help="An input's value: x.npy, data.npz (member NAME), data.npz:key, or a number filled to its shape.")
 @click.option("--random", "use_random", is_flag=True, help="Fill inputs not given with seeded random values.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --random.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of --random.")
 @click.option("-o", "--output", metavar="OUT.npz", help="Store the outputs in an .npz under their names (- for stdout).")
 @click.option("--json", "as_json", is_flag=True, help="Print the outputs as JSON.")
 @click.option("--stats", is_flag=True, help="Add the evaluation time and peak live bytes.")
@@ -552,7 +552,7 @@ def _value_text(value) -> str:
 @click.option("--of", "of_", metavar="NAMES", help="Outputs to differentiate (default: the only one).")
 @click.option("-i", "--input", "specs", multiple=True, metavar="NAME=VALUE",
               help="An input's value (as for eval); inputs not given are seeded random values.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs, "
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the random inputs, "
               "cotangents and sampled elements.")
 @click.option("--samples", type=click.IntRange(min=1), default=16, show_default=True,
               help="Elements compared per target, at most.")
