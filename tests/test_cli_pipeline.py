@@ -103,6 +103,27 @@ def test_a_negative_seed_is_a_usage_error_and_check_keeps_numpy_warnings_to_itse
     assert b"Warning" not in at_infinity.stderr
 
 
+def test_control_characters_from_a_file_are_shown_escaped_and_drawn(work):
+    """Names and tags are the file's: a newline must not forge a line of `print`, an
+    escape sequence must not reach the terminal, and dot must still draw them (it refuses
+    a NUL and very long strings)."""
+    from uopcli import Metadata
+    x = UOp.param("x", (3,))
+    called = UOp.trace_function("evil\n%99 = FAKE\x1b[31m\x00" + "y" * 100_000, lambda a: (a * 2.0,), x)
+    y = called[0].sin().set_meta(Metadata("na\nme", None, False))
+    save(Graph({"y": y}, meta={"k\x1bey": "v\nalue"}), work / "evil.uop")
+    listed = sh("uopgrad print evil.uop", work)
+    assert listed.returncode == 0 and b"\x1b" not in listed.stdout and b"\x00" not in listed.stdout
+    lines = listed.stdout.decode().splitlines()
+    assert len(lines) == 1 + 8 + 1 and not any(line.startswith("%99") for line in lines)
+    assert "evil\\n%99 = FAKE\\x1b[31m\\x00yyy" in listed.stdout.decode() and lines[-2].endswith("# na\\nme")
+    info = sh("uopgrad info evil.uop", work)
+    assert info.returncode == 0 and "meta.k\\x1bey       v\\nalue" in info.stdout.decode()
+    drawn = sh("uopgrad render evil.uop -o evil.svg", work)
+    assert drawn.returncode == 0, drawn.stderr.decode()
+    assert b"evil\\n%99 = FAKE\\x1b[31m\\x00yyy" in (work / "evil.svg").read_bytes()
+
+
 def test_failing_command_writes_nothing(work):
     (work / "out.uop").write_bytes(b"old contents")
     before = sorted(p.name for p in work.iterdir())

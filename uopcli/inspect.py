@@ -14,7 +14,7 @@ from typing import Iterator
 
 from .graph import Graph
 from .ops import CALLS, Ops
-from .uop import UOp
+from .uop import UOp, printable
 
 # FLOP estimate: floating-point operations per output element, one row per op. Ops not
 # listed cost nothing (leaves, movement, identity, calls, memory, integer and bool ops).
@@ -125,7 +125,7 @@ def info_text(info: dict) -> str:
         "ops             " + ", ".join(f"{op} {n}" for op, n in info["ops"].items()),
     ]
     lines += [f"{'meta.' + key:<15} {value}" for key, value in info["meta"].items()]
-    return "\n".join(lines)
+    return "\n".join(map(printable, lines))
 
 
 # ----------------------------------------------------------------------------- listing
@@ -139,11 +139,11 @@ def listing(graph: Graph) -> Iterator[str]:
     order, levels = _ordered_with_levels(graph)
     number = {node: i for i, node in enumerate(order)}
     ins = ", ".join(f"{n.arg} {_type(n)}" for n in graph.inputs)
-    yield f"# {len(order)} nodes; inputs: {ins or 'none'}"
+    yield printable(f"# {len(order)} nodes; inputs: {ins or 'none'}")
     for node in order:
-        yield "  " * levels[node] + _line(node, number)
+        yield "  " * levels[node] + printable(_line(node, number))
     for name, node in graph.outputs.items():
-        yield f"output {name} = %{number[node]}"
+        yield printable(f"output {name} = %{number[node]}")
 
 
 def _line(node: UOp, number: dict[UOp, int]) -> str:

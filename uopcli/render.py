@@ -39,7 +39,7 @@ from typing import Iterable, Sequence
 from .errors import UOpError
 from .graph import Graph
 from .ops import CALLS, FAMILY, Ops
-from .uop import UOp, scope_toposort, toposort
+from .uop import UOp, printable, scope_toposort, toposort
 
 DEFAULT_MAX_NODES = 500
 FORMATS = ("svg", "png", "pdf", "dot")
@@ -273,12 +273,19 @@ def meta_text(node: UOp) -> str:
 
 
 def _e(text: str) -> str:
-    return html.escape(text, quote=True)
+    return html.escape(_shown(text), quote=True)
 
 
 def _q(text: str) -> str:
     """A DOT double-quoted string."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    return '"' + _shown(text).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _shown(text: str, limit: int = 200) -> str:
+    """Text from the file as a picture can hold it: control characters escaped (dot refuses
+    a NUL), and cut at `limit` characters (dot refuses very long strings)."""
+    text = printable(text)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _html_label(head: str, lines: Sequence[tuple[str, str]]) -> str:

@@ -768,6 +768,15 @@ def valid_name(name) -> bool:
     return isinstance(name, str) and bool(name) and not any(c in "=," or c.isspace() for c in name)
 
 
+def printable(text: str) -> str:
+    """`text` with every non-printable character (newline, escape, NUL, ...) written as its
+    Python escape (`\\n`, `\\x1b`): names and tags come from files, and shown raw they
+    could forge a line of a listing or drive the terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _short(arg) -> str:
     text = repr(arg) if not isinstance(arg, bytes) else f"<{len(arg)} bytes>"
     return text if len(text) <= 60 else text[:57] + "..."
