@@ -8,13 +8,13 @@ import math
 import numpy as np
 import pytest
 
-from uopcli import UOp, dtypes
+from uopcli import Ops, UOp, dtypes
 from uopcli.check import check_gradients, to_float64
 from uopcli.differentiate import NO_GRADIENT, NOT_REACHED, ONLY_DETACH, differentiate, is_zero
 from uopcli.errors import EvaluationError, GradientError
 from uopcli.evaluate import evaluate_graph
 from uopcli.graph import Graph
-from uopcli.inspect import depth, flop_estimate, listing
+from uopcli.inspect import FLOPS_PER_ELEMENT, depth, flop_estimate, listing
 from uopcli.values import gather_inputs, random_value, read_value
 
 
@@ -157,6 +157,16 @@ def test_flops_and_depth():
     twice = Graph({"p": call.gettuple(0) * UOp.trace_function("f", lambda v: v * v + v, a).gettuple(0)})
     assert flop_estimate(twice) == 2 * 20 + 20     # body counted per call (here the same call) + MUL
     assert depth(Graph({"x": a}).nodes()) == 0
+
+
+def test_flops_of_functions_nested_thousands_deep():
+    """Each body's cost is known before its caller's, without recursion."""
+    x = UOp.param("x", (4,))
+    result = UOp.slot(0, (4,)).sin()
+    for i in range(3000):
+        result = UOp.function(f"f{i}", (result * 2.0,), (UOp.slot(0, (4,)),)).gettuple(0)
+    graph = Graph({"y": UOp.function("outer", (result,), (x,)).gettuple(0)})
+    assert flop_estimate(graph) == 4 * (FLOPS_PER_ELEMENT[Ops.SIN] + 3000 * FLOPS_PER_ELEMENT[Ops.MUL])
 
 
 def test_listing_format():

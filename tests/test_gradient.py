@@ -327,6 +327,29 @@ def test_nested_functions_differentiate():
     check_against_finite_differences(build, {"a": a3(0.5, -1, 2)})
 
 
+def nested_functions(levels: int, x: UOp, scale: float) -> UOp:
+    """sin(x) * scale ** levels, computed `levels` functions deep: each body scales the
+    result of the function nested in it (built inside out, without recursion)."""
+    result = UOp.slot(0, x.shape, x.dtype).sin()
+    for i in range(levels):
+        result = UOp.function(f"f{i}", (result * scale,), (UOp.slot(0, x.shape, x.dtype),)).gettuple(0)
+    return UOp.function("outer", (result,), (x,)).gettuple(0)
+
+
+def test_functions_nested_thousands_deep_differentiate():
+    """Differentiating a FUNCTION differentiates its body, one recursion a nesting level:
+    past Python's limit it runs again on a deep stack (uop.on_a_deep_stack)."""
+    from uopcli.evaluate import evaluate as production_evaluate  # the reference one recurses
+    x, xs = param("x", (2,)), a3(0.25, 2.0)[:2]
+    for levels, scale in ((30, 1.5), (3000, 1.0)):
+        before = sys.getrecursionlimit()
+        grad = compute_gradient(nested_functions(levels, x, scale).sum(), UOp.const(1.0, f64), [x])[x]
+        assert sys.getrecursionlimit() == before
+        assert sum(n.op == Ops.FUNCTION for n in toposort([grad])) > levels  # a backward function a level
+        np.testing.assert_allclose(production_evaluate([grad], {"x": xs})[0], np.cos(xs) * scale ** levels,
+                                   rtol=1e-12)
+
+
 def test_call_with_a_backward_body():
     x = param("x", (3,))
     ste = UOp.trace_call("ste", lambda p: p.trunc(), lambda p, g: g * 2.0, x)  # a straight-through estimator

@@ -24,7 +24,7 @@ from typing import Iterable
 
 from .errors import GradientError
 from .ops import Ops, dtypes
-from .uop import Metadata, UOp, make_shaped, next_serial, no_gc, scope_toposort, tag_new_nodes
+from .uop import Metadata, UOp, make_shaped, next_serial, no_gc, on_a_deep_stack, scope_toposort, tag_new_nodes
 
 _make = UOp.make
 _shaped = make_shaped
@@ -323,8 +323,12 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp]) -> dict[
         if not t.dtype.is_float:
             raise GradientError(f"target {t!r} is {t.dtype.name}: only floating-point targets have gradients")
     _check_root_grad(root, root_grad)
+    since = next_serial()
     with no_gc():
-        return _gradients(root, root_grad, targets)
+        try:
+            return _gradients(root, root_grad, targets, since)
+        except RecursionError:  # functions nested hundreds deep: once more, on a deep stack
+            return on_a_deep_stack(_gradients, root, root_grad, targets, since)
 
 
 def _check_root_grad(root: UOp, root_grad: UOp) -> None:

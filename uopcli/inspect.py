@@ -69,20 +69,43 @@ def depth(nodes: list[UOp]) -> int:
 
 def flop_estimate(graph: Graph) -> int:
     """Floating-point operations one evaluation of every output performs (an estimate:
-    FLOPS_PER_ELEMENT per element, bodies counted once per call)."""
+    FLOPS_PER_ELEMENT per element, bodies counted once per call).
+
+    A body's cost is needed before its callers' and bodies nest, so scopes wait on a stack
+    (the graph's outputs at the bottom) until the bodies they call are costed: iterative,
+    however deep the nesting."""
     body_cost: dict[UOp, int] = {}
-    return _scope_flops(list(graph.outputs.values()), body_cost)
+    waiting: list[UOp | None] = [None]  # None: the graph's own scope
+    while waiting:
+        scope = waiting[-1]
+        if scope in body_cost:  # waited on by two callers
+            waiting.pop()
+            continue
+        roots = list(graph.outputs.values()) if scope is None else list(scope.src)
+        cost, uncosted = _scope_flops(roots, body_cost)
+        if uncosted:
+            waiting += dict.fromkeys(uncosted)
+            continue
+        waiting.pop()
+        if scope is None:
+            return cost
+        body_cost[scope] = cost
+    raise AssertionError("unreachable: the graph's own scope is costed last")
 
 
-def _scope_flops(roots: list[UOp], body_cost: dict[UOp, int]) -> int:
+def _scope_flops(roots: list[UOp], body_cost: dict[UOp, int]) -> tuple[int, list[UOp]]:
+    """The cost of one scope, and the bodies it calls whose cost is not known yet (if
+    any, the cost is incomplete)."""
     total = 0
+    uncosted: list[UOp] = []
     for node in _scope_walk(roots):
         op = node.op
         if op in CALLS:
             body = node.src[0]
-            if body not in body_cost:
-                body_cost[body] = _scope_flops(list(body.src), body_cost)  # nesting depth only
-            total += body_cost[body]
+            if body in body_cost:
+                total += body_cost[body]
+            else:
+                uncosted.append(body)
         elif op == Ops.REDUCE:
             if node.dtype.is_float:
                 total += math.prod(node.src[0].shape)
@@ -90,7 +113,7 @@ def _scope_flops(roots: list[UOp], body_cost: dict[UOp, int]) -> int:
             operand = node.src[-1] if op != Ops.WHERE else node.src[1]
             if operand.dtype.is_float:
                 total += FLOPS_PER_ELEMENT[op] * math.prod(node.shape)
-    return total
+    return total, uncosted
 
 
 def _scope_walk(roots: list[UOp]) -> Iterator[UOp]:

@@ -642,6 +642,36 @@ def live_node_count() -> int:
     return len(_intern) + sum(map(len, _by_src.values()))
 
 
+def on_a_deep_stack(fn, *args, depth: int = 100_000, stack_bytes: int = 1 << 30):
+    """fn(*args), run in a thread whose stack holds `stack_bytes` (reserved, touched only as
+    it is used) with the recursion limit at `depth`. For the one walk that recurses, once
+    per nesting level of function bodies (differentiating a FUNCTION differentiates its
+    body): graphs of hundreds of nested functions would pass Python's default limit."""
+    import threading
+    outcome: list = []
+
+    def run():
+        try:
+            outcome.append((True, fn(*args)))
+        except BaseException as error:  # noqa: BLE001 - handed to the caller as it is
+            outcome.append((False, error))
+
+    limit, size = sys.getrecursionlimit(), threading.stack_size()
+    sys.setrecursionlimit(max(limit, depth))
+    threading.stack_size(stack_bytes)
+    try:
+        thread = threading.Thread(target=run, name="uopcli-deep-stack")
+        thread.start()
+        thread.join()
+    finally:
+        threading.stack_size(size)
+        sys.setrecursionlimit(limit)
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
+
+
 @contextmanager
 def no_gc():
     """Pause the cyclic garbage collector: UOp graphs are acyclic, and scanning millions of
