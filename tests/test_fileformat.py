@@ -568,6 +568,22 @@ def test_refuses_what_is_over_the_limits():
     refused(b'{"a":' + b"[" * 5000 + b"]" * 5000 + b"}", "nested too deeply")
 
 
+def test_a_key_that_appears_twice_is_refused_not_read_last_wins():
+    graph = Graph({"y": UOp.param("x", (2,)).sin()})
+    doc = msgpack.unpackb(dumps(graph))
+    packer = msgpack.Packer()
+    twice = packer.pack_map_header(len(doc) + 1) + b"".join(packer.pack(k) + packer.pack(v) for k, v in doc.items())
+    twice += packer.pack("outputs") + packer.pack([["z", 1]])
+    with pytest.raises(FormatError, match="^<bytes>: the key 'outputs' appears twice in the top-level map$"):
+        load(twice)
+    text = dumps(graph, "json").decode()
+    with pytest.raises(FormatError, match="the key 'outputs' appears twice in one object"):
+        loads(text.rstrip()[:-1] + ',"outputs":[["z",1]]}')
+    with pytest.raises(FormatError, match="the key 'name' appears twice in one object"):
+        loads(text.replace('"name":"x"', '"name":"x","name":"w"'))
+    assert load(dumps(graph)).outputs["y"].op == Ops.SIN and loads(text).outputs["y"].op == Ops.SIN
+
+
 def test_limits_can_be_raised():
     shape = [1] * 20
     document = file([["PARAM", "float32", [], {"name": "x", "shape": shape}]], [0], [("x", 0)])

@@ -147,7 +147,13 @@ def _stream_name(stream) -> str:
 def _parse_msgpack(data: bytes, name: str):
     import msgpack  # here, not at the top: `import uopcli` stays fast for commands that read no file
     try:
-        return msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
+        doc = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
+        if doc.__class__ is dict and len(doc) != _map_size(data):
+            raise FormatError(f"the key {_short(repr(_repeated_key(data)))} appears twice in the top-level map",
+                              source=name)
+        return doc
+    except FormatError:
+        raise
     except msgpack.ExtraData as extra:
         if extra.unpacked.__class__ is not dict:  # text or other bytes that happen to start with a value
             raise FormatError(f"not a .uop file: the top level is {_kind(extra.unpacked)}, not a map "
@@ -160,17 +166,62 @@ def _parse_msgpack(data: bytes, name: str):
                           source=name) from None
 
 
+def _map_size(data: bytes) -> int | None:
+    """The entry count a MessagePack map at the start of `data` declares (a dict built
+    from it holds fewer when a key repeats)."""
+    first = data[0]
+    if 0x80 <= first <= 0x8F:
+        return first & 0x0F
+    width = {0xDE: 2, 0xDF: 4}.get(first)
+    return None if width is None else int.from_bytes(data[1:1 + width], "big")
+
+
+def _repeated_key(data: bytes):
+    """The first key that repeats in the top-level map (only on the way to an error)."""
+    import msgpack
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, max_buffer_size=len(data))
+    unpacker.feed(data)
+    seen = set()
+    for _ in range(unpacker.read_map_header()):
+        key = unpacker.unpack()
+        unpacker.skip()
+        if key in seen:
+            return key
+        seen.add(key)
+    return None
+
+
+class _RepeatedKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list) -> dict:
+    """A JSON object as a dict, refusing a key that appears twice (the last would win)."""
+    mapping = dict(pairs)
+    if len(mapping) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                break
+            seen.add(key)
+        raise _RepeatedKey(f"the key {_short(repr(key))} appears twice in one object")
+    return mapping
+
+
 def _parse_json(data: bytes, name: str):
     import json
     try:
         text = data.decode("utf-8")
-        doc = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        doc = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float,
+                         object_pairs_hook=_unique_keys)
         if _SURROGATE_ESCAPE.search(data):
             json.dumps(doc, ensure_ascii=False).encode("utf-8")  # raises on a lone surrogate
     except RecursionError:
         raise FormatError("values nested too deeply for the JSON reader", source=name) from None
     except UnicodeError as error:
         raise FormatError(f"not valid UTF-8 text: {_short(str(error))}", source=name) from None
+    except _RepeatedKey as error:
+        raise FormatError(str(error), source=name) from None
     except ValueError as error:
         message = str(error)
         if message.startswith("Extra data"):
