@@ -105,7 +105,11 @@ def _fdiv_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
 
 def _max_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
     a, b = y.src
-    tie_share = _where(_eq(a, b), _mul(g, _const(g, 0.5)), _zero(g))
+    # half of g at a tie: g * 0.5 as tinygrad writes it; an integer g (a MAX of ints on the
+    # way to a float target, through casts) has no 0.5, and halves by dividing, truncating
+    # as the integer REDUCE MAX rule does
+    half = _mul(g, _const(g, 0.5)) if g.dtype.is_float else _div(g, _const(g, 2))
+    tie_share = _where(_eq(a, b), half, _zero(g))
     return need[0] and _where(_lt(b, a), g, tie_share), need[1] and _where(_lt(a, b), g, tie_share)
 
 
