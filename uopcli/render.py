@@ -312,6 +312,9 @@ def _fill(node: UOp) -> str:
 
 # ----------------------------------------------------------------------------- drawing
 
+_MAX_INDENT = 16  # DOT indentation stops growing here: 3,000 nested bodies made 65 MB of spaces
+
+
 class _Drawing:
     """Turns a selection of a graph into DOT lines. Every walk is in canonical order."""
 
@@ -394,7 +397,7 @@ class _Drawing:
             if scope is not MAIN:
                 self._cluster_open(scope, indent)
                 stack.append((scope, indent, True))
-                inner = indent + "  "
+                inner = indent + "  " if len(indent) < _MAX_INDENT else indent  # deep nesting: no wider
             for node in self.members[scope]:
                 self._node(scope, node, inner)
             self.lines.extend(inner + line for line in self.ghosts[scope])
