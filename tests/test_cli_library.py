@@ -196,6 +196,11 @@ def test_values(tmp_path):
     assert gather_inputs([x], ["x=1"])["x"].tolist() == [1, 1]
     with pytest.raises(EvaluationError, match="given twice"):
         gather_inputs([x], ["x=1", "x=2"])
+    (tmp_path / "text.npy").write_text("not numpy\n")
+    with pytest.raises(EvaluationError, match=r"cannot read .*text.npy: not a .npy file \(it does not start"):
+        read_value("x", str(tmp_path / "text.npy"), x)
+    np.save(tmp_path / "x.npy", np.array([3, 4], np.int16))
+    assert read_value("x", str(tmp_path / "x.npy"), x).tolist() == [3, 4]
 
 
 def test_gradient_graph_is_a_valid_graph():

@@ -568,6 +568,12 @@ def test_refuses_what_is_over_the_limits():
     refused(b'{"a":' + b"[" * 5000 + b"]" * 5000 + b"}", "nested too deeply")
 
 
+def test_a_json_file_with_a_byte_order_mark_is_refused_saying_so():
+    text = dumps(Graph({"y": UOp.param("x", (2,)).sin()}), "json")
+    with pytest.raises(FormatError, match="^<bytes>: the file starts with a UTF-8 byte-order mark"):
+        loads(b"\xef\xbb\xbf" + text)
+
+
 def test_a_key_that_appears_twice_is_refused_not_read_last_wins():
     graph = Graph({"y": UOp.param("x", (2,)).sin()})
     doc = msgpack.unpackb(dumps(graph))

@@ -124,6 +124,9 @@ def loads(data: bytes, *, limits: Limits | None = None, name: str = "<bytes>") -
     if len(data) > limits.max_file_bytes:
         raise _too_large(limits, name)
     start = _WHITESPACE.match(data).end()
+    if data.startswith(b"\xef\xbb\xbf", start):  # as MessagePack it would read as the int -17
+        raise FormatError("the file starts with a UTF-8 byte-order mark: save the JSON form without one",
+                          source=name)
     if start == len(data):
         raise FormatError("empty file: a .uop file is one MessagePack or JSON map", source=name)
     json_form = data[start] == 0x7B  # "{"

@@ -45,7 +45,7 @@ def read_value(name: str, value: str, node: UOp):
                 array = archive[key]
             where = f"{path}:{key}"
         elif value.endswith(".npy"):
-            array, where = np.load(value, allow_pickle=False), value
+            array, where = np.load(_npy_checked(value), allow_pickle=False), value
         else:
             return _filled(name, value, node)
     except OSError as e:
@@ -54,6 +54,15 @@ def read_value(name: str, value: str, node: UOp):
         raise EvaluationError(f"input {name!r}: cannot read {value}: {e}") from None
     check_value(name, node, array, where)
     return array
+
+
+def _npy_checked(path: str) -> str:
+    """`path`, once its first bytes are those of a .npy file: numpy reads any other file
+    as a pickle, and refuses it as 'pickled (object) data', which misleads."""
+    with open(path, "rb") as f:
+        if f.read(6) != b"\x93NUMPY":
+            raise ValueError("not a .npy file (it does not start with numpy's magic bytes)")
+    return path
 
 
 def _npz_member(value: str, name: str) -> tuple[str | None, str | None]:
