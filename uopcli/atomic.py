@@ -7,6 +7,7 @@ import io
 import os
 import re
 import stat
+import sys
 
 
 def write_atomically(path: str, data) -> None:
@@ -131,7 +132,6 @@ def _descriptor_named(path: str) -> int | None:
 
 def _sys_stream(fd: int):
     """Python's text stream on descriptor 1 or 2 (to flush before writing under it)."""
-    import sys
     return {1: sys.stdout, 2: sys.stderr}.get(fd)
 
 

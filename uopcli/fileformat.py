@@ -914,7 +914,7 @@ def _canonical_nodes(graph: Graph, encoders: dict, append) -> dict[UOp, int]:
             children = node.src
             if node.op == call and node.arg.grad is not None:
                 children = (*children, node.arg.grad)
-            count = len(children)
+            count = len(children)  # unrolled as in gradient._target_path: no call per node
             if count == 1:
                 if children[0] not in index:
                     push(children[0])
