@@ -272,6 +272,18 @@ def test_readme_commands_run(tmp_path):
     _run_in_scratch_copy(commands, tmp_path)
 
 
+def test_readme_outputs_are_what_the_commands_print_today(tmp_path):
+    """The output pasted under each README command is what the command prints now: a
+    change of the CLI's output shows up here, not in front of a newcomer."""
+    copy = tmp_path / "README.md"
+    copy.write_text((ROOT / "README.md").read_text())
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "refresh_readme.py"), str(copy)],
+                            capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"{copy}: unchanged", (
+        "the README's outputs are out of date: run python tools/refresh_readme.py README.md and read the diff")
+
+
 def test_readme_python_example_runs(tmp_path):
     """The README's Python API example, run as a script in a scratch directory."""
     blocks = re.findall(r"^```python\n(.*?)^```", (ROOT / "README.md").read_text(), flags=re.S | re.M)

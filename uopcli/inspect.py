@@ -147,8 +147,14 @@ def info_text(info: dict) -> str:
         f"sha256          {info['sha256']}",
         "ops             " + ", ".join(f"{op} {n}" for op, n in info["ops"].items()),
     ]
-    lines += [f"{'meta.' + key:<15} {value}" for key, value in info["meta"].items()]
-    return "\n".join(map(printable, lines))
+    lines = [printable(line) for line in lines]
+    # a description may span lines; any other control character is shown escaped
+    lines += [f"{'meta.' + printable(key):<15} {_printable_lines(value)}" for key, value in info["meta"].items()]
+    return "\n".join(lines)
+
+
+def _printable_lines(text: str) -> str:
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 # ----------------------------------------------------------------------------- listing
