@@ -12,6 +12,10 @@ LINT_STAMP := $(VENV)/.installed-lint
 OUT := out
 BENCH_ARGS ?=  # e.g. make bench BENCH_ARGS=--quick
 PYTEST_ARGS ?=  # e.g. make test PYTEST_ARGS=--runslow (the long fuzz run too)
+# what the tours of README.md and samples/README.md write in the root, by name: make clean
+# removes exactly these, never other files of yours that happen to sit there
+TOUR_FILES := both.uop broken.uop d1.uop d2.uop d3.uop d4.uop d5.uop grad.uop grad_b2.dot \
+	mlp-grad.svg mlp-grad.uop mlp-train.uop poly.json poly.uop rnn.png vjp.uop x.npy attention-grad.svg
 # pip: no prompts, no version nagging; the venv's own bin first so tests find `uopgrad`
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
@@ -97,7 +101,7 @@ $(LINT_STAMP): $(STAMP)
 
 clean:
 	rm -rf $(OUT) .pytest_cache .ruff_cache build *.egg-info
-	rm -f ./*.uop ./*.json ./*.npy ./*.npz ./*.svg ./*.png ./*.pdf ./*.dot  # the README tour's files
+	rm -f $(TOUR_FILES)
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
 
 distclean: clean

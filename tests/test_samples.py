@@ -255,6 +255,19 @@ def test_samples_readme_commands_run(tmp_path):
     commands = _console_commands(SAMPLES_DIR / "README.md")
     assert len(commands) == len(NAMES)
     _run_in_scratch_copy(commands, tmp_path)
+    _assert_make_clean_knows(tmp_path)
+
+
+def _assert_make_clean_knows(scratch: Path) -> None:
+    """What a tour wrote beside samples/ is in the Makefile's TOUR_FILES (make clean
+    removes those by name) and in .gitignore."""
+    makefile = (ROOT / "Makefile").read_text()
+    listed = set(re.search(r"^TOUR_FILES := (.*?[^\\])$", makefile, flags=re.M | re.S).group(1).split())
+    listed.discard("\\")
+    written = {p.name for p in scratch.iterdir() if p.name != "samples"}
+    assert written and written <= listed, f"add to TOUR_FILES in the Makefile: {sorted(written - listed)}"
+    ignored = {line[1:] for line in (ROOT / ".gitignore").read_text().splitlines() if line.startswith("/")}
+    assert written <= ignored, f"add to .gitignore: {sorted('/' + n for n in written - ignored)}"
 
 
 def test_readme_shows_the_two_quick_start_commands():
@@ -270,6 +283,7 @@ def test_readme_commands_run(tmp_path):
     assert {c.split()[1] for c in commands if c.startswith("uopgrad ")} >= {
         "diff", "eval", "check", "info", "print", "convert", "validate", "render"}
     _run_in_scratch_copy(commands, tmp_path)
+    _assert_make_clean_knows(tmp_path)
 
 
 def test_readme_outputs_are_what_the_commands_print_today(tmp_path):
