@@ -178,26 +178,22 @@ def _check_target(name, analytic, values64, loss, base, rng, samples, progress) 
 
 def _central_difference(name, values64, index, loss) -> float:
     import numpy as np
-    with np.errstate(all="ignore"):  # inf or nan inputs give a nan difference, reported as such
-        return _difference(np, name, values64, index, loss)
-
-
-def _difference(np, name, values64, index, loss) -> float:
     x = values64[name]
     original = float(x[index])
     step = STEP * max(1.0, abs(original))
     feed = dict(values64)
-    shifted = np.array(x, copy=True)
-    shifted[index] = original + step
-    up_step = shifted[index] - original
-    feed[name] = shifted
-    up = loss(feed)
-    shifted = np.array(x, copy=True)
-    shifted[index] = original - step
-    down_step = original - shifted[index]
-    feed[name] = shifted
-    down = loss(feed)
-    return float((up - down) / (up_step + down_step))
+    with np.errstate(all="ignore"):  # inf or nan inputs give a nan difference, reported as such
+        shifted = np.array(x, copy=True)
+        shifted[index] = original + step
+        up_step = shifted[index] - original
+        feed[name] = shifted
+        up = loss(feed)
+        shifted = np.array(x, copy=True)
+        shifted[index] = original - step
+        down_step = original - shifted[index]
+        feed[name] = shifted
+        down = loss(feed)
+        return float((up - down) / (up_step + down_step))
 
 
 # ----------------------------------------------------------------------------- DETACH

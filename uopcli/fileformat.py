@@ -151,12 +151,6 @@ def _parse_msgpack(data: bytes, name: str):
     import msgpack  # here, not at the top: `import uopcli` stays fast for commands that read no file
     try:
         doc = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
-        if doc.__class__ is dict and len(doc) != _map_size(data):
-            raise FormatError(f"the key {_short(repr(_repeated_key(data)))} appears twice in the top-level map",
-                              source=name)
-        return doc
-    except FormatError:
-        raise
     except msgpack.ExtraData as extra:
         if extra.unpacked.__class__ is not dict:  # text or other bytes that happen to start with a value
             raise FormatError(f"not a .uop file: the top level is {_kind(extra.unpacked)}, not a map "
@@ -167,6 +161,10 @@ def _parse_msgpack(data: bytes, name: str):
     except Exception as error:  # noqa: BLE001 - msgpack raises many types for bad bytes; all mean one thing
         raise FormatError(f"not valid MessagePack: {_short(str(error) or type(error).__name__)}",
                           source=name) from None
+    if doc.__class__ is dict and len(doc) != _map_size(data):
+        raise FormatError(f"the key {_short(repr(_repeated_key(data)))} appears twice in the top-level map",
+                          source=name)
+    return doc
 
 
 def _map_size(data: bytes) -> int | None:

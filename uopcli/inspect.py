@@ -75,8 +75,8 @@ def flop_estimate(graph: Graph) -> int:
     (the graph's outputs at the bottom) until the bodies they call are costed: iterative,
     however deep the nesting."""
     body_cost: dict[UOp, int] = {}
-    waiting: list[UOp | None] = [None]  # None: the graph's own scope
-    while waiting:
+    waiting: list[UOp | None] = [None]  # None: the graph's own scope, costed last
+    while True:
         scope = waiting[-1]
         if scope in body_cost:  # waited on by two callers
             waiting.pop()
@@ -90,7 +90,6 @@ def flop_estimate(graph: Graph) -> int:
         if scope is None:
             return cost
         body_cost[scope] = cost
-    raise AssertionError("unreachable: the graph's own scope is costed last")
 
 
 def _scope_flops(roots: list[UOp], body_cost: dict[UOp, int]) -> tuple[int, list[UOp]]:
