@@ -195,6 +195,27 @@ def test_an_oversized_file_is_refused_before_it_is_read(work):
     assert int(lines[-1]) < 200_000  # peak KiB: the gigabyte was never read
 
 
+def test_limit_raises_and_lowers_a_reader_limit_for_one_command(work):
+    """A file over a default limit (rank 17 > max_rank 16) is refused with the way to raise
+    it, and read with --limit, before or after the command; --limit can also lower one."""
+    x = UOp.param("x", (1,) * 17)
+    save(Graph({"y": x.sum()}), work / "rank17.uop")
+    refused = sh("uopgrad validate rank17.uop", work)
+    assert refused.returncode == 1
+    message = refused.stderr.decode()
+    assert message.startswith("uopgrad: error: rank17.uop: node 0 (PARAM): PARAM shape has rank 17, over the limit of 16")
+    assert "uopgrad --limit max_rank=N" in message and len(message.splitlines()) == 1
+    for command in ("uopgrad validate rank17.uop --limit max_rank=17", "uopgrad --limit max_rank=32 validate rank17.uop",
+                    "uopgrad diff rank17.uop --wrt x --limit max_rank=17 | uopgrad validate - --limit max_rank=17"):
+        done = sh(command, work)
+        assert (done.returncode, done.stdout.decode(), done.stderr) == (0, "ok: 3 nodes, 1 input, 1 output\n", b""), command
+    lowered = sh("uopgrad info m.uop --limit max_nodes=2 --limit max_file_bytes=100000", work)
+    assert lowered.returncode == 1 and "exceed the limit of 2 (raise it:" in lowered.stderr.decode()
+    for bad in ("max_nodes", "max_nodes=-1", "max_nodes=many", "nodes=5"):
+        done = sh(f"uopgrad validate m.uop --limit {bad}", work)
+        assert done.returncode == 2 and "Invalid value for '--limit'" in done.stderr.decode(), bad
+
+
 def test_output_replaces_its_own_input(work):
     done = sh("uopgrad diff m.uop --wrt x -o m.uop && uopgrad info m.uop --json", work)
     assert done.returncode == 0

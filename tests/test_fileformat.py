@@ -547,9 +547,9 @@ def test_refuses_bad_call_backward_bodies():
 
 def test_refuses_what_is_over_the_limits():
     big = file([["PARAM", "float32", [], {"name": "x", "shape": [1 << 16, 1 << 16]}]], [0])
-    refused(big, "4294967296 elements", "Limits.max_tensor_elements", node=0, op="PARAM")
+    refused(big, "4294967296 elements", "Limits(max_tensor_elements=...)", "--limit max_tensor_elements=N", node=0, op="PARAM")
     deep = file([["PARAM", "float32", [], {"name": "x", "shape": [1] * 17}]], [0])
-    refused(deep, "rank 17", "Limits.max_rank", node=0, op="PARAM")
+    refused(deep, "rank 17", "Limits(max_rank=...)", node=0, op="PARAM")
     expand = file([["PARAM", "float32", [], {"name": "x", "shape": [1, 1]}],
                    ["EXPAND", "float32", [0], [1 << 20, 1 << 20]]], [0])
     refused(expand, "EXPAND result", "elements", node=1, op="EXPAND")
@@ -563,7 +563,7 @@ def test_refuses_what_is_over_the_limits():
     refused(small, "rank 1, over the limit of 0", limits=Limits(max_rank=0), node=0)
     refused(small, "3 elements, over the limit of 2", limits=Limits(max_tensor_elements=2), node=0)
     nested = file([X, ["RESHAPE", "float32", [0], [[[[[[[[[[[[[[[[[[[3]]]]]]]]]]]]]]]]]]]]], [0])
-    refused(nested, "nests deeper than 16", "Limits.max_arg_depth", node=1, op="RESHAPE")
+    refused(nested, "nests deeper than 16", "Limits(max_arg_depth=...)", node=1, op="RESHAPE")
     refused(b"\x91" * 5000 + b"\xc0", "nested too deeply")
     refused(b'{"a":' + b"[" * 5000 + b"]" * 5000 + b"}", "nested too deeply")
 

@@ -147,17 +147,45 @@ def _set_flag(ctx: click.Context, param: click.Parameter, value: bool) -> None:
         ctx.meta[f"uopgrad.{param.name}"] = True
 
 
+def _set_limits(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> None:
+    """--limit NAME=N (repeatable): a reader limit of fileformat.Limits for this command."""
+    from .fileformat import Limits
+    chosen = ctx.meta.setdefault("uopgrad.limits", {})
+    for text in values:
+        name, _, number = text.partition("=")
+        if name not in Limits._fields:
+            raise click.BadParameter(f"{text!r}: the limits are {', '.join(Limits._fields)}", ctx, param)
+        try:
+            value = int(number)
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise click.BadParameter(f"{text!r}: give {name}=N, N a whole number >= 0", ctx, param)
+        chosen[name] = value
+
+
+def _limits():
+    """The reader limits: the defaults, with what --limit raised or lowered."""
+    from .fileformat import DEFAULT_LIMITS
+    ctx = click.get_current_context(silent=True)
+    chosen = ctx.meta.get("uopgrad.limits") if ctx else None
+    return DEFAULT_LIMITS._replace(**chosen) if chosen else DEFAULT_LIMITS
+
+
 def _flag(name: str) -> bool:
     ctx = click.get_current_context(silent=True)
     return bool(ctx and ctx.meta.get(f"uopgrad.{name}"))
 
 
 def _common_options(fn):
-    """--quiet and --debug, accepted by the group and by every command."""
+    """--quiet, --debug and --limit, accepted by the group and by every command."""
     fn = click.option("-q", "--quiet", is_flag=True, expose_value=False, is_eager=True, callback=_set_flag,
                       help="Print only results and errors.")(fn)
     fn = click.option("--debug", is_flag=True, expose_value=False, is_eager=True, callback=_set_flag,
                       help="Show a traceback on errors.")(fn)
+    fn = click.option("--limit", multiple=True, expose_value=False, is_eager=True, callback=_set_limits,
+                      metavar="NAME=N", help="Raise (or lower) a reader limit, e.g. max_nodes=50000000 "
+                      "(names: max_file_bytes, max_nodes, max_arg_depth, max_rank, max_tensor_elements).")(fn)
     return fn
 
 
@@ -218,7 +246,7 @@ def _command(name: str, example: str, short: str):
     def decorate(fn):
         fn = _guarded(fn)
         fn = _common_options(fn)
-        fn.__click_params__ = fn.__click_params__[-2:] + fn.__click_params__[:-2]  # listed last in --help
+        fn.__click_params__ = fn.__click_params__[-3:] + fn.__click_params__[:-3]  # listed last in --help
         doc = _cleandoc(fn.__doc__ or "")
         fn.__doc__ = f"{doc}\n\n\b\nExample:\n{example}"
         return main.command(name, short_help=short)(fn)
@@ -257,8 +285,9 @@ def _read_graph(path: str, remember: bool = True):
         source = sys.stdin.buffer
     else:
         source = path
-    data = read_bytes(source, name=display)  # refuses an oversized file before reading it all
-    return loads(data, name=display), data
+    limits = _limits()
+    data = read_bytes(source, limits=limits, name=display)  # refuses an oversized file before reading it all
+    return loads(data, limits=limits, name=display), data
 
 
 def _is_terminal(stream) -> bool:
@@ -653,8 +682,13 @@ def validate(source):
     """Read IN as the format contract requires; print `ok` and its counts, or the error
     (exit status 1)."""
     graph, _ = _read_graph(source)
-    nodes = len(graph.nodes())
-    click.echo(f"ok: {nodes} nodes, {len(graph.inputs)} inputs, {len(graph.outputs)} outputs")
+    counts = (_count(len(graph.nodes()), "node"), _count(len(graph.inputs), "input"),
+              _count(len(graph.outputs), "output"))
+    click.echo(f"ok: {', '.join(counts)}")
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 # ----------------------------------------------------------------------------- render

@@ -69,6 +69,11 @@ class Limits(NamedTuple):
 DEFAULT_LIMITS = Limits()
 
 
+def raise_hint(limit: str) -> str:
+    """How to read a file over `limit`, from Python or from the command line."""
+    return f"(raise it: Limits({limit}=...) in Python, uopgrad --limit {limit}=N on the command line)"
+
+
 # ============================================================================= reading
 
 class _Bad(Exception):
@@ -139,7 +144,7 @@ def loads(data: bytes, *, limits: Limits | None = None, name: str = "<bytes>") -
 
 def _too_large(limits: Limits, name: str) -> FormatError:
     return FormatError(f"file is larger than the limit of {limits.max_file_bytes} bytes "
-                       f"(raise Limits.max_file_bytes to read it)", source=name)
+                       f"{raise_hint('max_file_bytes')}", source=name)
 
 
 def _stream_name(stream) -> str:
@@ -294,7 +299,7 @@ class _Reader:
             raise self.fail(f"'nodes' must be an array, got {_kind(nodes)}")
         if len(nodes) > self.limits.max_nodes:
             raise self.fail(f"{len(nodes)} nodes exceed the limit of {self.limits.max_nodes} "
-                            f"(raise Limits.max_nodes to read it)")
+                            f"{raise_hint('max_nodes')}")
         self._nodes(nodes)
         outputs = self._outputs(doc["outputs"])
         inputs = self._inputs(doc["inputs"])
@@ -389,7 +394,7 @@ class _Reader:
         """The message for a node the loop refused (the slow path: only runs once, on failure)."""
         limit = self.limits.max_arg_depth
         if entry.__class__ is list and len(entry) >= 4 and _nests_deeper(entry[3], limit):
-            return f"arg nests deeper than {limit} levels (raise Limits.max_arg_depth)"
+            return f"arg nests deeper than {limit} levels {raise_hint('max_arg_depth')}"
         if isinstance(error, (_Bad, GraphError)):
             return str(error)
         message = _diagnose(entry, len(self.built), error)
@@ -491,14 +496,14 @@ class _Reader:
                 raise _Bad(f"{what} must be an array of non-negative ints, got {_short(repr(value))}")
         if len(value) > self.limits.max_rank:
             raise _Bad(f"{what} has rank {len(value)}, over the limit of {self.limits.max_rank} "
-                       f"(raise Limits.max_rank)")
+                       f"{raise_hint('max_rank')}")
         self.elements(value, what)
         return tuple(value)
 
     def elements(self, shape, what: str = "tensor") -> None:
         if math.prod(shape) > self.limits.max_tensor_elements:
             raise _Bad(f"{what} {list(shape)} has {math.prod(shape)} elements, over the limit of "
-                       f"{self.limits.max_tensor_elements} (raise Limits.max_tensor_elements)")
+                       f"{self.limits.max_tensor_elements} {raise_hint('max_tensor_elements')}")
 
     def axis_list(self, arg, op: str, item=None) -> list:
         """A list of at most max_rank entries, each exactly of type `item` (checked here,
@@ -506,7 +511,8 @@ class _Reader:
         if arg.__class__ is not list:
             raise _Bad(f"{op} arg must be an array, got {_kind(arg)}")
         if len(arg) > self.limits.max_rank:
-            raise _Bad(f"{op} arg has {len(arg)} entries, over the rank limit of {self.limits.max_rank}")
+            raise _Bad(f"{op} arg has {len(arg)} entries, over the rank limit of {self.limits.max_rank} "
+                       f"{raise_hint('max_rank')}")
         if item is not None and not _ONLY[item].issuperset(map(type, arg)):
             raise _Bad(f"{op} arg must be {_ARG_FORM[op]}, got {_short(repr(arg))}")
         return arg

@@ -167,7 +167,7 @@ def listing(graph: Graph) -> Iterator[str]:
     order, levels = _ordered_with_levels(graph)
     number = {node: i for i, node in enumerate(order)}
     ins = ", ".join(f"{n.arg} {_type(n)}" for n in graph.inputs)
-    yield printable(f"# {len(order)} nodes; inputs: {ins or 'none'}")
+    yield printable(f"# {len(order)} node{'' if len(order) == 1 else 's'}; inputs: {ins or 'none'}")
     for node in order:
         yield "  " * levels[node] + printable(_line(node, number))
     for name, node in graph.outputs.items():
