@@ -6,8 +6,8 @@ The core (UOp, Graph, load/save) imports without numpy; the heavier parts are im
 on first use, so a command that only reads a file starts fast.
 """
 
-import sys
-import types
+import sys as _sys
+import types as _types
 
 from .errors import EvaluationError, FormatError, GradientError, GraphError, UOpError
 from .ops import DType, Ops, dtypes
@@ -38,14 +38,14 @@ _LAZY = {
 _SHADOWED = frozenset(name for name, module in _LAZY.items() if name == module)
 
 
-class _Package(types.ModuleType):
+class _Package(_types.ModuleType):
     def __setattr__(self, name: str, value) -> None:
-        if name in _SHADOWED and isinstance(value, types.ModuleType):
+        if name in _SHADOWED and isinstance(value, _types.ModuleType):
             value = getattr(value, name)
         super().__setattr__(name, value)
 
 
-sys.modules[__name__].__class__ = _Package
+_sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str):
