@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from uopcli import UOp
+from uopcli import UOp, dtypes
 from uopcli.fileformat import load, save
 from uopcli.graph import Graph
 
@@ -214,6 +214,47 @@ def test_limit_raises_and_lowers_a_reader_limit_for_one_command(work):
     for bad in ("max_nodes", "max_nodes=-1", "max_nodes=many", "nodes=5"):
         done = sh(f"uopgrad validate m.uop --limit {bad}", work)
         assert done.returncode == 2 and "Invalid value for '--limit'" in done.stderr.decode(), bad
+
+
+def test_tuple_and_function_outputs_evaluate_element_by_element(work):
+    x = UOp.param("x", (3,))
+    save(Graph({"t": UOp.tuple(x * 2.0, UOp.noop()), "f": UOp.trace_function("f", lambda a: (a * 2.0, a.sum()), x)},
+               inputs=[x]), work / "tuples.uop")
+    table = sh("uopgrad eval tuples.uop -i x=x.npy", work)
+    assert table.returncode == 0 and table.stderr == b""
+    assert [line.split()[0] for line in table.stdout.decode().splitlines()] == ["name", "t[0]", "t[1]", "f[0]", "f[1]"]
+    assert "(none: a NOOP element)" in table.stdout.decode().splitlines()[2]
+    document = json.loads(sh("uopgrad eval tuples.uop -i x=x.npy --json", work).stdout)["outputs"]
+    assert document["t"][0]["values"] == [2, 4, 6] and document["t"][1] is None
+    assert [e["values"] for e in document["f"]] == [[2, 4, 6], 6]
+    assert sh("uopgrad eval tuples.uop -i x=x.npy -o out.npz", work).returncode == 0
+    with np.load(work / "out.npz") as archive:
+        assert archive.files == ["t[0]", "f[0]", "f[1]"]  # a NOOP element has no value to store
+        assert archive["f[1]"] == 6
+
+
+def test_numbers_a_float_input_cannot_hold_are_refused_and_big_endian_arrays_read(work):
+    for value, dtype in (("1e200", "float32"), ("-1e39", "float32"), ("70000", "float16")):
+        save(Graph({"y": UOp.param("v", (2,), getattr(dtypes, dtype)) * 1.0}), work / "v.uop")
+        done = sh(f"uopgrad eval v.uop -i v={value}", work)
+        assert done.returncode == 1 and done.stderr.decode().startswith(
+            f"uopgrad: error: v.uop: input 'v': {value} does not fit {dtype} (largest magnitude"), value
+        assert len(done.stderr.splitlines()) == 1  # and no numpy warning
+    assert outputs_json(sh("uopgrad eval v.uop -i v=65519 --json", work)) == {"y": [65504, 65504]}  # rounds down
+    assert outputs_json(sh("uopgrad eval v.uop -i v=-inf --json", work)) == {"y": ["-inf", "-inf"]}
+    np.save(work / "be.npy", np.array([1, 2, 3], ">f4"))
+    assert outputs_json(sh("uopgrad eval m.uop -i x=be.npy -i w=1 --json", work)) == {"y": 14}
+
+
+def test_the_table_mean_neither_overflows_nor_warns(work):
+    save(Graph({"y": UOp.param("d", (2,), dtypes.float64) * 1.0}), work / "d.uop")
+    done = sh("uopgrad eval d.uop -i d=1.7e308", work)
+    assert done.returncode == 0 and done.stderr == b""
+    assert done.stdout.decode().splitlines()[1].split()[3:6] == ["1.7e+308"] * 3
+    np.save(work / "d.npy", np.array([np.inf, -np.inf]))
+    both = sh("uopgrad eval d.uop -i d=d.npy", work)
+    assert both.returncode == 0 and both.stderr == b""
+    assert both.stdout.decode().splitlines()[1].split()[3:6] == ["-inf", "nan", "inf"]
 
 
 def test_output_replaces_its_own_input(work):

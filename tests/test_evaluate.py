@@ -459,6 +459,18 @@ def test_integer_and_float16_contractions():
                                rtol=2e-3, atol=2e-3)
 
 
+def test_a_scalar_factor_scales_the_products_not_their_sum():
+    """sum(x * c) as the graph says: c * sum(x) overflows where the products do not, and
+    loses the nan of 0 * inf."""
+    x, y = UOp.param("x", (2,)), UOp.param("y", (2,))
+    (half, infinite, pair), stats = contract([(x * 0.5).sum(), (x * float("inf")).sum(), (x * y * 0.5).sum()],
+                                             x=np.array([3e38, 3e38], np.float32), y=np.array([1, 1], np.float32))
+    assert stats.contractions == 3
+    assert half == np.float32(3e38) and infinite == np.inf and pair == np.float32(3e38)
+    (infinite,), _ = contract([(x * float("inf")).sum()], x=np.array([1, 0], np.float32))
+    assert np.isnan(infinite)
+
+
 def test_float16_gradient_contractions_sum_in_float32():
     gradient = pytest.importorskip("uopcli.gradient")
     a, b = UOp.param("a", (8, 32), dtypes.float16), UOp.param("b", (32, 4), dtypes.float16)

@@ -478,19 +478,39 @@ def eval_(source, specs, use_random, seed, output, as_json, stats):
         results = evaluate_graph(graph, inputs, stats=eval_stats)
         steps.next()
     if output:
-        _write(output, npz_bytes(results))
+        _write(output, npz_bytes({name: a for name, a in _elements(results).items() if a is not None}))
         if eval_stats is not None:
             click.echo(_stats_text(eval_stats), err=True)
     elif as_json:
         import json
-        document = {"outputs": {name: _array_json(a) for name, a in results.items()}}
+        document = {"outputs": {name: _value_json(a) for name, a in results.items()}}
         if eval_stats is not None:
             document["stats"] = _stats_json(eval_stats)
         click.echo(json.dumps(document))
     else:
-        click.echo(_table(results))
+        click.echo(_table(_elements(results)))
         if eval_stats is not None:
             click.echo(_stats_text(eval_stats))
+
+
+def _elements(results: dict) -> dict:
+    """Outputs one array each: a TUPLE, FUNCTION or CALL output (a tuple of arrays, None
+    for a NOOP element) becomes one entry per element, named `t[0]`, `t[1]`, ..."""
+    flat = {}
+    for name, value in results.items():
+        if isinstance(value, tuple):
+            flat.update((f"{name}[{i}]", element) for i, element in enumerate(value))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _value_json(value):
+    """An output in --json: an array's dtype, shape and values; a tuple output a list of
+    those (null for a NOOP element)."""
+    if isinstance(value, tuple):
+        return [None if element is None else _array_json(element) for element in value]
+    return _array_json(value)
 
 
 def npz_bytes(arrays: dict) -> bytes:
@@ -545,15 +565,22 @@ def _human_bytes(n: float) -> str:
 
 
 def _table(results: dict, leading: int = 6) -> str:
-    """One row per output: name, shape, dtype, min / mean / max, and its leading values."""
+    """One row per output: name, shape, dtype, min / mean / max, and its leading values
+    (a NOOP element of a tuple output: a row saying so)."""
     import numpy as np
     rows = [("name", "shape", "dtype", "min", "mean", "max", "values")]
     for name, array in results.items():
+        if array is None:
+            rows.append((name, "-", "-", "-", "-", "-", "(none: a NOOP element)"))
+            continue
         array = np.asarray(array)
         flat = array.reshape(-1)
         if flat.size and array.dtype.kind in "biuf":
             numeric = flat.astype(np.float64)
-            low, mean, high = (f"{v:.6g}" for v in (numeric.min(), numeric.mean(), numeric.max()))
+            with np.errstate(all="ignore"):  # the mean of [inf, -inf] is nan, and says so in the table
+                # summing the shares, not dividing the sum, which overflows near the largest float64
+                mean = np.sum(numeric / flat.size)
+            low, mean, high = (f"{v:.6g}" for v in (numeric.min(), mean, numeric.max()))
         else:
             low = mean = high = "-"
         shown = " ".join(_value_text(v) for v in flat[:leading]) + (" ..." if flat.size > leading else "")

@@ -25,8 +25,11 @@ How it works, and why:
 Semantics where the format leaves room (decided here):
 - integer FDIV is C division (as CDIV); integer division or remainder by zero gives 0;
   integer POW with a negative exponent gives 1/a^|b| truncated (1, -1 or 0).
-- a float16 contraction (the float32-accumulated sum a float16 gradient spells as CAST,
-  REDUCE ADD, CAST) multiplies in float32: products skip one float16 rounding.
+- a float16 contraction (a REDUCE ADD of float16 products, or the CAST, REDUCE ADD, CAST
+  a float16 gradient spells) multiplies and adds in float32, as tinygrad's compiled kernels
+  do: the products skip their float16 rounding, so one too large for float16 does not
+  turn the sum into inf or nan. (A product that is also an output is not fused, and is
+  rounded: it, and a sum of it, are then evaluated node by node.)
 - inputs are keyed by name, by PARAM node, or by any node whose value you supply (its
   sources are then not evaluated); arrays must match shape and dtype exactly.
 - outputs are writable arrays: numpy scalars become 0-d arrays, read-only views (a
@@ -279,7 +282,8 @@ class _Contraction:
         axes in no factor: reduced -> multiply by their size; kept -> broadcast
     and np.matmul runs with the operands ordered so its C-ordered result is already in the
     REDUCE's axis order where possible (np.einsum can return Fortran-ordered results that
-    slow every later elementwise op). Shape-() factors multiply the result.
+    slow every later elementwise op). Shape-() factors multiply the operand with the fewest
+    elements before the sum, as the graph does (c * sum(x) could overflow where sum(x * c) does not).
     """
 
     __slots__ = ("terms", "scratch_bytes")
@@ -335,6 +339,10 @@ def _contract_term(values, full_shape, reduced, node, scratch: list):
         if converted is not view:
             scratch.append(converted.nbytes)
         operands.append((converted, axes))
+    if scale is not None and operands:
+        # the scalar factor scales an operand, not the sum: sum(x * c), not c * sum(x), which
+        # can overflow where the products do not, and loses the nan of a 0 * inf
+        operands, scale = _scaled_smallest(operands, scale, compute, scratch), None
     present = set().union(*(axes for _, axes in operands)) if operands else set()
     kept = [a for a in range(len(full_shape)) if a not in reduced and full_shape[a] != 1]
     out_axes = [a for a in kept if a in present]
@@ -357,6 +365,15 @@ def _contract_term(values, full_shape, reduced, node, scratch: list):
     keep_shape = tuple(full_shape[a] if a in present and a not in reduced else 1 for a in range(len(full_shape)))
     result = result.reshape(keep_shape)
     return result if keep_shape == node.shape else np.broadcast_to(result, node.shape)
+
+
+def _scaled_smallest(operands: list, scale, compute, scratch: list) -> list:
+    """`operands` with the one of fewest elements multiplied by `scale` (the cheapest place)."""
+    smallest = min(range(len(operands)), key=lambda i: operands[i][0].size)
+    view, axes = operands[smallest]
+    scaled = np.multiply(view, np.asarray(scale).astype(compute, copy=False), dtype=compute)
+    scratch.append(scaled.nbytes)
+    return [*operands[:smallest], (scaled, axes), *operands[smallest + 1:]]
 
 
 def _apply_scale(result, scale, count: int, compute):

@@ -12,6 +12,7 @@ ones the dtype cannot hold. Files are read with allow_pickle=False: they are dat
 
 from __future__ import annotations
 
+import math
 import zlib
 from typing import Iterable, Mapping
 
@@ -52,8 +53,7 @@ def read_value(name: str, value: str, node: UOp):
         raise EvaluationError(f"input {name!r}: cannot read {e.filename or value}: {e.strerror or e}") from None
     except ValueError as e:
         raise EvaluationError(f"input {name!r}: cannot read {value}: {e}") from None
-    check_value(name, node, array, where)
-    return array
+    return check_value(name, node, array, where)
 
 
 def _npy_checked(path: str) -> str:
@@ -95,16 +95,28 @@ def _filled(name: str, value: str, node: UOp):
         info = np.iinfo(dtype.np)
         if not info.min <= number <= info.max:
             raise EvaluationError(f"input {name!r}: {number} does not fit {dtype.name}")
+    elif dtype.is_float and math.isfinite(number) and abs(number) > float(np.finfo(dtype.np).max):
+        largest = float(np.finfo(dtype.np).max)
+        with np.errstate(over="ignore"):
+            rounded = np.array(number).astype(dtype.np)
+        if not np.isfinite(rounded):  # beyond the margin that rounds down to the largest
+            raise EvaluationError(f"input {name!r}: {value} does not fit {dtype.name} (largest magnitude "
+                                  f"{largest:.6g}; give inf or -inf for infinity)")
     return np.full(node.shape, number, dtype=dtype.np)
 
 
-def check_value(name: str, node: UOp, array, where: str = "the value") -> None:
+def check_value(name: str, node: UOp, array, where: str = "the value"):
+    """`array` if it is the input's value (shape and dtype exactly; an array of the other
+    byte order comes back in this machine's), else EvaluationError."""
     import numpy as np
     if not isinstance(array, np.ndarray):
         raise EvaluationError(f"input {name!r}: {where} is not an array")
+    if not array.dtype.isnative and array.dtype.newbyteorder("=") == node.dtype.np:
+        array = array.astype(node.dtype.np)  # a big-endian .npy of the right dtype: same values
     if tuple(array.shape) != node.shape or array.dtype != node.dtype.np:
         got = f"{array.dtype.name}[{','.join(map(str, array.shape))}]"
         raise EvaluationError(f"input {name!r} is {type_text(node)} but {where} is {got}")
+    return array
 
 
 def random_value(node: UOp, seed: int):
