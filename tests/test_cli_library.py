@@ -14,7 +14,7 @@ from uopcli.differentiate import NO_GRADIENT, NOT_REACHED, ONLY_DETACH, differen
 from uopcli.errors import EvaluationError, GradientError
 from uopcli.evaluate import evaluate_graph
 from uopcli.graph import Graph
-from uopcli.inspect import FLOPS_PER_ELEMENT, depth, flop_estimate, listing
+from uopcli.inspect import FLOPS_PER_ELEMENT, depth, flop_estimate, graph_info, info_text, listing
 from uopcli.values import gather_inputs, random_value, read_value
 
 
@@ -167,6 +167,29 @@ def test_flops_of_functions_nested_thousands_deep():
         result = UOp.function(f"f{i}", (result * 2.0,), (UOp.slot(0, (4,)),)).gettuple(0)
     graph = Graph({"y": UOp.function("outer", (result,), (x,)).gettuple(0)})
     assert flop_estimate(graph) == 4 * (FLOPS_PER_ELEMENT[Ops.SIN] + 3000 * FLOPS_PER_ELEMENT[Ops.MUL])
+
+
+def chained_bodies(count: int) -> Graph:
+    """`count` functions whose bodies share one growing chain: body k is sin^k(slot 0)."""
+    x = UOp.param("x", ())
+    chain, total = UOp.slot(0, ()), None
+    for _ in range(count):
+        chain = chain.sin()
+        out = UOp.function("f", (chain,), (x,)).gettuple(0)
+        total = out if total is None else total + out
+    return Graph({"y": total})
+
+
+def test_flops_of_bodies_sharing_nodes_within_a_budget():
+    """Each body is costed in full (body k: k SINs), so bodies built on each other cost
+    bodies x nodes to walk: past the budget the estimate is unknown, not minutes away."""
+    graph = chained_bodies(100)
+    assert flop_estimate(graph) == FLOPS_PER_ELEMENT[Ops.SIN] * sum(range(1, 101)) + FLOPS_PER_ELEMENT[Ops.ADD] * 99
+    assert flop_estimate(graph, visits=2 * 5050) is not None
+    assert flop_estimate(graph, visits=1000) is None
+    info = graph_info(graph)
+    assert info["flops"] is not None
+    assert "unknown: function bodies share" in info_text({**info, "flops": None})
 
 
 def test_listing_format():

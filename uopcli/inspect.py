@@ -67,13 +67,19 @@ def depth(nodes: list[UOp]) -> int:
     return deepest
 
 
-def flop_estimate(graph: Graph) -> int:
+def flop_estimate(graph: Graph, visits: int | None = None) -> int | None:
     """Floating-point operations one evaluation of every output performs (an estimate:
-    FLOPS_PER_ELEMENT per element, bodies counted once per call).
+    FLOPS_PER_ELEMENT per element, bodies counted once per call); None when costing it
+    would visit more than `visits` nodes (default: 10 per node of the graph, at least
+    10^6).
 
     A body's cost is needed before its callers' and bodies nest, so scopes wait on a stack
     (the graph's outputs at the bottom) until the bodies they call are costed: iterative,
-    however deep the nesting."""
+    however deep the nesting. Each body is walked once, in full: bodies that share nodes
+    (body k built on body k-1's nodes) would cost bodies x nodes, hence the budget."""
+    if visits is None:
+        visits = max(10 ** 6, 10 * len(graph.nodes()))
+    budget = [visits]
     body_cost: dict[UOp, int] = {}
     waiting: list[UOp | None] = [None]  # None: the graph's own scope, costed last
     while True:
@@ -82,7 +88,9 @@ def flop_estimate(graph: Graph) -> int:
             waiting.pop()
             continue
         roots = list(graph.outputs.values()) if scope is None else list(scope.src)
-        cost, uncosted = _scope_flops(roots, body_cost)
+        cost, uncosted = _scope_flops(roots, body_cost, budget)
+        if budget[0] < 0:
+            return None
         if uncosted:
             waiting += dict.fromkeys(uncosted)
             continue
@@ -92,12 +100,16 @@ def flop_estimate(graph: Graph) -> int:
         body_cost[scope] = cost
 
 
-def _scope_flops(roots: list[UOp], body_cost: dict[UOp, int]) -> tuple[int, list[UOp]]:
+def _scope_flops(roots: list[UOp], body_cost: dict[UOp, int], budget: list[int]) -> tuple[int, list[UOp]]:
     """The cost of one scope, and the bodies it calls whose cost is not known yet (if
-    any, the cost is incomplete)."""
+    any, the cost is incomplete); each node visited takes one from budget[0], and the
+    walk stops when it is spent."""
     total = 0
     uncosted: list[UOp] = []
     for node in _scope_walk(roots):
+        budget[0] -= 1
+        if budget[0] < 0:
+            break
         op = node.op
         if op in CALLS:
             body = node.src[0]
@@ -142,7 +154,7 @@ def info_text(info: dict) -> str:
         f"outputs         {', '.join(map(typed, info['outputs'])) or 'none'}",
         f"input elements  {info['input_elements']}",
         f"embedded bytes  {info['embedded_bytes']}",
-        f"flops (est.)    {info['flops']}",
+        f"flops (est.)    {'unknown: function bodies share too many nodes to count' if info['flops'] is None else info['flops']}",
         f"sha256          {info['sha256']}",
         "ops             " + ", ".join(f"{op} {n}" for op, n in info["ops"].items()),
     ]

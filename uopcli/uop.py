@@ -1091,27 +1091,74 @@ def _infer_tuple(op, dtype, src, arg):
     return None
 
 
-_body_slots_memo: dict[UOp, dict[int, UOp]] = {}  # body -> its slots; sweep_intern_table clears it
+# node -> (slot -> PARAM, a graph input's name or None): what the node reads in its scope.
+# Kept per node, not per body, because bodies share nodes: K bodies on one growing chain
+# (body k = f(chain up to k)) would otherwise cost K^2 walks. sweep_intern_table clears it.
+_body_slots_memo: dict[UOp, tuple[dict[int, UOp], str | None]] = {}
+_READS_NOTHING: tuple[dict[int, UOp], None] = ({}, None)  # shared: never mutated
 
 
 def _body_slots(body: UOp) -> dict[int, UOp]:
     """The slot PARAMs a body reads, not looking inside nested calls' own bodies.
-    Raises on a graph-input PARAM (a body must be closed).
-
-    Memoised per body: every FUNCTION/CALL of one body would otherwise walk it again, and
-    a file with many calls of one large body would cost calls x body size."""
-    memo = _body_slots_memo.get(body)
-    if memo is not None:
-        return memo
-    slots: dict[int, UOp] = {}
-    for node in scope_toposort([body]):
-        if node.op == Ops.PARAM:
-            if isinstance(node.arg, str):
-                raise GraphError(f"a function body is not closed: it reads graph input {node.arg!r}")
-            if slots.setdefault(node.arg, node) is not node:
-                raise GraphError(f"slot {node.arg} appears with two shapes or dtypes in one body")
-    _body_slots_memo[body] = slots
+    Raises on a graph-input PARAM (a body must be closed)."""
+    slots, graph_input = _scope_reads(body)
+    if graph_input is not None:
+        raise GraphError(f"a function body is not closed: it reads graph input {graph_input!r}")
     return slots
+
+
+def _scope_reads(root: UOp) -> tuple[dict[int, UOp], str | None]:
+    """What `root` reads in its scope (see _body_slots_memo), for it and every node under
+    it not known yet, sources first (iterative)."""
+    memo = _body_slots_memo
+    found = memo.get(root)
+    if found is not None:
+        return found
+    stack = [root]
+    while stack:
+        node = stack[-1]
+        if node in memo:
+            stack.pop()
+            continue
+        children = _scope_children(node)
+        pending = [child for child in children if child not in memo]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        memo[node] = _reads_of(node, [memo[child] for child in children])
+    return memo[root]
+
+
+def _reads_of(node: UOp, parts: list) -> tuple[dict[int, UOp], str | None]:
+    """A node's reads from its sources' (a PARAM reads itself). A source's slot map is
+    shared, not copied, where it already holds the others' (a chain keeps one map)."""
+    if node.op == Ops.PARAM:
+        return ({}, node.arg) if isinstance(node.arg, str) else ({node.arg: node}, None)
+    slots, graph_input = None, None
+    for part_slots, part_input in parts:
+        graph_input = graph_input or part_input
+        if not part_slots or part_slots is slots:
+            continue
+        if slots is None or _holds(part_slots, slots):
+            slots = part_slots
+        elif not _holds(slots, part_slots):
+            slots = _merged(slots, part_slots)
+    if slots is None and graph_input is None:
+        return _READS_NOTHING
+    return slots or {}, graph_input
+
+
+def _holds(big: dict, small: dict) -> bool:
+    return len(big) >= len(small) and all(big.get(index) is param for index, param in small.items())
+
+
+def _merged(first: dict, second: dict) -> dict:
+    merged = dict(first)
+    for index, param in second.items():
+        if merged.setdefault(index, param) is not param:
+            raise GraphError(f"slot {index} appears with two shapes or dtypes in one body")
+    return merged
 
 
 def _check_slots(op, dtype, src, what: str, body: UOp, values: Sequence[UOp]):
