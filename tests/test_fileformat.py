@@ -581,6 +581,9 @@ def test_refuses_what_is_over_the_limits():
     refused(expand, "EXPAND result", "elements", node=1, op="EXPAND")
     pad = file([X, ["PAD", "float32", [0], [[0, 1 << 40]]]], [0])
     refused(pad, "PAD result", node=1, op="PAD")
+    empty = file([["PARAM", "float32", [], {"name": "x", "shape": [0, 1 << 20, 1 << 20]}],
+                  ["REDUCE", "float32", [0], ["ADD", [0]]]], [0])  # [0, n, n] holds nothing; [1, n, n] 2^40
+    refused(empty, "REDUCE result [1, 1048576, 1048576]", "elements", node=1, op="REDUCE")
     reshape = file([["PARAM", "float32", [], {"name": "x", "shape": [1]}], ["RESHAPE", "float32", [0], [1] * 17]], [0])
     refused(reshape, "rank limit of 16", node=1, op="RESHAPE")
     small = msgpack.packb(file([X, TWO, ["MUL", "float32", [0, 1], None]], [0], [("y", 2)]))

@@ -642,7 +642,10 @@ def _decode_reduce(reader, op, dtype, sources, arg) -> UOp:
     if arg.__class__ is not list or len(arg) != 2 or arg[0].__class__ is not str or arg[0] not in _REDUCE_OP:
         raise _Bad(f"REDUCE arg must be [\"ADD\" | \"MUL\" | \"MAX\", [axes]], got {_short(repr(arg))}")
     axes = reader.axis_list(arg[1], op, int)
-    return UOp.make(op, dtype, sources, (_REDUCE_OP[arg[0]], tuple(axes)))
+    node = UOp.make(op, dtype, sources, (_REDUCE_OP[arg[0]], tuple(axes)))
+    if 0 in sources[0].shape:  # summing an axis of size 0 makes it 1: the result can be the larger
+        reader.elements(node.shape, "REDUCE result")
+    return node
 
 
 _REDUCE_OP = {op: op for op in REDUCE_OPS}
