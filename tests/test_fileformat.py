@@ -370,6 +370,36 @@ def test_refuses_bad_magic_version_and_top_level(document, words):
         refused(document, *words, form=form)
 
 
+def test_a_file_is_refused_before_its_bytes_become_objects():
+    """A few MB of one-byte arrays would be hundreds of MB as Python lists: an unknown key's
+    value is skipped unparsed, and nodes are parsed one at a time, the bad one first."""
+    import tracemalloc
+    packer, count = msgpack.Packer(), 4_000_000
+    head = b"".join(packer.pack(k) + packer.pack(v) for k, v in
+                    [("format", "uop"), ("version", 1), ("inputs", []), ("outputs", [])])
+    junk = packer.pack_map_header(6) + head + packer.pack("nodes") + packer.pack([]) + packer.pack("junk") \
+        + packer.pack_array_header(count) + b"\x90" * count
+    empty_nodes = packer.pack_map_header(5) + head + packer.pack("nodes") + packer.pack_array_header(count) \
+        + b"\x90" * count
+    for data, words, node in ((junk, "unknown top-level key 'junk'", None), (empty_nodes, "4 or 5 fields", 0)):
+        tracemalloc.start()
+        try:
+            refused(data, words, node=node)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 3 * len(data), peak  # parsed whole: ~64 bytes of lists per byte
+
+
+def test_refuses_a_string_inside_a_node_that_is_not_utf8_naming_the_node():
+    data = msgpack.packb(file([X, ["SIN", "float32", [0], None]], [0], [("y", 1)]))
+    bad = data.replace(b"\xa3SIN", b"\xa3S\xffN")
+    refused(bad, "not valid MessagePack", node=1)
+    refused(msgpack.packb({"version": 1, "nodes": []}), "no 'format' key")
+    refused(msgpack.packb({k: v for k, v in file([X], [0], [("x", 0)]).items() if k != "version"}),
+            "missing top-level key version")
+
+
 def test_refuses_trailing_bytes_and_garbage():
     good = msgpack.packb(file([X], [0], [("x", 0)]))
     refused(good + b"\x00", "trailing bytes")

@@ -9,7 +9,9 @@ reader decided where that page is silent). In short:
 Reading treats every file as untrusted. Each refusal is a FormatError with one line that
 names the file, and the node index and op where there is one. Nothing in a file is ever
 executed or imported; both parsers build only plain lists, maps, strings, numbers and
-bytes; work is linear in the file's size, and limits (`Limits`) bound the rest.
+bytes; work is linear in the file's size, and limits (`Limits`) bound the rest. The
+MessagePack form's nodes are parsed one at a time (`_NodeStream`), so memory follows the
+graph, not the file's bytes.
 
 Speed: the reader's per-node loop assumes a well-formed node and lets Python's own checks
 fail fast on anything else; only then does `_diagnose` look again, slowly, to say exactly
@@ -153,48 +155,88 @@ def _stream_name(stream) -> str:
 
 
 def _parse_msgpack(data: bytes, name: str):
+    """The top-level map, with its "nodes" array as a _NodeStream: the nodes are parsed one
+    at a time as the reader builds them, so memory follows the graph, not the bytes (a
+    parsed array of 40 million empty arrays, 40 MB of file, would hold 2.9 GB), and a bad
+    node is refused before the rest are parsed. Other values are parsed as they come; an
+    unknown key's value is skipped unparsed (the reader refuses the key)."""
     import msgpack  # here, not at the top: `import uopcli` stays fast for commands that read no file
+    if not _MSGPACK_MAP.get(data[0], False):
+        return _parse_msgpack_whole(data, name)  # not a map: say what it is instead
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, max_buffer_size=len(data))
+    unpacker.feed(data)
+    doc = {}
     try:
-        doc = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
+        for _ in range(unpacker.read_map_header()):
+            key = unpacker.unpack()
+            if key.__class__ is not str:
+                raise FormatError(f"top-level keys are strings, got {_kind(key)} {_short(repr(key))}", source=name)
+            if key in doc:
+                raise FormatError(f"the key {_short(repr(key))} appears twice in the top-level map", source=name)
+            if key == "nodes" and _MSGPACK_ARRAY.get(data[unpacker.tell()], False):
+                begin = unpacker.tell()
+                unpacker.skip()  # checks the structure in C, building nothing
+                doc[key] = _NodeStream(data, begin, unpacker.tell())
+            elif key in _ALLOWED_KEYS:
+                doc[key] = unpacker.unpack()
+            else:
+                unpacker.skip()
+                doc[key] = None
+        if unpacker.tell() != len(data):
+            raise FormatError("trailing bytes after the file's map", source=name)
+    except FormatError:
+        raise
+    except Exception as error:  # noqa: BLE001 - msgpack raises many types for bad bytes; all mean one thing
+        raise FormatError(_msgpack_refusal(error), source=name) from None
+    return doc
+
+
+def _parse_msgpack_whole(data: bytes, name: str):
+    import msgpack
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
     except msgpack.ExtraData as extra:
         if extra.unpacked.__class__ is not dict:  # text or other bytes that happen to start with a value
             raise FormatError(f"not a .uop file: the top level is {_kind(extra.unpacked)}, not a map "
                               f"(followed by {len(extra.extra)} more bytes)", source=name) from None
         raise FormatError("trailing bytes after the file's map", source=name) from None
-    except msgpack.StackError:
-        raise FormatError("values nested too deeply for the MessagePack reader", source=name) from None
-    except Exception as error:  # noqa: BLE001 - msgpack raises many types for bad bytes; all mean one thing
-        raise FormatError(f"not valid MessagePack: {_short(str(error) or type(error).__name__)}",
-                          source=name) from None
-    if doc.__class__ is dict and len(doc) != _map_size(data):
-        raise FormatError(f"the key {_short(repr(_repeated_key(data)))} appears twice in the top-level map",
-                          source=name)
-    return doc
+    except Exception as error:  # noqa: BLE001 - as above
+        raise FormatError(_msgpack_refusal(error), source=name) from None
 
 
-def _map_size(data: bytes) -> int | None:
-    """The entry count a MessagePack map at the start of `data` declares (a dict built
-    from it holds fewer when a key repeats)."""
-    first = data[0]
-    if 0x80 <= first <= 0x8F:
-        return first & 0x0F
-    width = {0xDE: 2, 0xDF: 4}.get(first)
-    return None if width is None else int.from_bytes(data[1:1 + width], "big")
-
-
-def _repeated_key(data: bytes):
-    """The first key that repeats in the top-level map (only on the way to an error)."""
+def _msgpack_refusal(error: Exception) -> str:
     import msgpack
-    unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, max_buffer_size=len(data))
-    unpacker.feed(data)
-    seen = set()
-    for _ in range(unpacker.read_map_header()):
-        key = unpacker.unpack()
-        unpacker.skip()
-        if key in seen:
-            return key
-        seen.add(key)
-    return None
+    if isinstance(error, msgpack.StackError):
+        return "values nested too deeply for the MessagePack reader"
+    return f"not valid MessagePack: {_short(str(error) or type(error).__name__)}"
+
+
+# first byte -> whether a MessagePack value starting with it is a map / an array
+_MSGPACK_MAP = {**{b: True for b in range(0x80, 0x90)}, 0xDE: True, 0xDF: True}
+_MSGPACK_ARRAY = {**{b: True for b in range(0x90, 0xA0)}, 0xDC: True, 0xDD: True}
+
+
+class _NodeStream:
+    """The file's "nodes" array, parsed entry by entry: len() is its declared count (known
+    before any entry is parsed); entries() gives the function that parses the next one,
+    which raises msgpack's errors for bytes that are not MessagePack (the skip over the
+    array checked its structure, not its strings)."""
+
+    __slots__ = ("count", "_unpack")
+
+    def __init__(self, data: bytes, begin: int, end: int):
+        import msgpack
+        unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, max_buffer_size=end - begin)
+        unpacker.feed(memoryview(data)[begin:end])
+        self.count = unpacker.read_array_header()
+        self._unpack = unpacker.unpack
+
+    def __len__(self) -> int:
+        return self.count
+
+    def entries(self):
+        """A function giving the next entry each call."""
+        return self._unpack
 
 
 class _RepeatedKey(ValueError):
@@ -281,9 +323,13 @@ class _Reader:
         doc = self.doc
         if doc.__class__ is not dict:
             raise self.fail(f"not a .uop file: the top level is {_kind(doc)}, not a map")
-        if doc.get("format") != FORMAT:
-            raise self.fail(f"not a .uop file: 'format' is {_short(repr(doc.get('format')))}, not 'uop'")
-        version = doc.get("version")
+        if "format" not in doc:
+            raise self.fail("not a .uop file: its map has no 'format' key (a .uop file's is 'uop')")
+        if doc["format"] != FORMAT:
+            raise self.fail(f"not a .uop file: 'format' is {_short(repr(doc['format']))}, not 'uop'")
+        if "version" not in doc:
+            raise self.fail(f"missing top-level key version (this reader reads version {VERSION})")
+        version = doc["version"]
         if version.__class__ is not int or version != VERSION:
             raise self.fail(f"unsupported version {_short(repr(version))}: this reader reads version {VERSION}")
         missing = sorted(_REQUIRED_KEYS - doc.keys())
@@ -295,7 +341,7 @@ class _Reader:
                             f"(allowed: {', '.join(sorted(_ALLOWED_KEYS))})")
         meta = self._file_meta(doc.get("meta", {}))
         nodes = doc["nodes"]
-        if nodes.__class__ is not list:
+        if nodes.__class__ is not list and nodes.__class__ is not _NodeStream:
             raise self.fail(f"'nodes' must be an array, got {_kind(nodes)}")
         if len(nodes) > self.limits.max_nodes:
             raise self.fail(f"{len(nodes)} nodes exceed the limit of {self.limits.max_nodes} "
@@ -331,8 +377,14 @@ class _Reader:
         meta_cache = self.meta_cache
         set_meta = object.__setattr__  # UOp.set_meta without its call
         entry = None
+        # a list (JSON, or MessagePack read whole) or a _NodeStream, parsed as it is read
+        next_entry = nodes.entries() if nodes.__class__ is _NodeStream else iter(nodes).__next__
         try:
-            for entry in nodes:
+            for _ in range(len(nodes)):
+                try:
+                    entry = next_entry()
+                except Exception as error:  # noqa: BLE001 - only a stream fails here: not MessagePack
+                    raise FormatError(_msgpack_refusal(error), node=len(built), source=self.name) from None
                 if entry.__class__ is not list:
                     raise _Bad(f"a node must be an array [op, dtype, src, arg(, meta)], got {_kind(entry)}")
                 if len(entry) == 4:
