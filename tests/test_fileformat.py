@@ -400,6 +400,14 @@ def test_refuses_a_string_inside_a_node_that_is_not_utf8_naming_the_node():
             "missing top-level key version")
 
 
+def test_bool_shifts_are_read_as_the_contract_allows():
+    bools = [["PARAM", "bool", [], {"name": n, "shape": [3]}] for n in ("a", "b")]
+    for op in ("SHL", "SHR"):
+        graph = load(msgpack.packb(file([*bools, [op, "bool", [0, 1], None]], [0, 1], [("y", 2)])))
+        assert graph.outputs["y"].op == op and graph.outputs["y"].dtype is dtypes.bool
+    refused(file([*bools, ["CDIV", "bool", [0, 1], None]], [0, 1], [("y", 2)]), "needs an integer dtype", node=2)
+
+
 def test_refuses_trailing_bytes_and_garbage():
     good = msgpack.packb(file([X], [0], [("x", 0)]))
     refused(good + b"\x00", "trailing bytes")

@@ -104,6 +104,16 @@ def _pow(node, a, b):
     return a ** b if node.dtype.is_float else _int_pow(np.asarray(a), np.asarray(b))
 
 
+def _shl(node, a, b):
+    """a << b; bools shift as C's ints do and convert back (nonzero is true): a << b is a."""
+    return (a.astype(np.uint8) << b).astype(np.bool_) if node.dtype.is_bool else a << b
+
+
+def _shr(node, a, b):
+    """a >> b; bools as in C: true >> true is 0, so the result is a and not b."""
+    return (a.astype(np.uint8) >> b).astype(np.bool_) if node.dtype.is_bool else a >> b
+
+
 def _is_zero_bits(x) -> bool:
     return x.ndim == 0 and not x.view(_uint_of(x.dtype))  # +0.0, 0, False (not -0.0)
 
@@ -222,8 +232,8 @@ IMPL = {
     Ops.AND: lambda n, a, b: a & b,                                      # a & b (bool: and)
     Ops.OR: lambda n, a, b: a | b,                                       # a | b (bool: or)
     Ops.XOR: lambda n, a, b: a ^ b,                                      # a ^ b (bool: xor)
-    Ops.SHL: lambda n, a, b: a << b,                                     # a << b
-    Ops.SHR: lambda n, a, b: a >> b,                                     # a >> b (signed: arithmetic)
+    Ops.SHL: _shl,                                                       # a << b (bool: as C, via int)
+    Ops.SHR: _shr,                                                       # a >> b (signed: arithmetic)
     Ops.CMPLT: lambda n, a, b: a < b,                                    # a < b
     Ops.CMPNE: lambda n, a, b: a != b,                                   # a != b
     Ops.CMPEQ: lambda n, a, b: a == b,                                   # a == b
@@ -786,6 +796,7 @@ UFUNC_INTO = {
     Ops.AND: np.bitwise_and, Ops.OR: np.bitwise_or, Ops.XOR: np.bitwise_xor,
     Ops.SHL: np.left_shift, Ops.SHR: np.right_shift, Ops.CMOD: np.fmod,
 }
+_SHIFTS = frozenset({Ops.SHL, Ops.SHR})
 FLOAT_UFUNC_INTO = {Ops.FDIV: np.divide, Ops.POW: np.power}  # integer FDIV/POW are C-style, not ufuncs
 
 
@@ -802,6 +813,8 @@ def _into_source(ufunc, position: int, arity: int):
 def _in_place_impl(step, position: int):
     node = step[1]
     ufunc = UFUNC_INTO.get(node.op) or (FLOAT_UFUNC_INTO.get(node.op) if node.dtype.is_float else None)
+    if node.op in _SHIFTS and node.dtype.is_bool:
+        return None  # numpy shifts no bools: _shl and _shr go through uint8
     if ufunc is not None:
         return _into_source(ufunc, position, len(step[2]))
     if node.op == Ops.WHERE and position:

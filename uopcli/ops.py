@@ -76,8 +76,8 @@ BINARY = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.POW, Ops.C
                     Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR,
                     Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
 ARITHMETIC = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.POW})
-INTEGER_ONLY = frozenset({Ops.CDIV, Ops.CMOD, Ops.SHL, Ops.SHR})
-LOGICAL = frozenset({Ops.AND, Ops.OR, Ops.XOR})
+INTEGER_ONLY = frozenset({Ops.CDIV, Ops.CMOD})
+BITWISE = frozenset({Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR})  # bool or integer
 COMPARISON = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
 TERNARY = frozenset({Ops.WHERE, Ops.MULACC})
 ELEMENTWISE = UNARY | BINARY | TERNARY

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from typing import Iterable, NamedTuple, Sequence
 
 from .errors import GraphError
-from .ops import (ARITHMETIC, COMPARISON, FLOAT_UNARY, INTEGER_ONLY, LOGICAL, REDUCE_OPS, DType, Ops,
+from .ops import (ARITHMETIC, BITWISE, COMPARISON, FLOAT_UNARY, INTEGER_ONLY, REDUCE_OPS, DType, Ops,
                   dtype_of, dtypes)
 
 LN2 = math.log(2.0)
@@ -969,7 +969,7 @@ def _infer_binary(op, dtype, src, arg):
     elif op in INTEGER_ONLY:
         if kind not in "iu":
             raise _misfit(op, dtype, src, "needs an integer dtype")
-    elif op in LOGICAL and kind not in "biu":
+    elif op in BITWISE and kind not in "biu":
         raise _misfit(op, dtype, src, "needs a bool or integer dtype")
     if sa == sb or not sb:
         return sa
