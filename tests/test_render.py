@@ -79,6 +79,10 @@ def svg_nodes(svg: bytes) -> dict[str, dict]:
         shape = next((el.attrib for el in group.iter() if el.tag in (f"{SVG}polygon", f"{SVG}path",
                                                                      f"{SVG}ellipse")), {})
         out[title] = {"text": texts, "shape": dict(shape)}
+    for title in list(out):  # a constant is drawn once per use: n7_0, n7_1, ...; n7 is its first
+        base, _, use = title.rpartition("_")
+        if use == "0" and base not in out:
+            out[base] = out[title]
     return out
 
 
@@ -90,6 +94,59 @@ def svg_clusters(svg: bytes) -> dict[str, list[str]]:
 
 def drawn_ids(graph: Graph) -> dict[UOp, str]:
     return {node: f"n{i}" for i, node in enumerate(graph.nodes())}
+
+
+def test_a_constant_is_drawn_beside_each_of_its_users():
+    """One shared constant would pull edges through every layer (dot took minutes at 450
+    nodes); each use gets its own copy, and an output constant keeps its own box too."""
+    x = UOp.param("x", (3,))
+    layers = x
+    for _ in range(5):
+        layers = (layers * 0.5 + 1.0).relu()
+    half = UOp.const(0.5)
+    graph = Graph({"y": layers.sum(), "half": half})
+    dot = to_dot(graph)
+    half_id = drawn_ids(graph)[half]
+    copies = [f"{half_id}_{k}" for k in range(5)]
+    ids = {half_id, *copies}
+    declared = [line.split()[0] for line in dot.splitlines() if line.split() and line.split()[0] in ids
+                and " -> " not in line]
+    assert declared == [half_id, *copies]
+    tails = [line.split()[0] for line in dot.splitlines() if " -> " in line and line.split()[0] in ids]
+    assert sorted(tails) == sorted([*copies, half_id])  # each copy to one user; the box to its output
+
+
+def test_no_edge_runs_more_than_a_few_levels_in_a_gradient_graph():
+    """A gradient reads forward values and weights from far above; each such source gets a
+    dotted reference beside its user (dot spent minutes on the hidden nodes of long edges)."""
+    from uopcli.differentiate import differentiate
+    from uopcli.render import LONG_EDGE
+    x, weights = UOp.param("x", (4, 8)), []
+    h = x
+    for i in range(6):
+        weights.append(UOp.param(f"w{i}", (8, 8)))
+        h = (h @ weights[-1]).tanh()
+    forward = Graph({"loss": (h * h).sum()}, inputs=[x, *weights])
+    grad, _ = differentiate(forward, [f"w{i}" for i in range(6)])
+    order = grad.nodes()
+    level = {}
+    for node in order:
+        level[node] = 1 + max((level[s] for s in node.src), default=-1)
+    by_id = {f"n{i}": node for i, node in enumerate(order)}
+    dot = to_dot(grad, max_nodes=None)
+    spans, references = [], 0
+    for line in dot.splitlines():
+        if " -> " not in line:
+            continue
+        tail, head = line.split()[0], line.split()[2].rstrip(";")
+        if "_r" in tail:
+            references += 1
+            tail = tail.split("_")[0]
+            assert level[by_id[head]] - level[by_id[tail]] > LONG_EDGE  # only long edges are cut
+        elif tail in by_id and head in by_id:
+            spans.append(level[by_id[head]] - level[by_id[tail]])
+    assert references > 10 and max(spans) <= LONG_EDGE
+    assert "↑ dotted box: that node, drawn higher up" in dot and "(above)" in dot
 
 
 # ----------------------------------------------------------------------------- labels
@@ -147,7 +204,8 @@ def test_backward_nodes_are_drawn_distinctly_and_name_their_forward_function():
 def test_colours_follow_the_op_family_and_never_change():
     dot = to_dot(mlp())
     for node, node_id in drawn_ids(mlp()).items():
-        line = next(line for line in dot.splitlines() if line.strip().startswith(node_id + " ["))
+        # (a constant: its first copy)
+        line = next(line for line in dot.splitlines() if line.strip().startswith((node_id + " [", node_id + "_0 [")))
         assert f'fillcolor="{FAMILY_COLOURS[FAMILY[node.op]][0]}"' in line
     assert len({c for c, _ in FAMILY_COLOURS.values()}) == len(FAMILY_COLOURS)  # one colour per family
 
