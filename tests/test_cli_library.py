@@ -104,6 +104,15 @@ def test_long_chain_is_iterative():
 def test_is_zero():
     x = UOp.param("x", (2,))
     assert is_zero(UOp.full((2, 3), 0.0)) and not is_zero(UOp.full((2,), 1.0)) and not is_zero(x * 0)
+    zero_out = UOp.function("f", (UOp.slot(0, (2,)) * 2.0, UOp.full((2,), 0.0)), (x,))
+    assert is_zero(zero_out.gettuple(1)) and not is_zero(zero_out.gettuple(0))
+
+
+def test_an_argument_its_function_body_does_not_use_has_an_identically_zero_gradient():
+    x, v = UOp.param("x", (3,)), UOp.param("v", (3,))
+    call = UOp.trace_function("f", lambda a, b: (a * 3.0,), x, v)
+    _, report = differentiate(Graph({"loss": call[0].sum()}, inputs=[x, v]), ["v", "x"])
+    assert [(z.target, z.reason) for z in report.zero] == [("v", NO_GRADIENT)]
 
 
 # ----------------------------------------------------------------------------- check

@@ -26,7 +26,7 @@ from .uop import Metadata, UOp, next_serial, tag_new_nodes
 COTANGENTS = (None, "ones", "input")
 NOT_REACHED = "not reached"
 ONLY_DETACH = "reached only through DETACH"
-NO_GRADIENT = "reached only through operations without a gradient"
+NO_GRADIENT = "reached only through operations without a gradient (or function arguments their bodies do not use)"
 _BACKWARD = Metadata(None, None, True)
 
 # Nodes a gradient passes through unchanged in value when it is zero: following them down
@@ -194,10 +194,19 @@ def _zero_gradients(root: UOp, wrt: list[str], targets: list[UOp], grads: dict) 
 
 
 def is_zero(node: UOp) -> bool:
-    """True when `node` is a CONST 0, possibly reshaped, expanded or cast: zeros by construction."""
-    while node.op in _ZERO_PRESERVING:
-        node = node.src[0]
-    return node.op == Ops.CONST and node.arg == 0
+    """True when `node` is a CONST 0, possibly reshaped, expanded or cast, or the output of
+    a function whose body computes such a zero there (the gradient of a function argument
+    its body does not use): zeros by construction."""
+    while True:
+        if node.op in _ZERO_PRESERVING:
+            node = node.src[0]
+        elif node.op == Ops.GETTUPLE and node.src[0].op in _CALLS:
+            node = node.src[0].src[0].src[node.arg]  # that output of the call's body TUPLE
+        else:
+            return node.op == Ops.CONST and node.arg == 0
+
+
+_CALLS = frozenset({Ops.FUNCTION, Ops.CALL})
 
 
 def _reachable(root: UOp, through_detach: bool) -> set[UOp]:
