@@ -117,6 +117,18 @@ def test_an_argument_its_function_body_does_not_use_has_an_identically_zero_grad
 
 # ----------------------------------------------------------------------------- check
 
+def test_check_names_a_custom_backward_inside_a_function():
+    from uopcli.check import check_gradients
+    x = UOp.param("x", (3,))
+
+    def body(a):
+        rounded = UOp.trace_call("q", lambda t: (t.trunc(),), lambda t, g: (g,), a)  # straight-through
+        return ((rounded[0] * a).sum(),)
+    graph = Graph({"loss": UOp.trace_function("wrap", body, x)[0]}, inputs=[x])
+    report = check_gradients(graph, ["x"], None, {"x": np.array([0.5, 1.5, -2.5], np.float32)}, samples=3, seed=0)
+    (target,) = report.targets
+    assert not target.passed and "CALL q" in target.note
+
 def test_to_float64_promotes_everything_float():
     x = UOp.param("x", (2,), dtypes.float16)
     i = UOp.param("i", (2,), dtypes.int32)

@@ -136,12 +136,18 @@ def _custom_backward_note(graph: Graph, of: list[str], target: UOp) -> str:
     estimator, say) is whatever that body says, not the derivative of the forward: name
     such calls, so a failure there reads as what it may well be, a design choice."""
     depends: set[UOp] = {target}
-    calls = []
+    calls, bodies = [], []
     for node in toposort([graph.outputs[name] for name in of], with_call_grads=False):
         if node is not target and any(s in depends for s in node.src):
             depends.add(node)
             if node.op == Ops.CALL and node.arg.grad is not None:
                 calls.append(node.arg.name)
+            if node.op in (Ops.FUNCTION, Ops.CALL):
+                bodies.append(node.src[0])
+    # inside a function the target is a slot: name every CALL of such a body (and of the
+    # bodies it calls) that has a backward body of its own
+    calls += [node.arg.name for node in toposort(bodies, with_call_grads=False)
+              if node.op == Ops.CALL and node.arg.grad is not None]
     if not calls:
         return ""
     names = ", ".join(dict.fromkeys(calls))
