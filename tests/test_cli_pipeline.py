@@ -246,7 +246,7 @@ def test_numbers_a_float_input_cannot_hold_are_refused_and_big_endian_arrays_rea
     assert outputs_json(sh("uopgrad eval m.uop -i x=be.npy -i w=1 --json", work)) == {"y": 14}
 
 
-def test_the_table_mean_neither_overflows_nor_warns(work):
+def test_the_table_mean_neither_overflows_nor_warns_and_min_max_skip_nans(work):
     save(Graph({"y": UOp.param("d", (2,), dtypes.float64) * 1.0}), work / "d.uop")
     done = sh("uopgrad eval d.uop -i d=1.7e308", work)
     assert done.returncode == 0 and done.stderr == b""
@@ -255,6 +255,13 @@ def test_the_table_mean_neither_overflows_nor_warns(work):
     both = sh("uopgrad eval d.uop -i d=d.npy", work)
     assert both.returncode == 0 and both.stderr == b""
     assert both.stdout.decode().splitlines()[1].split()[3:6] == ["-inf", "nan", "inf"]
+    save(Graph({"y": UOp.param("d", (3,), dtypes.float64).sqrt()}), work / "root.uop")
+    np.save(work / "d3.npy", np.array([4.0, -1.0, 9.0]))
+    some_nan = sh("uopgrad eval root.uop -i d=d3.npy", work)
+    assert some_nan.returncode == 0 and some_nan.stderr == b""
+    assert some_nan.stdout.decode().splitlines()[1].split()[3:] == ["2", "nan", "3", "2", "nan", "3"]
+    np.save(work / "d3.npy", np.array([-4.0, -1.0, -9.0]))
+    assert sh("uopgrad eval root.uop -i d=d3.npy", work).stdout.decode().splitlines()[1].split()[3:6] == ["nan"] * 3
 
 
 def test_output_replaces_its_own_input(work):

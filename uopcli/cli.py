@@ -567,6 +567,8 @@ def _human_bytes(n: float) -> str:
 def _table(results: dict, leading: int = 6) -> str:
     """One row per output: name, shape, dtype, min / mean / max, and its leading values
     (a NOOP element of a tuple output: a row saying so)."""
+    import math
+
     import numpy as np
     rows = [("name", "shape", "dtype", "min", "mean", "max", "values")]
     for name, array in results.items():
@@ -580,7 +582,10 @@ def _table(results: dict, leading: int = 6) -> str:
             with np.errstate(all="ignore"):  # the mean of [inf, -inf] is nan, and says so in the table
                 # summing the shares, not dividing the sum, which overflows near the largest float64
                 mean = np.sum(numeric / flat.size)
-            low, mean, high = (f"{v:.6g}" for v in (numeric.min(), mean, numeric.max()))
+            # min and max of the numbers there are: a nan shows in the mean (and the values)
+            numbers = numeric[~np.isnan(numeric)]
+            low, high = (numbers.min(), numbers.max()) if numbers.size else (math.nan, math.nan)
+            low, mean, high = (f"{v:.6g}" for v in (low, mean, high))
         else:
             low = mean = high = "-"
         shown = " ".join(_value_text(v) for v in flat[:leading]) + (" ..." if flat.size > leading else "")
