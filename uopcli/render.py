@@ -349,7 +349,7 @@ class _Drawing:
         self.edges: list[str] = []
         self.ghosts: dict = {s: [] for s in self.members}  # scope -> declarations of cut sources
         self.ghost_ids: set[str] = set()
-        self.copies: dict = {s: [] for s in self.members}  # scope -> (copy id, constant) per use
+        self.copies: dict = {s: [] for s in self.members}  # scope -> [(copy id, node, is a reference)]
         self.copy_counts: dict = {}  # (scope, node, kind) -> the number of its last copy
         self.levels = self._levels()
         self.families: set[str] = set()
@@ -453,8 +453,10 @@ class _Drawing:
         return levels
 
     def _copies_only(self, scope, node: UOp) -> bool:
-        """Whether `node` is a constant drawn only as its copies (it is no output)."""
-        return node.op in _COPIED and not (scope is MAIN and node in self.output_nodes)
+        """Whether `node` is a constant drawn only as its copies: it has some (a user in the
+        picture) and is no output."""
+        return node.op in _COPIED and (scope, node, "") in self.copy_counts \
+            and not (scope is MAIN and node in self.output_nodes)
 
     def _node(self, scope, node: UOp, indent: str, node_id: str | None = None, reference: bool = False) -> None:
         self.families.add(FAMILY[node.op])
