@@ -116,6 +116,16 @@ def test_a_constant_is_drawn_beside_each_of_its_users():
     assert sorted(tails) == sorted([*copies, half_id])  # each copy to one user; the box to its output
 
 
+def test_a_constant_is_drawn_beside_its_user_in_a_selection_too():
+    x, two = UOp.param("x", (3,)), UOp.const(2.0)
+    graph = Graph({"y": (x * two).sin()})
+    ids = drawn_ids(graph)
+    dot = to_dot(graph, around="y", depth=3)
+    assert f"  {ids[two]}_0 [" in dot and f"  {ids[two]} [" not in dot  # beside its user
+    lone = to_dot(Graph({"y": x * two}), outputs=["y"])
+    assert lone.count("CONST 2.0</B>") == 1
+
+
 def test_no_edge_runs_more_than_a_few_levels_in_a_gradient_graph():
     """A gradient reads forward values and weights from far above; each such source gets a
     dotted reference beside its user (dot spent minutes on the hidden nodes of long edges)."""
