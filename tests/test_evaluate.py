@@ -104,8 +104,8 @@ DIVS = np.array([2, 2, -2, -2, 3, 1, 0, -1], np.int64)
 def test_integer_division_truncates_and_remainder_has_the_dividends_sign(dtype):
     a, b = UOp.param("a", (8,), dtype), UOp.param("b", (8,), dtype)
     av, bv = INTS.astype(dtype), DIVS.astype(dtype)
-    quotient = run(a // b, a=av, b=bv)
-    remainder = run(a % b, a=av, b=bv)
+    quotient = run(a.cdiv(b), a=av, b=bv)
+    remainder = run(a.cmod(b), a=av, b=bv)
     assert quotient.dtype == dtype and remainder.dtype == dtype
     # C: -7/2 = -3, 7/-2 = -3, -7%2 = -1, 7%-2 = 1; x/0 gives 0 here (C leaves it undefined)
     assert quotient[:6].tolist() == [-3, 3, 3, -3, 0, -1]
@@ -114,6 +114,14 @@ def test_integer_division_truncates_and_remainder_has_the_dividends_sign(dtype):
     np.testing.assert_array_equal(quotient[:6] * bv[:6] + remainder[:6], av[:6])
     # FDIV on integers is C division too
     same(run(UOp.make(Ops.FDIV, a.dtype, (a, b)), a=av, b=bv), quotient)
+    # the builder's // and % floor, as Python (and numpy, and tinygrad) do; / is true division
+    nonzero = bv != 0
+    with np.errstate(all="ignore"):  # numpy's own warnings at INT_MIN // -1
+        same(run(a // b, a=av, b=bv)[nonzero], np.floor_divide(av[nonzero], bv[nonzero]))
+        same(run(a % b, a=av, b=bv)[nonzero], np.mod(av[nonzero], bv[nonzero]))
+        same(run(a / b, a=av, b=bv)[nonzero], av[nonzero].astype(np.float32) / bv[nonzero].astype(np.float32))
+        same(run(7 // b, b=bv)[nonzero], np.floor_divide(dtype(7), bv[nonzero]))
+        same(run(7 % b, b=bv)[nonzero], np.mod(dtype(7), bv[nonzero]))
 
 
 def test_unsigned_division_and_wrapping():
@@ -210,7 +218,8 @@ def test_reduces_keep_reduced_axes():
     same(run(x.r("MAX", (2,)), x=xv), xv.max(2, keepdims=True))
     assert run(x.sum(), x=xv).shape == ()
     i = UOp.param("i", (4,), dtypes.int8)
-    same(run(i.sum(), i=np.array([100, 100, 100, 1], np.int8)), np.int8(45))  # wraps in int8
+    same(run(i.r("ADD", (0,)), i=np.array([100, 100, 100, 1], np.int8)), np.array([45], np.int8))  # wraps
+    same(run(i.sum(), i=np.array([100, 100, 100, 1], np.int8)), np.int32(301))  # sum() widens, as tinygrad's
     same(run(i.max(), i=np.array([-5, 3, 3, -128], np.int8)), np.int8(3))
     empty = UOp.param("e", (0, 3))
     same(run(empty.r("MAX", (0,)), e=np.zeros((0, 3), np.float32)), np.full((1, 3), -np.inf, np.float32))

@@ -197,3 +197,54 @@ def test_metadata_is_not_identity():
     a = UOp.param("m", (2,)) * 5
     a.set_meta(Metadata("thing"))
     assert UOp.param("m", (2,)) * 5 is a and a.meta.name == "thing"
+
+
+# ----------------------------------------------------------------------------- tinygrad's meanings
+# Builder methods named like tinygrad's Tensor methods mean what tinygrad's do (values from
+# tinygrad 0.14.0, DEV=PYTHON, on the same inputs).
+
+def values(outputs, **inputs):
+    from uopcli.evaluate import evaluate
+    return [v.tolist() for v in evaluate(outputs, inputs)]
+
+
+def test_division_and_remainder_floor_and_slash_is_true_division():
+    a, b = UOp.param("a", (4,), dtypes.int32), UOp.param("b", (4,), dtypes.int32)
+    av, bv = np.array([7, -7, 7, -7], np.int32), np.array([2, 2, -2, -2], np.int32)
+    assert values([a // b, a % b, a / b], a=av, b=bv) == [[3, -4, -4, 3], [1, 1, -1, -1], [3.5, -3.5, -3.5, 3.5]]
+    assert values([a.cdiv(b), a.cmod(b)], a=av, b=bv) == [[3, -3, -3, 3], [1, -1, 1, -1]]  # the C nodes
+    assert values([2 // a, 2 % a, ~a], a=av) == [[0, -1, 0, -1], [2, -5, 2, -5], [-8, 6, -8, 6]]
+    x = UOp.param("x", (4,))
+    assert values([x // 2.0, x % 2.0], x=np.array([0, 1, 2, -3], np.float32)) == [[0, 0, 1, -2], [0, 1, 0, 1]]
+
+
+def test_minimum_of_unsigned_extreme_and_bool_values_and_logical_not_of_numbers():
+    u, w = UOp.param("u", (4,), dtypes.uint8), UOp.param("w", (4,), dtypes.uint8)
+    uv, wv = np.array([0, 5, 200, 3], np.uint8), np.array([5, 0, 100, 3], np.uint8)
+    assert values([u.minimum(w), u.minimum(4)], u=uv, w=wv) == [[0, 0, 100, 3], [0, 4, 4, 3]]
+    i, j = UOp.param("i", (3,), dtypes.int32), UOp.param("j", (3,), dtypes.int32)
+    assert values([i.minimum(j)], i=np.array([-2 ** 31, 0, -5], np.int32), j=np.array([0, -2 ** 31, 3], np.int32)) \
+        == [[-2 ** 31, -2 ** 31, -5]]
+    p, q = UOp.param("p", (2,), dtypes.bool), UOp.param("q", (2,), dtypes.bool)
+    assert values([p.minimum(q)], p=np.array([1, 1], bool), q=np.array([0, 1], bool)) == [[False, True]]
+    x = UOp.param("x", (4,))
+    assert values([x.logical_not(), x <= 1.0, x >= 1.0], x=np.array([0, 1, 2, -3], np.float32)) == \
+        [[True, False, False, False], [True, True, False, True], [False, True, True, False]]
+
+
+def test_sum_widens_narrow_integers_and_bools_and_mean_of_integers_is_float():
+    i, m = UOp.param("i", (3,), dtypes.int8), UOp.param("m", (3,), dtypes.bool)
+    u = UOp.param("u", (2,), dtypes.uint8)
+    assert (i.sum().dtype, m.sum().dtype, u.sum().dtype) == (dtypes.int32, dtypes.int32, dtypes.uint32)
+    assert values([i.sum(), m.sum(), u.sum(), i.mean()], i=np.array([100, 100, 100], np.int8),
+                  m=np.array([1, 1, 0], bool), u=np.array([200, 100], np.uint8)) == [300, 2, 300, 100.0]
+    assert i.mean().dtype is dtypes.float32
+
+
+def test_permute_takes_every_axis_once_and_negative_axes_and_transpose_swaps_the_first_two():
+    x = UOp.param("x", (2, 3, 4))
+    for order in ((0, 1), (0, 1, 2, 3), (), (0, 0, 1)):
+        with pytest.raises(GraphError, match="is not an order of the 3 axes"):
+            x.permute(*order)
+    assert x.permute(-1, 0, 1).shape == (4, 2, 3)
+    assert x.transpose().shape == x.T.shape == (3, 2, 4) and x.transpose(-2, -1).shape == (2, 4, 3)

@@ -199,10 +199,21 @@ class UOp(_Slots):
     def __rsub__(self, other): return self._binary(Ops.SUB, other, True)
     def __mul__(self, other): return self._binary(Ops.MUL, other)
     def __rmul__(self, other): return self._binary(Ops.MUL, other, True)
-    def __truediv__(self, other): return self._binary(Ops.FDIV, other)
-    def __rtruediv__(self, other): return self._binary(Ops.FDIV, other, True)
-    def __floordiv__(self, other): return self._binary(Ops.CDIV, other)
-    def __mod__(self, other): return self._binary(Ops.CMOD, other)
+    # `/` is true division, as in Python and tinygrad: integers are divided as float32 (the
+    # FDIV node itself, on integers, is C division). `//` and `%` floor, as in Python and
+    # tinygrad; the C forms are the CDIV and CMOD nodes (`cdiv`, `cmod`).
+    def __truediv__(self, other): return self._as_float()._binary(Ops.FDIV, _as_float(other))
+    def __rtruediv__(self, other): return self._as_float()._binary(Ops.FDIV, _as_float(other), True)
+    def __floordiv__(self, other): return self._floor_div_mod(other)[0]
+    def __rfloordiv__(self, other): return self.const_like(other)._floor_div_mod(self)[0]
+    def __mod__(self, other): return self._floor_div_mod(other)[1]
+    def __rmod__(self, other): return self.const_like(other)._floor_div_mod(self)[1]
+    def __rand__(self, other): return self._binary(Ops.AND, other, True)
+    def __ror__(self, other): return self._binary(Ops.OR, other, True)
+    def __rxor__(self, other): return self._binary(Ops.XOR, other, True)
+    def __invert__(self): return self.logical_not() if self.dtype.is_bool else self._bits_flipped()
+    def cdiv(self, other) -> "UOp": return self._binary(Ops.CDIV, other)
+    def cmod(self, other) -> "UOp": return self._binary(Ops.CMOD, other)
     def __and__(self, other): return self._binary(Ops.AND, other)
     def __or__(self, other): return self._binary(Ops.OR, other)
     def __xor__(self, other): return self._binary(Ops.XOR, other)
@@ -212,14 +223,54 @@ class UOp(_Slots):
     def __rpow__(self, other): return self._binary(Ops.POW, other, True)
     def __lt__(self, other): return self._binary(Ops.CMPLT, other, out_dtype=dtypes.bool)
     def __gt__(self, other): return self._binary(Ops.CMPLT, other, True, out_dtype=dtypes.bool)
+    def __le__(self, other): return (self > other).logical_not()  # as tinygrad: not (a > b)
+    def __ge__(self, other): return (self < other).logical_not()
     def __neg__(self): return UOp.make(Ops.NEG, self.dtype, (self,))
 
     def eq(self, other) -> "UOp": return self._binary(Ops.CMPEQ, other, out_dtype=dtypes.bool)
     def ne(self, other) -> "UOp": return self._binary(Ops.CMPNE, other, out_dtype=dtypes.bool)
     def maximum(self, other) -> "UOp": return self._binary(Ops.MAX, other)
-    def minimum(self, other) -> "UOp": return -((-self).maximum(-other if isinstance(other, UOp) else -other))
     def pow(self, other) -> "UOp": return self._binary(Ops.POW, other)
-    def logical_not(self) -> "UOp": return self.ne(True)
+
+    def minimum(self, other) -> "UOp":
+        """min(a, b) through MAX, as tinygrad spells it: -max(-a, -b) for floats (ties share
+        the gradient), ~max(~a, ~b) for integers (~ reverses the order without overflow,
+        unsigned and INT_MIN too), a and b for bools."""
+        if self.dtype.is_float:
+            return -((-self).maximum(-other if isinstance(other, UOp) else -other))
+        other = other if isinstance(other, UOp) else self.const_like(other)
+        if self.dtype.is_bool:
+            return self & other
+        return self._bits_flipped().maximum(other._bits_flipped())._bits_flipped()
+
+    def _bits_flipped(self) -> "UOp":
+        """~x: x XOR all ones."""
+        ones = -1 if self.dtype.kind == "i" else (1 << (8 * self.dtype.itemsize)) - 1
+        return self ^ ones
+
+    def logical_not(self) -> "UOp":
+        """not x, elementwise: x == 0 for numbers (x != 1 is not it)."""
+        return (self if self.dtype.is_bool else self.cast(dtypes.bool)).ne(True)
+
+    def _as_float(self) -> "UOp":
+        return self if self.dtype.is_float else self.cast(dtypes.float32)
+
+    def _floor_div_mod(self, other) -> tuple["UOp", "UOp"]:
+        """(a // b, a % b), flooring as Python does. Integers: C's quotient is one too
+        large, and its remainder has the wrong sign, where the remainder is nonzero and
+        the signs of a and b differ."""
+        other = other if isinstance(other, UOp) else self.const_like(other)
+        if self.dtype.is_float:  # floor(a / b), and a - floor(a / b) * b
+            ratio = self / other
+            whole = ratio.trunc()
+            floor = (whole > ratio).where(whole - 1.0, whole)
+            return floor, self - floor * other
+        quotient, remainder = self.cdiv(other), self.cmod(other)
+        if self.dtype.kind == "u":
+            return quotient, remainder
+        zero = self.const_like(0)
+        off = (remainder.ne(0)) & ((remainder < zero).ne(other < zero))
+        return off.where(quotient - 1, quotient), off.where(remainder + other, remainder)
 
     def where(self, a, b) -> "UOp":
         """`a` where this (bool) condition holds, else `b`; scalars take the other's dtype."""
@@ -264,7 +315,12 @@ class UOp(_Slots):
         return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
     def sum(self, axis=None, keepdim: bool = False) -> "UOp":
-        """REDUCE ADD over `axis` (an int, a tuple, or None for all)."""
+        """REDUCE ADD over `axis` (an int, a tuple, or None for all). Bools and integers
+        narrower than 32 bits are summed as int32 (unsigned: uint32), as tinygrad does: a
+        count of a bool mask, not a sum that wraps at 128."""
+        if self.dtype.is_bool or (self.dtype.is_int and self.dtype.itemsize < 4):
+            wide = dtypes.uint32 if self.dtype.kind == "u" else dtypes.int32
+            return self.cast(wide)._reduce("ADD", axis, keepdim)
         return self._reduce("ADD", axis, keepdim)
 
     def prod(self, axis=None, keepdim: bool = False) -> "UOp":
@@ -290,8 +346,12 @@ class UOp(_Slots):
         return self if shape == self.shape else UOp.make(Ops.EXPAND, self.dtype, (self,), shape)
 
     def permute(self, *order) -> "UOp":
-        order = tuple(int(o) for o in _varargs(order))
-        if order == tuple(range(len(order))):
+        rank = len(self.shape)
+        order = tuple(int(o) + rank if int(o) < 0 else int(o) for o in _varargs(order))
+        if sorted(order) != list(range(rank)):
+            raise GraphError(f"permute order {list(order)} is not an order of the {rank} axes of shape "
+                             f"{list(self.shape)}")
+        if order == tuple(range(rank)):
             return self
         return UOp.make(Ops.PERMUTE, self.dtype, (self,), order)
 
@@ -320,7 +380,8 @@ class UOp(_Slots):
     def T(self) -> "UOp":  # noqa: N802
         return self.transpose()
 
-    def transpose(self, a: int = -2, b: int = -1) -> "UOp":
+    def transpose(self, a: int = 1, b: int = 0) -> "UOp":
+        """Swap axes a and b; by default the first two, as tinygrad's transpose and .T do."""
         order = list(range(len(self.shape)))
         order[a], order[b] = order[b], order[a]
         return self.permute(order)
@@ -357,9 +418,10 @@ class UOp(_Slots):
         return self * self
 
     def mean(self, axis=None, keepdim: bool = False) -> "UOp":
+        """The sum over `axis` divided by the count (integers and bools: in float32)."""
         axes = _axes(axis, len(self.shape))
         count = math.prod(self.shape[a] for a in axes)
-        return self.sum(axes, keepdim) * (1 / count if count else math.nan)
+        return self.sum(axes, keepdim)._as_float() * (1 / count if count else math.nan)
 
     def matmul(self, other: "UOp") -> "UOp":
         """(..., n, k) @ (..., k, m) from primitives, as tinygrad spells it: RESHAPE/EXPAND,
@@ -847,6 +909,11 @@ def _broadcast_shape(a: tuple, b: tuple) -> tuple:
             raise GraphError(f"shapes {list(a)} and {list(b)} do not broadcast")
         out.append(y if x == 1 else x)
     return tuple(out)
+
+
+def _as_float(value):
+    """A number or a UOp, integer UOps cast to float32 (the operands of true division)."""
+    return value._as_float() if isinstance(value, UOp) else value
 
 
 def _broadcast_pair(a: UOp, b: UOp) -> tuple[UOp, UOp]:
