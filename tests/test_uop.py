@@ -248,3 +248,18 @@ def test_permute_takes_every_axis_once_and_negative_axes_and_transpose_swaps_the
             x.permute(*order)
     assert x.permute(-1, 0, 1).shape == (4, 2, 3)
     assert x.transpose().shape == x.T.shape == (3, 2, 4) and x.transpose(-2, -1).shape == (2, 4, 3)
+
+
+def test_builder_arguments_as_tinygrad_takes_them_and_one_line_errors_otherwise():
+    x = UOp.param("x", (3, 4))
+    assert x.pad((None, (1, 2))).shape == (3, 7) and x.shrink((None, (1, 3))).shape == (3, 2)
+    assert x.flip(0, 1).shape == (3, 4) and x.flip(0, 1).arg == (True, True)
+    assert x.expand(2, 3, 4).shape == (2, 3, 4) and x.reshape(3, 1, 4).expand(-1, 5, -1).shape == (3, 5, 4)
+    for bad, words in ((lambda: x.pad((1, 2)), "pad takes one (int, int) pair"),
+                       (lambda: x.shrink((None, 3)), "shrink takes one (int, int) pair"),
+                       (lambda: x.transpose(0, 5), "axis 5 out of range for rank 2"),
+                       (lambda: UOp.param("v", (3,)).T, "axis 1 out of range for rank 1"),
+                       (lambda: x.reshape(-1, -1), "only one size can be -1"),
+                       (lambda: UOp.param("i", (2,), dtypes.int32).exp(), "exp needs a float dtype")):
+        with pytest.raises(GraphError, match=words.replace("(", r"\(").replace(")", r"\)")):
+            bad()

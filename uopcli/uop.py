@@ -336,14 +336,22 @@ class UOp(_Slots):
     # ------------------------------------------------------------------ movement
     def reshape(self, *shape) -> "UOp":
         shape = _shape_tuple(_varargs(shape))
+        if shape.count(-1) > 1:
+            raise GraphError(f"reshape to {list(shape)}: only one size can be -1 (inferred)")
         if -1 in shape:
             known = math.prod(s for s in shape if s != -1)
             shape = tuple(self.size // known if s == -1 and known else s for s in shape)
         return self if shape == self.shape else UOp.make(Ops.RESHAPE, self.dtype, (self,), shape)
 
     def expand(self, *shape) -> "UOp":
+        """Grow size-1 axes to `shape`, as tinygrad's expand: -1 keeps an axis's size, and
+        a longer shape adds leading axes (a RESHAPE first; the EXPAND node itself keeps the rank)."""
         shape = _shape_tuple(_varargs(shape))
-        return self if shape == self.shape else UOp.make(Ops.EXPAND, self.dtype, (self,), shape)
+        node = self
+        if len(shape) > len(self.shape):
+            node = self.reshape((1,) * (len(shape) - len(self.shape)) + self.shape)
+        shape = tuple(node.shape[i] if s == -1 and i < len(node.shape) else s for i, s in enumerate(shape))
+        return node if shape == node.shape else UOp.make(Ops.EXPAND, node.dtype, (node,), shape)
 
     def permute(self, *order) -> "UOp":
         rank = len(self.shape)
@@ -356,19 +364,23 @@ class UOp(_Slots):
         return UOp.make(Ops.PERMUTE, self.dtype, (self,), order)
 
     def pad(self, padding: Sequence[Sequence[int]]) -> "UOp":
-        padding = tuple((int(b), int(a)) for b, a in padding)
+        """Zero padding: one (before, after) pair per axis, None for (0, 0)."""
+        padding = tuple((0, 0) if pair is None else pair for pair in _per_axis_pairs(padding, "pad"))
         if all(p == (0, 0) for p in padding):
             return self
         return UOp.make(Ops.PAD, self.dtype, (self,), padding)
 
     def shrink(self, bounds: Sequence[Sequence[int]]) -> "UOp":
-        bounds = tuple((int(s), int(e)) for s, e in bounds)
+        """Keep [start, end) of each axis: one pair per axis, None for the whole axis."""
+        bounds = tuple((0, size) if pair is None else pair
+                       for pair, size in zip(_per_axis_pairs(bounds, "shrink"), self.shape + (0,) * len(bounds)))
         if bounds == tuple((0, s) for s in self.shape):
             return self
         return UOp.make(Ops.SHRINK, self.dtype, (self,), bounds)
 
-    def flip(self, axis) -> "UOp":
-        """Reverse the given axes (an int or a sequence); or pass one bool per axis."""
+    def flip(self, *axis) -> "UOp":
+        """Reverse the given axes (ints, or one sequence of them); or pass one bool per axis."""
+        axis = axis[0] if len(axis) == 1 else axis
         if isinstance(axis, (list, tuple)) and axis and all(isinstance(a, bool) for a in axis):
             flags = tuple(axis)
         else:
@@ -382,6 +394,7 @@ class UOp(_Slots):
 
     def transpose(self, a: int = 1, b: int = 0) -> "UOp":
         """Swap axes a and b; by default the first two, as tinygrad's transpose and .T do."""
+        a, b = _axes(a, len(self.shape))[0], _axes(b, len(self.shape))[0]  # checked, made positive
         order = list(range(len(self.shape)))
         order[a], order[b] = order[b], order[a]
         return self.permute(order)
@@ -400,16 +413,21 @@ class UOp(_Slots):
     # Built from the primitives above and tagged with their name (metadata), as tinygrad
     # tags the Tensor function that made a node.
     def exp(self) -> "UOp":
-        return (self * (1 / LN2)).exp2()
+        return (self._needs_float("exp") * (1 / LN2)).exp2()
 
     def log(self) -> "UOp":
-        return self.log2() * LN2
+        return self._needs_float("log").log2() * LN2
+
+    def _needs_float(self, name: str) -> "UOp":
+        if not self.dtype.is_float:
+            raise GraphError(f"{name} needs a float dtype, got {self.dtype.name} (cast first)")
+        return self
 
     def relu(self) -> "UOp":
         return (self > 0).where(self, 0)
 
     def sigmoid(self) -> "UOp":
-        return ((self * (-1 / LN2)).exp2() + 1).reciprocal()
+        return ((self._needs_float("sigmoid") * (-1 / LN2)).exp2() + 1).reciprocal()
 
     def tanh(self) -> "UOp":
         return 2 * (2 * self).sigmoid() - 1
@@ -914,6 +932,19 @@ def _broadcast_shape(a: tuple, b: tuple) -> tuple:
 def _as_float(value):
     """A number or a UOp, integer UOps cast to float32 (the operands of true division)."""
     return value._as_float() if isinstance(value, UOp) else value
+
+
+def _per_axis_pairs(pairs, what: str) -> tuple:
+    """pad/shrink's argument: an (int, int) pair or None per axis (the node checks the count)."""
+    try:
+        return tuple(None if p is None else _int_pair(p) for p in pairs)
+    except (TypeError, ValueError):
+        raise GraphError(f"{what} takes one (int, int) pair (or None) per axis, got {pairs!r}") from None
+
+
+def _int_pair(pair) -> tuple[int, int]:
+    first, second = pair  # TypeError/ValueError unless exactly two
+    return int(first), int(second)
 
 
 def _broadcast_pair(a: UOp, b: UOp) -> tuple[UOp, UOp]:
