@@ -263,3 +263,22 @@ def test_builder_arguments_as_tinygrad_takes_them_and_one_line_errors_otherwise(
                        (lambda: UOp.param("i", (2,), dtypes.int32).exp(), "exp needs a float dtype")):
         with pytest.raises(GraphError, match=words.replace("(", r"\(").replace(")", r"\)")):
             bad()
+
+
+def test_tinygrad_composites_match_numpy_and_their_gradients_finite_differences():
+    from uopcli import Graph
+    from uopcli.check import check_gradients
+    x = UOp.param("x", (3, 4))
+    xv = np.array([[-2.0, -0.5, 0.0, 0.25], [1.0, 3.0, -1.5, 0.75], [2.5, -3.0, 0.5, 1.25]], np.float32)
+    got = values([x.cos(), x.abs(), x.sign(), x.clip(-1.0, 1.0), x.min(1), x.min(), x.var(1), x.std(),
+                  x.var(0, correction=0), x.flatten(), x.unsqueeze(1), x.unsqueeze(1).squeeze(1), abs(x)], x=xv)
+    expected = [np.cos(xv), np.abs(xv), np.sign(xv), np.clip(xv, -1, 1), xv.min(1), xv.min(), xv.var(1, ddof=1),
+                xv.std(ddof=1), xv.var(0), xv.reshape(-1), xv[:, None, :], xv, np.abs(xv)]
+    for value, want in zip(got, expected):
+        np.testing.assert_allclose(np.asarray(value, np.float32), want, rtol=1e-6, atol=1e-6)
+    assert x.rsqrt().op == Ops.RECIPROCAL and x.unsqueeze(-1).shape == (3, 4, 1) and x.squeeze().shape == (3, 4)
+    i = UOp.param("i", (3,), dtypes.int32)
+    assert values([i.min(), i.abs()], i=np.array([-2 ** 31 + 1, 5, -7], np.int32)) == [-2 ** 31 + 1, [2 ** 31 - 1, 5, 7]]
+    loss = (x.cos() * x.clip(-1.0, 1.0) + x.std(1, keepdim=True).broadcast_to((3, 4)) * x.min(0, keepdim=True)
+            .broadcast_to((3, 4))).sum()
+    assert check_gradients(Graph({"loss": loss}), ["x"], inputs={"x": xv.astype(np.float64) * 1.1}).passed

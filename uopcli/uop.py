@@ -435,6 +435,61 @@ class UOp(_Slots):
     def square(self) -> "UOp":
         return self * self
 
+    # tinygrad's spellings, so that a model ported from it builds the same graph
+    def cos(self) -> "UOp":
+        return ((math.pi / 2) - self._needs_float("cos")).sin()
+
+    def rsqrt(self) -> "UOp":
+        return self.sqrt().reciprocal()
+
+    def sign(self) -> "UOp":
+        return self.ne(0).where((self < 0).where(self.const_like(-1), self.const_like(1)), self.const_like(0))
+
+    def abs(self) -> "UOp":
+        return self * self.sign()
+
+    def clamp(self, min_=None, max_=None) -> "UOp":
+        """Values below min_ become min_, above max_ max_ (the gradient passes where inside,
+        and at the bounds)."""
+        if min_ is None and max_ is None:
+            raise GraphError("clamp needs min_ or max_")
+        out = (self < min_).where(min_, self) if min_ is not None else self
+        return (out > max_).where(max_, out) if max_ is not None else out
+
+    def min(self, axis=None, keepdim: bool = False) -> "UOp":
+        return self._order_flipped().max(axis, keepdim)._order_flipped()
+
+    def _order_flipped(self) -> "UOp":
+        """-x for floats, ~x for integers: what turns a max into a min."""
+        return -self if self.dtype.is_float else ~self
+
+    def var(self, axis=None, keepdim: bool = False, correction: int = 1) -> "UOp":
+        """The mean square deviation over `axis`, divided by count - correction (at least 0)."""
+        squares = (self._as_float() - self.mean(axis, keepdim=True)).square()
+        count = math.prod(self.shape[a] for a in _axes(axis, len(self.shape)))
+        return squares.sum(axis, keepdim) / max(count - correction, 0)
+
+    def std(self, axis=None, keepdim: bool = False, correction: int = 1) -> "UOp":
+        return self.var(axis, keepdim, correction).sqrt()
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> "UOp":
+        if not self.shape:
+            return self.reshape(1)
+        start, end = _axes(start_dim, len(self.shape))[0], _axes(end_dim, len(self.shape))[0]
+        return self.reshape(self.shape[:start] + (math.prod(self.shape[start:end + 1]),) + self.shape[end + 1:])
+
+    def unsqueeze(self, dim: int) -> "UOp":
+        dim = _axes(dim, len(self.shape) + 1)[0]
+        return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
+
+    def squeeze(self, dim: int | None = None) -> "UOp":
+        if dim is None:
+            return self.reshape(tuple(s for s in self.shape if s != 1))
+        if not self.shape:
+            return self
+        dim = _axes(dim, len(self.shape))[0]
+        return self if self.shape[dim] != 1 else self.reshape(self.shape[:dim] + self.shape[dim + 1:])
+
     def mean(self, axis=None, keepdim: bool = False) -> "UOp":
         """The sum over `axis` divided by the count (integers and bools: in float32)."""
         axes = _axes(axis, len(self.shape))
@@ -1374,6 +1429,8 @@ _MEMO_ARG_CHECK = {
 }
 
 # Composites tag what they build with their name, as tinygrad's Tensor functions do.
-for _name in ("exp", "log", "relu", "sigmoid", "tanh", "mean", "matmul", "softmax", "log_softmax"):
+for _name in ("exp", "log", "relu", "sigmoid", "tanh", "mean", "matmul", "softmax", "log_softmax",
+              "cos", "rsqrt", "sign", "abs", "clamp", "min", "var", "std"):
     setattr(UOp, _name, _tagging_composite(getattr(UOp, _name)))
 UOp.__matmul__ = UOp.matmul
+UOp.clip, UOp.__abs__ = UOp.clamp, UOp.abs  # the aliases follow the wrapped methods
