@@ -282,3 +282,10 @@ def test_tinygrad_composites_match_numpy_and_their_gradients_finite_differences(
     loss = (x.cos() * x.clip(-1.0, 1.0) + x.std(1, keepdim=True).broadcast_to((3, 4)) * x.min(0, keepdim=True)
             .broadcast_to((3, 4))).sum()
     assert check_gradients(Graph({"loss": loss}), ["x"], inputs={"x": xv.astype(np.float64) * 1.1}).passed
+
+
+def test_a_python_float_makes_an_integer_operand_float32():
+    i = UOp.param("i", (3,), dtypes.int32)
+    assert (i * 0.5).dtype is (0.5 * i).dtype is (i < 2.5).src[0].dtype is dtypes.float32
+    assert values([i * 0.5, i + 1], i=np.array([1, 2, 3], np.int32)) == [[0.5, 1.0, 1.5], [2, 3, 4]]
+    assert (i + 1).dtype is dtypes.int32

@@ -186,9 +186,12 @@ class UOp(_Slots):
 
     # ------------------------------------------------------------------ elementwise
     def _binary(self, op: str, other, reverse: bool = False, out_dtype: DType | None = None) -> "UOp":
+        node = self
         if other.__class__ is not UOp:
-            other = self.const_like(other)
-        a, b = (other, self) if reverse else (self, other)
+            if other.__class__ is float and not self.dtype.is_float and op in _FLOAT_PROMOTING:
+                node = self.cast(dtypes.float32)  # int * 0.5 is a float32, as in tinygrad
+            other = node.const_like(other)
+        a, b = (other, node) if reverse else (node, other)
         if a.shape != b.shape and a.shape and b.shape:
             a, b = _broadcast_pair(a, b)
         return UOp.make(op, out_dtype or a.dtype, (a, b))
@@ -982,6 +985,10 @@ def _broadcast_shape(a: tuple, b: tuple) -> tuple:
             raise GraphError(f"shapes {list(a)} and {list(b)} do not broadcast")
         out.append(y if x == 1 else x)
     return tuple(out)
+
+
+_FLOAT_PROMOTING = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.POW, Ops.CMPLT, Ops.CMPNE,
+                              Ops.CMPEQ})  # ops where a Python float turns an integer operand float
 
 
 def _as_float(value):
