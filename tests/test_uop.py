@@ -289,3 +289,17 @@ def test_a_python_float_makes_an_integer_operand_float32():
     assert (i * 0.5).dtype is (0.5 * i).dtype is (i < 2.5).src[0].dtype is dtypes.float32
     assert values([i * 0.5, i + 1], i=np.array([1, 2, 3], np.int32)) == [[0.5, 1.0, 1.5], [2, 3, 4]]
     assert (i + 1).dtype is dtypes.int32
+
+
+def test_cat_and_stack_join_as_numpy_does_and_refuse_shapes_that_do_not_fit():
+    from uopcli import Graph
+    from uopcli.check import check_gradients
+    a, b = UOp.param("a", (2, 3)), UOp.param("b", (2, 1))
+    av, bv = np.arange(6, dtype=np.float32).reshape(2, 3), np.array([[7], [8]], np.float32)
+    assert values([a.cat(b, dim=1), a.cat(a, dim=0), a.stack(a, dim=1), a.stack(a, a)], a=av, b=bv) == [
+        np.concatenate([av, bv], 1).tolist(), np.concatenate([av, av]).tolist(), np.stack([av, av], 1).tolist(),
+        np.stack([av, av, av]).tolist()]
+    with pytest.raises(GraphError, match="cat along axis 0"):
+        a.cat(b)
+    loss = (a.cat(b, dim=-1) * a.cat(b * 2.0, dim=1).sin()).sum()
+    assert check_gradients(Graph({"loss": loss}), ["a", "b"]).passed

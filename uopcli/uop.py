@@ -481,6 +481,29 @@ class UOp(_Slots):
         start, end = _axes(start_dim, len(self.shape))[0], _axes(end_dim, len(self.shape))[0]
         return self.reshape(self.shape[:start] + (math.prod(self.shape[start:end + 1]),) + self.shape[end + 1:])
 
+    def cat(self, *others: "UOp", dim: int = 0) -> "UOp":
+        """self and others joined along `dim` (every other axis equal): each padded with
+        zeros to the joined size at its own place, then added up (as tinygrad does where
+        the sizes differ; the format has no STACK op)."""
+        parts = (self, *others)
+        dim = _axes(dim, len(self.shape))[0]
+        for part in others:
+            if len(part.shape) != len(self.shape) or any(a != b for i, (a, b) in enumerate(zip(part.shape, self.shape))
+                                                         if i != dim):
+                raise GraphError(f"cat along axis {dim}: shapes {[list(p.shape) for p in parts]} differ elsewhere")
+        total, start, out = sum(p.shape[dim] for p in parts), 0, None
+        for part in parts:
+            size = part.shape[dim]
+            padded = part.pad(tuple((start, total - start - size) if i == dim else None for i in range(len(self.shape))))
+            out = padded if out is None else out + padded
+            start += size
+        return out
+
+    def stack(self, *others: "UOp", dim: int = 0) -> "UOp":
+        """self and others (equal shapes) along a new axis `dim`."""
+        dim = _axes(dim, len(self.shape) + 1)[0]
+        return self.unsqueeze(dim).cat(*(o.unsqueeze(dim) for o in others), dim=dim)
+
     def unsqueeze(self, dim: int) -> "UOp":
         dim = _axes(dim, len(self.shape) + 1)[0]
         return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
@@ -1437,7 +1460,7 @@ _MEMO_ARG_CHECK = {
 
 # Composites tag what they build with their name, as tinygrad's Tensor functions do.
 for _name in ("exp", "log", "relu", "sigmoid", "tanh", "mean", "matmul", "softmax", "log_softmax",
-              "cos", "rsqrt", "sign", "abs", "clamp", "min", "var", "std"):
+              "cos", "rsqrt", "sign", "abs", "clamp", "min", "var", "std", "cat", "stack"):
     setattr(UOp, _name, _tagging_composite(getattr(UOp, _name)))
 UOp.__matmul__ = UOp.matmul
 UOp.clip, UOp.__abs__ = UOp.clamp, UOp.abs  # the aliases follow the wrapped methods
