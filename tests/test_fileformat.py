@@ -199,14 +199,14 @@ def test_bodies_sharing_a_chain_are_checked_in_linear_work(monkeypatch):
         total = total + node
     data = save(Graph({"y": total}))
     visits = [0]
-    children = core._scope_children
+    children = core.scope_sources
 
     def counted(node):
         visits[0] += 1
         return children(node)
     del nodes, total, chain, node
     core.sweep_intern_table()  # forget the built graph, and what checking it learnt
-    monkeypatch.setattr(core, "_scope_children", counted)
+    monkeypatch.setattr(core, "scope_sources", counted)
     graph = load(data)
     assert visits[0] <= 3 * len(graph.nodes())  # quadratic was ~400 * 401 / 2 = 80,000
 

@@ -33,8 +33,8 @@ from typing import Callable, Mapping, Sequence
 from .differentiate import differentiate
 from .errors import EvaluationError
 from .graph import Graph
-from .ops import Ops, dtypes
-from .uop import CallArg, UOp, toposort
+from .ops import CALLS, Ops, dtypes
+from .uop import CallArg, UOp, scope_sources, toposort
 
 RTOL = 1e-4
 ATOL = 1e-6
@@ -142,7 +142,7 @@ def _custom_backward_note(graph: Graph, of: list[str], target: UOp) -> str:
             depends.add(node)
             if node.op == Ops.CALL and node.arg.grad is not None:
                 calls.append(node.arg.name)
-            if node.op in (Ops.FUNCTION, Ops.CALL):
+            if node.op in CALLS:
                 bodies.append(node.src[0])
     # inside a function the target is a slot: name every CALL of such a body (and of the
     # bodies it calls) that has a backward body of its own
@@ -223,7 +223,7 @@ def _main_scope(roots: list[UOp]) -> list[UOp]:
     while stack:
         node = stack.pop()
         order.append(node)
-        for s in (node.src[1:] if node.op in (Ops.FUNCTION, Ops.CALL) else node.src):
+        for s in scope_sources(node):
             if s not in seen:
                 seen.add(s)
                 stack.append(s)

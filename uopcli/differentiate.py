@@ -20,7 +20,7 @@ from typing import Sequence
 
 from .errors import GradientError
 from .graph import Graph
-from .ops import Ops
+from .ops import CALLS, Ops
 from .uop import Metadata, UOp, next_serial, tag_new_nodes
 
 COTANGENTS = (None, "ones", "input")
@@ -200,13 +200,11 @@ def is_zero(node: UOp) -> bool:
     while True:
         if node.op in _ZERO_PRESERVING:
             node = node.src[0]
-        elif node.op == Ops.GETTUPLE and node.src[0].op in _CALLS:
+        elif node.op == Ops.GETTUPLE and node.src[0].op in CALLS:
             node = node.src[0].src[0].src[node.arg]  # that output of the call's body TUPLE
         else:
             return node.op == Ops.CONST and node.arg == 0
 
-
-_CALLS = frozenset({Ops.FUNCTION, Ops.CALL})
 
 
 def _reachable(root: UOp, through_detach: bool) -> set[UOp]:

@@ -37,7 +37,7 @@ from .atomic import write_all, write_atomically
 from .errors import FormatError, GraphError
 from .graph import Graph
 from .ops import DTYPES, REDUCE_OPS, DType, Ops, dtypes
-from .uop import CallArg, Metadata, UOp, _leaf, no_gc, valid_name
+from .uop import CallArg, Metadata, UOp, _leaf, no_gc, scope_sources, valid_name
 
 __all__ = ["Limits", "DEFAULT_LIMITS", "load", "loads", "save", "dumps", "dump_parts", "write_parts", "FORMAT",
            "VERSION"]
@@ -537,7 +537,7 @@ class _Reader:
             if node.op == Ops.PARAM and node.arg.__class__ is int:
                 index = self.built.index(node)
                 raise self.fail(f"slot PARAM {node.arg} is used outside any FUNCTION or CALL body", index)
-            stack.extend(node.src[1:] if node.op in (Ops.FUNCTION, Ops.CALL) else node.src)
+            stack.extend(scope_sources(node))
 
     # ------------------------------------------------------------------ arg checks used by decoders
     def shape(self, value, what: str = "shape") -> tuple[int, ...]:

@@ -46,7 +46,7 @@ from typing import Iterable, Sequence
 from .errors import UOpError
 from .graph import Graph
 from .ops import CALLS, FAMILY, Ops
-from .uop import UOp, printable, scope_toposort, toposort
+from .uop import UOp, printable, scope_sources, scope_toposort, toposort
 
 DEFAULT_MAX_NODES = 500
 FORMATS = ("svg", "png", "pdf", "dot")
@@ -448,7 +448,7 @@ class _Drawing:
         for scope, nodes in self.members.items():
             drawn = self.drawn[scope]
             for node in nodes:  # canonical order: sources first
-                below = [levels[scope, s] for s in _drawn_sources(node) if s in drawn]
+                below = [levels[scope, s] for s in scope_sources(node) if s in drawn]
                 levels[scope, node] = 1 + max(below) if below else 0
         return levels
 
@@ -579,11 +579,6 @@ class _Drawing:
         self.lines.append('    label="" style="rounded" color="#bbbbbb";')
         self.lines.append(f'    legend [shape=plaintext style="" label={table}];')
         self.lines.append("  }")
-
-
-def _drawn_sources(node: UOp) -> tuple[UOp, ...]:
-    """The sources a node has an edge from in its own scope (a call's body is elsewhere)."""
-    return node.src[1:] if node.op in CALLS else node.src
 
 
 def _call_name(call: UOp) -> str:

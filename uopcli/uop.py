@@ -914,7 +914,7 @@ def toposort(roots: Iterable[UOp], with_call_grads: bool = True) -> list[UOp]:
 def scope_toposort(roots: Iterable[UOp]) -> list[UOp]:
     """Like toposort, but a FUNCTION or CALL contributes only its args: its body (and a
     CALL's backward body) is a scope of its own, with its own slot PARAMs."""
-    return _postorder(roots, _scope_children)
+    return _postorder(roots, scope_sources)
 
 
 def _postorder(roots: Iterable[UOp], children) -> list[UOp]:
@@ -948,7 +948,9 @@ def _children_with_call_grads(node: UOp) -> tuple[UOp, ...]:
     return node.src
 
 
-def _scope_children(node: UOp) -> tuple[UOp, ...]:
+def scope_sources(node: UOp) -> tuple[UOp, ...]:
+    """The sources a node has in its own scope: a FUNCTION's or CALL's body is a scope of
+    its own, so a call contributes only its args."""
     return node.src[1:] if node.op == Ops.FUNCTION or node.op == Ops.CALL else node.src
 
 
@@ -1303,7 +1305,7 @@ def _scope_reads(root: UOp) -> tuple[dict[int, UOp], str | None]:
         if node in memo:
             stack.pop()
             continue
-        children = _scope_children(node)
+        children = scope_sources(node)
         pending = [child for child in children if child not in memo]
         if pending:
             stack.extend(pending)
