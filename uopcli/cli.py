@@ -713,14 +713,11 @@ def convert(source, output, to):
 def validate(source):
     """Read IN as the format contract requires; print `ok` and its counts, or the error
     (exit status 1)."""
+    from .inspect import counted
     graph, _ = _read_graph(source)
-    counts = (_count(len(graph.nodes()), "node"), _count(len(graph.inputs), "input"),
-              _count(len(graph.outputs), "output"))
+    counts = (counted(len(graph.nodes()), "node"), counted(len(graph.inputs), "input"),
+              counted(len(graph.outputs), "output"))
     click.echo(f"ok: {', '.join(counts)}")
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 # ----------------------------------------------------------------------------- render

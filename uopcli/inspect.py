@@ -141,6 +141,11 @@ def _scope_walk(roots: list[UOp]) -> Iterator[UOp]:
                 stack.append(s)
 
 
+def counted(number: int, noun: str) -> str:
+    """`1 node`, `3 nodes`."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
 def info_text(info: dict) -> str:
     """The human form of graph_info."""
     def typed(entry):
@@ -179,7 +184,7 @@ def listing(graph: Graph) -> Iterator[str]:
     order, levels = _ordered_with_levels(graph)
     number = {node: i for i, node in enumerate(order)}
     ins = ", ".join(f"{n.arg} {_type(n)}" for n in graph.inputs)
-    yield printable(f"# {len(order)} node{'' if len(order) == 1 else 's'}; inputs: {ins or 'none'}")
+    yield printable(f"# {counted(len(order), 'node')}; inputs: {ins or 'none'}")
     for node in order:
         yield "  " * levels[node] + printable(_line(node, number))
     for name, node in graph.outputs.items():

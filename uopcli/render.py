@@ -497,14 +497,14 @@ class _Drawing:
             self._body_edge(node.arg.grad, me, "backward", "dashed", BACKWARD_BORDER)
 
     def _edge(self, scope, src: UOp, dest: str, label: str, user: UOp) -> None:
-        if src in self.drawn[scope] and src.op in _COPIED:
-            tail = self._copy(scope, src, "", False)
-        elif src in self.drawn[scope] and self.levels[scope, user] - self.levels[scope, src] > LONG_EDGE:
-            tail = self._copy(scope, src, "r", True)
-        elif src in self.drawn[scope]:
-            tail = self.node_id(scope, src)
-        else:
+        if src not in self.drawn[scope]:
             tail = self._ghost(scope, src)
+        elif src.op in _COPIED:
+            tail = self._copy(scope, src, "", False)
+        elif self.levels[scope, user] - self.levels[scope, src] > LONG_EDGE:
+            tail = self._copy(scope, src, "r", True)
+        else:
+            tail = self.node_id(scope, src)
         attrs = f" [label={_q(label)}]" if label else ""
         self.edges.append(f"  {tail} -> {dest}{attrs};")
 

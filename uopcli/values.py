@@ -95,8 +95,7 @@ def _filled(name: str, value: str, node: UOp):
         info = np.iinfo(dtype.np)
         if not info.min <= number <= info.max:
             raise EvaluationError(f"input {name!r}: {number} does not fit {dtype.name}")
-    elif dtype.is_float and math.isfinite(number) and abs(number) > float(np.finfo(dtype.np).max):
-        largest = float(np.finfo(dtype.np).max)
+    elif dtype.is_float and math.isfinite(number) and abs(number) > (largest := float(np.finfo(dtype.np).max)):
         with np.errstate(over="ignore"):
             rounded = np.array(number).astype(dtype.np)
         if not np.isfinite(rounded):  # beyond the margin that rounds down to the largest
