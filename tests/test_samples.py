@@ -25,14 +25,15 @@ BIN_DIR = Path(sys.executable).parent
 UOPGRAD = BIN_DIR / "uopgrad"
 
 
-def _load_build_module():
-    spec = importlib.util.spec_from_file_location("samples_build", SAMPLES_DIR / "build.py")
+def _load_module(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-build = _load_build_module()
+build = _load_module("samples_build", SAMPLES_DIR / "build.py")
+refresh_readme = _load_module("refresh_readme", ROOT / "tools" / "refresh_readme.py")
 NAMES = list(build.SAMPLES)
 
 
@@ -296,6 +297,36 @@ def test_readme_outputs_are_what_the_commands_print_today(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"{copy}: unchanged", (
         "the README's outputs are out of date: run python tools/refresh_readme.py README.md and read the diff")
+
+
+EVAL_TABLE = ["name    shape   dtype    min       mean      max         values",
+              "grad_y  [16,4]  float32  -3.23242  -1.31015  0.00763702  -1.35078 -1.65761 ..."]
+CHECK_TABLE = ["target       samples  max abs err  max rel err  worst at",
+               "x                 16    3.963e-09    6.873e-09  [4,4] analytic -0.576626 numeric -0.576626  ok"]
+
+
+def test_readme_outputs_may_round_as_another_cpu_does():
+    """The same README output printed on a CPU whose BLAS kernels round otherwise (seen:
+    an AMD EPYC against the machine that wrote the README) is no change ..."""
+    same = refresh_readme.same_up_to_rounding
+    assert same(EVAL_TABLE, ["name    shape   dtype    min       mean      max        values",
+                             "grad_y  [16,4]  float32  -3.23242  -1.31015  0.0076369  -1.35078 -1.65761 ..."])
+    assert same(CHECK_TABLE, [CHECK_TABLE[0],
+                              "x                 16    2.953e-09    7.410e-09  [2,5] analytic -0.39857 numeric -0.39857  ok"])
+    assert same(["mean 1e-09"], ["mean -3e-08"])  # both zero but for cancellation
+
+
+@pytest.mark.parametrize("shown, printed", [
+    (EVAL_TABLE, [EVAL_TABLE[0], EVAL_TABLE[1].replace("-1.31015", "-1.32015")]),  # a number, beyond rounding
+    (EVAL_TABLE, [EVAL_TABLE[0], EVAL_TABLE[1].replace("float32", "float64")]),  # a word
+    (EVAL_TABLE, [EVAL_TABLE[0], EVAL_TABLE[1].replace(" ...", "")]),  # a value fewer
+    (EVAL_TABLE, EVAL_TABLE + ["grad_x  [16,8]  float32  0  0  0  0 ..."]),  # a line more
+    (CHECK_TABLE, [CHECK_TABLE[0], CHECK_TABLE[1].replace(" 16 ", " 15 ")]),  # the sample count
+    (CHECK_TABLE, [CHECK_TABLE[0], CHECK_TABLE[1].replace("ok", "FAILED")]),  # the verdict
+])
+def test_readme_outputs_that_change_more_than_rounding_are_changes(shown, printed):
+    """... but a different word, count, verdict or a number off by more than 1e-3 is."""
+    assert not refresh_readme.same_up_to_rounding(shown, printed)
 
 
 def test_readme_python_example_runs(tmp_path):
