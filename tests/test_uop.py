@@ -1,6 +1,8 @@
 """The UOp core: hash-consing, inference, errors, metadata, and deep graphs."""
 
 import gc
+import math
+import re
 import sys
 
 import numpy as np
@@ -303,3 +305,164 @@ def test_cat_and_stack_join_as_numpy_does_and_refuse_shapes_that_do_not_fit():
         a.cat(b)
     loss = (a.cat(b, dim=-1) * a.cat(b * 2.0, dim=1).sin()).sum()
     assert check_gradients(Graph({"loss": loss}), ["a", "b"]).passed
+
+
+# ----------------------------------------------------------------------------- composites.py
+# tinygrad's Tensor functions from primitives: values against numpy written out here, and
+# gradients against finite differences (each also matched tinygrad 0.14.0 under DEV=PYTHON
+# to 2e-7 when written, tan to 2e-6 near its pole).
+
+XV = np.array([[-2.0, -0.5, 0.0, 0.25, 2.5], [1.0, 3.0, -1.5, 0.75, -2.5], [2.5, -3.0, 0.5, 1.25, 7.0]], np.float32)
+
+
+def _sigmoid(v):
+    return 1 / (1 + np.exp(-v))
+
+
+def _erf(v):
+    return np.vectorize(math.erf)(v.astype(np.float64))
+
+
+def test_activations_and_elementwise_maths_are_tinygrads_formulas():
+    x = UOp.param("x", XV.shape)
+    v = XV.astype(np.float64)
+    softplus = np.log1p(np.exp(v))
+    expected = {
+        "gelu": 0.5 * v * (1 + np.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3))),
+        "gelu_erf": 0.5 * v * (1 + _erf(v / math.sqrt(2))), "quick_gelu": v * _sigmoid(1.702 * v),
+        "silu": v * _sigmoid(v), "leaky_relu": np.where(v < 0, 0.2 * v, v), "elu": np.where(v > 0, v, 0.7 * np.expm1(v)),
+        "celu": np.maximum(v, 0) + np.minimum(0, 1.3 * np.expm1(v / 1.3)),
+        "selu": 1.0507 * np.where(v >= 0, v, 1.67326 * np.expm1(v)), "softplus": softplus,
+        "softplus_beta": np.log1p(np.exp(2 * v)) / 2, "mish": v * np.tanh(softplus), "relu6": np.clip(v, 0, 6),
+        "hardtanh": np.clip(v, -0.5, 1.5), "hardsigmoid": np.clip(v / 6 + 0.5, 0, 1),
+        "hardswish": v * np.clip(v + 3, 0, 6) / 6, "softsign": v / (1 + np.abs(v)), "logsigmoid": -np.log1p(np.exp(-v)),
+        "tan": np.tan(0.3 * v), "sinh": np.sinh(v), "cosh": np.cosh(v), "erf": _erf(v), "log10": np.log10(v * v + 0.1),
+        "lerp": v + (v * v - v) * 0.3, "floor": np.floor(v), "ceil": np.ceil(v), "round": np.round(v),
+        "logaddexp": np.logaddexp(v, 0.5 * v),
+    }
+    built = {
+        "gelu": x.gelu(), "gelu_erf": x.gelu(approximate="none"), "quick_gelu": x.quick_gelu(), "silu": x.silu(),
+        "leaky_relu": x.leaky_relu(0.2), "elu": x.elu(0.7), "celu": x.celu(1.3), "selu": x.selu(),
+        "softplus": x.softplus(), "softplus_beta": x.softplus(2.0), "mish": x.mish(), "relu6": x.relu6(),
+        "hardtanh": x.hardtanh(-0.5, 1.5), "hardsigmoid": x.hardsigmoid(), "hardswish": x.hardswish(),
+        "softsign": x.softsign(), "logsigmoid": x.logsigmoid(), "tan": (x * 0.3).tan(), "sinh": x.sinh(),
+        "cosh": x.cosh(), "erf": x.erf(), "log10": (x * x + 0.1).log10(), "lerp": x.lerp(x * x, 0.3),
+        "floor": x.floor(), "ceil": x.ceil(), "round": x.round(), "logaddexp": x.logaddexp(x * 0.5),
+    }
+    assert built.keys() == expected.keys()
+    for name, value in zip(built, values(list(built.values()), x=XV)):
+        np.testing.assert_allclose(value, expected[name], rtol=2e-6, atol=2e-6, err_msg=name)
+    assert x.swish() is x.silu() and (x.gelu().meta.name, x.silu().meta.name) == ("gelu", "silu")
+    halves = UOp.param("h", (8,))
+    hv = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5, -3.5], np.float32)
+    assert values([halves.round()], h=hv) == [np.round(hv).tolist()]  # halves to even, as numpy
+    with pytest.raises(GraphError, match="approximate is 'tanh' or 'none'"):
+        x.gelu(approximate="erf")
+
+
+def test_activation_gradients_match_finite_differences():
+    from uopcli import Graph
+    from uopcli.check import check_gradients
+    x = UOp.param("x", XV.shape)
+    smooth = (x.gelu() + x.gelu(approximate="none") + x.quick_gelu() + x.silu() + x.elu(0.7) + x.celu(1.3)
+              + x.softplus(2.0) + x.mish() + x.softsign() + x.logsigmoid() + (x * 0.3).tan() + x.sinh() + x.cosh()
+              + x.erf() + (x * x + 0.1).log10() + x.lerp(x * x, 0.3) + x.logaddexp(x * 0.5))
+    kinked = x.leaky_relu(0.2) + x.selu() + (x * 3).relu6() + x.hardtanh(-0.5, 1.5) + x.hardsigmoid() + x.hardswish()
+    inputs = {"x": XV.astype(np.float64) + 0.01}  # off the kinks (0, ±0.5, ±3, 1.5)
+    assert check_gradients(Graph({"loss": (smooth * kinked.sin()).sum()}), ["x"], inputs=inputs).passed
+
+
+def test_reductions_argmax_cumsum_and_building_tensors_are_numpys():
+    x = UOp.param("x", XV.shape)
+    ties = np.array([[1, 3, 3, 0, 2], [5, 5, 1, 5, 0], [-1, -2, -3, -1, -3]], np.float32)  # the first one wins
+    got = values([x.argmax(), x.argmax(1), x.argmax(0, keepdim=True), x.argmin(1), x.argmin(), (x > 2).any(1),
+                  (x > -2.6).all(0), (x > 9).any(), x.logsumexp(1), x.logsumexp(), x.logsumexp(0, keepdim=True),
+                  x.cumsum(1), x.cumsum(0), x.cumsum(-1)], x=ties)
+    lse = lambda v, axis=None, keepdims=False: np.log(np.exp(v.astype(np.float64)).sum(axis, keepdims=keepdims))  # noqa: E731
+    expected = [ties.argmax(), ties.argmax(1), ties.argmax(0)[None], ties.argmin(1), ties.argmin(), (ties > 2).any(1),
+                (ties > -2.6).all(0), False, lse(ties, 1), lse(ties), lse(ties, 0, True), ties.cumsum(1),
+                ties.cumsum(0), ties.cumsum(-1)]
+    for value, want in zip(got, expected):
+        np.testing.assert_allclose(np.asarray(value, np.float64), want, rtol=1e-6, atol=1e-6)
+    assert x.argmax(1).dtype is dtypes.int32 and x.any().dtype is dtypes.bool
+    labels = UOp.param("labels", (4,), dtypes.int32)
+    lv = np.array([0, 3, 1, 3], np.int32)
+    assert values([labels.one_hot(5), labels.cumsum(), UOp.arange(5), UOp.arange(2, 11, 3), UOp.arange(1.5, -2, -0.5),
+                   UOp.arange(5, 2), UOp.arange(100)], labels=lv) == [
+        np.eye(5, dtype=np.int32)[lv].tolist(), lv.cumsum().tolist(), list(range(5)), [2, 5, 8],
+        np.arange(1.5, -2, -0.5).tolist(), [], list(range(100))]
+    assert labels.one_hot(5).dtype is dtypes.int32 and UOp.arange(1.5, 3).dtype is dtypes.float32
+    assert len(UOp.arange(100).toposort()) < 60  # doubling: a few nodes a power of two, not one a value
+    with pytest.raises(GraphError, match="one_hot needs an integer dtype"):
+        x.one_hot(3)
+
+
+def test_numpy_basic_indexing_and_its_gradient():
+    from uopcli import Graph
+    from uopcli.check import check_gradients
+    x = UOp.param("x", (4, 5, 3))
+    xv = np.arange(60, dtype=np.float32).reshape(4, 5, 3)
+    indices = [1, -1, (2, 3), (slice(None), 2), (slice(1, 3),), (slice(None, None, 2), slice(None, None, -1)),
+               (Ellipsis, 1), (None, 1, Ellipsis, None), (slice(-3, None), slice(4, 0, -2), -2),
+               (slice(5, 1),), (slice(0, 4, 3), Ellipsis), (slice(None, None, -3), None, 0, slice(1, None))]
+    for index, value in zip(indices, values([x[i] for i in indices], x=xv)):
+        np.testing.assert_array_equal(np.asarray(value, np.float32).reshape(xv[index].shape), xv[index], err_msg=str(index))
+        assert x[index].shape == xv[index].shape, index
+    loss = (x[1:, ::2, -1] * x[:0:-1, ::2, 0].sin() + x[..., 1].sum(0)[None, 1:4].exp()).sum()
+    assert check_gradients(Graph({"loss": loss}), ["x"], inputs={"x": np.linspace(-1, 1, 60).reshape(4, 5, 3)}).passed
+    assert x[0].meta.name == "__getitem__" and x[0].meta.loc.startswith("test_uop.py:")
+    for bad, words in ((lambda: x[4], "index 4 out of range for axis 0 of size 4"),
+                       (lambda: x[0, 0, 0, 0], "too many indices: 4 for a tensor of rank 3"),
+                       (lambda: x[..., ...], "only one ellipsis"),
+                       (lambda: x[x], "not UOp (for a tensor of indices, multiply by its one_hot and sum)"),
+                       (lambda: x[1.5], "not float")):
+        with pytest.raises(GraphError, match=re.escape(words)):
+            bad()
+
+
+def test_repeat_split_chunk_are_numpys_tile_and_pieces():
+    x = UOp.param("x", (3, 5))
+    xv = np.arange(15, dtype=np.float32).reshape(3, 5)
+    pieces, chunks = x.split(2, 1), x.chunk(2, 0)
+    assert [p.shape for p in pieces] == [(3, 2), (3, 2), (3, 1)] and [c.shape for c in chunks] == [(2, 5), (1, 5)]
+    got = values([x.repeat(2, 1, 3), *pieces, *x.split([1, 2], 0), *chunks], x=xv)
+    want = [np.tile(xv, (2, 1, 3)), xv[:, :2], xv[:, 2:4], xv[:, 4:], xv[:1], xv[1:], xv[:2], xv[2:]]
+    assert got == [w.tolist() for w in want]
+    with pytest.raises(GraphError, match=r"split: sizes \[1, 1\] do not add up to 3"):
+        x.split([1, 1])
+
+
+def test_layers_and_losses_are_tinygrads_formulas_with_gradients():
+    from uopcli import Graph
+    from uopcli.check import check_gradients
+    logits, probs = UOp.param("logits", (3, 5)), UOp.param("probs", (3, 5))
+    labels = UOp.param("labels", (3,), dtypes.int32)
+    lv, pv = np.array([1, 4, 0], np.int32), np.full((3, 5), 0.2, np.float32)
+    v = XV.astype(np.float64)
+    log_softmax = v - np.log(np.exp(v).sum(1, keepdims=True))
+    picked = log_softmax[np.arange(3), lv]
+    centred = v - v.mean(-1, keepdims=True)
+    sigmoid = _sigmoid(v)
+    expected = [-picked.mean(), -picked, -(0.9 * picked + 0.1 * log_softmax.mean(1)).mean(), -(log_softmax * pv).sum(),
+                -picked.mean(), -(0.8 * picked + 0.2 * log_softmax.mean(1))[[0, 2]].sum() / 2,
+                -(pv * np.log(sigmoid) + (1 - pv) * np.log(1 - sigmoid)).mean(),
+                -(2 * pv * pv * np.log(sigmoid) + (1 - pv) * np.log(1 - sigmoid)).sum(),  # pos_weight 2p
+                centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + 1e-5), v @ v.T[:, :3] + v[0, :3]]
+    ignoring = UOp.param("ignoring", (3,), dtypes.int32)
+    built = [logits.cross_entropy(labels), logits.cross_entropy(labels, reduction="none"),
+             logits.cross_entropy(labels, label_smoothing=0.1), logits.cross_entropy(probs, reduction="sum"),
+             logits.sparse_categorical_crossentropy(labels),
+             logits.sparse_categorical_crossentropy(ignoring, ignore_index=-100, label_smoothing=0.2, reduction="mean"),
+             logits.sigmoid().binary_crossentropy(probs), logits.binary_crossentropy_logits(probs, "sum", pos_weight=probs * 2),
+             logits.layernorm(), logits.linear(logits.T[:, :3], logits[0, :3])]
+    got = values(built, logits=XV, probs=pv, labels=lv, ignoring=np.array([1, -100, 0], np.int32))
+    for i, (value, want) in enumerate(zip(got, expected)):
+        np.testing.assert_allclose(np.asarray(value, np.float64), want, rtol=2e-6, atol=1e-6, err_msg=str(i))
+    loss = built[0] + built[2] + built[5] + built[7] + (built[8] * built[9][:, :1]).sum()
+    assert check_gradients(Graph({"loss": loss}), ["logits", "probs"], inputs={
+        "logits": XV.astype(np.float64), "probs": pv.astype(np.float64), "labels": lv,
+        "ignoring": np.array([1, -100, 0], np.int32)}).passed
+    with pytest.raises(GraphError, match="reduction is one of mean, sum, none"):
+        logits.cross_entropy(labels, reduction="avg")
+    with pytest.raises(GraphError, match=r"target shape \[5\] fits neither"):
+        logits.cross_entropy(UOp.param("wrong", (5,), dtypes.int32))

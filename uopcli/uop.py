@@ -19,8 +19,9 @@ import sys
 from contextlib import contextmanager
 from typing import Iterable, NamedTuple, Sequence
 
+from .composites import COMPOSITES, TensorFunctions
 from .errors import GraphError
-from .ops import (ARITHMETIC, BITWISE, COMPARISON, FLOAT_UNARY, INTEGER_ONLY, REDUCE_OPS, DType, Ops,
+from .ops import (ARITHMETIC, BITWISE, CALLS, COMPARISON, FLOAT_UNARY, INTEGER_ONLY, REDUCE_OPS, DType, Ops,
                   dtype_of, dtypes)
 
 LN2 = math.log(2.0)
@@ -44,7 +45,7 @@ class _Slots:
     __slots__ = ("op", "dtype", "src", "arg", "shape", "meta", "serial")
 
 
-class UOp(_Slots):
+class UOp(_Slots, TensorFunctions):
     """One operation of a graph. Build nodes with the class methods and operators, never
     by hand: `UOp.param("x", (3,))`, `UOp.const(2.0)`, `x * 2 + 1`, `x.sum(0)`."""
 
@@ -593,8 +594,9 @@ class UOp(_Slots):
         """Output `index` of a FUNCTION or CALL."""
         return UOp.make(Ops.GETTUPLE, _GETTUPLE_DTYPE(self, index), (self,), int(index))
 
-    def __getitem__(self, index: int) -> "UOp":
-        return self.gettuple(index)
+    def __getitem__(self, index) -> "UOp":
+        """A FUNCTION's or CALL's output `index`; of a tensor, numpy's basic indexing."""
+        return self.gettuple(index) if self.op in CALLS else self._view(index)
 
     def store(self, value: "UOp") -> "UOp":
         return UOp.make(Ops.STORE, dtypes.void, (self, value))
@@ -879,9 +881,10 @@ def tag_new_nodes(root: UOp, since: int, meta: Metadata) -> None:
 _composite_depth = [0]
 
 
-def _tagging_composite(method):
-    """Wrap a composite method so the nodes it makes carry metadata name=<method name>."""
-    name = method.__name__
+def _tagging_composite(method, name: str | None = None, caller_depth: int = 1):
+    """Wrap a composite method so the nodes it makes carry metadata name=<method name>
+    and loc=<the caller's file:line> (`caller_depth` frames up from the wrapper)."""
+    name = name or method.__name__
 
     def wrapper(self, *args, **kwargs):
         if _composite_depth[0]:  # nested composite (tanh uses sigmoid): the outermost names it
@@ -892,9 +895,11 @@ def _tagging_composite(method):
             result = method(self, *args, **kwargs)
         finally:
             _composite_depth[0] -= 1
-        frame = sys._getframe(1)
+        frame = sys._getframe(caller_depth)
         loc = f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno}"
-        tag_new_nodes(result, since, Metadata(name, loc, False))
+        meta = Metadata(name, loc, False)
+        for part in result if isinstance(result, tuple) else (result,):  # split and chunk make several
+            tag_new_nodes(part, since, meta)
         return result
 
     wrapper.__name__ = name
@@ -1462,7 +1467,9 @@ _MEMO_ARG_CHECK = {
 
 # Composites tag what they build with their name, as tinygrad's Tensor functions do.
 for _name in ("exp", "log", "relu", "sigmoid", "tanh", "mean", "matmul", "softmax", "log_softmax",
-              "cos", "rsqrt", "sign", "abs", "clamp", "min", "var", "std", "cat", "stack"):
+              "cos", "rsqrt", "sign", "abs", "clamp", "min", "var", "std", "cat", "stack", *COMPOSITES):
     setattr(UOp, _name, _tagging_composite(getattr(UOp, _name)))
+# named as tinygrad names the Tensor function; called by __getitem__, so the caller is 2 up
+UOp._view = _tagging_composite(UOp._view, "__getitem__", caller_depth=2)
 UOp.__matmul__ = UOp.matmul
 UOp.clip, UOp.__abs__ = UOp.clamp, UOp.abs  # the aliases follow the wrapped methods

@@ -1,0 +1,398 @@
+"""More of tinygrad's Tensor functions, each built from UOp's primitives.
+
+`UOp` takes these as a mixin: activations, losses, layer norm, log-sum-exp, argmax,
+cumulative sums, one-hot codes and numpy-style indexing, spelled and meaning what tinygrad
+0.14's are and do, so a model ported from tinygrad builds here with the same code and has
+the same values and gradients. Nothing here is new to the file format: every function is
+a small graph of the format's ops (the maths beside each), and `diff` differentiates it
+node by node. Where tinygrad's graph needs an op the format lacks (its `_pool` for
+cumulative sums, `arange` built from one), the same values come from another graph,
+said where it happens.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from .errors import GraphError
+from .ops import dtypes
+
+SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+# erf by Abramowitz and Stegun 7.1.26 (|error| < 1.5e-7), the polynomial tinygrad uses
+ERF_P = 0.3275911
+ERF_COEFFICIENTS = (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)
+REDUCTIONS = ("mean", "sum", "none")
+
+
+class TensorFunctions:
+    """Composites on top of UOp's primitives; every method returns a new UOp."""
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------------ activations
+    def gelu(self, approximate: str = "tanh"):
+        """x·Φ(x): tanh form 0.5x(1 + tanh(√(2/π)(x + 0.044715x³))), or with erf ("none")."""
+        if approximate == "tanh":
+            return 0.5 * self * (1 + (SQRT_2_OVER_PI * (self + 0.044715 * self * self * self)).tanh())
+        if approximate == "none":
+            return self * 0.5 * (1.0 + (self * (1 / math.sqrt(2))).erf())
+        raise GraphError(f"gelu: approximate is 'tanh' or 'none', got {approximate!r}")
+
+    def quick_gelu(self):
+        return self * (self * 1.702).sigmoid()  # x·σ(1.702x)
+
+    def silu(self):
+        return self * self.sigmoid()  # x·σ(x), also called swish
+
+    def swish(self):
+        return self.silu()
+
+    def leaky_relu(self, neg_slope: float = 0.01):
+        return (self < 0).where(neg_slope * self, self)
+
+    def elu(self, alpha: float = 1.0):
+        return self.relu() - alpha * (1 - self.exp()).relu()  # x for x > 0, α(eˣ - 1) below
+
+    def celu(self, alpha: float = 1.0):
+        return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
+
+    def selu(self, alpha: float = 1.67326, gamma: float = 1.0507):
+        return gamma * (self >= 0).where(self, alpha * (self.exp() - 1))
+
+    def logaddexp(self, other):
+        """log(eᵃ + eᵇ), shifted by max(a, b) so that neither exponential overflows."""
+        top = self.maximum(other)
+        other = other if hasattr(other, "shape") else top.const_like(other)
+        return ((self - top).exp() + (other - top).exp()).log() + top
+
+    def softplus(self, beta: float = 1.0):
+        return (1 / beta) * (self * beta).logaddexp(0.0)  # log(1 + e^(βx)) / β
+
+    def mish(self):
+        return self * self.softplus().tanh()
+
+    def hardtanh(self, min_val=-1, max_val=1):
+        return self.clamp(min_val, max_val)
+
+    def relu6(self):
+        return self.relu() - (self - 6).relu()  # min(max(x, 0), 6)
+
+    def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5):
+        line = alpha * self + beta
+        return line.relu() - (line - 1).relu()  # αx + β clamped to [0, 1]
+
+    def hardswish(self):
+        return self * (self + 3).relu6() * (1 / 6)
+
+    def softsign(self):
+        return self / (1 + self.abs())
+
+    def logsigmoid(self):
+        return -(-self).softplus()  # log σ(x) = -log(1 + e⁻ˣ)
+
+    # ------------------------------------------------------------------ more elementwise maths
+    def tan(self):
+        return self.sin() / self.cos()
+
+    def sinh(self):
+        return (self.exp() - (-self).exp()) / 2
+
+    def cosh(self):
+        return (self.exp() + (-self).exp()) / 2
+
+    def erf(self):
+        """sign(x)·(1 - t·P(t)·e^(-x²)) with t = 1 / (1 + p|x|) (Abramowitz and Stegun 7.1.26)."""
+        t = 1.0 / (1.0 + ERF_P * self.abs())
+        poly = t.const_like(ERF_COEFFICIENTS[0])
+        for coefficient in ERF_COEFFICIENTS[1:]:  # Horner
+            poly = poly * t + coefficient
+        return self.sign() * (1.0 - t * poly * (-self.square()).exp())
+
+    def log10(self):
+        return self.log2() * math.log10(2)
+
+    def lerp(self, end, weight):
+        return self + (end - self) * weight
+
+    def floor(self):
+        truncated = self.trunc()
+        return (self < truncated).where(truncated - 1, truncated)
+
+    def ceil(self):
+        truncated = self.trunc()
+        return (self > truncated).where(truncated + 1, truncated)
+
+    def round(self):
+        """To the nearest integer, halves to the even one (as numpy and tinygrad)."""
+        half = self.trunc() / 2.0
+        even = (self > 0).eq(half.trunc().eq(half))
+        return even.where((self - 0.5).ceil(), (self + 0.5).floor())
+
+    def isnan(self):
+        return self.ne(self)
+
+    def isinf(self, detect_positive: bool = True, detect_negative: bool = True):
+        from .uop import UOp
+        found = UOp.full(self.shape, False)
+        if detect_positive:
+            found = found | self.eq(math.inf)
+        if detect_negative:
+            found = found | self.eq(-math.inf)
+        return found
+
+    # ------------------------------------------------------------------ reductions
+    def any(self, axis=None, keepdim: bool = False):
+        # REDUCE takes no bools: the largest of the 0/1 bytes
+        return self.cast(dtypes.bool).cast(dtypes.uint8).max(axis, keepdim).cast(dtypes.bool)
+
+    def all(self, axis=None, keepdim: bool = False):
+        return self.cast(dtypes.bool).cast(dtypes.uint8).prod(axis, keepdim).cast(dtypes.bool)
+
+    def logsumexp(self, axis=None, keepdim: bool = False):
+        """log Σ eˣ, less the (detached) max before exp and plus it after, as softmax does."""
+        top = self.max(axis, keepdim=True).detach()
+        total = (self - top).exp().sum(axis, keepdim).log()
+        return total + top.reshape(total.shape)
+
+    def argmax(self, axis=None, keepdim: bool = False):
+        """The first index of the largest value along `axis` (int32; None: of the flat tensor).
+        Each position where the max is reached scores n - index; the best score is the first."""
+        if axis is None:
+            return self.flatten().argmax(0)
+        axis = _axis(axis, len(self.shape))
+        size = self.shape[axis]
+        at_max = self.eq(self.max(axis, keepdim=True))
+        scores = self.arange(size, 0, -1).reshape((size,) + (1,) * (len(self.shape) - axis - 1))
+        return (size - at_max.where(scores, 0).max(axis, keepdim)).cast(dtypes.int32)
+
+    def argmin(self, axis=None, keepdim: bool = False):
+        return self._order_flipped().argmax(axis, keepdim)
+
+    def cumsum(self, axis: int = 0):
+        """Running sums along `axis`: out[i] = Σ_{j ≤ i} x[j], as one masked sum over a
+        (..., n, n) expansion (tinygrad's pool of the padded axis, which is n × n as well)."""
+        if not self.shape or 0 in self.shape:
+            return self.cast(self.sum().dtype)  # nothing to add up
+        axis = _axis(axis, len(self.shape))
+        size = self.shape[axis]
+        last = self.transpose(axis, -1)
+        lower = self.arange(size).reshape(1, size) <= self.arange(size).reshape(size, 1)  # j ≤ i
+        rows = last.unsqueeze(-2).expand(*last.shape[:-1], size, size)
+        return lower.where(rows, 0).sum(-1).transpose(axis, -1)
+
+    # ------------------------------------------------------------------ building tensors
+    @staticmethod
+    def arange(start, stop=None, step=1, dtype=None):
+        """[start, stop) by `step` as a vector (int32, or float32 if any bound is a float).
+        tinygrad sums a run of `step`s with its pool; this doubles [0] to [0 .. 2ᵏ) by
+        `cat(a, a + len(a))`, a few nodes a doubling, then scales and shifts."""
+        from .uop import UOp
+        if stop is None:
+            start, stop = 0, start
+        if step == 0:
+            raise GraphError("arange: step must not be 0")
+        if dtype is None:
+            dtype = dtypes.float32 if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.int32
+        count = max(0, math.ceil((stop - start) / step))
+        if count == 0:
+            return UOp.full((0,), 0, dtype)
+        counting = UOp.const(0, dtypes.int32).reshape(1)
+        while counting.shape[0] < count:
+            counting = counting.cat(counting + counting.shape[0])
+        counting = counting.shrink(((0, count),))
+        scaled = counting.cast(dtype) if step == 1 else counting.cast(dtype) * step
+        return scaled if start == 0 else scaled + start
+
+    def one_hot(self, num_classes: int):
+        """1 where the last axis (new, of num_classes) equals the integer value, else 0 (int32)."""
+        if not self.dtype.is_int:
+            raise GraphError(f"one_hot needs an integer dtype, got {self.dtype.name}")
+        if num_classes < 0:
+            raise GraphError(f"one_hot: num_classes must be >= 0, got {num_classes}")
+        return self._one_hot_mask(num_classes, len(self.shape)).cast(dtypes.int32)
+
+    def _one_hot_mask(self, num_classes: int, axis: int):
+        """Bool: a new axis `axis` of num_classes, true where it equals this integer value."""
+        classes = self.arange(num_classes).reshape((num_classes,) + (1,) * (len(self.shape) - axis))
+        return self.unsqueeze(axis).eq(classes)
+
+    def repeat(self, *repeats):
+        """Tile `repeats[i]` copies along axis i (numpy's tile; leading repeats add axes)."""
+        repeats = tuple(repeats[0]) if len(repeats) == 1 and isinstance(repeats[0], (tuple, list)) else repeats
+        if len(repeats) < len(self.shape):
+            raise GraphError(f"repeat: {len(repeats)} repeats for rank {len(self.shape)}")
+        shape = (1,) * (len(repeats) - len(self.shape)) + self.shape
+        spread = self.reshape(tuple(s for size in shape for s in (1, size)))
+        tiled = spread.expand(tuple(s for r, size in zip(repeats, shape) for s in (r, size)))
+        return tiled.reshape(tuple(r * size for r, size in zip(repeats, shape)))
+
+    def split(self, sizes, dim: int = 0) -> tuple:
+        """Pieces along `dim`: each of `sizes` (an int: that size, the last one smaller)."""
+        dim = _axis(dim, len(self.shape))
+        length = self.shape[dim]
+        if isinstance(sizes, int):
+            if sizes <= 0:
+                raise GraphError(f"split: size must be > 0, got {sizes}")
+            sizes = [min(sizes, length - start) for start in range(0, length, sizes)]
+        if sum(sizes) != length:
+            raise GraphError(f"split: sizes {list(sizes)} do not add up to {length}, the size of axis {dim}")
+        pieces, start = [], 0
+        for size in sizes:
+            pieces.append(self.shrink(tuple((start, start + size) if i == dim else None
+                                            for i in range(len(self.shape)))))
+            start += size
+        return tuple(pieces)
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple:
+        dim = _axis(dim, len(self.shape))
+        if chunks <= 0:
+            raise GraphError(f"chunk: chunks must be > 0, got {chunks}")
+        length = self.shape[dim]
+        return self.split(math.ceil(length / chunks) if length else [0] * chunks, dim)
+
+    # ------------------------------------------------------------------ layers
+    def dot(self, w):
+        return self.matmul(w)  # tinygrad's dot: the last axis against w's second-to-last (or only)
+
+    def linear(self, weight, bias=None):
+        """x·w (+ b); a 1-D weight scales elementwise, as in tinygrad."""
+        out = self * weight if len(weight.shape) == 1 else self.matmul(weight)
+        return out if bias is None else out + bias
+
+    def layernorm(self, axis=-1, eps: float = 1e-5):
+        """(x - mean) / √(mean square deviation + eps) over `axis` (no scale or shift)."""
+        centred = self - self.mean(axis, keepdim=True)
+        return centred * ((centred * centred).mean(axis, keepdim=True) + eps).rsqrt()
+
+    # ------------------------------------------------------------------ losses
+    def cross_entropy(self, target, reduction: str = "mean", label_smoothing: float = 0.0):
+        """-Σ_c y_c·log softmax(x)_c over the class axis (1, or 0 for a vector); `target` is
+        class probabilities shaped like the logits, or class indices (one axis fewer)."""
+        _check_smoothing(label_smoothing)
+        classes_axis = 0 if len(self.shape) == 1 else 1
+        classes = self.shape[classes_axis]
+        if target.shape != self.shape:
+            if target.shape != self.shape[:classes_axis] + self.shape[classes_axis + 1:]:
+                raise GraphError(f"cross_entropy: target shape {list(target.shape)} fits neither the logits "
+                                 f"{list(self.shape)} nor their class indices")
+            target = target._one_hot_mask(classes, classes_axis).cast(self.dtype)
+        target = (1 - label_smoothing) * target + label_smoothing / classes
+        return _reduced(-(self.log_softmax(classes_axis) * target).sum(classes_axis), reduction)
+
+    def sparse_categorical_crossentropy(self, target, ignore_index: int = -1, label_smoothing: float = 0.0,
+                                        reduction: str = "mean"):
+        """Cross entropy with class indices along the last axis; entries equal to
+        `ignore_index` (unless -1) count for nothing, and "mean" divides by the others."""
+        _check_smoothing(label_smoothing)
+        log_probs = self.log_softmax()
+        from .uop import UOp
+        counted = target.ne(ignore_index) if ignore_index != -1 else UOp.full(target.shape, True)
+        picked = target._one_hot_mask(self.shape[-1], len(target.shape)) & counted.unsqueeze(-1)
+        smoothing = label_smoothing * counted.where(log_probs.mean(-1), 0.0)
+        per_item = (1 - label_smoothing) * picked.where(log_probs, 0.0).sum(-1) + smoothing
+        if reduction == "mean":
+            return -per_item.sum() / counted.sum()
+        return -_reduced(per_item, reduction)
+
+    def binary_crossentropy(self, target, reduction: str = "mean"):
+        return _reduced(-target * self.log() - (1 - target) * (1 - self).log(), reduction)
+
+    def binary_crossentropy_logits(self, target, reduction: str = "mean", pos_weight=None):
+        """Binary cross entropy of σ(x), through log σ(x) and log σ(-x) (no log of a 0)."""
+        positive = target if pos_weight is None else pos_weight * target
+        return _reduced(-(positive * self.logsigmoid() + (1 - target) * (-self).logsigmoid()), reduction)
+
+    # ------------------------------------------------------------------ indexing
+    def _view(self, index):
+        """numpy basic indexing: ints, slices (any step), None (a new axis) and one `...`.
+        Ints SHRINK to one element and drop the axis; a step > 1 pads the kept run to a
+        multiple of the step, folds it into (count, step) and keeps column 0; a negative
+        step FLIPs the axis first."""
+        items = _expand_ellipsis(index if isinstance(index, tuple) else (index,), len(self.shape))
+        node, axis, out_shape = self, 0, []
+        for item in items:
+            if item is None:
+                out_shape.append(1)
+                continue
+            size = node.shape[axis]
+            if isinstance(item, slice):
+                start, stop, step = item.indices(size)
+                count = len(range(start, stop, step))
+                node = _strided(node, axis, start, step, count)
+                out_shape.append(count)
+            else:
+                position = _int_index(item, size, axis)
+                node = node.shrink(tuple((position, position + 1) if i == axis else None
+                                         for i in range(len(node.shape))))
+            axis += 1
+        return node.reshape(tuple(out_shape))
+
+
+def _axis(dim: int, rank: int) -> int:
+    if not isinstance(dim, int) or isinstance(dim, bool) or not -rank <= dim < rank:
+        raise GraphError(f"axis {dim!r} out of range for rank {rank}")
+    return dim % rank
+
+
+def _check_smoothing(label_smoothing: float) -> None:
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise GraphError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+
+
+def _reduced(loss, reduction: str):
+    if reduction not in REDUCTIONS:
+        raise GraphError(f"reduction is one of {', '.join(REDUCTIONS)}, got {reduction!r}")
+    return loss.mean() if reduction == "mean" else loss.sum() if reduction == "sum" else loss
+
+
+def _expand_ellipsis(items: tuple, rank: int) -> tuple:
+    """The index with `...` (or nothing, at the end) replaced by whole-axis slices."""
+    ellipses = sum(1 for item in items if item is Ellipsis)
+    if ellipses > 1:
+        raise GraphError("an index can have only one ellipsis (...)")
+    used = sum(1 for item in items if item is not None and item is not Ellipsis)
+    if used > rank:
+        raise GraphError(f"too many indices: {used} for a tensor of rank {rank}")
+    fill = (slice(None),) * (rank - used)
+    if not ellipses:
+        return items + fill
+    at = next(i for i, item in enumerate(items) if item is Ellipsis)
+    return items[:at] + fill + items[at + 1:]
+
+
+def _int_index(item, size: int, axis: int) -> int:
+    if isinstance(item, bool) or not isinstance(item, int):
+        hint = " (for a tensor of indices, multiply by its one_hot and sum)" if hasattr(item, "shape") else ""
+        raise GraphError(f"index on axis {axis}: an index is an int, a slice, None or ..., "
+                         f"not {type(item).__name__}{hint}")
+    if not -size <= item < size:
+        raise GraphError(f"index {item} out of range for axis {axis} of size {size}")
+    return item % size
+
+
+def _strided(node, axis: int, start: int, step: int, count: int):
+    """Elements start, start + step, ... (count of them) of `axis`."""
+    rank = len(node.shape)
+
+    def along(pair):
+        return tuple(pair if i == axis else None for i in range(rank))
+
+    if count == 0:
+        return node.shrink(along((0, 0)))
+    if step < 0:  # walk the flipped axis forwards
+        node, start, step = node.flip(axis), node.shape[axis] - 1 - start, -step
+    end = start + (count - 1) * step + 1
+    node = node.shrink(along((start, end)))
+    if step == 1:
+        return node
+    node = node.pad(along((0, count * step - (end - start))))
+    shape = node.shape
+    folded = node.reshape(shape[:axis] + (count, step) + shape[axis + 1:])
+    first = folded.shrink(tuple((0, 1) if i == axis + 1 else None for i in range(rank + 1)))
+    return first.reshape(shape[:axis] + (count,) + shape[axis + 1:])
+
+
+# every public method above is a composite: uop.py tags the nodes each makes with its name
+COMPOSITES: Sequence[str] = tuple(name for name in vars(TensorFunctions)
+                                  if not name.startswith("_") and name != "arange")
