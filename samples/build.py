@@ -71,42 +71,14 @@ def softmax_xent() -> Graph:
     return _graph({"loss": loss}, v, softmax_xent.__doc__)
 
 
-def _sliding_windows(x: UOp, k: int) -> UOp:
-    """All k×k windows of x[N, C, H, W] (stride 1) as [N, C, H-k+1, W-k+1, k, k], made of
-    movement ops only (tinygrad's pooling trick): repeat each spatial axis, cut it to
-    k*(size+1) elements and fold it into (k, size+1); row j then starts j elements later,
-    so shrinking the columns to the output size leaves window row j in row j."""
-    n, c, h, w = x.shape
-    oh, ow = h - k + 1, w - k + 1
-    rh, rw = -(-k * (h + 1) // h), -(-k * (w + 1) // w)  # repeats: ceil(k*(size+1)/size)
-    x = x.reshape(n, c, 1, h, 1, w).expand(n, c, rh, h, rw, w).reshape(n, c, rh * h, rw * w)
-    x = x.shrink(((0, n), (0, c), (0, k * (h + 1)), (0, k * (w + 1))))
-    x = x.reshape(n, c, k, h + 1, k, w + 1)
-    x = x.shrink(((0, n), (0, c), (0, k), (0, oh), (0, k), (0, ow)))
-    return x.permute(0, 1, 3, 5, 2, 4)
-
-
-def conv2d(x: UOp, weight: UOp, bias: UOp, padding: int) -> UOp:
-    """x[N, C, H, W] * weight[F, C, k, k] + bias[F] -> [N, F, H', W']: PAD, the windows
-    above, EXPAND both operands to [N, F, C, H', W', k, k], MUL and REDUCE ADD."""
-    n, c = x.shape[:2]
-    f, _, k, _ = weight.shape
-    x = x.pad(((0, 0), (0, 0), (padding, padding), (padding, padding)))
-    windows = _sliding_windows(x, k)                       # [N, C, H', W', k, k]
-    oh, ow = windows.shape[2:4]
-    full = (n, f, c, oh, ow, k, k)
-    patches = windows.reshape(n, 1, c, oh, ow, k, k).expand(full)
-    kernel = weight.reshape(1, f, c, 1, 1, k, k).expand(full)
-    out = (patches * kernel).sum((2, 5, 6))                 # [N, F, H', W']
-    return out + bias.reshape(1, f, 1, 1).expand(n, f, oh, ow)
-
-
 def conv_net() -> Graph:
     """Small conv net: 3x3 convolution (padding 1) + ReLU, 2x2 average pool, linear layer
     to 3 classes, softmax cross-entropy."""
     v = _inputs(x=(4, 2, 8, 8), kernel=(4, 2, 3, 3), kernel_bias=(4,), w=(64, 3), b=(3,), y=(4, 3))
-    features = conv2d(v["x"], v["kernel"], v["kernel_bias"], padding=1).relu()  # [4, 4, 8, 8]
-    pooled = features.reshape(4, 4, 4, 2, 4, 2).mean((3, 5))                    # [4, 4, 4, 4]
+    # tinygrad's conv2d and avg_pool2d: windows of the input from movement ops alone
+    # (uopcli/composites.py, _pool), multiplied by the kernel and summed
+    features = v["x"].conv2d(v["kernel"], v["kernel_bias"], padding=1).relu()  # [4, 4, 8, 8]
+    pooled = features.avg_pool2d((2, 2))                                       # [4, 4, 4, 4]
     logits = pooled.reshape(4, 64) @ v["w"] + v["b"]
     loss = -(v["y"] * logits.log_softmax(-1)).sum(-1).mean()
     return _graph({"loss": loss}, v, conv_net.__doc__)

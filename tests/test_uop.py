@@ -466,3 +466,64 @@ def test_layers_and_losses_are_tinygrads_formulas_with_gradients():
         logits.cross_entropy(labels, reduction="avg")
     with pytest.raises(GraphError, match=r"target shape \[5\] fits neither"):
         logits.cross_entropy(UOp.param("wrong", (5,), dtypes.int32))
+
+
+def _conv_reference(x, w, stride, dilation, pads, groups=1):
+    """Cross-correlation by loops over the kernel, in float64."""
+    x = np.pad(x.astype(np.float64), ((0, 0), (0, 0), *pads))
+    (n, _, h, wd), (f, cg, kh, kw) = x.shape, w.shape
+    oh, ow = (h - dilation[0] * (kh - 1) - 1) // stride[0] + 1, (wd - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    out = np.zeros((n, f, oh, ow))
+    fg = f // groups
+    for i in range(kh):
+        for j in range(kw):
+            rows = x[:, :, i * dilation[0]::stride[0], j * dilation[1]::stride[1]][:, :, :oh, :ow]
+            for g in range(groups):
+                out[:, g * fg:(g + 1) * fg] += np.einsum("nchw,fc->nfhw", rows[:, g * cg:(g + 1) * cg],
+                                                         w[g * fg:(g + 1) * fg, :, i, j])
+    return out
+
+
+def _windows_reference(x, k, stride, pads, fill):
+    x = np.pad(x.astype(np.float64), ((0, 0), (0, 0), *pads), constant_values=fill)
+    oh, ow = (x.shape[2] - k[0]) // stride[0] + 1, (x.shape[3] - k[1]) // stride[1] + 1
+    return np.stack([x[:, :, i:i + stride[0] * oh:stride[0], j:j + stride[1] * ow:stride[1]]
+                     for i in range(k[0]) for j in range(k[1])], -1)
+
+
+def test_conv2d_and_pooling_are_numpys_loops_and_their_gradients_finite_differences():
+    from uopcli import Graph
+    from uopcli.check import check_gradients
+    rng = np.random.default_rng(3)
+    xv, wv, gv = (rng.standard_normal(s).astype(np.float32) for s in ((2, 4, 7, 6), (5, 4, 2, 3), (6, 2, 3, 2)))
+    x, w, g, b = UOp.param("x", xv.shape), UOp.param("w", wv.shape), UOp.param("g", gv.shape), UOp.param("b", (6,))
+    bv = np.arange(6, dtype=np.float32)
+    built = [x.conv2d(w), x.conv2d(w, stride=2, padding=1), x.conv2d(w, dilation=(2, 1), padding=(1, 2)),
+             x.conv2d(g, b, groups=2, stride=(1, 2), padding=(0, 1, 2, 1)), x.avg_pool2d(), x.max_pool2d((3, 3), 2, padding=1),
+             x.avg_pool2d((3, 2), stride=2, padding=1, count_include_pad=False), x.max_pool2d((3, 3), 2, padding=1,
+                                                                                          return_indices=True)[1]]
+    got = values(built, x=xv, w=wv, g=gv, b=bv)
+    windows = _windows_reference(xv, (3, 3), (2, 2), ((1, 1), (1, 1)), -np.inf)
+    counted = _windows_reference(np.ones_like(xv), (3, 2), (2, 2), ((1, 1), (1, 1)), 0).sum(-1)
+    flat = np.pad(np.arange(42).reshape(7, 6), 1, constant_values=-1)  # where each window's max is
+    where = np.stack([flat[i:i + 8:2, j:j + 6:2] for i in range(3) for j in range(3)], -1)
+    expected = [_conv_reference(xv, wv, (1, 1), (1, 1), ((0, 0), (0, 0))),
+                _conv_reference(xv, wv, (2, 2), (1, 1), ((1, 1), (1, 1))),
+                _conv_reference(xv, wv, (1, 1), (2, 1), ((1, 1), (2, 2))),
+                _conv_reference(xv, gv, (1, 2), (1, 1), ((2, 1), (0, 1)), groups=2) + bv.reshape(1, 6, 1, 1),
+                _windows_reference(xv, (2, 2), (2, 2), ((0, 0), (0, 0)), 0).mean(-1), windows.max(-1),
+                _windows_reference(xv, (3, 2), (2, 2), ((1, 1), (1, 1)), 0).sum(-1) / counted,
+                np.take_along_axis(np.broadcast_to(where, windows.shape), windows.argmax(-1)[..., None], -1)[..., 0]]
+    for i, (value, want) in enumerate(zip(got, expected)):
+        np.testing.assert_allclose(np.asarray(value, np.float64), want, rtol=1e-5, atol=1e-5, err_msg=str(i))
+    loss = (x.conv2d(w, stride=2, padding=1).gelu().max_pool2d((2, 2), 1).sum()
+            + x.conv2d(g, b, groups=2, padding=(0, 1, 2, 1)).avg_pool2d((2, 2), padding=1, count_include_pad=False).sum())
+    assert check_gradients(Graph({"loss": loss}), ["x", "w", "g", "b"], inputs={
+        "x": xv.astype(np.float64), "w": wv.astype(np.float64), "g": gv.astype(np.float64), "b": bv.astype(np.float64)},
+        samples=8).passed
+    for bad, words in ((lambda: x.conv2d(g), "conv2d: input [2, 4, 7, 6] does not fit weight [6, 2, 3, 2] with groups=1"),
+                       (lambda: x.max_pool2d((8, 2)), "kernel [8, 2] (dilation [1, 1]) is larger than the input's [7, 6]"),
+                       (lambda: x.avg_pool2d(ceil_mode=True), "ceil_mode is not supported"),
+                       (lambda: x.conv2d(w, padding=(1, 2, 3)), "padding is an int >= 0, 2 of them or 4")):
+        with pytest.raises(GraphError, match=re.escape(words)):
+            bad()

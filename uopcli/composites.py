@@ -265,6 +265,102 @@ class TensorFunctions:
         centred = self - self.mean(axis, keepdim=True)
         return centred * ((centred * centred).mean(axis, keepdim=True) + eps).rsqrt()
 
+    def conv2d(self, weight, bias=None, groups: int = 1, stride=1, dilation=1, padding=0):
+        """Cross-correlation of x[N, C·groups... ] with weight[F, C, *k] over the last len(k)
+        axes (any number, not only 2), as tinygrad's conv2d: the windows of the padded input
+        (`_pool`), expanded against the weight, multiplied and summed over C and the window.
+        `padding` is an int, one per spatial axis, or (left, right, top, bottom, ...)."""
+        (batch, channels), (filters, per_group), kernel = self.shape[:2], weight.shape[:2], weight.shape[2:]
+        if len(self.shape) != len(weight.shape) or groups * per_group != channels:
+            raise GraphError(f"conv2d: input {list(self.shape)} does not fit weight {list(weight.shape)} "
+                             f"with groups={groups}")
+        windows = self._pad_value(_pool_padding(padding, len(kernel)), 0.0)._pool(kernel, stride, dilation)
+        outputs = windows.shape[2:2 + len(kernel)]
+        spatial = len(outputs)
+        per_filter_group = filters // groups
+        x = windows.reshape(batch, groups, per_group, 1, *outputs, *kernel)
+        x = x.expand(batch, groups, per_group, per_filter_group, *outputs, *kernel)
+        x = x.permute(0, 1, 3, *range(4, 4 + spatial), 2, *range(4 + spatial, 4 + 2 * spatial))
+        # (batch, groups, filters per group, *outputs, channels per group, *kernel)
+        w = weight.reshape(1, groups, per_filter_group, *(1,) * spatial, per_group, *kernel)
+        out = (x * w).sum(tuple(range(-1 - len(kernel), 0))).reshape(batch, filters, *outputs)
+        return out if bias is None else out + bias.reshape(1, filters, *(1,) * spatial)
+
+    def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode: bool = False,
+                   count_include_pad: bool = True):
+        """Means of the windows over the last len(kernel_size) axes (stride: the kernel)."""
+        kernel = _per_axis(kernel_size, 2)
+        _refuse_ceil_mode(ceil_mode, "avg_pool2d")
+        pads = _pool_padding(padding, len(kernel))
+        axes = tuple(range(-len(kernel), 0))
+        windows = self._pad_value(pads, 0.0)._pool(kernel, stride or kernel, dilation)
+        if count_include_pad:
+            return windows.mean(axes)
+        from .uop import UOp
+        counted = UOp.full(self.shape, 1.0, self.dtype)._pad_value(pads, 0.0)._pool(kernel, stride or kernel, dilation)
+        return windows.sum(axes) / counted.sum(axes)
+
+    def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode: bool = False,
+                   return_indices: bool = False):
+        """Maxima of the windows (padding counts as -inf); with return_indices also where
+        each maximum is, as a flat index into the unpadded spatial axes (the first one)."""
+        kernel = _per_axis(kernel_size, 2)
+        _refuse_ceil_mode(ceil_mode, "max_pool2d")
+        pads = _pool_padding(padding, len(kernel))
+        axes = tuple(range(-len(kernel), 0))
+        windows = self._pad_value(pads, _lowest(self.dtype))
+        windows = windows._pool(kernel, stride or kernel, dilation)
+        pooled = windows.max(axes)
+        if not return_indices:
+            return pooled
+        spatial = self.shape[-len(kernel):]
+        count = math.prod(spatial)
+        scores = self.arange(count, 0, -1).reshape(spatial)  # the first maximum scores highest
+        scores = scores._pad_value(pads, _lowest(dtypes.int32))._pool(kernel, stride or kernel, dilation)
+        at_max = windows.eq(windows.max(axes, keepdim=True))
+        return pooled, count - at_max.where(scores, 0).max(axes)
+
+    def _pad_value(self, pads: tuple, value):
+        """PAD with `value` instead of 0: the zero padding, with `value` where the mask of
+        the original (padded the same way) is false."""
+        if all(p == (0, 0) for p in pads):
+            return self
+        lead = ((0, 0),) * (len(self.shape) - len(pads))
+        padded = self.pad(lead + pads)
+        if value == 0:
+            return padded
+        from .uop import UOp
+        inside = UOp.full(self.shape, True).pad(lead + pads)
+        return inside.where(padded, value)
+
+    def _pool(self, kernel: tuple, stride=1, dilation=1):
+        """Every window of the last len(kernel) axes: (..., *outputs, *kernel), where
+        out[..., o, j] = x[..., o·stride + j·dilation], from movement ops alone. Tile each
+        axis (size i) so it holds k rows of i·f + d elements: row j then starts j·d later
+        in x, so its elements o·s are x[o·s + j·d]; keep every s-th (fold by s, column 0).
+        f ≥ 1 makes a row long enough for o·s elements."""
+        kernel = tuple(kernel)
+        strides, dilations = _per_axis(stride, len(kernel)), _per_axis(dilation, len(kernel))
+        lead = len(self.shape) - len(kernel)
+        if lead < 0:
+            raise GraphError(f"pool: a kernel of {len(kernel)} axes on a tensor of rank {len(self.shape)}")
+        sizes, keep = self.shape[lead:], self.shape[:lead]
+        outputs = tuple(math.ceil((i - d * (k - 1)) / s) for i, k, s, d in zip(sizes, kernel, strides, dilations))
+        if any(o <= 0 for o in outputs):
+            raise GraphError(f"pool: kernel {list(kernel)} (dilation {list(dilations)}) is larger than "
+                             f"the input's {list(sizes)}")
+        factors = [max(1, math.ceil((o * s - d) / i)) for o, s, i, d in zip(outputs, strides, sizes, dilations)]
+        rows = [i * f + d for i, f, d in zip(sizes, factors, dilations)]  # one row per kernel position
+        x = self.repeat((1,) * lead + tuple(math.ceil(k * r / i) for k, r, i in zip(kernel, rows, sizes)))
+        x = x.shrink((None,) * lead + tuple((0, k * r) for k, r in zip(kernel, rows)))
+        x = x.reshape(keep + _interleave(kernel, rows))
+        x = x.shrink((None,) * lead + _interleave([(0, k) for k in kernel], [(0, o * s) for o, s in zip(outputs, strides)]))
+        x = x.reshape(keep + tuple(n for k, o, s in zip(kernel, outputs, strides) for n in (k, o, s)))
+        x = x.shrink((None,) * lead + tuple(b for k, o in zip(kernel, outputs) for b in ((0, k), (0, o), (0, 1))))
+        x = x.reshape(keep + _interleave(kernel, outputs))
+        window_axes = [lead + 2 * i for i in range(len(kernel))]
+        return x.permute(*range(lead), *(a + 1 for a in window_axes), *window_axes)
+
     # ------------------------------------------------------------------ losses
     def cross_entropy(self, target, reduction: str = "mean", label_smoothing: float = 0.0):
         """-Σ_c y_c·log softmax(x)_c over the class axis (1, or 0 for a vector); `target` is
@@ -333,6 +429,43 @@ def _axis(dim: int, rank: int) -> int:
     if not isinstance(dim, int) or isinstance(dim, bool) or not -rank <= dim < rank:
         raise GraphError(f"axis {dim!r} out of range for rank {rank}")
     return dim % rank
+
+
+def _per_axis(value, count: int) -> tuple:
+    """An int for every axis, or one per axis."""
+    values = (value,) * count if isinstance(value, int) else tuple(value)
+    if len(values) != count or not all(isinstance(v, int) and v > 0 for v in values):
+        raise GraphError(f"expected a positive int or {count} of them, got {value!r}")
+    return values
+
+
+def _lowest(dtype):
+    """The value below every other of the dtype: what max pooling pads with."""
+    if dtype.is_float:
+        return -math.inf
+    if dtype.is_bool:
+        return False
+    return 0 if dtype.kind == "u" else -(1 << (8 * dtype.itemsize - 1))
+
+
+def _interleave(first, second) -> tuple:
+    return tuple(v for pair in zip(first, second) for v in pair)
+
+
+def _pool_padding(padding, spatial: int) -> tuple:
+    """tinygrad's padding forms as (before, after) per spatial axis: an int for all sides,
+    one int per axis, or 2·axes ints listing the last axis first (left, right, top, bottom)."""
+    flat = [padding] * 2 * spatial if isinstance(padding, int) else list(padding)
+    if len(flat) == spatial:
+        flat = [p for p in reversed(flat) for _ in range(2)]
+    if len(flat) != 2 * spatial or not all(isinstance(p, int) and p >= 0 for p in flat):
+        raise GraphError(f"padding is an int >= 0, {spatial} of them or {2 * spatial}, got {padding!r}")
+    return tuple((flat[2 * i], flat[2 * i + 1]) for i in reversed(range(spatial)))
+
+
+def _refuse_ceil_mode(ceil_mode: bool, name: str) -> None:
+    if ceil_mode:
+        raise GraphError(f"{name}: ceil_mode is not supported; pad the input instead")
 
 
 def _check_smoothing(label_smoothing: float) -> None:
