@@ -286,6 +286,14 @@ def test_tinygrad_composites_match_numpy_and_their_gradients_finite_differences(
     assert check_gradients(Graph({"loss": loss}), ["x"], inputs={"x": xv.astype(np.float64) * 1.1}).passed
 
 
+def test_where_of_two_python_numbers_takes_their_type():
+    x = UOp.param("x", (3,))
+    xv = np.array([1, -1, 2], np.float32)
+    picks = [(x > 0).where(1, 0), (x > 0).where(1.5, 0), (x > 0).where(True, False)]
+    assert [p.dtype for p in picks] == [dtypes.int32, dtypes.float32, dtypes.bool]
+    assert values(picks, x=xv) == [[1, 0, 1], [1.5, 0.0, 1.5], [True, False, True]]
+
+
 def test_a_python_float_makes_an_integer_operand_float32():
     i = UOp.param("i", (3,), dtypes.int32)
     assert (i * 0.5).dtype is (0.5 * i).dtype is (i < 2.5).src[0].dtype is dtypes.float32

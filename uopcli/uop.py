@@ -277,9 +277,10 @@ class UOp(_Slots, TensorFunctions):
         return off.where(quotient - 1, quotient), off.where(remainder + other, remainder)
 
     def where(self, a, b) -> "UOp":
-        """`a` where this (bool) condition holds, else `b`; scalars take the other's dtype."""
+        """`a` where this (bool) condition holds, else `b`; a scalar takes the other's dtype,
+        two scalars their Python type's (float32, int32 or bool, as tinygrad)."""
         if not isinstance(a, UOp) and not isinstance(b, UOp):
-            raise GraphError("where needs at least one UOp branch")
+            a = UOp.const(a, _python_dtype(a, b))
         if not isinstance(a, UOp):
             a = b.const_like(a)
         if not isinstance(b, UOp):
@@ -1019,6 +1020,14 @@ def _broadcast_shape(a: tuple, b: tuple) -> tuple:
 
 _FLOAT_PROMOTING = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.POW, Ops.CMPLT, Ops.CMPNE,
                               Ops.CMPEQ})  # ops where a Python float turns an integer operand float
+
+
+def _python_dtype(*values) -> DType:
+    """The dtype Python numbers take together: float32 if any is a float, else int32 if
+    any is an int (not a bool), else bool."""
+    if any(isinstance(v, float) for v in values):
+        return dtypes.float32
+    return dtypes.int32 if any(not isinstance(v, bool) for v in values) else dtypes.bool
 
 
 def _as_float(value):
