@@ -422,7 +422,7 @@ def test_numpy_basic_indexing_and_its_gradient():
     for bad, words in ((lambda: x[4], "index 4 out of range for axis 0 of size 4"),
                        (lambda: x[0, 0, 0, 0], "too many indices: 4 for a tensor of rank 3"),
                        (lambda: x[..., ...], "only one ellipsis"),
-                       (lambda: x[x], "not UOp (for a tensor of indices, multiply by its one_hot and sum)"),
+                       (lambda: x[x], "not UOp (for a tensor of indices, use gather)"),
                        (lambda: x[1.5], "not float")):
         with pytest.raises(GraphError, match=re.escape(words)):
             bad()
@@ -535,3 +535,64 @@ def test_conv2d_and_pooling_are_numpys_loops_and_their_gradients_finite_differen
                        (lambda: x.conv2d(w, padding=(1, 2, 3)), "padding is an int >= 0, 2 of them or 4")):
         with pytest.raises(GraphError, match=re.escape(words)):
             bad()
+
+
+def test_mixed_dtypes_promote_as_tinygrads_lattice():
+    from uopcli.ops import least_upper_dtype
+    d = dtypes
+    assert [least_upper_dtype(a, b) for a, b in ((d.int32, d.uint32), (d.bool, d.float16), (d.uint8, d.int8),
+                                                  (d.bool, d.int32), (d.int64, d.float16), (d.float16, d.float64))] == \
+        [d.int64, d.float16, d.int16, d.int32, d.float16, d.float64]
+    x, i, b = UOp.param("x", (3,)), UOp.param("i", (3,), dtypes.int32), UOp.param("b", (3,), dtypes.bool)
+    mixed = [x * i, x * b, i + b, b.where(i, x), x < i, i | b]
+    assert [m.dtype for m in mixed] == [d.float32, d.float32, d.int32, d.float32, d.bool, d.int32]
+    assert values(mixed, x=np.array([0.5, -1, 2], np.float32), i=np.array([2, 3, -4], np.int32),
+                  b=np.array([1, 0, 1], bool)) == [[1.0, -3.0, -8.0], [0.5, -0.0, 2.0], [3, 3, -3], [2.0, -1.0, -4.0],
+                                                   [True, True, False], [3, 3, -3]]
+    assert (x * i).src[1].op == Ops.CAST  # the file still never mixes dtypes in one node
+
+
+def test_attention_masks_gather_nll_and_batchnorm_are_tinygrads():
+    from uopcli import Graph
+    from uopcli.check import check_gradients
+    rng = np.random.default_rng(5)
+    qv, kv, vv = (rng.standard_normal((2, 4, 3)) for _ in range(3))
+    mv = rng.standard_normal((4, 4))
+    keep = np.tril(np.ones((4, 4), bool))
+    q, k, v, m = UOp.param("q", qv.shape), UOp.param("k", kv.shape), UOp.param("v", vv.shape), UOp.param("m", (4, 4))
+    mask = UOp.param("mask", (4, 4), dtypes.bool)
+
+    def attention(scores):
+        e = np.exp(scores - scores.max(-1, keepdims=True))
+        return (e / e.sum(-1, keepdims=True)) @ vv
+    scores = qv @ kv.transpose(0, 2, 1) / math.sqrt(3)
+    idx = np.array([[0, 2], [1, 1], [3, 0], [2, 2]], np.int32)
+    index = UOp.param("idx", idx.shape, dtypes.int32)
+    labels, weights = UOp.param("labels", (4,), dtypes.int32), UOp.param("weights", (4,))
+    lv, wv = np.array([1, 0, 3, 1], np.int32), np.array([0.5, 2.0, 1.5, 1.0])
+    log_probs = mv - np.log(np.exp(mv).sum(1, keepdims=True))
+    picked = log_probs[np.arange(4), lv]
+    built = [q.scaled_dot_product_attention(k, v), q.scaled_dot_product_attention(k, v, is_causal=True),
+             q.scaled_dot_product_attention(k, v, attn_mask=mask), q.scaled_dot_product_attention(k, v, attn_mask=m),
+             m.tril(), m.tril(-1), m.triu(1), m.masked_fill(mask, -1.5), m.gather(1, index), m.gather(0, index),
+             m.softmin(0), m.log_softmax().nll_loss(labels), m.log_softmax().nll_loss(labels, weights, reduction="sum"),
+             m.log_softmax().nll_loss(labels, weights, ignore_index=1), m.batchnorm(weights, weights * 2, weights - 1, weights)]
+    causal = np.where(keep, scores, -np.inf)
+    ignored = np.where(lv != 1, wv[lv], 0)
+    e = np.exp(-mv)
+    shaped = wv.reshape(1, 4)
+    expected = [attention(scores), attention(causal), attention(causal), attention(scores + mv), np.tril(mv),
+                np.tril(mv, -1), np.triu(mv, 1), np.where(keep, -1.5, mv), np.take_along_axis(mv, idx, 1),
+                np.take_along_axis(mv[:, :2], idx, 0), e / e.sum(0), -picked.mean(), -(picked * wv[lv]).sum(),
+                -(picked * ignored).sum() / ignored.sum(), (mv - (shaped - 1)) * shaped * shaped + 2 * shaped]
+    got = values(built, q=qv.astype(np.float32), k=kv.astype(np.float32), v=vv.astype(np.float32),
+                 m=mv.astype(np.float32), mask=keep, idx=idx, labels=lv, weights=wv.astype(np.float32))
+    for i, (value, want) in enumerate(zip(got, expected)):
+        np.testing.assert_allclose(np.asarray(value, np.float64), want, rtol=2e-6, atol=2e-6, err_msg=str(i))
+    loss = sum(((node * node).sum() for node in built[:4] + built[8:]), m.sum())
+    assert check_gradients(Graph({"loss": loss}), ["q", "k", "v", "m", "weights"], inputs={
+        "q": qv, "k": kv, "v": vv, "m": mv, "mask": keep, "idx": idx, "labels": lv, "weights": wv}, samples=6).passed
+    with pytest.raises(GraphError, match="dropout is random"):
+        q.scaled_dot_product_attention(k, v, dropout_p=0.1)
+    with pytest.raises(GraphError, match="gather: index rank 1 differs"):
+        m.gather(0, labels)

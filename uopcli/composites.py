@@ -1,6 +1,6 @@
 """More of tinygrad's Tensor functions, each built from UOp's primitives.
 
-`UOp` takes these as a mixin: activations, losses, layer norm, convolution and pooling,
+`UOp` takes these as a mixin: activations, losses, normalisation, attention, convolution and pooling,
 log-sum-exp, argmax, cumulative sums, one-hot codes and numpy-style indexing, spelled and
 meaning what tinygrad 0.14's are and do, so a model ported from tinygrad builds here with
 the same code and has the same values and gradients. Nothing here is new to the file
@@ -264,6 +264,63 @@ class TensorFunctions:
         centred = self - self.mean(axis, keepdim=True)
         return centred * ((centred * centred).mean(axis, keepdim=True) + eps).rsqrt()
 
+    def batchnorm(self, weight, bias, mean, invstd, axis=1):
+        """(x - mean)·weight·invstd + bias, the four shaped along `axis` (an int or a tuple)."""
+        axes = (axis,) if isinstance(axis, int) else tuple(axis)
+        shape = tuple(s if a in axes else 1 for a, s in enumerate(self.shape))
+        out = self - mean.reshape(shape)
+        if weight is not None:
+            out = out * weight.reshape(shape)
+        out = out * (invstd.reshape(shape) if len(invstd.shape) == len(axes) else invstd)
+        return out if bias is None else out + bias.reshape(shape)
+
+    def scaled_dot_product_attention(self, key, value, attn_mask=None, dropout_p: float = 0.0,
+                                     is_causal: bool = False):
+        """softmax(q·kᵀ/√d + mask)·v; a bool mask keeps where true, is_causal keeps j ≤ i."""
+        if dropout_p:
+            raise GraphError("scaled_dot_product_attention: dropout is random, and a graph here is not")
+        scores = self.matmul(key.transpose(-2, -1)) / math.sqrt(self.shape[-1])
+        if is_causal:
+            if attn_mask is not None:
+                raise GraphError("scaled_dot_product_attention: attn_mask and is_causal=True exclude each other")
+            from .uop import UOp
+            attn_mask = UOp.full(scores.shape, True).tril()
+        if attn_mask is not None:
+            if attn_mask.dtype.is_bool:
+                attn_mask = attn_mask.where(0.0, -math.inf)
+            scores = scores + attn_mask
+        return scores.softmax(-1).matmul(value)
+
+    def tril(self, diagonal: int = 0):
+        """Zero above diagonal `diagonal` of the last two axes."""
+        return self._upper(self.shape[-2], self.shape[-1], diagonal + 1).where(self.const_like(0), self)
+
+    def triu(self, diagonal: int = 0):
+        return self._upper(self.shape[-2], self.shape[-1], diagonal).where(self, self.const_like(0))
+
+    def _upper(self, rows: int, columns: int, diagonal: int):
+        """Bool (rows, columns): true where column j ≥ row i + diagonal."""
+        return self.arange(rows).unsqueeze(-1) + diagonal <= self.arange(columns)
+
+    def masked_fill(self, mask, value):
+        return mask.where(value, self)
+
+    def gather(self, dim: int, index):
+        """out[..., i, ...] = x[..., index[..., i, ...], ...] along `dim` (index: same rank),
+        as a one-hot mask of the index against the axis, multiplied in and summed."""
+        if len(index.shape) != len(self.shape):
+            raise GraphError(f"gather: index rank {len(index.shape)} differs from the tensor's {len(self.shape)}")
+        dim = _axis(dim, len(self.shape))
+        if any(i > s for d, (s, i) in enumerate(zip(self.shape, index.shape)) if d != dim):
+            raise GraphError(f"gather: index shape {list(index.shape)} is larger than {list(self.shape)} "
+                             f"off axis {dim}")
+        kept = self.shrink(tuple(None if d == dim else (0, i) for d, i in enumerate(index.shape)))
+        kept = kept.unsqueeze(-1).transpose(-1, dim)  # the gathered axis last, beside the index's
+        return index._one_hot_mask(self.shape[dim], len(index.shape)).where(kept, 0).sum(-1)
+
+    def softmin(self, axis: int = -1):
+        return (-self).softmax(axis)
+
     def conv2d(self, weight, bias=None, groups: int = 1, stride=1, dilation=1, padding=0):
         """Cross-correlation of x[N, C·groups... ] with weight[F, C, *k] over the last len(k)
         axes (any number, not only 2), as tinygrad's conv2d: the windows of the padded input
@@ -390,6 +447,16 @@ class TensorFunctions:
             return -per_item.sum() / counted.sum()
         return -_reduced(per_item, reduction)
 
+    def nll_loss(self, target, weight=None, ignore_index: int | None = None, reduction: str = "mean"):
+        """-x[n, target[n]]·w[target[n]] for log-probabilities x[N, C, ...]; "mean" divides
+        by the weights counted (those not at ignore_index)."""
+        from .uop import UOp
+        weight = (UOp.full(target.shape, 1, target.dtype) if weight is None
+                  else weight.gather(0, target.flatten()).reshape(target.shape))
+        counted = weight if ignore_index is None else weight * target.ne(ignore_index)
+        picked = -self.gather(1, target.unsqueeze(1)).squeeze(1) * counted
+        return picked.sum() / counted.sum() if reduction == "mean" else _reduced(picked, reduction)
+
     def binary_crossentropy(self, target, reduction: str = "mean"):
         return _reduced(-target * self.log() - (1 - target) * (1 - self).log(), reduction)
 
@@ -495,7 +562,7 @@ def _expand_ellipsis(items: tuple, rank: int) -> tuple:
 
 def _int_index(item, size: int, axis: int) -> int:
     if isinstance(item, bool) or not isinstance(item, int):
-        hint = " (for a tensor of indices, multiply by its one_hot and sum)" if hasattr(item, "shape") else ""
+        hint = " (for a tensor of indices, use gather)" if hasattr(item, "shape") else ""
         raise GraphError(f"index on axis {axis}: an index is an int, a slice, None or ..., "
                          f"not {type(item).__name__}{hint}")
     if not -size <= item < size:

@@ -158,6 +158,37 @@ class dtypes:  # noqa: N801 - tinygrad's spelling
 
 DTYPES: dict[str, DType] = {d.name: d for d in vars(dtypes).values() if isinstance(d, DType)}
 
+# tinygrad's promotion lattice (its weak and 8-bit float steps left out: the format has no
+# such dtypes): each dtype and the next wider ones. Nodes never mix dtypes; the builder casts
+# the operands of a mixed operation to the least dtype above both, as tinygrad's Tensor does.
+_WIDER: dict[DType, tuple[DType, ...]] = {
+    dtypes.bool: (dtypes.int8, dtypes.uint8),
+    dtypes.int8: (dtypes.int16,), dtypes.int16: (dtypes.int32,), dtypes.int32: (dtypes.int64,),
+    dtypes.int64: (dtypes.float16,),
+    dtypes.uint8: (dtypes.int16, dtypes.uint16), dtypes.uint16: (dtypes.int32, dtypes.uint32),
+    dtypes.uint32: (dtypes.int64, dtypes.uint64), dtypes.uint64: (dtypes.float16,),
+    dtypes.float16: (dtypes.float32,), dtypes.float32: (dtypes.float64,), dtypes.float64: (),
+}
+
+
+def _at_or_above(dtype: DType) -> frozenset[DType]:
+    found, stack = {dtype}, [dtype]
+    while stack:
+        for wider in _WIDER[stack.pop()]:
+            if wider not in found:
+                found.add(wider)
+                stack.append(wider)
+    return frozenset(found)
+
+
+_UPPER = {d: _at_or_above(d) for d in _WIDER}
+
+
+def least_upper_dtype(a: DType, b: DType) -> DType:
+    """The narrowest dtype both promote to (int32 and float32: float32; int32 and uint32: int64)."""
+    common = _UPPER[a] & _UPPER[b]
+    return next(d for d in common if common <= _UPPER[d])
+
 
 def dtype_of(name_or_dtype) -> DType:
     """A DType from a DType, its name, or a numpy dtype."""

@@ -22,7 +22,7 @@ from typing import Iterable, NamedTuple, Sequence
 from .composites import COMPOSITES, TensorFunctions
 from .errors import GraphError
 from .ops import (ARITHMETIC, BITWISE, CALLS, COMPARISON, FLOAT_UNARY, INTEGER_ONLY, REDUCE_OPS, DType, Ops,
-                  dtype_of, dtypes)
+                  dtype_of, dtypes, least_upper_dtype)
 
 LN2 = math.log(2.0)
 
@@ -192,6 +192,8 @@ class UOp(_Slots, TensorFunctions):
             if other.__class__ is float and not self.dtype.is_float and op in _FLOAT_PROMOTING:
                 node = self.cast(dtypes.float32)  # int * 0.5 is a float32, as in tinygrad
             other = node.const_like(other)
+        elif other.dtype is not node.dtype:
+            node, other = _promoted(node, other)
         a, b = (other, node) if reverse else (node, other)
         if a.shape != b.shape and a.shape and b.shape:
             a, b = _broadcast_pair(a, b)
@@ -285,6 +287,8 @@ class UOp(_Slots, TensorFunctions):
             a = b.const_like(a)
         if not isinstance(b, UOp):
             b = a.const_like(b)
+        if a.dtype is not b.dtype:
+            a, b = _promoted(a, b)
         shape = _broadcast_shape(_broadcast_shape(self.shape, a.shape), b.shape)
         cond, a, b = (x.broadcast_to(shape) if x.shape else x for x in (self, a, b))
         return UOp.make(Ops.WHERE, a.dtype, (cond, a, b))
@@ -1020,6 +1024,14 @@ def _broadcast_shape(a: tuple, b: tuple) -> tuple:
 
 _FLOAT_PROMOTING = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.POW, Ops.CMPLT, Ops.CMPNE,
                               Ops.CMPEQ})  # ops where a Python float turns an integer operand float
+
+
+def _promoted(a: UOp, b: UOp) -> tuple[UOp, UOp]:
+    """Both cast to the least dtype above both (tinygrad's promotion: bool * float32 is float32)."""
+    if a.dtype.is_void or b.dtype.is_void:
+        return a, b  # not values: inference names the misfit
+    wide = least_upper_dtype(a.dtype, b.dtype)
+    return a.cast(wide), b.cast(wide)
 
 
 def _python_dtype(*values) -> DType:
