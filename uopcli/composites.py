@@ -1,12 +1,12 @@
 """More of tinygrad's Tensor functions, each built from UOp's primitives.
 
-`UOp` takes these as a mixin: activations, losses, normalisation, attention, convolution and pooling,
-log-sum-exp, argmax, cumulative sums, one-hot codes and numpy-style indexing, spelled and
-meaning what tinygrad 0.14's are and do, so a model ported from tinygrad builds here with
-the same code and has the same values and gradients. Nothing here is new to the file
-format: every function is a small graph of the format's ops (the maths beside each), and
-`diff` differentiates it node by node. Most graphs are tinygrad's own; where another graph
-gives the same values more cheaply (`arange`, `cumsum`), its docstring says so.
+`UOp` takes these as a mixin: activations, losses, normalisation, attention, convolution
+and pooling, log-sum-exp, argmax, cumulative sums, one-hot codes and numpy-style indexing,
+spelled and meaning what tinygrad 0.14's are and do, so a model ported from tinygrad builds
+here with the same code and has the same values and gradients. Nothing here is new to the
+file format: every function is a small graph of the format's ops (the maths beside each),
+and `diff` differentiates it node by node. Most graphs are tinygrad's own; where another
+graph gives the same values more cheaply (`arange`, `cumsum`), its docstring says so.
 """
 
 from __future__ import annotations
