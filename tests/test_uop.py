@@ -596,3 +596,39 @@ def test_attention_masks_gather_nll_and_batchnorm_are_tinygrads():
         q.scaled_dot_product_attention(k, v, dropout_p=0.1)
     with pytest.raises(GraphError, match="gather: index rank 1 differs"):
         m.gather(0, labels)
+
+
+def test_einsum_roll_eye_unflatten_and_var_mean_are_numpys():
+    from uopcli import Graph
+    from uopcli.check import check_gradients
+    rng = np.random.default_rng(6)
+    shapes = {"a": (3, 4), "b": (4, 5), "c": (2, 3, 4), "s": (4, 4), "t": (3, 4, 4, 2)}
+    feeds = {name: rng.standard_normal(shape) for name, shape in shapes.items()}
+    a, b, c, s, t = (UOp.param(name, shape) for name, shape in shapes.items())
+    formulas = [("ij,jk->ik", a, b), ("ij,jk", a, b), ("ij->ji", a), ("ij->", a), ("ii->i", s), ("ii", s),
+                ("...ij,jk->...ik", c, b), ("...j,j", c, b[:, 0]), ("aiib->ba", t), ("ij,ij->i", a, a),
+                ("bij,bkj", c, c), ("i,j->ij", a[0], b[0])]
+    built = [UOp.einsum(f, *ops) for f, *ops in formulas] + [
+        c.roll(2, 2), c.roll((1, -1), (0, 1)), a.roll(5), c.unflatten(2, (2, 2)), *c.var_mean(1), *c.std_mean(0, correction=0),
+        UOp.eye(3), UOp.eye(2, 4, dtypes.int32)]
+    named = dict(zip("abcst", (feeds[k] for k in "abcst")))
+    arrays = {"b[:, 0]": feeds["b"][:, 0], "a[0]": feeds["a"][0], "b[0]": feeds["b"][0]}
+    operands = [[named[o.arg] if o.op == Ops.PARAM else None for o in ops] for _, *ops in formulas]
+    operands[7][1], operands[11] = arrays["b[:, 0]"], [arrays["a[0]"], arrays["b[0]"]]
+    cv = feeds["c"]
+    expected = [np.einsum(f, *ops) for (f, *_), ops in zip(formulas, operands)] + [
+        np.roll(cv, 2, 2), np.roll(cv, (1, -1), (0, 1)), np.roll(feeds["a"], 5), cv.reshape(2, 3, 2, 2),
+        cv.var(1, ddof=1), cv.mean(1), cv.std(0), cv.mean(0), np.eye(3), np.eye(2, 4, dtype=np.int32)]
+    got = values(built, **{k: v.astype(np.float32) for k, v in feeds.items()})
+    for i, (value, want) in enumerate(zip(got, expected)):
+        np.testing.assert_allclose(np.asarray(value, np.float64), want, rtol=1e-5, atol=1e-5, err_msg=str(i))
+    assert built[-1].dtype is dtypes.int32 and built[-2].dtype is dtypes.float32
+    loss = sum(((node * node.sin()).sum() for node in built[:-2]), a.sum())
+    assert check_gradients(Graph({"loss": loss}), list(shapes), inputs=feeds, samples=6).passed
+    for bad, words in ((lambda: UOp.einsum("ij,jk->ik", a, a), "letter 'j' is 4 and 3"),
+                       (lambda: UOp.einsum("ij,jk->ik", a), "2 operands in the formula, 1 given"),
+                       (lambda: UOp.einsum("ijk->i", a), "'ijk' does not name the 2 axes of [3, 4]"),
+                       (lambda: UOp.einsum("ij->iz", a), "output 'iz' repeats a letter or names one no operand has"),
+                       (lambda: a.roll((1, 2), 0), "roll: 2 shifts for 1 axes")):
+        with pytest.raises(GraphError, match=re.escape(words)):
+            bad()

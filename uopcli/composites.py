@@ -12,6 +12,7 @@ graph gives the same values more cheaply (`arange`, `cumsum`), its docstring say
 from __future__ import annotations
 
 import math
+import string
 from typing import Sequence
 
 from .errors import GraphError
@@ -148,6 +149,12 @@ class TensorFunctions:
     def all(self, axis=None, keepdim: bool = False):
         return self.cast(dtypes.bool).cast(dtypes.uint8).prod(axis, keepdim).cast(dtypes.bool)
 
+    def var_mean(self, axis=None, keepdim: bool = False, correction: int = 1) -> tuple:
+        return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
+
+    def std_mean(self, axis=None, keepdim: bool = False, correction: int = 1) -> tuple:
+        return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
+
     def logsumexp(self, axis=None, keepdim: bool = False):
         """log Σ eˣ, less the (detached) max before exp and plus it after, as softmax does."""
         top = self.max(axis, keepdim=True).detach()
@@ -203,6 +210,43 @@ class TensorFunctions:
         scaled = counting.cast(dtype) if step == 1 else counting.cast(dtype) * step
         return scaled if start == 0 else scaled + start
 
+    @staticmethod
+    def eye(n: int, m: int | None = None, dtype=None):
+        """The identity (n × m, float32 unless `dtype`): 1 where row equals column."""
+        from .uop import UOp
+        columns = n if m is None else m
+        if n < 0 or columns < 0:
+            raise GraphError(f"eye: sizes must be >= 0, got {n} and {columns}")
+        return UOp.arange(n).unsqueeze(-1).eq(UOp.arange(columns)).cast(dtype or dtypes.float32)
+
+    @staticmethod
+    def einsum(formula: str, *operands):
+        """Einstein summation ("ij,jk->ik", implicit output, `...`, a repeated letter in one
+        operand for its diagonal): each operand permuted to the sorted letters and reshaped
+        with 1 for the letters it lacks, all multiplied, summed over the letters not in the
+        output, permuted to the output's order (the evaluator runs it as one contraction)."""
+        if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+            operands = tuple(operands[0])
+        inputs, output = _einsum_letters(formula.replace(" ", ""), operands)
+        operands, inputs = zip(*(_diagonals(x, letters) for x, letters in zip(operands, inputs)))
+        sizes: dict[str, int] = {}
+        for x, letters in zip(operands, inputs):
+            for letter, size in zip(letters, x.shape):
+                known = sizes.get(letter, size)
+                if size != known and 1 not in (size, known):  # size 1 broadcasts, as in numpy
+                    raise GraphError(f"einsum {formula!r}: letter {letter!r} is {known} and {size}")
+                sizes[letter] = max(known, size)
+        alphabet = sorted(sizes)
+        product = None
+        for x, letters in zip(operands, inputs):
+            aligned = x.permute([letters.index(c) for c in sorted(letters)]) if letters else x
+            aligned = aligned.reshape(tuple(sizes[c] if c in letters else 1 for c in alphabet))
+            product = aligned if product is None else product * aligned
+        summed_axes = tuple(i for i, c in enumerate(alphabet) if c not in output)
+        kept = [c for c in alphabet if c in output]
+        out = product.sum(summed_axes) if summed_axes else product.reshape(tuple(sizes[c] for c in kept))
+        return out.permute([kept.index(c) for c in output]) if len(output) > 1 else out
+
     def one_hot(self, num_classes: int):
         """1 where the last axis (new, of num_classes) equals the integer value, else 0 (int32)."""
         if not self.dtype.is_int:
@@ -225,6 +269,28 @@ class TensorFunctions:
         spread = self.reshape(tuple(s for size in shape for s in (1, size)))
         tiled = spread.expand(tuple(s for r, size in zip(repeats, shape) for s in (r, size)))
         return tiled.reshape(tuple(r * size for r, size in zip(repeats, shape)))
+
+    def unflatten(self, dim: int, sizes: Sequence[int]):
+        dim = _axis(dim, len(self.shape))
+        return self.reshape(self.shape[:dim] + tuple(sizes) + self.shape[dim + 1:])
+
+    def roll(self, shifts, dims=None):
+        """Elements moved `shifts` places along `dims` (those leaving one end enter at the
+        other): two copies side by side, cut at the shifted start. dims None: the flat tensor."""
+        if dims is None:
+            return self.flatten().roll(shifts, 0).reshape(self.shape)
+        dims = (dims,) if isinstance(dims, int) else tuple(dims)
+        shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+        if len(dims) != len(shifts):
+            raise GraphError(f"roll: {len(shifts)} shifts for {len(dims)} axes")
+        if 0 in self.shape:
+            return self
+        dims = tuple(_axis(d, len(self.shape)) for d in dims)
+        bounds = [None] * len(self.shape)
+        for d, shift in zip(dims, shifts):
+            start = self.shape[d] - shift % self.shape[d]
+            bounds[d] = (start, start + self.shape[d])
+        return self.repeat(tuple(2 if i in dims else 1 for i in range(len(self.shape)))).shrink(tuple(bounds))
 
     def split(self, sizes, dim: int = 0) -> tuple:
         """Pieces along `dim`: each of `sizes` (an int: that size, the last one smaller)."""
@@ -489,6 +555,50 @@ class TensorFunctions:
                                          for i in range(len(node.shape))))
             axis += 1
         return node.reshape(tuple(out_shape))
+
+
+def _einsum_letters(formula: str, operands) -> tuple[list[str], str]:
+    """Each operand's letters and the output's, with `...` spelled out as spare letters
+    (right-aligned, as numpy broadcasts) and an implicit output made explicit (the letters
+    used once, sorted, after the ellipsis's)."""
+    lhs, arrow, output = formula.partition("->")
+    inputs = lhs.split(",")
+    if len(inputs) != len(operands):
+        raise GraphError(f"einsum {formula!r}: {len(inputs)} operands in the formula, {len(operands)} given")
+    ellipsis = ""
+    if "..." in formula:
+        spare = [c for c in string.ascii_letters if c not in formula]
+        widths = [len(x.shape) - (len(s) - 3) if "..." in s else 0 for s, x in zip(inputs, operands)]
+        ellipsis = "".join(spare[:max(widths)])
+        inputs = [s.replace("...", ellipsis[len(ellipsis) - w:]) for s, w in zip(inputs, widths)]
+        output = output.replace("...", ellipsis)
+    if not arrow:
+        used = "".join(inputs)
+        output = ellipsis + "".join(sorted(c for c in set(used) if used.count(c) == 1 and c not in ellipsis))
+    for letters, x in zip(inputs, operands):
+        if len(letters) != len(x.shape) or not all(c.isalpha() for c in letters):
+            raise GraphError(f"einsum {formula!r}: {letters!r} does not name the {len(x.shape)} axes of "
+                             f"{list(x.shape)}")
+    if len(set(output)) != len(output) or any(c not in "".join(inputs) for c in output):
+        raise GraphError(f"einsum {formula!r}: output {output!r} repeats a letter or names one no operand has")
+    return inputs, output
+
+
+def _diagonals(x, letters: str) -> tuple:
+    """x and its letters with each letter repeated in one operand reduced to its diagonal
+    (the letter once, last): the two axes moved last and flattened (n·n), padded by n and
+    folded to (n, n + 1), where column 0 is the diagonal."""
+    while len(set(letters)) != len(letters):
+        letter = next(c for c in letters if letters.count(c) > 1)
+        first = letters.index(letter)
+        second = letters.index(letter, first + 1)
+        n = x.shape[first]
+        rest = [d for d in range(len(x.shape)) if d not in (first, second)]
+        flat = x.permute(rest + [first, second]).flatten(len(rest))
+        folded = flat.pad((None,) * len(rest) + ((0, n),)).reshape(flat.shape[:-1] + (n, n + 1))
+        x = folded.shrink((None,) * (len(rest) + 1) + ((0, 1),)).reshape(flat.shape[:-1] + (n,))
+        letters = "".join(letters[d] for d in rest) + letter
+    return x, letters
 
 
 def _axis(dim: int, rank: int) -> int:
