@@ -15,7 +15,8 @@ PYTEST_ARGS ?=  # e.g. make test PYTEST_ARGS=--runslow (the long fuzz run too)
 # what the tours of README.md and samples/README.md write in the root, by name: make clean
 # removes exactly these, never other files of yours that happen to sit there
 TOUR_FILES := both.uop broken.uop d1.uop d2.uop d3.uop d4.uop d5.uop grad.uop grad_b2.dot \
-	mlp-grad.svg mlp-grad.uop mlp-train.uop poly.json poly.uop rnn.png vjp.uop x.npy attention-grad.svg
+	mlp-grad.svg mlp-grad.uop mlp-train.uop poly.json poly.uop rnn.png vjp.uop x.npy attention-grad.svg \
+	model.uop grad.svg model-grad.uop gradient-check.json
 # pip: no prompts, no version nagging; the venv's own bin first so tests find `uopgrad`
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
@@ -100,7 +101,7 @@ $(LINT_STAMP): $(STAMP)
 	@touch $@
 
 clean:
-	rm -rf $(OUT) .pytest_cache .ruff_cache build *.egg-info
+	rm -rf $(OUT) .pytest_cache .ruff_cache .hypothesis build *.egg-info
 	rm -f $(TOUR_FILES)
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
 

@@ -215,6 +215,60 @@ def test_diff_reports_zero_gradients(files):
     assert quiet.exit_code == 0 and quiet.stderr == ""
 
 
+def test_diff_writes_the_graph_and_its_report_together_or_neither(files, tmp_path):
+    """A report that cannot be written (no such directory, a directory) leaves the graph
+    file as it was, and a report naming the graph's own file is refused before any work."""
+    tmp_path = tmp_path / "out"
+    tmp_path.mkdir()
+    graph = tmp_path / "keep.uop"
+    graph.write_bytes(b"OLD")
+    (tmp_path / "adir").mkdir()
+    for report, why in ((tmp_path / "nodir" / "r.json", "No such file or directory"), (tmp_path / "adir", "Is a directory")):
+        result = run("diff", files["cube"], "--wrt", "x", "-o", graph, "--report", report)
+        assert result.exit_code == 1 and error_line(result) == f"uopgrad: error: {report}: cannot write: {why}"
+        assert graph.read_bytes() == b"OLD" and sorted(p.name for p in tmp_path.iterdir()) == ["adir", "keep.uop"]
+    same = run("diff", files["cube"], "--wrt", "x", "-o", graph, "--report", graph)
+    assert same.exit_code == 2 and "--report and -o name the same file" in same.stderr and graph.read_bytes() == b"OLD"
+    both = run("diff", files["cube"], "--wrt", "x", "-o", tmp_path / "g.uop", "--report", tmp_path / "r.json")
+    assert both.exit_code == 0 and load(tmp_path / "g.uop").output_names == ["grad_x"]
+    assert json.loads((tmp_path / "r.json").read_text())["zero_gradients"] == []
+
+
+def test_usage_mistakes_exit_2_and_options_that_would_do_nothing_are_refused(files, tmp_path):
+    out = tmp_path / "o.svg"
+    for args, words in ((["eval", files["cube"], "-i", "x"], "'x' must look like NAME=VALUE"),
+                        (["check", files["cube"], "--wrt", "x", "-i", "=3"], "'=3' must look like NAME=VALUE"),
+                        (["eval", files["cube"], "-i", "x=1", "--seed", "5"], "--seed is the seed of --random"),
+                        (["render", files["vec"], "-o", out, "--around", "x", "--outputs", "loss"],
+                         "give either --outputs or --around, not both"),
+                        (["render", files["vec"], "-o", out, "--depth", "3"], "--depth is the distance for --around")):
+        result = run(*args)
+        assert result.exit_code == 2 and words in error_line(result), (args, result.stderr)
+        assert not out.exists()
+    noted = run("diff", files["cube"], "--wrt", "x", "--cotangent", "ones", "-o", tmp_path / "g.uop")
+    assert noted.exit_code == 0 and noted.stderr == (
+        "uopgrad: --cotangent ones has no effect: the outputs differentiated are scalars (seeded with 1)\n")
+
+
+def test_damaged_npy_and_npz_inputs_are_named_in_one_line(files, tmp_path):
+    np.savez(tmp_path / "d.npz", x=np.float32(2))
+    whole = (tmp_path / "d.npz").read_bytes()
+    (tmp_path / "cut.npz").write_bytes(whole[:50])
+    flipped = bytearray(whole)
+    flipped[60] ^= 0xFF
+    (tmp_path / "crc.npz").write_bytes(bytes(flipped))
+    (tmp_path / "text.npz").write_text("hello")
+    np.save(tmp_path / "v.npy", np.zeros((2,), np.float32))
+    (tmp_path / "bad.npy").write_bytes((tmp_path / "v.npy").read_bytes().replace(b"(2,)", b"(2, "))
+    for name, words in (("cut.npz", "a damaged file (BadZipFile: File is not a zip file)"),
+                        ("crc.npz", "a damaged file (BadZipFile: Bad CRC-32 for file 'x.npy')"),
+                        ("text.npz", "not a .npz file (it does not start with a zip archive's bytes)"),
+                        ("bad.npy", "a damaged file (")):
+        result = run("eval", files["cube"], "-i", f"x={tmp_path / name}")
+        assert result.exit_code == 1 and f"input 'x': cannot read {tmp_path / name}: {words}" in error_line(result)
+        assert "internal error" not in result.stderr
+
+
 def test_diff_unknown_and_integer_targets(files, tmp_path):
     result = run("diff", files["cube"], "--wrt", "nope")
     assert result.exit_code == 1 and "nope" in error_line(result) and "inputs: x" in error_line(result)
@@ -381,8 +435,8 @@ def test_eval_wrong_values_name_the_input(files, tmp_path):
     assert result.exit_code == 1 and "'w'" in error_line(result) and "float64[3]" in error_line(result)
     result = run("eval", files["vec"], "--random", "-i", "q=1")
     assert result.exit_code == 1 and "'q'" in error_line(result)
-    result = run("eval", files["vec"], "--random", "-i", "x")
-    assert result.exit_code == 1 and "NAME=VALUE" in error_line(result)
+    result = run("eval", files["vec"], "--random", "-i", "x")  # wrong usage, before any reading
+    assert result.exit_code == 2 and "NAME=VALUE" in error_line(result)
     result = run("eval", files["vec"], "--random", "-i", "x=banana")
     assert result.exit_code == 1 and "banana" in error_line(result)
     result = run("eval", files["vec"], "--random", "-i", f"x={tmp_path / 'none.npy'}")

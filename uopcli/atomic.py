@@ -21,29 +21,53 @@ def write_atomically(path: str, data) -> None:
     `/dev/fd/N`) is written to that descriptor. A symlink is followed, so the link stays
     and the file it points to is replaced. Raises OSError, naming `path` (not the
     temporary file, which the caller never heard of)."""
+    write_atomically_together([(path, data)])
+
+
+def write_atomically_together(files: list[tuple[str, object]]) -> None:
+    """Several files all or none (as far as renames go): each written to its temporary
+    file first, and only when every one is written are they renamed over their targets.
+    Destinations written in place (devices, descriptors) are written last, after the
+    renames' temporaries exist, so a failure before them leaves every target untouched."""
+    staged: list[tuple[str, str]] = []  # (temporary, target)
+    in_place: list[tuple[str, object]] = []
     try:
-        _write(path, data)
-    except OSError as error:
-        raise OSError(error.errno, error.strerror, path) from None
+        for path, data in files:
+            try:
+                temp_and_target = _stage(path, data)
+            except OSError as error:
+                raise OSError(error.errno, error.strerror, path) from None
+            if temp_and_target is None:
+                in_place.append((path, data))
+            else:
+                staged.append(temp_and_target)
+        for path, data in in_place:
+            try:
+                _write_in_place(path, data)
+            except OSError as error:
+                raise OSError(error.errno, error.strerror, path) from None
+        for temp, target in staged:
+            os.replace(temp, target)
+    finally:
+        for temp, _ in staged:
+            try:
+                os.unlink(temp)  # only those not renamed are still there
+            except OSError:
+                pass
 
 
-def _write(path: str, data) -> None:
-    fd = _descriptor_named(path)
-    if fd is not None:  # -o /dev/stdout, or a shell's >(process): that descriptor, as it is
-        stream = _sys_stream(fd)
-        if stream is not None:
-            stream.flush()  # what was printed before goes first
-        write_descriptor(fd, data, path)
-        return
+def _stage(path: str, data) -> tuple[str, str] | None:
+    """Write `data` to a new temporary file beside the regular file (or new file) `path`
+    and return (temporary, target); None for a destination that must be written in place."""
+    if _descriptor_named(path) is not None:
+        return None
     target = os.path.realpath(path)
     try:
         mode = os.stat(target).st_mode
     except FileNotFoundError:
         mode = None
     if mode is not None and not stat.S_ISREG(mode):
-        with open(target, "wb") as f:
-            write_all(f, data)
-        return
+        return None
     directory, base = os.path.split(target)
     temp = os.path.join(directory, f".{base}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -53,13 +77,25 @@ def _write(path: str, data) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.chmod(temp, _new_file_mode(target, mode))
-        os.replace(temp, target)
     except BaseException:
         try:
             os.unlink(temp)
         except OSError:
             pass
         raise
+    return temp, target
+
+
+def _write_in_place(path: str, data) -> None:
+    fd = _descriptor_named(path)
+    if fd is not None:  # -o /dev/stdout, or a shell's >(process): that descriptor, as it is
+        stream = _sys_stream(fd)
+        if stream is not None:
+            stream.flush()  # what was printed before goes first
+        write_descriptor(fd, data, path)
+        return
+    with open(os.path.realpath(path), "wb") as f:
+        write_all(f, data)
 
 
 def write_all(f, data) -> None:

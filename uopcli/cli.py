@@ -23,7 +23,7 @@ import time
 import click
 
 from . import __version__
-from .atomic import write_all, write_atomically
+from .atomic import write_all, write_atomically_together
 from .errors import UOpError
 
 PROG = "uopgrad"
@@ -310,11 +310,41 @@ def _refuse_binary_terminal(dest: str, form: str, hint: str) -> None:
 def _write(dest: str, data) -> None:
     """Write bytes, or the pieces of a file in order (fileformat.dump_parts), to a path
     (atomically) or to stdout ("-")."""
-    if dest == "-":
-        write_all(sys.stdout.buffer, data)
-        sys.stdout.buffer.flush()
-    else:
-        write_atomically(dest, data)
+    _write_together([(dest, data)])
+
+
+def _write_together(files: list[tuple[str, object]]) -> None:
+    """Several outputs all or none: the files are renamed into place only once every one
+    is written (stdout, "-", goes last: what reached a pipe cannot be taken back)."""
+    to_files = [(dest, data) for dest, data in files if dest != "-"]
+    try:
+        write_atomically_together(to_files)
+    except OSError as e:
+        raise CommandFailed(f"{e.filename}: cannot write: {e.strerror or e}") from None
+    for dest, data in files:
+        if dest == "-":
+            write_all(sys.stdout.buffer, data)
+            sys.stdout.buffer.flush()
+
+
+def _same_file(a: str, b: str) -> bool:
+    return a != "-" and b != "-" and os.path.realpath(a) == os.path.realpath(b)
+
+
+def _given(name: str) -> bool:
+    """Whether the user gave option `name` (not its default)."""
+    from click.core import ParameterSource
+    return click.get_current_context().get_parameter_source(name) is not ParameterSource.DEFAULT
+
+
+def _check_specs(ctx, param, specs: tuple) -> tuple:
+    """-i values look like NAME=VALUE: a usage error otherwise (exit 2), before any reading."""
+    for spec in specs:
+        name, sep, value = spec.partition("=")
+        if not (sep and name and value):
+            raise click.BadParameter(f"{spec!r} must look like NAME=VALUE (a .npy, .npz, file.npz:key or "
+                                     f"a number)", ctx, param)
+    return specs
 
 
 def _uop_form(dest: str, to: str | None = None) -> str:
@@ -429,6 +459,8 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats):
     _refuse_binary_terminal(output, form, "give -o FILE")
     if report_path == "-" and output == "-":
         raise click.UsageError("--report - and the graph cannot both go to stdout: give -o OUT")
+    if report_path and _same_file(report_path, output):
+        raise click.UsageError(f"--report and -o name the same file ({output}): give the report another")
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     with _Steps("reading", "differentiating", "encoding", "writing") as steps:
         graph, _ = _read_graph(source)
@@ -437,11 +469,14 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats):
         steps.next()
         data = dump_parts(result, form)
         steps.next()
-        _write(output, data)
-        if report_path:  # after the graph: a command that fails to write it leaves no report
+        files = [(output, data)]
+        if report_path:
             import json
-            _write(report_path, (json.dumps(report.to_dict(), indent=2) + "\n").encode())
+            files.append((report_path, (json.dumps(report.to_dict(), indent=2) + "\n").encode()))
+        _write_together(files)  # both or neither
         steps.next()
+    if cotangent and all(not graph.output(name).shape for name in of_names or graph.output_names):
+        _note(f"--cotangent {cotangent} has no effect: the outputs differentiated are scalars (seeded with 1)")
     for line in report.lines():
         _note(line)
     if stats:
@@ -455,7 +490,7 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats):
   uopgrad eval grad.uop --random --seed 1 --stats
   uopgrad eval grad.uop -i x=data.npz:features --random -o grads.npz""")
 @click.argument("source", metavar="IN")
-@click.option("-i", "--input", "specs", multiple=True, metavar="NAME=VALUE",
+@click.option("-i", "--input", "specs", multiple=True, metavar="NAME=VALUE", callback=_check_specs,
               help="An input's value: x.npy, data.npz (member NAME), data.npz:key, or a number filled to its shape.")
 @click.option("--random", "use_random", is_flag=True, help="Fill inputs not given with seeded random values.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of --random.")
@@ -466,6 +501,8 @@ def eval_(source, specs, use_random, seed, output, as_json, stats):
     """Evaluate IN's outputs and print them as a table (or --json, or -o OUT.npz)."""
     if output and as_json:
         raise click.UsageError("give either -o OUT.npz or --json, not both")
+    if _given("seed") and not use_random:
+        raise click.UsageError("--seed is the seed of --random: give --random too")
     if output:
         _refuse_binary_terminal(output, "npz", "give -o OUT.npz")
     from .evaluate import EvalStats, evaluate_graph
@@ -611,7 +648,7 @@ def _value_text(value) -> str:
 @click.argument("source", metavar="IN")
 @click.option("--wrt", required=True, metavar="NAMES", help="Inputs whose gradients are checked.")
 @click.option("--of", "of_", metavar="NAMES", help="Outputs to differentiate (default: the only one).")
-@click.option("-i", "--input", "specs", multiple=True, metavar="NAME=VALUE",
+@click.option("-i", "--input", "specs", multiple=True, metavar="NAME=VALUE", callback=_check_specs,
               help="An input's value (as for eval); inputs not given are seeded random values.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the random inputs, "
               "cotangents and sampled elements.")
@@ -739,6 +776,10 @@ def validate(source):
 def render(source, output, fmt, max_nodes, outputs, around, depth, collapse_functions):
     """Draw IN: one box per node (op, dtype, shape, arg, the function that made it),
     colours by op family, backward nodes dashed red, function bodies as clusters, a legend."""
+    if outputs and around:
+        raise click.UsageError("give either --outputs or --around, not both")
+    if _given("depth") and not around:
+        raise click.UsageError("--depth is the distance for --around: give --around NAME too")
     fmt = fmt or _render_format(output)
     _refuse_binary_terminal(output, fmt, "give -o FILE")
     from .render import render as draw

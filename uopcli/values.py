@@ -39,29 +39,39 @@ def read_value(name: str, value: str, node: UOp):
     path, key = _npz_member(value, name)
     try:
         if path is not None:
-            with np.load(path, allow_pickle=False) as archive:
+            with np.load(_starts_with(path, ZIP_MAGIC, ".npz", "a zip archive's"), allow_pickle=False) as archive:
                 if key not in archive.files:
                     raise EvaluationError(f"input {name!r}: {path} has no member {key!r}; "
                                           f"members: {', '.join(archive.files) or 'none'}")
                 array = archive[key]
             where = f"{path}:{key}"
         elif value.endswith(".npy"):
-            array, where = np.load(_npy_checked(value), allow_pickle=False), value
+            array, where = np.load(_starts_with(value, (NPY_MAGIC,), ".npy", "numpy's magic"), allow_pickle=False), value
         else:
             return _filled(name, value, node)
+    except EvaluationError:
+        raise
     except OSError as e:
         raise EvaluationError(f"input {name!r}: cannot read {e.filename or value}: {e.strerror or e}") from None
     except ValueError as e:
-        raise EvaluationError(f"input {name!r}: cannot read {value}: {e}") from None
+        raise EvaluationError(f"input {name!r}: cannot read {path or value}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - zipfile's and numpy's header parser's refusals of a damaged file
+        raise EvaluationError(f"input {name!r}: cannot read {path or value}: a damaged file "
+                              f"({type(e).__name__}: {' '.join(str(e).split())})") from None
     return check_value(name, node, array, where)
 
 
-def _npy_checked(path: str) -> str:
-    """`path`, once its first bytes are those of a .npy file: numpy reads any other file
-    as a pickle, and refuses it as 'pickled (object) data', which misleads."""
+NPY_MAGIC = b"\x93NUMPY"
+ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip archive's first entry, or an empty one's end record
+
+
+def _starts_with(path: str, magics: tuple, kind: str, what: str) -> str:
+    """`path`, once its first bytes are one of `magics`: numpy reads any other file as a
+    pickle, and refuses it as 'pickled (object) data', which misleads."""
     with open(path, "rb") as f:
-        if f.read(6) != b"\x93NUMPY":
-            raise ValueError("not a .npy file (it does not start with numpy's magic bytes)")
+        head = f.read(max(map(len, magics)))
+    if not any(head.startswith(magic) for magic in magics):
+        raise ValueError(f"not a {kind} file (it does not start with {what} bytes)")
     return path
 
 
