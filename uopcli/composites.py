@@ -703,5 +703,6 @@ def _strided(node, axis: int, start: int, step: int, count: int):
 
 
 # every public method above is a composite: uop.py tags the nodes each makes with its name
-COMPOSITES: Sequence[str] = tuple(name for name in vars(TensorFunctions)
-                                  if not name.startswith("_") and name != "arange")
+# (not the static ones, arange, eye and einsum, which have no self to stay beside)
+COMPOSITES: Sequence[str] = tuple(name for name, member in vars(TensorFunctions).items()
+                                  if not name.startswith("_") and not isinstance(member, staticmethod))
