@@ -441,6 +441,33 @@ def test_gradient_shaped_contractions():
     np.testing.assert_allclose(db, av.T @ gv, rtol=1e-5, atol=1e-5)
 
 
+def test_a_permute_between_products_and_their_sum_is_contracted_too():
+    """REDUCE ADD over PERMUTE(MUL(...)), as conv2d's input gradient has it: one matmul of
+    the transposed factors, never the (n, k, m) product."""
+    a, b, c = UOp.param("a", (32, 48)), UOp.param("b", (48, 40)), UOp.param("c", (6, 6))
+    av, bv, cv = rand(32, 48), rand(48, 40), rand(6, 6)
+    def product(scale: float):  # one per output: a product read by another node is not absorbed
+        return (a * scale).reshape(32, 48, 1).expand(32, 48, 40) * b.reshape(1, 48, 40).expand(32, 48, 40)
+    outs = [product(1.0).permute(1, 0, 2).r("ADD", (0,)), product(2.0).permute(2, 1, 0).sum(1),
+            (product(3.0) + product(4.0) * 2.0).permute(0, 2, 1).sum(2)]
+    stats = EvalStats()
+    values = evaluate(outs, {"a": av, "b": bv}, stats=stats)
+    assert stats.contractions == 3 and stats.peak_bytes < 32 * 48 * 40 * 4  # no product was built
+    for value, want in zip(values, [(av @ bv)[None], 2 * (av @ bv).T, 11 * (av @ bv)]):
+        np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-3)
+    read_twice = product(1.0).permute(1, 0, 2)  # the PERMUTE's value is wanted elsewhere: not absorbed
+    shown, summed = evaluate([read_twice, read_twice.sum(0)], {"a": av, "b": bv})
+    np.testing.assert_allclose(summed, av @ bv, rtol=1e-5, atol=1e-4)
+    assert shown.shape == (48, 32, 40)
+    x, w = UOp.param("x", (2, 3, 8, 8)), UOp.param("w", (4, 3, 3, 3))
+    loss = (x.conv2d(w, padding=1) * c.reshape(1, 1, 6, 6).pad((None, None, (1, 1), (1, 1)))).sum()
+    gradient = pytest.importorskip("uopcli.gradient")
+    grad_x = gradient.compute_gradient(loss, loss.const_like(1.0), [x])[x]
+    stats = EvalStats()
+    evaluate([grad_x], {"x": rand(2, 3, 8, 8), "w": rand(4, 3, 3, 3), "c": cv}, stats=stats)
+    assert stats.contractions == 1
+
+
 def test_mlp_gradient_from_compute_gradient_matches_numpy():
     gradient = pytest.importorskip("uopcli.gradient")
     x, w0, b0, w1 = UOp.param("x", (4, 6)), UOp.param("w0", (6, 5)), UOp.param("b0", (5,)), UOp.param("w1", (5, 3))

@@ -296,14 +296,17 @@ class _Contraction:
     elements before the sum, as the graph does (c * sum(x) could overflow where sum(x * c) does not).
     """
 
-    __slots__ = ("terms", "scratch_bytes")
+    __slots__ = ("terms", "order", "scratch_bytes")
 
-    def __init__(self, terms: tuple[tuple[int, ...], ...]):
+    def __init__(self, terms: tuple[tuple[int, ...], ...], order: tuple[int, ...] | None = None):
         self.terms = terms  # per term, the positions of its factors among the step's sources
+        self.order = order  # a PERMUTE between the products and the REDUCE, absorbed: its axis order
         self.scratch_bytes = 0  # temporaries of the last call (converted operands, partial results), for EvalStats
 
     def __call__(self, node, *values):
         full_shape = node.src[0].shape
+        if self.order is not None:  # the factors as the PERMUTE would show them: views, no copy
+            values = [np.transpose(v, self.order) if np.ndim(v) else v for v in values]
         reduced = frozenset(node.arg[1])
         total, scratch = None, []
         for term in self.terms:
@@ -717,15 +720,23 @@ def _fuse_contractions(program: _Program) -> None:
     producer = {step[3]: step for step in steps}
     fused: set[int] = set()  # ids of the steps folded into a contraction
     for step in candidates:
-        terms = _sum_of_products(step[2][0], producer, reads)
+        root, order = step[2][0], None
+        permute = producer.get(root)
+        if permute is not None and permute[1].op == Ops.PERMUTE and reads[root] == 1:
+            # REDUCE ADD over a PERMUTE of products (conv2d's input gradient): contract the
+            # products' factors transposed as the PERMUTE orders them, without the product
+            root, order = permute[2][0], permute[1].arg
+        terms = _sum_of_products(root, producer, reads)
         if terms is None:
             continue
+        if order is not None:
+            fused.add(id(permute))
         sources, positions = [], []
         for absorbed, factors in terms:
             positions.append(tuple(range(len(sources), len(sources) + len(factors))))
             sources.extend(factors)
             fused.update(absorbed)
-        step[0], step[2], step[4] = _Contraction(tuple(positions)), tuple(sources), _NEW
+        step[0], step[2], step[4] = _Contraction(tuple(positions), order), tuple(sources), _NEW
         program.contractions += 1
     if fused:
         program.steps = [step for step in steps if id(step) not in fused]
