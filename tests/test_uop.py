@@ -257,7 +257,7 @@ def test_builder_arguments_as_tinygrad_takes_them_and_one_line_errors_otherwise(
     assert x.pad((None, (1, 2))).shape == (3, 7) and x.shrink((None, (1, 3))).shape == (3, 2)
     assert x.flip(0, 1).shape == (3, 4) and x.flip(0, 1).arg == (True, True)
     assert x.expand(2, 3, 4).shape == (2, 3, 4) and x.reshape(3, 1, 4).expand(-1, 5, -1).shape == (3, 5, 4)
-    for bad, words in ((lambda: x.pad((1, 2)), "pad takes one (int, int) pair"),
+    for bad, words in ((lambda: x.pad((1, (2, 3))), "pad takes one (int, int) pair"),  # (1, 2) is flat padding
                        (lambda: x.shrink((None, 3)), "shrink takes one (int, int) pair"),
                        (lambda: x.transpose(0, 5), "axis 5 out of range for rank 2"),
                        (lambda: UOp.param("v", (3,)).T, "axis 1 out of range for rank 1"),
@@ -632,3 +632,33 @@ def test_einsum_roll_eye_unflatten_and_var_mean_are_numpys():
                        (lambda: a.roll((1, 2), 0), "roll: 2 shifts for 1 axes")):
         with pytest.raises(GraphError, match=re.escape(words)):
             bad()
+
+
+def test_tinygrads_short_spellings_flat_padding_and_long_cumsums():
+    from uopcli.evaluate import EvalStats, evaluate
+    x = UOp.param("x", (2, 3, 4))
+    xv = np.arange(24, dtype=np.float32).reshape(2, 3, 4) - 10
+    assert [x.float().dtype, x.half().dtype, x.double().dtype, x.int().dtype, x.long().dtype, x.bool().dtype] == \
+        [dtypes.float32, dtypes.float16, dtypes.float64, dtypes.int32, dtypes.int64, dtypes.bool]
+    assert x.numel() == 24 and x.dropout(0.3) is x and x.neg() is -x and x.add(1.0) is x + 1.0
+    got = values([x.pad((1, 2)), x.pad((1, 2, 0, 1)), x.pad(((0, 0), (1, 0), (2, 1)), value=-2.5), x.repeat_interleave(2, 1),
+                  x.repeat_interleave(2), x.div(3.0, rounding_mode="floor"), x.div(3.0, rounding_mode="trunc"),
+                  x.sequential([lambda t: t * 2, lambda t: t.relu()]), x.sub(1.0).mul(2.0).div(4.0)], x=xv)
+    expected = [np.pad(xv, ((0, 0), (0, 0), (1, 2))), np.pad(xv, ((0, 0), (0, 1), (1, 2))),
+                np.pad(xv, ((0, 0), (1, 0), (2, 1)), constant_values=-2.5), np.repeat(xv, 2, 1), np.repeat(xv, 2),
+                np.floor(xv / 3), np.trunc(xv / 3), np.maximum(2 * xv, 0), (xv - 1) * 2 / 4]
+    for i, (value, want) in enumerate(zip(got, expected)):
+        np.testing.assert_allclose(np.asarray(value), want, rtol=1e-6, err_msg=str(i))
+    i = UOp.param("i", (4,), dtypes.int32)
+    assert values([i.div(3, rounding_mode="floor"), i.div(3, rounding_mode="trunc")], i=np.array([-7, -1, 4, 9], np.int32)) \
+        == [[-3, -1, 1, 3], [-2, 0, 1, 3]]
+    for bad, words in ((lambda: x.pad((1, 2, 3)), "two ints per axis"), (lambda: x.pad((1, 1), mode="reflect"),
+                                                                           "mode 'reflect' is not supported")):
+        with pytest.raises(GraphError, match=re.escape(words)):
+            bad()
+    long = UOp.param("long", (4, 5000))
+    lv = np.random.default_rng(8).standard_normal((4, 5000)).astype(np.float32)
+    stats = EvalStats()
+    (value,) = evaluate([long.cumsum(1)], {"long": lv}, stats=stats)
+    np.testing.assert_allclose(value, np.cumsum(lv.astype(np.float64), 1), rtol=1e-4, atol=1e-3)
+    assert stats.peak_bytes < 60 * 2 ** 20  # blocks of 256, not a 5000 x 5000 expansion per row (400 MB)

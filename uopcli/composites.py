@@ -23,6 +23,7 @@ SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 ERF_P = 0.3275911
 ERF_COEFFICIENTS = (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)
 REDUCTIONS = ("mean", "sum", "none")
+CUMSUM_BLOCK = 256  # tinygrad's split of long cumulative sums
 
 
 class TensorFunctions:
@@ -176,16 +177,23 @@ class TensorFunctions:
         return self._order_flipped().argmax(axis, keepdim)
 
     def cumsum(self, axis: int = 0):
-        """Running sums along `axis`: out[i] = Σ_{j ≤ i} x[j], as one masked sum over a
-        (..., n, n) expansion (tinygrad's pool of the padded axis, which is n × n as well)."""
+        """Running sums along `axis`: out[i] = Σ_{j ≤ i} x[j]. Up to 2·CUMSUM_BLOCK long, one
+        masked sum over an (n, n) expansion (tinygrad's pool of the padded axis is n × n as
+        well); longer, in two stages as tinygrad: running sums within blocks of CUMSUM_BLOCK,
+        plus the running total of the blocks before (n·CUMSUM_BLOCK elements, not n²)."""
         if not self.shape or 0 in self.shape:
             return self.cast(self.sum().dtype)  # nothing to add up
         axis = _axis(axis, len(self.shape))
-        size = self.shape[axis]
         last = self.transpose(axis, -1)
-        lower = self.arange(size).reshape(1, size) <= self.arange(size).reshape(size, 1)  # j ≤ i
-        rows = last.unsqueeze(-2).expand(*last.shape[:-1], size, size)
-        return lower.where(rows, 0).sum(-1).transpose(axis, -1)
+        size = last.shape[-1]
+        if size <= 2 * CUMSUM_BLOCK:
+            return _running_sums(last).transpose(axis, -1)
+        blocks = -(-size // CUMSUM_BLOCK)
+        padded = last.pad((None,) * (len(last.shape) - 1) + ((0, blocks * CUMSUM_BLOCK - size),))
+        within = _running_sums(padded.unflatten(-1, (blocks, CUMSUM_BLOCK)))  # (..., blocks, block)
+        before = _running_sums(within[..., -1]) - within[..., -1]  # the totals of earlier blocks
+        sums = (within + before.unsqueeze(-1)).flatten(-2)
+        return sums.shrink((None,) * (len(sums.shape) - 1) + ((0, size),)).transpose(axis, -1)
 
     # ------------------------------------------------------------------ building tensors
     @staticmethod
@@ -455,6 +463,73 @@ class TensorFunctions:
         inside = UOp.full(self.shape, True).pad(lead + pads)
         return inside.where(padded, value)
 
+    # ------------------------------------------------------------------ tinygrad's short spellings
+    def float(self):
+        return self.cast(dtypes.float32)
+
+    def half(self):
+        return self.cast(dtypes.float16)
+
+    def double(self):
+        return self.cast(dtypes.float64)
+
+    def int(self):
+        return self.cast(dtypes.int32)
+
+    def long(self):
+        return self.cast(dtypes.int64)
+
+    def bool(self):
+        return self.cast(dtypes.bool)
+
+    def add(self, other):
+        return self + other
+
+    def sub(self, other):
+        return self - other
+
+    def mul(self, other):
+        return self * other
+
+    def div(self, other, rounding_mode: str | None = None):
+        """True division; rounding_mode "trunc" or "floor" rounds it (integers: exactly)."""
+        if rounding_mode is None:
+            return self / other
+        if rounding_mode == "floor":
+            return self // other if self.dtype.is_int and getattr(other, "dtype", self.dtype).is_int \
+                and not isinstance(other, float) else (self / other).floor()
+        if rounding_mode == "trunc":
+            return self.cdiv(other) if self.dtype.is_int and getattr(other, "dtype", self.dtype).is_int \
+                and not isinstance(other, float) else (self / other).trunc()
+        raise GraphError(f"div: rounding_mode is None, 'trunc' or 'floor', got {rounding_mode!r}")
+
+    def neg(self):
+        return -self
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def sequential(self, layers):
+        """Each of `layers` (callables) applied in turn."""
+        out = self
+        for layer in layers:
+            out = layer(out)
+        return out
+
+    def dropout(self, p: float = 0.5):
+        """The identity, as tinygrad's dropout outside training: a saved graph has no random
+        source, so there is no training form to build."""
+        if not 0 <= p <= 1:
+            raise GraphError(f"dropout: p must be in [0, 1], got {p}")
+        return self
+
+    def repeat_interleave(self, repeats: int, dim: int | None = None):
+        """Each element `repeats` times in a row along `dim` (None: of the flat tensor)."""
+        x, dim = (self.flatten(), 0) if dim is None else (self, _axis(dim, len(self.shape)))
+        shape = x.shape
+        x = x.reshape(shape[:dim + 1] + (1,) + shape[dim + 1:]).expand(shape[:dim + 1] + (repeats,) + shape[dim + 1:])
+        return x.reshape(shape[:dim] + (shape[dim] * repeats,) + shape[dim + 1:])
+
     def _pool(self, kernel: tuple, stride=1, dilation=1):
         """Every window of the last len(kernel) axes: (..., *outputs, *kernel), where
         out[..., o, j] = x[..., o·stride + j·dilation], from movement ops alone. Tile each
@@ -605,6 +680,15 @@ def _axis(dim: int, rank: int) -> int:
     if not isinstance(dim, int) or isinstance(dim, bool) or not -rank <= dim < rank:
         raise GraphError(f"axis {dim!r} out of range for rank {rank}")
     return dim % rank
+
+
+def _running_sums(x):
+    """Running sums along the last axis as one masked sum: x expanded to (..., n, n), kept
+    where column j ≤ row i, summed over j."""
+    size = x.shape[-1]
+    lower = x.arange(size).reshape(1, size) <= x.arange(size).reshape(size, 1)
+    rows = x.unsqueeze(-2).expand(*x.shape[:-1], size, size)
+    return lower.where(rows, 0).sum(-1)
 
 
 def _per_axis(value, count: int) -> tuple:

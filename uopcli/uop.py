@@ -372,9 +372,21 @@ class UOp(_Slots, TensorFunctions):
             return self
         return UOp.make(Ops.PERMUTE, self.dtype, (self,), order)
 
-    def pad(self, padding: Sequence[Sequence[int]]) -> "UOp":
-        """Zero padding: one (before, after) pair per axis, None for (0, 0)."""
+    def pad(self, padding: Sequence, mode: str = "constant", value=0.0) -> "UOp":
+        """Padding with `value` (0: the PAD node itself): one (before, after) pair per axis,
+        None for (0, 0); or tinygrad's flat form, ints for the last axes, last axis first
+        ((left, right, top, bottom) pads W then H)."""
+        if mode != "constant":
+            raise GraphError(f"pad: mode {mode!r} is not supported (only 'constant')")
+        if padding and all(isinstance(p, int) and not isinstance(p, bool) for p in padding):
+            if len(padding) % 2 or len(padding) > 2 * len(self.shape):
+                raise GraphError(f"pad: a flat padding has two ints per axis, at most {2 * len(self.shape)}, "
+                                 f"got {list(padding)}")
+            pairs = [(padding[i], padding[i + 1]) for i in range(0, len(padding), 2)][::-1]
+            padding = [None] * (len(self.shape) - len(pairs)) + pairs
         padding = tuple((0, 0) if pair is None else pair for pair in _per_axis_pairs(padding, "pad"))
+        if value != 0:
+            return self._pad_value(padding, value)
         if all(p == (0, 0) for p in padding):
             return self
         return UOp.make(Ops.PAD, self.dtype, (self,), padding)
@@ -904,7 +916,8 @@ def _tagging_composite(method, name: str | None = None, caller_depth: int = 1):
         loc = f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno}"
         meta = Metadata(name, loc, False)
         for part in result if isinstance(result, tuple) else (result,):  # split and chunk make several
-            tag_new_nodes(part, since, meta)
+            if isinstance(part, UOp):  # (numel makes none)
+                tag_new_nodes(part, since, meta)
         return result
 
     wrapper.__name__ = name
