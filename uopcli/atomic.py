@@ -27,8 +27,8 @@ def write_atomically(path: str, data) -> None:
 def write_atomically_together(files: list[tuple[str, object]]) -> None:
     """Several files all or none (as far as renames go): each written to its temporary
     file first, and only when every one is written are they renamed over their targets.
-    Destinations written in place (devices, descriptors) are written last, after the
-    renames' temporaries exist, so a failure before them leaves every target untouched."""
+    Destinations written in place (devices, descriptors) go after every temporary and
+    before the renames, so a failure anywhere leaves every renamed target untouched."""
     staged: list[tuple[str, str]] = []  # (temporary, target)
     in_place: list[tuple[str, object]] = []
     try:
