@@ -109,6 +109,28 @@ def attention() -> Graph:
     return _graph({"loss": _mse(out, v["y"])}, v, attention.__doc__)
 
 
+GPT_TOKENS = (3, 1, 4, 1, 5, 9, 2, 6)  # the sequence the model learns to continue (vocabulary 12)
+
+
+def gpt() -> Graph:
+    """A one-block GPT-style language model written as in tinygrad: token and position
+    embeddings, layernorm, two-head causal self-attention, a GELU MLP, residuals, and a
+    head tied to the embedding; cross-entropy of each next token (the tokens are an
+    embedded BUFFER)."""
+    vocab, seq, dim, heads = 12, len(GPT_TOKENS), 16, 2
+    v = _inputs(emb=(vocab, dim), pos=(seq, dim), ln_g=(dim,), ln_b=(dim,), wqkv=(dim, 3 * dim), wo=(dim, dim),
+                w1=(dim, 2 * dim), w2=(2 * dim, dim))
+    tokens = UOp.buffer(np.array(GPT_TOKENS, np.int32))
+    x = tokens.one_hot(vocab) @ v["emb"] + v["pos"]                      # one_hot(int) @ float: promoted
+    q, k, val = (x.layernorm() * v["ln_g"] + v["ln_b"]).linear(v["wqkv"]).chunk(3, dim=-1)
+    q, k, val = (t.reshape(seq, heads, dim // heads).transpose(0, 1) for t in (q, k, val))
+    attended = q.scaled_dot_product_attention(k, val, is_causal=True)    # (heads, seq, dim / heads)
+    x = x + attended.transpose(0, 1).reshape(seq, dim).linear(v["wo"])
+    x = x + x.layernorm().linear(v["w1"]).gelu().linear(v["w2"])
+    logits = x.layernorm().linear(v["emb"].T)
+    return _graph({"loss": logits[:-1].cross_entropy(tokens[1:])}, v, gpt.__doc__)
+
+
 def rnn() -> Graph:
     """Elman RNN over 5 steps; the cell is one FUNCTION (its body shared by every step)
     returning the new state and the step's output; MSE of the outputs to targets y."""
@@ -174,6 +196,7 @@ SAMPLES: dict[str, Sample] = {
     "layernorm": Sample(layernorm, "uopgrad diff samples/layernorm.uop --wrt x,gamma,beta | uopgrad info -"),
     "attention": Sample(attention, "uopgrad diff samples/attention.uop --wrt wq,wk,wv,wo -o grad.uop"
                                    " && uopgrad render grad.uop -o attention-grad.svg"),
+    "gpt": Sample(gpt, "uopgrad check samples/gpt.uop --wrt emb,wqkv,w1 --samples 6"),
     "rnn": Sample(rnn, "uopgrad print samples/rnn.uop"),
     "ste": Sample(ste, "uopgrad diff samples/ste.uop --wrt w -o grad.uop && uopgrad eval grad.uop --random --seed 1"),
     "poly": Sample(poly, "uopgrad diff samples/poly.uop --wrt x -o d1.uop"

@@ -141,6 +141,22 @@ def _reference(name: str, v: dict[str, np.ndarray]) -> float:
         scores = np.where(np.tril(np.ones((6, 6), bool)), scores, -1e9)
         weights = np.exp(_log_softmax(scores))
         return _mse(weights @ (x @ v["wv"]) @ v["wo"], v["y"])
+    if name == "gpt":
+        tokens = np.array(build.GPT_TOKENS)
+        seq, dim, heads = len(tokens), 16, 2
+
+        def layernorm(z):
+            centred = z - z.mean(-1, keepdims=True)
+            return centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + 1e-5)
+        x = v["emb"][tokens] + v["pos"]
+        q, k, val = ((t.reshape(seq, heads, dim // heads).transpose(1, 0, 2)) for t in
+                     np.split((layernorm(x) * v["ln_g"] + v["ln_b"]) @ v["wqkv"], 3, -1))
+        scores = np.where(np.tril(np.ones((seq, seq), bool)), q @ k.transpose(0, 2, 1) / np.sqrt(dim // heads), -np.inf)
+        x = x + (np.exp(_log_softmax(scores)) @ val).transpose(1, 0, 2).reshape(seq, dim) @ v["wo"]
+        hidden = layernorm(x) @ v["w1"]
+        x = x + 0.5 * hidden * (1 + np.tanh(np.sqrt(2 / np.pi) * (hidden + 0.044715 * hidden ** 3))) @ v["w2"]
+        logits = layernorm(x) @ v["emb"].T
+        return -np.mean(_log_softmax(logits[:-1])[np.arange(seq - 1), tokens[1:]])
     if name == "rnn":
         h, total = v["h0"], 0.0
         for t in range(5):
