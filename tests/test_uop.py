@@ -393,6 +393,10 @@ def test_reductions_argmax_cumsum_and_building_tensors_are_numpys():
     for value, want in zip(got, expected):
         np.testing.assert_allclose(np.asarray(value, np.float64), want, rtol=1e-6, atol=1e-6)
     assert x.argmax(1).dtype is dtypes.int32 and x.any().dtype is dtypes.bool
+    flags = UOp.param("flags", (2, 3), dtypes.bool)  # bools reduce too (REDUCE itself takes none)
+    fv = np.array([[0, 1, 1], [0, 0, 0]], bool)
+    assert values([flags.max(1), flags.min(1), flags.argmax(1), flags.argmin(1)], flags=fv) == [
+        fv.max(1).tolist(), fv.min(1).tolist(), fv.argmax(1).tolist(), fv.argmin(1).tolist()]
     labels = UOp.param("labels", (4,), dtypes.int32)
     lv = np.array([0, 3, 1, 3], np.int32)
     assert values([labels.one_hot(5), labels.cumsum(), UOp.arange(5), UOp.arange(2, 11, 3), UOp.arange(1.5, -2, -0.5),

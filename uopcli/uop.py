@@ -336,6 +336,8 @@ class UOp(_Slots, TensorFunctions):
         return self._reduce("MUL", axis, keepdim)
 
     def max(self, axis=None, keepdim: bool = False) -> "UOp":
+        if self.dtype.is_bool:  # REDUCE takes no bools: the largest of the 0/1 bytes (any)
+            return self.cast(dtypes.uint8)._reduce("MAX", axis, keepdim).cast(dtypes.bool)
         return self._reduce("MAX", axis, keepdim)
 
     def r(self, op: str, axes: Sequence[int]) -> "UOp":
