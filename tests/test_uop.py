@@ -440,7 +440,7 @@ def test_repeat_split_chunk_are_numpys_tile_and_pieces():
     got = values([x.repeat(2, 1, 3), *pieces, *x.split([1, 2], 0), *chunks], x=xv)
     want = [np.tile(xv, (2, 1, 3)), xv[:, :2], xv[:, 2:4], xv[:, 4:], xv[:1], xv[1:], xv[:2], xv[2:]]
     assert got == [w.tolist() for w in want]
-    with pytest.raises(GraphError, match=r"split: sizes \[1, 1\] do not add up to 3"):
+    with pytest.raises(GraphError, match=r"split: sizes \[1, 1\] are not whole numbers >= 0 adding up to 3"):
         x.split([1, 1])
 
 
@@ -636,6 +636,27 @@ def test_einsum_roll_eye_unflatten_and_var_mean_are_numpys():
                        (lambda: a.roll((1, 2), 0), "roll: 2 shifts for 1 axes")):
         with pytest.raises(GraphError, match=re.escape(words)):
             bad()
+
+
+def test_composites_refuse_what_does_not_fit_with_the_library_error():
+    """Odd shapes and arguments get a GraphError naming the problem, never a Python
+    TypeError, IndexError or ZeroDivisionError from inside a composite."""
+    x, i = UOp.param("x", (2, 3)), UOp.param("i", (2,), dtypes.int32)
+    pooled = x.reshape(1, 1, 2, 3)
+    for bad, words in ((lambda: UOp.param("v", (3,)).tril(), "tril and triu need a rank of 2 or more"),
+                       (lambda: UOp.param("s", ()).cross_entropy(UOp.param("t", (), dtypes.int32)),
+                        "cross_entropy needs logits with classes"),
+                       (lambda: UOp.param("e", (2, 0)).cross_entropy(UOp.param("t", (2,), dtypes.int32)),
+                        "cross_entropy needs logits with classes"),
+                       (lambda: x.split("a"), "are not whole numbers >= 0"),
+                       (lambda: UOp.arange(0, float("inf")), "arange: bounds and step must be finite"),
+                       (lambda: i.one_hot(2.5), "num_classes must be a whole number >= 0"),
+                       (lambda: x.gather(0, UOp.param("f", (2, 3))), "gather: the index must be integers"),
+                       (lambda: x[::0], "a slice step cannot be 0"),
+                       (lambda: pooled.avg_pool2d((1, 1), stride=0), "expected a positive int or 2 of them")):
+        with pytest.raises(GraphError, match=re.escape(words)):
+            bad()
+    assert [p.shape for p in UOp.param("z", (0, 2)).split(1)] == [(0, 2)]  # an empty axis: one empty piece
 
 
 def test_tinygrads_short_spellings_flat_padding_and_long_cumsums():

@@ -208,6 +208,8 @@ class TensorFunctions:
             raise GraphError("arange: step must not be 0")
         if dtype is None:
             dtype = dtypes.float32 if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.int32
+        if not all(math.isfinite(v) for v in (start, stop, step)):
+            raise GraphError(f"arange: bounds and step must be finite, got {start}, {stop}, {step}")
         count = max(0, math.ceil((stop - start) / step))
         if count == 0:
             return UOp.full((0,), 0, dtype)
@@ -259,8 +261,8 @@ class TensorFunctions:
         """1 where the last axis (new, of num_classes) equals the integer value, else 0 (int32)."""
         if not self.dtype.is_int:
             raise GraphError(f"one_hot needs an integer dtype, got {self.dtype.name}")
-        if num_classes < 0:
-            raise GraphError(f"one_hot: num_classes must be >= 0, got {num_classes}")
+        if not isinstance(num_classes, int) or num_classes < 0:
+            raise GraphError(f"one_hot: num_classes must be a whole number >= 0, got {num_classes!r}")
         return self._one_hot_mask(num_classes, len(self.shape)).cast(dtypes.int32)
 
     def _one_hot_mask(self, num_classes: int, axis: int):
@@ -307,9 +309,10 @@ class TensorFunctions:
         if isinstance(sizes, int):
             if sizes <= 0:
                 raise GraphError(f"split: size must be > 0, got {sizes}")
-            sizes = [min(sizes, length - start) for start in range(0, length, sizes)]
-        if sum(sizes) != length:
-            raise GraphError(f"split: sizes {list(sizes)} do not add up to {length}, the size of axis {dim}")
+            sizes = [min(sizes, length - start) for start in range(0, max(1, length), sizes)]  # empty: [0]
+        if not all(isinstance(size, int) and size >= 0 for size in sizes) or sum(sizes) != length:
+            raise GraphError(f"split: sizes {list(sizes)} are not whole numbers >= 0 adding up to {length}, "
+                             f"the size of axis {dim}")
         pieces, start = [], 0
         for size in sizes:
             pieces.append(self.shrink(tuple((start, start + size) if i == dim else None
@@ -367,13 +370,16 @@ class TensorFunctions:
 
     def tril(self, diagonal: int = 0):
         """Zero above diagonal `diagonal` of the last two axes."""
-        return self._upper(self.shape[-2], self.shape[-1], diagonal + 1).where(self.const_like(0), self)
+        return self._upper(diagonal + 1).where(self.const_like(0), self)
 
     def triu(self, diagonal: int = 0):
-        return self._upper(self.shape[-2], self.shape[-1], diagonal).where(self, self.const_like(0))
+        return self._upper(diagonal).where(self, self.const_like(0))
 
-    def _upper(self, rows: int, columns: int, diagonal: int):
+    def _upper(self, diagonal: int):
         """Bool (rows, columns): true where column j ≥ row i + diagonal."""
+        if len(self.shape) < 2:
+            raise GraphError(f"tril and triu need a rank of 2 or more, got shape {list(self.shape)}")
+        rows, columns = self.shape[-2:]
         return self.arange(rows).unsqueeze(-1) + diagonal <= self.arange(columns)
 
     def masked_fill(self, mask, value):
@@ -382,6 +388,8 @@ class TensorFunctions:
     def gather(self, dim: int, index):
         """out[..., i, ...] = x[..., index[..., i, ...], ...] along `dim` (index: same rank),
         as a one-hot mask of the index against the axis, multiplied in and summed."""
+        if not index.dtype.is_int:
+            raise GraphError(f"gather: the index must be integers, got {index.dtype.name}")
         if len(index.shape) != len(self.shape):
             raise GraphError(f"gather: index rank {len(index.shape)} differs from the tensor's {len(self.shape)}")
         dim = _axis(dim, len(self.shape))
@@ -423,11 +431,11 @@ class TensorFunctions:
         _refuse_ceil_mode(ceil_mode, "avg_pool2d")
         pads = _pool_padding(padding, len(kernel))
         axes = tuple(range(-len(kernel), 0))
-        windows = self._pad_value(pads, 0.0)._pool(kernel, stride or kernel, dilation)
+        windows = self._pad_value(pads, 0.0)._pool(kernel, kernel if stride is None else stride, dilation)
         if count_include_pad:
             return windows.mean(axes)
         from .uop import UOp
-        counted = UOp.full(self.shape, 1.0, self.dtype)._pad_value(pads, 0.0)._pool(kernel, stride or kernel, dilation)
+        counted = UOp.full(self.shape, 1.0, self.dtype)._pad_value(pads, 0.0)._pool(kernel, kernel if stride is None else stride, dilation)
         return windows.sum(axes) / counted.sum(axes)
 
     def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode: bool = False,
@@ -439,14 +447,14 @@ class TensorFunctions:
         pads = _pool_padding(padding, len(kernel))
         axes = tuple(range(-len(kernel), 0))
         windows = self._pad_value(pads, _lowest(self.dtype))
-        windows = windows._pool(kernel, stride or kernel, dilation)
+        windows = windows._pool(kernel, kernel if stride is None else stride, dilation)
         pooled = windows.max(axes)
         if not return_indices:
             return pooled
         spatial = self.shape[-len(kernel):]
         count = math.prod(spatial)
         scores = self.arange(count, 0, -1).reshape(spatial)  # the first maximum scores highest
-        scores = scores._pad_value(pads, _lowest(dtypes.int32))._pool(kernel, stride or kernel, dilation)
+        scores = scores._pad_value(pads, _lowest(dtypes.int32))._pool(kernel, kernel if stride is None else stride, dilation)
         at_max = windows.eq(windows.max(axes, keepdim=True))
         return pooled, count - at_max.where(scores, 0).max(axes)
 
@@ -563,6 +571,8 @@ class TensorFunctions:
         """-Σ_c y_c·log softmax(x)_c over the class axis (1, or 0 for a vector); `target` is
         class probabilities shaped like the logits, or class indices (one axis fewer)."""
         _check_smoothing(label_smoothing)
+        if not self.shape or 0 in self.shape:
+            raise GraphError(f"cross_entropy needs logits with classes, got shape {list(self.shape)}")
         classes_axis = 0 if len(self.shape) == 1 else 1
         classes = self.shape[classes_axis]
         if target.shape != self.shape:
@@ -620,6 +630,8 @@ class TensorFunctions:
                 continue
             size = node.shape[axis]
             if isinstance(item, slice):
+                if item.step == 0:
+                    raise GraphError(f"index on axis {axis}: a slice step cannot be 0")
                 start, stop, step = item.indices(size)
                 count = len(range(start, stop, step))
                 node = _strided(node, axis, start, step, count)
