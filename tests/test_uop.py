@@ -653,7 +653,8 @@ def test_composites_refuse_what_does_not_fit_with_the_library_error():
                        (lambda: i.one_hot(2.5), "num_classes must be a whole number >= 0"),
                        (lambda: x.gather(0, UOp.param("f", (2, 3))), "gather: the index must be integers"),
                        (lambda: x[::0], "a slice step cannot be 0"),
-                       (lambda: pooled.avg_pool2d((1, 1), stride=0), "expected a positive int or 2 of them")):
+                       (lambda: pooled.avg_pool2d((1, 1), stride=0), "expected a positive int or 2 of them"),
+                       (lambda: UOp.tuple(x, i)[0], "TUPLE has no shape to index")):
         with pytest.raises(GraphError, match=re.escape(words)):
             bad()
     assert [p.shape for p in UOp.param("z", (0, 2)).split(1)] == [(0, 2)]  # an empty axis: one empty piece

@@ -622,6 +622,8 @@ class TensorFunctions:
         Ints SHRINK to one element and drop the axis; a step > 1 pads the kept run to a
         multiple of the step, folds it into (count, step) and keeps column 0; a negative
         step FLIPs the axis first."""
+        if self.shape is None:
+            raise GraphError(f"{self.op} has no shape to index (of a FUNCTION or CALL, [i] is output i)")
         items = _expand_ellipsis(index if isinstance(index, tuple) else (index,), len(self.shape))
         node, axis, out_shape = self, 0, []
         for item in items:
