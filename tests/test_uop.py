@@ -7,6 +7,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from uopcli import GraphError, Metadata, Ops, UOp, dtypes
 from uopcli.ops import ALL_OPS, DTYPES, FAMILY
@@ -688,3 +690,41 @@ def test_tinygrads_short_spellings_flat_padding_and_long_cumsums():
     (value,) = evaluate([long.cumsum(1)], {"long": lv}, stats=stats)
     np.testing.assert_allclose(value, np.cumsum(lv.astype(np.float64), 1), rtol=1e-4, atol=1e-3)
     assert stats.peak_bytes < 60 * 2 ** 20  # blocks of 256, not a 5000 x 5000 expansion per row (400 MB)
+
+
+@st.composite
+def _shapes_and_indices(draw):
+    """A shape of rank 0-3 (sizes 0-4) and a numpy basic index that fits it."""
+    shape = tuple(draw(st.lists(st.integers(0, 4), max_size=3)))
+    items, axis = [], 0
+    ellipsis_at = draw(st.none() | st.integers(0, len(shape)))
+    while axis < len(shape):
+        if ellipsis_at == axis and Ellipsis not in items:
+            items.append(Ellipsis)
+            axis = len(shape) - draw(st.integers(0, len(shape) - axis))
+            continue
+        size = shape[axis]
+        kind = draw(st.sampled_from(["int", "slice", "none", "stop"] if size else ["slice", "none", "stop"]))
+        if kind == "stop":
+            break
+        if kind == "none":
+            items.append(None)
+            continue
+        if kind == "int":
+            items.append(draw(st.integers(-size, size - 1)))
+        else:
+            bound = st.none() | st.integers(-6, 6)
+            items.append(slice(draw(bound), draw(bound), draw(st.none() | st.integers(-3, 3).filter(bool))))
+        axis += 1
+    return shape, tuple(items)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_shapes_and_indices())
+def test_indexing_is_numpys_basic_indexing(case):
+    shape, index = case
+    x = UOp.param("x", shape)
+    xv = np.arange(math.prod(shape), dtype=np.float32).reshape(shape)
+    view = x[index]
+    assert view.shape == xv[index].shape
+    np.testing.assert_array_equal(np.asarray(values([view], x=xv)[0], np.float32).reshape(view.shape), xv[index])
