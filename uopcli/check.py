@@ -178,8 +178,8 @@ def _check_target(name, analytic, values64, loss, base, rng, samples, progress) 
         index = tuple(int(i) for i in np.unravel_index(int(flat), x.shape))
         a = float(analytic[index])
 
-        def agrees(numeric: float) -> bool:  # False when anything is NaN
-            return bool(abs(a - numeric) <= scale + RTOL * max(abs(a), abs(numeric)))
+        def agrees(numeric: float) -> bool:
+            return _agree(a, numeric, scale)
 
         numeric = _central_difference(name, values64, index, loss)
         ok = agrees(numeric)
@@ -188,7 +188,7 @@ def _check_target(name, analytic, values64, loss, base, rng, samples, progress) 
             down, up = _one_sided_differences(name, values64, index, loss, base, KINK_STEP_FACTOR)
             if agrees(closer):  # the kink was within the first step only
                 numeric, ok = closer, True
-            elif not agrees_with(down, up, scale) and min(down, up) - scale <= a <= max(down, up) + scale:
+            elif not _agree(down, up, scale) and min(down, up) - scale <= a <= max(down, up) + scale:
                 kinks += 1  # no derivative here: a subgradient is all one can ask
                 if progress is not None:
                     progress(1)
@@ -211,8 +211,9 @@ def _check_target(name, analytic, values64, loss, base, rng, samples, progress) 
                        kinks=kinks)
 
 
-def agrees_with(a: float, b: float, scale: float) -> bool:
-    return abs(a - b) <= scale + RTOL * max(abs(a), abs(b))
+def _agree(a: float, b: float, scale: float) -> bool:
+    """The check's tolerance: |a - b| <= scale + RTOL * max(|a|, |b|); False when either is NaN."""
+    return bool(abs(a - b) <= scale + RTOL * max(abs(a), abs(b)))
 
 
 def _one_sided_differences(name, values64, index, loss, base: float, factor: float) -> tuple[float, float]:

@@ -338,12 +338,14 @@ def _given(name: str) -> bool:
 
 
 def _check_specs(ctx, param, specs: tuple) -> tuple:
-    """-i values look like NAME=VALUE: a usage error otherwise (exit 2), before any reading."""
+    """-i values look like NAME=VALUE (values.split_spec): a usage error otherwise (exit 2),
+    before any reading."""
+    from .values import split_spec
     for spec in specs:
-        name, sep, value = spec.partition("=")
-        if not (sep and name and value):
-            raise click.BadParameter(f"{spec!r} must look like NAME=VALUE (a .npy, .npz, file.npz:key or "
-                                     f"a number)", ctx, param)
+        try:
+            split_spec(spec)
+        except UOpError as e:
+            raise click.BadParameter(str(e), ctx, param) from None
     return specs
 
 

@@ -134,8 +134,7 @@ class TensorFunctions:
         return self.ne(self)
 
     def isinf(self, detect_positive: bool = True, detect_negative: bool = True):
-        from .uop import UOp
-        found = UOp.full(self.shape, False)
+        found = type(self).full(self.shape, False)
         if detect_positive:
             found = found | self.eq(math.inf)
         if detect_negative:
@@ -144,10 +143,10 @@ class TensorFunctions:
 
     # ------------------------------------------------------------------ reductions
     def any(self, axis=None, keepdim: bool = False):
-        # REDUCE takes no bools: the largest of the 0/1 bytes
-        return self.cast(dtypes.bool).cast(dtypes.uint8).max(axis, keepdim).cast(dtypes.bool)
+        return self.cast(dtypes.bool).max(axis, keepdim)  # max of bools: of their 0/1 bytes
 
     def all(self, axis=None, keepdim: bool = False):
+        # REDUCE takes no bools: the product of the 0/1 bytes
         return self.cast(dtypes.bool).cast(dtypes.uint8).prod(axis, keepdim).cast(dtypes.bool)
 
     def var_mean(self, axis=None, keepdim: bool = False, correction: int = 1) -> tuple:
@@ -360,8 +359,7 @@ class TensorFunctions:
         if is_causal:
             if attn_mask is not None:
                 raise GraphError("scaled_dot_product_attention: attn_mask and is_causal=True exclude each other")
-            from .uop import UOp
-            attn_mask = UOp.full(scores.shape, True).tril()
+            attn_mask = type(self).full(scores.shape, True).tril()
         if attn_mask is not None:
             if attn_mask.dtype.is_bool:
                 attn_mask = attn_mask.where(0.0, -math.inf)
@@ -429,13 +427,12 @@ class TensorFunctions:
         """Means of the windows over the last len(kernel_size) axes (stride: the kernel)."""
         kernel = _per_axis(kernel_size, 2)
         _refuse_ceil_mode(ceil_mode, "avg_pool2d")
-        pads = _pool_padding(padding, len(kernel))
+        pads, strides = _pool_padding(padding, len(kernel)), kernel if stride is None else stride
         axes = tuple(range(-len(kernel), 0))
-        windows = self._pad_value(pads, 0.0)._pool(kernel, kernel if stride is None else stride, dilation)
+        windows = self._pad_value(pads, 0.0)._pool(kernel, strides, dilation)
         if count_include_pad:
             return windows.mean(axes)
-        from .uop import UOp
-        counted = UOp.full(self.shape, 1.0, self.dtype)._pad_value(pads, 0.0)._pool(kernel, kernel if stride is None else stride, dilation)
+        counted = type(self).full(self.shape, 1.0, self.dtype)._pad_value(pads, 0.0)._pool(kernel, strides, dilation)
         return windows.sum(axes) / counted.sum(axes)
 
     def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode: bool = False,
@@ -444,17 +441,16 @@ class TensorFunctions:
         each maximum is, as a flat index into the unpadded spatial axes (the first one)."""
         kernel = _per_axis(kernel_size, 2)
         _refuse_ceil_mode(ceil_mode, "max_pool2d")
-        pads = _pool_padding(padding, len(kernel))
+        pads, strides = _pool_padding(padding, len(kernel)), kernel if stride is None else stride
         axes = tuple(range(-len(kernel), 0))
-        windows = self._pad_value(pads, _lowest(self.dtype))
-        windows = windows._pool(kernel, kernel if stride is None else stride, dilation)
+        windows = self._pad_value(pads, _lowest(self.dtype))._pool(kernel, strides, dilation)
         pooled = windows.max(axes)
         if not return_indices:
             return pooled
         spatial = self.shape[-len(kernel):]
         count = math.prod(spatial)
         scores = self.arange(count, 0, -1).reshape(spatial)  # the first maximum scores highest
-        scores = scores._pad_value(pads, _lowest(dtypes.int32))._pool(kernel, kernel if stride is None else stride, dilation)
+        scores = scores._pad_value(pads, _lowest(dtypes.int32))._pool(kernel, strides, dilation)
         at_max = windows.eq(windows.max(axes, keepdim=True))
         return pooled, count - at_max.where(scores, 0).max(axes)
 
@@ -467,8 +463,7 @@ class TensorFunctions:
         padded = self.pad(lead + pads)
         if value == 0:
             return padded
-        from .uop import UOp
-        inside = UOp.full(self.shape, True).pad(lead + pads)
+        inside = type(self).full(self.shape, True).pad(lead + pads)
         return inside.where(padded, value)
 
     # ------------------------------------------------------------------ tinygrad's short spellings
@@ -503,12 +498,11 @@ class TensorFunctions:
         """True division; rounding_mode "trunc" or "floor" rounds it (integers: exactly)."""
         if rounding_mode is None:
             return self / other
+        integers = self.dtype.is_int and getattr(other, "dtype", self.dtype).is_int and not isinstance(other, float)
         if rounding_mode == "floor":
-            return self // other if self.dtype.is_int and getattr(other, "dtype", self.dtype).is_int \
-                and not isinstance(other, float) else (self / other).floor()
+            return self // other if integers else (self / other).floor()
         if rounding_mode == "trunc":
-            return self.cdiv(other) if self.dtype.is_int and getattr(other, "dtype", self.dtype).is_int \
-                and not isinstance(other, float) else (self / other).trunc()
+            return self.cdiv(other) if integers else (self / other).trunc()
         raise GraphError(f"div: rounding_mode is None, 'trunc' or 'floor', got {rounding_mode!r}")
 
     def neg(self):
@@ -589,8 +583,7 @@ class TensorFunctions:
         `ignore_index` (unless -1) count for nothing, and "mean" divides by the others."""
         _check_smoothing(label_smoothing)
         log_probs = self.log_softmax()
-        from .uop import UOp
-        counted = target.ne(ignore_index) if ignore_index != -1 else UOp.full(target.shape, True)
+        counted = target.ne(ignore_index) if ignore_index != -1 else type(self).full(target.shape, True)
         picked = target._one_hot_mask(self.shape[-1], len(target.shape)) & counted.unsqueeze(-1)
         smoothing = label_smoothing * counted.where(log_probs.mean(-1), 0.0)
         per_item = (1 - label_smoothing) * picked.where(log_probs, 0.0).sum(-1) + smoothing
@@ -601,8 +594,7 @@ class TensorFunctions:
     def nll_loss(self, target, weight=None, ignore_index: int | None = None, reduction: str = "mean"):
         """-x[n, target[n]]·w[target[n]] for log-probabilities x[N, C, ...]; "mean" divides
         by the weights counted (those not at ignore_index)."""
-        from .uop import UOp
-        weight = (UOp.full(target.shape, 1, target.dtype) if weight is None
+        weight = (type(self).full(target.shape, 1, target.dtype) if weight is None
                   else weight.gather(0, target.flatten()).reshape(target.shape))
         counted = weight if ignore_index is None else weight * target.ne(ignore_index)
         picked = -self.gather(1, target.unsqueeze(1)).squeeze(1) * counted
@@ -734,7 +726,13 @@ def _pool_padding(padding, spatial: int) -> tuple:
         flat = [p for p in reversed(flat) for _ in range(2)]
     if len(flat) != 2 * spatial or not all(isinstance(p, int) and p >= 0 for p in flat):
         raise GraphError(f"padding is an int >= 0, {spatial} of them or {2 * spatial}, got {padding!r}")
-    return tuple((flat[2 * i], flat[2 * i + 1]) for i in reversed(range(spatial)))
+    return flat_padding_pairs(flat)
+
+
+def flat_padding_pairs(flat) -> tuple:
+    """tinygrad's flat padding, last axis first ((left, right, top, bottom) pads W, then H),
+    as (before, after) pairs in axis order for the trailing len(flat) // 2 axes."""
+    return tuple((flat[i], flat[i + 1]) for i in range(0, len(flat), 2))[::-1]
 
 
 def _refuse_ceil_mode(ceil_mode: bool, name: str) -> None:

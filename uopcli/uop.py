@@ -19,7 +19,7 @@ import sys
 from contextlib import contextmanager
 from typing import Iterable, NamedTuple, Sequence
 
-from .composites import COMPOSITES, TensorFunctions
+from .composites import COMPOSITES, TensorFunctions, flat_padding_pairs
 from .errors import GraphError
 from .ops import (ARITHMETIC, BITWISE, CALLS, COMPARISON, FLOAT_UNARY, INTEGER_ONLY, REDUCE_OPS, DType, Ops,
                   dtype_of, dtypes, least_upper_dtype)
@@ -384,8 +384,8 @@ class UOp(_Slots, TensorFunctions):
             if len(padding) % 2 or len(padding) > 2 * len(self.shape):
                 raise GraphError(f"pad: a flat padding has two ints per axis, at most {2 * len(self.shape)}, "
                                  f"got {list(padding)}")
-            pairs = [(padding[i], padding[i + 1]) for i in range(0, len(padding), 2)][::-1]
-            padding = [None] * (len(self.shape) - len(pairs)) + pairs
+            pairs = flat_padding_pairs(padding)
+            padding = (None,) * (len(self.shape) - len(pairs)) + pairs
         padding = tuple((0, 0) if pair is None else pair for pair in _per_axis_pairs(padding, "pad"))
         if value != 0:
             return self._pad_value(padding, value)
