@@ -537,8 +537,98 @@ def test_conv2d_and_pooling_are_numpys_loops_and_their_gradients_finite_differen
         samples=8).passed
     for bad, words in ((lambda: x.conv2d(g), "conv2d: input [2, 4, 7, 6] does not fit weight [6, 2, 3, 2] with groups=1"),
                        (lambda: x.max_pool2d((8, 2)), "kernel [8, 2] (dilation [1, 1]) is larger than the input's [7, 6]"),
-                       (lambda: x.avg_pool2d(ceil_mode=True), "ceil_mode is not supported"),
                        (lambda: x.conv2d(w, padding=(1, 2, 3)), "padding is an int >= 0, 2 of them or 4")):
+        with pytest.raises(GraphError, match=re.escape(words)):
+            bad()
+
+
+def _ceil_pool_reference(x, k, s, pads, kind, count_include_pad=True):
+    """torch's ceil_mode pooling written out: windows start every s from -before while they
+    start before the input's end + before, clipped to the padded input; averages divide by
+    the clipped window (count_include_pad) or by its part inside the input."""
+    n, c, *sizes = x.shape
+    starts = [[o * st - b for o in range(-(-(i + b + a - kk) // st) + 1) if o * st - b < i]  # not in the after-pad
+              for i, kk, st, (b, a) in zip(sizes, k, s, pads)]
+    result = np.zeros((n, c, len(starts[0]), len(starts[1])))
+    for oh, h in enumerate(starts[0]):
+        for ow, w in enumerate(starts[1]):
+            rows = range(max(h, 0), min(h + k[0], sizes[0]))
+            cols = range(max(w, 0), min(w + k[1], sizes[1]))
+            window = x[:, :, rows.start:rows.stop, cols.start:cols.stop].astype(np.float64)
+            if kind == "max":
+                result[:, :, oh, ow] = window.max((2, 3))
+                continue
+            padded_rows = min(h + k[0], sizes[0] + pads[0][1]) - h
+            padded_cols = min(w + k[1], sizes[1] + pads[1][1]) - w
+            count = padded_rows * padded_cols if count_include_pad else len(rows) * len(cols)
+            result[:, :, oh, ow] = window.sum((2, 3)) / count
+    return result
+
+
+def test_pad_modes_negative_pads_ceil_mode_pooling_and_interpolate_as_numpy_and_torch():
+    from uopcli import Graph
+    from uopcli.check import check_gradients
+    rng = np.random.default_rng(11)
+    xv = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    x = UOp.param("x", xv.shape)
+    got = values([x.pad((1, 2, 2, 1), mode="reflect"), x.pad((3, 0, 1, 2), mode="replicate"),
+                  x.pad((2, 1, 1, 3), mode="circular"), x.pad((-1, 2, 1, -2), value=3.0),
+                  x.pad((-1, 2, 1, -2), mode="reflect"), x.pad((-1, 1, 2, -1), mode="circular")], x=xv)
+    inner = ((0, 0), (2, 1), (1, 2))
+    expected = [np.pad(xv, inner, mode="reflect"), np.pad(xv, ((0, 0), (1, 2), (3, 0)), mode="edge"),
+                np.pad(xv, ((0, 0), (1, 3), (2, 1)), mode="wrap"),
+                np.pad(xv[:, :1, 1:], ((0, 0), (1, 0), (0, 2)), constant_values=3.0),
+                np.pad(xv, ((0, 0), (1, 0), (0, 2)), mode="reflect")[:, :-2, 1:],  # reflect the whole, then cut
+                np.pad(xv[:, :2, 1:], ((0, 0), (2, 0), (0, 1)), mode="wrap")]  # cut, then wrap what is left
+    for i, (value, want) in enumerate(zip(got, expected)):
+        np.testing.assert_array_equal(np.asarray(value, np.float32), want, err_msg=str(i))
+
+    image = rng.standard_normal((2, 2, 7, 6)).astype(np.float32)
+    y = UOp.param("y", image.shape)
+    pools = [(y.avg_pool2d((3, 3), 2, ceil_mode=True), ((3, 3), (2, 2), ((0, 0), (0, 0)), "avg", True)),
+             (y.avg_pool2d((3, 3), 2, padding=1, ceil_mode=True), ((3, 3), (2, 2), ((1, 1), (1, 1)), "avg", True)),
+             (y.avg_pool2d((3, 2), (2, 3), padding=1, ceil_mode=True, count_include_pad=False),
+              ((3, 2), (2, 3), ((1, 1), (1, 1)), "avg", False)),
+             (y.max_pool2d((2, 2), 2, padding=1, ceil_mode=True), ((2, 2), (2, 2), ((1, 1), (1, 1)), "max", True)),
+             (y.max_pool2d((3, 3), 2, ceil_mode=True), ((3, 3), (2, 2), ((0, 0), (0, 0)), "max", True))]
+    for i, (value, want) in enumerate(zip(values([p for p, _ in pools], y=image), pools)):
+        k, s, pads, kind, counted = want[1]
+        np.testing.assert_allclose(value, _ceil_pool_reference(image, k, s, pads, kind, counted), rtol=1e-5, atol=1e-6,
+                                   err_msg=str(i))
+    assert y.max_pool2d((3, 3), 2, ceil_mode=True).shape == (2, 2, 3, 3)  # floor mode: (2, 2, 3, 2)
+
+    def linear_reference(v, m, axis, align_corners=False):  # torch's source point, computed in float64
+        n = v.shape[axis]
+        o = np.arange(m, dtype=np.float64)
+        p = o * (n - 1) / max(m - 1, 1) if align_corners else np.clip((o + 0.5) * n / m - 0.5, 0, n - 1)
+        low, high = np.floor(p).astype(int), np.ceil(p).astype(int)
+        shape = [1] * v.ndim
+        shape[axis] = m
+        t = (p - low).reshape(shape)
+        return np.take(v, low, axis) * (1 - t) + np.take(v, high, axis) * t
+    grid = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    z = UOp.param("z", grid.shape)
+    got = values([z.interpolate((7, 9)), z.interpolate((3, 2)), z.interpolate((7, 9), align_corners=True),
+                  z.interpolate((8, 7), mode="nearest"), z.interpolate((6, 3), mode="nearest-exact")], z=grid)
+    expected = [linear_reference(linear_reference(grid, 9, 3), 7, 2), linear_reference(linear_reference(grid, 2, 3), 3, 2),
+                linear_reference(linear_reference(grid, 9, 3, True), 7, 2, True),
+                grid[:, :, (np.arange(8) * 4 / 8).astype(int)][..., (np.arange(7) * 5 / 7).astype(int)],
+                grid[:, :, ((np.arange(6) + 0.5) * 4 / 6).astype(int)][..., ((np.arange(3) + 0.5) * 5 / 3).astype(int)]]
+    for i, (value, want) in enumerate(zip(got, expected)):
+        np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-6, err_msg=str(i))
+
+    loss = (x.pad((1, 2, 2, 1), mode="reflect").sum((1, 2)) * x.pad((2, 1, 1, 0), mode="circular").max((1, 2))).sum() \
+        + y.avg_pool2d((3, 3), 2, padding=1, ceil_mode=True).exp().sum() + y.max_pool2d((3, 3), 2, ceil_mode=True).sum() \
+        + (z.interpolate((7, 9)) ** 2).sum() + z.interpolate((5, 3), mode="nearest").sin().sum()
+    assert check_gradients(Graph({"loss": loss}), ["x", "y", "z"], inputs={
+        "x": xv.astype(np.float64), "y": image.astype(np.float64), "z": grid.astype(np.float64)}, samples=8).passed
+    for bad, words in ((lambda: x.pad((4, 0), mode="reflect"), "reflect padding (4, 0) of axis 2 must be less than its size 4"),
+                       (lambda: x.pad((5, 0), mode="circular"), "circular padding (5, 0) of axis 2 must be at most its size 4"),
+                       (lambda: x.pad(((1, 1),), mode="replicate"), "pad: 1 (before, after) pairs for a tensor of rank 3"),
+                       (lambda: z.interpolate((2, 2), mode="cubic"), "mode is 'linear', 'nearest' or 'nearest-exact'"),
+                       (lambda: z.interpolate((2, 2), mode="nearest", align_corners=True), "align_corners is for mode"),
+                       (lambda: z.interpolate((1, 2, 3, 4, 5)), "size is 1 to 4 sizes > 0"),
+                       (lambda: z.max_pool2d((2, 2, 2, 2, 2), ceil_mode=True), "a kernel of 5 axes on a tensor of rank 4")):
         with pytest.raises(GraphError, match=re.escape(words)):
             bad()
 
@@ -680,8 +770,8 @@ def test_tinygrads_short_spellings_flat_padding_and_long_cumsums():
     i = UOp.param("i", (4,), dtypes.int32)
     assert values([i.div(3, rounding_mode="floor"), i.div(3, rounding_mode="trunc")], i=np.array([-7, -1, 4, 9], np.int32)) \
         == [[-3, -1, 1, 3], [-2, 0, 1, 3]]
-    for bad, words in ((lambda: x.pad((1, 2, 3)), "two ints per axis"), (lambda: x.pad((1, 1), mode="reflect"),
-                                                                           "mode 'reflect' is not supported")):
+    for bad, words in ((lambda: x.pad((1, 2, 3)), "two ints per axis"), (lambda: x.pad((1, 1), mode="edge"),
+                                                                           "mode is one of 'constant', 'reflect'")):
         with pytest.raises(GraphError, match=re.escape(words)):
             bad()
     long = UOp.param("long", (4, 5000))
@@ -728,3 +818,18 @@ def test_indexing_is_numpys_basic_indexing(case):
     view = x[index]
     assert view.shape == xv[index].shape
     np.testing.assert_array_equal(np.asarray(values([view], x=xv)[0], np.float32).reshape(view.shape), xv[index])
+
+
+def test_iterating_a_tensor_gives_its_rows_as_tinygrads():
+    x = UOp.param("x", (3, 2))
+    rows = list(x)
+    assert [r.shape for r in rows] == [(2,)] * 3 and rows[1] is x[1]
+    xv = np.arange(6, dtype=np.float32).reshape(3, 2)
+    assert values(rows, x=xv) == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
+    first, second = UOp.param("p", (2, 4))  # unpacking, as tinygrad models do
+    assert first.shape == second.shape == (4,)
+    assert list(UOp.param("e", (0, 2))) == []
+    for node, words in ((UOp.const(1.0), "iteration over a 0-d tensor"),
+                        (UOp.param("x", (2,)).sin().sum(), "iteration over a 0-d tensor")):
+        with pytest.raises(TypeError, match=words):
+            list(node)

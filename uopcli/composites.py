@@ -398,6 +398,42 @@ class TensorFunctions:
         kept = kept.unsqueeze(-1).transpose(-1, dim)  # the gathered axis last, beside the index's
         return index._one_hot_mask(self.shape[dim], len(index.shape)).where(kept, 0).sum(-1)
 
+    def interpolate(self, size: Sequence[int], mode: str = "linear", align_corners: bool = False):
+        """Resampled to `size` along the last len(size) axes, one axis after another (last
+        first), as tinygrad's: gathers at integer positions made from arange. For an output
+        position o of an axis from n to m elements:
+          linear         x[lo]·(1 - t) + x[hi]·t at the source point p = (o + ½)·n/m - ½
+                         (align_corners: o·(n - 1)/(m - 1)), clipped to [0, n - 1];
+                         lo, hi = floor, ceil(p), t = p - lo (exact: integer numerator / den)
+          nearest        x[floor(o·n/m)]
+          nearest-exact  x[floor((o + ½)·n/m)]"""
+        size = tuple(size) if isinstance(size, (tuple, list)) else (size,)
+        if not size or len(size) > len(self.shape) or not all(isinstance(m, int) and m > 0 for m in size):
+            raise GraphError(f"interpolate: size is 1 to {len(self.shape)} sizes > 0, got {size!r}")
+        if mode not in ("linear", "nearest", "nearest-exact"):
+            raise GraphError(f"interpolate: mode is 'linear', 'nearest' or 'nearest-exact', got {mode!r}")
+        if align_corners and mode != "linear":
+            raise GraphError("interpolate: align_corners is for mode 'linear' only")
+        x, grown = self, list(self.shape)
+        for axis in range(len(self.shape) - 1, len(self.shape) - 1 - len(size), -1):
+            n, m = self.shape[axis], size[axis - len(self.shape)]
+            grown[axis] = m
+            along = tuple(m if a == axis else 1 for a in range(len(self.shape)))
+
+            def spread(positions):
+                return positions.reshape(along).expand(tuple(grown))
+            if mode == "linear":
+                o = type(self).arange(m)
+                num, den = (o * (n - 1), max(m - 1, 1)) if align_corners else ((o * 2 + 1) * n - m, m * 2)
+                num = num.clamp(0, (n - 1) * den)
+                low, high = spread(num // den), spread((num + den - 1) // den)
+                weight = spread((num % den).cast(dtypes.float32) / den)
+                x = x.gather(axis, low).lerp(x.gather(axis, high), weight)
+            else:
+                o = type(self).arange(m, dtype=dtypes.float32)
+                x = x.gather(axis, spread(((o + 0.5 if mode == "nearest-exact" else o) * (n / m)).cast(dtypes.int32)))
+        return x.cast(self.dtype)
+
     def softmin(self, axis: int = -1):
         return (-self).softmax(axis)
 
@@ -424,35 +460,56 @@ class TensorFunctions:
 
     def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode: bool = False,
                    count_include_pad: bool = True):
-        """Means of the windows over the last len(kernel_size) axes (stride: the kernel)."""
-        kernel = _per_axis(kernel_size, 2)
-        _refuse_ceil_mode(ceil_mode, "avg_pool2d")
-        pads, strides = _pool_padding(padding, len(kernel)), kernel if stride is None else stride
+        """Means of the windows over the last len(kernel_size) axes (stride: the kernel).
+        ceil_mode's last, partial windows divide by what they cover of the padded input."""
+        kernel, strides, dilations = _pool_geometry(kernel_size, stride, dilation)
+        regular = _pool_padding(padding, len(kernel))
+        pads = self._ceil_mode_padding(regular, kernel, strides, dilations) if ceil_mode else regular
         axes = tuple(range(-len(kernel), 0))
-        windows = self._pad_value(pads, 0.0)._pool(kernel, strides, dilation)
-        if count_include_pad:
+        windows = self._pad_value(pads, 0.0)._pool(kernel, strides, dilations)
+        if count_include_pad and not ceil_mode:
             return windows.mean(axes)
-        counted = type(self).full(self.shape, 1.0, self.dtype)._pad_value(pads, 0.0)._pool(kernel, strides, dilation)
-        return windows.sum(axes) / counted.sum(axes)
+        if count_include_pad:  # the padding counts, the room ceil_mode adds does not
+            ones = type(self).full(self._pad_value(regular, 0.0).shape, 1.0, self.dtype)
+            extra = tuple((b - rb, a - ra) for (b, a), (rb, ra) in zip(pads, regular))
+            counted = ones._pad_value(extra, 0.0)
+        else:
+            counted = type(self).full(self.shape, 1.0, self.dtype)._pad_value(pads, 0.0)
+        return windows.sum(axes) / counted._pool(kernel, strides, dilations).sum(axes)
 
     def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode: bool = False,
                    return_indices: bool = False):
         """Maxima of the windows (padding counts as -inf); with return_indices also where
         each maximum is, as a flat index into the unpadded spatial axes (the first one)."""
-        kernel = _per_axis(kernel_size, 2)
-        _refuse_ceil_mode(ceil_mode, "max_pool2d")
-        pads, strides = _pool_padding(padding, len(kernel)), kernel if stride is None else stride
+        kernel, strides, dilations = _pool_geometry(kernel_size, stride, dilation)
+        pads = _pool_padding(padding, len(kernel))
+        if ceil_mode:
+            pads = self._ceil_mode_padding(pads, kernel, strides, dilations)
         axes = tuple(range(-len(kernel), 0))
-        windows = self._pad_value(pads, _lowest(self.dtype))._pool(kernel, strides, dilation)
+        windows = self._pad_value(pads, _lowest(self.dtype))._pool(kernel, strides, dilations)
         pooled = windows.max(axes)
         if not return_indices:
             return pooled
         spatial = self.shape[-len(kernel):]
         count = math.prod(spatial)
         scores = self.arange(count, 0, -1).reshape(spatial)  # the first maximum scores highest
-        scores = scores._pad_value(pads, _lowest(dtypes.int32))._pool(kernel, strides, dilation)
+        scores = scores._pad_value(pads, _lowest(dtypes.int32))._pool(kernel, strides, dilations)
         at_max = windows.eq(windows.max(axes, keepdim=True))
         return pooled, count - at_max.where(scores, 0).max(axes)
+
+    def _ceil_mode_padding(self, pads: tuple, kernel: tuple, strides: tuple, dilations: tuple) -> tuple:
+        """ceil_mode's padding: room after each spatial axis for a last, partial window
+        (ceil((i + pads - span) / s) + 1 windows, span = d·(k - 1) + 1), less where a window
+        would start inside the after-padding (arXiv:1603.07285, relationship 15, as tinygrad)."""
+        sizes = self.shape[len(self.shape) - len(kernel):] if len(self.shape) >= len(kernel) else ()
+        if len(sizes) != len(kernel):
+            raise GraphError(f"pool: a kernel of {len(kernel)} axes on a tensor of rank {len(self.shape)}")
+        out = []
+        for (before, after), i, k, s, d in zip(pads, sizes, kernel, strides, dilations):
+            span, padded = d * (k - 1) + 1, i + before + after
+            last_start = s * (-(-(padded - span) // s))  # the last window's start, ceil division
+            out.append((before, after + last_start + span - padded - max(last_start - (before + i - 1), 0)))
+        return tuple(out)
 
     def _pad_value(self, pads: tuple, value):
         """PAD with `value` instead of 0: the zero padding, with `value` where the mask of
@@ -735,9 +792,69 @@ def flat_padding_pairs(flat) -> tuple:
     return tuple((flat[i], flat[i + 1]) for i in range(0, len(flat), 2))[::-1]
 
 
-def _refuse_ceil_mode(ceil_mode: bool, name: str) -> None:
-    if ceil_mode:
-        raise GraphError(f"{name}: ceil_mode is not supported; pad the input instead")
+PAD_MODES = ("constant", "reflect", "replicate", "circular")
+
+
+def cut_by_negative_padding(pairs: tuple, shape: tuple) -> tuple:
+    """The SHRINK bounds that a padding's negative amounts stand for (the positive ones
+    keep the whole axis): (-3, 1) on an axis of 5 keeps [3, 5)."""
+    _check_pair_count(pairs, shape)
+    return tuple((-min(before, 0), size + min(after, 0)) for (before, after), size in zip(pairs, shape))
+
+
+def pad_from_inside(x, pairs: tuple, mode: str):
+    """pad's modes that fill with x's own elements, one axis after another (so corners
+    take the values padded along the earlier axes, as numpy.pad's and tinygrad's):
+      reflect    x[p], ..., x[1] | x | x[-2], ..., x[-1-p]     (the edge not repeated; p < size)
+      replicate  x[0] p times    | x | x[-1] p times
+      circular   x[-p:]          | x | x[:p]                   (p <= size, after the cuts)
+    Negative amounts cut: after reflect and replicate (they fill from the whole axis),
+    before circular (it wraps what is left), as tinygrad's."""
+    if mode not in PAD_MODES:
+        raise GraphError(f"pad: mode is one of {', '.join(map(repr, PAD_MODES))}, got {mode!r}")
+    _check_pair_count(pairs, x.shape)
+    if mode == "circular":
+        x = x.shrink(cut_by_negative_padding(pairs, x.shape))
+    for axis, (before, after) in enumerate(pairs):
+        before, after, size = max(before, 0), max(after, 0), x.shape[axis]
+        if not before and not after:
+            continue
+        if (mode == "reflect" and max(before, after) >= size) or (mode == "circular" and max(before, after) > size) \
+                or size == 0:
+            limit = "less than" if mode == "reflect" else "at most"
+            raise GraphError(f"pad: {mode} padding ({before}, {after}) of axis {axis} must be {limit} its size {size}")
+        pieces = [p for p in (_edge(x, axis, before, mode, at_start=True), x,
+                              _edge(x, axis, after, mode, at_start=False)) if p is not None]
+        x = pieces[0].cat(*pieces[1:], dim=axis)
+    return x if mode == "circular" else x.shrink(cut_by_negative_padding(pairs, x.shape))
+
+
+def _edge(x, axis: int, amount: int, mode: str, at_start: bool):
+    """The `amount` elements that pad_from_inside puts before (at_start) or after x on `axis`."""
+    if not amount:
+        return None
+    size = x.shape[axis]
+
+    def along(start, end):
+        return x.shrink(tuple((start, end) if i == axis else None for i in range(len(x.shape))))
+    if mode == "reflect":
+        return (along(1, amount + 1) if at_start else along(size - 1 - amount, size - 1)).flip(axis)
+    if mode == "replicate":
+        edge = along(0, 1) if at_start else along(size - 1, size)
+        return edge.expand(tuple(amount if i == axis else s for i, s in enumerate(x.shape)))
+    return along(size - amount, size) if at_start else along(0, amount)  # circular
+
+
+def _check_pair_count(pairs: tuple, shape: tuple) -> None:
+    if len(pairs) != len(shape):
+        raise GraphError(f"pad: {len(pairs)} (before, after) pairs for a tensor of rank {len(shape)}")
+
+
+def _pool_geometry(kernel_size, stride, dilation) -> tuple:
+    """A pool's kernel (an int: 2 axes; a tuple: as many axes as it has), strides (None: the
+    kernel's) and dilations, one int per axis."""
+    kernel = _per_axis(kernel_size, 2 if isinstance(kernel_size, int) else len(kernel_size))
+    return kernel, _per_axis(kernel if stride is None else stride, len(kernel)), _per_axis(dilation, len(kernel))
 
 
 def _check_smoothing(label_smoothing: float) -> None:

@@ -19,7 +19,7 @@ import sys
 from contextlib import contextmanager
 from typing import Iterable, NamedTuple, Sequence
 
-from .composites import COMPOSITES, TensorFunctions, flat_padding_pairs
+from .composites import COMPOSITES, TensorFunctions, cut_by_negative_padding, flat_padding_pairs, pad_from_inside
 from .errors import GraphError
 from .ops import (ARITHMETIC, BITWISE, CALLS, COMPARISON, FLOAT_UNARY, INTEGER_ONLY, REDUCE_OPS, DType, Ops,
                   dtype_of, dtypes, least_upper_dtype)
@@ -375,11 +375,11 @@ class UOp(_Slots, TensorFunctions):
         return UOp.make(Ops.PERMUTE, self.dtype, (self,), order)
 
     def pad(self, padding: Sequence, mode: str = "constant", value=0.0) -> "UOp":
-        """Padding with `value` (0: the PAD node itself): one (before, after) pair per axis,
-        None for (0, 0); or tinygrad's flat form, ints for the last axes, last axis first
-        ((left, right, top, bottom) pads W then H)."""
-        if mode != "constant":
-            raise GraphError(f"pad: mode {mode!r} is not supported (only 'constant')")
+        """Padding, as tinygrad's: one (before, after) pair per axis, None for (0, 0); or the
+        flat form, ints for the last axes, last axis first ((left, right, top, bottom) pads W
+        then H). A negative amount cuts that many elements off instead. `mode` "constant"
+        fills with `value` (0: the PAD node itself); "reflect", "replicate" and "circular"
+        fill with the tensor's own elements (composites.pad_from_inside)."""
         if padding and all(isinstance(p, int) and not isinstance(p, bool) for p in padding):
             if len(padding) % 2 or len(padding) > 2 * len(self.shape):
                 raise GraphError(f"pad: a flat padding has two ints per axis, at most {2 * len(self.shape)}, "
@@ -387,6 +387,11 @@ class UOp(_Slots, TensorFunctions):
             pairs = flat_padding_pairs(padding)
             padding = (None,) * (len(self.shape) - len(pairs)) + pairs
         padding = tuple((0, 0) if pair is None else pair for pair in _per_axis_pairs(padding, "pad"))
+        if mode != "constant":
+            return pad_from_inside(self, padding, mode)
+        if any(amount < 0 for pair in padding for amount in pair):
+            return self.shrink(cut_by_negative_padding(padding, self.shape)).pad(
+                tuple((max(before, 0), max(after, 0)) for before, after in padding), value=value)
         if value != 0:
             return self._pad_value(padding, value)
         if all(p == (0, 0) for p in padding):
@@ -616,6 +621,15 @@ class UOp(_Slots, TensorFunctions):
     def __getitem__(self, index) -> "UOp":
         """A FUNCTION's or CALL's output `index`; of a tensor, numpy's basic indexing."""
         return self.gettuple(index) if self.op in CALLS else self._view(index)
+
+    def __iter__(self):
+        """The tensor's rows along axis 0, one x[i] each, as iterating a tinygrad Tensor
+        (without this, Python would index until an IndexError, and get a GraphError)."""
+        if self.shape is None:
+            raise TypeError(f"a {self.op} node is not iterable; take its outputs with gettuple(i)")
+        if not self.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
 
     def store(self, value: "UOp") -> "UOp":
         return UOp.make(Ops.STORE, dtypes.void, (self, value))
