@@ -510,6 +510,7 @@ def test_refuses_unknown_op_and_dtype():
     (["SIN", "float32", [0], None, {"backward": 1}], ["'backward' must be a bool"]),
     (["SIN", "float32", [0], None, {"why": "x"}], ["node meta holds only"]),
     (["SIN", "float32", [0], None, "meta"], ["node meta must be a map"]),
+    (["SIN", "float32", [0], None, None], ["node meta must be a map, got nil (no meta: leave the 5th field out)"]),
 ], ids=lambda v: v[0] if isinstance(v, list) and isinstance(v[0], str) else None)
 def test_refuses_wrong_arg_types(node, words):
     document = file([X, node], [0])
@@ -636,18 +637,18 @@ def test_refuses_bad_call_backward_bodies():
 
 
 def test_refuses_what_is_over_the_limits():
-    big = file([["PARAM", "float32", [], {"name": "x", "shape": [1 << 16, 1 << 16]}]], [0])
-    refused(big, "4294967296 elements", "Limits(max_tensor_elements=...)", "--limit max_tensor_elements=N", node=0, op="PARAM")
+    big = file([["PARAM", "float32", [], {"name": "x", "shape": [1 << 21, 1 << 20]}]], [0])
+    refused(big, "2199023255552 elements", "Limits(max_tensor_elements=...)", "--limit max_tensor_elements=N", node=0, op="PARAM")
     deep = file([["PARAM", "float32", [], {"name": "x", "shape": [1] * 17}]], [0])
     refused(deep, "rank 17", "Limits(max_rank=...)", node=0, op="PARAM")
     expand = file([["PARAM", "float32", [], {"name": "x", "shape": [1, 1]}],
-                   ["EXPAND", "float32", [0], [1 << 20, 1 << 20]]], [0])
+                   ["EXPAND", "float32", [0], [1 << 21, 1 << 20]]], [0])
     refused(expand, "EXPAND result", "elements", node=1, op="EXPAND")
     pad = file([X, ["PAD", "float32", [0], [[0, 1 << 40]]]], [0])
     refused(pad, "PAD result", node=1, op="PAD")
-    empty = file([["PARAM", "float32", [], {"name": "x", "shape": [0, 1 << 20, 1 << 20]}],
-                  ["REDUCE", "float32", [0], ["ADD", [0]]]], [0])  # [0, n, n] holds nothing; [1, n, n] 2^40
-    refused(empty, "REDUCE result [1, 1048576, 1048576]", "elements", node=1, op="REDUCE")
+    empty = file([["PARAM", "float32", [], {"name": "x", "shape": [0, 1 << 21, 1 << 20]}],
+                  ["REDUCE", "float32", [0], ["ADD", [0]]]], [0])  # [0, m, n] holds nothing; [1, m, n] 2^41
+    refused(empty, "REDUCE result [1, 2097152, 1048576]", "elements", node=1, op="REDUCE")
     reshape = file([["PARAM", "float32", [], {"name": "x", "shape": [1]}], ["RESHAPE", "float32", [0], [1] * 17]], [0])
     refused(reshape, "rank limit of 16", node=1, op="RESHAPE")
     small = msgpack.packb(file([X, TWO, ["MUL", "float32", [0, 1], None]], [0], [("y", 2)]))
@@ -657,6 +658,14 @@ def test_refuses_what_is_over_the_limits():
     refused(small, "3 elements, over the limit of 2", limits=Limits(max_tensor_elements=2), node=0)
     nested = file([X, ["RESHAPE", "float32", [0], [[[[[[[[[[[[[[[[[[[3]]]]]]]]]]]]]]]]]]]]], [0])
     refused(nested, "nests deeper than 16", "Limits(max_arg_depth=...)", node=1, op="RESHAPE")
+    pad = file([X, ["PAD", "float32", [0], [[0, 1]]]], [0], [("y", 1)])  # valid: an array of arrays, 2 levels
+    assert load(msgpack.packb(pad), limits=Limits(max_arg_depth=2)).outputs["y"].op == Ops.PAD
+    refused(file([X, ["PAD", "float32", [0], [[0, 1]]]], [], [("y", 1)]), "arg nests deeper than 1 level (",
+            limits=Limits(max_arg_depth=1), node=0, op="PARAM")  # PARAM's {"shape": [3]} is 2 levels too
+    refused(file([X], [0], [("x", 0)]), "arg nests deeper than 0", limits=Limits(max_arg_depth=0), node=0, op="PARAM")
+    # what the limit stands for, not what is stored: a wide matmul's EXPAND (8192, 512, 2048) reads by default
+    a, b = UOp.param("a", (8192, 512)), UOp.param("b", (512, 2048))
+    assert load(save(Graph({"y": a @ b}))).outputs["y"].shape == (8192, 2048)
     refused(b"\x91" * 5000 + b"\xc0", "nested too deeply")
     refused(b'{"a":' + b"[" * 5000 + b"]" * 5000 + b"}", "nested too deeply")
 
@@ -678,8 +687,8 @@ def test_a_key_that_appears_twice_is_refused_not_read_last_wins():
     text = dumps(graph, "json").decode()
     with pytest.raises(FormatError, match="the key 'outputs' appears twice in one object"):
         loads(text.rstrip()[:-1] + ',"outputs":[["z",1]]}')
-    with pytest.raises(FormatError, match="the key 'name' appears twice in one object"):
-        loads(text.replace('"name":"x"', '"name":"x","name":"w"'))
+    with pytest.raises(FormatError, match=r"^<bytes>: node 0 \(PARAM\): the key 'name' appears twice in one object$"):
+        loads(text.replace('"name":"x"', '"name":"x","name":"w"'))  # inside a node: which one
     assert load(dumps(graph)).outputs["y"].op == Ops.SIN and loads(text).outputs["y"].op == Ops.SIN
 
 
@@ -691,7 +700,7 @@ def test_limits_can_be_raised():
     assert load(msgpack.packb(document), limits=Limits(max_rank=32)).outputs["x"].shape == tuple(shape)
     data = save(Graph({"y": UOp.param("x", (3,)).sin()}))
     assert load(data, limits=Limits(max_file_bytes=len(data), max_nodes=2)).outputs["y"].op == Ops.SIN
-    assert Limits() == Limits(1 << 30, 10_000_000, 16, 16, 1 << 31)
+    assert Limits() == Limits(1 << 30, 10_000_000, 16, 16, 1 << 40)
 
 
 def test_reading_never_runs_code(tmp_path):

@@ -63,12 +63,13 @@ class Limits(NamedTuple):
 
     max_file_bytes: int = 1 << 30           # 1 GiB: the whole file (either form)
     max_nodes: int = 10_000_000             # entries of `nodes`
-    max_arg_depth: int = 16                 # nesting of lists/maps inside one arg (v1 args need 3)
+    max_arg_depth: int = 16                 # nesting of lists/maps inside one arg (v1 args need 2)
     max_rank: int = 16                      # axes of any shape (PARAM, BUFFER, RESHAPE, EXPAND, ...)
-    max_tensor_elements: int = 1 << 31      # elements of any one tensor (stored or inferred)
+    max_tensor_elements: int = 1 << 40      # elements of any one tensor (stored or inferred)
 
 
 DEFAULT_LIMITS = Limits()
+V1_ARG_DEPTH = 2  # a valid v1 arg nests at most 2 levels: a map or array holding arrays (PARAM, PAD)
 
 
 def raise_hint(limit: str) -> str:
@@ -269,13 +270,41 @@ def _parse_json(data: bytes, name: str):
     except UnicodeError as error:
         raise FormatError(f"not valid UTF-8 text: {_short(str(error))}", source=name) from None
     except _RepeatedKey as error:
-        raise FormatError(str(error), source=name) from None
+        node, op = _node_with_repeated_key(text)
+        raise FormatError(str(error), node=node, op=op, source=name) from None
     except ValueError as error:
         message = str(error)
         if message.startswith("Extra data"):
             raise FormatError(f"trailing bytes after the file's map ({message})", source=name) from None
         raise FormatError(f"not valid JSON: {_short(message)}", source=name) from None
     return doc
+
+
+class _Repeated:
+    """Where a JSON object with a repeated key stood (the second, naming parse)."""
+
+
+def _node_with_repeated_key(text: str) -> tuple:
+    """The index and op of the node holding the first object with a repeated key, found by
+    parsing once more with such objects marked (only on failure); Nones outside `nodes`."""
+    import json
+    marked = _Repeated()
+    doc = json.loads(text, object_pairs_hook=lambda pairs: marked if len(dict(pairs)) != len(pairs) else dict(pairs))
+    nodes = doc.get("nodes") if doc.__class__ is dict else None
+    if nodes.__class__ is not list:
+        return None, None
+    for index, entry in enumerate(nodes):
+        stack = [entry]
+        while stack:
+            item = stack.pop()
+            if item is marked:
+                op = entry[0] if entry.__class__ is list and entry else None
+                return index, op if op.__class__ is str and op in _DECODERS else None
+            if item.__class__ is list:
+                stack.extend(item)
+            elif item.__class__ is dict:
+                stack.extend(item.values())
+    return None, None
 
 
 def _refuse_constant(word: str):
@@ -376,6 +405,10 @@ class _Reader:
         dtype_named = DTYPES
         meta_cache = self.meta_cache
         set_meta = object.__setattr__  # UOp.set_meta without its call
+        depth_limit = self.limits.max_arg_depth
+        # an arg that decodes nests at most V1_ARG_DEPTH levels, so only a limit lowered below
+        # that needs each arg checked; a deeper arg fails to decode, and _why names the limit
+        check_depth = depth_limit < V1_ARG_DEPTH
         entry = None
         # a list (JSON, or MessagePack read whole) or a _NodeStream, parsed as it is read
         next_entry = nodes.entries() if nodes.__class__ is _NodeStream else iter(nodes).__next__
@@ -392,6 +425,8 @@ class _Reader:
                     meta = None
                 elif len(entry) == 5:
                     op, dtype_name, src, arg, meta = entry
+                    if meta is None:  # an absent meta is a node of 4 fields, not a nil 5th
+                        raise _Bad("node meta must be a map, got nil (no meta: leave the 5th field out)")
                 else:
                     raise _Bad(f"a node has 4 or 5 fields [op, dtype, src, arg(, meta)], got {len(entry)}")
                 dtype = dtype_named[dtype_name]
@@ -418,6 +453,8 @@ class _Reader:
                         if s.__class__ is not int or s < 0:
                             raise ValueError("bad source")
                     sources = tuple([built[s] for s in src])
+                if check_depth and _nests_deeper(arg, depth_limit):
+                    raise _Bad(_too_deep(depth_limit))
                 interned = plain.get(op)  # the op's own interned string: files' strings are copies
                 if interned is not None:
                     if arg is not None:
@@ -446,7 +483,7 @@ class _Reader:
         """The message for a node the loop refused (the slow path: only runs once, on failure)."""
         limit = self.limits.max_arg_depth
         if entry.__class__ is list and len(entry) >= 4 and _nests_deeper(entry[3], limit):
-            return f"arg nests deeper than {limit} levels {raise_hint('max_arg_depth')}"
+            return _too_deep(limit)
         if isinstance(error, (_Bad, GraphError)):
             return str(error)
         message = _diagnose(entry, len(self.built), error)
@@ -797,6 +834,10 @@ _PLAIN_CANONICAL = {op: op for op in _PLAIN_OPS}
 _CANONICAL_OP = {op: op for op in _DECODERS}
 # The JSON form differs only where MessagePack has a type JSON lacks: bin and non-finite floats.
 _JSON_DECODERS = {**_DECODERS, Ops.CONST: _decode_const_json, Ops.BUFFER: _decode_buffer_json}
+
+
+def _too_deep(limit: int) -> str:
+    return f"arg nests deeper than {limit} level{'' if limit == 1 else 's'} {raise_hint('max_arg_depth')}"
 
 
 def _nests_deeper(value, limit: int) -> bool:
