@@ -402,3 +402,42 @@ def test_render_without_dot_says_how_to_install_it(work, tmp_path_factory):
     assert "install" in message and "graphviz" in message and not (work / "m.svg").exists()
     text = subprocess.run([UOPGRAD, "render", "m.uop", "-o", "m.dot"], cwd=work, env=env, capture_output=True)
     assert text.returncode == 0 and (work / "m.dot").read_text().startswith("digraph")
+
+
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGHUP"])
+def test_stopped_while_writing_leaves_no_temporary_file(tmp_path, stop):
+    """A CI timeout's SIGTERM (or a closed terminal's SIGHUP) while `diff` writes: one line,
+    exit 1, no output and no half-written temporary file beside it."""
+    import signal
+    import time
+    from uopcli.uop import no_gc
+    with no_gc():
+        y = UOp.param("x", (8,))
+        for _ in range(100_000):
+            y = (y * 1.0001 + 0.5).sin()
+        save(Graph({"loss": y.sum()}), tmp_path / "big.uop")
+    proc = subprocess.Popen([UOPGRAD, "diff", "big.uop", "--wrt", "x", "-o", "g.uop"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and not list(tmp_path.glob(".g.uop.*.tmp")) and time.monotonic() < deadline:
+        time.sleep(0.0005)
+    assert proc.poll() is None, "diff ended before it began to write"
+    proc.send_signal(getattr(signal, stop))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and out == b""
+    assert err.decode().strip() == f"uopgrad: error: stopped by {stop}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.uop"]
+
+
+def test_binary_output_to_a_path_naming_the_terminal_is_refused(work):
+    status, shown, err = run_on_terminal(["convert", "m.uop", "-o", "/dev/stdout"], work)
+    assert status == 1 and shown == b"" and b"refusing to write binary msgpack data to a terminal" in err
+    status, shown, _ = run_on_terminal(["convert", "m.uop", "--to", "json", "-o", "/dev/fd/1"], work)
+    assert status == 0 and shown.lstrip().startswith(b"{")
+
+
+def test_help_and_version_to_a_full_disk_are_one_line(work):
+    for args in (["--help"], ["--version"], ["print", "--help"]):
+        done = sh(f"uopgrad {' '.join(args)} > /dev/full", work)
+        assert done.returncode == 1, args
+        assert done.stderr.decode() == "uopgrad: error: cannot write to stdout: No space left on device\n", args

@@ -3,6 +3,7 @@ writing to a descriptor all of it or failing (the CLI's stdout)."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -46,8 +47,9 @@ def write_atomically_together(files: list[tuple[str, object]]) -> None:
                 _write_in_place(path, data)
             except OSError as error:
                 raise OSError(error.errno, error.strerror, path) from None
-        for temp, target in staged:
-            os.replace(temp, target)
+        with _stop_signals_held():  # all renames or, for a stop before them, none
+            for temp, target in staged:
+                os.replace(temp, target)
     finally:
         for temp, _ in staged:
             try:
@@ -56,10 +58,26 @@ def write_atomically_together(files: list[tuple[str, object]]) -> None:
                 pass
 
 
+@contextlib.contextmanager
+def _stop_signals_held():
+    """Hold SIGINT, SIGTERM and SIGHUP back for the block (they arrive after it); in the
+    main thread only, where Python handles signals."""
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 def _stage(path: str, data) -> tuple[str, str] | None:
     """Write `data` to a new temporary file beside the regular file (or new file) `path`
     and return (temporary, target); None for a destination that must be written in place."""
-    if _descriptor_named(path) is not None:
+    if descriptor_named(path) is not None:
         return None
     target = os.path.realpath(path)
     try:
@@ -87,7 +105,7 @@ def _stage(path: str, data) -> tuple[str, str] | None:
 
 
 def _write_in_place(path: str, data) -> None:
-    fd = _descriptor_named(path)
+    fd = descriptor_named(path)
     if fd is not None:  # -o /dev/stdout, or a shell's >(process): that descriptor, as it is
         stream = _sys_stream(fd)
         if stream is not None:
@@ -155,7 +173,7 @@ class DescriptorWriter(io.RawIOBase):
 _DESCRIPTOR_PATH = re.compile(r"/dev/(?:fd/(\d+)|(stdout)|(stderr))|/proc/self/fd/(\d+)")
 
 
-def _descriptor_named(path: str) -> int | None:
+def descriptor_named(path: str) -> int | None:
     """The descriptor a path like /dev/stdout, /dev/fd/63 or /proc/self/fd/1 stands for.
     Such a path opened anew would truncate the file a shell redirected there (>> keeps
     what is already in it), and one renamed over would be lost to the shell's reader."""

@@ -23,7 +23,7 @@ import time
 import click
 
 from . import __version__
-from .atomic import write_all, write_atomically_together
+from .atomic import descriptor_named, write_all, write_atomically_together
 from .errors import UOpError
 
 PROG = "uopgrad"
@@ -51,6 +51,7 @@ class _Group(click.Group):
     def __call__(self, *args, **kwargs):
         gc.disable()
         _whole_standard_streams()
+        _stop_on_signals()
         try:
             code = self.main(*args, **{**kwargs, "standalone_mode": False})
         except SystemExit as e:  # sys.exit inside a command
@@ -63,8 +64,9 @@ class _Group(click.Group):
         try:
             result = super().main(args, PROG, complete_var, standalone_mode=False, **extra)
             code = result if isinstance(result, int) else 0
-        except click.exceptions.Abort:
-            _error_line("interrupted")
+        except click.exceptions.Abort as e:
+            stopped_by = getattr(e.__cause__, "signal_name", None)
+            _error_line("interrupted" if stopped_by is None else f"stopped by {stopped_by}")
             code = EXIT_FAILURE
         except _NO_ARGS_IS_HELP as e:  # bare `uopgrad`: the help, as a usage error
             click.echo(e.ctx.get_help() if e.ctx else e.format_message(), err=True)
@@ -76,6 +78,11 @@ class _Group(click.Group):
             # the reader went away (`uopgrad print big.uop | head`): not our failure to report
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
+            code = EXIT_FAILURE
+        except OSError as e:  # --help or --version (printed while the options are read) to a full disk
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # what is still buffered goes nowhere, not to a traceback
+            _error_line(f"cannot write to stdout: {e.strerror or e}")
             code = EXIT_FAILURE
         if standalone_mode:
             sys.exit(code)
@@ -118,6 +125,26 @@ def _one_line(e: click.ClickException) -> str:
     if isinstance(e, click.UsageError) and e.ctx is not None:
         message += f" (see '{e.ctx.command_path} --help')"
     return message
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the process is, as ^C's KeyboardInterrupt is: the
+    same unwinding removes every temporary file, and the command says one line."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+def _stop_on_signals() -> None:
+    """Turn SIGTERM and SIGHUP (a CI job's timeout, a closed terminal) into Stopped; their
+    default action ends the process at once and leaves a half-written temporary file."""
+    import signal
+
+    def stop(signum, frame):
+        raise Stopped(signal.Signals(signum).name)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop)
 
 
 def _error_line(message: str) -> None:
@@ -301,8 +328,20 @@ def _stdout_is_terminal() -> bool:
     return _is_terminal(sys.stdout)
 
 
+def _descriptor_is_terminal(descriptor: int) -> bool:
+    try:
+        return os.isatty(descriptor)
+    except OSError:
+        return False
+
+
 def _refuse_binary_terminal(dest: str, form: str, hint: str) -> None:
-    if dest == "-" and form in BINARY_FORMS and _stdout_is_terminal():
+    """Binary data on a terminal garbles it: refused for "-" and for paths such as
+    /dev/stdout or /dev/fd/1 that name a terminal's descriptor."""
+    if form not in BINARY_FORMS:
+        return
+    descriptor = None if dest == "-" else descriptor_named(dest)
+    if (dest == "-" and _stdout_is_terminal()) or (descriptor is not None and _descriptor_is_terminal(descriptor)):
         raise CommandFailed(f"refusing to write binary {form} data to a terminal: redirect or pipe it "
                             f"(> file, | uopgrad ...) or {hint}")
 
