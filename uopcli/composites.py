@@ -141,6 +141,36 @@ class TensorFunctions:
             found = found | self.eq(-math.inf)
         return found
 
+    def isfinite(self):
+        return (self.isinf() | self.isnan()).logical_not()
+
+    def copysign(self, other):
+        """|self| with the sign of `other`, -0.0 counting as negative (1/-0.0 < 0), as tinygrad's."""
+        magnitude = self.abs()
+        other = other if hasattr(other, "shape") else type(self).full(self.shape, other, self.dtype)
+        return ((other < 0) | (other.reciprocal() < 0)).where(-magnitude, magnitude)
+
+    def full_like(self, fill_value, dtype=None):
+        return type(self).full(self.shape, fill_value, self.dtype if dtype is None else dtype)
+
+    def shrink_to(self, *shape):
+        """The first `shape[i]` elements of each axis (None: the whole axis)."""
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        return self.shrink(tuple(None if size is None else (0, size) for size in shape))
+
+    def pad_to(self, *shape, value=0.0):
+        """Padded after each axis up to `shape[i]` (None: as it is), with `value`."""
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        if len(shape) != len(self.shape):
+            raise GraphError(f"pad_to: {len(shape)} sizes for a tensor of rank {len(self.shape)}")
+        return self.pad(tuple((0, 0 if new is None else new - size) for size, new in zip(self.shape, shape)),
+                        value=value)
+
+    def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12):
+        """x / max(‖x‖_p, eps) along `dim` (p = 0: the count of non-zeros), as torch's."""
+        norm = self.ne(0).sum(dim, keepdim=True) if p == 0 else self.abs().pow(p).sum(dim, keepdim=True).pow(1 / p)
+        return self / norm.maximum(eps)
+
     # ------------------------------------------------------------------ reductions
     def any(self, axis=None, keepdim: bool = False):
         return self.cast(dtypes.bool).max(axis, keepdim)  # max of bools: of their 0/1 bytes
