@@ -328,7 +328,9 @@ def _stdout_is_terminal() -> bool:
     return _is_terminal(sys.stdout)
 
 
-def _descriptor_is_terminal(descriptor: int) -> bool:
+def _descriptor_is_terminal(descriptor: int | None) -> bool:
+    if descriptor is None:  # a path that names a file, not a descriptor
+        return False
     try:
         return os.isatty(descriptor)
     except OSError:
@@ -340,8 +342,7 @@ def _refuse_binary_terminal(dest: str, form: str, hint: str) -> None:
     /dev/stdout or /dev/fd/1 that name a terminal's descriptor."""
     if form not in BINARY_FORMS:
         return
-    descriptor = None if dest == "-" else descriptor_named(dest)
-    if (dest == "-" and _stdout_is_terminal()) or (descriptor is not None and _descriptor_is_terminal(descriptor)):
+    if _stdout_is_terminal() if dest == "-" else _descriptor_is_terminal(descriptor_named(dest)):
         raise CommandFailed(f"refusing to write binary {form} data to a terminal: redirect or pipe it "
                             f"(> file, | uopgrad ...) or {hint}")
 

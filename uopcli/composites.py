@@ -155,12 +155,11 @@ class TensorFunctions:
 
     def shrink_to(self, *shape):
         """The first `shape[i]` elements of each axis (None: the whole axis)."""
-        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-        return self.shrink(tuple(None if size is None else (0, size) for size in shape))
+        return self.shrink(tuple(None if size is None else (0, size) for size in varargs(shape)))
 
     def pad_to(self, *shape, value=0.0):
         """Padded after each axis up to `shape[i]` (None: as it is), with `value`."""
-        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        shape = varargs(shape)
         if len(shape) != len(self.shape):
             raise GraphError(f"pad_to: {len(shape)} sizes for a tensor of rank {len(self.shape)}")
         return self.pad(tuple((0, 0 if new is None else new - size) for size, new in zip(self.shape, shape)),
@@ -301,7 +300,7 @@ class TensorFunctions:
 
     def repeat(self, *repeats):
         """Tile `repeats[i]` copies along axis i (numpy's tile; leading repeats add axes)."""
-        repeats = tuple(repeats[0]) if len(repeats) == 1 and isinstance(repeats[0], (tuple, list)) else repeats
+        repeats = varargs(repeats)
         if len(repeats) < len(self.shape):
             raise GraphError(f"repeat: {len(repeats)} repeats for rank {len(self.shape)}")
         shape = (1,) * (len(repeats) - len(self.shape)) + self.shape
@@ -500,7 +499,9 @@ class TensorFunctions:
         if count_include_pad and not ceil_mode:
             return windows.mean(axes)
         if count_include_pad:  # the padding counts, the room ceil_mode adds does not
-            ones = type(self).full(self._pad_value(regular, 0.0).shape, 1.0, self.dtype)
+            lead = len(self.shape) - len(kernel)
+            padded = self.shape[:lead] + tuple(i + b + a for i, (b, a) in zip(self.shape[lead:], regular))
+            ones = type(self).full(padded, 1.0, self.dtype)
             extra = tuple((b - rb, a - ra) for (b, a), (rb, ra) in zip(pads, regular))
             counted = ones._pad_value(extra, 0.0)
         else:
@@ -531,9 +532,9 @@ class TensorFunctions:
         """ceil_mode's padding: room after each spatial axis for a last, partial window
         (ceil((i + pads - span) / s) + 1 windows, span = d·(k - 1) + 1), less where a window
         would start inside the after-padding (arXiv:1603.07285, relationship 15, as tinygrad)."""
-        sizes = self.shape[len(self.shape) - len(kernel):] if len(self.shape) >= len(kernel) else ()
-        if len(sizes) != len(kernel):
+        if len(self.shape) < len(kernel):
             raise GraphError(f"pool: a kernel of {len(kernel)} axes on a tensor of rank {len(self.shape)}")
+        sizes = self.shape[len(self.shape) - len(kernel):]
         out = []
         for (before, after), i, k, s, d in zip(pads, sizes, kernel, strides, dilations):
             span, padded = d * (k - 1) + 1, i + before + after
@@ -814,6 +815,11 @@ def _pool_padding(padding, spatial: int) -> tuple:
     if len(flat) != 2 * spatial or not all(isinstance(p, int) and p >= 0 for p in flat):
         raise GraphError(f"padding is an int >= 0, {spatial} of them or {2 * spatial}, got {padding!r}")
     return flat_padding_pairs(flat)
+
+
+def varargs(args: tuple):
+    """f(2, 3) or f((2, 3)): the ints of a tinygrad-style variadic argument."""
+    return args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
 
 
 def flat_padding_pairs(flat) -> tuple:

@@ -19,7 +19,8 @@ import sys
 from contextlib import contextmanager
 from typing import Iterable, NamedTuple, Sequence
 
-from .composites import COMPOSITES, TensorFunctions, cut_by_negative_padding, flat_padding_pairs, pad_from_inside
+from .composites import (COMPOSITES, TensorFunctions, cut_by_negative_padding, flat_padding_pairs, pad_from_inside,
+                         varargs)
 from .errors import GraphError
 from .ops import (ARITHMETIC, BITWISE, CALLS, COMPARISON, FLOAT_UNARY, INTEGER_ONLY, REDUCE_OPS, DType, Ops,
                   dtype_of, dtypes, least_upper_dtype)
@@ -346,7 +347,7 @@ class UOp(_Slots, TensorFunctions):
 
     # ------------------------------------------------------------------ movement
     def reshape(self, *shape) -> "UOp":
-        shape = _shape_tuple(_varargs(shape))
+        shape = _shape_tuple(varargs(shape))
         if shape.count(-1) > 1:
             raise GraphError(f"reshape to {list(shape)}: only one size can be -1 (inferred)")
         if -1 in shape:
@@ -357,7 +358,7 @@ class UOp(_Slots, TensorFunctions):
     def expand(self, *shape) -> "UOp":
         """Grow size-1 axes to `shape`, as tinygrad's expand: -1 keeps an axis's size, and
         a longer shape adds leading axes (a RESHAPE first; the EXPAND node itself keeps the rank)."""
-        shape = _shape_tuple(_varargs(shape))
+        shape = _shape_tuple(varargs(shape))
         node = self
         if len(shape) > len(self.shape):
             node = self.reshape((1,) * (len(shape) - len(self.shape)) + self.shape)
@@ -366,7 +367,7 @@ class UOp(_Slots, TensorFunctions):
 
     def permute(self, *order) -> "UOp":
         rank = len(self.shape)
-        order = tuple(int(o) + rank if int(o) < 0 else int(o) for o in _varargs(order))
+        order = tuple(int(o) + rank if int(o) < 0 else int(o) for o in varargs(order))
         if sorted(order) != list(range(rank)):
             raise GraphError(f"permute order {list(order)} is not an order of the {rank} axes of shape "
                              f"{list(self.shape)}")
@@ -1012,10 +1013,6 @@ def printable(text: str) -> str:
 def _short(arg) -> str:
     text = repr(arg) if not isinstance(arg, bytes) else f"<{len(arg)} bytes>"
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _varargs(args: tuple):
-    return args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
 
 
 def _shape_tuple(shape) -> tuple[int, ...]:
