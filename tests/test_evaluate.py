@@ -647,3 +647,106 @@ def test_a_million_node_chain_evaluates_at_the_default_recursion_limit():
     (value,) = evaluate([y], {"x": np.float32(1)}, stats=stats)
     assert stats.nodes_evaluated == 1_000_002  # 500,000 MULs and ADDs, and each CONST once
     assert value.dtype == np.float32 and value.shape == () and np.isfinite(value)
+
+
+# ----------------------------------------------------------------------------- strided chains
+# Movement chains that are one view of their start run as one strided view, and REDUCE ADD
+# over padded chains as a strided scatter-add (uopcli.strided). Integer values keep every
+# comparison exact; the reference is the plain op-by-op evaluator of tests/_reference_eval.
+
+def _random_chain(rng, x):
+    """A few random movement ops (tiles, merges and splits, permutes, flips, shrinks,
+    expands, pads) on `x`: the shapes conv windows and their gradients go through."""
+    for _ in range(int(rng.integers(2, 7))):
+        shape = x.shape
+        kind = rng.choice(["tile", "merge", "split", "permute", "flip", "shrink", "expand", "pad"])
+        if kind == "tile":
+            x = x.repeat(tuple(int(r) for r in rng.integers(1, 4, len(shape))))
+        elif kind == "merge" and len(shape) >= 2:
+            axis = int(rng.integers(0, len(shape) - 1))
+            x = x.reshape(shape[:axis] + (shape[axis] * shape[axis + 1],) + shape[axis + 2:])
+        elif kind == "split":
+            axis = int(rng.integers(0, len(shape)))
+            divisors = [d for d in range(1, shape[axis] + 1) if shape[axis] % d == 0]
+            d = int(rng.choice(divisors))
+            x = x.reshape(shape[:axis] + (d, shape[axis] // d) + shape[axis + 1:])
+        elif kind == "permute":
+            x = x.permute(*(int(a) for a in rng.permutation(len(shape))))
+        elif kind == "flip":
+            x = x.flip(tuple(bool(f) for f in rng.integers(0, 2, len(shape))))
+        elif kind == "shrink":
+            bounds = []
+            for n in shape:
+                start = int(rng.integers(0, n))
+                bounds.append((start, int(rng.integers(start + 1, n + 1))))
+            x = x.shrink(tuple(bounds))
+        elif kind == "expand":
+            axis = int(rng.integers(0, len(shape) + 1))
+            x = x.reshape(shape[:axis] + (1,) + shape[axis:]).expand(shape[:axis] + (int(rng.integers(1, 4)),) + shape[axis:])
+        elif kind == "pad":
+            x = x.pad(tuple((int(a), int(b)) for a, b in rng.integers(0, 3, (len(shape), 2))))
+    return x
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_random_movement_chains_and_their_sums_match_op_by_op_numpy(seed):
+    from _reference_eval import reference_evaluate
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(n) for n in rng.integers(1, 6, int(rng.integers(1, 4))))
+    x = UOp.param("x", shape, dtypes.int32)
+    chain = _random_chain(rng, x)
+    axes = tuple(sorted(set(int(a) for a in rng.integers(0, len(chain.shape), 2))))
+    outputs = [chain * UOp.const(3, dtypes.int32), chain.sum(axes), chain]
+    value = rng.integers(-100, 100, shape).astype(np.int32)
+    for got, expected in zip(evaluate(outputs, {"x": value}), reference_evaluate(outputs, {"x": value})):
+        same(got, expected)
+
+
+def _windows(x, kernel, stride, dilation):
+    """numpy's sliding windows, strided and dilated: (..., *outputs, *kernel)."""
+    from numpy.lib.stride_tricks import sliding_window_view
+    spatial = len(kernel)
+    span = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation))
+    view = sliding_window_view(x, span, axis=tuple(range(x.ndim - spatial, x.ndim)))
+    index = (Ellipsis,) + tuple(slice(None, None, s) for s in stride) + tuple(slice(None, None, d) for d in dilation)
+    return view[index]
+
+
+@pytest.mark.parametrize("kernel, stride, dilation, size", [
+    ((3, 3), (1, 1), (1, 1), (9, 9)), ((3, 3), (2, 2), (1, 1), (9, 8)), ((2, 3), (1, 3), (2, 1), (10, 11)),
+    ((5,), (2,), (3,), (20,)), ((3, 3, 3), (1, 2, 1), (1, 1, 2), (7, 6, 8)), ((1, 1), (1, 1), (1, 1), (4, 4)),
+])
+def test_conv_windows_are_one_view_of_the_input(kernel, stride, dilation, size):
+    x = UOp.param("x", (2, 3) + size)
+    value = rand(2, 3, *size)
+    stats = EvalStats()
+    (got,) = evaluate([x._pool(kernel, stride, dilation)], {"x": value}, stats=stats)
+    same(got, _windows(value, kernel, stride, dilation))
+    assert stats.peak_bytes == 0  # the tiles the graph spells are never built: a view of the caller's array
+    assert stats.nodes_evaluated == 1
+
+
+def test_conv_gradients_build_neither_tiles_nor_padded_copies():
+    from _reference_eval import reference_evaluate
+    from uopcli.gradient import compute_gradient
+    x, w = UOp.param("x", (4, 8, 16, 16)), UOp.param("w", (8, 8, 3, 3))
+    loss = x.conv2d(w, padding=1, stride=1).relu().sum()
+    grads = compute_gradient(loss, UOp.const(1.0), [x, w])
+    inputs = {"x": rand(4, 8, 16, 16), "w": rand(8, 8, 3, 3)}
+    stats = EvalStats()
+    got = evaluate([grads[x], grads[w]], inputs, stats=stats)
+    for value, expected in zip(got, reference_evaluate([grads[x], grads[w]], inputs)):
+        np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-4)
+    # the windows are 9 input-sized blocks (im2col inside the matmul); op by op the graph
+    # also built 16 input-sized tiles and, for the input gradient, padded copies of them
+    assert stats.peak_bytes < 30 * inputs["x"].nbytes, stats.peak_bytes
+
+
+def test_a_view_that_overlaps_is_never_written_in_place():
+    x = UOp.param("x", (6,))
+    windows = x._pool((3,), 1, 1)           # (4, 3): rows overlap in memory
+    doubled = (windows + windows.exp2()).sum()
+    value = rand(6)
+    (got,) = evaluate([doubled], {"x": value})
+    w = _windows(value, (3,), (1,), (1,))
+    np.testing.assert_allclose(got, np.sum(w + np.exp2(w)), rtol=1e-6)

@@ -50,6 +50,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from .errors import EvaluationError
+from . import strided
 from .ops import Ops, dtypes
 from .uop import UOp, no_gc
 
@@ -691,6 +692,7 @@ def _compile(outputs: Sequence[UOp], inputs: Mapping) -> _Program:
         else:
             program.outputs.append(None if layout is None else register[layout])
     _fuse_contractions(program)
+    _fuse_strided(program)
     _plan_frees(program)
     _plan_in_place(program)
     return program
@@ -782,6 +784,79 @@ def _sum_of_products(root: int, producer: dict, reads: list):
         return None
     terms[0] = (terms[0][0] + absorbed_adds, terms[0][1])
     return terms
+
+
+_CHAIN_OPS = frozenset(strided.BACKWARD) | frozenset(strided.FORWARD)
+
+
+def _fuse_strided(program: _Program) -> None:
+    """Movement chains that are one view become one strided-view step, and REDUCE ADDs over
+    padded chains one strided scatter-add (see uopcli.strided); the chain's own steps go
+    when nothing else reads them. Runs after _fuse_contractions, whose factors are these
+    views (and which reads the steps' original sources)."""
+    steps = program.steps
+    made_by = {step[3]: (step[1], step[2][0]) for step in steps
+               if step[1].op in _CHAIN_OPS and step[0] is IMPL[step[1].op]}  # register -> (node, its source)
+    backward = strided.BACKWARD
+    forward = strided.FORWARD
+
+    def view_source(register):
+        made = made_by.get(register)
+        return made if made is not None and made[0].op in backward else None
+
+    changed = False
+    for step in steps:
+        node = step[1]
+        if node.op in backward and step[0] is IMPL[node.op]:
+            found = strided.chain_view(node, step[2][0], view_source)
+            if found is not None and found[2] >= 2 and found[3]:  # numpy alone may copy on a RESHAPE
+                step[0], step[2], step[4] = found[1], (found[0],), _VIEW
+                changed = True
+        elif node.op == Ops.REDUCE and node.arg[0] == "ADD" and step[0] is _reduce:
+            scatter = _scatter_step(node, step[2][0], made_by, forward)
+            if scatter is not None:
+                step[0], step[2] = scatter
+                changed = True
+    if changed:
+        _drop_unread_chain_steps(program)
+
+
+def _scatter_step(node, register, made_by, forward):
+    """(impl, sources) for REDUCE ADD `node` over a chain of PAD/RESHAPE/PERMUTE/FLIP with a
+    PAD in it, run as a scatter-add of the chain's start, or None."""
+    chain = []
+    while len(chain) < strided.MAX_CHAIN:
+        made = made_by.get(register)
+        if made is None or made[0].op not in forward:
+            break
+        chain.append(made[0])
+        register = made[1]
+    if not any(op_node.op == Ops.PAD for op_node in chain):
+        return None
+    start_shape = chain[-1].src[0].shape
+    if 0 in start_shape or 0 in node.shape:
+        return None
+    scatter = strided.reduce_scatter(node, chain, start_shape)
+    return None if scatter is None else (scatter, (register,))
+
+
+def _drop_unread_chain_steps(program: _Program) -> None:
+    """Remove movement/PAD steps whose value nothing reads any more (their readers now
+    read the chain's start), last first so a dropped step frees its own sources."""
+    reads = [0] * program.register_count
+    for step in program.steps:
+        for s in step[2]:
+            reads[s] += 1
+    for reg in _output_registers(program):
+        reads[reg] += 1
+    kept = []
+    for step in reversed(program.steps):
+        if step[1].op in _CHAIN_OPS and not reads[step[3]]:
+            for s in step[2]:
+                reads[s] -= 1
+            continue
+        kept.append(step)
+    program.steps = kept[::-1]
 
 
 def _plan_frees(program: _Program) -> None:
