@@ -569,6 +569,39 @@ def test_random_contractions_equal_the_naive_product(seed):
     np.testing.assert_allclose(value, expected, rtol=1e-4 if dtype == np.float32 else 1e-10, atol=1e-5)
 
 
+def factor_on(rng, name: str, full: tuple, axes: list, dtype=np.float64):
+    """A PARAM holding `axes` of the full shape (in a random stored order), brought to the
+    full shape as random_factor does."""
+    stored = [int(a) for a in rng.permutation(axes)]
+    param = UOp.param(name, tuple(full[a] for a in stored), dtype)
+    value = rng.standard_normal(param.shape).astype(dtype)
+    node = param.permute([stored.index(a) for a in axes]).reshape(tuple(full[a] if a in axes else 1 for a in range(len(full))))
+    dense = np.broadcast_to(np.transpose(value, [stored.index(a) for a in axes]).reshape(node.shape), full)
+    return node.expand(full), value, dense
+
+
+@pytest.mark.parametrize("full, a_axes, b_axes, reduced", [
+    ((3, 20, 6, 40, 9), [0, 2, 3, 4], [1, 2, 4], (2, 4)),    # conv: windows (N, C, P, K) x weight (Cout, C, K) -> (N, Cout, P)
+    ((3, 20, 6, 200, 9), [0, 1, 3], [1, 2, 4], (1,)),        # its input gradient: (N, Cout, P) x (Cout, C, K) -> (N, C, P, K)
+    ((4, 5, 200, 200), [0, 1, 2], [1, 2, 3], (2,)),          # a kept axis both have, between free ones
+    ((2, 3, 50, 40, 30), [0, 2, 4], [1, 3, 4], (4,)),        # free axes interleaved after a leading one
+])
+def test_products_batched_in_their_output_order_equal_the_naive_product(full, a_axes, b_axes, reduced, monkeypatch):
+    # Large products whose output interleaves the factors' axes (a convolution's N, Cout, H,
+    # W) run as np.matmul batched over leading axes, each factor broadcast along those it
+    # lacks, where one product would need a transposed copy of its result.
+    import importlib
+    module = importlib.import_module("uopcli.evaluate")
+    batched, real = [], module._matmul_in_output_order
+    monkeypatch.setattr(module, "_matmul_in_output_order", lambda *args: batched.append(1) or real(*args))
+    rng = np.random.default_rng(len(full) + sum(full))
+    (a, av, a_dense), (b, bv, b_dense) = factor_on(rng, "a", full, a_axes), factor_on(rng, "b", full, b_axes)
+    (value,), stats = contract([(a * b).r("ADD", reduced)], a=av, b=bv)
+    assert stats.contractions == 1 and batched == [1]
+    np.testing.assert_allclose(value, (a_dense * b_dense).sum(axis=reduced, keepdims=True), rtol=1e-10, atol=1e-10)
+    assert value.flags.c_contiguous
+
+
 def test_a_product_read_elsewhere_is_evaluated_normally():
     a, b = UOp.param("a", (6, 8)), UOp.param("b", (8, 5))
     av, bv = rand(6, 8), rand(8, 5)

@@ -417,6 +417,11 @@ def _contract_pair(operands, reduced, out_axes, full_shape, scratch: list):
     size = {x: full_shape[x] for x in a_axes + b_axes}
     batch_n, m, n, k = (math.prod(size[x] for x in group) for group in (batch, a_free, b_free, contracted))
     order = batch + a_free + b_free
+    if order != out_axes:  # the result would need a transposed copy: try batching the leading axes instead
+        lead = _leading_batch(a_axes, b_axes, common, out_axes)
+        work_per_product = batch_n * m * n * k // math.prod(size[x] for x in lead) if lead else 0
+        if work_per_product >= _LEAD_MIN_WORK:
+            return _matmul_in_output_order(a, a_axes, b, b_axes, lead, contracted, out_axes, size, scratch)
     if batch and m * n * k < _MATMUL_MIN_WORK:
         spec = "".join(_LETTERS[x] for x in a_axes) + "," + "".join(_LETTERS[x] for x in b_axes) + "->" \
             + "".join(_LETTERS[x] for x in order)
@@ -430,6 +435,41 @@ def _contract_pair(operands, reduced, out_axes, full_shape, scratch: list):
     if order != out_axes:
         result = np.transpose(result, [order.index(x) for x in out_axes])
     return _contiguous(result, scratch)
+
+
+_LEAD_MIN_WORK = 1 << 15  # per matrix product: below it, one large product and a transposed copy are faster
+
+
+def _leading_batch(a_axes, b_axes, common, out_axes) -> list | None:
+    """The shortest prefix of out_axes after which the output is (free axes of one factor)
+    then (free axes of the other): batching over that prefix, each factor broadcast along
+    the prefix axes it lacks, np.matmul writes the result already in out_axes order. The
+    prefix holds every kept axis both factors have. None when there is no such split."""
+    owner = {x: 2 if x in common else 0 if x in a_axes else 1 for x in out_axes}
+    for start in range(len(out_axes) + 1):
+        rest = [owner[x] for x in out_axes[start:]]
+        if 2 not in rest and sum(1 for i in range(len(rest)) if i == 0 or rest[i] != rest[i - 1]) <= 2:
+            return out_axes[:start] if start else None
+    return None
+
+
+def _matmul_in_output_order(a, a_axes, b, b_axes, lead, contracted, out_axes, size, scratch: list):
+    """np.matmul batched over `lead` (see _leading_batch): (..., m, k) @ (..., k, n), with
+    m the free axes of the factor that comes first in the output."""
+    rest = out_axes[len(lead):]
+    if rest and rest[0] in b_axes:
+        a, a_axes, b, b_axes = b, b_axes, a, a_axes
+    a_free = [x for x in rest if x in a_axes]
+    b_free = [x for x in rest if x in b_axes]
+
+    def matrices(value, axes, inner):  # inner: the last two groups, in order
+        present = [x for x in lead if x in axes]
+        value = np.transpose(value, [axes.index(x) for x in present + inner[0] + inner[1]])
+        shape = [size[x] if x in axes else 1 for x in lead] + [math.prod(size[x] for x in group) for group in inner]
+        return _reshaped(value, tuple(shape), scratch)
+
+    result = np.matmul(matrices(a, a_axes, (a_free, contracted)), matrices(b, b_axes, (contracted, b_free)))
+    return _contiguous(result.reshape([size[x] for x in out_axes]), scratch)
 
 
 def _sum_private(view, axes, other_axes, reduced, scratch: list):
