@@ -11,6 +11,9 @@ Rows:
   backward (target: within 1.1x of its time and 1.5x of its peak memory). Peak memory is
   what tracemalloc sees numpy allocate during the call (inputs excluded), plus the
   evaluator's own EvalStats.peak_bytes;
+- conv net gradient: the weight gradients of two 3x3 convolutions with ReLUs against
+  hand-written im2col numpy (no target: conv2d's windows are movement ops, run as strided
+  views, and their gradient as strided scatter-adds; see uopcli/strided.py);
 - chain: a long scalar chain, per-node cost of the interpreter (compile + run).
 Times are medians of repeats run in turns; prints a markdown table.
 """
@@ -152,6 +155,81 @@ def bench_mlp(batch: int, width: int, layers: int, repeats: int) -> list:
             f"{ours_peak / theirs_peak:.2f}x", "≤ 1.1x time, ≤ 1.5x memory"]
 
 
+# ----------------------------------------------------------------------------- conv net gradient
+
+def conv_arrays(batch: int, channels: int, size: int) -> dict:
+    rng = np.random.default_rng(0)
+    scale = np.float32(1.0 / np.sqrt(9 * channels))
+    return {"x": rng.standard_normal((batch, channels, size, size), dtype=np.float32),
+            "w0": rng.standard_normal((channels, channels, 3, 3), dtype=np.float32) * scale,
+            "w1": rng.standard_normal((channels, channels, 3, 3), dtype=np.float32) * scale}
+
+
+def conv_gradient_graph(batch: int, channels: int, size: int) -> list:
+    """[dW0, dW1] of sum(relu(conv(relu(conv(x, W0)), W1))), 3x3 convolutions with padding 1."""
+    from uopcli.gradient import compute_gradient
+    x = UOp.param("x", (batch, channels, size, size))
+    w0, w1 = (UOp.param(f"w{i}", (channels, channels, 3, 3)) for i in range(2))
+    loss = x.conv2d(w0, padding=1).relu().conv2d(w1, padding=1).relu().sum()
+    grads = compute_gradient(loss, loss.const_like(1.0), [w0, w1])
+    return [grads[w0], grads[w1]]
+
+
+def _im2col(x: np.ndarray) -> np.ndarray:
+    """(N, C, H, W) -> (N, C, 3, 3, H, W) windows of the zero-padded input, one copy."""
+    from numpy.lib.stride_tricks import sliding_window_view
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    return np.ascontiguousarray(sliding_window_view(padded, (3, 3), axis=(2, 3)).transpose(0, 1, 4, 5, 2, 3))
+
+
+def _conv(cols: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """(N, C, 3, 3, H, W) windows and (Cout, C, 3, 3) weights -> (N, Cout, H, W), by BLAS."""
+    n, c, _, _, h, width = cols.shape
+    out = np.matmul(w.reshape(w.shape[0], -1), cols.reshape(n, c * 9, h * width))
+    return out.reshape(n, w.shape[0], h, width)
+
+
+def numpy_conv_gradient(arrays: dict) -> list:
+    """The same gradients written by hand with im2col, as a careful numpy user would."""
+    x, w0, w1 = arrays["x"], arrays["w0"], arrays["w1"]
+    n, c, h, width = x.shape
+    cols0 = _im2col(x)
+    h0 = _conv(cols0, w0)
+    np.maximum(h0, 0, out=h0)
+    cols1 = _im2col(h0)
+    z1 = _conv(cols1, w1)
+    g1 = (z1 > 0).astype(np.float32)                       # d sum(relu(z1)) / dz1
+    del z1
+    dw1 = np.tensordot(g1, cols1, axes=([0, 2, 3], [0, 4, 5]))
+    del cols1
+    dcols = np.matmul(w1.reshape(c, -1).T, g1.reshape(n, c, h * width)).reshape(n, c, 3, 3, h, width)
+    del g1
+    dh0 = np.zeros((n, c, h + 2, width + 2), np.float32)  # col2im: each window position adds back
+    for i in range(3):
+        for j in range(3):
+            dh0[:, :, i:i + h, j:j + width] += dcols[:, :, i, j]
+    del dcols
+    g0 = dh0[:, :, 1:-1, 1:-1] * (h0 > 0)
+    dw0 = np.tensordot(g0, cols0, axes=([0, 2, 3], [0, 4, 5]))
+    return [dw0, dw1]
+
+
+def bench_conv(batch: int, channels: int, size: int, repeats: int) -> list:
+    arrays = conv_arrays(batch, channels, size)
+    outputs = conv_gradient_graph(batch, channels, size)
+    ours, theirs = times_in_turns([lambda: evaluate(outputs, arrays), lambda: numpy_conv_gradient(arrays)], repeats)
+    for value, ref in zip(ours[2], theirs[2]):
+        assert np.allclose(value, ref, rtol=1e-3, atol=1e-3 * float(np.abs(ref).max() + 1))
+    cells = time_cells(ours, theirs)
+    del ours, theirs
+    ours_peak = traced_peak(lambda: evaluate(outputs, arrays))
+    theirs_peak = traced_peak(lambda: numpy_conv_gradient(arrays))
+    mib = 1 << 20
+    return [f"conv net gradient, batch {batch}, {channels} channels, {size}x{size}", *cells,
+            f"{ours_peak / mib:.0f} MiB", f"{theirs_peak / mib:.0f} MiB", f"{ours_peak / theirs_peak:.2f}x",
+            "for reference (no target)"]
+
+
 # ----------------------------------------------------------------------------- chain
 
 def bench_chain(length: int) -> list:
@@ -173,10 +251,11 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in seconds")
     args = parser.parse_args(argv)
     if args.quick:
-        rows = [bench_matmul(128, 256, 256, 3), bench_mlp(128, 256, 3, 2), bench_chain(100_000)]
+        rows = [bench_matmul(128, 256, 256, 3), bench_mlp(128, 256, 3, 2), bench_conv(2, 4, 8, 2),
+                bench_chain(100_000)]
     else:
         rows = [bench_matmul(512, 1024, 1024, 15), bench_mlp(256, 1024, 4, 7), bench_mlp(1024, 2048, 4, 5),
-                bench_chain(1_000_000)]
+                bench_conv(32, 32, 32, 5), bench_chain(1_000_000)]
     header = ["case", "uopcli evaluate", "numpy", "time ratio", "uopcli peak", "numpy peak", "memory ratio",
               "target"]
     print("| " + " | ".join(header) + " |")

@@ -53,6 +53,7 @@ class Config:
     startup_runs: int
     scaling_sizes: list[int] = field(default_factory=list)
     whole_eval_runs: int = 1                # whole evaluation processes per side (median)
+    conv: tuple[int, int, int] = (32, 32, 32)  # (batch, channels, size) of the conv net (no target)
     # family -> repeat count of the small models whose gradients are compared with tinygrad's
     # (about 100 nodes: tinygrad's interpreter backend takes ~100 s at 1,000)
     agree_units: dict[str, int] = field(default_factory=lambda: {"chain": 30, "mlp": 7, "attention": 2})
@@ -69,7 +70,7 @@ FULL = Config(
 QUICK = Config(
     diff_sizes={"chain": [1_000, 10_000], "mlp": [1_000], "attention": [1_000]},
     tinygrad_max=1_000, grad_repeats=1,
-    eval_models=[(64, 128, 2)], eval_repeats=1, matmul=(64, 128, 128),
+    eval_models=[(64, 128, 2)], eval_repeats=1, matmul=(64, 128, 128), conv=(2, 4, 8),
     file_sizes={"chain": [1_000, 10_000]}, startup_runs=5, scaling_sizes=[1_000, 10_000])
 
 
@@ -359,6 +360,7 @@ class Bench:
                          fmt_ratio(wall_ratio), mib(ours["peak_rss"]), mib(numpy["peak_rss"]),
                          fmt_ratio(mem_ratio), "yes" if timed["same"] else "NO"])
         matmul_table = self._matmul_table(env)
+        conv_table = self._conv_table(env)
         self.sections.append(
             "## 2. Evaluation\n\n"
             "The gradient graph of `sum(relu(...relu(x @ W0 + b0)... @ W3 + b3))` for every weight and "
@@ -371,7 +373,7 @@ class Bench:
             + table(["model", "uopcli evaluate", "numpy", "ratio", "uopcli whole process",
                      "numpy whole process", "ratio", "uopcli peak RSS", "numpy peak RSS", "ratio", "same result"],
                     rows)
-            + "\n\n" + matmul_table)
+            + "\n\n" + matmul_table + "\n\n" + conv_table)
 
     def _whole_processes(self, env: dict, model: dict):
         """Each side's whole process, run in turns `whole_eval_runs` times; the run of median
@@ -394,6 +396,28 @@ class Bench:
                      [[f"{n}×{k} @ {k}×{m} built as RESHAPE/EXPAND/MUL/REDUCE ADD",
                        f"{result['seconds'] * 1e3:.1f} ms", f"{result['numpy_seconds'] * 1e3:.1f} ms",
                        fmt_ratio(self.matmul_ratio), "yes" if result["same"] else "NO"]])
+
+    def _conv_table(self, env: dict) -> str:
+        """A conv net's weight gradients against hand-written im2col numpy (no target: what
+        a user evaluating a CNN meets; its windows are movement ops, see uopcli/strided.py)."""
+        batch, channels, size = self.cfg.conv
+        progress(f"eval conv net batch {batch} channels {channels} size {size}")
+        try:
+            result = worker("conv_eval", env=env, batch=batch, channels=channels, size=size, repeats=5)
+        except BenchError as error:
+            return f"Conv net: error: {error}"
+        return ("The weight gradients of `sum(relu(conv(relu(conv(x, W0)), W1)))` (3×3, padding 1; "
+                "`conv2d` spells its windows with movement ops, which the evaluator runs as strided views "
+                "and their gradient as strided scatter-adds) against hand-written numpy with im2col "
+                "(`bench_eval.numpy_conv_gradient`), in one process in turns; peak is what tracemalloc "
+                "sees each allocate. For reference: no target.\n\n"
+                + table(["model", "uopcli evaluate", "numpy", "ratio", "uopcli peak", "numpy peak", "ratio",
+                         "same result"],
+                        [[f"conv net batch {batch}, {channels} channels, {size}×{size}",
+                          f"{result['seconds'] * 1e3:.0f} ms", f"{result['numpy_seconds'] * 1e3:.0f} ms",
+                          fmt_ratio(result["seconds"] / result["numpy_seconds"]), mib(result["peak"]),
+                          mib(result["numpy_peak"]), fmt_ratio(result["peak"] / result["numpy_peak"]),
+                          "yes" if result["same"] else "NO"]]))
 
     # ------------------------------------------------------------------ 3. files
     def files_section(self) -> None:

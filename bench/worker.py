@@ -124,6 +124,23 @@ def task_eval_whole(side: str, batch: int, width: int, layers: int) -> dict:
     return {"seconds": time.perf_counter() - start, "outputs": len(out)}
 
 
+def task_conv_eval(batch: int, channels: int, size: int, repeats: int = 5) -> dict:
+    """The conv net's weight gradients: evaluate against hand-written numpy, times in turns,
+    then each side's peak under tracemalloc; checks both give the same arrays."""
+    import numpy as np
+    import bench_eval
+    from uopcli.evaluate import evaluate
+    arrays = bench_eval.conv_arrays(batch, channels, size)
+    outputs = bench_eval.conv_gradient_graph(batch, channels, size)
+    (ours, values), (theirs, refs) = bench_eval.best_times(
+        [lambda: evaluate(outputs, arrays), lambda: bench_eval.numpy_conv_gradient(arrays)], repeats)
+    same = all(np.allclose(v, r, rtol=1e-3, atol=1e-3 * float(np.abs(r).max() + 1)) for v, r in zip(values, refs))
+    del values, refs
+    return {"seconds": ours, "numpy_seconds": theirs, "same": bool(same),
+            "peak": bench_eval.traced_peak(lambda: evaluate(outputs, arrays)),
+            "numpy_peak": bench_eval.traced_peak(lambda: bench_eval.numpy_conv_gradient(arrays))}
+
+
 def task_matmul(n: int, k: int, m: int, repeats: int = 5) -> dict:
     """A (n,k) @ (k,m) product as uopcli builds it (RESHAPE/EXPAND/MUL/REDUCE ADD) against np.matmul."""
     import numpy as np
@@ -180,7 +197,7 @@ def task_agree(family: str, units: int, workdir: str, uopgrad: str) -> dict:
 # ----------------------------------------------------------------------------- main
 
 TASKS = {"grad": task_grad, "write_graph": task_write_graph, "files": task_files,
-         "eval_time": task_eval_time, "eval_whole": task_eval_whole, "matmul": task_matmul,
+         "eval_time": task_eval_time, "eval_whole": task_eval_whole, "matmul": task_matmul, "conv_eval": task_conv_eval,
          "agree": task_agree}
 
 if __name__ == "__main__":
