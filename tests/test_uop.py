@@ -858,3 +858,141 @@ def test_copysign_isfinite_full_like_shrink_to_pad_to_and_normalize_as_numpy():
                                                                  "s": sign.astype(np.float64)}, samples=8).passed
     with pytest.raises(GraphError, match=re.escape("pad_to: 1 sizes for a tensor of rank 2")):
         x.pad_to(5)
+
+
+def _conv_transpose_reference(x, w, stride, dilation, pads, extra, groups=1):
+    """torch's conv_transpose written out: each input element adds x·w[k] at i·s + k·d, then
+    the result is cut by the padding (and output_padding grows it after), in float64."""
+    n, in_channels, *sizes = x.shape
+    out_per_group, kernel = w.shape[1], w.shape[2:]
+    in_per_group = in_channels // groups
+    full = [(i - 1) * s + d * (k - 1) + 1 + e for i, s, d, k, e in zip(sizes, stride, dilation, kernel, extra)]
+    out = np.zeros((n, out_per_group * groups, *full))
+    for g in range(groups):
+        xs = x[:, g * in_per_group:(g + 1) * in_per_group].astype(np.float64)
+        for position in np.ndindex(*kernel):
+            part = np.einsum("nc...,co->no...", xs, w[g * in_per_group:(g + 1) * in_per_group, :][(..., *position)])
+            at = tuple(slice(p * d, p * d + (i - 1) * s + 1, s) for p, d, i, s in zip(position, dilation, sizes, stride))
+            out[(slice(None), slice(g * out_per_group, (g + 1) * out_per_group), *at)] += part
+    return out[(..., *(slice(b, f - a) for (b, a), f in zip(pads, full)))]
+
+
+def test_conv_transpose2d_is_torchs_definition_and_its_gradient_finite_differences():
+    from uopcli import Graph
+    from uopcli.check import check_gradients
+    rng = np.random.default_rng(8)
+    xv = rng.standard_normal((2, 4, 5, 6)).astype(np.float32)
+    cases = [  # weight shape, groups, stride, dilation, padding (as passed), (before, after) per axis, output_padding
+        ((4, 3, 3, 3), 1, (1, 1), (1, 1), 0, ((0, 0), (0, 0)), (0, 0)),
+        ((4, 3, 3, 2), 1, (2, 2), (1, 1), 1, ((1, 1), (1, 1)), (1, 0)),
+        ((4, 2, 2, 3), 2, (2, 3), (2, 1), (1, 0), ((1, 1), (0, 0)), (1, 2)),  # one per axis: H, then W
+        ((4, 5, 3, 3), 1, (1, 2), (1, 1), 3, ((3, 3), (3, 3)), (0, 1)),  # padding beyond d·(k-1): the output shrinks
+    ]
+    x = UOp.param("x", xv.shape)
+    for shape, groups, stride, dilation, padding, pads, extra in cases:
+        wv = rng.standard_normal(shape).astype(np.float32)
+        w = UOp.param("w", shape)
+        built = x.conv_transpose2d(w, groups=groups, stride=stride, dilation=dilation, padding=padding,
+                                   output_padding=extra)
+        (got,) = values([built], x=xv, w=wv)
+        want = _conv_transpose_reference(xv, wv, stride, dilation, pads, extra, groups)
+        assert np.shape(got) == want.shape, (shape, np.shape(got), want.shape)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5, err_msg=str(shape))
+    w, b = UOp.param("w", (4, 3, 3, 2)), UOp.param("b", (3,))
+    loss = x.conv_transpose2d(w, b, stride=2, padding=1, output_padding=1).tanh().sum()
+    assert check_gradients(Graph({"loss": loss}), ["x", "w", "b"], inputs={
+        "x": xv.astype(np.float64), "w": rng.standard_normal((4, 3, 3, 2)), "b": rng.standard_normal(3)},
+        samples=8).passed
+    with pytest.raises(GraphError, match="output_padding must be >= 0 and below the stride or dilation"):
+        x.conv_transpose2d(w, output_padding=1)
+    with pytest.raises(GraphError, match=re.escape("input [2, 4, 5, 6] does not fit weight [3, 3, 3, 2]")):
+        x.conv_transpose2d(UOp.param("v", (3, 3, 3, 2)))
+
+
+def test_inverse_trigonometry_remainders_and_bitwise_spellings_as_numpy():
+    x = UOp.param("x", (7,))
+    unit = np.array([-0.99, -0.6, -0.3, 0.0, 0.3, 0.6, 0.99], np.float32)
+    got = values([x.asin(), x.acos(), x.atan(), x.asinh(), x.atanh()], x=unit)
+    for value, want in zip(got, (np.arcsin(unit), np.arccos(unit), np.arctan(unit), np.arcsinh(unit), np.arctanh(unit))):
+        np.testing.assert_allclose(value, want, rtol=2e-6, atol=2e-6)
+    wide = np.array([-30.0, -3.0, -1.0, 0.0, 1.0, 3.0, 30.0], np.float32)
+    np.testing.assert_allclose(values([x.atan()], x=wide)[0], np.arctan(wide), atol=2e-6)
+    big = np.array([1.0, 1.5, 2.0, 3.0, 10.0, 100.0, 1000.0], np.float32)
+    np.testing.assert_allclose(values([x.acosh()], x=big)[0], np.arccosh(big), rtol=2e-6, atol=2e-6)
+    a, b = UOp.param("a", (6,)), UOp.param("b", (6,))
+    av, bv = np.array([-4, 7, 5, 4, -7, 8], np.float32), np.array([2, -3, 8, -2, 3, 5], np.float32)
+    assert values([a.fmod(b), a.mod(b)], a=av, b=bv) == [np.fmod(av, bv).tolist(), np.mod(av, bv).tolist()]
+    i, j = UOp.param("i", (6,), dtypes.int32), UOp.param("j", (6,), dtypes.int32)
+    iv, jv = av.astype(np.int32), bv.astype(np.int32)
+    assert values([i.fmod(j), i.mod(j), i.fmod(3), i.bitwise_and(j), i.bitwise_or(j), i.bitwise_xor(j), i.bitwise_not(),
+                   i.lshift(2), i.rshift(1)], i=iv, j=jv) == [
+        np.fmod(iv, jv).tolist(), np.mod(iv, jv).tolist(), np.fmod(iv, 3).tolist(), (iv & jv).tolist(),
+        (iv | jv).tolist(), (iv ^ jv).tolist(), (~iv).tolist(), (iv << 2).tolist(), (iv >> 1).tolist()]
+
+
+def _first_index_of_running(x, running, axis):
+    """For each i, the first j ≤ i with x[j] == running[i], along `axis` (brute force)."""
+    x, running = np.moveaxis(x, axis, -1), np.moveaxis(running, axis, -1)
+    out = np.zeros(running.shape, np.int32)
+    for index in np.ndindex(*running.shape):
+        *lead, i = index
+        out[index] = next(j for j in range(i + 1) if x[(*lead, j)] == running[index])
+    return np.moveaxis(out, -1, axis)
+
+
+@pytest.mark.parametrize("length", [7, 600])  # 600: the two-stage form for long axes
+def test_cumulative_products_maxima_minima_and_logcumsumexp_as_numpy(length):
+    rng = np.random.default_rng(length)
+    xv = rng.integers(-3, 4, (3, length)).astype(np.float32)  # ties, so the indices are tested
+    pv = (1 + 0.001 * rng.standard_normal((3, length))).astype(np.float32)  # products of length 600 stay finite
+    x, p = UOp.param("x", xv.shape), UOp.param("p", pv.shape)
+    (max_values, max_indices), (min_values, min_indices) = x.cummax(1), x.cummin(1)
+    got = values([p.cumprod(1), max_values, max_indices, min_values, min_indices, x.logcumsumexp(1),
+                  x.cummax(0)[1]], x=xv, p=pv)
+    np.testing.assert_allclose(got[0], np.cumprod(pv.astype(np.float64), 1), rtol=1e-4)
+    assert got[1] == np.maximum.accumulate(xv, 1).tolist() and got[3] == np.minimum.accumulate(xv, 1).tolist()
+    assert got[2] == _first_index_of_running(xv, np.maximum.accumulate(xv, 1), 1).tolist()
+    assert got[4] == _first_index_of_running(xv, np.minimum.accumulate(xv, 1), 1).tolist()
+    np.testing.assert_allclose(got[5], np.logaddexp.accumulate(xv.astype(np.float64), 1), rtol=1e-5, atol=1e-5)
+    assert got[6] == _first_index_of_running(xv, np.maximum.accumulate(xv, 0), 0).tolist()
+    k = UOp.param("k", (5,), dtypes.int32)
+    kv = np.array([3, -1, 4, -1, 5], np.int32)
+    assert values([k.cumprod(0), k.cummax(0)[0], k.cummin(0)[0]], k=kv) == [
+        np.cumprod(kv).tolist(), np.maximum.accumulate(kv).tolist(), np.minimum.accumulate(kv).tolist()]
+    big = UOp.param("big", (3,))
+    (value,) = values([big.logcumsumexp(0)], big=np.array([1000.0, 1000.0, -np.inf], np.float32))
+    np.testing.assert_allclose(value, [1000.0, 1000.0 + np.log(2), 1000.0 + np.log(2)], rtol=1e-6)
+
+
+def test_diag_diagonal_unfold_linspace_meshgrid_and_constructors_as_numpy():
+    from numpy.lib.stride_tricks import sliding_window_view
+    v = UOp.param("v", (4,))
+    vv = np.array([1, -2, 3, 4], np.float32)
+    assert values([v.diag()], v=vv) == [np.diag(vv).tolist()]
+    t = UOp.param("t", (3, 4, 5))
+    tv = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
+    for offset, dim1, dim2 in ((0, 0, 1), (1, 0, 1), (-2, 0, 1), (2, 1, 2), (-1, 2, 0), (0, -1, -2), (9, 0, 1)):
+        assert values([t.diagonal(offset, dim1, dim2)], t=tv) == [np.diagonal(tv, offset, dim1, dim2).tolist()], \
+            (offset, dim1, dim2)
+    for dim, size, step in ((0, 2, 1), (1, 3, 2), (2, 5, 5), (-1, 2, 3)):
+        want = np.moveaxis(sliding_window_view(tv, size, axis=dim), dim, dim)
+        want = want[(slice(None),) * (dim % 3) + (slice(None, None, step),)]
+        assert values([t.unfold(dim, size, step)], t=tv) == [want.tolist()], (dim, size, step)
+    lin = values([UOp.linspace(-1, 1, 5), UOp.linspace(0, 10, 1), UOp.linspace(2, 3, 0), UOp.linspace(0, 9, 4, dtypes.int32)])
+    assert lin == [np.linspace(-1, 1, 5, dtype=np.float32).tolist(), [0.0], [], [0, 3, 6, 9]]
+    a, b, c = UOp.param("a", (2,)), UOp.param("b", (3,)), UOp.param("c", (4,))
+    av, bv, cv = (np.arange(n, dtype=np.float32) + 10 * n for n in (2, 3, 4))
+    for indexing in ("ij", "xy"):
+        assert values(list(a.meshgrid(b, c, indexing=indexing)), a=av, b=bv, c=cv) == \
+            [g.tolist() for g in np.meshgrid(av, bv, cv, indexing=indexing)]
+    assert values([UOp.zeros(2, 3), UOp.ones((2,), dtype=dtypes.int32)]) == [np.zeros((2, 3)).tolist(), [1, 1]]
+    assert UOp.zeros(2, 3).dtype is dtypes.float32 and UOp.ones(2, dtype=dtypes.int32).dtype is dtypes.int32
+    assert values([t.view(4, 15), t.view(-1, 5), t.clone()], t=tv) == [tv.reshape(4, 15).tolist(), tv.reshape(-1, 5).tolist(),
+                                                                       tv.tolist()]
+    assert (t.element_size(), t.nbytes(), t.is_floating_point(), v.cast(dtypes.int16).is_floating_point()) == (4, 240, True, False)
+    with pytest.raises(GraphError, match=re.escape("unfold: size must be in [1, 4], got 5")):
+        t.unfold(1, 5, 1)
+    with pytest.raises(GraphError, match="diagonal: dim1 and dim2 must differ"):
+        t.diagonal(0, 1, -2)
+    with pytest.raises(GraphError, match="diag needs a vector"):
+        t.diag()

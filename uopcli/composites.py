@@ -1,7 +1,8 @@
 """More of tinygrad's Tensor functions, each built from UOp's primitives.
 
 `UOp` takes these as a mixin: activations, losses, normalisation, attention, convolution
-and pooling, log-sum-exp, argmax, cumulative sums, one-hot codes and numpy-style indexing,
+(and its transpose) and pooling, log-sum-exp, argmax, cumulative sums, products and maxima,
+inverse trigonometry, diagonals and windows, one-hot codes and numpy-style indexing,
 spelled and meaning what tinygrad 0.14's are and do, so a model ported from tinygrad builds
 here with the same code and has the same values and gradients. Nothing here is new to the
 file format: every function is a small graph of the format's ops (the maths beside each),
@@ -22,6 +23,9 @@ SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 # erf by Abramowitz and Stegun 7.1.26 (|error| < 1.5e-7), the polynomial tinygrad uses
 ERF_P = 0.3275911
 ERF_COEFFICIENTS = (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)
+# arcsin by Abramowitz and Stegun 4.4.46 (|error| <= 2e-8 on [0, 1]), the polynomial tinygrad uses
+ASIN_COEFFICIENTS = (-0.0012624911, 0.0066700901, -0.0170881256, 0.0308918810, -0.0501743046, 0.0889789874,
+                     -0.2145988016, 1.5707963050)  # highest power first
 REDUCTIONS = ("mean", "sum", "none")
 CUMSUM_BLOCK = 256  # tinygrad's split of long cumulative sums
 
@@ -112,6 +116,57 @@ class TensorFunctions:
 
     def log10(self):
         return self.log2() * math.log10(2)
+
+    def asin(self):
+        """sign(x)·(π/2 - √(1 - |x|)·P(|x|)) (Abramowitz and Stegun 4.4.46), as tinygrad's."""
+        magnitude = self.abs()
+        poly = magnitude.const_like(ASIN_COEFFICIENTS[0])
+        for coefficient in ASIN_COEFFICIENTS[1:]:  # Horner
+            poly = poly * magnitude + coefficient
+        return self.sign() * (math.pi / 2 - (1.0 - magnitude).sqrt() * poly)
+
+    def acos(self):
+        return math.pi / 2 - self.asin()
+
+    def atan(self):
+        return (self / (1 + self * self).sqrt()).asin()  # atan x = asin(x / √(1 + x²))
+
+    def asinh(self):
+        return (self + (self.square() + 1).sqrt()).log()  # log(x + √(x² + 1))
+
+    def acosh(self):
+        return (self + (self.square() - 1).sqrt()).log()  # log(x + √(x² - 1))
+
+    def atanh(self):
+        return ((1 + self) / (1 - self)).log() / 2  # ½·log((1 + x) / (1 - x))
+
+    def mod(self, other):
+        """The remainder with the divisor's sign (Python's %, floored)."""
+        return self % other
+
+    def fmod(self, other):
+        """The remainder with the dividend's sign (C's fmod): a - trunc(a / b)·b."""
+        if self.dtype.is_int and getattr(other, "dtype", self.dtype).is_int and not isinstance(other, float):
+            return self.cmod(other)
+        return self - (self / other).trunc() * other
+
+    def bitwise_and(self, other):
+        return self & other
+
+    def bitwise_or(self, other):
+        return self | other
+
+    def bitwise_xor(self, other):
+        return self ^ other
+
+    def bitwise_not(self):
+        return ~self
+
+    def lshift(self, other):
+        return self << other
+
+    def rshift(self, other):
+        return self >> other
 
     def lerp(self, end, weight):
         return self + (end - self) * weight
@@ -223,7 +278,103 @@ class TensorFunctions:
         sums = (within + before.unsqueeze(-1)).flatten(-2)
         return sums.shrink((None,) * (len(sums.shape) - 1) + ((0, size),)).transpose(axis, -1)
 
+    def cumprod(self, axis: int):
+        """Running products along `axis`: out[i] = Π_{j ≤ i} x[j] (staged as cumsum is)."""
+        return self._cumulative(axis, "MUL")
+
+    def cummax(self, axis: int = 0):
+        """(running maxima along `axis`, the index of the first element equal to each), as
+        tinygrad's: indices are int32."""
+        values = self._cumulative(axis, "MAX")
+        return values, self._first_index_of(values, axis)
+
+    def cummin(self, axis: int = 0):
+        """(running minima along `axis`, the index of the first element equal to each)."""
+        flipped = self._order_flipped()
+        values = flipped._cumulative(axis, "MAX")
+        return values._order_flipped(), flipped._first_index_of(values, axis)
+
+    def logcumsumexp(self, axis: int = 0):
+        """log Σ_{j ≤ i} e^x[j], shifted by the axis's max so no exponential overflows."""
+        if not self.shape or 0 in self.shape:
+            return self
+        axis = _axis(axis, len(self.shape))
+        top = self.max(axis, keepdim=True).detach()
+        top = top.isinf().where(0.0, top)  # an axis of infinities: shifting by them would make nan
+        return (self - top).exp().cumsum(axis).log() + top
+
+    def _cumulative(self, axis: int, op: str):
+        """Running `op` (MUL or MAX) along `axis`; long axes in two stages, as cumsum: within
+        blocks of CUMSUM_BLOCK, then combined with the running result of the blocks before."""
+        if not self.shape or 0 in self.shape:
+            return self
+        axis = _axis(axis, len(self.shape))
+        last = self.transpose(axis, -1)
+        size = last.shape[-1]
+        if size <= 2 * CUMSUM_BLOCK:
+            return _running(last, op).transpose(axis, -1)
+        identity = 1 if op == "MUL" else _lowest(self.dtype)
+        blocks = -(-size // CUMSUM_BLOCK)
+        lead = (None,) * (len(last.shape) - 1)
+        padded = last.pad(lead + ((0, blocks * CUMSUM_BLOCK - size),), value=identity)
+        within = _running(padded.unflatten(-1, (blocks, CUMSUM_BLOCK)), op)       # (..., blocks, block)
+        totals = _running(within[..., -1], op)                                    # running over block totals
+        before = totals.pad(lead + ((1, -1),), value=identity).unsqueeze(-1)       # of the blocks before
+        combined = within * before if op == "MUL" else within.maximum(before)
+        return combined.flatten(-2).shrink(lead + ((0, size),)).transpose(axis, -1)
+
+    def _first_index_of(self, values, axis: int):
+        """For each i along `axis`, the smallest j ≤ i with x[j] == values[i] (int32)."""
+        if not self.shape:
+            return type(self).full((), 0, dtypes.int32)
+        axis = _axis(axis, len(self.shape))
+        size = self.shape[axis]
+        x, best = self.transpose(axis, -1), values.transpose(axis, -1)
+        match = x.unsqueeze(-1).eq(best.unsqueeze(-2)) & type(self).full((size, size), True).triu()  # [..., j, i]
+        positions = self.arange(size).reshape(size, 1)
+        return match.where(positions, size).min(-2).cast(dtypes.int32).transpose(-1, axis)
+
     # ------------------------------------------------------------------ building tensors
+    @staticmethod
+    def zeros(*shape, dtype=None):
+        from .uop import UOp
+        return UOp.full(varargs(shape), 0.0 if dtype is None else 0, dtype or dtypes.float32)
+
+    @staticmethod
+    def ones(*shape, dtype=None):
+        from .uop import UOp
+        return UOp.full(varargs(shape), 1.0 if dtype is None else 1, dtype or dtypes.float32)
+
+    @staticmethod
+    def linspace(start, stop, steps: int, dtype=None):
+        """`steps` evenly spaced values from `start` to `stop`, both included (float32 unless `dtype`)."""
+        from .uop import UOp
+        dtype = dtype or dtypes.float32
+        if not isinstance(steps, int) or steps < 0:
+            raise GraphError(f"linspace: steps must be a whole number >= 0, got {steps!r}")
+        if dtype is dtypes.bool:
+            raise GraphError("linspace: no bool dtype")
+        if steps == 1:
+            return UOp.full((1,), start, dtype)
+        spacing = (stop - start) / (steps - 1) if steps else 0.0
+        return (start + UOp.arange(steps, dtype=dtypes.float32) * spacing).cast(dtype)
+
+    def meshgrid(self, *others, indexing: str = "ij"):
+        """Coordinate grids of this vector and `others` (scalars or vectors): tensor k varies
+        along axis k ("ij"), or, with "xy", the first two along axes 1 and 0."""
+        if indexing not in ("ij", "xy"):
+            raise GraphError(f"meshgrid: indexing is 'ij' or 'xy', got {indexing!r}")
+        tensors = (self, *others)
+        if len(tensors) == 1:
+            return tensors
+        if any(len(t.shape) > 1 for t in tensors):
+            raise GraphError("meshgrid takes scalars and vectors")
+        along = list(range(len(tensors))) if indexing == "ij" else [1, 0, *range(2, len(tensors))]
+        sizes = [t.numel() for t in tensors]
+        shape = tuple(sizes[along.index(axis)] for axis in range(len(tensors)))
+        return tuple(t.reshape(tuple(sizes[k] if axis == along[k] else 1 for axis in range(len(tensors)))).expand(shape)
+                     for k, t in enumerate(tensors))
+
     @staticmethod
     def arange(start, stop=None, step=1, dtype=None):
         """[start, stop) by `step` as a vector (int32, or float32 if any bound is a float).
@@ -311,6 +462,55 @@ class TensorFunctions:
     def unflatten(self, dim: int, sizes: Sequence[int]):
         dim = _axis(dim, len(self.shape))
         return self.reshape(self.shape[:dim] + tuple(sizes) + self.shape[dim + 1:])
+
+    def view(self, *shape):
+        """reshape, by its torch name."""
+        return self.reshape(*shape)
+
+    def clone(self):
+        """A copy: in a graph, the same value (a CONTIGUOUS node)."""
+        return self.contiguous()
+
+    def diag(self):
+        """The square matrix with this vector on its diagonal, from movement ops: each row of
+        (x, n zeros) read n at a time puts x[i] at column i."""
+        if len(self.shape) != 1:
+            raise GraphError(f"diag needs a vector, got shape {list(self.shape)}")
+        n = self.shape[0]
+        spread = self.reshape(n, 1).pad(((0, 0), (0, n))).flatten()  # x[0], 0 × n, x[1], ...
+        return spread.shrink(((0, n * n),)).reshape(n, n)
+
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1):
+        """The elements x[..., i, i + offset] of axes dim1 and dim2, as a new last axis (torch's)."""
+        rank = len(self.shape)
+        dim1, dim2 = _axis(dim1, rank), _axis(dim2, rank)
+        if dim1 == dim2:
+            raise GraphError(f"diagonal: dim1 and dim2 must differ, got {dim1} twice")
+        x = self.permute(*(a for a in range(rank) if a not in (dim1, dim2)), dim1, dim2)
+        rows, columns = x.shape[-2:]
+        lead = (None,) * (rank - 2)
+        first_row, first_column = max(0, -offset), max(0, offset)
+        m = max(0, min(rows - first_row, columns - first_column))
+        x = x.shrink(lead + ((min(first_row, rows), min(first_row, rows) + m),
+                             (min(first_column, columns), min(first_column, columns) + m)))
+        if m == 0:
+            return x.reshape(*x.shape[:-2], 0)
+        # the diagonal of an (m, m) block: every (m + 1)-th element of it, flattened
+        x = x.flatten(-2).pad(lead + ((0, m),)).unflatten(-1, (m, m + 1))
+        return x.shrink(lead + ((0, m), (0, 1))).reshape(*x.shape[:-2], m)
+
+    def unfold(self, dim: int, size: int, step: int):
+        """Windows of `size` elements every `step` along `dim`: that axis becomes the window
+        count, and a new last axis of `size` holds each window (torch's unfold)."""
+        dim = _axis(dim, len(self.shape))
+        if not isinstance(size, int) or not 1 <= size <= self.shape[dim]:
+            raise GraphError(f"unfold: size must be in [1, {self.shape[dim]}], got {size!r}")
+        if not isinstance(step, int) or step < 1:
+            raise GraphError(f"unfold: step must be >= 1, got {step!r}")
+        order = [a for a in range(len(self.shape)) if a != dim] + [dim]
+        windows = self.permute(*order)._pool((size,), step)  # (..., count, size)
+        back = [order.index(a) for a in range(len(self.shape))]
+        return windows.permute(*back, len(self.shape))
 
     def roll(self, shifts, dims=None):
         """Elements moved `shifts` places along `dims` (those leaving one end enter at the
@@ -487,6 +687,45 @@ class TensorFunctions:
         out = (x * w).sum(tuple(range(-1 - len(kernel), 0))).reshape(batch, filters, *outputs)
         return out if bias is None else out + bias.reshape(1, filters, *(1,) * spatial)
 
+    def conv_transpose2d(self, weight, bias=None, groups: int = 1, stride=1, dilation=1, padding=0,
+                         output_padding=0):
+        """The transpose of conv2d (its gradient with respect to the input), as torch's and
+        tinygrad's: x[N, C_in, *i] with weight[C_in, C_out / groups, *k] gives
+        [N, C_out, *((i - 1)·s - p_before - p_after + d·(k - 1) + output_padding + 1)]. It is
+        the conv2d of x with s - 1 zeros between its elements, padded by d·(k - 1) - p on
+        each side (plus output_padding after), with the kernel flipped and each group's
+        in and out channels swapped."""
+        kernel = weight.shape[2:]
+        spatial = len(kernel)
+        in_channels, out_per_group = weight.shape[:2]
+        if len(self.shape) != 2 + spatial or self.shape[1] != in_channels or in_channels % groups:
+            raise GraphError(f"conv_transpose2d: input {list(self.shape)} does not fit weight {list(weight.shape)} "
+                             f"with groups={groups}")
+        strides, dilations = _per_axis(stride, spatial), _per_axis(dilation, spatial)
+        extra = (output_padding,) * spatial if isinstance(output_padding, int) else tuple(output_padding)
+        if len(extra) != spatial or not all(isinstance(e, int) and 0 <= e < max(s, d)
+                                            for e, s, d in zip(extra, strides, dilations)):
+            raise GraphError(f"conv_transpose2d: output_padding must be >= 0 and below the stride or dilation, "
+                             f"got {output_padding!r}")
+        pads = _pool_padding(padding, spatial)
+        in_per_group = in_channels // groups
+        w = weight.reshape(groups, in_per_group, out_per_group, *kernel).transpose(1, 2)
+        w = w.flip(tuple(range(3, 3 + spatial))).reshape(groups * out_per_group, in_per_group, *kernel)
+        x = self._spread(strides)
+        around = tuple((d * (k - 1) - before, d * (k - 1) - after + e)
+                       for k, d, (before, after), e in zip(kernel, dilations, pads, extra))
+        return x.pad(((0, 0), (0, 0)) + around).conv2d(w, bias, groups=groups, dilation=dilations)
+
+    def _spread(self, strides: tuple):
+        """s - 1 zeros between neighbours along each trailing axis (as many as `strides`)."""
+        if all(s == 1 for s in strides):
+            return self
+        lead, sizes = self.shape[:-len(strides)], self.shape[-len(strides):]
+        x = self.reshape(*lead, *(n for size in sizes for n in (size, 1)))
+        x = x.pad(((0, 0),) * len(lead) + tuple(p for s in strides for p in ((0, 0), (0, s - 1))))
+        x = x.reshape(*lead, *(size * s for size, s in zip(sizes, strides)))
+        return x.shrink((None,) * len(lead) + tuple((0, size * s - (s - 1)) for size, s in zip(sizes, strides)))
+
     def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode: bool = False,
                    count_include_pad: bool = True):
         """Means of the windows over the last len(kernel_size) axes (stride: the kernel).
@@ -598,6 +837,15 @@ class TensorFunctions:
 
     def numel(self) -> int:
         return math.prod(self.shape)
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    def nbytes(self) -> int:
+        return self.numel() * self.dtype.itemsize
+
+    def is_floating_point(self) -> bool:
+        return self.dtype.is_float
 
     def sequential(self, layers):
         """Each of `layers` (callables) applied in turn."""
@@ -783,6 +1031,17 @@ def _running_sums(x):
     lower = x.arange(size).reshape(1, size) <= x.arange(size).reshape(size, 1)
     rows = x.unsqueeze(-2).expand(*x.shape[:-1], size, size)
     return lower.where(rows, 0).sum(-1)
+
+
+def _running(x, op: str):
+    """Running `op` (MUL or MAX) along the last axis as one masked reduce over (..., n, n):
+    x expanded, kept where column j ≤ row i, else the op's identity."""
+    size = x.shape[-1]
+    lower = x.arange(size).reshape(1, size) <= x.arange(size).reshape(size, 1)
+    rows = x.unsqueeze(-2).expand(*x.shape[:-1], size, size)
+    if op == "MUL":
+        return lower.where(rows, 1).prod(-1)
+    return lower.where(rows, _lowest(x.dtype)).max(-1)
 
 
 def _per_axis(value, count: int) -> tuple:
