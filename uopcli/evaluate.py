@@ -18,6 +18,10 @@ How it works, and why:
   of RESHAPE/EXPAND/PERMUTE views, which is how tinygrad spells matmul and what its
   gradients produce, runs as one BLAS matmul (or einsum) over the un-broadcast operands;
   the MUL node is never built (see `_Contraction`).
+- **Movement chains are views.** A chain of RESHAPE/EXPAND/PERMUTE/SHRINK/FLIP whose
+  index map is affine runs as one strided view of where it starts, even where numpy would
+  copy op by op (conv2d's windows: tiles, then rows cut from them), and a REDUCE ADD over a
+  chain with PADs (the windows' gradient) as a strided scatter-add (see uopcli.strided).
 - **Write into dying arrays.** An elementwise step whose source array (one the evaluator
   made) dies with it writes its result there, as hand-written numpy would (`z += b`).
 - numpy's floating-point warnings are silenced: results are IEEE values (1/0 = inf).
@@ -839,6 +843,12 @@ def _fuse_strided(program: _Program) -> None:
                if step[1].op in _CHAIN_OPS and step[0] is IMPL[step[1].op]}  # register -> (node, its source)
     backward = strided.BACKWARD
     forward = strided.FORWARD
+    # only the last op of a chain, whose value something else reads, becomes a view: the
+    # ops before it go, or stay op by op; so a long run of RESHAPEs is walked once, not per op
+    heads = _output_registers(program)
+    for step in steps:
+        if step[1].op not in backward:
+            heads.update(step[2])
 
     def view_source(register):
         made = made_by.get(register)
@@ -847,7 +857,7 @@ def _fuse_strided(program: _Program) -> None:
     changed = False
     for step in steps:
         node = step[1]
-        if node.op in backward and step[0] is IMPL[node.op]:
+        if node.op in backward and step[0] is IMPL[node.op] and step[3] in heads:
             found = strided.chain_view(node, step[2][0], view_source)
             if found is not None and found[2] >= 2 and found[3]:  # numpy alone may copy on a RESHAPE
                 step[0], step[2], step[4] = found[1], (found[0],), _VIEW
