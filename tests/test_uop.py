@@ -996,3 +996,35 @@ def test_diag_diagonal_unfold_linspace_meshgrid_and_constructors_as_numpy():
         t.diagonal(0, 1, -2)
     with pytest.raises(GraphError, match="diag needs a vector"):
         t.diag()
+
+
+@pytest.mark.parametrize("length", [2, 5, 8, 13])
+def test_sort_argsort_and_topk_are_numpys_stable_sort(length):
+    from uopcli import Graph
+    from uopcli.check import check_gradients
+    rng = np.random.default_rng(length)
+    tied = rng.integers(-3, 4, (3, length)).astype(np.float32)  # many ties: the order of equals is tested
+    x = UOp.param("x", tied.shape)
+    for dim in (1, 0, -1):
+        for descending in (False, True):
+            values_node, indices_node = x.sort(dim, descending)
+            got_values, got_indices = values([values_node, indices_node], x=tied)
+            order = np.argsort(-tied if descending else tied, axis=dim, kind="stable")
+            assert got_indices == order.tolist(), (dim, descending)
+            assert got_values == np.take_along_axis(tied, order, dim).tolist()
+    assert values([x.argsort(1)], x=tied) == [np.argsort(tied, 1, kind="stable").tolist()]
+    k = min(3, length)
+    top_values, top_indices = x.topk(k, 1)
+    smallest = x.topk(k, 1, largest=False)[0]
+    order = np.argsort(-tied, 1, kind="stable")[:, :k]
+    assert values([top_values, top_indices, smallest], x=tied) == [
+        np.take_along_axis(tied, order, 1).tolist(), order.tolist(), np.sort(tied, 1)[:, :k].tolist()]
+    i = UOp.param("i", (length,), dtypes.int32)
+    iv = rng.integers(-2**31, 2**31 - 1, length, dtype=np.int64).astype(np.int32)  # the padding is int32's extremes
+    assert values(list(i.sort()), i=iv) == [np.sort(iv).tolist(), np.argsort(iv, kind="stable").tolist()]
+    assert values([i.sort(descending=True)[0]], i=iv) == [np.sort(iv)[::-1].tolist()]
+    distinct = rng.permutation(3 * length).reshape(3, length).astype(np.float64)  # no ties: a smooth permutation
+    loss = (x.sort(1)[0] * UOp.arange(length, dtype=dtypes.float32)).sum() + x.topk(k, 0 if length > 3 else 1)[0].exp().sum()
+    assert check_gradients(Graph({"loss": loss}), ["x"], inputs={"x": distinct / 7}, samples=8).passed
+    with pytest.raises(GraphError, match=re.escape(f"topk: k must be in [0, {length}]")):
+        x.topk(length + 1, 1)

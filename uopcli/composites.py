@@ -1,7 +1,8 @@
 """More of tinygrad's Tensor functions, each built from UOp's primitives.
 
 `UOp` takes these as a mixin: activations, losses, normalisation, attention, convolution
-(and its transpose) and pooling, log-sum-exp, argmax, cumulative sums, products and maxima,
+(and its transpose) and pooling, log-sum-exp, argmax, sorting and top-k, cumulative sums,
+products and maxima,
 inverse trigonometry, diagonals and windows, one-hot codes and numpy-style indexing,
 spelled and meaning what tinygrad 0.14's are and do, so a model ported from tinygrad builds
 here with the same code and has the same values and gradients. Nothing here is new to the
@@ -302,6 +303,69 @@ class TensorFunctions:
         top = self.max(axis, keepdim=True).detach()
         top = top.isinf().where(0.0, top)  # an axis of infinities: shifting by them would make nan
         return (self - top).exp().cumsum(axis).log() + top
+
+    def sort(self, dim: int = -1, descending: bool = False):
+        """(values, indices) along `dim`, by tinygrad's bitonic network: the axis is padded to
+        2^s (with the dtype's largest value, or lowest when descending) and split into s axes
+        of 2, one per bit of the position; stage t sorts blocks of 2^t by comparing the
+        positions that differ in one bit, from bit t - 1 down (every other block reversed
+        while it does, so each is sorted the other way and the next stage merges them).
+        Equal values keep their order: index r is the original position of the same value's
+        same occurrence (an O(n²) comparison, as tinygrad's)."""
+        dim = _axis(dim, len(self.shape))
+        size = self.shape[dim]
+        if size <= 1:
+            return self, type(self).full(self.shape, 0, dtypes.int32)
+        stages = (size - 1).bit_length()
+        lead = (None,) * dim
+        fill = _lowest(self.dtype) if descending else _highest(self.dtype)
+        x = self.pad(lead + ((0, 2 ** stages - size),) + (None,) * (len(self.shape) - dim - 1), value=fill)
+        x = x.unflatten(dim, (2,) * stages)  # axis dim + k holds bit stages - 1 - k of the position
+
+        def bit_axis(bit: int) -> int:
+            return dim + stages - 1 - bit
+
+        for stage in range(1, stages + 1):
+            within = tuple(bit_axis(b) for b in range(stage))  # the position inside a block of 2^stage
+            if stage < stages:  # blocks with bit `stage` set run backwards during this stage
+                x = _odd_blocks_flipped(x, bit_axis(stage), within)
+            for bit in reversed(range(stage)):
+                top, bottom = x.split(1, bit_axis(bit))
+                smaller, larger = top.minimum(bottom), top.maximum(bottom)
+                x = larger.cat(smaller, dim=bit_axis(bit)) if descending else smaller.cat(larger, dim=bit_axis(bit))
+            if stage < stages:
+                x = _odd_blocks_flipped(x, bit_axis(stage), within)
+        values = x.flatten(dim, dim + stages - 1).shrink_to(self.shape)
+        return values, self._sorted_positions(values, dim)
+
+    def _sorted_positions(self, values, dim: int):
+        """For each sorted place r: the position i of the element with the same value and the
+        same occurrence number among equal values (so ties keep their order)."""
+        size = self.shape[dim]
+        trailing = (1,) * (len(self.shape) - dim - 1)
+        earlier = type(self).full((size, size), True).tril().reshape(size, size, *trailing)  # [i, j]: j <= i
+
+        def occurrence(t):  # how many of t[0..i] equal t[i]
+            return (earlier & t.unsqueeze(dim + 1).eq(t.unsqueeze(dim))).sum(dim + 1)
+
+        same = self.unsqueeze(dim + 1).eq(values.unsqueeze(dim)) \
+            & occurrence(self).unsqueeze(dim + 1).eq(occurrence(values).unsqueeze(dim))  # [i, r]
+        positions = self.arange(size).reshape(size, 1, *trailing)
+        return same.where(positions, 0).sum(dim).cast(dtypes.int32)
+
+    def argsort(self, dim: int = -1, descending: bool = False):
+        return self.sort(dim, descending)[1]
+
+    def topk(self, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True):
+        """(values, indices) of the k largest (or smallest) along `dim`, in order."""
+        dim = _axis(dim, len(self.shape))
+        if not sorted_:
+            raise GraphError("topk: only sorted_=True, as tinygrad's")
+        if not isinstance(k, int) or not 0 <= k <= self.shape[dim]:
+            raise GraphError(f"topk: k must be in [0, {self.shape[dim]}], got {k!r}")
+        values, indices = self.sort(dim, descending=largest)
+        keep = tuple(k if axis == dim else None for axis in range(len(self.shape)))
+        return values.shrink_to(keep), indices.shrink_to(keep)
 
     def _cumulative(self, axis: int, op: str):
         """Running `op` (MUL or MAX) along `axis`; long axes in two stages, as cumsum: within
@@ -1050,6 +1114,22 @@ def _per_axis(value, count: int) -> tuple:
     if len(values) != count or not all(isinstance(v, int) and v > 0 for v in values):
         raise GraphError(f"expected a positive int or {count} of them, got {value!r}")
     return values
+
+
+def _odd_blocks_flipped(x, halves: int, within: tuple):
+    """x with the blocks whose `halves` bit is set reversed along the `within` axes."""
+    first, second = x.split(1, halves)
+    return first.cat(second.flip(within), dim=halves)
+
+
+def _highest(dtype):
+    """The value above every other of the dtype: what an ascending sort pads with."""
+    if dtype.is_float:
+        return math.inf
+    if dtype.is_bool:
+        return True
+    bits = 8 * dtype.itemsize
+    return (1 << bits) - 1 if dtype.kind == "u" else (1 << (bits - 1)) - 1
 
 
 def _lowest(dtype):
