@@ -2,8 +2,8 @@
 
 `UOp` takes these as a mixin: activations, losses, normalisation, attention, convolution
 (and its transpose) and pooling, log-sum-exp, argmax, sorting and top-k, cumulative sums,
-products and maxima,
-inverse trigonometry, diagonals and windows, one-hot codes and numpy-style indexing,
+products and maxima, inverse trigonometry, diagonals and windows, one-hot codes and
+numpy-style indexing,
 spelled and meaning what tinygrad 0.14's are and do, so a model ported from tinygrad builds
 here with the same code and has the same values and gradients. Nothing here is new to the
 file format: every function is a small graph of the format's ops (the maths beside each),
