@@ -962,6 +962,17 @@ def test_cumulative_products_maxima_minima_and_logcumsumexp_as_numpy(length):
     big = UOp.param("big", (3,))
     (value,) = values([big.logcumsumexp(0)], big=np.array([1000.0, 1000.0, -np.inf], np.float32))
     np.testing.assert_allclose(value, [1000.0, 1000.0 + np.log(2), 1000.0 + np.log(2)], rtol=1e-6)
+    # spread wider than float32's exponent: each place is shifted by its own running maximum
+    from uopcli.evaluate import evaluate
+    from uopcli.gradient import compute_gradient
+    s = UOp.param("s", (4,))
+    spread = np.array([-50.0, 0.0, 50.0, 1.0], np.float32)
+    lse = s.logcumsumexp(0)
+    value, grad = evaluate([lse, compute_gradient(lse.sum(), UOp.const(1.0), [s])[s]], {"s": spread})
+    want = np.logaddexp.accumulate(spread.astype(np.float64))
+    np.testing.assert_allclose(value, want, rtol=1e-6, atol=1e-6)  # place 0 is -50 (shifting by 50 made it -49.98)
+    soft = np.exp(spread.astype(np.float64)[None, :] - want[:, None]) * np.tri(4)  # d out_i / d x_j
+    np.testing.assert_allclose(grad, soft.sum(0), rtol=1e-6, atol=1e-6)  # was inf at place 0
 
 
 def test_diag_diagonal_unfold_linspace_meshgrid_and_constructors_as_numpy():

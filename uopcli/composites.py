@@ -296,13 +296,18 @@ class TensorFunctions:
         return values._order_flipped(), flipped._first_index_of(values, axis)
 
     def logcumsumexp(self, axis: int = 0):
-        """log Σ_{j ≤ i} e^x[j], shifted by the axis's max so no exponential overflows."""
+        """log Σ_{j ≤ i} e^x[j], each place shifted by the running maximum m_i, as tinygrad's:
+        m_i + log Σ_{j ≤ i} e^(x[j] - m_i) over an (n, n) mask, so that neither an overflow
+        nor a whole axis's maximum (which makes the early terms underflow to 0) gets in."""
         if not self.shape or 0 in self.shape:
             return self
         axis = _axis(axis, len(self.shape))
-        top = self.max(axis, keepdim=True).detach()
-        top = top.isinf().where(0.0, top)  # an axis of infinities: shifting by them would make nan
-        return (self - top).exp().cumsum(axis).log() + top
+        x = self.transpose(axis, -1)
+        size = x.shape[-1]
+        top = x._cumulative(-1, "MAX").detach()
+        earlier = type(self).full((size, size), True).tril()  # [i, j]: j <= i
+        shifted = earlier.where(x.unsqueeze(-2) - top.unsqueeze(-1), _lowest(self.dtype))
+        return (shifted.exp().sum(-1).log() + top).transpose(-1, axis)
 
     def sort(self, dim: int = -1, descending: bool = False):
         """(values, indices) along `dim`, by tinygrad's bitonic network: the axis is padded to
