@@ -783,3 +783,26 @@ def test_a_view_that_overlaps_is_never_written_in_place():
     (got,) = evaluate([doubled], {"x": value})
     w = _windows(value, (3,), (1,), (1,))
     np.testing.assert_allclose(got, np.sum(w + np.exp2(w)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32])
+def test_reduces_of_overlapping_windows_run_one_position_at_a_time_and_equal_numpys(dtype, monkeypatch):
+    # A stride-1 pool reduces a strided view over its tiny window axes; numpy's own reduce
+    # loops per element there, so the evaluator runs one ufunc per window position instead.
+    import importlib
+    module = importlib.import_module("uopcli.evaluate")
+    taken, real = [], module._reduce_by_positions
+    monkeypatch.setattr(module, "_reduce_by_positions", lambda *args: taken.append(1) or real(*args))
+    value = (RNG.standard_normal((2, 3, 40, 40)) * 50).astype(dtype)
+    x = UOp.param("x", value.shape, dtypes.int32 if dtype == np.int32 else dtypes.float16 if dtype == np.float16 else dtypes.float32)
+    windows = x._pool((3, 3), 1, 1)
+    got_max, got_sum = evaluate([windows.max((-2, -1)), windows.sum((-2, -1))], {"x": value})
+    reference = _windows(value, (3, 3), (1, 1), (1, 1))
+    same(got_max, reference.max((-2, -1)))
+    if dtype == np.int32:
+        same(got_sum, reference.sum((-2, -1), dtype=np.int32))
+    else:  # float16 sums accumulate in float32, as every REDUCE ADD of float16 does
+        wide = reference.astype(np.float32).sum((-2, -1)).astype(dtype)
+        np.testing.assert_allclose(got_sum.astype(np.float64), wide.astype(np.float64), rtol=1e-3 if dtype == np.float16 else 1e-5,
+                                   atol=1e-2 if dtype == np.float16 else 1e-3)
+    assert len(taken) == 2

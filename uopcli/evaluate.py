@@ -46,6 +46,7 @@ Semantics where the format leaves room (decided here):
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import time
 from dataclasses import dataclass
@@ -177,6 +178,8 @@ def _mulacc(node, a, b, c):
 
 def _reduce(node, x):
     op, axes = node.arg
+    if _reduce_by_positions_pays(x, axes):
+        return _reduce_by_positions(node, x, op, axes)
     if op == "ADD":
         if node.dtype.itemsize == 2 and node.dtype.is_float:  # float16 sums accumulate in float32
             return np.sum(x, axis=axes, keepdims=True, dtype=np.float32).astype(np.float16)
@@ -187,6 +190,38 @@ def _reduce(node, x):
         low = -np.inf if node.dtype.is_float else np.iinfo(x.dtype).min
         return np.max(x, axis=axes, keepdims=True, initial=low)
     return np.max(x, axis=axes, keepdims=True)
+
+
+_POSITIONS_MAX = 64        # reduced elements per result, at most, to reduce one position at a time
+_POSITIONS_MIN_OUT = 4096  # result elements, at least: below it the Python loop costs more than it saves
+
+
+def _reduce_by_positions_pays(x, axes) -> bool:
+    """A REDUCE of a strided view over a few small axes (a stride-1 pool's overlapping
+    windows): numpy's reduce loops over the tiny axes per element, 3-10x slower than a
+    ufunc over one slice per reduced position."""
+    if not isinstance(x, np.ndarray) or x.flags.c_contiguous or not axes:
+        return False
+    count = math.prod(x.shape[a] for a in axes)
+    return 2 <= count <= _POSITIONS_MAX and x.size // count >= _POSITIONS_MIN_OUT
+
+
+def _reduce_by_positions(node, x, op, axes):
+    """The REDUCE as a running np.add/multiply/maximum over its reduced positions, one
+    slice each (float16 sums accumulate in float32, as _reduce's)."""
+    ufunc = {"ADD": np.add, "MUL": np.multiply, "MAX": np.maximum}[op]
+    compute = np.float32 if op == "ADD" and x.dtype == np.float16 else x.dtype
+    index = [slice(None)] * x.ndim
+    out = None
+    for position in itertools.product(*(range(x.shape[a]) for a in axes)):
+        for axis, p in zip(axes, position):
+            index[axis] = slice(p, p + 1)
+        part = x[tuple(index)]
+        if out is None:
+            out = part.astype(compute, copy=True)
+        else:
+            ufunc(out, part, out=out)
+    return out if out.dtype == node.dtype.np else out.astype(node.dtype.np)
 
 
 def _pad(node, x):
