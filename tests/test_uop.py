@@ -903,6 +903,8 @@ def test_conv_transpose2d_is_torchs_definition_and_its_gradient_finite_differenc
     assert check_gradients(Graph({"loss": loss}), ["x", "w", "b"], inputs={
         "x": xv.astype(np.float64), "w": rng.standard_normal((4, 3, 3, 2)), "b": rng.standard_normal(3)},
         samples=8).passed
+    with pytest.raises(GraphError, match=re.escape("padding 4 leaves an output of size [-1, -1]")):
+        x.conv_transpose2d(w, padding=4)
     with pytest.raises(GraphError, match="output_padding must be >= 0 and below the stride or dilation"):
         x.conv_transpose2d(w, output_padding=1)
     with pytest.raises(GraphError, match=re.escape("input [2, 4, 5, 6] does not fit weight [3, 3, 3, 2]")):

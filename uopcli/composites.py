@@ -777,6 +777,11 @@ class TensorFunctions:
             raise GraphError(f"conv_transpose2d: output_padding must be >= 0 and below the stride or dilation, "
                              f"got {output_padding!r}")
         pads = _pool_padding(padding, spatial)
+        sizes = [(i - 1) * s - before - after + d * (k - 1) + e + 1
+                 for i, s, d, k, (before, after), e in zip(self.shape[2:], strides, dilations, kernel, pads, extra)]
+        if any(n <= 0 for n in sizes):
+            raise GraphError(f"conv_transpose2d: padding {padding!r} leaves an output of size {sizes} "
+                             f"for input {list(self.shape)} and weight {list(weight.shape)}")
         in_per_group = in_channels // groups
         w = weight.reshape(groups, in_per_group, out_per_group, *kernel).transpose(1, 2)
         w = w.flip(tuple(range(3, 3 + spatial))).reshape(groups * out_per_group, in_per_group, *kernel)
