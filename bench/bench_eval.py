@@ -64,6 +64,11 @@ def time_cells(ours: tuple, theirs: tuple) -> list[str]:
             f"{ours[0] / theirs[0]:.2f}x (cpu {ours[1] / theirs[1]:.2f}x)"]
 
 
+def same_gradients(values, refs) -> bool:
+    """Our arrays and numpy's agree to float32 rounding (1e-3 of each gradient's scale)."""
+    return all(np.allclose(v, r, rtol=1e-3, atol=1e-3 * float(np.abs(r).max() + 1)) for v, r in zip(values, refs))
+
+
 def traced_peak(fn) -> int:
     """Peak bytes allocated while fn runs (numpy reports its array memory to tracemalloc)."""
     gc.collect()
@@ -141,11 +146,9 @@ def bench_mlp(batch: int, width: int, layers: int, repeats: int) -> list:
     stats = EvalStats()
     ours, theirs = times_in_turns(
         [lambda: evaluate(outputs, arrays, stats=stats), lambda: numpy_mlp_gradient(arrays, layers)], repeats)
-    values, refs = ours[2], theirs[2]
-    for value, ref in zip(values, refs):
-        assert np.allclose(value, ref, rtol=1e-3, atol=1e-3 * float(np.abs(ref).max() + 1))
+    assert same_gradients(ours[2], theirs[2])
     cells = time_cells(ours, theirs)
-    del values, refs, ours, theirs
+    del ours, theirs
     ours_peak = traced_peak(lambda: evaluate(outputs, arrays))
     theirs_peak = traced_peak(lambda: numpy_mlp_gradient(arrays, layers))
     mib = 1 << 20
@@ -218,8 +221,7 @@ def bench_conv(batch: int, channels: int, size: int, repeats: int) -> list:
     arrays = conv_arrays(batch, channels, size)
     outputs = conv_gradient_graph(batch, channels, size)
     ours, theirs = times_in_turns([lambda: evaluate(outputs, arrays), lambda: numpy_conv_gradient(arrays)], repeats)
-    for value, ref in zip(ours[2], theirs[2]):
-        assert np.allclose(value, ref, rtol=1e-3, atol=1e-3 * float(np.abs(ref).max() + 1))
+    assert same_gradients(ours[2], theirs[2])
     cells = time_cells(ours, theirs)
     del ours, theirs
     ours_peak = traced_peak(lambda: evaluate(outputs, arrays))

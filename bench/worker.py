@@ -99,14 +99,13 @@ def task_files(family: str, nodes: int, repeats: int = 3) -> dict:
 def task_eval_time(batch: int, width: int, layers: int, repeats: int = 3) -> dict:
     """Best evaluate time against the best numpy time, run in turns in one process (load
     from other processes then falls on both sides alike); checks both give the same arrays."""
-    import numpy as np
     import bench_eval
     from uopcli.evaluate import evaluate
     arrays = bench_eval.mlp_arrays(batch, width, layers)
     outputs = bench_eval.mlp_gradient_graph(batch, width, layers)
     (ours, values), (theirs, refs) = bench_eval.best_times(
         [lambda: evaluate(outputs, arrays), lambda: bench_eval.numpy_mlp_gradient(arrays, layers)], repeats)
-    same = all(np.allclose(v, r, rtol=1e-3, atol=1e-3 * float(np.abs(r).max() + 1)) for v, r in zip(values, refs))
+    same = bench_eval.same_gradients(values, refs)
     return {"seconds": ours, "numpy_seconds": theirs, "same": bool(same)}
 
 
@@ -127,14 +126,13 @@ def task_eval_whole(side: str, batch: int, width: int, layers: int) -> dict:
 def task_conv_eval(batch: int, channels: int, size: int, repeats: int = 5) -> dict:
     """The conv net's weight gradients: evaluate against hand-written numpy, times in turns,
     then each side's peak under tracemalloc; checks both give the same arrays."""
-    import numpy as np
     import bench_eval
     from uopcli.evaluate import evaluate
     arrays = bench_eval.conv_arrays(batch, channels, size)
     outputs = bench_eval.conv_gradient_graph(batch, channels, size)
     (ours, values), (theirs, refs) = bench_eval.best_times(
         [lambda: evaluate(outputs, arrays), lambda: bench_eval.numpy_conv_gradient(arrays)], repeats)
-    same = all(np.allclose(v, r, rtol=1e-3, atol=1e-3 * float(np.abs(r).max() + 1)) for v, r in zip(values, refs))
+    same = bench_eval.same_gradients(values, refs)
     del values, refs
     return {"seconds": ours, "numpy_seconds": theirs, "same": bool(same),
             "peak": bench_eval.traced_peak(lambda: evaluate(outputs, arrays)),

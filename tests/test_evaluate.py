@@ -525,10 +525,9 @@ def test_float16_gradient_contractions_sum_in_float32():
     np.testing.assert_allclose(db, (av.astype(np.float32).T @ ones).astype(np.float16), rtol=1e-3)
 
 
-def random_factor(rng, name: str, full: tuple, dtype):
-    """A PARAM holding a random subset of the full shape's axes, stored in a random axis
-    order, brought to the full shape with PERMUTE, RESHAPE and EXPAND (as builders do)."""
-    axes = [a for a in range(len(full)) if rng.random() < 0.6]
+def factor_on(rng, name: str, full: tuple, axes: list, dtype=np.float64):
+    """A PARAM holding `axes` of the full shape, stored in a random axis order, brought to
+    the full shape with PERMUTE, RESHAPE and EXPAND (as builders do)."""
     stored = list(rng.permutation(axes)) if axes else []
     param = UOp.param(name, tuple(full[a] for a in stored), dtype)
     value = rng.standard_normal(param.shape).astype(dtype) if stored else np.asarray(rng.standard_normal(), dtype)
@@ -536,6 +535,11 @@ def random_factor(rng, name: str, full: tuple, dtype):
     node = node.reshape(tuple(full[a] if a in axes else 1 for a in range(len(full))))
     dense = np.broadcast_to(np.transpose(value, [stored.index(a) for a in axes]).reshape(node.shape), full)
     return node.expand(full), value, dense
+
+
+def random_factor(rng, name: str, full: tuple, dtype):
+    """factor_on a random subset of the full shape's axes."""
+    return factor_on(rng, name, full, [a for a in range(len(full)) if rng.random() < 0.6], dtype)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -567,17 +571,6 @@ def test_random_contractions_equal_the_naive_product(seed):
     expected = sum(expected_terms).sum(axis=axes, keepdims=True)
     assert value.shape == out.shape and value.dtype == dtype
     np.testing.assert_allclose(value, expected, rtol=1e-4 if dtype == np.float32 else 1e-10, atol=1e-5)
-
-
-def factor_on(rng, name: str, full: tuple, axes: list, dtype=np.float64):
-    """A PARAM holding `axes` of the full shape (in a random stored order), brought to the
-    full shape as random_factor does."""
-    stored = [int(a) for a in rng.permutation(axes)]
-    param = UOp.param(name, tuple(full[a] for a in stored), dtype)
-    value = rng.standard_normal(param.shape).astype(dtype)
-    node = param.permute([stored.index(a) for a in axes]).reshape(tuple(full[a] if a in axes else 1 for a in range(len(full))))
-    dense = np.broadcast_to(np.transpose(value, [stored.index(a) for a in axes]).reshape(node.shape), full)
-    return node.expand(full), value, dense
 
 
 @pytest.mark.parametrize("full, a_axes, b_axes, reduced", [

@@ -271,11 +271,11 @@ class TensorFunctions:
         last = self.transpose(axis, -1)
         size = last.shape[-1]
         if size <= 2 * CUMSUM_BLOCK:
-            return _running_sums(last).transpose(axis, -1)
+            return _running(last, "ADD").transpose(axis, -1)
         blocks = -(-size // CUMSUM_BLOCK)
         padded = last.pad((None,) * (len(last.shape) - 1) + ((0, blocks * CUMSUM_BLOCK - size),))
-        within = _running_sums(padded.unflatten(-1, (blocks, CUMSUM_BLOCK)))  # (..., blocks, block)
-        before = _running_sums(within[..., -1]) - within[..., -1]  # the totals of earlier blocks
+        within = _running(padded.unflatten(-1, (blocks, CUMSUM_BLOCK)), "ADD")  # (..., blocks, block)
+        before = _running(within[..., -1], "ADD") - within[..., -1]  # the totals of earlier blocks
         sums = (within + before.unsqueeze(-1)).flatten(-2)
         return sums.shrink((None,) * (len(sums.shape) - 1) + ((0, size),)).transpose(axis, -1)
 
@@ -1098,21 +1098,14 @@ def _axis(dim: int, rank: int) -> int:
     return dim % rank
 
 
-def _running_sums(x):
-    """Running sums along the last axis as one masked sum: x expanded to (..., n, n), kept
-    where column j ≤ row i, summed over j."""
-    size = x.shape[-1]
-    lower = x.arange(size).reshape(1, size) <= x.arange(size).reshape(size, 1)
-    rows = x.unsqueeze(-2).expand(*x.shape[:-1], size, size)
-    return lower.where(rows, 0).sum(-1)
-
-
 def _running(x, op: str):
-    """Running `op` (MUL or MAX) along the last axis as one masked reduce over (..., n, n):
-    x expanded, kept where column j ≤ row i, else the op's identity."""
+    """Running `op` (ADD, MUL or MAX) along the last axis as one masked reduce over
+    (..., n, n): x expanded, kept where column j ≤ row i, else the op's identity."""
     size = x.shape[-1]
     lower = x.arange(size).reshape(1, size) <= x.arange(size).reshape(size, 1)
     rows = x.unsqueeze(-2).expand(*x.shape[:-1], size, size)
+    if op == "ADD":
+        return lower.where(rows, 0).sum(-1)
     if op == "MUL":
         return lower.where(rows, 1).prod(-1)
     return lower.where(rows, _lowest(x.dtype)).max(-1)

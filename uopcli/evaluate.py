@@ -784,6 +784,17 @@ def _output_registers(program: _Program) -> set[int]:
     return regs
 
 
+def _read_counts(program: _Program) -> list[int]:
+    """Per register, how many step sources and outputs read it."""
+    reads = [0] * program.register_count
+    for step in program.steps:
+        for s in step[2]:
+            reads[s] += 1
+    for reg in _output_registers(program):
+        reads[reg] += 1
+    return reads
+
+
 def _fuse_contractions(program: _Program) -> None:
     """Turn REDUCE ADD over (sums of) products into contraction steps; the products
     (MUL/ADD nodes read only by that REDUCE) get no step at all."""
@@ -792,12 +803,7 @@ def _fuse_contractions(program: _Program) -> None:
                   and 0 not in step[1].src[0].shape and len(step[1].src[0].shape) <= len(_LETTERS)]
     if not candidates:
         return
-    reads = [0] * program.register_count
-    for step in steps:
-        for s in step[2]:
-            reads[s] += 1
-    for r in _output_registers(program):
-        reads[r] += 1
+    reads = _read_counts(program)
     producer = {step[3]: step for step in steps}
     fused: set[int] = set()  # ids of the steps folded into a contraction
     for step in candidates:
@@ -928,12 +934,7 @@ def _scatter_step(node, register, made_by, forward):
 def _drop_unread_chain_steps(program: _Program) -> None:
     """Remove movement/PAD steps whose value nothing reads any more (their readers now
     read the chain's start), last first so a dropped step frees its own sources."""
-    reads = [0] * program.register_count
-    for step in program.steps:
-        for s in step[2]:
-            reads[s] += 1
-    for reg in _output_registers(program):
-        reads[reg] += 1
+    reads = _read_counts(program)
     kept = []
     for step in reversed(program.steps):
         if step[1].op in _CHAIN_OPS and not reads[step[3]]:
