@@ -799,3 +799,42 @@ def test_reduces_of_overlapping_windows_run_one_position_at_a_time_and_equal_num
         np.testing.assert_allclose(got_sum.astype(np.float64), wide.astype(np.float64), rtol=1e-3 if dtype == np.float16 else 1e-5,
                                    atol=1e-2 if dtype == np.float16 else 1e-3)
     assert len(taken) == 2
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32])
+def test_elementwise_steps_over_overlapping_windows_run_in_memory_order_and_equal_numpys(dtype):
+    # A stride-1 pool's windows step one element along W and along the window's last axis.
+    # numpy keeps such tied axes in their order and loops 3 elements at a time, and so does
+    # every step reading its result; the evaluator runs these steps with the longer axis
+    # inner, so their results are laid out with W inner (a max pool's gradient: 2-3x faster).
+    from _reference_eval import reference_evaluate
+    value = (RNG.standard_normal((2, 3, 40, 40)) * 50).astype(dtype)
+    x = UOp.param("x", value.shape, dtypes.int32 if dtype == np.int32 else dtypes.float16 if dtype == np.float16 else dtypes.float32)
+    windows = x._pool((3, 3), 1, 1)                    # (2, 3, 38, 38, 3, 3)
+    peak = windows.max((-2, -1), keepdim=True).expand(windows.shape)
+    mask = windows.eq(peak)                            # the max pool gradient's mask
+    outputs = [mask, mask.cast(x.dtype) * windows, (peak < windows).where(windows, peak), -windows,
+               windows - x.const_like(1)]
+    inputs = {"x": value}
+    got = evaluate(outputs, inputs)
+    for result, expected in zip(got, reference_evaluate(outputs, inputs)):
+        same(result, expected)
+    reference = _windows(value, (3, 3), (1, 1), (1, 1))
+    same(got[0], reference == reference.max((-2, -1), keepdims=True))
+    for result in got:
+        inner = min(range(result.ndim), key=lambda axis: result.strides[axis])
+        assert inner == 3 and result.strides[3] == result.itemsize, result.strides
+
+
+@pytest.mark.parametrize("kernel", [2, 3, 5])
+def test_stride_1_max_pool_gradient_equals_the_op_by_op_reference(kernel):
+    from _reference_eval import reference_evaluate
+    from uopcli.gradient import compute_gradient
+    x = UOp.param("x", (2, 4, 24, 24))
+    y = x.max_pool2d(kernel, stride=1)
+    loss = (y * y).sum()
+    grad = compute_gradient(loss, UOp.const(1.0), [x])[x]
+    inputs = {"x": np.round(rand(2, 4, 24, 24) * 4) / 4}  # quarters: ties inside windows, shared credit
+    (got,) = evaluate([grad], inputs)
+    (expected,) = reference_evaluate([grad], inputs)
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
