@@ -801,25 +801,26 @@ def test_reduces_of_overlapping_windows_run_one_position_at_a_time_and_equal_num
     assert len(taken) == 2
 
 
+@pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32])
-def test_elementwise_steps_over_overlapping_windows_run_in_memory_order_and_equal_numpys(dtype):
-    # A stride-1 pool's windows step one element along W and along the window's last axis.
-    # numpy keeps such tied axes in their order and loops 3 elements at a time, and so does
-    # every step reading its result; the evaluator runs these steps with the longer axis
-    # inner, so their results are laid out with W inner (a max pool's gradient: 2-3x faster).
+def test_elementwise_steps_over_overlapping_windows_run_with_the_long_axes_inner_and_equal_numpys(dtype, stride):
+    # A 3x3 pool's windows step along W and along the window's last axis over the same
+    # memory; numpy walks them in stride order, 3 elements at a time, and lays its result
+    # out so, and so does every step reading that result. The evaluator runs these steps
+    # with W inner instead (a max pool's gradient: 2-3x faster), ufuncs and other impls.
     from _reference_eval import reference_evaluate
-    value = (RNG.standard_normal((2, 3, 40, 40)) * 50).astype(dtype)
+    value = (RNG.standard_normal((2, 3, 64, 64)) * 50).astype(dtype)
     x = UOp.param("x", value.shape, dtypes.int32 if dtype == np.int32 else dtypes.float16 if dtype == np.float16 else dtypes.float32)
-    windows = x._pool((3, 3), 1, 1)                    # (2, 3, 38, 38, 3, 3)
+    windows = x._pool((3, 3), stride, 1)               # (2, 3, 62, 62, 3, 3) or (2, 3, 31, 31, 3, 3)
     peak = windows.max((-2, -1), keepdim=True).expand(windows.shape)
     mask = windows.eq(peak)                            # the max pool gradient's mask
     outputs = [mask, mask.cast(x.dtype) * windows, (peak < windows).where(windows, peak), -windows,
-               windows - x.const_like(1)]
+               windows - x.const_like(1), windows.cast(dtypes.float64)]
     inputs = {"x": value}
     got = evaluate(outputs, inputs)
     for result, expected in zip(got, reference_evaluate(outputs, inputs)):
         same(result, expected)
-    reference = _windows(value, (3, 3), (1, 1), (1, 1))
+    reference = _windows(value, (3, 3), (stride, stride), (1, 1))
     same(got[0], reference == reference.max((-2, -1), keepdims=True))
     for result in got:
         inner = min(range(result.ndim), key=lambda axis: result.strides[axis])

@@ -983,11 +983,19 @@ def _into_source(ufunc, position: int, arity: int):
     return lambda node, a, b: ufunc(a, b, out=b) if b.flags.writeable else ufunc(a, b)
 
 
-def _in_place_impl(step, position: int):
-    node = step[1]
-    ufunc = UFUNC_INTO.get(node.op) or (FLOAT_UFUNC_INTO.get(node.op) if node.dtype.is_float else None)
+def _ufunc_of(node):
+    """The ufunc that computes `node` as it stands, or None (integer FDIV/POW are C-style)."""
     if node.op in _SHIFTS and node.dtype.is_bool:
         return None  # numpy shifts no bools: _shl and _shr go through uint8
+    return UFUNC_INTO.get(node.op) or (FLOAT_UFUNC_INTO.get(node.op) if node.dtype.is_float else None)
+
+
+_COMPARE = {Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal, Ops.CMPEQ: np.equal}
+
+
+def _in_place_impl(step, position: int):
+    node = step[1]
+    ufunc = _ufunc_of(node)
     if ufunc is not None:
         return _into_source(ufunc, position, len(step[2]))
     if node.op == Ops.WHERE and position:
@@ -1038,8 +1046,8 @@ def _plan_in_place(program: _Program) -> None:
 
 
 def _order_view_readers(program: _Program) -> None:
-    """Elementwise steps that read a strided view run in the view's memory order, the
-    longer of two axes with the same stride inner (see _InViewOrder)."""
+    """Elementwise steps that read a strided view whose axes overlap run in the order
+    _overlap_order gives (see _InViewOrder)."""
     viewed = {step[3] for step in program.steps if step[0].__class__ is strided.StridedView}
     if not viewed:
         return
@@ -1047,7 +1055,7 @@ def _order_view_readers(program: _Program) -> None:
         if step[1].op in ELEMENTWISE:
             for position, reg in enumerate(step[2]):
                 if reg in viewed:
-                    step[0] = _InViewOrder(step[0], position)
+                    step[0] = _InViewOrder(step[0], position, _ufunc_of(step[1]) or _COMPARE.get(step[1].op))
                     break
 
 
@@ -1055,40 +1063,54 @@ _ORDER_MIN_SIZE = 1 << 15  # elements: below it the transposes cost more than th
 
 
 class _InViewOrder:
-    """An elementwise step over a view whose axes tie on a stride: a stride-1 pool's
-    windows (N, C, H, W, 3, 3) step one element along both W and the window's last axis.
-    numpy keeps tied axes in their order, so it loops 3 elements at a time and lays the
-    result out the same way, and every step after it loops 3 at a time too (the max
-    pool's gradient ran 3-7x slower than on a copy). Here the sources are transposed so
-    the longer axis is inner, the step runs, and its result is transposed back: a view of
-    an array laid out well, whose readers numpy then walks in its memory order."""
+    """An elementwise step over pooling windows. A pool's windows (N, C, H, W, 3, 3) step
+    along W and along the window's last axis over the same memory (one element apart for
+    both at stride 1, two and one at stride 2), and numpy walks them in stride order: its
+    inner loop runs over the window's 3 elements, and it lays the result out the same way,
+    so every step reading the result loops 3 at a time too (a max pool's gradient ran
+    3-7x slower than on a copy). Here the sources are transposed so the longer axis of
+    each such pair is inner, the step runs in that order (a ufunc told order="C", since
+    its own order would undo the transposes; another impl on a copy of the view in that
+    order, whose layout it keeps), and its result is transposed back: a view of an array
+    laid out (N, C, 3, H, 3, W), which numpy then walks in its memory order."""
 
-    __slots__ = ("impl", "position")
+    __slots__ = ("impl", "position", "ufunc")
 
-    def __init__(self, impl, position: int):
-        self.impl, self.position = impl, position
+    def __init__(self, impl, position: int, ufunc):
+        self.impl, self.position, self.ufunc = impl, position, ufunc
 
     def __call__(self, node, *sources):
-        order = _tied_axes_order(sources[self.position])
+        order = _overlap_order(sources[self.position])
         if order is None:
             return self.impl(node, *sources)
         rank = len(order)
         moved = [s.transpose(order) if np.ndim(s) == rank else s for s in sources]
-        return self.impl(node, *moved).transpose(np.argsort(order))
+        if self.ufunc is not None:
+            result = self.ufunc(*moved, order="C")
+        else:
+            moved[self.position] = np.ascontiguousarray(moved[self.position])
+            result = self.impl(node, *moved)
+        return result.transpose(np.argsort(order))
 
 
-def _tied_axes_order(view):
-    """The axis order that walks `view` in memory order, outer to inner, with the longer of
-    two axes of equal stride inner (axes of size 1 or stride 0 outermost); None when no
-    two moving axes tie, where numpy finds the memory order itself, or when it is small."""
+def _overlap_order(view):
+    """The axes of `view` outer to inner: by stride, largest first (axes of size 1 or
+    stride 0 outermost), then each axis whose span reaches the stride of the axis just
+    outside it (they overlap in memory) swapped with that axis when it is the shorter one.
+    None when nothing was swapped: numpy walks the stride order by itself (or when
+    `view` is small)."""
     if not isinstance(view, np.ndarray) or view.size < _ORDER_MIN_SIZE:
         return None
-    strides = [abs(s) for s in view.strides]
-    moving = [s for s, n in zip(strides, view.shape) if n > 1 and s]
-    if len(set(moving)) == len(moving):
-        return None
-    return tuple(sorted(range(view.ndim), key=lambda a: (view.shape[a] > 1 and strides[a] > 0, -strides[a],
-                                                       view.shape[a])))
+    shape, strides = view.shape, [abs(s) for s in view.strides]
+    order = sorted(range(view.ndim), key=lambda a: (shape[a] > 1 and strides[a] > 0, -strides[a]))
+    swapped = False
+    for i in range(len(order) - 1, 0, -1):  # inner to outer
+        outer, inner = order[i - 1], order[i]
+        if shape[outer] > 1 and strides[outer] and strides[inner] * (shape[inner] - 1) >= strides[outer] \
+                and shape[inner] < shape[outer]:
+            order[i - 1], order[i] = inner, outer
+            swapped = True
+    return tuple(order) if swapped else None
 
 
 # ----------------------------------------------------------------------------- the loops
