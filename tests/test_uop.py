@@ -1011,6 +1011,119 @@ def test_diag_diagonal_unfold_linspace_meshgrid_and_constructors_as_numpy():
         t.diag()
 
 
+def test_rearrange_is_einops_reshape_and_transpose():
+    from uopcli import Graph
+    from uopcli.check import check_gradients
+    x = UOp.param("x", (2, 3, 4, 6))
+    xv = np.arange(144, dtype=np.float32).reshape(2, 3, 4, 6)
+    cases = [
+        (("b c h w -> b h w c",), {}, xv.transpose(0, 2, 3, 1)),
+        (("b c h w -> b (c h w)",), {}, xv.reshape(2, 72)),
+        (("b c h (w1 w2) -> b (c w1) h w2",), {"w1": 2}, xv.reshape(2, 3, 4, 2, 3).transpose(0, 1, 3, 2, 4).reshape(2, 6, 4, 3)),
+        (("b c h (w1 w2) -> w2 b c h w1",), {"w2": 3}, xv.reshape(2, 3, 4, 2, 3).transpose(4, 0, 1, 2, 3)),
+        (("b (c1 c2) h w -> (b c2) c1 h w",), {"c2": 3}, xv.reshape(2, 1, 3, 4, 6).transpose(0, 2, 1, 3, 4).reshape(6, 1, 4, 6)),
+        (("... h w -> ... (h w)",), {}, xv.reshape(2, 3, 24)),
+        (("b ... w -> w b ...",), {}, xv.transpose(3, 0, 1, 2)),
+        (("b ... w -> b (w ...)",), {}, xv.transpose(0, 3, 1, 2).reshape(2, 72)),
+        (("... -> (...)",), {}, xv.reshape(144)),
+        (("b c h w -> b c 1 h () w",), {}, xv.reshape(2, 3, 1, 4, 1, 6)),
+        (("b c h w -> b c h w",), {"h": 4, "w": 6}, xv),
+        (("b c h w→b c h w".replace("→", "->"),), {}, xv),
+    ]
+    got = values([x.rearrange(*args, **sizes) for args, sizes, _ in cases], x=xv)
+    for (args, sizes, expected), value in zip(cases, got):
+        assert value == expected.tolist(), args
+    assert x.rearrange("b c h w -> b c h w") is x  # nothing to move: no node
+    y = UOp.param("y", (2, 1, 3))
+    yv = np.arange(6, dtype=np.float32).reshape(2, 1, 3)
+    assert values([y.rearrange("a () b -> b a"), y.rearrange("a 1 b -> (b a)")], y=yv) == \
+        [yv.reshape(2, 3).T.tolist(), yv.reshape(2, 3).T.reshape(6).tolist()]
+    refusals = [
+        ("b c h w", {}, "exactly one '->'"),
+        ("b c h w -> b c h", {}, "the two sides name different axes"),
+        ("b c h w -> b c h w w", {}, "'w' is named twice"),
+        ("b c h -> b c h", {}, "the left side has 3 axes, the tensor [2, 3, 4, 6] has 4"),
+        ("b c h (w1 w2) -> b c h w1 w2", {}, "give the size of all but one of w1, w2"),
+        ("b c h (w1 w2) -> b c h w1 w2", {"w1": 4}, "an axis of 6 does not split into w1 x w2"),
+        ("b c h w -> b c h w", {"h": 5}, "h=5 is 5, the axis has 4"),
+        ("b c h w -> b c h w", {"z": 2}, "size given for 'z'"),
+        ("b c h (w1 w2) -> b c h w1 w2", {"w1": 2.0}, "the size of w1 must be a whole number >= 0, got 2.0"),
+        ("b c (h (w)) -> b c h w", {}, "groups cannot nest"),
+        ("b c h w) -> b c h w", {}, "')' without '('"),
+        ("b c h (w -> b c h w", {}, "'(' without ')'"),
+        ("_b c h w -> _b c h w", {}, "'_b' is not an axis name"),
+        ("b c (h ...) -> b c h ...", {}, "'...' cannot be inside a group on the left side"),
+        ("a b c d e ... -> a b c d e ...", {}, "the left side names more axes than the tensor's 4"),
+        ("b c h () -> b c h", {}, "'()' stands for an axis of size 1, the tensor's is 6"),
+    ]
+    for formula, sizes, message in refusals:
+        with pytest.raises(GraphError, match=re.escape(message)):
+            x.rearrange(formula, **sizes)
+    w = UOp.param("w", (2, 6, 4, 3))
+    loss = (x.rearrange("b c h (w1 w2) -> b (c w1) h w2", w1=2) * w).sum()
+    assert check_gradients(Graph({"loss": loss}), ["x", "w"]).passed
+
+
+def _scatter_reference(base, dim, index, src, reduce=None, include_self=True):
+    """torch's scatter / scatter_reduce, one element at a time (the last write wins)."""
+    out = base.astype(np.float64).copy()
+    written = {}
+    for position in np.ndindex(*index.shape):
+        target = list(position)
+        target[dim] = index[position]
+        written.setdefault(tuple(target), []).append(float(src[position]))
+    for target, parts in written.items():
+        own = [out[target]] if include_self else []
+        combine = {None: lambda v: parts[-1], "sum": sum, "prod": np.prod, "mean": lambda v: sum(v) / len(v),
+                   "amax": max, "amin": min}[reduce]
+        out[target] = combine(own + parts)
+    return out
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_scatter_and_scatter_reduce_are_torchs_and_their_gradients_finite_differences(dim):
+    from uopcli import Graph
+    from uopcli.check import check_gradients
+    rng = np.random.default_rng(3 + dim)
+    base_v = rng.standard_normal((4, 5)).astype(np.float32)
+    src_v = rng.standard_normal((3, 5)).astype(np.float32)
+    index_shape = (2, 5) if dim == 0 else (3, 3)
+    index_v = rng.integers(0, base_v.shape[dim], index_shape).astype(np.int32)  # repeats: several writes to a place
+    base, src, index = UOp.param("base", (4, 5)), UOp.param("src", (3, 5)), UOp.param("index", index_shape, dtypes.int32)
+    inputs = {"base": base_v, "src": src_v, "index": index_v}
+    cases = [(base.scatter(dim, index, src), _scatter_reference(base_v, dim, index_v, src_v)),
+             (base.scatter(dim, index, 2.5), _scatter_reference(base_v, dim, index_v, np.full(index_shape, 2.5))),
+             (base.scatter(dim, index, 2.5, reduce="add"), _scatter_reference(base_v, dim, index_v, np.full(index_shape, 2.5), "sum")),
+             (base.scatter(dim, index, 2.5, reduce="multiply"),
+              _scatter_reference(base_v, dim, index_v, np.full(index_shape, 2.5), "prod"))]
+    for reduce in ("sum", "prod", "mean", "amax", "amin"):
+        for include_self in (True, False):
+            cases.append((base.scatter_reduce(dim, index, src, reduce, include_self=include_self),
+                          _scatter_reference(base_v, dim, index_v, src_v, reduce, include_self)))
+    got = values([out for out, _ in cases], **inputs)
+    for (_, expected), value in zip(cases, got):
+        np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-6)
+    weights = UOp.param("weights", (4, 5))
+    loss = sum(((out * weights).sum() for out, _ in cases[:1] + cases[4:]), UOp.const(0.0))
+    wide = {"base": base_v.astype(np.float64), "src": src_v.astype(np.float64), "index": index_v,
+            "weights": rng.standard_normal((4, 5))}
+    assert check_gradients(Graph({"loss": loss}), ["base", "src"], inputs=wide).passed
+    assert values([base.scatter(dim, UOp.param("none", (0, 0), dtypes.int32), src)], base=base_v, src=src_v,
+                  none=np.zeros((0, 0), np.int32)) == [base_v.tolist()]  # an empty index writes nothing
+    refusals = [
+        (lambda: base.scatter(dim, index.cast(dtypes.float32), src), "the index must be integers, got float32"),
+        (lambda: base.scatter(dim, index.reshape(-1), src), "ranks 2, 1 and 2: they must be equal"),
+        (lambda: base.scatter(dim, UOp.param("big", (5, 6), dtypes.int32), src), "must fit in src's [3, 5]"),
+        (lambda: base.scatter(dim, index, src.cast(dtypes.float16)), "src is float16, the tensor float32"),
+        (lambda: base.scatter(dim, index, src, reduce="add"), "reduce takes a number as src"),
+        (lambda: base.scatter(dim, index, 1.0, reduce="max"), "reduce is None, 'add' or 'multiply', got 'max'"),
+        (lambda: base.scatter_reduce(dim, index, src, "median"), "reduce is one of sum, prod, mean, amax, amin"),
+    ]
+    for build, message in refusals:
+        with pytest.raises(GraphError, match=re.escape(message)):
+            build()
+
+
 @pytest.mark.parametrize("length", [2, 5, 8, 13])
 def test_sort_argsort_and_topk_are_numpys_stable_sort(length):
     from uopcli import Graph

@@ -2,8 +2,8 @@
 
 `UOp` takes these as a mixin: activations, losses, normalisation, attention, convolution
 (and its transpose) and pooling, log-sum-exp, argmax, sorting and top-k, cumulative sums,
-products and maxima, inverse trigonometry, diagonals and windows, one-hot codes and
-numpy-style indexing,
+products and maxima, inverse trigonometry, diagonals and windows, one-hot codes,
+numpy-style indexing, gathering and scattering, and einops' rearrange,
 spelled and meaning what tinygrad 0.14's are and do, so a model ported from tinygrad builds
 here with the same code and has the same values and gradients. Nothing here is new to the
 file format: every function is a small graph of the format's ops (the maths beside each),
@@ -532,6 +532,33 @@ class TensorFunctions:
         dim = _axis(dim, len(self.shape))
         return self.reshape(self.shape[:dim] + tuple(sizes) + self.shape[dim + 1:])
 
+    def rearrange(self, formula: str, **sizes):
+        """einops' rearrange, as tinygrad's: "b c (h w) -> b (c h) w" splits each group of
+        the left side into its axes (`sizes` names those it cannot infer: at most one per
+        group is unknown), orders the axes as the right side names them, and merges each
+        group there. "..." stands for the axes no name covers, "()" or "1" for an axis of
+        size 1. A RESHAPE, a PERMUTE and a RESHAPE (each left out when it changes nothing)."""
+        left, right = _rearrange_sides(formula)
+        left_names = [name for group in left for name in group]
+        for name, size in sizes.items():
+            if name not in left_names:
+                raise GraphError(f"rearrange {formula!r}: size given for {name!r}, which the left side does not name")
+            if size.__class__ is not int or size < 0:
+                raise GraphError(f"rearrange {formula!r}: the size of {name} must be a whole number >= 0, got {size!r}")
+        if any("..." in group and _BARE not in group for group in left):
+            raise GraphError(f"rearrange {formula!r}: '...' cannot be inside a group on the left side")
+        left, right = _rearrange_ellipsis(formula, left, right, len(self.shape))
+        if len(left) != len(self.shape):
+            raise GraphError(f"rearrange {formula!r}: the left side has {len(left)} axes, the tensor "
+                             f"{list(self.shape)} has {len(self.shape)}")
+        axis_size = {}
+        for group, size in zip(left, self.shape):
+            axis_size.update(_split_group(formula, group, size, sizes))
+        order = [name for group in left for name in group]
+        split = self.reshape(tuple(axis_size[name] for name in order))
+        moved = split.permute([order.index(name) for group in right for name in group])
+        return moved.reshape(tuple(math.prod(axis_size[name] for name in group) for group in right))
+
     def view(self, *shape):
         """reshape, by its torch name."""
         return self.reshape(*shape)
@@ -695,6 +722,71 @@ class TensorFunctions:
         kept = self.shrink(tuple(None if d == dim else (0, i) for d, i in enumerate(index.shape)))
         kept = kept.unsqueeze(-1).transpose(-1, dim)  # the gathered axis last, beside the index's
         return index._one_hot_mask(self.shape[dim], len(index.shape)).where(kept, 0).sum(-1)
+
+    def scatter(self, dim: int, index, src, reduce: str | None = None):
+        """A copy with src[..., i, ...] written at index[..., i, ...] along `dim` (index of the
+        same rank; where an index repeats, the last write wins), as tinygrad's. A number as
+        src is written at every index; with it, reduce "add" or "multiply" combines with
+        what is there (scatter_reduce does that for a tensor src)."""
+        if reduce not in (None, "add", "multiply"):
+            raise GraphError(f"scatter: reduce is None, 'add' or 'multiply', got {reduce!r}")
+        if not hasattr(src, "shape"):
+            src = type(self).full(index.shape, src, self.dtype)
+        elif reduce is not None:
+            raise GraphError("scatter: reduce takes a number as src; for a tensor src use scatter_reduce")
+        if reduce is not None:
+            return self.scatter_reduce(dim, index, src, "sum" if reduce == "add" else "prod")
+        values, mask = self._scatter_operands("scatter", dim, index, src)
+        if not mask.shape[-1]:
+            return self  # an empty index writes nothing
+        written, value = mask[..., 0], values[..., 0]
+        for k in range(1, mask.shape[-1]):  # later writes over earlier ones
+            written, value = written | mask[..., k], mask[..., k].where(values[..., k], value)
+        return written.where(value, self)
+
+    def scatter_reduce(self, dim: int, index, src, reduce: str, include_self: bool = True):
+        """Each element of src combined, by `reduce` ("sum", "prod", "mean", "amax" or
+        "amin"), into the place index names along `dim`, with this tensor's own value
+        there too unless include_self is False (a place nothing is written to keeps it)."""
+        if reduce not in _SCATTER_IDENTITY:
+            raise GraphError(f"scatter_reduce: reduce is one of {', '.join(_SCATTER_IDENTITY)}, got {reduce!r}")
+        values, mask = self._scatter_operands("scatter_reduce", dim, index, src)
+        untouched = mask.any(-1).logical_not()
+
+        def own(identity):  # this tensor's values where they take part, else the reduce's identity
+            return self if include_self else untouched.where(self, identity)
+        identity = _SCATTER_IDENTITY[reduce](self.dtype)
+        written = mask.where(values, identity)
+        if reduce == "mean":
+            count = mask.where(1, 0).sum(-1) + (1 if include_self else untouched.where(1, 0))
+            return (written.sum(-1) + own(identity)) / count
+        if reduce == "sum":
+            return written.sum(-1) + own(identity)
+        if reduce == "prod":
+            return written.prod(-1) * own(identity)
+        if reduce == "amax":
+            return written.max(-1).maximum(own(identity))
+        return written.min(-1).minimum(own(identity))
+
+    def _scatter_operands(self, name: str, dim: int, index, src) -> tuple:
+        """(values, mask), each of shape (*self.shape, k) for the k places of index along
+        `dim`: at place p and k, src and whether index writes there, each from position p
+        with p[dim] replaced by k (padded with zeros and False beyond index's shape)."""
+        if not index.dtype.is_int:
+            raise GraphError(f"{name}: the index must be integers, got {index.dtype.name}")
+        if not len(index.shape) == len(src.shape) == len(self.shape):
+            raise GraphError(f"{name}: the tensor, index and src have ranks {len(self.shape)}, {len(index.shape)} "
+                             f"and {len(src.shape)}: they must be equal")
+        dim = _axis(dim, len(self.shape))
+        if any((d != dim and i > s) or i > t for d, (s, i, t) in enumerate(zip(self.shape, index.shape, src.shape))):
+            raise GraphError(f"{name}: index shape {list(index.shape)} must fit in src's {list(src.shape)} and, "
+                             f"off axis {dim}, in the tensor's {list(self.shape)}")
+        if src.dtype is not self.dtype:
+            raise GraphError(f"{name}: src is {src.dtype.name}, the tensor {self.dtype.name}: they must be equal")
+        size = self.shape[dim]
+        values = src.shrink_to(index.shape).unsqueeze(-1).expand(*index.shape, size).transpose(-1, dim)
+        mask = index._one_hot_mask(size, len(index.shape)).transpose(-1, dim)
+        return values.pad_to(*self.shape, None), mask.pad_to(*self.shape, None)
 
     def interpolate(self, size: Sequence[int], mode: str = "linear", align_corners: bool = False):
         """Resampled to `size` along the last len(size) axes, one axis after another (last
@@ -1092,6 +1184,103 @@ def _diagonals(x, letters: str) -> tuple:
     return x, letters
 
 
+def _rearrange_sides(formula: str) -> tuple[list[list[str]], list[list[str]]]:
+    """The two sides of a rearrange formula, each a list of groups (an axis each) of axis
+    names: "a (b c) 1" is [["a"], ["b", "c"], []]; a bare "..." stays a group ["..."] and
+    "(... c)" a group holding it (they differ: _rearrange_ellipsis tells them apart by
+    the BARE marker). Names are Python identifiers that neither start nor end with "_",
+    each once per side, the same names on both sides."""
+    if not isinstance(formula, str) or formula.count("->") != 1:
+        raise GraphError(f"rearrange {formula!r}: the formula needs exactly one '->'")
+    sides = [_rearrange_side(formula, side) for side in formula.split("->")]
+    names = [[name for group in side for name in group if name is not _BARE] for side in sides]
+    for side_names in names:
+        for name in side_names:
+            if name != "..." and not (name.isidentifier() and name[0] != "_" and name[-1] != "_"):
+                raise GraphError(f"rearrange {formula!r}: {name!r} is not an axis name")
+        repeated = {name for name in side_names if side_names.count(name) > 1}
+        if repeated:
+            raise GraphError(f"rearrange {formula!r}: {sorted(repeated)[0]!r} is named twice on one side")
+    if sorted(names[0]) != sorted(names[1]):
+        raise GraphError(f"rearrange {formula!r}: the two sides name different axes")
+    return sides[0], sides[1]
+
+
+_BARE = object()  # marks the group of a "..." outside parentheses: one axis per axis it covers
+
+
+def _rearrange_side(formula: str, side: str) -> list[list]:
+    tokens = side.replace("…", "...").replace("(", " ( ").replace(")", " ) ").split()
+    groups, open_group = [], None
+    for token in tokens:
+        if token == "(":
+            if open_group is not None:
+                raise GraphError(f"rearrange {formula!r}: groups cannot nest")
+            open_group = []
+        elif token == ")":
+            if open_group is None:
+                raise GraphError(f"rearrange {formula!r}: ')' without '('")
+            groups.append(open_group)
+            open_group = None
+        elif token == "1":  # an axis of size 1: an empty group, or nothing inside a group
+            if open_group is None:
+                groups.append([])
+        elif open_group is not None:
+            open_group.append(token)
+        else:
+            groups.append([token, _BARE] if token == "..." else [token])
+    if open_group is not None:
+        raise GraphError(f"rearrange {formula!r}: '(' without ')'")
+    return groups
+
+
+def _rearrange_ellipsis(formula: str, left: list, right: list, rank: int) -> tuple[list, list]:
+    """Both sides with "..." replaced by the names "...0", "...1", ... of the axes it covers:
+    a bare "..." one group per axis, "(... c)" all of them merged with c."""
+    if not any("..." in group for group in left + right):
+        return left, right
+    covered = rank - (len(left) - 1)
+    if covered < 0:
+        raise GraphError(f"rearrange {formula!r}: the left side names more axes than the tensor's {rank}")
+    names = [f"...{i}" for i in range(covered)]
+
+    def expand(side):
+        out = []
+        for group in side:
+            if "..." not in group:
+                out.append(group)
+            elif _BARE in group:
+                out.extend([name] for name in names)
+            else:
+                at = group.index("...")
+                out.append(group[:at] + names + group[at + 1:])
+        return out
+    return expand(left), expand(right)
+
+
+def _split_group(formula: str, group: list[str], size: int, sizes: dict) -> dict[str, int]:
+    """The sizes of the axes `group` splits an axis of `size` into: given ones from `sizes`,
+    one unknown inferred; an empty group is an axis of size 1."""
+    if not group:
+        if size != 1:
+            raise GraphError(f"rearrange {formula!r}: '()' stands for an axis of size 1, the tensor's is {size}")
+        return {}
+    unknown = [name for name in group if name not in sizes]
+    known = math.prod(sizes[name] for name in group if name in sizes)
+    if len(unknown) > 1:
+        raise GraphError(f"rearrange {formula!r}: give the size of all but one of {', '.join(group)} "
+                         f"(e.g. {unknown[0]}=...)")
+    if unknown:
+        if known <= 0 or size % known:
+            raise GraphError(f"rearrange {formula!r}: an axis of {size} does not split into "
+                             f"{' x '.join(group)} with the sizes given")
+        return {**{name: sizes[name] for name in group if name in sizes}, unknown[0]: size // known}
+    if known != size:
+        raise GraphError(f"rearrange {formula!r}: {' x '.join(f'{n}={sizes[n]}' for n in group)} is {known}, "
+                         f"the axis has {size}")
+    return {name: sizes[name] for name in group}
+
+
 def _axis(dim: int, rank: int) -> int:
     if not isinstance(dim, int) or isinstance(dim, bool) or not -rank <= dim < rank:
         raise GraphError(f"axis {dim!r} out of range for rank {rank}")
@@ -1123,6 +1312,11 @@ def _odd_blocks_flipped(x, halves: int, within: tuple):
     """x with the blocks whose `halves` bit is set reversed along the `within` axes."""
     first, second = x.split(1, halves)
     return first.cat(second.flip(within), dim=halves)
+
+
+# scatter_reduce's reduces and the value each starts from (where nothing is written)
+_SCATTER_IDENTITY = {"sum": lambda dtype: 0, "prod": lambda dtype: 1, "mean": lambda dtype: 0,
+                     "amax": lambda dtype: _lowest(dtype), "amin": lambda dtype: _highest(dtype)}
 
 
 def _highest(dtype):
