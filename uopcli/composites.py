@@ -1188,7 +1188,7 @@ def _rearrange_sides(formula: str) -> tuple[list[list[str]], list[list[str]]]:
     """The two sides of a rearrange formula, each a list of groups (an axis each) of axis
     names: "a (b c) 1" is [["a"], ["b", "c"], []]; a bare "..." stays a group ["..."] and
     "(... c)" a group holding it (they differ: _rearrange_ellipsis tells them apart by
-    the BARE marker). Names are Python identifiers that neither start nor end with "_",
+    the _BARE marker a bare one carries). Names are Python identifiers that neither start nor end with "_",
     each once per side, the same names on both sides."""
     if not isinstance(formula, str) or formula.count("->") != 1:
         raise GraphError(f"rearrange {formula!r}: the formula needs exactly one '->'")
