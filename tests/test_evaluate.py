@@ -839,3 +839,32 @@ def test_stride_1_max_pool_gradient_equals_the_op_by_op_reference(kernel):
     (got,) = evaluate([grad], inputs)
     (expected,) = reference_evaluate([grad], inputs)
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("stride, padding, dilation, groups", [(1, 1, 1, 1), (2, 1, 1, 1), (1, 2, 2, 1), (1, 1, 1, 2),
+                                                               (2, 0, 1, 1)])
+def test_conv_input_gradient_is_laid_out_for_its_col2im_and_equals_the_op_by_op_reference(
+        stride, padding, dilation, groups, monkeypatch):
+    # conv2d's input gradient is a contraction (the weight against the output gradient)
+    # scatter-added back one window position (kh, kw) at a time: col2im. Laid out (N, C,
+    # H, W, kh, kw), each add read elements kh*kw apart; the contraction now lays its
+    # result out (N, C, kh, kw, H, W) for it, so each add reads rows of W neighbours.
+    import importlib
+    from _reference_eval import reference_evaluate
+    from uopcli.gradient import compute_gradient
+    strided = importlib.import_module("uopcli.strided")
+    seen, real = [], strided.StridedScatter.__call__
+    monkeypatch.setattr(strided.StridedScatter, "__call__", lambda self, node, g: seen.append((self, g)) or real(self, node, g))
+    x, w = UOp.param("x", (2, 8, 18, 18)), UOp.param("w", (8, 8 // groups, 3, 3))  # large enough for one product
+    loss = (x.conv2d(w, groups=groups, stride=stride, dilation=dilation, padding=padding).relu() ** 2).sum()
+    grad = compute_gradient(loss, UOp.const(1.0), [x])[x]
+    inputs = {"x": rand(2, 8, 18, 18), "w": rand(8, 8 // groups, 3, 3)}
+    (got,) = evaluate([grad], inputs)
+    (expected,) = reference_evaluate([grad], inputs)  # float32 sums in another order: compare to the scale
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+    scatter, g = seen[0]
+    assert scatter.looped and len(seen) == 1
+    moving = [axis for axis in range(g.ndim) if g.shape[axis] > 1]
+    inner = min(moving, key=lambda axis: g.strides[axis])
+    assert inner not in scatter.looped and g.strides[inner] == g.itemsize, (g.shape, g.strides, scatter.looped)
+    assert all(g.strides[axis] > g.strides[inner] * g.shape[inner] for axis in scatter.looped), (g.strides, scatter.looped)
