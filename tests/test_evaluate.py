@@ -868,3 +868,31 @@ def test_conv_input_gradient_is_laid_out_for_its_col2im_and_equals_the_op_by_op_
     inner = min(moving, key=lambda axis: g.strides[axis])
     assert inner not in scatter.looped and g.strides[inner] == g.itemsize, (g.shape, g.strides, scatter.looped)
     assert all(g.strides[axis] > g.strides[inner] * g.shape[inner] for axis in scatter.looped), (g.strides, scatter.looped)
+
+
+def test_conv_weight_gradient_copies_its_windows_in_rows_and_equals_the_op_by_op_reference(monkeypatch):
+    # conv2d's weight gradient contracts N, H, W of the input's windows: as matmul's right
+    # factor (N*H*W, C*kh*kw) numpy's copy of the windows gathers runs of kw = 3 elements,
+    # as the left one (C*kh*kw, N*H*W) rows of W (4x faster); the result is then transposed.
+    from _reference_eval import reference_evaluate
+    from uopcli.gradient import compute_gradient
+    products, real = [], np.matmul
+    monkeypatch.setattr(np, "matmul", lambda a, b, *args, **kwargs: products.append((a.shape, b.shape)) or real(a, b, *args, **kwargs))
+    x, w = UOp.param("x", (2, 8, 18, 18)), UOp.param("w", (8, 8, 3, 3))
+    loss = (x.conv2d(w, padding=1).relu() ** 2).sum()
+    grad = compute_gradient(loss, UOp.const(1.0), [w])[w]
+    inputs = {"x": rand(2, 8, 18, 18), "w": rand(8, 8, 3, 3)}
+    (got,) = evaluate([grad], inputs)
+    monkeypatch.undo()
+    (expected,) = reference_evaluate([grad], inputs)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+    assert got.flags.c_contiguous
+    assert ((8 * 3 * 3, 2 * 18 * 18), (2 * 18 * 18, 8)) in products, products
+
+
+def test_a_product_of_contiguous_factors_is_not_swapped():
+    import importlib
+    module = importlib.import_module("uopcli.evaluate")
+    a, b = np.ones((64, 32), np.float32), np.ones((32, 48), np.float32)
+    assert not module._swap_is_cheaper(a, [0, 1], b, [1, 2], [], [0], [2], [1], 64 * 48)
+    assert module._copy_cost(a.T, [1, 1]) == 0 and module._copy_cost(a.T, [2]) == 64 * 32 * module._SHORT_RUNS

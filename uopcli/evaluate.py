@@ -472,7 +472,12 @@ def _pair_product(a, a_axes, b, b_axes, reduced, out_axes, size, scratch: list, 
         a, a_axes, a_free, b, b_axes, b_free = b, b_axes, b_free, a, a_axes, a_free
     batch_n, m, n, k = (math.prod(size[x] for x in group) for group in (batch, a_free, b_free, contracted))
     order = batch + a_free + b_free
-    if order != out_axes:  # the result would need a transposed copy: try batching the leading axes instead
+    if order == out_axes:
+        if copy and _swap_is_cheaper(a, a_axes, b, b_axes, batch, a_free, b_free, contracted, batch_n * m * n):
+            a, a_axes, a_free, b, b_axes, b_free = b, b_axes, b_free, a, a_axes, a_free
+            m, n = n, m
+            order = batch + a_free + b_free  # the result's transposed copy below is the cheap part
+    else:  # the result would need a transposed copy: try batching the leading axes instead
         lead = _leading_batch(a_axes, b_axes, common, out_axes)
         work_per_product = batch_n * m * n * k // math.prod(size[x] for x in lead) if lead else 0
         if work_per_product >= _LEAD_MIN_WORK:
@@ -492,6 +497,47 @@ def _pair_product(a, a_axes, b, b_axes, reduced, out_axes, size, scratch: list, 
     if order != out_axes:
         result = np.transpose(result, [order.index(x) for x in out_axes])
     return _contiguous(result, scratch)
+
+
+def _swap_is_cheaper(a, a_axes, b, b_axes, batch, a_free, b_free, contracted, result_size: int) -> bool:
+    """Whether B^T A^T, then a transposed copy of the result, is much cheaper than A B:
+    each factor that matmul's layout makes numpy copy costs by how short the copy's
+    contiguous inner runs are. conv2d's weight gradient contracts N, H, W of the windows:
+    as the right factor, (N·H·W, C·kh·kw), its copy gathers runs of kw = 3 elements (30 ms
+    for (32, 32, 32, 32) windows of 3x3); as the left, (C·kh·kw, N·H·W), rows of W (8 ms)."""
+    def cost(view, axes, first, second):  # the factor as matmul reads it: (batch, first, second)
+        view = np.transpose(view, [axes.index(x) for x in batch + first + second])
+        groups = ([len(batch)] if batch else []) + [len(first), len(second)]
+        return _copy_cost(view, groups)
+
+    now = cost(a, a_axes, a_free, contracted) + cost(b, b_axes, contracted, b_free)
+    swapped = cost(b, b_axes, b_free, contracted) + cost(a, a_axes, contracted, a_free) + _SHORT_RUNS * result_size
+    return 2 * swapped < now
+
+
+_SHORT_RUNS, _LONG_RUNS = 8, 2  # relative cost per element of copying in runs shorter than 8 elements, or longer
+
+
+def _copy_cost(view, groups: list[int]) -> int:
+    """The relative cost of reshaping `view` to one axis per group of consecutive axes: 0
+    where a view fits, else its size times the per-element cost of its contiguous runs."""
+    shape, strides = view.shape, view.strides
+    start = 0
+    for count in groups:
+        kept = [axis for axis in range(start, start + count) if shape[axis] != 1]
+        if any(strides[x] != strides[y] * shape[y] for x, y in zip(kept, kept[1:])):
+            break
+        start += count
+    else:
+        return 0
+    run = 1
+    for axis in reversed(range(view.ndim)):
+        if shape[axis] == 1:
+            continue
+        if strides[axis] != run * view.itemsize:
+            break
+        run *= shape[axis]
+    return view.size * (_SHORT_RUNS if run < 8 else _LONG_RUNS)
 
 
 def _outer_layout(a_axes, b_axes, out_axes, outer) -> list | None:
