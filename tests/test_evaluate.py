@@ -896,3 +896,87 @@ def test_a_product_of_contiguous_factors_is_not_swapped():
     a, b = np.ones((64, 32), np.float32), np.ones((32, 48), np.float32)
     assert not module._swap_is_cheaper(a, [0, 1], b, [1, 2], [], [0], [2], [1], 64 * 48)
     assert module._copy_cost(a.T, [1, 1]) == 0 and module._copy_cost(a.T, [2]) == 64 * 32 * module._SHORT_RUNS
+
+
+def _gather_model(n: int = 48, m: int = 40, rows: int = 64):
+    x = UOp.param("x", (rows, n))
+    index = UOp.param("i", (rows, m), dtypes.int32)
+    picked = x.gather(1, index)
+    loss = (picked * picked).sum()
+    from uopcli.gradient import compute_gradient
+    return x, picked, compute_gradient(loss, UOp.const(1.0), [x])[x]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32])
+def test_gather_selects_by_a_product_with_the_mask_and_equals_take_along_axis(dtype):
+    # gather spells its selection as sum(where(index == arange, x, 0)) over a one-hot axis:
+    # the sum runs as the contraction of the mask with x (one product), exactly.
+    from _reference_eval import reference_evaluate
+    n, m, rows = 48, 40, 64
+    x = UOp.param("x", (rows, n), dtypes.int32 if dtype == np.int32 else dtypes.float16 if dtype == np.float16 else dtypes.float32)
+    index = UOp.param("i", (rows, m), dtypes.int32)
+    picked = x.gather(1, index)
+    inputs = {"x": (RNG.standard_normal((rows, n)) * 100).astype(dtype), "i": RNG.integers(0, n, (rows, m)).astype(np.int32)}
+    stats = EvalStats()
+    (got,) = evaluate([picked], inputs, stats=stats)
+    same(got, np.take_along_axis(inputs["x"], inputs["i"], axis=1))
+    (expected,) = reference_evaluate([picked], inputs)
+    same(got, expected)
+    assert stats.contractions == 1
+
+
+def test_gather_and_its_gradient_keep_the_wheres_values_where_x_is_not_finite_or_a_negative_zero():
+    # inf * 0 is nan where the WHERE gives 0, and -x * 0 is -0.0 where it gives +0.0: the
+    # products must not show through, so the results equal the op-by-op WHERE and sum.
+    from _reference_eval import reference_evaluate
+    x, picked, grad = _gather_model()
+    values = rand(64, 48)
+    values[3, 5], values[7, :] = np.inf, np.nan   # row 7 all nan, picked or not
+    values[9, :] = -0.0
+    index = RNG.integers(0, 48, (64, 40)).astype(np.int32)
+    index[3] = 6  # row 3 never picks its inf
+    inputs = {"x": values, "i": index}
+    got = evaluate([picked, grad], inputs)
+    expected = reference_evaluate([picked, grad], inputs)
+    for result, reference in zip(got, expected):
+        same(result, reference)
+        assert np.array_equal(np.signbit(result), np.signbit(reference))
+    assert np.isfinite(got[0][3]).all() and np.isnan(got[0][7]).all()
+    finite = {"x": np.where(np.isfinite(values), values, 1.0).astype(np.float32), "i": index}
+    got = evaluate([picked, grad], finite)  # the product path: -0.0 picked in row 9 reads +0.0, as the WHERE's sum
+    expected = reference_evaluate([picked, grad], finite)
+    for result, reference in zip(got, expected):
+        np.testing.assert_allclose(result, reference, rtol=1e-6, atol=1e-6)
+        assert np.array_equal(np.signbit(result), np.signbit(reference))
+
+
+def test_interpolate_gradient_runs_as_products_and_equals_the_op_by_op_reference():
+    # lerp's two gathers per axis: the gradient adds two masked scatter-adds, one product each
+    from _reference_eval import reference_evaluate
+    from uopcli.gradient import compute_gradient
+    x = UOp.param("x", (2, 3, 12, 10))
+    y = x.interpolate((20, 24))
+    grad = compute_gradient((y * y).sum(), UOp.const(1.0), [x])[x]
+    inputs = {"x": rand(2, 3, 12, 10)}
+    stats = EvalStats()
+    got = evaluate([y, grad], inputs, stats=stats)
+    expected = reference_evaluate([y, grad], inputs)
+    for result, reference in zip(got, expected):
+        np.testing.assert_allclose(result, reference, rtol=1e-5, atol=1e-5 * np.abs(reference).max())
+    assert stats.peak_bytes < 2 * 3 * 20 * 24 * 12 * 4, stats.peak_bytes  # under one one-hot tensor of the result
+
+
+def test_elementwise_steps_on_sources_broadcast_alike_run_once_along_those_axes():
+    a, b = UOp.param("a", (1, 64, 1)), UOp.param("b", (1, 1, 96))
+    full = (128, 64, 96)
+    outputs = [a.expand(full) < b.expand(full), a.expand(full) * b.expand(full) + 1.0]
+    inputs = {"a": rand(1, 64, 1), "b": rand(1, 1, 96)}
+    got = evaluate(outputs, inputs)
+    same(got[0], np.broadcast_to(inputs["a"] < inputs["b"], full))
+    same(got[1], np.broadcast_to(inputs["a"] * inputs["b"] + np.float32(1.0), full))
+    import importlib
+    module = importlib.import_module("uopcli.evaluate")
+    program = module._compile(outputs, inputs)
+    less = next(step for step in program.steps if step[1].op == Ops.CMPLT)
+    value = less[0](less[1], *[np.broadcast_to(inputs[n], full) for n in ("a", "b")])
+    assert value.strides[0] == 0 and value.shape == full  # computed on (1, 64, 96), then broadcast

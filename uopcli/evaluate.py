@@ -334,13 +334,18 @@ class _Contraction:
     REDUCE's axis order where possible (np.einsum can return Fortran-ordered results that
     slow every later elementwise op). Shape-() factors multiply the operand with the fewest
     elements before the sum, as the graph does (c * sum(x) could overflow where sum(x * c) does not).
+
+    A sum of WHERE(mask, a, 0) (gather's one-hot selection and its gradient's scatter-add),
+    or of two such WHEREs added, has the terms mask * a (see _masked_sum): `masked` holds
+    those WHERE nodes.
     """
 
-    __slots__ = ("terms", "order", "outer", "scratch_bytes")
+    __slots__ = ("terms", "order", "outer", "masked", "scratch_bytes")
 
-    def __init__(self, terms: tuple[tuple[int, ...], ...], order: tuple[int, ...] | None = None):
+    def __init__(self, terms: tuple[tuple[int, ...], ...], order: tuple[int, ...] | None = None, masked=None):
         self.terms = terms  # per term, the positions of its factors among the step's sources
         self.order = order  # a PERMUTE between the products and the REDUCE, absorbed: its axis order
+        self.masked = masked
         # axes the one reader of the result walks one position at a time (a scatter-add's
         # looped axes, set by _lay_out_for_scatters): laid out outside a run of the others
         self.outer: tuple[int, ...] = ()
@@ -348,6 +353,8 @@ class _Contraction:
 
     def __call__(self, node, *values):
         full_shape = node.src[0].shape
+        if self.masked is not None:
+            return _masked_sum(self, node, *values)
         if self.order is not None:  # the factors as the PERMUTE would show them: views, no copy
             values = [np.transpose(v, self.order) if np.ndim(v) else v for v in values]
         reduced = frozenset(node.arg[1])
@@ -364,6 +371,45 @@ class _Contraction:
                 total = np.add(total, part)
         self.scratch_bytes = sum(scratch)
         return total
+
+
+def _masked_sum(contraction: _Contraction, node, *sources):
+    """REDUCE ADD over WHERE(mask, values, 0) (or two such added) as the contraction of
+    each mask (as 0 and 1) with its values: gather's one-hot selection becomes one matmul
+    instead of a tensor n times the result's size, summed. Products of a selection differ
+    from it only where some value is not finite (inf * 0 is nan, where the WHERE gives 0:
+    then the WHEREs are run as written) or in the sign of a zero (a negative value times 0
+    is -0.0, the WHERE's 0 is +0.0: adding +0.0 to each sum with a masked-out element
+    restores it); sums of several selected values round as any contraction's."""
+    full_shape = node.src[0].shape
+    reduced = node.arg[1]
+    pairs = [sources[i:i + 2] for i in range(0, len(sources), 2)]  # (mask, values) per WHERE
+    float_values = node.dtype.is_float
+    if float_values and not all(np.isfinite(_factor_view(values, full_shape)[0]).all() for _, values in pairs):
+        selected = [IMPL[Ops.WHERE](where, mask, values, _const(where.src[2]))
+                    for where, (mask, values) in zip(contraction.masked, pairs)]
+        return _reduce(node, selected[0] if len(selected) == 1 else np.add(*selected))
+    scratch: list = []
+    total = None
+    for mask, values in pairs:
+        part = _contract_term([mask, values], full_shape, frozenset(reduced), node, scratch)
+        total = part if total is None else np.add(total, part)
+    contraction.scratch_bytes = sum(scratch)
+    if float_values:
+        everything_selected = functools.reduce(
+            np.logical_and, [np.all(_unbroadcast(mask), axis=reduced, keepdims=True) for mask, _ in pairs])
+        if everything_selected.any():
+            total = np.where(everything_selected, total, total + total.dtype.type(0))
+        elif total.flags.writeable:
+            np.add(total, total.dtype.type(0), out=total)
+        else:
+            total = total + total.dtype.type(0)
+    return total
+
+
+def _unbroadcast(value):
+    """`value` with each axis it is broadcast along (stride 0) cut to length 1: a view."""
+    return value[tuple(slice(0, 1) if stride == 0 else slice(None) for stride in value.strides)]
 
 
 def _factor_view(value, full_shape) -> tuple[np.ndarray, list[int]]:
@@ -864,6 +910,7 @@ def _compile(outputs: Sequence[UOp], inputs: Mapping) -> _Program:
     _plan_frees(program)
     _plan_in_place(program)
     _order_view_readers(program)
+    _shrink_broadcast_steps(program)
     return program
 
 
@@ -903,9 +950,14 @@ def _fuse_contractions(program: _Program) -> None:
             # REDUCE ADD over a PERMUTE of products (conv2d's input gradient): contract the
             # products' factors transposed as the PERMUTE orders them, without the product
             root, order = permute[2][0], permute[1].arg
-        terms = _sum_of_products(root, producer, reads)
+        terms, masked = _sum_of_products(root, producer, reads), None
         if terms is None:
-            continue
+            wheres = _zero_wheres(root, producer, reads) if order is None else None
+            if wheres is None:
+                continue
+            absorbed, wheres = wheres
+            terms = [(absorbed if i == 0 else [], list(where[2][:2])) for i, where in enumerate(wheres)]
+            masked = tuple(where[1] for where in wheres)
         if order is not None:
             fused.add(id(permute))
         sources, positions = [], []
@@ -913,10 +965,37 @@ def _fuse_contractions(program: _Program) -> None:
             positions.append(tuple(range(len(sources), len(sources) + len(factors))))
             sources.extend(factors)
             fused.update(absorbed)
-        step[0], step[2], step[4] = _Contraction(tuple(positions), order), tuple(sources), _NEW
+        step[0], step[2], step[4] = _Contraction(tuple(positions), order, masked), tuple(sources), _NEW
         program.contractions += 1
     if fused:
         program.steps = [step for step in steps if id(step) not in fused]
+
+
+def _zero_wheres(root: int, producer: dict, reads: list):
+    """(ids of the steps absorbed, the WHERE steps) for register `root` holding
+    WHERE(mask, a, 0) or the sum of two (gather's selection; the gradient of lerp's two
+    gathers), each value read only there; else None. A number (not bool) result, the
+    else-branch the CONST +0."""
+    step = producer.get(root)
+    if step is None or reads[root] != 1:
+        return None
+    if step[1].op == Ops.ADD:
+        wheres = [_zero_where(reg, producer, reads) for reg in step[2]]
+        return None if None in wheres else ([id(step)] + [id(w) for w in wheres], wheres)
+    where = _zero_where(root, producer, reads)
+    return None if where is None else ([id(where)], [where])
+
+
+def _zero_where(reg: int, producer: dict, reads: list):
+    step = producer.get(reg)
+    if step is None or reads[reg] != 1 or step[1].op != Ops.WHERE or step[0] is not IMPL[Ops.WHERE]:
+        return None
+    node = step[1]
+    mask, values, zero = node.src
+    if node.dtype.is_bool or zero.op != Ops.CONST or zero.arg != 0 or math.copysign(1.0, zero.arg) < 0 \
+            or mask.shape != node.shape or values.shape != node.shape:
+        return None
+    return step
 
 
 def _sum_of_products(root: int, producer: dict, reads: list):
@@ -1163,6 +1242,44 @@ def _order_view_readers(program: _Program) -> None:
 
 
 _ORDER_MIN_SIZE = 1 << 15  # elements: below it the transposes cost more than they save
+
+
+def _shrink_broadcast_steps(program: _Program) -> None:
+    """Elementwise steps reading an EXPAND may find every source broadcast along the same
+    axes (see _OnBroadcast)."""
+    for step in program.steps:
+        node = step[1]
+        if node.op in ELEMENTWISE and node.shape and math.prod(node.shape) >= _BROADCAST_MIN_SIZE \
+                and any(source.op == Ops.EXPAND for source in node.src):
+            step[0] = _OnBroadcast(step[0])
+
+
+_BROADCAST_MIN_SIZE = 1 << 12  # elements: below it the check costs more than it can save
+
+
+class _OnBroadcast:
+    """An elementwise step whose sources are all broadcast along some axes (stride 0: an
+    EXPAND) runs once along them and broadcasts its result, as the EXPAND did its source:
+    gather's one-hot mask, index == arange over (N, C, H, W, n), is n·W distinct values."""
+
+    __slots__ = ("impl",)
+
+    def __init__(self, impl):
+        self.impl = impl
+
+    def __call__(self, node, *sources):
+        common = None
+        for source in sources:
+            if isinstance(source, np.ndarray) and source.ndim:
+                zero = {axis for axis, stride in enumerate(source.strides) if stride == 0 and source.shape[axis] > 1}
+                common = zero if common is None else common & zero
+                if not common:
+                    return self.impl(node, *sources)
+        if not common:
+            return self.impl(node, *sources)
+        cut = tuple(slice(0, 1) if axis in common else slice(None) for axis in range(len(node.shape)))
+        small = [source[cut] if isinstance(source, np.ndarray) and source.ndim else source for source in sources]
+        return np.broadcast_to(self.impl(node, *small), node.shape)
 
 
 class _InViewOrder:
