@@ -938,8 +938,10 @@ def test_gather_and_its_gradient_keep_the_wheres_values_where_x_is_not_finite_or
     inputs = {"x": values, "i": index}
     got = evaluate([picked, grad], inputs)
     expected = reference_evaluate([picked, grad], inputs)
+    same(got[0], expected[0])  # a selection: exact
+    # the gradient adds the values picked at one class in index order: rounding may differ
+    np.testing.assert_allclose(got[1], expected[1], rtol=1e-6, atol=1e-6)
     for result, reference in zip(got, expected):
-        same(result, reference)
         assert np.array_equal(np.signbit(result), np.signbit(reference))
     assert np.isfinite(got[0][3]).all() and np.isnan(got[0][7]).all()
     finite = {"x": np.where(np.isfinite(values), values, 1.0).astype(np.float32), "i": index}
@@ -980,3 +982,63 @@ def test_elementwise_steps_on_sources_broadcast_alike_run_once_along_those_axes(
     less = next(step for step in program.steps if step[1].op == Ops.CMPLT)
     value = less[0](less[1], *[np.broadcast_to(inputs[n], full) for n in ("a", "b")])
     assert value.strides[0] == 0 and value.shape == full  # computed on (1, 64, 96), then broadcast
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_gather_reads_the_index_without_building_its_one_hot_mask(dtype):
+    # index == arange along the summed axis is a selection: values[..., index, ...] read
+    # directly (indices outside the axis select nothing, as the mask does), so no array
+    # the size of the mask, n times the result, is made
+    from _reference_eval import reference_evaluate
+    rows, n, m = 64, 48, 40
+    x = UOp.param("x", (rows, n), dtypes.int32 if dtype == np.int32 else dtypes.float32)
+    index = UOp.param("i", (rows, m), dtypes.int32)
+    picked = x.gather(1, index)
+    indices = RNG.integers(-3, n + 3, (rows, m)).astype(np.int32)  # some outside [0, n)
+    inputs = {"x": (RNG.standard_normal((rows, n)) * 100).astype(dtype), "i": indices}
+    stats = EvalStats()
+    (got,) = evaluate([picked], inputs, stats=stats)
+    (expected,) = reference_evaluate([picked], inputs)
+    same(got, expected)
+    inside = (indices >= 0) & (indices < n)
+    same(got, np.where(inside, np.take_along_axis(inputs["x"], np.clip(indices, 0, n - 1), axis=1), 0).astype(dtype))
+    assert stats.peak_bytes < rows * m * n, stats.peak_bytes  # under the bool mask itself
+
+
+def test_a_mask_against_something_other_than_arange_is_summed_as_written():
+    from _reference_eval import reference_evaluate
+    x, index = UOp.param("x", (16, 24)), UOp.param("i", (16, 10), dtypes.int32)
+    classes = (UOp.arange(24) * 2).reshape((1, 1, 24))  # even numbers: no selection by position
+    mask = index.unsqueeze(-1).eq(classes)
+    total = mask.where(x.unsqueeze(1).expand((16, 10, 24)), 0).sum(-1)
+    inputs = {"x": rand(16, 24), "i": RNG.integers(0, 48, (16, 10)).astype(np.int32)}
+    (got,) = evaluate([total], inputs)
+    (expected,) = reference_evaluate([total], inputs)
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+    assert np.array_equal(np.signbit(got), np.signbit(expected))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gather_gradient_scatter_adds_without_building_the_one_hot_mask(dtype):
+    # the gradient sums where(index == arange, g, 0) along the index's own axis: a
+    # scatter-add of g at the indices (repeats add up; outside [0, n) adds nothing).
+    # (float16 gradients sum through a CAST to float32, which this does not look through.)
+    from _reference_eval import reference_evaluate
+    from uopcli.gradient import compute_gradient
+    rows, n, m = 64, 48, 40
+    kind = dtypes.float64 if dtype == np.float64 else dtypes.float32
+    x, index, seed = UOp.param("x", (rows, n), kind), UOp.param("i", (rows, m), dtypes.int32), UOp.param("g", (rows, m), kind)
+    grad = compute_gradient(x.gather(1, index), seed, [x])[x]
+    indices = RNG.integers(-3, n + 3, (rows, m)).astype(np.int32)
+    inputs = {"x": (RNG.standard_normal((rows, n)) * 8).astype(dtype), "i": indices,
+              "g": (RNG.standard_normal((rows, m)) * 8).astype(dtype)}
+    stats = EvalStats()
+    (got,) = evaluate([grad], inputs, stats=stats)
+    (expected,) = reference_evaluate([grad], inputs)
+    wide = np.zeros((rows, n), np.float64)
+    inside = (indices >= 0) & (indices < n)
+    np.add.at(wide, (np.nonzero(inside)[0], indices[inside]), inputs["g"][inside].astype(np.float64))
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(got, wide, rtol=1e-5, atol=1e-4)
+    assert got.dtype == dtype
+    assert stats.peak_bytes < rows * m * n, stats.peak_bytes

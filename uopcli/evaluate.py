@@ -337,15 +337,18 @@ class _Contraction:
 
     A sum of WHERE(mask, a, 0) (gather's one-hot selection and its gradient's scatter-add),
     or of two such WHEREs added, has the terms mask * a (see _masked_sum): `masked` holds
-    those WHERE nodes.
+    those WHERE nodes. Where the one mask is index == arange along the summed axis,
+    `select` is that CMPEQ node and the sum a selection (see _select_sum).
     """
 
-    __slots__ = ("terms", "order", "outer", "masked", "scratch_bytes")
+    __slots__ = ("terms", "order", "outer", "masked", "select", "scratch_bytes")
 
-    def __init__(self, terms: tuple[tuple[int, ...], ...], order: tuple[int, ...] | None = None, masked=None):
+    def __init__(self, terms: tuple[tuple[int, ...], ...], order: tuple[int, ...] | None = None, masked=None,
+                 select=None):
         self.terms = terms  # per term, the positions of its factors among the step's sources
         self.order = order  # a PERMUTE between the products and the REDUCE, absorbed: its axis order
         self.masked = masked
+        self.select = select
         # axes the one reader of the result walks one position at a time (a scatter-add's
         # looped axes, set by _lay_out_for_scatters): laid out outside a run of the others
         self.outer: tuple[int, ...] = ()
@@ -353,6 +356,8 @@ class _Contraction:
 
     def __call__(self, node, *values):
         full_shape = node.src[0].shape
+        if self.select is not None:
+            return _select_sum(self, node, *values)
         if self.masked is not None:
             return _masked_sum(self, node, *values)
         if self.order is not None:  # the factors as the PERMUTE would show them: views, no copy
@@ -405,6 +410,87 @@ def _masked_sum(contraction: _Contraction, node, *sources):
         else:
             total = total + total.dtype.type(0)
     return total
+
+
+def _select_sum(contraction: _Contraction, node, left, right, values):
+    """REDUCE ADD over WHERE(left == right, values, 0) along one axis, where one side of
+    the CMPEQ is arange(n) along an axis k (broadcast elsewhere) and the other is constant
+    along k: gather's one-hot mask, n times the size of the index. Summed along k, it is a
+    selection (_selected); along another axis, a scatter-add (_scattered): either way
+    without building the mask, exact for every value (see each). Otherwise, or where the
+    mask has no more distinct elements than the result (interpolate's index is the same
+    for every image: 64 x 32 of them), the mask is computed on those and the sum runs as
+    _masked_sum, one product."""
+    full_shape = node.src[0].shape
+    distinct = math.prod(size for a, size in enumerate(full_shape)
+                         if any(isinstance(v, np.ndarray) and v.ndim and v.strides[a] for v in (left, right)))
+    if distinct > math.prod(node.shape):
+        for index, classes in ((left, right), (right, left)):
+            axis = _arange_axis(classes)
+            if axis is not None and isinstance(index, np.ndarray) and index.strides[axis] == 0:
+                break
+        else:
+            axis = None
+    else:
+        axis = None
+    if axis is None:
+        mask = _OnBroadcast(IMPL[Ops.CMPEQ])(contraction.select, left, right)
+        return _masked_sum(contraction, node, mask, values)
+    n = node.src[0].shape[axis]
+    index = index[tuple(slice(0, 1) if a == axis else slice(None) for a in range(index.ndim))]
+    inside = (index >= 0) & (index < n)
+    picked = np.take_along_axis(values, np.where(inside, index, 0).astype(np.intp), axis=axis)
+    contraction.scratch_bytes = picked.nbytes
+    summed = node.arg[1][0]
+    if summed == axis:
+        return _selected(node, picked, inside, n)
+    return _scattered(node, picked, index, inside, axis, summed)
+
+
+def _selected(node, picked, inside, n: int):
+    """The sum along the class axis: the value picked (or +0.0 where the index is outside
+    the axis), turned from -0.0 to +0.0 when n > 1, as adding the masked-out +0.0s does."""
+    zero = picked.dtype.type(0)
+    result = np.where(inside, picked, zero)
+    if n > 1 and node.dtype.is_float:
+        np.add(result, zero, out=result)
+    return result if result.dtype == node.dtype.np else result.astype(node.dtype.np)
+
+
+def _scattered(node, picked, index, inside, axis: int, summed: int):
+    """The sum along another axis o (gather's gradient): each picked value added at its
+    class, np.add.at into a -0.0 start (so a sum of only -0.0 stays -0.0), then +0.0 added
+    where some masked-out element was summed; float16 accumulates in float32, as REDUCE
+    ADD does. Values summed at one class round in index order, as any contraction's."""
+    compute = np.float32 if node.dtype.np == np.float16 else node.dtype.np
+    out = np.full(node.shape, -0.0 if node.dtype.is_float else 0, dtype=compute)
+    place = np.zeros(picked.shape, dtype=np.intp)  # flat position in `out` of each picked value
+    step = 1
+    for a in reversed(range(len(node.shape))):
+        if a == axis:
+            place += np.where(inside, index, 0) * step
+        elif a != summed and node.shape[a] > 1:
+            place += np.arange(node.shape[a]).reshape([-1 if b == a else 1 for b in range(len(node.shape))]) * step
+        step *= node.shape[a]
+    flat, hits = np.broadcast_to(place, picked.shape)[inside], picked[inside]
+    np.add.at(out.reshape(-1), flat, hits.astype(compute, copy=False))
+    if node.dtype.is_float:
+        counts = np.bincount(flat, minlength=out.size).reshape(node.shape)
+        out = np.where(counts < picked.shape[summed], out + out.dtype.type(0), out)
+    return out if out.dtype == node.dtype.np else out.astype(node.dtype.np)
+
+
+def _arange_axis(value):
+    """The axis along which integer `value` is 0, 1, ..., n-1, broadcast along every other
+    (stride 0 or length 1), or None."""
+    if not isinstance(value, np.ndarray) or not value.ndim or value.dtype.kind not in "iu":
+        return None
+    moving = [a for a, (size, stride) in enumerate(zip(value.shape, value.strides)) if size > 1 and stride != 0]
+    if len(moving) != 1:
+        return None
+    axis = moving[0]
+    line = value[tuple(slice(None) if a == axis else 0 for a in range(value.ndim))]
+    return axis if np.array_equal(line, np.arange(value.shape[axis])) else None
 
 
 def _unbroadcast(value):
@@ -950,7 +1036,7 @@ def _fuse_contractions(program: _Program) -> None:
             # REDUCE ADD over a PERMUTE of products (conv2d's input gradient): contract the
             # products' factors transposed as the PERMUTE orders them, without the product
             root, order = permute[2][0], permute[1].arg
-        terms, masked = _sum_of_products(root, producer, reads), None
+        terms, masked, select = _sum_of_products(root, producer, reads), None, None
         if terms is None:
             wheres = _zero_wheres(root, producer, reads) if order is None else None
             if wheres is None:
@@ -958,6 +1044,9 @@ def _fuse_contractions(program: _Program) -> None:
             absorbed, wheres = wheres
             terms = [(absorbed if i == 0 else [], list(where[2][:2])) for i, where in enumerate(wheres)]
             masked = tuple(where[1] for where in wheres)
+            compare = _one_hot_compare(wheres, step[1], producer, reads)
+            if compare is not None:  # the CMPEQ's sources instead of the mask (the CMPEQ goes if unread)
+                terms, select = [(absorbed, [*compare[2], wheres[0][2][1]])], compare[1]
         if order is not None:
             fused.add(id(permute))
         sources, positions = [], []
@@ -965,10 +1054,12 @@ def _fuse_contractions(program: _Program) -> None:
             positions.append(tuple(range(len(sources), len(sources) + len(factors))))
             sources.extend(factors)
             fused.update(absorbed)
-        step[0], step[2], step[4] = _Contraction(tuple(positions), order, masked), tuple(sources), _NEW
+        step[0], step[2], step[4] = _Contraction(tuple(positions), order, masked, select), tuple(sources), _NEW
         program.contractions += 1
     if fused:
         program.steps = [step for step in steps if id(step) not in fused]
+        reads = _read_counts(program)  # a one-hot mask whose WHEREs all became selections
+        program.steps = [step for step in program.steps if step[1].op != Ops.CMPEQ or reads[step[3]]]
 
 
 def _zero_wheres(root: int, producer: dict, reads: list):
@@ -984,6 +1075,18 @@ def _zero_wheres(root: int, producer: dict, reads: list):
         return None if None in wheres else ([id(step)] + [id(w) for w in wheres], wheres)
     where = _zero_where(root, producer, reads)
     return None if where is None else ([id(where)], [where])
+
+
+def _one_hot_compare(wheres: list, reduce_node, producer: dict, reads: list):
+    """The CMPEQ step of integers making the one WHERE's mask, when the REDUCE sums one
+    axis: maybe gather's index == arange (_select_sum checks the values)."""
+    if len(wheres) != 1 or len(reduce_node.arg[1]) != 1:
+        return None
+    step = producer.get(wheres[0][2][0])
+    if step is None or step[1].op != Ops.CMPEQ or step[0] is not IMPL[Ops.CMPEQ] \
+            or not step[1].src[0].dtype.is_int or any(s.shape != step[1].shape for s in step[1].src):
+        return None
+    return step
 
 
 def _zero_where(reg: int, producer: dict, reads: list):
