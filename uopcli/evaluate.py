@@ -337,8 +337,9 @@ class _Contraction:
 
     A sum of WHERE(mask, a, 0) (gather's one-hot selection and its gradient's scatter-add),
     or of two such WHEREs added, has the terms mask * a (see _masked_sum): `masked` holds
-    those WHERE nodes. Where the one mask is index == arange along the summed axis,
-    `select` is that CMPEQ node and the sum a selection (see _select_sum).
+    those WHERE nodes. Where the one mask is a CMPEQ of integers summed along one axis
+    (gather's index == arange), `select` is that CMPEQ node, and its sources stand in for
+    the mask (see _select_sum).
     """
 
     __slots__ = ("terms", "order", "outer", "masked", "select", "scratch_bytes")
