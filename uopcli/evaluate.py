@@ -423,29 +423,36 @@ def _select_sum(contraction: _Contraction, node, left, right, values):
     for every image: 64 x 32 of them), the mask is computed on those and the sum runs as
     _masked_sum, one product."""
     full_shape = node.src[0].shape
-    distinct = math.prod(size for a, size in enumerate(full_shape)
-                         if any(isinstance(v, np.ndarray) and v.ndim and v.strides[a] for v in (left, right)))
-    if distinct > math.prod(node.shape):
-        for index, classes in ((left, right), (right, left)):
-            axis = _arange_axis(classes)
-            if axis is not None and isinstance(index, np.ndarray) and index.strides[axis] == 0:
-                break
-        else:
-            axis = None
-    else:
-        axis = None
-    if axis is None:
+    found = _selection_axis(left, right, full_shape, math.prod(node.shape))
+    if found is None:
         mask = _OnBroadcast(IMPL[Ops.CMPEQ])(contraction.select, left, right)
         return _masked_sum(contraction, node, mask, values)
-    n = node.src[0].shape[axis]
+    index, axis = found
+    n = full_shape[axis]
     index = index[tuple(slice(0, 1) if a == axis else slice(None) for a in range(index.ndim))]
     inside = (index >= 0) & (index < n)
-    picked = np.take_along_axis(values, np.where(inside, index, 0).astype(np.intp), axis=axis)
+    clipped = np.where(inside, index, 0).astype(np.intp)  # the class of each picked value
+    picked = np.take_along_axis(values, clipped, axis=axis)
     contraction.scratch_bytes = picked.nbytes
     summed = node.arg[1][0]
     if summed == axis:
         return _selected(node, picked, inside, n)
-    return _scattered(node, picked, index, inside, axis, summed)
+    return _scattered(node, picked, clipped, inside, axis, summed)
+
+
+def _selection_axis(left, right, full_shape, result_size: int):
+    """(the index side, the arange's axis) of a CMPEQ whose one side is arange along an
+    axis the other side is constant along, when the mask would have more distinct
+    elements than the result; else None."""
+    distinct = math.prod(size for a, size in enumerate(full_shape)
+                         if any(isinstance(v, np.ndarray) and v.ndim and v.strides[a] for v in (left, right)))
+    if distinct <= result_size:
+        return None
+    for index, classes in ((left, right), (right, left)):
+        axis = _arange_axis(classes)
+        if axis is not None and isinstance(index, np.ndarray) and index.strides[axis] == 0:
+            return index, axis
+    return None
 
 
 def _selected(node, picked, inside, n: int):
@@ -458,7 +465,7 @@ def _selected(node, picked, inside, n: int):
     return result if result.dtype == node.dtype.np else result.astype(node.dtype.np)
 
 
-def _scattered(node, picked, index, inside, axis: int, summed: int):
+def _scattered(node, picked, classes, inside, axis: int, summed: int):
     """The sum along another axis o (gather's gradient): each picked value added at its
     class, np.add.at into a -0.0 start (so a sum of only -0.0 stays -0.0), then +0.0 added
     where some masked-out element was summed; float16 accumulates in float32, as REDUCE
@@ -469,7 +476,7 @@ def _scattered(node, picked, index, inside, axis: int, summed: int):
     step = 1
     for a in reversed(range(len(node.shape))):
         if a == axis:
-            place += np.where(inside, index, 0) * step
+            place += classes * step
         elif a != summed and node.shape[a] > 1:
             place += np.arange(node.shape[a]).reshape([-1 if b == a else 1 for b in range(len(node.shape))]) * step
         step *= node.shape[a]
@@ -1045,7 +1052,7 @@ def _fuse_contractions(program: _Program) -> None:
             absorbed, wheres = wheres
             terms = [(absorbed if i == 0 else [], list(where[2][:2])) for i, where in enumerate(wheres)]
             masked = tuple(where[1] for where in wheres)
-            compare = _one_hot_compare(wheres, step[1], producer, reads)
+            compare = _one_hot_compare(wheres, step[1], producer)
             if compare is not None:  # the CMPEQ's sources instead of the mask (the CMPEQ goes if unread)
                 terms, select = [(absorbed, [*compare[2], wheres[0][2][1]])], compare[1]
         if order is not None:
@@ -1078,7 +1085,7 @@ def _zero_wheres(root: int, producer: dict, reads: list):
     return None if where is None else ([id(where)], [where])
 
 
-def _one_hot_compare(wheres: list, reduce_node, producer: dict, reads: list):
+def _one_hot_compare(wheres: list, reduce_node, producer: dict):
     """The CMPEQ step of integers making the one WHERE's mask, when the REDUCE sums one
     axis: maybe gather's index == arange (_select_sum checks the values)."""
     if len(wheres) != 1 or len(reduce_node.arg[1]) != 1:
