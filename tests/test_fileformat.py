@@ -505,8 +505,8 @@ def test_refuses_unknown_op_and_dtype():
     (["GETTUPLE", "float32", [0], "0"], ["GETTUPLE arg must be an int"]),
     (["NOOP", "float32", [], None], ["NOOP is void"]),
     (["TUPLE", "void", [0], {"b64": ""}], ["TUPLE takes no arg"]),
-    (["SIN", "float32", [0], None, {"name": 1}], ["node meta 'name' and 'loc' must be strings"]),
-    (["SIN", "float32", [0], None, {"name": ["relu"]}], ["node meta 'name' and 'loc' must be strings"]),
+    (["SIN", "float32", [0], None, {"name": 1}], ["node meta 'name', 'loc' and 'scope' must be strings"]),
+    (["SIN", "float32", [0], None, {"name": ["relu"]}], ["node meta 'name', 'loc' and 'scope' must be strings"]),
     (["SIN", "float32", [0], None, {"backward": 1}], ["'backward' must be a bool"]),
     (["SIN", "float32", [0], None, {"why": "x"}], ["node meta holds only"]),
     (["SIN", "float32", [0], None, "meta"], ["node meta must be a map"]),
@@ -890,3 +890,20 @@ def test_text_that_is_not_a_graph_is_called_so():
     """'not a graph' parses as MessagePack int 110 plus bytes: the message says what the file is."""
     with pytest.raises(FormatError, match=r"^broken\.uop: not a \.uop file: the top level is an int, not a map"):
         load(b"not a graph", name="broken.uop")
+
+
+def test_scope_metadata_round_trips_and_a_bad_scope_is_refused():
+    x = UOp.param("scope_x", (3,))
+    y = x.exp2().set_meta(Metadata("softmax", "m.py:3", False, "encoder/layer.0/attention"))
+    data = save(Graph({"y": y}))
+    doc = msgpack.unpackb(data)
+    assert doc["nodes"][1][4] == {"loc": "m.py:3", "name": "softmax", "scope": "encoder/layer.0/attention"}
+    again = load(data)
+    assert again.outputs["y"].meta.scope == "encoder/layer.0/attention"
+    assert save(again) == data
+    doc["nodes"][1][4] = {"scope": 7}
+    with pytest.raises(FormatError, match=r"node 1.*'scope' must be strings"):
+        load(msgpack.packb(doc))
+    doc["nodes"][1][4] = {"scope": "a/b", "where": "c"}
+    with pytest.raises(FormatError, match=r"only 'name', 'loc', 'scope'.*'where'"):
+        load(msgpack.packb(doc))

@@ -583,3 +583,13 @@ def test_reference_and_production_evaluators_agree_on_gradient_graphs():
     inputs = {"ea": RNG.normal(size=(2, 3)), "eb": RNG.normal(size=(3, 4))}
     for ours, theirs in zip(reference_evaluate(outputs, inputs), production.evaluate(outputs, inputs)):
         np.testing.assert_allclose(theirs, ours, rtol=1e-12, atol=1e-12)
+
+
+def test_backward_nodes_carry_the_scope_of_their_forward_node():
+    x = param("sx", (4,))
+    hidden = x.relu()
+    hidden.set_meta(Metadata("relu", "m.py:2", False, "block.0/mlp"))
+    since = next_serial()
+    grads = compute_gradient(hidden.sum(), UOp.const(1.0, f64), [x])
+    fresh = [n for n in toposort([grads[x]]) if n.serial >= since]
+    assert any(n.meta == Metadata("relu", "m.py:2", True, "block.0/mlp") for n in fresh)

@@ -319,14 +319,15 @@ def _finite_float(text: str) -> float:
 
 
 _NO_TAG = Metadata()  # an empty meta map: the node gets no tag
+_META_KEYS = ("name", "loc", "scope", "backward")
 
 
 def _meta_key(meta: dict) -> tuple:
     """What a node's meta map is remembered by. Equal keys mean equal maps: a map with
-    the same three values and as many keys has exactly those keys (a value it lacks reads
+    the same four values and as many keys has exactly those keys (a value it lacks reads
     None, and a valid map holds no None); only `backward` can be equal and not the same
     (1 == True), which the reader checks on every hit."""
-    return meta.get("name"), meta.get("loc"), meta.get("backward"), len(meta)
+    return meta.get("name"), meta.get("loc"), meta.get("backward"), meta.get("scope"), len(meta)
 
 
 class _Reader:
@@ -505,15 +506,17 @@ class _Reader:
         remembered by _meta_key so the next equal map costs one lookup."""
         if meta.__class__ is not dict:
             raise _Bad(f"node meta must be a map, got {_kind(meta)}")
-        name, loc, backward = meta.get("name"), meta.get("loc"), meta.get("backward", False)
-        if len(meta) != (name is not None) + (loc is not None) + ("backward" in meta):
-            keys = ", ".join(_short(repr(k)) for k in meta if k not in ("name", "loc", "backward"))
-            raise _Bad(f"node meta holds only 'name', 'loc' (strings) and 'backward' (bool); got {keys or 'nil'}")
-        if (name is not None and name.__class__ is not str) or (loc is not None and loc.__class__ is not str):
-            raise _Bad("node meta 'name' and 'loc' must be strings")
+        name, loc, scope = meta.get("name"), meta.get("loc"), meta.get("scope")
+        backward = meta.get("backward", False)
+        if len(meta) != (name is not None) + (loc is not None) + (scope is not None) + ("backward" in meta):
+            keys = ", ".join(_short(repr(k)) for k in meta if k not in _META_KEYS)
+            raise _Bad(f"node meta holds only 'name', 'loc', 'scope' (strings) and 'backward' (bool); got {keys or 'nil'}")
+        if any(text is not None and text.__class__ is not str for text in (name, loc, scope)):
+            raise _Bad("node meta 'name', 'loc' and 'scope' must be strings")
         if backward.__class__ is not bool:
             raise _Bad(f"node meta 'backward' must be a bool, got {_short(repr(backward))}")
-        tag = _NO_TAG if (name, loc, backward) == (None, None, False) else Metadata(name, loc, backward)
+        tag = Metadata(name, loc, backward, scope)
+        tag = _NO_TAG if tag == _NO_TAG else tag
         self.meta_cache[_meta_key(meta)] = tag
         return tag
 
@@ -1037,10 +1040,10 @@ _EMIT = None  # the stack marker "all sources of the node below are written": ne
 
 def _meta_map(meta: Metadata) -> dict:
     """A node's meta map: sorted keys, empty fields left out (so maybe empty: not written)."""
-    name, loc, backward = meta
-    if (name is not None and name.__class__ is not str) or (loc is not None and loc.__class__ is not str) \
+    name, loc, backward, scope = meta
+    if any(text is not None and text.__class__ is not str for text in (name, loc, scope)) \
             or backward.__class__ is not bool:
-        raise GraphError(f"node metadata {meta!r} cannot be written: name and loc are strings, backward a bool")
+        raise GraphError(f"node metadata {meta!r} cannot be written: name, loc and scope are strings, backward a bool")
     out = {}
     if backward:
         out["backward"] = True
@@ -1048,6 +1051,8 @@ def _meta_map(meta: Metadata) -> dict:
         out["loc"] = loc
     if name is not None:
         out["name"] = name
+    if scope is not None:
+        out["scope"] = scope
     return out
 
 

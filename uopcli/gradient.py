@@ -500,7 +500,7 @@ def _backward_meta(node: UOp) -> Metadata:
     meta = node.meta
     found = _backward_metas.get(meta)
     if found is None:
-        found = _backward_metas[meta] = Metadata(meta.name, meta.loc, True)
+        found = _backward_metas[meta] = Metadata(meta.name, meta.loc, True, meta.scope)
     return found
 
 

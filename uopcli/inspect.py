@@ -233,7 +233,7 @@ def _comment(node: UOp) -> str:
     meta = node.meta
     if meta is None:
         return ""
-    parts = [p for p in (meta.name, "backward" if meta.backward else None) if p]
+    parts = [p for p in (meta.name, meta.scope and f"in {meta.scope}", "backward" if meta.backward else None) if p]
     return ", ".join(parts)
 
 

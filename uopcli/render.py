@@ -311,7 +311,7 @@ def _tooltip(node: UOp) -> str:
     meta = node.meta
     if meta is not None:
         words.append(f"({'backward of ' if meta.backward else ''}{meta.name or '?'}"
-                     f"{' at ' + meta.loc if meta.loc else ''})")
+                     f"{' in ' + meta.scope if meta.scope else ''}{' at ' + meta.loc if meta.loc else ''})")
     return " ".join(w for w in words if w)
 
 

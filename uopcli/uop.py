@@ -32,6 +32,7 @@ class Metadata(NamedTuple):
     name: str | None = None      # the front-end function that made the node, e.g. "relu"
     loc: str | None = None       # source location
     backward: bool = False       # made by differentiation
+    scope: str | None = None     # the module path that made the node, "encoder/layer.0/attention"
 
 
 class CallArg(NamedTuple):
