@@ -16,7 +16,8 @@ out, and the tests compare the two evaluators.
 The semantics are the format's, with the evaluator's decisions where the format leaves
 room (see backends/numpy): integer division and remainder by zero give 0, integer FDIV is
 C division, an integer power with a negative exponent is 1/a^|b| truncated, float16 sums
-accumulate in float32, a max over no elements is the dtype's lowest value.
+accumulate in float32, a sum of only -0.0 is -0.0 (IEEE addition), a max over no elements
+is the dtype's lowest value.
 """
 
 from __future__ import annotations
@@ -65,7 +66,12 @@ def _reduce(kind: str, x, axes: tuple):
         return x.copy()
     if kind == "ADD":
         wide = np.float32 if x.dtype == np.float16 else x.dtype  # float16 sums accumulate in float32
-        return np.sum(x, axis=axes, keepdims=True, dtype=wide).astype(x.dtype)
+        total = np.sum(x, axis=axes, keepdims=True, dtype=wide).astype(x.dtype)
+        if x.dtype.kind == "f" and all(x.shape[a] for a in axes):
+            # IEEE: a sum of only -0.0 is -0.0 (numpy's contiguous sums start from +0.0)
+            only_negative_zeros = np.all(np.signbit(x) & (x == 0), axis=axes, keepdims=True)
+            total = np.where(only_negative_zeros, x.dtype.type(-0.0), total)
+        return total
     if kind == "MUL":
         return np.prod(x, axis=axes, keepdims=True, dtype=x.dtype)
     lowest = -np.inf if x.dtype.kind == "f" else (np.iinfo(x.dtype).min if x.dtype.kind in "iu" else False)
