@@ -13,7 +13,7 @@ Rows:
   evaluator's own EvalStats.peak_bytes;
 - conv net gradient: the weight gradients of two 3x3 convolutions with ReLUs against
   hand-written im2col numpy (no target: conv2d's windows are movement ops, run as strided
-  views, and their gradient as strided scatter-adds; see uopcli/strided.py);
+  views, and their gradient as strided scatter-adds; see uopcli/backends/numpy/strided.py);
 - chain: a long scalar chain, per-node cost of the interpreter (compile + run).
 Times are medians of repeats run in turns; prints a markdown table.
 """
@@ -33,7 +33,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from uopcli import UOp, dtypes  # noqa: E402
-from uopcli.evaluate import EvalStats, evaluate  # noqa: E402
+from uopcli.backends.numpy import EvalStats, evaluate  # noqa: E402
 from uopcli.uop import no_gc  # noqa: E402
 
 

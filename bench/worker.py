@@ -100,7 +100,7 @@ def task_eval_time(batch: int, width: int, layers: int, repeats: int = 3) -> dic
     """Best evaluate time against the best numpy time, run in turns in one process (load
     from other processes then falls on both sides alike); checks both give the same arrays."""
     import bench_eval
-    from uopcli.evaluate import evaluate
+    from uopcli.backends.numpy import evaluate
     arrays = bench_eval.mlp_arrays(batch, width, layers)
     outputs = bench_eval.mlp_gradient_graph(batch, width, layers)
     (ours, values), (theirs, refs) = bench_eval.best_times(
@@ -118,7 +118,7 @@ def task_eval_whole(side: str, batch: int, width: int, layers: int) -> dict:
     if side == "numpy":
         out = bench_eval.numpy_mlp_gradient(arrays, layers)
     else:
-        from uopcli.evaluate import evaluate
+        from uopcli.backends.numpy import evaluate
         out = evaluate(bench_eval.mlp_gradient_graph(batch, width, layers), arrays)
     return {"seconds": time.perf_counter() - start, "outputs": len(out)}
 
@@ -127,7 +127,7 @@ def task_conv_eval(batch: int, channels: int, size: int, repeats: int = 5) -> di
     """The conv net's weight gradients: evaluate against hand-written numpy, times in turns,
     then each side's peak under tracemalloc; checks both give the same arrays."""
     import bench_eval
-    from uopcli.evaluate import evaluate
+    from uopcli.backends.numpy import evaluate
     arrays = bench_eval.conv_arrays(batch, channels, size)
     outputs = bench_eval.conv_gradient_graph(batch, channels, size)
     (ours, values), (theirs, refs) = bench_eval.best_times(
@@ -144,7 +144,7 @@ def task_matmul(n: int, k: int, m: int, repeats: int = 5) -> dict:
     import numpy as np
     import bench_eval
     from uopcli import UOp
-    from uopcli.evaluate import evaluate
+    from uopcli.backends.numpy import evaluate
     rng = np.random.default_rng(0)
     a = rng.standard_normal((n, k), dtype=np.float32)
     b = rng.standard_normal((k, m), dtype=np.float32)

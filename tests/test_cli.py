@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from uopcli import UOp, dtypes
 from uopcli.cli import main
-from uopcli.evaluate import evaluate_graph
+from uopcli.backends.numpy import evaluate_graph
 from uopcli.fileformat import load, save
 from uopcli.graph import Graph
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from uopcli import EvaluationError, Ops, UOp, dtypes
-from uopcli.evaluate import IMPL, EvalStats, evaluate, evaluate_graph
+from uopcli.backends.numpy import EvalStats, evaluate, evaluate_graph
+from uopcli.backends.numpy.table import IMPL
 from uopcli.graph import Graph
 from uopcli.ops import ALL_OPS
 from uopcli.uop import no_gc
@@ -584,7 +585,7 @@ def test_products_batched_in_their_output_order_equal_the_naive_product(full, a_
     # W) run as np.matmul batched over leading axes, each factor broadcast along those it
     # lacks, where one product would need a transposed copy of its result.
     import importlib
-    module = importlib.import_module("uopcli.evaluate")
+    module = importlib.import_module("uopcli.backends.numpy.contraction")
     batched, real = [], module._matmul_in_output_order
     monkeypatch.setattr(module, "_matmul_in_output_order", lambda *args: batched.append(1) or real(*args))
     rng = np.random.default_rng(len(full) + sum(full))
@@ -677,7 +678,7 @@ def test_a_million_node_chain_evaluates_at_the_default_recursion_limit():
 
 # ----------------------------------------------------------------------------- strided chains
 # Movement chains that are one view of their start run as one strided view, and REDUCE ADD
-# over padded chains as a strided scatter-add (uopcli.strided). Integer values keep every
+# over padded chains as a strided scatter-add (uopcli/backends/numpy/strided.py). Integer values keep every
 # comparison exact; the reference is the plain op-by-op evaluator of tests/_reference_eval.
 
 def _random_chain(rng, x):
@@ -783,7 +784,7 @@ def test_reduces_of_overlapping_windows_run_one_position_at_a_time_and_equal_num
     # A stride-1 pool reduces a strided view over its tiny window axes; numpy's own reduce
     # loops per element there, so the evaluator runs one ufunc per window position instead.
     import importlib
-    module = importlib.import_module("uopcli.evaluate")
+    module = importlib.import_module("uopcli.backends.numpy.table")
     taken, real = [], module._reduce_by_positions
     monkeypatch.setattr(module, "_reduce_by_positions", lambda *args: taken.append(1) or real(*args))
     value = (RNG.standard_normal((2, 3, 40, 40)) * 50).astype(dtype)
@@ -852,7 +853,7 @@ def test_conv_input_gradient_is_laid_out_for_its_col2im_and_equals_the_op_by_op_
     import importlib
     from _reference_eval import reference_evaluate
     from uopcli.gradient import compute_gradient
-    strided = importlib.import_module("uopcli.strided")
+    strided = importlib.import_module("uopcli.backends.numpy.strided")
     seen, real = [], strided.StridedScatter.__call__
     monkeypatch.setattr(strided.StridedScatter, "__call__", lambda self, node, g: seen.append((self, g)) or real(self, node, g))
     x, w = UOp.param("x", (2, 8, 18, 18)), UOp.param("w", (8, 8 // groups, 3, 3))  # large enough for one product
@@ -892,7 +893,7 @@ def test_conv_weight_gradient_copies_its_windows_in_rows_and_equals_the_op_by_op
 
 def test_a_product_of_contiguous_factors_is_not_swapped():
     import importlib
-    module = importlib.import_module("uopcli.evaluate")
+    module = importlib.import_module("uopcli.backends.numpy.contraction")
     a, b = np.ones((64, 32), np.float32), np.ones((32, 48), np.float32)
     assert not module._swap_is_cheaper(a, [0, 1], b, [1, 2], [], [0], [2], [1], 64 * 48)
     assert module._copy_cost(a.T, [1, 1]) == 0 and module._copy_cost(a.T, [2]) == 64 * 32 * module._SHORT_RUNS
@@ -977,10 +978,10 @@ def test_elementwise_steps_on_sources_broadcast_alike_run_once_along_those_axes(
     same(got[0], np.broadcast_to(inputs["a"] < inputs["b"], full))
     same(got[1], np.broadcast_to(inputs["a"] * inputs["b"] + np.float32(1.0), full))
     import importlib
-    module = importlib.import_module("uopcli.evaluate")
-    program = module._compile(outputs, inputs)
-    less = next(step for step in program.steps if step[1].op == Ops.CMPLT)
-    value = less[0](less[1], *[np.broadcast_to(inputs[n], full) for n in ("a", "b")])
+    module = importlib.import_module("uopcli.backends.numpy.compiler")
+    program = module.compile_graph(outputs, inputs)
+    less = next(step for step in program.steps if step.node.op == Ops.CMPLT)
+    value = less.impl(less.node, *[np.broadcast_to(inputs[n], full) for n in ("a", "b")])
     assert value.strides[0] == 0 and value.shape == full  # computed on (1, 64, 96), then broadcast
 
 

@@ -354,7 +354,7 @@ def nested_functions(levels: int, x: UOp, scale: float) -> UOp:
 def test_functions_nested_thousands_deep_differentiate():
     """Differentiating a FUNCTION differentiates its body, one recursion a nesting level:
     past Python's limit it runs again on a deep stack (uop.on_a_deep_stack)."""
-    from uopcli.evaluate import evaluate as production_evaluate  # the reference one recurses
+    from uopcli.backends.numpy import evaluate as production_evaluate  # the reference one recurses
     x, xs = param("x", (2,)), a3(0.25, 2.0)[:2]
     for levels, scale in ((30, 1.5), (3000, 1.0)):
         before = sys.getrecursionlimit()
@@ -572,7 +572,7 @@ def test_gradient_nodes_of_every_sample_are_as_inference_builds_them(sample):
 
 
 def test_reference_and_production_evaluators_agree_on_gradient_graphs():
-    production = pytest.importorskip("uopcli.evaluate")
+    production = pytest.importorskip("uopcli.backends.numpy")
     a, b = param("ea", (2, 3)), param("eb", (3, 4))
     fn = UOp.trace_function("block", lambda p, q: ((p @ q).relu(), p.prod(1)), a, b)
     ste = UOp.trace_call("ste", lambda p: p.trunc(), lambda p, g: g, fn[0])

@@ -208,7 +208,7 @@ def test_metadata_is_not_identity():
 # tinygrad 0.14.0, DEV=PYTHON, on the same inputs).
 
 def values(outputs, **inputs):
-    from uopcli.evaluate import evaluate
+    from uopcli.backends.numpy import evaluate
     return [v.tolist() for v in evaluate(outputs, inputs)]
 
 
@@ -753,7 +753,7 @@ def test_composites_refuse_what_does_not_fit_with_the_library_error():
 
 
 def test_tinygrads_short_spellings_flat_padding_and_long_cumsums():
-    from uopcli.evaluate import EvalStats, evaluate
+    from uopcli.backends.numpy import EvalStats, evaluate
     x = UOp.param("x", (2, 3, 4))
     xv = np.arange(24, dtype=np.float32).reshape(2, 3, 4) - 10
     assert [x.float().dtype, x.half().dtype, x.double().dtype, x.int().dtype, x.long().dtype, x.bool().dtype] == \
@@ -965,7 +965,7 @@ def test_cumulative_products_maxima_minima_and_logcumsumexp_as_numpy(length):
     (value,) = values([big.logcumsumexp(0)], big=np.array([1000.0, 1000.0, -np.inf], np.float32))
     np.testing.assert_allclose(value, [1000.0, 1000.0 + np.log(2), 1000.0 + np.log(2)], rtol=1e-6)
     # spread wider than float32's exponent: each place is shifted by its own running maximum
-    from uopcli.evaluate import evaluate
+    from uopcli.backends.numpy import evaluate
     from uopcli.gradient import compute_gradient
     s = UOp.param("s", (4,))
     spread = np.array([-50.0, 0.0, 50.0, 1.0], np.float32)

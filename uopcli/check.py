@@ -111,7 +111,7 @@ def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
     `inputs` maps input names to arrays (checked by the caller); missing ones are random.
     `progress(n)` is called after every n finite-difference evaluations."""
     import numpy as np
-    from .evaluate import evaluate, evaluate_graph
+    from .backends.numpy import evaluate, evaluate_graph
     from .values import random_value
 
     if samples < 1:
@@ -261,7 +261,7 @@ def freeze_detached(outputs: list[UOp], values: Mapping) -> list[UOp]:
     for the inputs `values`: the function finite differences must match when gradients do
     not flow through DETACH. (A DETACH inside a body takes other values at every call, so
     it stays; that is rare.)"""
-    from .evaluate import evaluate
+    from .backends.numpy import evaluate
     detached = [n for n in _main_scope(outputs) if n.op == Ops.DETACH]
     if not detached:
         return outputs

@@ -547,7 +547,7 @@ def eval_(source, specs, use_random, seed, output, as_json, stats):
         raise click.UsageError("--seed is the seed of --random: give --random too")
     if output:
         _refuse_binary_terminal(output, "npz", "give -o OUT.npz")
-    from .evaluate import EvalStats, evaluate_graph
+    from .backends.numpy import EvalStats, evaluate_graph
     from .values import gather_inputs
     with _Steps("reading", "evaluating") as steps:
         graph, _ = _read_graph(source)
