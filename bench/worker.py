@@ -76,7 +76,7 @@ def task_grad(lib: str, family: str, units: int, repeats: int = 1) -> dict:
 def task_write_graph(family: str, units: int, path: str) -> dict:
     """Save a family graph (outputs: loss) for the CLI runs; report its node count and input names."""
     from uopcli import toposort
-    from uopcli.fileformat import save
+    from uopcli.formats.uop import save
     from uopcli.graph import Graph
     loss, targets = graphs.FAMILIES[family](graphs.uop_param, units)
     graph = Graph({"loss": loss})

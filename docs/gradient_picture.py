@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from uopcli.differentiate import differentiate
-from uopcli.fileformat import load
+from uopcli.formats.uop import load
 from uopcli.graph import Graph
 from uopcli.render import render
 

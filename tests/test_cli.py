@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from uopcli import UOp, dtypes
 from uopcli.cli import main
 from uopcli.backends.numpy import evaluate_graph
-from uopcli.fileformat import load, save
+from uopcli.formats.uop import load, save
 from uopcli.graph import Graph
 
 COMMANDS = ["diff", "eval", "check", "info", "print", "convert", "validate", "render"]

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from uopcli import UOp, dtypes
-from uopcli.fileformat import load, save
+from uopcli.formats.uop import load, save
 from uopcli.graph import Graph
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -283,7 +283,7 @@ def test_the_library_and_the_cli_write_the_same_gradient_bytes(work):
     first sum), then saved, read back and differentiated in this process, and the bytes
     are those of `uopgrad diff` in a fresh one."""
     from uopcli import differentiate
-    from uopcli.fileformat import dumps
+    from uopcli.formats.uop import dumps
     x, w = UOp.param("x", (4, 3)), UOp.param("w", (3, 2))
     hidden = x @ w
     squashed = hidden.sigmoid()

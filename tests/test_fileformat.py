@@ -17,7 +17,7 @@ import pytest
 
 import uopcli
 from uopcli import FormatError, Graph, Limits, Metadata, Ops, UOp, dtypes, load, save, toposort
-from uopcli.fileformat import dump_parts, dumps, loads, write_parts
+from uopcli.formats.uop import dump_parts, dumps, loads, write_parts
 from uopcli.ops import ALL_OPS, DTYPES
 
 from fileformat_cases import CASES, all_graphs, ops_used

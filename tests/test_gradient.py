@@ -561,7 +561,7 @@ def test_a_million_node_chain_differentiates_at_the_default_recursion_limit():
 def test_gradient_nodes_of_every_sample_are_as_inference_builds_them(sample):
     from pathlib import Path
 
-    from uopcli.fileformat import load
+    from uopcli.formats.uop import load
     graph = load(Path(__file__).resolve().parent.parent / "samples" / f"{sample}.uop")
     (loss,) = graph.outputs.values()
     targets = [t for t in graph.inputs if t.dtype.is_float]

@@ -458,7 +458,7 @@ def test_every_sample_renders_with_every_node(name):
 
 def test_committed_sample_files_render():
     files = sorted((ROOT / "samples").glob("*.uop"))
-    fileformat = pytest.importorskip("uopcli.fileformat", reason="the file format module has not landed yet")
+    fileformat = pytest.importorskip("uopcli.formats.uop", reason="the file format module has not landed yet")
     if not files:
         pytest.skip("no samples/*.uop committed yet")
     for path in files:
@@ -520,7 +520,7 @@ def uopgrad_render_or_skip() -> Path:
 @needs_dot
 def test_uopgrad_render_end_to_end(tmp_path):
     exe = uopgrad_render_or_skip()
-    fileformat = pytest.importorskip("uopcli.fileformat", reason="the file format module has not landed yet")
+    fileformat = pytest.importorskip("uopcli.formats.uop", reason="the file format module has not landed yet")
     graph = mlp()
     source = tmp_path / "mlp.uop"
     fileformat.save(graph, source)

@@ -13,7 +13,7 @@ from .errors import EvaluationError, FormatError, GradientError, GraphError, UOp
 from .ops import DType, Ops, dtypes
 from .uop import CallArg, Metadata, UOp, toposort
 from .graph import Graph
-from .fileformat import Limits, load, save
+from .formats.uop import Limits, load, save
 
 __version__ = "0.1.0"
 

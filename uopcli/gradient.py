@@ -403,7 +403,7 @@ def _target_path(root: UOp, targets: list[UOp]) -> tuple[list[UOp], set[UOp]]:
         if node.op in calls:
             src = src[1:]
         # sources on the stack, the first on top, unrolled for one and two as in
-        # fileformat._canonical_nodes (a shared helper would cost a call per node here)
+        # formats/uop/writer.py's _canonical_nodes (a shared helper would cost a call per node here)
         count = len(src)
         if count == 1:
             if src[0] not in expanded:

@@ -35,7 +35,7 @@ def graph_info(graph: Graph, canonical: bytes | None = None) -> dict:
     MessagePack bytes when the caller has them (else they are made, for the sha256)."""
     nodes = graph.nodes()
     if canonical is None:
-        from .fileformat import save
+        from .formats.uop import save
         canonical = save(graph)
     counts = Counter(n.op for n in nodes)
     return {
