@@ -46,7 +46,7 @@ def task_grad(lib: str, family: str, units: int, repeats: int = 1) -> dict:
     for rep in range(repeats):
         if lib == "uopcli":
             from uopcli import toposort
-            from uopcli.gradient import compute_gradient
+            from uopcli.core.gradient import compute_gradient
             loss, targets = builder(graphs.fresh_uop_param(), units)
             nodes = len(toposort([loss]))
             root_grad = loss.const_like(1.0)
@@ -65,7 +65,7 @@ def task_grad(lib: str, family: str, units: int, repeats: int = 1) -> dict:
         del grads, loss, targets, root_grad
         gc.collect()
         if lib == "uopcli":
-            from uopcli.uop import sweep_intern_table
+            from uopcli.core.uop import sweep_intern_table
             sweep_intern_table()
     return {"seconds": min(times), "cpu_seconds": min(cpu_times), "user_seconds": min(user_times),
             "median_cpu_seconds": statistics.median(cpu_times), "median_user_seconds": statistics.median(user_times),
@@ -77,7 +77,7 @@ def task_write_graph(family: str, units: int, path: str) -> dict:
     """Save a family graph (outputs: loss) for the CLI runs; report its node count and input names."""
     from uopcli import toposort
     from uopcli.formats.uop import save
-    from uopcli.graph import Graph
+    from uopcli.core.graph import Graph
     loss, targets = graphs.FAMILIES[family](graphs.uop_param, units)
     graph = Graph({"loss": loss})
     save(graph, path)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from uopcli.differentiate import differentiate
 from uopcli.formats.uop import load
-from uopcli.graph import Graph
+from uopcli.core.graph import Graph
 from uopcli.render import render
 
 HERE = Path(__file__).resolve().parent

@@ -21,7 +21,7 @@ from uopcli import UOp, dtypes
 from uopcli.cli import main
 from uopcli.backends.numpy import evaluate_graph
 from uopcli.formats.uop import load, save
-from uopcli.graph import Graph
+from uopcli.core.graph import Graph
 
 COMMANDS = ["diff", "eval", "check", "info", "print", "convert", "validate", "render"]
 

@@ -16,7 +16,7 @@ import pytest
 
 from uopcli import UOp, dtypes
 from uopcli.formats.uop import load, save
-from uopcli.graph import Graph
+from uopcli.core.graph import Graph
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = os.path.dirname(sys.executable)
@@ -410,7 +410,7 @@ def test_stopped_while_writing_leaves_no_temporary_file(tmp_path, stop):
     exit 1, no output and no half-written temporary file beside it."""
     import signal
     import time
-    from uopcli.uop import no_gc
+    from uopcli.core.walks import no_gc
     with no_gc():
         y = UOp.param("x", (8,))
         for _ in range(100_000):

@@ -9,8 +9,9 @@ import pytest
 
 from _reference_eval import assert_shapes_as_inferred, evaluate, numeric_gradient, reference_evaluate
 from uopcli import GradientError, Metadata, Ops, UOp, dtypes
-from uopcli.gradient import GRADIENT_RULES, compute_gradient
-from uopcli.uop import next_serial, no_gc, toposort
+from uopcli.core.gradient import GRADIENT_RULES, compute_gradient
+from uopcli.core.uop import next_serial
+from uopcli.core.walks import no_gc, toposort
 
 f64 = dtypes.float64
 RNG = np.random.default_rng(7)
@@ -193,7 +194,7 @@ def test_comparisons_bitcast_and_integer_ops_pass_no_gradient():
 
 
 def test_every_op_of_the_format_has_a_row():
-    from uopcli.ops import ALL_OPS, LEAF
+    from uopcli.core.ops import ALL_OPS, LEAF
     assert set(ALL_OPS) - LEAF <= set(GRADIENT_RULES)
     assert {(Ops.REDUCE, r) for r in ("ADD", "MUL", "MAX")} <= set(GRADIENT_RULES)
 

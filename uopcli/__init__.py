@@ -10,16 +10,17 @@ import sys as _sys
 import types as _types
 
 from .errors import EvaluationError, FormatError, GradientError, GraphError, UOpError
-from .ops import DType, Ops, dtypes
-from .uop import CallArg, Metadata, UOp, toposort
-from .graph import Graph
+from .core.ops import DType, Ops, dtypes
+from .core.uop import CallArg, Metadata, UOp
+from .core.walks import toposort
+from .core.graph import Graph
 from .formats.uop import Limits, load, save
 
 __version__ = "0.1.0"
 
 # name -> module that defines it, imported when the name is first used
 _LAZY = {
-    "compute_gradient": "gradient",
+    "compute_gradient": "core.gradient",
     "evaluate": "backends.numpy",
     "evaluate_graph": "backends.numpy",
     "EvalStats": "backends.numpy",

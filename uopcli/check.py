@@ -38,10 +38,11 @@ from typing import Callable, Mapping, Sequence
 
 from .differentiate import differentiate
 from .errors import EvaluationError
-from .graph import Graph
-from .ops import CALLS, Ops, dtypes
+from .core.graph import Graph
+from .core.ops import CALLS, Ops, dtypes
 from .inspect import counted
-from .uop import CallArg, UOp, scope_sources, toposort
+from .core.uop import CallArg, UOp
+from .core.walks import scope_sources, toposort
 
 RTOL = 1e-4
 ATOL = 1e-6

@@ -12,9 +12,9 @@ import math
 from collections import Counter
 from typing import Iterator
 
-from .graph import Graph
-from .ops import CALLS, Ops
-from .uop import UOp, printable
+from .core.graph import Graph
+from .core.ops import CALLS, Ops
+from .core.uop import UOp, printable
 
 # FLOP estimate: floating-point operations per output element, one row per op. Ops not
 # listed cost nothing (leaves, movement, identity, calls, memory, integer and bool ops).

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from ..errors import GraphError
-from ..ops import dtypes
+from ..core.ops import dtypes
 
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 # erf by Abramowitz and Stegun 7.1.26 (|error| < 1.5e-7), the polynomial tinygrad uses

@@ -56,7 +56,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ...errors import EvaluationError
-from ...uop import UOp, no_gc
+from ...core.uop import UOp
+from ...core.walks import no_gc
 from .compiler import compile_graph
 from .run import EvalStats, run
 

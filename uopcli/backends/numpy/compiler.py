@@ -10,8 +10,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ...errors import EvaluationError
-from ...ops import Ops
-from ...uop import UOp
+from ...core.ops import Ops
+from ...core.uop import UOp
 from .passes.broadcast import shrink_broadcast_steps
 from .passes.contractions import fuse_contractions
 from .passes.frees import plan_frees

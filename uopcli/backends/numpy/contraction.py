@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from ...ops import Ops
+from ...core.ops import Ops
 from .passes.broadcast import OnBroadcast
 from .table import IMPL, const_value, reduce_values
 

@@ -3,7 +3,7 @@ bookkeeping the passes share (who reads a register, which registers are outputs)
 
 from __future__ import annotations
 
-from ...ops import Ops
+from ...core.ops import Ops
 
 
 # How a step's result relates to memory, for the peak-bytes count.

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from ...ops import Ops
+from ...core.ops import Ops
 
 
 # ----------------------------------------------------------------------------- op helpers

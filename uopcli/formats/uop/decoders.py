@@ -8,8 +8,8 @@ import math
 import re
 from typing import TYPE_CHECKING
 
-from ...ops import DTYPES, REDUCE_OPS, DType, Ops, dtypes
-from ...uop import CallArg, UOp, _leaf
+from ...core.ops import DTYPES, REDUCE_OPS, DType, Ops, dtypes
+from ...core.uop import CallArg, UOp, _leaf
 
 if TYPE_CHECKING:
     from .reader import _Reader

@@ -10,9 +10,10 @@ import os
 import re
 
 from ...errors import FormatError, GraphError
-from ...graph import Graph
-from ...ops import DTYPES, Ops
-from ...uop import Metadata, UOp, no_gc, scope_sources, valid_name
+from ...core.graph import Graph
+from ...core.ops import DTYPES, Ops
+from ...core.uop import Metadata, UOp, valid_name
+from ...core.walks import no_gc, scope_sources
 from .decoders import (ARG_FORM, CANONICAL_OP, DECODERS, JSON_DECODERS, ONLY_TYPE, PLAIN_CANONICAL, Bad, diagnose,
                        kind_of, shorten)
 from .tables import (ALLOWED_KEYS, DEFAULT_LIMITS, FORMAT, META_KEYS, REQUIRED_KEYS, V1_ARG_DEPTH, VERSION, Limits,

@@ -9,9 +9,10 @@ import os
 
 from ..atomic import write_all, write_atomically
 from ...errors import FormatError, GraphError
-from ...graph import Graph
-from ...ops import Ops
-from ...uop import Metadata, UOp, no_gc
+from ...core.graph import Graph
+from ...core.ops import Ops
+from ...core.uop import Metadata, UOp
+from ...core.walks import no_gc
 from .tables import FORMAT, FORMS, VERSION, stream_name
 
 

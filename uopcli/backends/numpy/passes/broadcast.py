@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from ....ops import ELEMENTWISE, Ops
+from ....core.ops import ELEMENTWISE, Ops
 from ..program import Program
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from ....ops import Ops, dtypes
+from ....core.ops import Ops, dtypes
 from ..contraction import LETTERS, Contraction
 from ..program import NEW, Program, read_counts
 from ..table import IMPL

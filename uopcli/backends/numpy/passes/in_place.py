@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from ....ops import Ops
+from ....core.ops import Ops
 from ..program import MAYBE_VIEW, NEW, VIEW, Program, output_registers
 from ..table import FLOAT_UFUNC_INTO, UFUNC_INTO, ufunc_of, where_into_a, where_into_b
 

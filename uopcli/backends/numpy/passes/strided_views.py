@@ -7,7 +7,7 @@ factors are these views); steps still running their IMPL row are the ones it may
 
 from __future__ import annotations
 
-from ....ops import Ops
+from ....core.ops import Ops
 from .. import strided
 from ..program import VIEW, Program, output_registers, read_counts
 from ..table import IMPL, reduce_values

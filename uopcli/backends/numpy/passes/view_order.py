@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....ops import ELEMENTWISE
+from ....core.ops import ELEMENTWISE
 from .. import strided
 from ..program import Program
 from ..table import COMPARE_UFUNCS, ufunc_of

@@ -22,9 +22,10 @@ import math
 from functools import partial
 from typing import Iterable
 
-from .errors import GradientError
+from ..errors import GradientError
 from .ops import Ops, dtypes
-from .uop import Metadata, UOp, make_shaped, next_serial, no_gc, on_a_deep_stack, scope_toposort, tag_new_nodes
+from .uop import Metadata, UOp, make_shaped, next_serial, tag_new_nodes
+from .walks import no_gc, on_a_deep_stack, scope_toposort
 
 _make = UOp.make
 _shaped = make_shaped
