@@ -907,3 +907,52 @@ def test_scope_metadata_round_trips_and_a_bad_scope_is_refused():
     doc["nodes"][1][4] = {"scope": "a/b", "where": "c"}
     with pytest.raises(FormatError, match=r"only 'name', 'loc', 'scope'.*'where'"):
         load(msgpack.packb(doc))
+
+
+# ----------------------------------------------------------------------------- errors keep their cause
+
+def test_a_refusal_keeps_msgpack_s_error_as_its_cause():
+    with pytest.raises(FormatError, match="not valid MessagePack") as refused:
+        load(b"\x81\xa6format\xc1")
+    assert isinstance(refused.value.__cause__, ValueError)  # msgpack's FormatError, chained for --debug
+
+
+def test_a_file_that_ends_after_a_key_is_refused_as_truncated():
+    whole = save(Graph({"y": UOp.param("tx", (2,)).sin()}))
+    doc = msgpack.unpackb(whole)
+    head = msgpack.packb({"format": "uop", "version": 1, "inputs": doc["inputs"]})
+    data = b"\x84" + head[1:] + msgpack.packb("nodes")  # the map promises 4 keys; the file ends after "nodes"
+    with pytest.raises(FormatError, match="truncated: the file ends after the key 'nodes'"):
+        load(data)
+
+
+class _OutOfMemoryUnpacker:
+    def __init__(self, *args, **kwargs):
+        raise MemoryError
+
+
+def test_a_memory_error_while_reading_is_not_called_a_bad_file(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+    from uopcli.cli import main
+    path = tmp_path / "g.uop"
+    path.write_bytes(save(Graph({"y": UOp.param("mx", (2,)).sin()})))
+    monkeypatch.setattr(msgpack, "Unpacker", _OutOfMemoryUnpacker)
+    with pytest.raises(MemoryError):
+        load(path)
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 1
+    assert result.output.strip().endswith(f"{path}: out of memory")
+
+
+def test_a_reader_bug_is_reported_as_one_and_debug_shows_where(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+    from uopcli.cli import main
+    import uopcli.formats.uop.reader as reader
+    path = tmp_path / "g.uop"
+    path.write_bytes(save(Graph({"y": UOp.param("bx", (2,)).sin()})))
+    monkeypatch.setattr(reader, "ALLOWED_KEYS", None)  # a planted bug inside the top-level map's loop
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 1
+    assert "internal error: TypeError" in result.output and "--debug" in result.output  # not "not valid MessagePack"
+    debug = CliRunner().invoke(main, ["validate", str(path), "--debug"])
+    assert "Traceback" in debug.output and "reader.py" in debug.output

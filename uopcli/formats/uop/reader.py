@@ -50,14 +50,14 @@ def read_bytes(source, *, limits: Limits | None = None, name: str | None = None)
                 too_large = os.fstat(file.fileno()).st_size > limits.max_file_bytes
                 data = b"" if too_large else file.read(limits.max_file_bytes + 1)
         except OSError as error:
-            raise FormatError(f"cannot read: {error.strerror or error}", source=label) from None
+            raise FormatError(f"cannot read: {error.strerror or error}", source=label) from error
     elif hasattr(source, "read"):
         label = name or stream_name(source)
         too_large = False
         try:
             data = source.read(limits.max_file_bytes + 1)
         except OSError as error:
-            raise FormatError(f"cannot read: {error.strerror or error}", source=label) from None
+            raise FormatError(f"cannot read: {error.strerror or error}", source=label) from error
         if not isinstance(data, (bytes, bytearray)):
             raise FormatError("needs a binary file object (open the file with 'rb')", source=label)
     else:
@@ -112,6 +112,8 @@ def _parse_msgpack(data: bytes, name: str):
                 raise FormatError(f"top-level keys are strings, got {kind_of(key)} {shorten(repr(key))}", source=name)
             if key in doc:
                 raise FormatError(f"the key {shorten(repr(key))} appears twice in the top-level map", source=name)
+            if unpacker.tell() == len(data):
+                raise FormatError(f"truncated: the file ends after the key {shorten(repr(key))}", source=name)
             if key == "nodes" and _MSGPACK_ARRAY.get(data[unpacker.tell()], False):
                 begin = unpacker.tell()
                 unpacker.skip()  # checks the structure in C, building nothing
@@ -125,8 +127,8 @@ def _parse_msgpack(data: bytes, name: str):
             raise FormatError("trailing bytes after the file's map", source=name)
     except FormatError:
         raise
-    except Exception as error:  # noqa: BLE001 - msgpack raises many types for bad bytes; all mean one thing
-        raise FormatError(_msgpack_refusal(error), source=name) from None
+    except _unpack_errors() as error:  # msgpack's refusals of bad bytes, all meaning one thing
+        raise FormatError(_msgpack_refusal(error), source=name) from error
     return doc
 
 
@@ -137,10 +139,18 @@ def _parse_msgpack_whole(data: bytes, name: str):
     except msgpack.ExtraData as extra:
         if extra.unpacked.__class__ is not dict:  # text or other bytes that happen to start with a value
             raise FormatError(f"not a .uop file: the top level is {kind_of(extra.unpacked)}, not a map "
-                              f"(followed by {len(extra.extra)} more bytes)", source=name) from None
-        raise FormatError("trailing bytes after the file's map", source=name) from None
-    except Exception as error:  # noqa: BLE001 - as above
-        raise FormatError(_msgpack_refusal(error), source=name) from None
+                              f"(followed by {len(extra.extra)} more bytes)", source=name) from extra
+        raise FormatError("trailing bytes after the file's map", source=name) from extra
+    except _unpack_errors() as error:
+        raise FormatError(_msgpack_refusal(error), source=name) from error
+
+
+def _unpack_errors() -> tuple:
+    """What msgpack raises for bytes that are not MessagePack: its own exception types and
+    ValueError (bad UTF-8, a map key of the wrong type). Anything else (MemoryError, a bug
+    in this reader) is not a refusal of the file and propagates as itself."""
+    import msgpack
+    return msgpack.UnpackException, ValueError
 
 
 def _msgpack_refusal(error: Exception) -> str:
@@ -203,18 +213,18 @@ def _parse_json(data: bytes, name: str):
                          object_pairs_hook=_unique_keys)
         if _SURROGATE_ESCAPE.search(data):
             json.dumps(doc, ensure_ascii=False).encode("utf-8")  # raises on a lone surrogate
-    except RecursionError:
-        raise FormatError("values nested too deeply for the JSON reader", source=name) from None
+    except RecursionError as error:
+        raise FormatError("values nested too deeply for the JSON reader", source=name) from error
     except UnicodeError as error:
-        raise FormatError(f"not valid UTF-8 text: {shorten(str(error))}", source=name) from None
+        raise FormatError(f"not valid UTF-8 text: {shorten(str(error))}", source=name) from error
     except _RepeatedKey as error:
         node, op = _node_with_repeated_key(text)
-        raise FormatError(str(error), node=node, op=op, source=name) from None
+        raise FormatError(str(error), node=node, op=op, source=name) from error
     except ValueError as error:
         message = str(error)
         if message.startswith("Extra data"):
-            raise FormatError(f"trailing bytes after the file's map ({message})", source=name) from None
-        raise FormatError(f"not valid JSON: {shorten(message)}", source=name) from None
+            raise FormatError(f"trailing bytes after the file's map ({message})", source=name) from error
+        raise FormatError(f"not valid JSON: {shorten(message)}", source=name) from error
     return doc
 
 
@@ -354,8 +364,8 @@ class _Reader:
             for _ in range(len(nodes)):
                 try:
                     entry = next_entry()
-                except Exception as error:  # noqa: BLE001 - only a stream fails here: not MessagePack
-                    raise FormatError(_msgpack_refusal(error), node=len(built), source=self.name) from None
+                except _unpack_errors() as error:  # only a stream fails here: not MessagePack
+                    raise FormatError(_msgpack_refusal(error), node=len(built), source=self.name) from error
                 if entry.__class__ is not list:
                     raise Bad(f"a node must be an array [op, dtype, src, arg(, meta)], got {kind_of(entry)}")
                 if len(entry) == 4:
@@ -415,7 +425,7 @@ class _Reader:
                 append(node)
         except (Bad, GraphError, TypeError, ValueError, KeyError, IndexError, AttributeError,
                 OverflowError) as error:
-            raise self._node_error(self._why(entry, error), entry) from None
+            raise self._node_error(self._why(entry, error), entry) from error
 
     def _why(self, entry, error: Exception) -> str:
         """The message for a node the loop refused (the slow path: only runs once, on failure)."""
