@@ -142,8 +142,8 @@ class Levels:
                 rank[item] = 1 + max((rank[p] for p in preds.get(item, ()) if p in rank), default=-1)
             twins = {a for pair in level.twins for a in pair}
             for (a, b), count in list(level.edges.items()):
-                if (a in twins and b in twins) or (a, b) in level.reversed:
-                    continue  # twins share ranks, and a reversed edge runs against these ranks
+                if (a in twins and b in twins) or (a, b) in level.reversed or level.items[a][0] == COPY:
+                    continue  # twins share ranks, a reversed edge runs against these ranks, a copy is beside its user
                 if rank.get(b, 0) - rank.get(a, 0) > LONG_EDGE:
                     kind, ref = level.items[a][0], level.items[a][1]
                     ref_kind = REF_GROUP if kind == GROUP else REF_NODE

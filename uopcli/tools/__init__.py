@@ -1,0 +1,1 @@
+"""Library calls behind the commands."""
