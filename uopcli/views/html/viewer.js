@@ -491,6 +491,6 @@
     + '<div><span class="swatch" style="border:2px dashed #c0392b"></span>backward (∇): made by differentiation</div>'
     + '<div><span class="swatch" style="border:1.5px solid #2a9d8f;background:#f6fbfa"></span>a group: click to open; the bar is its op families</div>'
     + '<div><span class="swatch" style="border:1px dotted #888"></span>a constant beside its user, or ↑ a source drawn higher up</div>';
-  window.uopViewer = { state, timing, open, goTo, search, focus, highlightPath, svgText, draw: () => drawn };
+  window.uopViewer = { state, timing, open, goTo, search, focus, highlightPath, svgText, centre: centreOn, draw: () => drawn };
   draw(0);
 })();
