@@ -254,8 +254,9 @@ class Grouping:
                         child.label = f"{child.label} #{count[child.label]}"
 
     def _split_large(self) -> None:
-        """Levels of more than MAX_ITEMS items are split into parts, in canonical order,
-        forward and backward apart; a level of more than MAX_ITEMS parts is split again."""
+        """Levels of more than MAX_ITEMS items are split into parts, in canonical order: a
+        group and its ∇ twin stay together (in a forward part), other backward items go to
+        ∇ parts of their own; a level of more than MAX_ITEMS parts is split again."""
         work = list(self.groups)
         while work:
             group = work.pop()
@@ -263,11 +264,29 @@ class Grouping:
             if len(items) <= MAX_ITEMS:
                 continue
             items.sort(key=lambda item: item[0])
+            paired = {id(child.twin) for child in group.children
+                      if not child.backward and child.twin is not None and child.twin.parent is group}
+            forward: list[list] = []
+            backward: list[list] = []
+            for _, item in items:
+                if isinstance(item, Group) and id(item) in paired:
+                    continue  # goes with its forward twin
+                if self._item_backward(item):
+                    backward.append([item])
+                elif isinstance(item, Group) and item.twin is not None and id(item.twin) in paired:
+                    forward.append([item, item.twin])
+                else:
+                    forward.append([item])
             group.children, group.nodes = [], []
-            for backward in (False, True):
-                side = [value for _, value in items if self._item_backward(value) == backward]
-                for start in range(0, len(side), MAX_ITEMS):
-                    self._part(group, side[start:start + MAX_ITEMS], backward)
+            for units, is_backward in ((forward, False), (backward, True)):
+                chunk: list = []
+                for unit in units:
+                    if len(chunk) + len(unit) > MAX_ITEMS:
+                        self._part(group, chunk, is_backward)
+                        chunk = []
+                    chunk.extend(unit)
+                if chunk:
+                    self._part(group, chunk, is_backward)
             if len(group.children) > MAX_ITEMS:
                 work.append(group)
 

@@ -128,29 +128,25 @@ class Levels:
                 level.edges[edge] = level.edges.get(edge, 0) + 1
 
     def _cut_long_edges(self) -> None:
-        """Edges over more than LONG_EDGE ranks become a reference box beside the user
-        (ranks by the longest path, items in canonical order; see the module docstring)."""
+        """Edges over more than LONG_EDGE ranks become a reference box beside the user (ranks
+        as dot will lay them out, about: see _ranks)."""
         for level in self.levels:
             self._mirror(level)
             if len(level.items) <= LONG_EDGE:
                 continue
-            preds: dict[int, list[int]] = {}
-            for a, b in level.edges:
-                preds.setdefault(b, []).append(a)
-            rank: dict[int, int] = {}
-            for item in sorted(range(len(level.items)), key=lambda k: (level.items[k][4], level.items[k][0] != COPY)):
-                rank[item] = 1 + max((rank[p] for p in preds.get(item, ()) if p in rank), default=-1)
-            twins = {a for pair in level.twins for a in pair}
+            rank, laid_out = _ranks(level)
             for (a, b), count in list(level.edges.items()):
-                if (a in twins and b in twins) or (a, b) in level.reversed or level.items[a][0] == COPY:
-                    continue  # twins share ranks, a reversed edge runs against these ranks, a copy is beside its user
-                if rank.get(b, 0) - rank.get(a, 0) > LONG_EDGE:
+                if level.items[a][0] == COPY:
+                    continue  # a copy is beside its user
+                tail, head = laid_out(a, b)
+                if abs(rank[head] - rank[tail]) > LONG_EDGE:
                     kind, ref = level.items[a][0], level.items[a][1]
                     ref_kind = REF_GROUP if kind == GROUP else REF_NODE
                     label = "↑ " + (self.g.groups[ref].label if kind == GROUP else
                                     node_lines(self.g.order[ref], self.input_names.get(ref), [])[0])
                     r = level.add((ref_kind, ref, b), ref_kind, ref, box_size([cut(label)]), level.items[b][4])
                     del level.edges[a, b]
+                    level.reversed.discard((a, b))
                     level.edges[r, b] = count
 
     def _mirror(self, level: Level) -> None:
@@ -270,6 +266,53 @@ def _read_plain(level: Level, text: str) -> None:
                 a, b = b, a
             level.paths[a, b] = points
     level.boxes = boxes
+
+
+def _ranks(level: Level):
+    """Each item's rank as dot will about lay it out: twins merged into one rank, reversed
+    edges turned around, cycles broken at the back edges of a depth-first walk in canonical
+    order, then the longest path. Returns (rank of every item, edge -> its laid-out ends)."""
+    count = len(level.items)
+    rep = list(range(count))
+    for a, b in level.twins:
+        rep[b] = a
+
+    def laid_out(a: int, b: int) -> tuple[int, int]:
+        return (b, a) if (a, b) in level.reversed else (a, b)
+
+    heads: dict[int, list[int]] = {}
+    for a, b in level.edges:
+        tail, head = laid_out(a, b)
+        if rep[tail] != rep[head]:
+            heads.setdefault(rep[tail], []).append(rep[head])
+    order = sorted({rep[k] for k in range(count)}, key=lambda k: level.items[k][4])
+    state = dict.fromkeys(order, 0)  # 0 unseen, 1 on the walk's stack, 2 done
+    finished: list[int] = []
+    back: set[tuple[int, int]] = set()
+    for root in order:
+        if state[root]:
+            continue
+        state[root] = 1
+        stack = [(root, iter(heads.get(root, ())))]
+        while stack:
+            node, pending = stack[-1]
+            for head in pending:
+                if state[head] == 1:
+                    back.add((node, head))
+                elif state[head] == 0:
+                    state[head] = 1
+                    stack.append((head, iter(heads.get(head, ()))))
+                    break
+            else:
+                stack.pop()
+                state[node] = 2
+                finished.append(node)
+    rank = dict.fromkeys(order, 0)
+    for node in reversed(finished):  # a topological order of the edges that are not back edges
+        for head in heads.get(node, ()):
+            if (node, head) not in back and rank[head] < rank[node] + 1:
+                rank[head] = rank[node] + 1
+    return [rank[rep[k]] for k in range(count)], laid_out
 
 
 def _common_level(a: Group, b: Group, source: int, user: int) -> tuple[Group, tuple, tuple]:

@@ -318,8 +318,9 @@
     let node = -1;
     const same = (j) => { const n = meta(j); return n && !n[3] && n[0] === m[0] && n[1] === m[1] && n[2] === m[2]; };
     for (const s of reach([i], sources, 3)) if (s !== i && same(s)) { node = s; break; }
-    if (node < 0 && twin >= 0) for (let j = 0; j < nodeCount && node < 0; j++) if (same(j) && groupsHolding([j]).has(twin)) node = j;
-    return { twin, node };
+    for (let j = 0; j < nodeCount && node < 0; j++) if (same(j) && (twin < 0 || groupsHolding([j]).has(twin))) node = j;
+    // no ∇ group of its own (a call that made one backward node): the forward node's group
+    return { twin: twin >= 0 ? twin : node >= 0 ? D.home[node] : -1, node };
   }
   function showNode(i) {
     const m = meta(i), rows = [];
@@ -339,7 +340,9 @@
     }
     row("group", ancestors(D.home[i]).map(groupLink).join(" › "));
     let html = "<h3>%" + i + " " + esc(headText(i)) + "</h3><table>" + rows.join("") + valueRows(i) + "</table>";
-    if (m && m[3]) {
+    if (m && m[3] && m[0] == null && m[2] == null) {
+      html += '<div><b>differentiates</b> <span class="muted">no named forward function (a gradient sum or seed)</span></div>';
+    } else if (m && m[3]) {
       const { twin, node } = forwardOf(i);
       html += "<div><b>differentiates</b> " + (twin >= 0 ? groupLink(twin) : '<span class="muted">no forward group</span>')
         + (node >= 0 ? "<br>forward node " + nodeLink(node) : "") + "</div>";
