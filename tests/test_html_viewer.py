@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from uopcli import Graph, Metadata, UOp, load
+from uopcli import Graph, UOp, load
 from uopcli.views.html import groups as groups_module
 from uopcli.views.html.groups import Grouping, is_copied
 from uopcli.views.html.layout import COPY, GROUP, NODE, REF_GROUP, REF_NODE, Levels

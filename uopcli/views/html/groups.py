@@ -28,6 +28,7 @@ from collections import Counter
 from ...graph import Graph
 from ...ops import Ops
 from ...render import MAIN, _scope_walk
+from ...render import _children as sources_with_bodies  # sources, and a CALL's backward body
 from ...uop import UOp, scope_sources
 
 MAX_ITEMS = 500  # items one level may hold: dot lays out 500 boxes in about a second
@@ -200,7 +201,7 @@ class Grouping:
     def _place_copies(self) -> None:
         """A copied node's home is its first user's group (an unused one stays at the top)."""
         for node in self.order:
-            for src in _sources_with_bodies(node):
+            for src in sources_with_bodies(node):
                 i = self.index[src]
                 if self.home[i] is None and is_copied(src):
                     self.home[i] = self.home[self.index[node]]
@@ -347,11 +348,3 @@ def _call_key(meta) -> tuple:
 
 def _is_backward(node: UOp) -> bool:
     return node.meta is not None and bool(node.meta.backward)
-
-
-def _sources_with_bodies(node: UOp) -> tuple:
-    if node.op == Ops.CALL and node.arg.grad is not None:
-        return (*node.src, node.arg.grad)
-    return node.src
-
-

@@ -21,6 +21,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 from ...render import INSTALL_DOT_HINT, LONG_EDGE, RenderError, arg_text, meta_text, type_text
+from ...render import _children as sources_with_bodies  # sources, and a CALL's backward body
 from ...uop import UOp
 from .groups import Group, Grouping, is_copied
 
@@ -87,7 +88,7 @@ class Levels:
         self.output_names = output_names
         self.levels = [Level(group) for group in grouping.groups]
         order = grouping.order
-        used = {grouping.index[s] for node in order for s in _sources_with_bodies(node)}
+        used = {grouping.index[s] for node in order for s in sources_with_bodies(node)}
         self.standalone = [not is_copied(n) or i in output_names or i not in used for i, n in enumerate(order)]
         self._items()
         self._edges()
@@ -115,7 +116,7 @@ class Levels:
             if not self.standalone[user_index]:
                 continue
             user_home = home[user_index]
-            for src in _sources_with_bodies(user):
+            for src in sources_with_bodies(user):
                 s = index[src]
                 if not self.standalone[s]:  # a copy beside the user, at the user's level
                     level = levels[user_home.id]
@@ -326,10 +327,3 @@ def _common_level(a: Group, b: Group, source: int, user: int) -> tuple[Group, tu
         item_a, a = (GROUP, a.id), a.parent
         item_b, b = (GROUP, b.id), b.parent
     return a, item_a, item_b
-
-
-def _sources_with_bodies(node: UOp) -> tuple:
-    """Sources, with a CALL's backward body (it hangs off the arg, and is drawn as a source)."""
-    if node.op == "CALL" and node.arg.grad is not None:
-        return (*node.src, node.arg.grad)
-    return node.src

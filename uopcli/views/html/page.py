@@ -15,6 +15,7 @@ from ... import __version__
 from ...graph import Graph
 from ...ops import FAMILY, Ops
 from ...render import FAMILY_COLOURS, arg_text
+from ...render import _children as sources_with_bodies  # sources, and a CALL's backward body
 from ...uop import UOp
 from .groups import Grouping
 from .layout import Levels, mix_text
@@ -62,7 +63,7 @@ def _data(graph: Graph, grouping: Grouping, levels: Levels, title: str, values: 
         whole = _full_arg(node)
         if whole != short:
             full[i] = whole
-        sources.append([index[s] for s in _sources_with_bodies(node)])
+        sources.append([index[s] for s in sources_with_bodies(node)])
     groups = grouping.groups
     return {
         "title": title, "version": __version__,
@@ -130,11 +131,6 @@ def _full_arg(node: UOp) -> str:
         text = repr(arg)
     return text if len(text) <= FULL_ARG_LIMIT else text[:FULL_ARG_LIMIT - 1] + "…"
 
-
-def _sources_with_bodies(node: UOp) -> tuple:
-    if node.op == Ops.CALL and node.arg.grad is not None:
-        return (*node.src, node.arg.grad)
-    return node.src
 
 
 def _asset(name: str) -> str:
