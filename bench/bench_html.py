@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from scoped_gpt import blocks_for, gradient_graph  # noqa: E402
 
 from uopcli import Graph, UOp, save  # noqa: E402
-from uopcli.differentiate import differentiate  # noqa: E402
+from uopcli.tools.differentiate import differentiate  # noqa: E402
 
 UOPGRAD = str(Path(sys.executable).parent / "uopgrad")
 CHROMIUM = "/usr/bin/chromium"

@@ -11,8 +11,8 @@ scope onto the backward nodes.
 from __future__ import annotations
 
 from uopcli import Graph, Metadata, UOp, dtypes
-from uopcli.differentiate import differentiate
-from uopcli.uop import next_serial
+from uopcli.tools.differentiate import differentiate
+from uopcli.core.uop import next_serial
 
 NODES_PER_BLOCK = 241  # gradient-graph nodes per block (4 blocks: 1,025 nodes)
 

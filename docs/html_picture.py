@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from uopcli import load
-from uopcli.differentiate import differentiate
+from uopcli.tools.differentiate import differentiate
 from uopcli.views.html.groups import Grouping
 from uopcli.views.html.page import page_html
 

@@ -332,7 +332,7 @@ def _reach(starts, order, index, down: bool) -> set[int]:
 @pytest.fixture(scope="module")
 def sample_pages(tmp_path_factory):
     """Each sample, and the gradients of a few, as pages."""
-    from uopcli.differentiate import differentiate
+    from uopcli.tools.differentiate import differentiate
     folder = tmp_path_factory.mktemp("samples")
     pages = {}
     for path in sorted(SAMPLES.glob("*.uop")):
@@ -377,7 +377,7 @@ def test_a_function_body_opens_and_the_gpt_gradient_makes_the_readme_picture(bro
 
 
 def test_values_show_min_mean_max(browser, tmp_path):
-    from uopcli.differentiate import differentiate
+    from uopcli.tools.differentiate import differentiate
     from uopcli.tools.intermediates import with_intermediates
     graph, _ = differentiate(load(SAMPLES / "mlp.uop"), ["w1", "w2"], keep_forward=True)
     rng = np.random.default_rng(0)

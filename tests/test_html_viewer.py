@@ -141,7 +141,7 @@ def test_large_levels_split_into_parts_forward_and_backward_apart(monkeypatch):
     y = x
     for _ in range(30):
         y = (y * 1.5).sin()
-    from uopcli.differentiate import differentiate
+    from uopcli.tools.differentiate import differentiate
     graph, _ = differentiate(Graph({"y": y.sum()}), ["x"], keep_forward=True)
     grouping = Grouping(graph)
     for group in grouping.groups:

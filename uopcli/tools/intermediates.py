@@ -16,13 +16,13 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..errors import EvaluationError
-from ..graph import Graph
-from ..uop import scope_toposort
+from ..core.graph import Graph
+from ..core.walks import scope_toposort
 
 
 def intermediate_values(graph: Graph, inputs: Mapping) -> dict:
     """{"%<i>": array} for every shaped node of the main graph, given the inputs by name."""
-    from ..evaluate import evaluate
+    from ..backends.numpy import evaluate
     from ..views.html.values import NODE_KEY, node_key
     clash = [name for name in graph.outputs if NODE_KEY.fullmatch(name)]
     if clash:

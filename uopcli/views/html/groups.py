@@ -25,11 +25,12 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ...graph import Graph
-from ...ops import Ops
-from ...render import MAIN, _scope_walk
-from ...render import _children as sources_with_bodies  # sources, and a CALL's backward body
-from ...uop import UOp, scope_sources
+from ...core.graph import Graph
+from ...core.ops import Ops
+from ...core.uop import UOp
+from ...core.walks import scope_sources
+from ..graphviz import MAIN, _scope_walk
+from ..graphviz import _children as sources_with_bodies  # sources, and a CALL's backward body
 
 MAX_ITEMS = 500  # items one level may hold: dot lays out 500 boxes in about a second
 

@@ -20,9 +20,9 @@ import os
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
-from ...render import INSTALL_DOT_HINT, LONG_EDGE, RenderError, arg_text, meta_text, type_text
-from ...render import _children as sources_with_bodies  # sources, and a CALL's backward body
-from ...uop import UOp
+from ...core.uop import UOp
+from ..graphviz import INSTALL_DOT_HINT, LONG_EDGE, RenderError, arg_text, meta_text, type_text
+from ..graphviz import _children as sources_with_bodies  # sources, and a CALL's backward body
 from .groups import Group, Grouping, is_copied
 
 NODE, GROUP, COPY, REF_NODE, REF_GROUP = range(5)  # item kinds, as the page reads them

@@ -12,11 +12,11 @@ import re
 from importlib import resources
 
 from ... import __version__
-from ...graph import Graph
-from ...ops import FAMILY, Ops
-from ...render import FAMILY_COLOURS, arg_text
-from ...render import _children as sources_with_bodies  # sources, and a CALL's backward body
-from ...uop import UOp
+from ...core.graph import Graph
+from ...core.ops import FAMILY, Ops
+from ...core.uop import UOp
+from ..graphviz import FAMILY_COLOURS, arg_text
+from ..graphviz import _children as sources_with_bodies  # sources, and a CALL's backward body
 from .groups import Grouping
 from .layout import Levels, mix_text
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 
 from ...errors import UOpError
-from ...graph import Graph
-from ...values import ZIP_MAGIC, _starts_with, type_text
+from ...core.graph import Graph
+from ...tools.values import ZIP_MAGIC, _starts_with, type_text
 
 NODE_KEY = re.compile(r"%(\d+)")
 
