@@ -1155,3 +1155,17 @@ def test_sort_argsort_and_topk_are_numpys_stable_sort(length):
     assert check_gradients(Graph({"loss": loss}), ["x"], inputs={"x": distinct / 7}, samples=8).passed
     with pytest.raises(GraphError, match=re.escape(f"topk: k must be in [0, {length}]")):
         x.topk(length + 1, 1)
+
+
+def test_every_builder_mixin_tags_what_its_composites_build():
+    """UOp inherits one mixin per section of uopcli/builder/, and the composites of each
+    carry their name as metadata (COMPOSITES is gathered over all of them)."""
+    from uopcli.builder import COMPOSITES, MIXINS
+    assert tuple(base for base in UOp.__mro__ if base in MIXINS) == MIXINS
+    x = UOp.param("tag_x", (2, 3))
+    index = UOp.param("tag_i", (2, 3), dtypes.int32)
+    built = {"gelu": x.gelu(), "repeat": x.repeat(2, 1), "cumsum": x.cumsum(1), "one_hot": index.one_hot(4),
+             "layernorm": x.layernorm(), "gather": x.gather(1, index)}
+    for mixin, name in zip(MIXINS, ("gelu", "repeat", "cumsum", "one_hot", "layernorm", "gather")):
+        assert name in vars(mixin) and name in COMPOSITES, (mixin, name)
+        assert built[name].meta.name == name, (name, built[name].meta)

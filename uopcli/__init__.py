@@ -2,8 +2,8 @@
 
     from uopcli import UOp, Graph, compute_gradient, evaluate_graph, load, save
 
-The core (UOp, Graph, load/save) imports without numpy; the heavier parts are imported
-on first use, so a command that only reads a file starts fast.
+The core (UOp, Graph) imports without numpy; everything else (load and save too) is
+imported on first use, so a command that only reads a file starts fast.
 """
 
 from .errors import EvaluationError, FormatError, GradientError, GraphError, UOpError
@@ -11,12 +11,14 @@ from .core.ops import DType, Ops, dtypes
 from .core.uop import CallArg, Metadata, UOp
 from .core.walks import toposort
 from .core.graph import Graph
-from .formats.uop import Limits, load, save
 
 __version__ = "0.1.0"
 
 # name -> module that defines it, imported when the name is first used
 _LAZY = {
+    "load": "formats.uop",
+    "save": "formats.uop",
+    "Limits": "formats.uop",
     "compute_gradient": "core.gradient",
     "evaluate": "backends.numpy",
     "evaluate_graph": "backends.numpy",
@@ -44,5 +46,5 @@ def __getattr__(name: str):
 
 
 __all__ = ["UOp", "Ops", "DType", "dtypes", "Metadata", "CallArg", "toposort",
-           "Graph", "load", "save", "Limits", *_LAZY,
+           "Graph", *_LAZY,
            "UOpError", "GraphError", "GradientError", "EvaluationError", "FormatError", "__version__"]
