@@ -73,6 +73,7 @@ PROD_LAYOUTS = {
     "one axis of 4, first": ((4, 3), (0,)),
     "adjacent axes": ((2, 3, 2), (1, 2)),
     "axes 0 and 2": ((3, 2, 2), (0, 2)),
+    "axes 0 and 2 of 4": ((2, 3, 2, 2), (0, 2)),  # moved last by an order that is not its own inverse
     "all axes": ((2, 3), (0, 1)),
 }
 
@@ -171,3 +172,74 @@ def test_cli_second_and_third_derivatives_of_prod_at_repeated_zeros(tmp_path):
     # the other two, in both orders, times 1 = 2 each
     np.testing.assert_array_equal(np.load(tmp_path / "h.npz")["grad_x"], [2.0, 2.0, 0.0])
     np.testing.assert_array_equal(np.load(tmp_path / "t.npz")["grad_x"], [2.0, 2.0, 2.0])
+
+
+# ----------------------------------------------------------------------------- the other reduces, ties
+# Cubes make the second and third derivatives nonzero. Each case: build, x, and the closed
+# forms of the first derivative, H·u and T(u, v, ·) of sum(w * build(x)). Ties are between
+# copies of one value (the same function), where the function is smooth and the even split
+# adds back up; zeros sit where the third derivative still is not.
+ROW_SUM = np.array([[1, 1, 1, 0, 0, 0], [0, 0, 0, 1, 1, 1]], dtype=float)  # row membership, flat
+
+
+def _rows(values):  # per-row sums of a flat (6,) vector
+    return ROW_SUM @ values.reshape(-1)
+
+
+TIE_CASES = {
+    "sum cubed, zeros": (
+        lambda x: x.sum(1) * x.sum(1) * x.sum(1), np.array([[0.0, 0.0, 0.0], [1.0, -1.0, 0.5]]),
+        lambda x, w, u, v: ROW_SUM.T @ (3 * w * _rows(x) ** 2),
+        lambda x, w, u, v: ROW_SUM.T @ (6 * w * _rows(x) * _rows(u)),
+        lambda x, w, u, v: ROW_SUM.T @ (6 * w * _rows(u) * _rows(v))),
+    "max of 4 copies cubed, zeros": (
+        lambda x: _cube(x.reshape(2, 3, 1).expand(2, 3, 4).max(2)), np.array([[0.0, -0.0, 2.0], [0.0, 1.0, 0.0]]),
+        lambda x, w, u, v: 3 * w * x ** 2, lambda x, w, u, v: 6 * w * x * u, lambda x, w, u, v: 6 * w * u * v),
+    "row max cubed, tied zeros below it": (
+        lambda x: _cube(x.max(1)), np.array([[0.0, -0.0, 2.0], [0.0, -1.0, 0.5]]),
+        lambda x, w, u, v: _at_max(x, 3 * w[:, None] * x ** 2),
+        lambda x, w, u, v: _at_max(x, 6 * w[:, None] * x * u),
+        lambda x, w, u, v: _at_max(x, 6 * w[:, None] * u * v)),
+    "row max of copied rows cubed": (
+        lambda x: _cube(x.reshape(2, 1, 3).expand(2, 2, 3).reshape(4, 3).max(1)),
+        np.array([[1.0, 0.0, 2.0], [0.0, 0.5, -1.0]]),
+        lambda x, w, u, v: _at_max(x, 3 * (w[0::2] + w[1::2])[:, None] * x ** 2),
+        lambda x, w, u, v: _at_max(x, 6 * (w[0::2] + w[1::2])[:, None] * x * u),
+        lambda x, w, u, v: _at_max(x, 6 * (w[0::2] + w[1::2])[:, None] * u * v)),
+    "MAX of x*c and c*x cubed": (
+        lambda x: _cube((x * UOp.const(1.5, f64)).maximum(UOp.const(1.5, f64) * x)),
+        np.array([[0.0, 0.0, 2.0], [-1.0, 0.0, 0.5]]),
+        lambda x, w, u, v: 3 * 1.5 ** 3 * w * x ** 2, lambda x, w, u, v: 6 * 1.5 ** 3 * w * x * u,
+        lambda x, w, u, v: 6 * 1.5 ** 3 * w * u * v),
+    "MAX of x with itself cubed": (
+        lambda x: _cube(x.maximum(x)), np.array([[0.0, -0.0, 2.0], [-1.0, 0.0, 0.5]]),
+        lambda x, w, u, v: 3 * w * x ** 2, lambda x, w, u, v: 6 * w * x * u, lambda x, w, u, v: 6 * w * u * v),
+}
+
+
+def _cube(x):
+    return x * x * x
+
+
+def _at_max(x, values):
+    """values where x holds its row's (unique) maximum, else 0."""
+    return np.where(x == x.max(1, keepdims=True), values, 0.0)
+
+
+@pytest.mark.parametrize("case", list(TIE_CASES))
+def test_reduce_and_max_rules_up_to_third_order_at_ties_and_zeros(case):
+    build, x_value, *closed = TIE_CASES[case]
+    shape = x_value.shape
+    _, out, graphs = derivative_graphs(build, shape)
+    rng = np.random.default_rng(len(case))
+    inputs = {"x": x_value, "w": rng.uniform(0.5, 1.5, out.shape), "u": rng.normal(size=shape),
+              "v": rng.normal(size=shape)}
+    got = evaluate(list(graphs), inputs)
+    for order, (value, form) in enumerate(zip(got, closed), start=1):
+        expected = form(x_value, inputs["w"], inputs["u"], inputs["v"])
+        np.testing.assert_allclose(value, np.reshape(expected, shape), rtol=1e-12, atol=1e-12,
+                                   err_msg=f"order {order}, closed form")
+    np.testing.assert_allclose(got[1], central_difference(graphs[0], inputs, inputs["u"]), rtol=1e-6, atol=1e-8,
+                               err_msg="second vs differences of the first")
+    np.testing.assert_allclose(got[2], central_difference(graphs[1], inputs, inputs["v"]), rtol=1e-6, atol=1e-8,
+                               err_msg="third vs differences of the second")
