@@ -190,7 +190,7 @@ def _others_product(v: UOp, axis: int, scale: UOp) -> UOp:
     for halves, length in reversed(down):
         flags = tuple(a == axis for a in range(len(halves.shape)))
         swapped = _shaped(Ops.FLIP, halves.dtype, (halves,), flags, halves.shape)  # (b, a) for halves (a, b)
-        row = _reshaped(others, halves.shape[:axis] + (1,) + halves.shape[axis + 1:])
+        row = _reshaped(others, halves.shape[:axis] + (1,) + halves.shape[axis + 1:], others is not scale)
         shape = halves.shape[:axis] + (halves.shape[axis + 1] * 2,) + halves.shape[axis + 2:]
         others = _reshape(_mul(_expand(row, halves.shape), swapped), shape)
         if shape[axis] != length:
@@ -198,9 +198,10 @@ def _others_product(v: UOp, axis: int, scale: UOp) -> UOp:
     return others
 
 
-def _reshaped(x: UOp, shape: tuple) -> UOp:
-    """`x` (made here) reshaped to `shape`: itself when it has it, through x's source when x is a reshape."""
-    if x.op == Ops.RESHAPE:
+def _reshaped(x: UOp, shape: tuple, made_here: bool = True) -> UOp:
+    """`x` reshaped to `shape`: itself when it has it; a reshape `made_here` (by this rule,
+    never a node a caller may hold as a target) is reshaped from its source instead."""
+    if made_here and x.op == Ops.RESHAPE:
         x = x.src[0]
     return x if x.shape == shape else _reshape(x, shape)
 
@@ -367,7 +368,7 @@ GRADIENT_RULES = {
     Ops.REDUCE: _reduce_rule,
     (Ops.REDUCE, "ADD"): lambda g, y, need: (_expand(g, y.src[0].shape),),  # each element adds once: g expanded
     (Ops.REDUCE, "MAX"): _reduce_max_rule,                                 # g * (x==y) / count(x==y)
-    (Ops.REDUCE, "MUL"): _reduce_mul_rule,                                 # g * product of the others (exact at zeros)
+    (Ops.REDUCE, "MUL"): _reduce_mul_rule,                                 # g * product of the others, MULs only: exact at every order
     # movement: the inverse movement of g
     Ops.RESHAPE: lambda g, y, need: (_reshape(g, y.src[0].shape),),           # g reshaped back
     Ops.EXPAND: _expand_rule,                                              # g summed over the grown axes
