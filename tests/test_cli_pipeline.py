@@ -3,6 +3,7 @@ atomic outputs, binary output refused on a terminal, and the samples end to end.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import pty
@@ -14,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import uopcli
 from uopcli import UOp, dtypes
 from uopcli.fileformat import load, save
 from uopcli.graph import Graph
@@ -364,7 +366,10 @@ def test_progress_bar_only_on_a_terminal(work):
 
 
 def test_quiet_and_version(work):
-    assert sh("uopgrad --version", work).stdout.strip() == b"uopgrad 0.1.0"
+    # the installed command's version is the package's one version, also in the installed metadata
+    installed = importlib.metadata.version("uopgrad")
+    assert installed == uopcli.__version__
+    assert sh("uopgrad --version", work).stdout.strip() == f"uopgrad {installed}".encode()
     loud = sh("uopgrad diff multi.uop --of y --wrt x,w > /dev/null", work)
     assert loud.returncode == 0 and loud.stderr == b""           # nothing to report
     z = sh("uopgrad diff multi.uop --of s --wrt x,w > /dev/null", work)

@@ -146,6 +146,12 @@ def test_reduce_max_three_way_tie_shares_in_thirds():
 MOVEMENT_CASES = {
     "RESHAPE": lambda x: x.reshape(3, 2).sin(),
     "EXPAND": lambda x: x.reshape(2, 1, 3).expand(2, 4, 3).sin(),
+    # a cotangent that differs along the expanded axes: only a sum over exactly those axes
+    # is right (the case above has equal copies, which taking one copy times 4 also passes)
+    "EXPAND asymmetric": lambda x: (x.reshape(2, 1, 3).expand(2, 4, 3)
+                                    * UOp.buffer(np.arange(24.0).reshape(2, 4, 3) ** 1.5 / 9)).sin(),
+    "EXPAND two axes": lambda x: (x.reshape(1, 2, 1, 3).expand(5, 2, 4, 3)
+                                  * UOp.buffer(np.cos(np.arange(120.0)).reshape(5, 2, 4, 3))).sum(3),
     "PERMUTE": lambda x: x.reshape(1, 2, 3).permute(2, 0, 1) * UOp.buffer(np.arange(6.0).reshape(3, 1, 2)),
     "PAD": lambda x: x.pad(((1, 2), (0, 1))).sin(),
     "SHRINK": lambda x: x.shrink(((0, 1), (1, 3))).sin(),

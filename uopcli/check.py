@@ -20,6 +20,11 @@ How, and why so:
 - DETACH means "a constant, as far as gradients go": the finite differences hold every
   DETACH value (outside function bodies) fixed at the point checked, by replacing it with
   a BUFFER of that value, so a stop-gradient is checked as the stop-gradient it is.
+- Two evaluators, so that neither can hide a bug of its own: the analytic gradient is
+  computed by the numpy evaluator (the fast one `uopgrad eval` uses), the finite
+  differences by the reference evaluator (backends/reference: op by op, no fast paths).
+  A fast path that computes a wrong value makes the two sides disagree instead of
+  cancelling out; the report names both.
 - An element passes when |analytic - numeric| <= ATOL * max(1, |L|) + RTOL * max(|analytic|, |numeric|);
   a NaN anywhere fails.
 - A kink (relu's 0, max's tie) within h of the point spoils the central difference, not
@@ -43,6 +48,8 @@ from .ops import CALLS, Ops, dtypes
 from .inspect import counted
 from .uop import CallArg, UOp, scope_sources, toposort
 
+ANALYTIC_EVALUATOR = "numpy"       # computes the gradient graph (backends/numpy)
+NUMERIC_EVALUATOR = "reference"    # computes the finite differences (backends/reference)
 RTOL = 1e-4
 ATOL = 1e-6
 STEP = 6e-6
@@ -82,7 +89,8 @@ class CheckReport:
 
     def to_dict(self) -> dict:
         return {"of": self.of, "seed": self.seed, "passed": self.passed, "rtol": RTOL, "atol": ATOL,
-                "dtype": "float64", "targets": [t.to_dict() for t in self.targets]}
+                "dtype": "float64", "evaluators": {"analytic": ANALYTIC_EVALUATOR, "numeric": NUMERIC_EVALUATOR},
+                "targets": [t.to_dict() for t in self.targets]}
 
     def lines(self) -> list[str]:
         out = [f"{'target':<12} {'samples':>7} {'max abs err':>12} {'max rel err':>12}  worst at"]
@@ -94,6 +102,8 @@ class CheckReport:
         out += [f"note: {t.name}: {t.note}" for t in self.targets if t.note]
         out += [f"note: {t.name}: {counted(t.kinks, 'sampled element')} at a kink (the one-sided differences "
                 f"disagree), not compared" for t in self.targets if t.kinks]
+        out.append(f"evaluators: analytic by the {ANALYTIC_EVALUATOR} evaluator, finite differences by the "
+                   f"{NUMERIC_EVALUATOR} evaluator (op by op)")
         failed = [t.name for t in self.targets if not t.passed]
         out.append(f"FAILED: {', '.join(failed)}" if failed else
                    f"ok: gradients of {', '.join(self.of)} match finite differences (float64)")
@@ -111,7 +121,8 @@ def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
     `inputs` maps input names to arrays (checked by the caller); missing ones are random.
     `progress(n)` is called after every n finite-difference evaluations."""
     import numpy as np
-    from .evaluate import evaluate, evaluate_graph
+    from .backends.reference import reference_evaluate
+    from .evaluate import evaluate_graph
     from .values import random_value
 
     if samples < 1:
@@ -129,7 +140,7 @@ def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
     cotangents = [values64.get(f"cotangent_{name}", 1.0) for name in of]
 
     def loss(feed) -> float:
-        results = evaluate(outputs, feed)
+        results = reference_evaluate(outputs, feed)
         return float(sum(np.sum(c * r) for c, r in zip(cotangents, results)))
 
     base = loss(values64)
@@ -261,11 +272,11 @@ def freeze_detached(outputs: list[UOp], values: Mapping) -> list[UOp]:
     for the inputs `values`: the function finite differences must match when gradients do
     not flow through DETACH. (A DETACH inside a body takes other values at every call, so
     it stays; that is rare.)"""
-    from .evaluate import evaluate
+    from .backends.reference import reference_evaluate
     detached = [n for n in _main_scope(outputs) if n.op == Ops.DETACH]
     if not detached:
         return outputs
-    frozen = {node: UOp.buffer(value) for node, value in zip(detached, evaluate(detached, values))}
+    frozen = {node: UOp.buffer(value) for node, value in zip(detached, reference_evaluate(detached, values))}
     return [_substituted(out, frozen) for out in outputs]
 
 

@@ -27,6 +27,10 @@ How it works, and why:
 - numpy's floating-point warnings are silenced: results are IEEE values (1/0 = inf).
 
 Semantics where the format leaves room (decided here):
+- a REDUCE ADD of only -0.0 is -0.0, as IEEE addition gives (numpy's contiguous sums
+  start from +0.0; _keep_negative_zero mends it). A contraction run by BLAS sums from +0.0
+  like numpy: where every product of a sum is -0.0 it gives +0.0, its one difference in
+  the sign of a zero from the op-by-op graph.
 - integer FDIV is C division (as CDIV); integer division or remainder by zero gives 0;
   integer POW with a negative exponent gives 1/a^|b| truncated (1, -1 or 0).
 - a float16 contraction (a REDUCE ADD of float16 products, or the CAST, REDUCE ADD, CAST
@@ -182,14 +186,27 @@ def _reduce(node, x):
         return _reduce_by_positions(node, x, op, axes)
     if op == "ADD":
         if node.dtype.itemsize == 2 and node.dtype.is_float:  # float16 sums accumulate in float32
-            return np.sum(x, axis=axes, keepdims=True, dtype=np.float32).astype(np.float16)
-        return np.sum(x, axis=axes, keepdims=True, dtype=x.dtype)  # ints wrap in their own dtype
+            return _keep_negative_zero(np.sum(x, axis=axes, keepdims=True, dtype=np.float32).astype(np.float16), x, axes)
+        total = np.sum(x, axis=axes, keepdims=True, dtype=x.dtype)  # ints wrap in their own dtype
+        return _keep_negative_zero(total, x, axes) if node.dtype.is_float else total
     if op == "MUL":
         return np.prod(x, axis=axes, keepdims=True, dtype=x.dtype)
     if any(node.src[0].shape[a] == 0 for a in axes):  # max over nothing: the identity
         low = -np.inf if node.dtype.is_float else np.iinfo(x.dtype).min
         return np.max(x, axis=axes, keepdims=True, initial=low)
     return np.max(x, axis=axes, keepdims=True)
+
+
+def _keep_negative_zero(total, x, axes):
+    """A sum of only -0.0 is -0.0, as IEEE addition (and the sum written out as ADDs) gives;
+    numpy starts a contiguous sum from +0.0 and returns +0.0. Costs a pass over the result,
+    and one over x only where some sum is zero."""
+    if not isinstance(total, np.ndarray) or total.all() or any(x.shape[a] == 0 for a in axes):
+        return total
+    only_negative_zeros = np.all(np.signbit(x) & (x == 0), axis=axes, keepdims=True)
+    if only_negative_zeros.any():
+        total = np.where(only_negative_zeros, total.dtype.type(-0.0), total)
+    return total
 
 
 _POSITIONS_MAX = 64        # reduced elements per result, at most, to reduce one position at a time
