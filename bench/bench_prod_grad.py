@@ -27,9 +27,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from uopcli import UOp, dtypes  # noqa: E402
-from uopcli.evaluate import evaluate  # noqa: E402
-from uopcli.gradient import GRADIENT_RULES, compute_gradient  # noqa: E402
-from uopcli.gradient import _cast, _const, _div, _eq, _expand, _mul, _reduce, _where, _zero  # noqa: E402
+from uopcli.backends.numpy import evaluate  # noqa: E402
+from uopcli.core.gradient import GRADIENT_RULES, compute_gradient  # noqa: E402
+from uopcli.core.gradient import _cast, _const, _div, _eq, _expand, _mul, _reduce, _where, _zero  # noqa: E402
 
 from bench_eval import times_in_turns  # noqa: E402
 

@@ -13,7 +13,7 @@ from uopcli.backends.reference import reference_evaluate
 
 def evaluate(outputs, inputs):
     """The production evaluator (the one the reference checks)."""
-    from uopcli.evaluate import evaluate as production
+    from uopcli.backends.numpy import evaluate as production
     return production(outputs, inputs)
 
 
@@ -36,7 +36,8 @@ def numeric_gradient(output: UOp, seed: np.ndarray, inputs: dict, name: str, eps
 def assert_shapes_as_inferred(roots) -> None:
     """The gradient rules build nodes without inference (uop.make_shaped): every node under
     `roots` must still be one that inference accepts, with the shape it gives."""
-    from uopcli.uop import _infer_shape, toposort
+    from uopcli.core.inference import infer_shape
+    from uopcli.core.walks import toposort
     for node in toposort(roots):
         if node.src:
-            assert _infer_shape(node.op, node.dtype, node.src, node.arg) == node.shape, node
+            assert infer_shape(node.op, node.dtype, node.src, node.arg) == node.shape, node

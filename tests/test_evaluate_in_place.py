@@ -23,9 +23,10 @@ import numpy as np
 import pytest
 
 from uopcli import GraphError, Ops, UOp, dtypes
-from uopcli.evaluate import (FLOAT_UFUNC_INTO, NOT_INTO_STRIDED, UFUNC_INTO, _compile, _into_source,
-                             _where_into, _where_into_b, evaluate)
-from uopcli.gradient import compute_gradient
+from uopcli import compute_gradient, evaluate
+from uopcli.backends.numpy.compiler import compile_graph
+from uopcli.backends.numpy.passes.in_place import _into_source
+from uopcli.backends.numpy.table import FLOAT_UFUNC_INTO, NOT_INTO_STRIDED, UFUNC_INTO, where_into_a, where_into_b
 
 f64 = dtypes.float64
 STEPS = range(1, 17)
@@ -111,11 +112,11 @@ def test_numpy_still_gets_wrong_in_place_exactly_the_ufuncs_worked_around():
     new = broken - {u.__name__ for u in NOT_INTO_STRIDED}
     assert not new, (f"numpy {np.__version__} computes {sorted(new)} wrongly in place on strided views "
                      f"({sorted(f for f in failures if f[0] in new)[:12]}): add them to NOT_INTO_STRIDED "
-                     f"in uopcli/evaluate.py")
+                     f"in uopcli/backends/numpy/table.py")
     fixed = {u.__name__ for u in NOT_INTO_STRIDED} - broken
     assert not fixed, (f"numpy {np.__version__} fixed it: {sorted(fixed)} in place on strided views now "
                        f"matches out of place on this CPU; remove the workaround (NOT_INTO_STRIDED in "
-                       f"uopcli/evaluate.py) if that holds for the numpy versions pip installs")
+                       f"uopcli/backends/numpy/table.py) if that holds for the numpy versions pip installs")
 
 
 def test_numpy_negative_in_place_is_wrong_exactly_on_8_and_4_element_steps():
@@ -221,13 +222,13 @@ def made_by_the_evaluator(x: UOp, dtype) -> UOp:
 
 def planned_in_place(node: UOp, inputs: dict, op: str, ufunc, position: int, arity: int) -> bool:
     """Whether the evaluator's plan writes `node` into its source `position`."""
-    program = _compile([node], inputs)
-    (step,) = [s for s in program.steps if s[1] is node]
-    impl = step[0]
-    while hasattr(impl, "impl"):  # wrappers (_InViewOrder, _OnBroadcast) keep the impl they run
+    program = compile_graph([node], inputs)
+    (step,) = [s for s in program.steps if s.node is node]
+    impl = step.impl
+    while hasattr(impl, "impl"):  # wrappers (_InViewOrder, OnBroadcast) keep the impl they run
         impl = impl.impl
     if op == Ops.WHERE:
-        return impl is (_where_into if position == 1 else _where_into_b)
+        return impl is (where_into_a if position == 1 else where_into_b)
     return impl is _into_source(ufunc, position, arity)
 
 

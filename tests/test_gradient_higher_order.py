@@ -22,7 +22,7 @@ import pytest
 
 from _reference_eval import assert_shapes_as_inferred, evaluate, reference_evaluate
 from uopcli import Graph, UOp, dtypes, save
-from uopcli.gradient import compute_gradient
+from uopcli.core.gradient import compute_gradient
 
 f64 = dtypes.float64
 

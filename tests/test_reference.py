@@ -13,16 +13,17 @@ from click.testing import CliRunner
 
 from uopcli import Graph, Ops, UOp, dtypes, save
 from uopcli.backends.reference import reference_evaluate, reference_evaluate_graph
-from uopcli.check import check_gradients
+from uopcli.tools.check import check_gradients
 from uopcli.cli import main
-from uopcli.evaluate import evaluate_graph
-from uopcli.values import random_value
+from uopcli.backends.numpy import evaluate_graph
+from uopcli.tools.values import random_value
 
 from fileformat_cases import CASES
 
 
-# the numpy evaluator's op table (the module, not the `evaluate` function the package exports)
-NUMPY_BACKEND = importlib.import_module("uopcli.evaluate")
+# the numpy evaluator's compiled op table and its in-place ufuncs
+COMPILER = importlib.import_module("uopcli.backends.numpy.compiler")
+TABLE = importlib.import_module("uopcli.backends.numpy.table")
 # Floats may differ by rounding where the numpy evaluator contracts a product with BLAS
 # (a matmul's sums in another order); everything else is bit for bit.
 ROUNDING = {np.float16: 2e-3, np.float32: 2e-6, np.float64: 1e-14}
@@ -104,9 +105,9 @@ def test_check_catches_a_numpy_evaluator_bug_that_would_cancel_out(monkeypatch):
 
     # both of the numpy evaluator's ways to run SIN: its compiled op table (a fresh array),
     # and the ufunc it writes into a dying source
-    walk_kind, _, memory_kind = NUMPY_BACKEND._OP_INFO[Ops.SIN]
-    monkeypatch.setitem(NUMPY_BACKEND._OP_INFO, Ops.SIN, (walk_kind, lambda node, x: doubled_sine(x), memory_kind))
-    monkeypatch.setitem(NUMPY_BACKEND.UFUNC_INTO, Ops.SIN, doubled_sine)
+    walk_kind, _, memory_kind = COMPILER._OP_INFO[Ops.SIN]
+    monkeypatch.setitem(COMPILER._OP_INFO, Ops.SIN, (walk_kind, lambda node, x: doubled_sine(x), memory_kind))
+    monkeypatch.setitem(TABLE.UFUNC_INTO, Ops.SIN, doubled_sine)
     x = np.linspace(-1, 1, 5, dtype=np.float32)
     assert np.allclose(evaluate_graph(graph, {"sx": x})["loss"], 2 * np.sin(x).sum())  # the bug bites
     report = check_gradients(graph, ["sx"])

@@ -27,7 +27,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..errors import EvaluationError
-from ..ops import Ops
+from ..core.ops import Ops
 
 __all__ = ["reference_evaluate", "reference_evaluate_graph"]
 
