@@ -269,6 +269,18 @@ UFUNC_INTO = {
 _SHIFTS = frozenset({Ops.SHL, Ops.SHR})
 FLOAT_UFUNC_INTO = {Ops.FDIV: np.divide, Ops.POW: np.power}  # integer FDIV/POW are C-style, not ufuncs
 
+# Ufuncs numpy computes wrongly in place (out= its input) on some non-contiguous arrays:
+# they run in place only on contiguous ones, elsewhere out of place (what np.negative(x)
+# defines: -0.0, nan's sign, integer wrap). tests/test_evaluate_in_place.py checks every
+# ufunc above in place against out of place on strides of 1 to 16 elements, and fails when
+# numpy fixes a row here or breaks another ufunc.
+NOT_INTO_STRIDED = {
+    # numpy 2.4.6, AVX2/AVX-512 CPUs: np.negative(v, out=v) with v stepping 8 elements of 8
+    # bytes or 4 of 4 bytes reads the wrong elements (issue 25: a strided NEG gave
+    # [-10, -12, -14, -16] for [-10, -26, -42, -58])
+    np.negative: "wrong in place on 8-element (8-byte) and 4-element (4-byte) strides, numpy 2.4.6",
+}
+
 
 def ufunc_of(node):
     """The ufunc that computes `node` as it stands, or None (integer FDIV/POW are C-style)."""

@@ -11,12 +11,15 @@ import functools
 
 from ....core.ops import Ops
 from ..program import MAYBE_VIEW, NEW, VIEW, Program, output_registers
-from ..table import FLOAT_UFUNC_INTO, UFUNC_INTO, ufunc_of, where_into_a, where_into_b
+from ..table import FLOAT_UFUNC_INTO, NOT_INTO_STRIDED, UFUNC_INTO, ufunc_of, where_into_a, where_into_b
 
 
 @functools.lru_cache(maxsize=None)
 def _into_source(ufunc, position: int, arity: int):
-    """impl computing ufunc into source `position` (when numpy lets it be written)."""
+    """impl computing ufunc into source `position` (when numpy lets it be written, and
+    for a NOT_INTO_STRIDED ufunc only when it is contiguous)."""
+    if arity == 1 and ufunc in NOT_INTO_STRIDED:
+        return lambda node, x: ufunc(x, out=x) if x.flags.writeable and x.flags.forc else ufunc(x)
     if arity == 1:
         return lambda node, x: ufunc(x, out=x) if x.flags.writeable else ufunc(x)
     if position == 0:
