@@ -35,13 +35,10 @@ def write_atomically_together(files: list[tuple[str, object]]) -> None:
     try:
         for path, data in files:
             try:
-                temp_and_target = _stage(path, data)
+                if not _stage(path, data, staged):
+                    in_place.append((path, data))
             except OSError as error:
                 raise OSError(error.errno, error.strerror, path) from None
-            if temp_and_target is None:
-                in_place.append((path, data))
-            else:
-                staged.append(temp_and_target)
         for path, data in in_place:
             try:
                 _write_in_place(path, data)
@@ -74,34 +71,30 @@ def _stop_signals_held():
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
-def _stage(path: str, data) -> tuple[str, str] | None:
-    """Write `data` to a new temporary file beside the regular file (or new file) `path`
-    and return (temporary, target); None for a destination that must be written in place."""
+def _stage(path: str, data, staged: list) -> bool:
+    """Write `data` to a new temporary file beside the regular file (or new file) `path`,
+    recorded in `staged` as (temporary, target); False for a destination that must be
+    written in place. The temporary is recorded before it is created: a stop signal can
+    raise right after os.open returns, and the caller's cleanup must know the file then."""
     if descriptor_named(path) is not None:
-        return None
+        return False
     target = os.path.realpath(path)
     try:
         mode = os.stat(target).st_mode
     except FileNotFoundError:
         mode = None
     if mode is not None and not stat.S_ISREG(mode):
-        return None
+        return False
     directory, base = os.path.split(target)
     temp = os.path.join(directory, f".{base}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    staged.append((temp, target))
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write_all(f, data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(temp, _new_file_mode(target, mode))
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
-        raise
-    return temp, target
+    with os.fdopen(fd, "wb") as f:
+        write_all(f, data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(temp, _new_file_mode(target, mode))
+    return True
 
 
 def _write_in_place(path: str, data) -> None:
