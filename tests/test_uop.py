@@ -317,7 +317,7 @@ def test_cat_and_stack_join_as_numpy_does_and_refuse_shapes_that_do_not_fit():
     assert check_gradients(Graph({"loss": loss}), ["a", "b"]).passed
 
 
-# ----------------------------------------------------------------------------- composites.py
+# ----------------------------------------------------------------------------- builder/
 # tinygrad's Tensor functions from primitives: values against numpy written out here, and
 # gradients against finite differences (each also matched tinygrad 0.14.0 under DEV=PYTHON
 # to 2e-7 when written, tan to 2e-6 near its pole).

@@ -19,8 +19,10 @@ import sys
 from contextlib import contextmanager
 from typing import Iterable, NamedTuple, Sequence
 
-from .composites import (COMPOSITES, TensorFunctions, cut_by_negative_padding, flat_padding_pairs, pad_from_inside,
-                         varargs)
+from .builder import (COMPOSITES, CreationMixin, ElementwiseMixin, IndexingMixin, MovementMixin, NNMixin,
+                      ReduceMixin)
+from .builder.common import varargs
+from .builder.movement import cut_by_negative_padding, flat_padding_pairs, pad_from_inside
 from .errors import GraphError
 from .ops import (ARITHMETIC, BITWISE, CALLS, COMPARISON, FLOAT_UNARY, INTEGER_ONLY, REDUCE_OPS, DType, Ops,
                   dtype_of, dtypes, least_upper_dtype)
@@ -47,7 +49,7 @@ class _Slots:
     __slots__ = ("op", "dtype", "src", "arg", "shape", "meta", "serial")
 
 
-class UOp(_Slots, TensorFunctions):
+class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, NNMixin, IndexingMixin):
     """One operation of a graph. Build nodes with the class methods and operators, never
     by hand: `UOp.param("x", (3,))`, `UOp.const(2.0)`, `x * 2 + 1`, `x.sum(0)`."""
 
@@ -381,7 +383,7 @@ class UOp(_Slots, TensorFunctions):
         flat form, ints for the last axes, last axis first ((left, right, top, bottom) pads W
         then H). A negative amount cuts that many elements off instead. `mode` "constant"
         fills with `value` (0: the PAD node itself); "reflect", "replicate" and "circular"
-        fill with the tensor's own elements (composites.pad_from_inside)."""
+        fill with the tensor's own elements (builder.movement.pad_from_inside)."""
         if padding and all(isinstance(p, int) and not isinstance(p, bool) for p in padding):
             if len(padding) % 2 or len(padding) > 2 * len(self.shape):
                 raise GraphError(f"pad: a flat padding has two ints per axis, at most {2 * len(self.shape)}, "
