@@ -24,7 +24,7 @@ import numpy as np
 
 import uopcli
 from uopcli import Graph, UOp, dtypes
-from uopcli.uop import sweep_intern_table
+from uopcli.core.uop import sweep_intern_table
 
 HERE = Path(__file__).resolve().parent
 PRODUCER = "uopgrad samples/build.py"

@@ -111,7 +111,7 @@ def _movement(op, arg, x):
 def evaluate(outputs, inputs):
     """The production evaluator when it exists, else the reference one."""
     try:
-        from uopcli.evaluate import evaluate as production
+        from uopcli.backends.numpy import evaluate as production
     except ImportError:
         return reference_evaluate(outputs, inputs)
     return production(outputs, inputs)
@@ -136,7 +136,8 @@ def numeric_gradient(output: UOp, seed: np.ndarray, inputs: dict, name: str, eps
 def assert_shapes_as_inferred(roots) -> None:
     """The gradient rules build nodes without inference (uop.make_shaped): every node under
     `roots` must still be one that inference accepts, with the shape it gives."""
-    from uopcli.uop import _infer_shape, toposort
+    from uopcli.core.inference import infer_shape
+    from uopcli.core.walks import toposort
     for node in toposort(roots):
         if node.src:
-            assert _infer_shape(node.op, node.dtype, node.src, node.arg) == node.shape, node
+            assert infer_shape(node.op, node.dtype, node.src, node.arg) == node.shape, node

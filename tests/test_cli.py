@@ -20,9 +20,9 @@ from click.testing import CliRunner
 import uopcli
 from uopcli import UOp, dtypes
 from uopcli.cli import main
-from uopcli.evaluate import evaluate_graph
-from uopcli.fileformat import load, save
-from uopcli.graph import Graph
+from uopcli.backends.numpy import evaluate_graph
+from uopcli.formats.uop import load, save
+from uopcli.core.graph import Graph
 
 COMMANDS = ["diff", "eval", "check", "info", "print", "convert", "validate", "render"]
 

@@ -12,8 +12,8 @@ from uopcli import Ops, UOp, dtypes
 from uopcli.check import check_gradients, to_float64
 from uopcli.differentiate import NO_GRADIENT, NOT_REACHED, ONLY_DETACH, differentiate, is_zero
 from uopcli.errors import EvaluationError, GradientError
-from uopcli.evaluate import evaluate_graph
-from uopcli.graph import Graph
+from uopcli.backends.numpy import evaluate_graph
+from uopcli.core.graph import Graph
 from uopcli.inspect import FLOPS_PER_ELEMENT, depth, flop_estimate, graph_info, info_text, listing
 from uopcli.values import gather_inputs, random_value, read_value
 

@@ -17,8 +17,8 @@ import pytest
 
 import uopcli
 from uopcli import UOp, dtypes
-from uopcli.fileformat import load, save
-from uopcli.graph import Graph
+from uopcli.formats.uop import load, save
+from uopcli.core.graph import Graph
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = os.path.dirname(sys.executable)
@@ -285,7 +285,7 @@ def test_the_library_and_the_cli_write_the_same_gradient_bytes(work):
     first sum), then saved, read back and differentiated in this process, and the bytes
     are those of `uopgrad diff` in a fresh one."""
     from uopcli import differentiate
-    from uopcli.fileformat import dumps
+    from uopcli.formats.uop import dumps
     x, w = UOp.param("x", (4, 3)), UOp.param("w", (3, 2))
     hidden = x @ w
     squashed = hidden.sigmoid()
@@ -415,7 +415,7 @@ def test_stopped_while_writing_leaves_no_temporary_file(tmp_path, stop):
     exit 1, no output and no half-written temporary file beside it."""
     import signal
     import time
-    from uopcli.uop import no_gc
+    from uopcli.core.walks import no_gc
     with no_gc():
         y = UOp.param("x", (8,))
         for _ in range(100_000):

@@ -17,8 +17,8 @@ import pytest
 
 import uopcli
 from uopcli import FormatError, Graph, Limits, Metadata, Ops, UOp, dtypes, load, save, toposort
-from uopcli.fileformat import dump_parts, dumps, loads, write_parts
-from uopcli.ops import ALL_OPS, DTYPES
+from uopcli.formats.uop import dump_parts, dumps, loads, write_parts
+from uopcli.core.ops import ALL_OPS, DTYPES
 
 from fileformat_cases import CASES, all_graphs, ops_used
 
@@ -188,7 +188,7 @@ def test_canonical_order_by_hand():
 def test_bodies_sharing_a_chain_are_checked_in_linear_work(monkeypatch):
     """Checking that a body is closed visits each node once, though body k holds the
     chain of bodies 1..k-1 (walking each body anew was quadratic: 10 s for an 855 KB file)."""
-    from uopcli import uop as core
+    from uopcli.core import inference, uop as core
     x = UOp.param("x", ())
     nodes, chain = [], UOp.slot(0, ())
     for _ in range(400):
@@ -199,14 +199,14 @@ def test_bodies_sharing_a_chain_are_checked_in_linear_work(monkeypatch):
         total = total + node
     data = save(Graph({"y": total}))
     visits = [0]
-    children = core.scope_sources
+    children = inference.scope_sources  # what the check that bodies are closed walks with
 
     def counted(node):
         visits[0] += 1
         return children(node)
     del nodes, total, chain, node
     core.sweep_intern_table()  # forget the built graph, and what checking it learnt
-    monkeypatch.setattr(core, "scope_sources", counted)
+    monkeypatch.setattr(inference, "scope_sources", counted)
     graph = load(data)
     assert visits[0] <= 3 * len(graph.nodes())  # quadratic was ~400 * 401 / 2 = 80,000
 

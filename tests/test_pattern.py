@@ -5,8 +5,8 @@ import sys
 import pytest
 
 from uopcli import Ops, UOp, UOpError, dtypes
-from uopcli.pattern import PatternMatcher, UPat, graph_rewrite
-from uopcli.uop import no_gc
+from uopcli.core.pattern import PatternMatcher, UPat, graph_rewrite
+from uopcli.core.walks import no_gc
 
 x = UOp.param("x", (3,))
 y = UOp.param("y", (3,))
@@ -104,7 +104,7 @@ def test_graph_rewrite_of_a_million_node_chain_at_the_default_recursion_limit():
 
 
 # ----------------------------------------------------------------------------- simplification
-from uopcli.pattern import simplify as simplify_graph  # noqa: E402
+from uopcli.core.pattern import simplify as simplify_graph  # noqa: E402
 
 
 def test_simplify_removes_exact_identities():

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from uopcli import GraphError, UOp
-from uopcli.ops import dtype_of
+from uopcli.core.ops import dtype_of
 
 from tinygrad_cases import all_cases
 
@@ -111,7 +111,7 @@ def compare_case(case, expected: dict) -> list[str]:
         return [f"built {[o.dtype.name for o in outputs]}, tinygrad refuses: {error}"]
     if error:
         return []
-    from uopcli.evaluate import evaluate
+    from uopcli import evaluate
     values = evaluate(outputs, inputs) if outputs else []
     if len(values) != len(expected["outputs"]):
         return [f"{len(values)} outputs, tinygrad {len(expected['outputs'])}"]

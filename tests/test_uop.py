@@ -11,13 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from uopcli import GraphError, Metadata, Ops, UOp, dtypes
-from uopcli.ops import ALL_OPS, DTYPES, FAMILY
-from uopcli.uop import live_node_count, sweep_intern_table, toposort
+from uopcli.core.ops import ALL_OPS, DTYPES, FAMILY
+from uopcli.core.uop import live_node_count, sweep_intern_table
+from uopcli.core.walks import toposort
 
 
 def test_every_op_has_a_family_and_inference():
-    from uopcli.uop import _INFER
-    assert set(FAMILY) == set(ALL_OPS) == set(_INFER)
+    from uopcli.core.inference import INFER
+    assert set(FAMILY) == set(ALL_OPS) == set(INFER)
     assert len(ALL_OPS) == 48  # the op table of format v1
     assert set(DTYPES) == {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                            "float16", "float32", "float64", "void"}
@@ -92,7 +93,7 @@ def test_a_live_graph_survives_a_sweep():
 
 
 def test_no_gc_hands_new_nodes_to_the_oldest_generation_without_a_scan():
-    from uopcli.uop import no_gc
+    from uopcli.core.walks import no_gc
     gc.collect()
     collections = []
     gc.callbacks.append(lambda phase, info: collections.append(info["generation"]) if phase == "start" else None)
@@ -114,7 +115,7 @@ def test_no_gc_hands_new_nodes_to_the_oldest_generation_without_a_scan():
 
 
 def test_no_gc_leaves_a_programs_own_frozen_objects_frozen():
-    from uopcli.uop import no_gc
+    from uopcli.core.walks import no_gc
     gc.freeze()
     try:
         frozen = gc.get_freeze_count()
@@ -136,7 +137,7 @@ def test_a_sweep_drops_dead_nodes_and_keeps_every_live_one():
 
 
 def test_sweeps_run_by_themselves_and_keep_the_table_bounded():
-    import uopcli.uop as core
+    import uopcli.core.uop as core
     sweep_intern_table()
     floor = max(core._SWEEP_MIN, live_node_count())
     peak = 0
@@ -151,7 +152,7 @@ def test_sweeps_run_by_themselves_and_keep_the_table_bounded():
 
 
 def test_sweeps_back_off_while_a_graph_only_grows():
-    import uopcli.uop as core
+    import uopcli.core.uop as core
     sweep_intern_table()
     sweeps = []
     original = core.sweep_intern_table
@@ -208,7 +209,7 @@ def test_metadata_is_not_identity():
 # tinygrad 0.14.0, DEV=PYTHON, on the same inputs).
 
 def values(outputs, **inputs):
-    from uopcli.evaluate import evaluate
+    from uopcli.backends.numpy import evaluate
     return [v.tolist() for v in evaluate(outputs, inputs)]
 
 
@@ -634,7 +635,7 @@ def test_pad_modes_negative_pads_ceil_mode_pooling_and_interpolate_as_numpy_and_
 
 
 def test_mixed_dtypes_promote_as_tinygrads_lattice():
-    from uopcli.ops import least_upper_dtype
+    from uopcli.core.ops import least_upper_dtype
     d = dtypes
     assert [least_upper_dtype(a, b) for a, b in ((d.int32, d.uint32), (d.bool, d.float16), (d.uint8, d.int8),
                                                   (d.bool, d.int32), (d.int64, d.float16), (d.float16, d.float64))] == \
@@ -753,7 +754,7 @@ def test_composites_refuse_what_does_not_fit_with_the_library_error():
 
 
 def test_tinygrads_short_spellings_flat_padding_and_long_cumsums():
-    from uopcli.evaluate import EvalStats, evaluate
+    from uopcli.backends.numpy import EvalStats, evaluate
     x = UOp.param("x", (2, 3, 4))
     xv = np.arange(24, dtype=np.float32).reshape(2, 3, 4) - 10
     assert [x.float().dtype, x.half().dtype, x.double().dtype, x.int().dtype, x.long().dtype, x.bool().dtype] == \
@@ -965,8 +966,8 @@ def test_cumulative_products_maxima_minima_and_logcumsumexp_as_numpy(length):
     (value,) = values([big.logcumsumexp(0)], big=np.array([1000.0, 1000.0, -np.inf], np.float32))
     np.testing.assert_allclose(value, [1000.0, 1000.0 + np.log(2), 1000.0 + np.log(2)], rtol=1e-6)
     # spread wider than float32's exponent: each place is shifted by its own running maximum
-    from uopcli.evaluate import evaluate
-    from uopcli.gradient import compute_gradient
+    from uopcli.backends.numpy import evaluate
+    from uopcli.core.gradient import compute_gradient
     s = UOp.param("s", (4,))
     spread = np.array([-50.0, 0.0, 50.0, 1.0], np.float32)
     lse = s.logcumsumexp(0)

@@ -10,19 +10,20 @@ import sys as _sys
 import types as _types
 
 from .errors import EvaluationError, FormatError, GradientError, GraphError, UOpError
-from .ops import DType, Ops, dtypes
-from .uop import CallArg, Metadata, UOp, toposort
-from .graph import Graph
-from .fileformat import Limits, load, save
+from .core.ops import DType, Ops, dtypes
+from .core.uop import CallArg, Metadata, UOp
+from .core.walks import toposort
+from .core.graph import Graph
+from .formats.uop import Limits, load, save
 
 __version__ = "0.1.0"
 
 # name -> module that defines it, imported when the name is first used
 _LAZY = {
-    "compute_gradient": "gradient",
-    "evaluate": "evaluate",
-    "evaluate_graph": "evaluate",
-    "EvalStats": "evaluate",
+    "compute_gradient": "core.gradient",
+    "evaluate": "backends.numpy",
+    "evaluate_graph": "backends.numpy",
+    "EvalStats": "backends.numpy",
     "differentiate": "differentiate",
     "DiffReport": "differentiate",
     "render": "render",
@@ -32,7 +33,7 @@ _LAZY = {
 
 
 # Functions named like the module that defines them. Importing such a module (as the CLI
-# and `from uopcli.evaluate import ...` do) makes Python set it as an attribute of this
+# and `from uopcli.render import ...` do) makes Python set it as an attribute of this
 # package, which would shadow the function: `from uopcli import evaluate` would then give
 # the module. The package's own module type keeps the function in its place.
 _SHADOWED = frozenset(name for name, module in _LAZY.items() if name == module)

@@ -23,7 +23,7 @@ import time
 import click
 
 from . import __version__
-from .atomic import descriptor_named, write_all, write_atomically_together
+from .formats.atomic import descriptor_named, write_all, write_atomically_together
 from .errors import UOpError
 
 PROG = "uopgrad"
@@ -115,7 +115,7 @@ def _descriptor(stream) -> int | None:
 
 
 def _descriptor_text(fd: int, name: str, encoding: str, errors: str, line_buffering: bool):
-    from .atomic import DescriptorWriter
+    from .formats.atomic import DescriptorWriter
     return io.TextIOWrapper(io.BufferedWriter(DescriptorWriter(fd, name), 1 << 16), encoding=encoding,
                             errors=errors, line_buffering=line_buffering)
 
@@ -175,8 +175,8 @@ def _set_flag(ctx: click.Context, param: click.Parameter, value: bool) -> None:
 
 
 def _set_limits(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> None:
-    """--limit NAME=N (repeatable): a reader limit of fileformat.Limits for this command."""
-    from .fileformat import Limits
+    """--limit NAME=N (repeatable): a reader limit of formats.uop.Limits for this command."""
+    from .formats.uop import Limits
     chosen = ctx.meta.setdefault("uopgrad.limits", {})
     for text in values:
         name, _, number = text.partition("=")
@@ -193,7 +193,7 @@ def _set_limits(ctx: click.Context, param: click.Parameter, values: tuple[str, .
 
 def _limits():
     """The reader limits: the defaults, with what --limit raised or lowered."""
-    from .fileformat import DEFAULT_LIMITS
+    from .formats.uop import DEFAULT_LIMITS
     ctx = click.get_current_context(silent=True)
     chosen = ctx.meta.get("uopgrad.limits") if ctx else None
     return DEFAULT_LIMITS._replace(**chosen) if chosen else DEFAULT_LIMITS
@@ -298,7 +298,7 @@ def main():
 
 def _read_graph(path: str, remember: bool = True):
     """(Graph, raw bytes) from a path or `-` (stdin)."""
-    from .fileformat import loads, read_bytes
+    from .formats.uop import loads, read_bytes
     display = "<stdin>" if path == "-" else path
     if remember:
         click.get_current_context().meta["uopgrad.file"] = display
@@ -348,7 +348,7 @@ def _refuse_binary_terminal(dest: str, form: str, hint: str) -> None:
 
 
 def _write(dest: str, data) -> None:
-    """Write bytes, or the pieces of a file in order (fileformat.dump_parts), to a path
+    """Write bytes, or the pieces of a file in order (formats.uop.dump_parts), to a path
     (atomically) or to stdout ("-")."""
     _write_together([(dest, data)])
 
@@ -496,7 +496,7 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats):
     identically zero are reported on stderr, with the reason.
     """
     from .differentiate import differentiate
-    from .fileformat import dump_parts
+    from .formats.uop import dump_parts
     form = _uop_form(output)
     _refuse_binary_terminal(output, form, "give -o FILE")
     if report_path == "-" and output == "-":
@@ -547,7 +547,7 @@ def eval_(source, specs, use_random, seed, output, as_json, stats):
         raise click.UsageError("--seed is the seed of --random: give --random too")
     if output:
         _refuse_binary_terminal(output, "npz", "give -o OUT.npz")
-    from .evaluate import EvalStats, evaluate_graph
+    from .backends.numpy import EvalStats, evaluate_graph
     from .values import gather_inputs
     with _Steps("reading", "evaluating") as steps:
         graph, _ = _read_graph(source)
@@ -778,7 +778,7 @@ def print_(source):
               help="The form (default: JSON for a .json OUT, else MessagePack).")
 def convert(source, output, to):
     """Write IN in canonical form, as JSON or MessagePack."""
-    from .fileformat import dump_parts
+    from .formats.uop import dump_parts
     form = _uop_form(output, to)
     _refuse_binary_terminal(output, form, "use --to json, or give -o FILE")
     graph, _ = _read_graph(source)

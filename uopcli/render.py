@@ -44,9 +44,10 @@ from collections import deque
 from typing import Iterable, Sequence
 
 from .errors import UOpError
-from .graph import Graph
-from .ops import CALLS, FAMILY, Ops
-from .uop import UOp, printable, scope_sources, scope_toposort, toposort
+from .core.graph import Graph
+from .core.ops import CALLS, FAMILY, Ops
+from .core.uop import UOp, printable
+from .core.walks import scope_sources, scope_toposort, toposort
 
 DEFAULT_MAX_NODES = 500
 FORMATS = ("svg", "png", "pdf", "dot")

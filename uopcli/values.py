@@ -17,7 +17,7 @@ import zlib
 from typing import Iterable, Mapping
 
 from .errors import EvaluationError
-from .uop import UOp
+from .core.uop import UOp
 
 
 def type_text(node: UOp) -> str:

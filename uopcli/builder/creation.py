@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from ..errors import GraphError
-from ..ops import dtype_of, dtypes
+from ..core.ops import dtype_of, dtypes
 from .common import highest, lowest, varargs
 
 class CreationMixin:
@@ -17,13 +17,13 @@ class CreationMixin:
 
     @staticmethod
     def zeros(*shape, dtype=None):
-        from ..uop import UOp
+        from ..core.uop import UOp
         return UOp.full(varargs(shape), 0.0 if dtype is None else 0, dtype or dtypes.float32)
 
 
     @staticmethod
     def ones(*shape, dtype=None):
-        from ..uop import UOp
+        from ..core.uop import UOp
         return UOp.full(varargs(shape), 1.0 if dtype is None else 1, dtype or dtypes.float32)
 
 
@@ -34,7 +34,7 @@ class CreationMixin:
     @staticmethod
     def linspace(start, stop, steps: int, dtype=None):
         """`steps` evenly spaced values from `start` to `stop`, both included (float32 unless `dtype`)."""
-        from ..uop import UOp
+        from ..core.uop import UOp
         dtype = dtype or dtypes.float32
         if not isinstance(steps, int) or steps < 0:
             raise GraphError(f"linspace: steps must be a whole number >= 0, got {steps!r}")
@@ -52,7 +52,7 @@ class CreationMixin:
         or int64 when the range does not fit int32, as tinygrad; a range the dtype cannot
         hold is refused. tinygrad sums a run of `step`s with its pool; this doubles [0] to
         [0 .. 2ᵏ) by `cat(a, a + len(a))`, a few nodes a doubling, then scales and shifts."""
-        from ..uop import UOp
+        from ..core.uop import UOp
         if stop is None:
             start, stop = 0, start
         if step == 0:
@@ -81,7 +81,7 @@ class CreationMixin:
     @staticmethod
     def eye(n: int, m: int | None = None, dtype=None):
         """The identity (n × m, float32 unless `dtype`): 1 where row equals column."""
-        from ..uop import UOp
+        from ..core.uop import UOp
         columns = n if m is None else m
         if n < 0 or columns < 0:
             raise GraphError(f"eye: sizes must be >= 0, got {n} and {columns}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from ..errors import GraphError
-from ..ops import dtypes
+from ..core.ops import dtypes
 
 LERP_WEIGHT_BITS = 7  # tinygrad's fixed-point weight of a uint8 lerp
 

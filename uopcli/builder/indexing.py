@@ -5,7 +5,7 @@ gather, scatter and scatter_reduce, as one-hot masks multiplied in and summed.""
 from __future__ import annotations
 
 from ..errors import GraphError
-from ..ops import dtypes
+from ..core.ops import dtypes
 from .common import axis_index, highest, lowest
 from .tensor_index import is_tensor_index, one_hot_along_dim, split_index, tensor_getitem
 

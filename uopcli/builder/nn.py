@@ -7,7 +7,7 @@ import math
 from typing import Sequence
 
 from ..errors import GraphError
-from ..ops import dtypes
+from ..core.ops import dtypes
 from .common import lowest, per_axis
 from .movement import flat_padding_pairs
 

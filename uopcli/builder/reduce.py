@@ -6,7 +6,7 @@ from __future__ import annotations
 import string
 
 from ..errors import GraphError
-from ..ops import dtypes
+from ..core.ops import dtypes
 from .common import resolve_dim, axis_index, highest, lowest
 
 CUMSUM_BLOCK = 256  # tinygrad's split of long cumulative sums

@@ -22,9 +22,10 @@ from __future__ import annotations
 import inspect
 from typing import Callable, Iterable, Sequence
 
-from .errors import UOpError
+from ..errors import UOpError
 from .ops import DType, Ops
-from .uop import UOp, no_gc
+from .uop import UOp
+from .walks import no_gc
 
 _ANY = object()  # "match any arg"
 

@@ -22,9 +22,10 @@ import math
 from functools import partial
 from typing import Iterable
 
-from .errors import GradientError
+from ..errors import GradientError
 from .ops import Ops, dtypes
-from .uop import Metadata, UOp, make_shaped, next_serial, no_gc, on_a_deep_stack, scope_toposort, tag_new_nodes
+from .uop import Metadata, UOp, make_shaped, next_serial, tag_new_nodes
+from .walks import no_gc, on_a_deep_stack, scope_toposort
 
 _make = UOp.make
 _shaped = make_shaped
@@ -403,7 +404,7 @@ def _target_path(root: UOp, targets: list[UOp]) -> tuple[list[UOp], set[UOp]]:
         if node.op in calls:
             src = src[1:]
         # sources on the stack, the first on top, unrolled for one and two as in
-        # fileformat._canonical_nodes (a shared helper would cost a call per node here)
+        # formats/uop/writer.py's _canonical_nodes (a shared helper would cost a call per node here)
         count = len(src)
         if count == 1:
             if src[0] not in expanded:

@@ -1,4 +1,5 @@
-"""UOp: the immutable, hash-consed graph node, its shape/dtype inference, and the builder.
+"""UOp: the immutable, hash-consed graph node, its interning, and the builder's primitives
+(the composites are the mixins of uopcli/builder/; shape and dtype inference is inference.py).
 
 Hash-consing: building a node that is structurally equal to a live one returns that same
 object, so `is` is equality and dicts keyed by nodes hash by identity (fast, in C).
@@ -12,20 +13,18 @@ first tag wins.
 
 from __future__ import annotations
 
-import gc
 import itertools
 import math
 import sys
-from contextlib import contextmanager
-from typing import Iterable, NamedTuple, Sequence
+from typing import NamedTuple, Sequence
 
-from .builder import (COMPOSITES, CreationMixin, ElementwiseMixin, IndexingMixin, MovementMixin, NNMixin,
-                      ReduceMixin)
-from .builder.common import reduce_axes, resolve_dim, varargs
-from .builder.movement import cut_by_negative_padding, flat_padding_pairs, pad_from_inside
-from .errors import GraphError
-from .ops import (ARITHMETIC, BITWISE, CALLS, COMPARISON, FLOAT_UNARY, INTEGER_ONLY, REDUCE_OPS, DType, Ops,
-                  dtype_of, dtypes, least_upper_dtype, least_upper_float, python_dtype)
+from ..builder import COMPOSITES, CreationMixin, ElementwiseMixin, IndexingMixin, MovementMixin, NNMixin, ReduceMixin
+from ..builder.common import reduce_axes, resolve_dim, varargs
+from ..builder.movement import cut_by_negative_padding, flat_padding_pairs, pad_from_inside
+from ..errors import GraphError
+from .ops import (CALLS, FLOAT_UNARY, DType, Ops, dtype_of, dtypes, least_upper_dtype, least_upper_float,
+                  python_dtype)
+from .walks import toposort
 
 LN2 = math.log(2.0)
 
@@ -98,22 +97,22 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
         node = table.get(src)
         if node is None:  # the usual case for a new node: its sources' slot is free (and so
             # no sibling exists: the sweep moves a sibling into a slot it empties)
-            plain_arg = _MEMO_ARG_CHECK.get(op)
+            plain_arg = MEMO_ARG_CHECK.get(op)
             if plain_arg is not None and len(src) == 1 and src[0].__class__ is UOp and plain_arg(arg):
-                return _new(table, src, op, dtype, src, arg, _memo_shape(op, dtype, src, arg))
-            return _new(table, src, op, dtype, src, arg, _INFER[op](op, dtype, src, arg))
+                return _new(table, src, op, dtype, src, arg, memo_shape(op, dtype, src, arg))
+            return _new(table, src, op, dtype, src, arg, INFER[op](op, dtype, src, arg))
         if node.dtype is dtype and (node.arg is arg or node.arg == arg):
             return node
         key = (op, dtype, src, arg)  # a sibling on the same sources holds that slot
         node = _intern.get(key)
         if node is not None:
             return node
-        return _new(_intern, key, op, dtype, src, arg, _infer_shape(op, dtype, src, arg))
+        return _new(_intern, key, op, dtype, src, arg, infer_shape(op, dtype, src, arg))
 
     @staticmethod
     def param(name: str | int, shape: Sequence[int] = (), dtype=dtypes.float32) -> "UOp":
         """A graph input named `name`, or (with an int) slot `name` of a function body."""
-        shape = _shape_tuple(shape)
+        shape = shape_tuple(shape)
         dtype = dtype_of(dtype)
         if isinstance(name, bool) or not isinstance(name, (str, int)) or (isinstance(name, int) and name < 0):
             raise GraphError(f"PARAM name must be a str or a slot number >= 0, got {name!r}")
@@ -135,7 +134,7 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
             dtype = dtypes.bool if isinstance(value, bool) else dtypes.int32 if isinstance(value, int) \
                 else dtypes.float32
         dtype = dtype_of(dtype)
-        value = _const_value(value, dtype)
+        value = const_value(value, dtype)
         key = (Ops.CONST, dtype, (), _const_key(value, dtype))
         node = _intern.get(key)
         if node is not None:
@@ -162,7 +161,7 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
     @staticmethod
     def full(shape: Sequence[int], value, dtype=None) -> "UOp":
         """`value` broadcast to `shape` (a CONST reshaped and expanded)."""
-        return UOp.const(value, dtype).broadcast_to(_shape_tuple(shape))
+        return UOp.const(value, dtype).broadcast_to(shape_tuple(shape))
 
     def const_like(self, value) -> "UOp":
         """A scalar CONST of this node's dtype (implicit scalar broadcast does the rest)."""
@@ -213,19 +212,19 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
         if other.__class__ is UOp:
             node = self
             if other.dtype is not self.dtype:
-                node, other = _promoted(self, other)
+                node, other = promoted(self, other)
         else:
             node, other = self._with_number(other)
         a, b = (other, node) if reverse else (node, other)
         if a.shape != b.shape and a.shape and b.shape:
-            a, b = _broadcast_pair(a, b)
+            a, b = broadcast_pair(a, b)
         return a, b
 
     def _with_number(self, value) -> tuple["UOp", "UOp"]:
         """This tensor, cast where tinygrad's promotion lifts it, and `value` as a CONST of
         the dtype they meet in."""
         if value.__class__ not in _NUMBERS:
-            value = _const_value(value, dtypes.float64 if isinstance(value, float) else dtypes.int64) \
+            value = const_value(value, dtypes.float64 if isinstance(value, float) else dtypes.int64) \
                 if hasattr(value, "item") else value
             if value.__class__ not in _NUMBERS:
                 raise GraphError(f"an operand must be a UOp or a bool, int or float, got {type(value).__name__}")
@@ -322,7 +321,7 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
         if not isinstance(a, UOp) and not isinstance(b, UOp):
             a = UOp.const(a, least_upper_dtype(python_dtype(a), python_dtype(b)))
         a, b = a._pair(b) if isinstance(a, UOp) else b._pair(a, True)
-        shape = _broadcast_shape(_broadcast_shape(self.shape, a.shape), b.shape)
+        shape = broadcast_shape(broadcast_shape(self.shape, a.shape), b.shape)
         cond, a, b = (x.broadcast_to(shape) if x.shape else x for x in (self, a, b))
         return UOp.make(Ops.WHERE, a.dtype, (cond, a, b))
 
@@ -406,7 +405,7 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
             if any(s is None and i >= len(self.shape) for i, s in enumerate(shape)):
                 raise GraphError(f"reshape {list(self.shape)} to {list(shape)}: a None past the last axis")
             shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
-        shape = _shape_tuple(shape)
+        shape = shape_tuple(shape)
         if shape.count(-1) > 1:
             raise GraphError(f"reshape to {list(shape)}: only one size can be -1 (inferred)")
         if -1 in shape:
@@ -417,7 +416,7 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
     def expand(self, *shape) -> "UOp":
         """Grow size-1 axes to `shape`, as tinygrad's expand: -1 keeps an axis's size, and
         a longer shape adds leading axes (a RESHAPE first; the EXPAND node itself keeps the rank)."""
-        shape = _shape_tuple(varargs(shape))
+        shape = shape_tuple(varargs(shape))
         node = self
         if len(shape) > len(self.shape):
             node = self.reshape((1,) * (len(shape) - len(self.shape)) + self.shape)
@@ -446,7 +445,7 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
                                  f"got {list(padding)}")
             pairs = flat_padding_pairs(padding)
             padding = (None,) * (len(self.shape) - len(pairs)) + pairs
-        padding = tuple((0, 0) if pair is None else pair for pair in _per_axis_pairs(padding, "pad"))
+        padding = tuple((0, 0) if pair is None else pair for pair in per_axis_pairs(padding, "pad"))
         if mode != "constant":
             return pad_from_inside(self, padding, mode)
         if any(amount < 0 for pair in padding for amount in pair):
@@ -461,7 +460,7 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
     def shrink(self, bounds: Sequence[Sequence[int]]) -> "UOp":
         """Keep [start, end) of each axis: one pair per axis, None for the whole axis."""
         bounds = tuple((0, size) if pair is None else pair
-                       for pair, size in zip(_per_axis_pairs(bounds, "shrink"), self.shape + (0,) * len(bounds)))
+                       for pair, size in zip(per_axis_pairs(bounds, "shrink"), self.shape + (0,) * len(bounds)))
         if bounds == tuple((0, s) for s in self.shape):
             return self
         return UOp.make(Ops.SHRINK, self.dtype, (self,), bounds)
@@ -493,7 +492,7 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
 
     def broadcast_to(self, shape: Sequence[int]) -> "UOp":
         """numpy-style broadcast made explicit: RESHAPE to the rank, then EXPAND."""
-        shape = _shape_tuple(shape)
+        shape = shape_tuple(shape)
         if self.shape == shape:
             return self
         if len(self.shape) > len(shape):
@@ -633,7 +632,7 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
         b_batch, (k2, m) = ((), (*b.shape, 1)) if b_vec else (b.shape[:-2], b.shape[-2:])
         if k != k2:
             raise GraphError(f"matmul: inner sizes differ: {list(self.shape)} @ {list(other.shape)}")
-        batch = _broadcast_shape(a_batch, b_batch)
+        batch = broadcast_shape(a_batch, b_batch)
         prod_shape = (*batch, n, k, m)
         lhs = a.reshape(*(1,) * (len(batch) - len(a_batch)), *a_batch, n, k, 1).expand(prod_shape)
         rhs = b.reshape(*(1,) * (len(batch) - len(b_batch)), *b_batch, 1, k, m).expand(prod_shape)
@@ -689,7 +688,7 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
 
     def gettuple(self, index: int) -> "UOp":
         """Output `index` of a FUNCTION or CALL."""
-        return UOp.make(Ops.GETTUPLE, _GETTUPLE_DTYPE(self, index), (self,), int(index))
+        return UOp.make(Ops.GETTUPLE, gettuple_dtype(self, index), (self,), int(index))
 
     def __getitem__(self, index) -> "UOp":
         """A FUNCTION's or CALL's output `index`; of a tensor, numpy's basic indexing."""
@@ -724,7 +723,7 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
 # sources' slot in _by_src is already taken by a sibling (same op and sources, another
 # dtype or arg: x.reshape(a) beside x.reshape(b)).
 _intern: dict[tuple, UOp] = {}
-_by_src: dict[str, dict[tuple, UOp]] = {}  # filled from _INFER below: one table per op
+_by_src: dict[str, dict[tuple, UOp]] = {}  # filled from INFER below: one table per op
 _node_count = 0                            # nodes in both tables (exact after a sweep)
 _const_fast: dict[tuple, UOp] = {}  # (type, value, dtype) -> CONST: skips validation for repeats
 _serials = itertools.count()
@@ -768,43 +767,6 @@ def make_shaped(op: str, dtype: DType, src: tuple, arg, shape) -> UOp:
     if node is not None:
         return node
     return _new(_intern, key, op, dtype, src, arg, shape)
-
-
-def _infer_shape(op: str, dtype: DType, src: tuple, arg):
-    plain_arg = _MEMO_ARG_CHECK.get(op)
-    if plain_arg is not None and len(src) == 1 and src[0].__class__ is UOp and plain_arg(arg):
-        return _memo_shape(op, dtype, src, arg)
-    return _INFER[op](op, dtype, src, arg)
-
-
-# Shape inference of one-source ops depends only on (op, dtype, the source's dtype and
-# shape, arg), and validating an arg costs more than the rest of building a node; graphs
-# repeat the same few combinations. Only args of exactly the canonical types are memoised
-# (checked by _MEMO_ARG_CHECK), so an arg that merely compares equal to a valid one, such
-# as (True, 2) for (1, 2), still goes through full validation. Errors are never stored.
-_shape_memo: dict[tuple, tuple] = {}
-_SHAPE_MEMO_MAX = 1 << 16
-_INT_ONLY = frozenset({int})
-
-
-def _plain_ints(arg) -> bool:
-    return arg.__class__ is tuple and _INT_ONLY.issuperset(map(type, arg))
-
-
-def _plain_reduce_arg(arg) -> bool:
-    return arg.__class__ is tuple and len(arg) == 2 and arg[0].__class__ is str and _plain_ints(arg[1])
-
-
-def _memo_shape(op: str, dtype: DType, src: tuple, arg) -> tuple:
-    x = src[0]
-    memo_key = (op, dtype, x.dtype, x.shape, arg)
-    shape = _shape_memo.get(memo_key)
-    if shape is None:
-        shape = _INFER[op](op, dtype, src, arg)  # raises on a misfit: nothing stored
-        if len(_shape_memo) >= _SHAPE_MEMO_MAX:
-            _shape_memo.clear()
-        _shape_memo[memo_key] = shape
-    return shape
 
 
 def _leaf(op: str, dtype: DType, arg, shape) -> UOp:
@@ -861,7 +823,7 @@ def sweep_intern_table() -> int:
     """
     global _sweep_at, _node_count
     _const_fast.clear()
-    _body_slots_memo.clear()
+    body_slots_memo.clear()
     getrefcount = sys.getrefcount
     values = _all_nodes()
     before = len(values)
@@ -909,58 +871,6 @@ def _promote_siblings() -> None:
 def live_node_count() -> int:
     """How many nodes the intern tables hold (after a sweep: how many are alive)."""
     return len(_intern) + sum(map(len, _by_src.values()))
-
-
-def on_a_deep_stack(fn, *args, depth: int = 100_000, stack_bytes: int = 1 << 30):
-    """fn(*args), run in a thread whose stack holds `stack_bytes` (reserved, touched only as
-    it is used) with the recursion limit at `depth`. For the one walk that recurses, once
-    per nesting level of function bodies (differentiating a FUNCTION differentiates its
-    body): graphs of hundreds of nested functions would pass Python's default limit."""
-    import threading
-    outcome: list = []
-
-    def run():
-        try:
-            outcome.append((True, fn(*args)))
-        except BaseException as error:  # noqa: BLE001 - handed to the caller as it is
-            outcome.append((False, error))
-
-    limit, size = sys.getrecursionlimit(), threading.stack_size()
-    sys.setrecursionlimit(max(limit, depth))
-    threading.stack_size(stack_bytes)
-    try:
-        thread = threading.Thread(target=run, name="uopcli-deep-stack")
-        thread.start()
-        thread.join()
-    finally:
-        threading.stack_size(size)
-        sys.setrecursionlimit(limit)
-    ok, value = outcome[0]
-    if not ok:
-        raise value
-    return value
-
-
-@contextmanager
-def no_gc():
-    """Pause the cyclic garbage collector: UOp graphs are acyclic, and scanning millions of
-    nodes while a graph grows costs far more than it could ever find.
-
-    On the way out, what was made meanwhile is handed to the oldest generation (freeze then
-    unfreeze: two list splices, no scan). Re-enabled as they were, the collector's first
-    act would be to scan every node just made, only to promote it; as old objects they
-    wait for the next full collection, which the program's own growth decides. Skipped
-    when the program has frozen objects of its own (unfreeze would thaw them too)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            if not gc.get_freeze_count():
-                gc.freeze()
-                gc.unfreeze()
-            gc.enable()
 
 
 def next_serial() -> int:
@@ -1015,56 +925,6 @@ def _tagging_composite(method, name: str | None = None, caller_depth: int = 1):
     return wrapper
 
 
-def toposort(roots: Iterable[UOp], with_call_grads: bool = True) -> list[UOp]:
-    """Post-order of a depth-first walk from `roots` in order, sources in order (iterative).
-
-    With `with_call_grads`, a CALL's backward body is walked after its sources and before
-    the CALL itself (the file format's canonical order)."""
-    return _postorder(roots, _children_with_call_grads if with_call_grads else _sources)
-
-
-def scope_toposort(roots: Iterable[UOp]) -> list[UOp]:
-    """Like toposort, but a FUNCTION or CALL contributes only its args: its body (and a
-    CALL's backward body) is a scope of its own, with its own slot PARAMs."""
-    return _postorder(roots, scope_sources)
-
-
-def _postorder(roots: Iterable[UOp], children) -> list[UOp]:
-    order: list[UOp] = []
-    seen: set[UOp] = set()
-    for root in roots:
-        if root in seen:
-            continue
-        seen.add(root)
-        stack = [(root, iter(children(root)))]
-        while stack:
-            node, pending = stack[-1]
-            for child in pending:
-                if child not in seen:
-                    seen.add(child)
-                    stack.append((child, iter(children(child))))
-                    break
-            else:
-                stack.pop()
-                order.append(node)
-    return order
-
-
-def _sources(node: UOp) -> tuple[UOp, ...]:
-    return node.src
-
-
-def _children_with_call_grads(node: UOp) -> tuple[UOp, ...]:
-    if node.op == Ops.CALL and node.arg.grad is not None:
-        return (*node.src, node.arg.grad)
-    return node.src
-
-
-def scope_sources(node: UOp) -> tuple[UOp, ...]:
-    """The sources a node has in its own scope: a FUNCTION's or CALL's body is a scope of
-    its own, so a call contributes only its args."""
-    return node.src[1:] if node.op == Ops.FUNCTION or node.op == Ops.CALL else node.src
-
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -1087,14 +947,13 @@ def _short(arg) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _shape_tuple(shape) -> tuple[int, ...]:
-    try:
-        out = tuple(int(s) for s in shape)
-    except TypeError:
-        raise GraphError(f"a shape must be a sequence of ints, got {shape!r}") from None
-    if any(s < -1 for s in out):
-        raise GraphError(f"a shape cannot hold negative sizes: {list(out)}")
-    return out
+
+# inference checks that sources are UOps and builds stand-ins with UOp.slot: it is
+# imported once the class exists (nothing imports it before this module)
+from .inference import (INFER, MEMO_ARG_CHECK, body_slots_memo, broadcast_pair, broadcast_shape,  # noqa: E402
+                        const_value, gettuple_dtype, infer_shape, memo_shape, per_axis_pairs, promoted, shape_tuple)
+
+_by_src.update({op: {} for op in INFER})
 
 
 def _one_axis(axis, rank: int) -> int:
@@ -1102,17 +961,6 @@ def _one_axis(axis, rank: int) -> int:
     if not isinstance(axis, int) or isinstance(axis, bool) or not -rank <= axis < rank:
         raise GraphError(f"axis {axis!r} out of range for rank {rank}")
     return axis % rank
-
-
-def _broadcast_shape(a: tuple, b: tuple) -> tuple:
-    rank = max(len(a), len(b))
-    a, b = (1,) * (rank - len(a)) + a, (1,) * (rank - len(b)) + b
-    out = []
-    for x, y in zip(a, b):
-        if x != y and 1 not in (x, y):
-            raise GraphError(f"shapes {list(a)} and {list(b)} do not broadcast")
-        out.append(y if x == 1 else x)
-    return tuple(out)
 
 
 _NUMBERS = frozenset({bool, int, float})
@@ -1167,453 +1015,6 @@ def _wrapped(value: int, dtype: DType) -> int:
     value &= (1 << bits) - 1
     return value - (1 << bits) if dtype.kind == "i" and value >> (bits - 1) else value
 
-
-def _promoted(a: UOp, b: UOp) -> tuple[UOp, UOp]:
-    """Both cast to the least dtype above both (tinygrad's promotion: bool * float32 is float32)."""
-    if a.dtype.is_void or b.dtype.is_void:
-        return a, b  # not values: inference names the misfit
-    wide = least_upper_dtype(a.dtype, b.dtype)
-    return a.cast(wide), b.cast(wide)
-
-
-def _per_axis_pairs(pairs, what: str) -> tuple:
-    """pad/shrink's argument: an (int, int) pair or None per axis (the node checks the count)."""
-    try:
-        return tuple(None if p is None else _int_pair(p) for p in pairs)
-    except (TypeError, ValueError):
-        raise GraphError(f"{what} takes one (int, int) pair (or None) per axis, got {pairs!r}") from None
-
-
-def _int_pair(pair) -> tuple[int, int]:
-    first, second = pair  # TypeError/ValueError unless exactly two
-    return int(first), int(second)
-
-
-def _broadcast_pair(a: UOp, b: UOp) -> tuple[UOp, UOp]:
-    """Make two operands fit: equal shapes and () pass as they are (the graph broadcasts
-    scalars implicitly); any other numpy-style broadcast becomes RESHAPE + EXPAND."""
-    if a.shape == b.shape or not a.shape or not b.shape:
-        return a, b
-    shape = _broadcast_shape(a.shape, b.shape)
-    return a.broadcast_to(shape), b.broadcast_to(shape)
-
-
-def _const_value(value, dtype: DType):
-    if dtype.is_void:
-        raise GraphError("CONST cannot be void")
-    if isinstance(value, UOp) or not isinstance(value, (bool, int, float)) and not hasattr(value, "item"):
-        raise GraphError(f"CONST value must be bool, int or float, got {type(value).__name__}")
-    if hasattr(value, "item"):
-        value = value.item()
-    if dtype.is_bool:
-        return bool(value)
-    if dtype.is_int:
-        if isinstance(value, float) and not value.is_integer():
-            raise GraphError(f"CONST {value!r} is not an integer but the dtype is {dtype.name}")
-        value = int(value)
-        bits = dtype.itemsize * 8
-        low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if dtype.kind == "i" else (0, (1 << bits) - 1)
-        if not low <= value <= high:
-            raise GraphError(f"CONST {value} does not fit {dtype.name}")
-        return value
-    return float(value)
-
-
-def _GETTUPLE_DTYPE(call: UOp, index: int) -> DType:  # noqa: N802
-    if call.op not in (Ops.FUNCTION, Ops.CALL):
-        raise GraphError(f"GETTUPLE needs a FUNCTION or CALL, got {call.op}")
-    body = call.src[0].src
-    if not 0 <= index < len(body):
-        raise GraphError(f"GETTUPLE {index} out of range: {call.op} has {len(body)} outputs")
-    return body[index].dtype
-
-
-# ----------------------------------------------------------------------------- inference
-# One row per op family: check the sources, dtype and arg; return the node's shape.
-
-def _describe(src: tuple) -> str:
-    return ", ".join(f"{s.op} {s.dtype.name}{list(s.shape) if s.shape is not None else ''}" for s in src)
-
-
-def _misfit(op: str, dtype: DType, src: tuple, why: str) -> GraphError:
-    return GraphError(f"{op} -> {dtype.name}: {why} (sources: {_describe(src) or 'none'})")
-
-
-def _need_src(op, dtype, src, n: int):
-    if len(src) != n:
-        raise _misfit(op, dtype, src, f"takes {n} source{'s' if n != 1 else ''}, got {len(src)}")
-    for s in src:
-        if not isinstance(s, UOp):
-            raise GraphError(f"{op}: sources must be UOps, got {type(s).__name__}")
-
-
-def _need_shaped(op, dtype, src):
-    for s in src:
-        if s.shape is None:
-            raise _misfit(op, dtype, src, "a source is void")
-
-
-def _elementwise_shape(op, dtype, src) -> tuple:
-    shape = ()
-    for s in src:
-        if s.shape is None:
-            raise _misfit(op, dtype, src, "a source is void")
-        if s.shape:
-            if shape and s.shape != shape:
-                raise _misfit(op, dtype, src, "shapes differ (only shape () broadcasts)")
-            shape = s.shape
-    return shape
-
-
-def _infer_unary(op, dtype, src, arg):
-    _need_src(op, dtype, src, 1)
-    _need_shaped(op, dtype, src)
-    (x,) = src
-    if arg is not None:
-        raise _misfit(op, dtype, src, "takes no arg")
-    if op == Ops.CAST:
-        if dtype.is_void:
-            raise _misfit(op, dtype, src, "cannot cast to void")
-    elif op == Ops.BITCAST:
-        if dtype.is_void or dtype.itemsize != x.dtype.itemsize:
-            raise _misfit(op, dtype, src, f"needs equal item sizes ({x.dtype.name} has {x.dtype.itemsize})")
-    else:
-        if dtype is not x.dtype:
-            raise _misfit(op, dtype, src, "dtype must equal the source's")
-        if op in FLOAT_UNARY and not dtype.is_float:
-            raise _misfit(op, dtype, src, "needs a float dtype")
-        if op == Ops.NEG and (dtype.is_bool or dtype.is_void):
-            raise _misfit(op, dtype, src, "needs a numeric dtype")
-    return x.shape
-
-
-def _infer_binary(op, dtype, src, arg):
-    if len(src) != 2 or arg is not None:
-        _need_src(op, dtype, src, 2)
-        raise _misfit(op, dtype, src, "takes no arg")
-    a, b = src
-    sa, sb = a.shape, b.shape
-    if sa is None or sb is None:
-        raise _misfit(op, dtype, src, "a source is void")
-    if a.dtype is not b.dtype:
-        raise _misfit(op, dtype, src, "sources have different dtypes (no implicit promotion)")
-    kind = a.dtype.kind
-    if op in COMPARISON:
-        if dtype is not dtypes.bool:
-            raise _misfit(op, dtype, src, "comparisons give bool")
-    elif dtype is not a.dtype:
-        raise _misfit(op, dtype, src, "dtype must equal the sources'")
-    elif op in ARITHMETIC:
-        if kind not in "iuf":
-            raise _misfit(op, dtype, src, "needs a numeric dtype (use AND/OR for bool)")
-    elif op in INTEGER_ONLY:
-        if kind not in "iu":
-            raise _misfit(op, dtype, src, "needs an integer dtype")
-    elif op in BITWISE and kind not in "biu":
-        raise _misfit(op, dtype, src, "needs a bool or integer dtype")
-    if sa == sb or not sb:
-        return sa
-    if not sa:
-        return sb
-    raise _misfit(op, dtype, src, "shapes differ (only shape () broadcasts)")
-
-
-def _infer_where(op, dtype, src, arg):
-    _need_src(op, dtype, src, 3)
-    cond, a, b = src
-    shape = _elementwise_shape(op, dtype, src)
-    if cond.dtype is not dtypes.bool:
-        raise _misfit(op, dtype, src, "the condition must be bool")
-    if a.dtype is not b.dtype or dtype is not a.dtype:
-        raise _misfit(op, dtype, src, "both branches and the result need one dtype")
-    return shape
-
-
-def _infer_mulacc(op, dtype, src, arg):
-    _need_src(op, dtype, src, 3)
-    shape = _elementwise_shape(op, dtype, src)
-    if any(s.dtype is not dtype for s in src) or dtype.kind not in "iuf":
-        raise _misfit(op, dtype, src, "needs three sources of the result's numeric dtype")
-    return shape
-
-
-def _unary_movement(op, dtype, src) -> tuple:
-    _need_src(op, dtype, src, 1)
-    _need_shaped(op, dtype, src)
-    if dtype is not src[0].dtype:
-        raise _misfit(op, dtype, src, "dtype must equal the source's")
-    return src[0].shape
-
-
-def _int_tuple(value, length: int | None = None) -> bool:
-    return isinstance(value, tuple) and (length is None or len(value) == length) and all(
-        isinstance(v, int) and not isinstance(v, bool) for v in value)
-
-
-def _infer_reduce(op, dtype, src, arg):
-    shape = _unary_movement(op, dtype, src)
-    if not (isinstance(arg, tuple) and len(arg) == 2 and arg[0] in REDUCE_OPS and _int_tuple(arg[1])):
-        raise _misfit(op, dtype, src, f"arg must be (ADD|MUL|MAX, axes), got {arg!r}")
-    axes = arg[1]
-    if list(axes) != sorted(set(axes)) or any(not 0 <= a < len(shape) for a in axes):
-        raise _misfit(op, dtype, src, f"axes {list(axes)} must be sorted, unique and within rank {len(shape)}")
-    if dtype.kind not in "iuf":
-        raise _misfit(op, dtype, src, "needs a numeric dtype")
-    return tuple(1 if i in axes else s for i, s in enumerate(shape))
-
-
-def _infer_reshape(op, dtype, src, arg):
-    shape = _unary_movement(op, dtype, src)
-    if not _int_tuple(arg) or any(s < 0 for s in arg):
-        raise _misfit(op, dtype, src, f"arg must be a shape, got {arg!r}")
-    if math.prod(arg) != math.prod(shape):
-        raise _misfit(op, dtype, src, f"cannot reshape {list(shape)} to {list(arg)} (element counts differ)")
-    return arg
-
-
-def _infer_expand(op, dtype, src, arg):
-    shape = _unary_movement(op, dtype, src)
-    if not _int_tuple(arg, len(shape)) or any(s != n and s != 1 for s, n in zip(shape, arg)):
-        raise _misfit(op, dtype, src, f"cannot expand {list(shape)} to {arg!r}: same rank, only size-1 axes grow")
-    return arg
-
-
-def _infer_permute(op, dtype, src, arg):
-    shape = _unary_movement(op, dtype, src)
-    if not _int_tuple(arg) or sorted(arg) != list(range(len(shape))):
-        raise _misfit(op, dtype, src, f"{arg!r} is not an axis order of rank {len(shape)}")
-    return tuple(shape[i] for i in arg)
-
-
-def _pairs(arg, rank: int) -> bool:
-    return isinstance(arg, tuple) and len(arg) == rank and all(_int_tuple(p, 2) for p in arg)
-
-
-def _infer_pad(op, dtype, src, arg):
-    shape = _unary_movement(op, dtype, src)
-    if not _pairs(arg, len(shape)) or any(b < 0 or a < 0 for b, a in arg):
-        raise _misfit(op, dtype, src, f"arg must be one non-negative (before, after) per axis, got {arg!r}")
-    return tuple(s + b + a for s, (b, a) in zip(shape, arg))
-
-
-def _infer_shrink(op, dtype, src, arg):
-    shape = _unary_movement(op, dtype, src)
-    if not _pairs(arg, len(shape)) or any(not 0 <= s <= e <= n for (s, e), n in zip(arg, shape)):
-        raise _misfit(op, dtype, src, f"arg must be one (start, end) per axis within {list(shape)}, got {arg!r}")
-    return tuple(e - s for s, e in arg)
-
-
-def _infer_flip(op, dtype, src, arg):
-    shape = _unary_movement(op, dtype, src)
-    if not (isinstance(arg, tuple) and len(arg) == len(shape) and all(isinstance(f, bool) for f in arg)):
-        raise _misfit(op, dtype, src, f"arg must be one bool per axis, got {arg!r}")
-    return shape
-
-
-def _infer_identity(op, dtype, src, arg):
-    shape = _unary_movement(op, dtype, src)
-    if op == Ops.COPY:
-        if not isinstance(arg, str):
-            raise _misfit(op, dtype, src, f"arg must be a device name, got {arg!r}")
-    elif arg is not None:
-        raise _misfit(op, dtype, src, "takes no arg")
-    return shape
-
-
-def _infer_tuple(op, dtype, src, arg):
-    if dtype is not dtypes.void or arg is not None:
-        raise _misfit(op, dtype, src, "is void and takes no arg")
-    for s in src:
-        if not isinstance(s, UOp):
-            raise GraphError(f"TUPLE elements must be UOps, got {type(s).__name__}")
-        if s.shape is None and s.op != Ops.NOOP:
-            raise _misfit(op, dtype, src, f"elements must be values or NOOP, got {s.op}")
-    return None
-
-
-# node -> (slot -> PARAM, a graph input's name or None): what the node reads in its scope.
-# Kept per node, not per body, because bodies share nodes: K bodies on one growing chain
-# (body k = f(chain up to k)) would otherwise cost K^2 walks. sweep_intern_table clears it.
-_body_slots_memo: dict[UOp, tuple[dict[int, UOp], str | None]] = {}
-_READS_NOTHING: tuple[dict[int, UOp], None] = ({}, None)  # shared: never mutated
-
-
-def _body_slots(body: UOp) -> dict[int, UOp]:
-    """The slot PARAMs a body reads, not looking inside nested calls' own bodies.
-    Raises on a graph-input PARAM (a body must be closed)."""
-    slots, graph_input = _scope_reads(body)
-    if graph_input is not None:
-        raise GraphError(f"a function body is not closed: it reads graph input {graph_input!r}")
-    return slots
-
-
-def _scope_reads(root: UOp) -> tuple[dict[int, UOp], str | None]:
-    """What `root` reads in its scope (see _body_slots_memo), for it and every node under
-    it not known yet, sources first (iterative)."""
-    memo = _body_slots_memo
-    found = memo.get(root)
-    if found is not None:
-        return found
-    stack = [root]
-    while stack:
-        node = stack[-1]
-        if node in memo:
-            stack.pop()
-            continue
-        children = scope_sources(node)
-        pending = [child for child in children if child not in memo]
-        if pending:
-            stack.extend(pending)
-            continue
-        stack.pop()
-        memo[node] = _reads_of(node, [memo[child] for child in children])
-    return memo[root]
-
-
-def _reads_of(node: UOp, parts: list) -> tuple[dict[int, UOp], str | None]:
-    """A node's reads from its sources' (a PARAM reads itself). A source's slot map is
-    shared, not copied, where it already holds the others' (a chain keeps one map)."""
-    if node.op == Ops.PARAM:
-        return ({}, node.arg) if isinstance(node.arg, str) else ({node.arg: node}, None)
-    slots, graph_input = None, None
-    for part_slots, part_input in parts:
-        graph_input = graph_input or part_input
-        if not part_slots or part_slots is slots:
-            continue
-        if slots is None or _holds(part_slots, slots):
-            slots = part_slots
-        elif not _holds(slots, part_slots):
-            slots = _merged(slots, part_slots)
-    if slots is None and graph_input is None:
-        return _READS_NOTHING
-    return slots or {}, graph_input
-
-
-def _holds(big: dict, small: dict) -> bool:
-    return len(big) >= len(small) and all(big.get(index) is param for index, param in small.items())
-
-
-def _merged(first: dict, second: dict) -> dict:
-    merged = dict(first)
-    for index, param in second.items():
-        if merged.setdefault(index, param) is not param:
-            raise GraphError(f"slot {index} appears with two shapes or dtypes in one body")
-    return merged
-
-
-def _check_slots(op, dtype, src, what: str, body: UOp, values: Sequence[UOp]):
-    for index, param in _body_slots(body).items():
-        if index >= len(values):
-            raise _misfit(op, dtype, src, f"{what} reads slot {index} but only {len(values)} are bound")
-        value = values[index]
-        if param.shape != value.shape or param.dtype is not value.dtype:
-            raise _misfit(op, dtype, src, f"{what} slot {index} is {param.dtype.name}{list(param.shape)} "
-                                          f"but is bound to {value.dtype.name}{list(value.shape or ())}")
-
-
-def _infer_call(op, dtype, src, arg):
-    if dtype is not dtypes.void:
-        raise _misfit(op, dtype, src, "is void")
-    if not src or not isinstance(src[0], UOp) or src[0].op != Ops.TUPLE:
-        raise _misfit(op, dtype, src, "its first source must be the body TUPLE")
-    body, args = src[0], src[1:]
-    for a in args:
-        if not isinstance(a, UOp) or a.shape is None:
-            raise _misfit(op, dtype, src, "call args must be values")
-    name = arg.name if op == Ops.CALL and isinstance(arg, CallArg) else arg
-    if not isinstance(name, str) or not name:
-        raise _misfit(op, dtype, src, f"arg must name the {op.lower()}, got {arg!r}")
-    if any(e.op == Ops.NOOP for e in body.src):
-        raise _misfit(op, dtype, src, "a body output cannot be NOOP")
-    _check_slots(op, dtype, src, "the body", body, args)
-    if op == Ops.CALL and arg.grad is not None:
-        grad = arg.grad
-        if not isinstance(grad, UOp) or grad.op != Ops.TUPLE or len(grad.src) != len(args):
-            raise _misfit(op, dtype, src, f"the backward body must be a TUPLE of {len(args)} elements")
-        output_grads = [UOp.slot(0, o.shape, o.dtype) for o in body.src]  # stand-ins: shape and dtype
-        _check_slots(op, dtype, src, "the backward body", grad, (*args, *output_grads))
-        for i, (g, a) in enumerate(zip(grad.src, args)):
-            if g.op != Ops.NOOP and (g.shape != a.shape or g.dtype is not a.dtype):
-                raise _misfit(op, dtype, src, f"backward element {i} is {g.dtype.name}{list(g.shape)}, "
-                                              f"arg {i} is {a.dtype.name}{list(a.shape)}")
-    elif op == Ops.CALL and not isinstance(arg, CallArg):
-        raise _misfit(op, dtype, src, f"arg must be CallArg(name, grad), got {arg!r}")
-    return None
-
-
-def _infer_gettuple(op, dtype, src, arg):
-    _need_src(op, dtype, src, 1)
-    call = src[0]
-    if call.op not in (Ops.FUNCTION, Ops.CALL):
-        raise _misfit(op, dtype, src, "its source must be a FUNCTION or CALL")
-    outputs = call.src[0].src
-    if not isinstance(arg, int) or isinstance(arg, bool) or not 0 <= arg < len(outputs):
-        raise _misfit(op, dtype, src, f"index {arg!r} out of range for {len(outputs)} outputs")
-    if dtype is not outputs[arg].dtype:
-        raise _misfit(op, dtype, src, f"output {arg} is {outputs[arg].dtype.name}")
-    return outputs[arg].shape
-
-
-def _infer_store(op, dtype, src, arg):
-    _need_src(op, dtype, src, 2)
-    dest, value = src
-    _need_shaped(op, dtype, src)
-    if dtype is not dtypes.void or arg is not None:
-        raise _misfit(op, dtype, src, "is void and takes no arg")
-    if dest.shape != value.shape or dest.dtype is not value.dtype:
-        raise _misfit(op, dtype, src, "dest and value need one shape and dtype")
-    return None
-
-
-def _infer_after(op, dtype, src, arg):
-    _need_src(op, dtype, src, 2)
-    dest, store = src
-    if store.op != Ops.STORE or store.src[0] is not dest:
-        raise _misfit(op, dtype, src, "needs (dest, STORE to that dest)")
-    if dtype is not dest.dtype or arg is not None:
-        raise _misfit(op, dtype, src, "dtype must equal dest's and takes no arg")
-    return dest.shape
-
-
-def _infer_leaf(op, dtype, src, arg):
-    raise GraphError(f"{op} nodes are built with UOp.{op.lower()}(...)")
-
-
-_INFER = {
-    **{op: _infer_unary for op in (Ops.NEG, Ops.RECIPROCAL, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC,
-                                   Ops.CAST, Ops.BITCAST)},
-    **{op: _infer_binary for op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.POW, Ops.CDIV, Ops.CMOD,
-                                    Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ)},
-    Ops.WHERE: _infer_where,
-    Ops.MULACC: _infer_mulacc,
-    Ops.REDUCE: _infer_reduce,
-    Ops.RESHAPE: _infer_reshape,
-    Ops.EXPAND: _infer_expand,
-    Ops.PERMUTE: _infer_permute,
-    Ops.PAD: _infer_pad,
-    Ops.SHRINK: _infer_shrink,
-    Ops.FLIP: _infer_flip,
-    **{op: _infer_identity for op in (Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY)},
-    Ops.TUPLE: _infer_tuple,
-    Ops.FUNCTION: _infer_call,
-    Ops.CALL: _infer_call,
-    Ops.GETTUPLE: _infer_gettuple,
-    Ops.STORE: _infer_store,
-    Ops.AFTER: _infer_after,
-    **{op: _infer_leaf for op in (Ops.PARAM, Ops.CONST, Ops.BUFFER, Ops.NOOP)},
-}
-
-_by_src.update({op: {} for op in _INFER})
-
-_no_arg = (lambda arg: arg is None)
-_MEMO_ARG_CHECK = {
-    **{op: _no_arg for op in (Ops.NEG, Ops.RECIPROCAL, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC,
-                              Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH)},
-    Ops.RESHAPE: _plain_ints,
-    Ops.EXPAND: _plain_ints,
-    Ops.PERMUTE: _plain_ints,
-    Ops.REDUCE: _plain_reduce_arg,
-}
 
 # Composites tag what they build with their name, as tinygrad's Tensor functions do.
 for _name in ("exp", "log", "relu", "sigmoid", "tanh", "mean", "matmul", "softmax", "log_softmax",

@@ -118,7 +118,7 @@ def _write_in_place(path: str, data) -> None:
 
 def write_all(f, data) -> None:
     """Write `data` to the binary file object `f`: bytes, or a list of bytes-like pieces
-    in order (fileformat.dump_parts). A short write is followed by one for the rest, which
+    in order (formats.uop.dump_parts). A short write is followed by one for the rest, which
     raises if the disk is full: a buffered file returns the short count of a large write
     that filled the disk and no error."""
     for part in _pieces(data):

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .ops import Ops
+from ...core.ops import Ops
 
 MAX_CHAIN = 16        # ops followed back from one node: chains in real graphs are a few ops long
 MAX_SCATTER_LOOPS = 4096  # strided adds one scatter may take (a 3x3 conv's input gradient takes 9)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
 
-from .errors import GraphError
+from ..errors import GraphError
 from .ops import Ops
-from .uop import UOp, toposort, valid_name
+from .uop import UOp, valid_name
+from .walks import toposort
 
 
 class Graph:

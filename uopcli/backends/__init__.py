@@ -1,0 +1,1 @@
+"""Backends that run a graph: numpy/, the evaluator package (`uopcli.evaluate`)."""
