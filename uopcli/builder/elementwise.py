@@ -256,7 +256,10 @@ class ElementwiseMixin:
     def isclose(self, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False):
         """|a - b| <= atol + rtol·|b| where both are finite, a == b where either is infinite,
         and with equal_nan two NaNs (numpy's and torch's isclose, spelled as tinygrad's)."""
-        other = other if hasattr(other, "shape") else self._pair(other)[1]
+        if not hasattr(other, "shape"):  # a Python number: its own |b|, finiteness and NaN, as tinygrad's weak one
+            finite = self.isfinite() & math.isfinite(other)
+            close = (finite & ((self - other).abs() <= atol + rtol * abs(other))) | (self.isinf() & self.eq(other))
+            return close | self.isnan() if equal_nan and math.isnan(other) else close
         finite_close = self.isfinite() & other.isfinite() & ((self - other).abs() <= atol + rtol * other.abs())
         infinite_close = (self.isinf() | other.isinf()) & self.eq(other)
         close = finite_close | infinite_close
