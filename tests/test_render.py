@@ -15,7 +15,7 @@ import pytest
 from uopcli import Metadata, UOp
 from uopcli.core.graph import Graph
 from uopcli.core.ops import FAMILY
-from uopcli.render import (BACKWARD_BORDER, DEFAULT_MAX_NODES, FAMILY_COLOURS, RenderError, arg_text, render,
+from uopcli.views.graphviz import (BACKWARD_BORDER, DEFAULT_MAX_NODES, FAMILY_COLOURS, RenderError, arg_text, render,
                            to_dot, type_text)
 from uopcli.core.uop import next_serial, tag_new_nodes
 
@@ -129,8 +129,8 @@ def test_a_constant_is_drawn_beside_its_user_in_a_selection_too():
 def test_no_edge_runs_more_than_a_few_levels_in_a_gradient_graph():
     """A gradient reads forward values and weights from far above; each such source gets a
     dotted reference beside its user (dot spent minutes on the hidden nodes of long edges)."""
-    from uopcli.differentiate import differentiate
-    from uopcli.render import LONG_EDGE
+    from uopcli.tools.differentiate import differentiate
+    from uopcli.views.graphviz import LONG_EDGE
     x, weights = UOp.param("x", (4, 8)), []
     h = x
     for i in range(6):
@@ -372,7 +372,7 @@ import hashlib, sys
 sys.path.insert(0, {root!r})
 sys.path.insert(0, {tests!r})
 import test_render as t
-from uopcli.render import to_dot
+from uopcli.views.graphviz import to_dot
 print(hashlib.sha256((to_dot(t.mlp()) + to_dot(t.functions()) + to_dot(t.backward_tagged()[0])).encode()).hexdigest())
 """
 
@@ -413,7 +413,7 @@ def test_without_dot_the_dot_format_works_and_others_say_how_to_install(monkeypa
 
 
 def test_render_does_not_import_click():
-    code = "import sys, uopcli.render; print('click' in sys.modules, 'graphviz' in sys.modules)"
+    code = "import sys, uopcli.views.graphviz; print('click' in sys.modules, 'graphviz' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
                          cwd=str(ROOT)).stdout.split()
     assert out == ["False", "False"]

@@ -272,7 +272,7 @@ def test_builder_arguments_as_tinygrad_takes_them_and_one_line_errors_otherwise(
 
 def test_tinygrad_composites_match_numpy_and_their_gradients_finite_differences():
     from uopcli import Graph
-    from uopcli.check import check_gradients
+    from uopcli.tools.check import check_gradients
     x = UOp.param("x", (3, 4))
     xv = np.array([[-2.0, -0.5, 0.0, 0.25], [1.0, 3.0, -1.5, 0.75], [2.5, -3.0, 0.5, 1.25]], np.float32)
     got = values([x.cos(), x.abs(), x.sign(), x.clip(-1.0, 1.0), x.min(1), x.min(), x.var(1), x.std(),
@@ -306,7 +306,7 @@ def test_a_python_float_makes_an_integer_operand_float32():
 
 def test_cat_and_stack_join_as_numpy_does_and_refuse_shapes_that_do_not_fit():
     from uopcli import Graph
-    from uopcli.check import check_gradients
+    from uopcli.tools.check import check_gradients
     a, b = UOp.param("a", (2, 3)), UOp.param("b", (2, 1))
     av, bv = np.arange(6, dtype=np.float32).reshape(2, 3), np.array([[7], [8]], np.float32)
     assert values([a.cat(b, dim=1), a.cat(a, dim=0), a.stack(a, dim=1), a.stack(a, a)], a=av, b=bv) == [
@@ -373,7 +373,7 @@ def test_activations_and_elementwise_maths_are_tinygrads_formulas():
 
 def test_activation_gradients_match_finite_differences():
     from uopcli import Graph
-    from uopcli.check import check_gradients
+    from uopcli.tools.check import check_gradients
     x = UOp.param("x", XV.shape)
     smooth = (x.gelu() + x.gelu(approximate="none") + x.quick_gelu() + x.silu() + x.elu(0.7) + x.celu(1.3)
               + x.softplus(2.0) + x.mish() + x.softsign() + x.logsigmoid() + (x * 0.3).tan() + x.sinh() + x.cosh()
@@ -414,7 +414,7 @@ def test_reductions_argmax_cumsum_and_building_tensors_are_numpys():
 
 def test_numpy_basic_indexing_and_its_gradient():
     from uopcli import Graph
-    from uopcli.check import check_gradients
+    from uopcli.tools.check import check_gradients
     x = UOp.param("x", (4, 5, 3))
     xv = np.arange(60, dtype=np.float32).reshape(4, 5, 3)
     indices = [1, -1, (2, 3), (slice(None), 2), (slice(1, 3),), (slice(None, None, 2), slice(None, None, -1)),
@@ -449,7 +449,7 @@ def test_repeat_split_chunk_are_numpys_tile_and_pieces():
 
 def test_layers_and_losses_are_tinygrads_formulas_with_gradients():
     from uopcli import Graph
-    from uopcli.check import check_gradients
+    from uopcli.tools.check import check_gradients
     logits, probs = UOp.param("logits", (3, 5)), UOp.param("probs", (3, 5))
     labels = UOp.param("labels", (3,), dtypes.int32)
     lv, pv = np.array([1, 4, 0], np.int32), np.full((3, 5), 0.2, np.float32)
@@ -508,7 +508,7 @@ def _windows_reference(x, k, stride, pads, fill):
 
 def test_conv2d_and_pooling_are_numpys_loops_and_their_gradients_finite_differences():
     from uopcli import Graph
-    from uopcli.check import check_gradients
+    from uopcli.tools.check import check_gradients
     rng = np.random.default_rng(3)
     xv, wv, gv = (rng.standard_normal(s).astype(np.float32) for s in ((2, 4, 7, 6), (5, 4, 2, 3), (6, 2, 3, 2)))
     x, w, g, b = UOp.param("x", xv.shape), UOp.param("w", wv.shape), UOp.param("g", gv.shape), UOp.param("b", (6,))
@@ -568,7 +568,7 @@ def _ceil_pool_reference(x, k, s, pads, kind, count_include_pad=True):
 
 def test_pad_modes_negative_pads_ceil_mode_pooling_and_interpolate_as_numpy_and_torch():
     from uopcli import Graph
-    from uopcli.check import check_gradients
+    from uopcli.tools.check import check_gradients
     rng = np.random.default_rng(11)
     xv = rng.standard_normal((2, 3, 4)).astype(np.float32)
     x = UOp.param("x", xv.shape)
@@ -651,7 +651,7 @@ def test_mixed_dtypes_promote_as_tinygrads_lattice():
 
 def test_attention_masks_gather_nll_and_batchnorm_are_tinygrads():
     from uopcli import Graph
-    from uopcli.check import check_gradients
+    from uopcli.tools.check import check_gradients
     rng = np.random.default_rng(5)
     qv, kv, vv = (rng.standard_normal((2, 4, 3)) for _ in range(3))
     mv = rng.standard_normal((4, 4))
@@ -697,7 +697,7 @@ def test_attention_masks_gather_nll_and_batchnorm_are_tinygrads():
 
 def test_einsum_roll_eye_unflatten_and_var_mean_are_numpys():
     from uopcli import Graph
-    from uopcli.check import check_gradients
+    from uopcli.tools.check import check_gradients
     rng = np.random.default_rng(6)
     shapes = {"a": (3, 4), "b": (4, 5), "c": (2, 3, 4), "s": (4, 4), "t": (3, 4, 4, 2)}
     feeds = {name: rng.standard_normal(shape) for name, shape in shapes.items()}
@@ -840,7 +840,7 @@ def test_iterating_a_tensor_gives_its_rows_as_tinygrads():
 
 def test_copysign_isfinite_full_like_shrink_to_pad_to_and_normalize_as_numpy():
     from uopcli import Graph
-    from uopcli.check import check_gradients
+    from uopcli.tools.check import check_gradients
     xv = np.array([[1.5, -2.0, 0.0, 3.0], [-0.5, 4.0, -1.0, 2.0], [0.25, -3.0, 5.0, -4.0]], np.float32)
     sign = np.array([[-1.0, 2.0, -0.0, 0.0]], np.float32)
     x, s = UOp.param("x", xv.shape), UOp.param("s", (1, 4))
@@ -880,7 +880,7 @@ def _conv_transpose_reference(x, w, stride, dilation, pads, extra, groups=1):
 
 def test_conv_transpose2d_is_torchs_definition_and_its_gradient_finite_differences():
     from uopcli import Graph
-    from uopcli.check import check_gradients
+    from uopcli.tools.check import check_gradients
     rng = np.random.default_rng(8)
     xv = rng.standard_normal((2, 4, 5, 6)).astype(np.float32)
     cases = [  # weight shape, groups, stride, dilation, padding (as passed), (before, after) per axis, output_padding
@@ -1014,7 +1014,7 @@ def test_diag_diagonal_unfold_linspace_meshgrid_and_constructors_as_numpy():
 
 def test_rearrange_is_einops_reshape_and_transpose():
     from uopcli import Graph
-    from uopcli.check import check_gradients
+    from uopcli.tools.check import check_gradients
     x = UOp.param("x", (2, 3, 4, 6))
     xv = np.arange(144, dtype=np.float32).reshape(2, 3, 4, 6)
     cases = [
@@ -1084,7 +1084,7 @@ def _scatter_reference(base, dim, index, src, reduce=None, include_self=True):
 @pytest.mark.parametrize("dim", [0, 1, -1])
 def test_scatter_and_scatter_reduce_are_torchs_and_their_gradients_finite_differences(dim):
     from uopcli import Graph
-    from uopcli.check import check_gradients
+    from uopcli.tools.check import check_gradients
     rng = np.random.default_rng(3 + dim)
     base_v = rng.standard_normal((4, 5)).astype(np.float32)
     src_v = rng.standard_normal((3, 5)).astype(np.float32)
@@ -1128,7 +1128,7 @@ def test_scatter_and_scatter_reduce_are_torchs_and_their_gradients_finite_differ
 @pytest.mark.parametrize("length", [2, 5, 8, 13])
 def test_sort_argsort_and_topk_are_numpys_stable_sort(length):
     from uopcli import Graph
-    from uopcli.check import check_gradients
+    from uopcli.tools.check import check_gradients
     rng = np.random.default_rng(length)
     tied = rng.integers(-3, 4, (3, length)).astype(np.float32)  # many ties: the order of equals is tested
     x = UOp.param("x", tied.shape)

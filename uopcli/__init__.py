@@ -6,9 +6,6 @@ The core (UOp, Graph, load/save) imports without numpy; the heavier parts are im
 on first use, so a command that only reads a file starts fast.
 """
 
-import sys as _sys
-import types as _types
-
 from .errors import EvaluationError, FormatError, GradientError, GraphError, UOpError
 from .core.ops import DType, Ops, dtypes
 from .core.uop import CallArg, Metadata, UOp
@@ -24,29 +21,16 @@ _LAZY = {
     "evaluate": "backends.numpy",
     "evaluate_graph": "backends.numpy",
     "EvalStats": "backends.numpy",
-    "differentiate": "differentiate",
-    "DiffReport": "differentiate",
-    "render": "render",
-    "to_dot": "render",
-    "RenderError": "render",
+    "differentiate": "tools.differentiate",
+    "DiffReport": "tools.differentiate",
+    "render": "views.graphviz",
+    "to_dot": "views.graphviz",
+    "RenderError": "views.graphviz",
 }
 
 
-# Functions named like the module that defines them. Importing such a module (as the CLI
-# and `from uopcli.render import ...` do) makes Python set it as an attribute of this
-# package, which would shadow the function: `from uopcli import evaluate` would then give
-# the module. The package's own module type keeps the function in its place.
-_SHADOWED = frozenset(name for name, module in _LAZY.items() if name == module)
-
-
-class _Package(_types.ModuleType):
-    def __setattr__(self, name: str, value) -> None:
-        if name in _SHADOWED and isinstance(value, _types.ModuleType):
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-_sys.modules[__name__].__class__ = _Package
+# No public name is the name of a submodule (those are core, builder, formats, backends,
+# interop, views, tools, errors, cli): importing one never replaces a name of this package.
 
 
 def __getattr__(name: str):

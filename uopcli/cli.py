@@ -380,7 +380,7 @@ def _given(name: str) -> bool:
 def _check_specs(ctx, param, specs: tuple) -> tuple:
     """-i values look like NAME=VALUE (values.split_spec): a usage error otherwise (exit 2),
     before any reading."""
-    from .values import split_spec
+    from .tools.values import split_spec
     for spec in specs:
         try:
             split_spec(spec)
@@ -495,7 +495,7 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats):
     --cotangent input), so the same -i values feed both files. Targets whose gradient is
     identically zero are reported on stderr, with the reason.
     """
-    from .differentiate import differentiate
+    from .tools.differentiate import differentiate
     from .formats.uop import dump_parts
     form = _uop_form(output)
     _refuse_binary_terminal(output, form, "give -o FILE")
@@ -548,7 +548,7 @@ def eval_(source, specs, use_random, seed, output, as_json, stats):
     if output:
         _refuse_binary_terminal(output, "npz", "give -o OUT.npz")
     from .backends.numpy import EvalStats, evaluate_graph
-    from .values import gather_inputs
+    from .tools.values import gather_inputs
     with _Steps("reading", "evaluating") as steps:
         graph, _ = _read_graph(source)
         inputs = gather_inputs(graph.inputs, specs, seed if use_random else None)
@@ -706,8 +706,8 @@ def check(source, wrt, of_, specs, seed, samples, as_json):
     |analytic - numeric| > 1e-6*max(1,|L|) + 1e-4*max(|analytic|,|numeric|). Exit status 1
     when any target fails.
     """
-    from .check import check_gradients
-    from .values import gather_inputs
+    from .tools.check import check_gradients
+    from .tools.values import gather_inputs
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     graph, _ = _read_graph(source)
     given = gather_inputs(graph.inputs, specs, seed)
@@ -740,7 +740,7 @@ def info(source, as_json):
     """Node count, count per op, inputs and outputs with shape and dtype, depth, total input
     elements, embedded bytes, an estimate of floating-point operations, and the sha256 of
     the graph's canonical bytes."""
-    from .inspect import graph_info, info_text
+    from .tools.inspect import graph_info, info_text
     graph, _ = _read_graph(source)
     stats = graph_info(graph)
     if as_json:
@@ -757,7 +757,7 @@ def info(source, as_json):
 def print_(source):
     """List IN's nodes in file order, one a line (`%12 = MUL float32[32,64] %10 %11  #
     relu, backward`), function bodies indented, then the outputs."""
-    from .inspect import listing
+    from .tools.inspect import listing
     graph, _ = _read_graph(source)
     out = sys.stdout
     for line in listing(graph):
@@ -792,7 +792,7 @@ def convert(source, output, to):
 def validate(source):
     """Read IN as the format contract requires; print `ok` and its counts, or the error
     (exit status 1)."""
-    from .inspect import counted
+    from .tools.inspect import counted
     graph, _ = _read_graph(source)
     counts = (counted(len(graph.nodes()), "node"), counted(len(graph.inputs), "input"),
               counted(len(graph.outputs), "output"))
@@ -824,7 +824,7 @@ def render(source, output, fmt, max_nodes, outputs, around, depth, collapse_func
         raise click.UsageError("--depth is the distance for --around: give --around NAME too")
     fmt = fmt or _render_format(output)
     _refuse_binary_terminal(output, fmt, "give -o FILE")
-    from .render import render as draw
+    from .views.graphviz import render as draw
     graph, _ = _read_graph(source)
     options = {"outputs": _names(outputs, "--outputs") or None, "around": around, "depth": depth,
                "collapse_functions": collapse_functions}

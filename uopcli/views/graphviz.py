@@ -43,11 +43,11 @@ import math
 from collections import deque
 from typing import Iterable, Sequence
 
-from .errors import UOpError
-from .core.graph import Graph
-from .core.ops import CALLS, FAMILY, Ops
-from .core.uop import UOp, printable
-from .core.walks import scope_sources, scope_toposort, toposort
+from ..errors import UOpError
+from ..core.graph import Graph
+from ..core.ops import CALLS, FAMILY, Ops
+from ..core.uop import UOp, printable
+from ..core.walks import scope_sources, scope_toposort, toposort
 
 DEFAULT_MAX_NODES = 500
 FORMATS = ("svg", "png", "pdf", "dot")

@@ -37,12 +37,12 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 from .differentiate import differentiate
-from .errors import EvaluationError
-from .core.graph import Graph
-from .core.ops import CALLS, Ops, dtypes
+from ..errors import EvaluationError
+from ..core.graph import Graph
+from ..core.ops import CALLS, Ops, dtypes
 from .inspect import counted
-from .core.uop import CallArg, UOp
-from .core.walks import scope_sources, toposort
+from ..core.uop import CallArg, UOp
+from ..core.walks import scope_sources, toposort
 
 RTOL = 1e-4
 ATOL = 1e-6
@@ -112,7 +112,7 @@ def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
     `inputs` maps input names to arrays (checked by the caller); missing ones are random.
     `progress(n)` is called after every n finite-difference evaluations."""
     import numpy as np
-    from .backends.numpy import evaluate, evaluate_graph
+    from ..backends.numpy import evaluate, evaluate_graph
     from .values import random_value
 
     if samples < 1:
@@ -262,7 +262,7 @@ def freeze_detached(outputs: list[UOp], values: Mapping) -> list[UOp]:
     for the inputs `values`: the function finite differences must match when gradients do
     not flow through DETACH. (A DETACH inside a body takes other values at every call, so
     it stays; that is rare.)"""
-    from .backends.numpy import evaluate
+    from ..backends.numpy import evaluate
     detached = [n for n in _main_scope(outputs) if n.op == Ops.DETACH]
     if not detached:
         return outputs

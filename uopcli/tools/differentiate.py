@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from .errors import GradientError
-from .core.graph import Graph
-from .core.ops import CALLS, Ops
-from .core.uop import Metadata, UOp, next_serial, tag_new_nodes
+from ..errors import GradientError
+from ..core.graph import Graph
+from ..core.ops import CALLS, Ops
+from ..core.uop import Metadata, UOp, next_serial, tag_new_nodes
 
 COTANGENTS = (None, "ones", "input")
 NOT_REACHED = "not reached"
@@ -83,7 +83,7 @@ def differentiate(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = N
         root = UOp.tuple(*(graph.outputs[name] for name in of))
         root_grad = UOp.tuple(*seeds)
 
-    from .core.gradient import compute_gradient  # the core; imported here so `info` stays light
+    from ..core.gradient import compute_gradient  # the core; imported here so `info` stays light
     grads = compute_gradient(root, root_grad, targets)
 
     outputs = list(graph.outputs.items()) if keep_forward else []

@@ -12,9 +12,9 @@ import math
 from collections import Counter
 from typing import Iterator
 
-from .core.graph import Graph
-from .core.ops import CALLS, Ops
-from .core.uop import UOp, printable
+from ..core.graph import Graph
+from ..core.ops import CALLS, Ops
+from ..core.uop import UOp, printable
 
 # FLOP estimate: floating-point operations per output element, one row per op. Ops not
 # listed cost nothing (leaves, movement, identity, calls, memory, integer and bool ops).
@@ -35,7 +35,7 @@ def graph_info(graph: Graph, canonical: bytes | None = None) -> dict:
     MessagePack bytes when the caller has them (else they are made, for the sha256)."""
     nodes = graph.nodes()
     if canonical is None:
-        from .formats.uop import save
+        from ..formats.uop import save
         canonical = save(graph)
     counts = Counter(n.op for n in nodes)
     return {

@@ -16,8 +16,8 @@ import math
 import zlib
 from typing import Iterable, Mapping
 
-from .errors import EvaluationError
-from .core.uop import UOp
+from ..errors import EvaluationError
+from ..core.uop import UOp
 
 
 def type_text(node: UOp) -> str:

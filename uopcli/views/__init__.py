@@ -1,0 +1,1 @@
+"""Views of a graph: graphviz.py (the `render` command: dot, svg, png)."""
