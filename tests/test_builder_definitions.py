@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from uopcli import Graph, GraphError, UOp, dtypes, evaluate
-from uopcli.check import check_gradients
+from uopcli.tools.check import check_gradients
 from uopcli.core.ops import dtype_of
 
 from test_tinygrad_meaning import REFERENCE, build_case, compare_output
