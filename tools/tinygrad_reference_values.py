@@ -3,7 +3,7 @@ torch form) and store what came out in tests/data/tinygrad_reference.json, which
 compare the builder with (so `make test` needs neither package).
 
     .venv/bin/pip install tinygrad==0.14.0 torch   # torch is optional
-    .venv/bin/python tools/tinygrad_reference_values.py [--also-cpu] [-o PATH]
+    .venv/bin/python tools/tinygrad_reference_values.py [--also-cpu] [-o PATH] [--only PREFIX --merge]
 
 tinygrad runs on its PYTHON device, the emulator that executes each UOp as its definition
 says (an 8-bit add wraps at 8 bits). `--also-cpu` runs each case again on the CPU device
@@ -43,6 +43,7 @@ def main() -> int:
     parser.add_argument("-o", "--output", type=Path, default=DEFAULT_OUTPUT)
     parser.add_argument("--also-cpu", action="store_true", help="mark cases whose values differ on the CPU device")
     parser.add_argument("--only", default="", help="run only cases whose name starts with this")
+    parser.add_argument("--merge", action="store_true", help="update these cases in the existing output, keep the rest")
     args = parser.parse_args()
     import tinygrad
     from tinygrad import Device
@@ -52,7 +53,7 @@ def main() -> int:
         torch = None
         print("torch is not installed: torch values are left out", file=sys.stderr)
     started = time.time()
-    results = {}
+    results = json.loads(args.output.read_text())["cases"] if args.merge and args.output.exists() else {}
     for case in all_cases():
         if not case.name.startswith(args.only):
             continue
@@ -62,7 +63,7 @@ def main() -> int:
         if torch is not None and case.torch is not None:
             entry["torch"] = run_torch(case, torch)
         results[case.name] = entry
-        if len(results) % 500 == 0:
+        if len(results) % 500 == 0 and not args.merge:
             print(f"{len(results)} cases, {time.time() - started:.0f} s", file=sys.stderr, flush=True)
     document = {"tinygrad": tinygrad.__version__ if hasattr(tinygrad, "__version__") else _version("tinygrad"),
                 "torch": None if torch is None else torch.__version__, "device": Device.DEFAULT,
