@@ -24,6 +24,8 @@ from ..builder.movement import cut_by_negative_padding, flat_padding_pairs, pad_
 from ..errors import GraphError
 from .ops import (CALLS, FLOAT_UNARY, DType, Ops, dtype_of, dtypes, least_upper_dtype, least_upper_float,
                   python_dtype)
+from .promotion import (ON_BOOLS, PYTHON_NUMBERS, SHIFTS, describe_operand, floor_div_mod, one_axis,
+                        reciprocal_division, true_division, wrapped)
 from .walks import toposort
 
 LN2 = math.log(2.0)
@@ -168,7 +170,7 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
         fast_key = (value.__class__, value, self.dtype)
         node = _const_fast.get(fast_key) if value else None  # zeros: 0.0 == -0.0, keep apart
         if node is None:  # an int out of an integer dtype's range wraps, as tinygrad's constant
-            node = UOp.const(_wrapped(value, self.dtype) if value.__class__ is int and self.dtype.is_int else value,
+            node = UOp.const(wrapped(value, self.dtype) if value.__class__ is int and self.dtype.is_int else value,
                              self.dtype)
             if value:
                 _const_fast[fast_key] = node
@@ -197,13 +199,13 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
         the dtype's range wraps, as tinygrad's constant does). On bools, tinygrad's ADD and
         MAX are OR, MUL is AND, and a - b is a + (-b) with -b = not b."""
         a, b = self._pair(other, reverse)
-        if op in _SHIFTS and (not a.dtype.is_int or reverse and other.__class__ is int and self.dtype.is_int):
+        if op in SHIFTS and (not a.dtype.is_int or reverse and other.__class__ is int and self.dtype.is_int):
             left, right = (other, self) if reverse else (self, other)
             why = "a Python int shifted by a tensor stays weak in tinygrad 0.14, which cannot run it; shift " \
                   "t.const_like(n) instead" if a.dtype.is_int else "shift operands must be integers"
-            raise GraphError(f"{op}: {why}, got {_describe_operand(left)} and {_describe_operand(right)}")
-        if a.dtype.is_bool and op in _ON_BOOLS:
-            return _ON_BOOLS[op](a, b)
+            raise GraphError(f"{op}: {why}, got {describe_operand(left)} and {describe_operand(right)}")
+        if a.dtype.is_bool and op in ON_BOOLS:
+            return ON_BOOLS[op](a, b)
         return UOp.make(op, out_dtype or a.dtype, (a, b))
 
     def _pair(self, other, reverse: bool = False) -> tuple["UOp", "UOp"]:
@@ -223,17 +225,17 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
     def _with_number(self, value) -> tuple["UOp", "UOp"]:
         """This tensor, cast where tinygrad's promotion lifts it, and `value` as a CONST of
         the dtype they meet in."""
-        if value.__class__ not in _NUMBERS:
+        if value.__class__ not in PYTHON_NUMBERS:
             value = const_value(value, dtypes.float64 if isinstance(value, float) else dtypes.int64) \
                 if hasattr(value, "item") else value
-            if value.__class__ not in _NUMBERS:
+            if value.__class__ not in PYTHON_NUMBERS:
                 raise GraphError(f"an operand must be a UOp or a bool, int or float, got {type(value).__name__}")
         dtype, kind = self.dtype, value.__class__
         node = self
         if not (dtype.is_float or kind is bool or (kind is int and dtype.is_int)):
             node = self.cast(least_upper_dtype(dtype, python_dtype(value)))
         if kind is int and node.dtype.is_int:
-            value = _wrapped(value, node.dtype)
+            value = wrapped(value, node.dtype)
         return node, node.const_like(value)
 
     def __add__(self, other): return self._binary(Ops.ADD, other)
@@ -245,12 +247,12 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
     # `/` is true division, as in Python and tinygrad: integers are divided as float32 (the
     # FDIV node itself, on integers, is C division). `//` and `%` floor, as in Python and
     # tinygrad; the C forms are the CDIV and CMOD nodes (`cdiv`, `cmod`).
-    def __truediv__(self, other): return _true_division(*self._pair(other))
-    def __rtruediv__(self, other): return _true_division(*self._pair(other, True))
-    def __floordiv__(self, other): return _floor_div_mod(*self._pair(other))[0]
-    def __rfloordiv__(self, other): return _floor_div_mod(*self._pair(other, True))[0]
-    def __mod__(self, other): return _floor_div_mod(*self._pair(other))[1]
-    def __rmod__(self, other): return _floor_div_mod(*self._pair(other, True))[1]
+    def __truediv__(self, other): return true_division(*self._pair(other))
+    def __rtruediv__(self, other): return true_division(*self._pair(other, True))
+    def __floordiv__(self, other): return floor_div_mod(*self._pair(other))[0]
+    def __rfloordiv__(self, other): return floor_div_mod(*self._pair(other, True))[0]
+    def __mod__(self, other): return floor_div_mod(*self._pair(other))[1]
+    def __rmod__(self, other): return floor_div_mod(*self._pair(other, True))[1]
     def __rlshift__(self, other): return self._binary(Ops.SHL, other, True)
     def __rrshift__(self, other): return self._binary(Ops.SHR, other, True)
     def __rand__(self, other): return self._binary(Ops.AND, other, True)
@@ -281,14 +283,14 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
         is not an int >= 0 is refused (the result would need a float: cast first)."""
         base, exponent = self._pair(other, reverse)
         if not base.dtype.is_float and other.__class__ is not UOp and not (isinstance(other, int) and other >= 0):
-            raise GraphError(f"pow: the base {_describe_operand(self)} needs a float dtype for the exponent "
-                             f"{_describe_operand(other)}")
+            raise GraphError(f"pow: the base {describe_operand(self)} needs a float dtype for the exponent "
+                             f"{describe_operand(other)}")
         if base.dtype.is_bool:
             return base | exponent.logical_not()  # 0 ** 0 is 1, 0 ** 1 is 0, 1 ** y is 1
         return UOp.make(Ops.POW, base.dtype, (base, exponent))
 
     def _times_reciprocal(self, other: "UOp") -> "UOp":
-        return _reciprocal_division(self, other)
+        return reciprocal_division(self, other)
 
     def minimum(self, other) -> "UOp":
         """min(a, b) through MAX, as tinygrad spells it, in the dtype both promote to:
@@ -473,7 +475,7 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
         else:  # each axis at most once, as tinygrad and torch; a scalar has none to flip
             if axis is None:
                 raise GraphError(f"flip needs the axes to reverse (shape {list(self.shape)})")
-            axes = [_one_axis(a, len(self.shape)) for a in ((axis,) if isinstance(axis, int) else axis)]
+            axes = [one_axis(a, len(self.shape)) for a in ((axis,) if isinstance(axis, int) else axis)]
             if len(set(axes)) != len(axes):
                 raise GraphError(f"flip: an axis appears more than once in {tuple(axis)} (shape {list(self.shape)})")
             flags = tuple(i in axes for i in range(len(self.shape)))
@@ -485,7 +487,7 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
 
     def transpose(self, a: int = 1, b: int = 0) -> "UOp":
         """Swap axes a and b; by default the first two, as tinygrad's transpose and .T do."""
-        a, b = _one_axis(a, len(self.shape)), _one_axis(b, len(self.shape))  # checked, made positive
+        a, b = one_axis(a, len(self.shape)), one_axis(b, len(self.shape))  # checked, made positive
         order = list(range(len(self.shape)))
         order[a], order[b] = order[b], order[a]
         return self.permute(order)
@@ -575,7 +577,7 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
         zeros to the joined size at its own place, then added up (as tinygrad does where
         the sizes differ; the format has no STACK op)."""
         parts = (self, *others)
-        dim = _one_axis(dim, len(self.shape))
+        dim = one_axis(dim, len(self.shape))
         for part in others:
             if len(part.shape) != len(self.shape) or any(a != b for i, (a, b) in enumerate(zip(part.shape, self.shape))
                                                          if i != dim):
@@ -954,66 +956,6 @@ from .inference import (INFER, MEMO_ARG_CHECK, body_slots_memo, broadcast_pair, 
                         const_value, gettuple_dtype, infer_shape, memo_shape, per_axis_pairs, promoted, shape_tuple)
 
 _by_src.update({op: {} for op in INFER})
-
-
-def _one_axis(axis, rank: int) -> int:
-    """An existing axis (of a tensor with at least one): -rank <= axis < rank."""
-    if not isinstance(axis, int) or isinstance(axis, bool) or not -rank <= axis < rank:
-        raise GraphError(f"axis {axis!r} out of range for rank {rank}")
-    return axis % rank
-
-
-_NUMBERS = frozenset({bool, int, float})
-_SHIFTS = frozenset({Ops.SHL, Ops.SHR})
-# tinygrad's arithmetic on bools, spelled with the ops the format allows on them
-_ON_BOOLS = {Ops.ADD: lambda a, b: a | b, Ops.MAX: lambda a, b: a | b, Ops.MUL: lambda a, b: a & b,
-             Ops.SUB: lambda a, b: a | b.logical_not()}
-
-
-def _true_division(a: UOp, b: UOp) -> UOp:
-    """a / b of two promoted operands: integers and bools divided as float32, as tinygrad
-    (the FDIV node itself, on integers, is C division)."""
-    if not a.dtype.is_float:
-        a, b = a.cast(dtypes.default_float), b.cast(dtypes.default_float)
-    return UOp.make(Ops.FDIV, a.dtype, (a, b))
-
-
-def _reciprocal_division(a: UOp, b: UOp) -> UOp:
-    """a · (1 / b), tinygrad's division, where its rounding decides an integer result:
-    float16 100 // 2.5 is 39 there (1/2.5 rounds down), and so it is here."""
-    if not a.dtype.is_float:
-        a, b = a.cast(dtypes.default_float), b.cast(dtypes.default_float)
-    return a * b.reciprocal()
-
-
-def _floor_div_mod(a: UOp, b: UOp) -> tuple[UOp, UOp]:
-    """(a // b, a % b) of two promoted operands, flooring as Python and tinygrad do.
-    Integers: C's quotient is one too large, and its remainder has the wrong sign, where
-    the remainder is nonzero and the signs of a and b differ. Anything else (bools too, as
-    tinygrad) in floats: floor(a / b), and a - floor(a / b) * b."""
-    if not (a.dtype.is_int and b.dtype.is_int):
-        floor = _reciprocal_division(a, b).floor()
-        return floor, a - floor * b
-    quotient, remainder = a.cdiv(b), a.cmod(b)
-    if a.dtype.kind == "u":
-        return quotient, remainder
-    zero = a.const_like(0)
-    off = (remainder.ne(0)) & ((remainder < zero).ne(b < zero))
-    return off.where(quotient - 1, quotient), off.where(remainder + b, remainder)
-
-
-def _describe_operand(x) -> str:
-    """An operand as a refusal names it: dtype and shape, or the Python number."""
-    if isinstance(x, UOp):
-        return f"{x.dtype.name}{list(x.shape) if x.shape is not None else ''}"
-    return f"{type(x).__name__} {x!r}"
-
-
-def _wrapped(value: int, dtype: DType) -> int:
-    """A Python int as the integer dtype holds it: modulo 2^bits, two's complement."""
-    bits = 8 * dtype.itemsize
-    value &= (1 << bits) - 1
-    return value - (1 << bits) if dtype.kind == "i" and value >> (bits - 1) else value
 
 
 # Composites tag what they build with their name, as tinygrad's Tensor functions do.
