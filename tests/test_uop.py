@@ -51,7 +51,7 @@ def test_shapes_and_dtypes_are_inferred():
     (lambda x: UOp.make(Ops.ADD, dtypes.float32, (x, UOp.param("i", (3,), dtypes.int32))), ["ADD", "int32"]),
     (lambda x: x.reshape(4), ["RESHAPE", "[3]"]),
     (lambda x: x.expand(6), ["EXPAND"]),
-    (lambda x: x.cast(dtypes.int32).sqrt(), ["SQRT", "float"]),
+    (lambda x: UOp.make(Ops.SQRT, dtypes.int32, (x.cast(dtypes.int32),)), ["SQRT", "float"]),  # .sqrt() casts
     (lambda x: x.bitcast(dtypes.int16), ["BITCAST", "item size"]),
     (lambda x: x.shrink(((1, 5),)), ["SHRINK"]),
 ])
@@ -265,7 +265,7 @@ def test_builder_arguments_as_tinygrad_takes_them_and_one_line_errors_otherwise(
                        (lambda: x.transpose(0, 5), "axis 5 out of range for rank 2"),
                        (lambda: UOp.param("v", (3,)).T, "axis 1 out of range for rank 1"),
                        (lambda: x.reshape(-1, -1), "only one size can be -1"),
-                       (lambda: UOp.param("i", (2,), dtypes.int32).exp(), "exp needs a float dtype")):
+                       (lambda: x.flip(0, 0), "flip: an axis appears more than once in (0, 0)")):
         with pytest.raises(GraphError, match=words.replace("(", r"\(").replace(")", r"\)")):
             bad()
 
@@ -429,7 +429,7 @@ def test_numpy_basic_indexing_and_its_gradient():
     for bad, words in ((lambda: x[4], "index 4 out of range for axis 0 of size 4"),
                        (lambda: x[0, 0, 0, 0], "too many indices: 4 for a tensor of rank 3"),
                        (lambda: x[..., ...], "only one ellipsis"),
-                       (lambda: x[x], "not UOp (for a tensor of indices, use gather)"),
+                       (lambda: x[x], "an index tensor holds integers (for a mask, use where or masked_fill)"),
                        (lambda: x[1.5], "not float")):
         with pytest.raises(GraphError, match=re.escape(words)):
             bad()
@@ -538,7 +538,7 @@ def test_conv2d_and_pooling_are_numpys_loops_and_their_gradients_finite_differen
         samples=8).passed
     for bad, words in ((lambda: x.conv2d(g), "conv2d: input [2, 4, 7, 6] does not fit weight [6, 2, 3, 2] with groups=1"),
                        (lambda: x.max_pool2d((8, 2)), "kernel [8, 2] (dilation [1, 1]) is larger than the input's [7, 6]"),
-                       (lambda: x.conv2d(w, padding=(1, 2, 3)), "padding is an int >= 0, 2 of them or 4")):
+                       (lambda: x.conv2d(w, padding=(1, 2, 3)), "padding is an int, 2 of them or 4")):
         with pytest.raises(GraphError, match=re.escape(words)):
             bad()
 
@@ -1004,7 +1004,7 @@ def test_diag_diagonal_unfold_linspace_meshgrid_and_constructors_as_numpy():
     assert values([t.view(4, 15), t.view(-1, 5), t.clone()], t=tv) == [tv.reshape(4, 15).tolist(), tv.reshape(-1, 5).tolist(),
                                                                        tv.tolist()]
     assert (t.element_size(), t.nbytes(), t.is_floating_point(), v.cast(dtypes.int16).is_floating_point()) == (4, 240, True, False)
-    with pytest.raises(GraphError, match=re.escape("unfold: size must be in [1, 4], got 5")):
+    with pytest.raises(GraphError, match=re.escape("unfold: size must be in [0, 4], got 5")):
         t.unfold(1, 5, 1)
     with pytest.raises(GraphError, match="diagonal: dim1 and dim2 must differ"):
         t.diagonal(0, 1, -2)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 from ..errors import GraphError
-from ..core.ops import dtypes
-from .common import varargs
+from ..core.ops import dtype_of, dtypes
+from .common import highest, lowest, varargs
 
 class CreationMixin:
     """Constructors and arange-built masks; the static ones need no tensor to start from."""
@@ -48,18 +48,25 @@ class CreationMixin:
 
     @staticmethod
     def arange(start, stop=None, step=1, dtype=None):
-        """[start, stop) by `step` as a vector (int32, or float32 if any bound is a float).
-        tinygrad sums a run of `step`s with its pool; this doubles [0] to [0 .. 2ᵏ) by
-        `cat(a, a + len(a))`, a few nodes a doubling, then scales and shifts."""
+        """[start, stop) by `step` as a vector: float32 if any bound is a float, else int32,
+        or int64 when the range does not fit int32, as tinygrad; a range the dtype cannot
+        hold is refused. tinygrad sums a run of `step`s with its pool; this doubles [0] to
+        [0 .. 2ᵏ) by `cat(a, a + len(a))`, a few nodes a doubling, then scales and shifts."""
         from ..core.uop import UOp
         if stop is None:
             start, stop = 0, start
         if step == 0:
             raise GraphError("arange: step must not be 0")
-        if dtype is None:
-            dtype = dtypes.float32 if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.int32
         if not all(math.isfinite(v) for v in (start, stop, step)):
             raise GraphError(f"arange: bounds and step must be finite, got {start}, {stop}, {step}")
+        low, high = (start, stop - step) if step > 0 else (stop - step, start)
+        if dtype is None:
+            dtype = dtypes.float32 if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.int32
+            if dtype is dtypes.int32 and not lowest(dtype) <= low <= high <= highest(dtype):
+                dtype = dtypes.int64
+        dtype = dtype_of(dtype)
+        if dtype.is_int and not (lowest(dtype) <= low and high <= highest(dtype)):
+            raise GraphError(f"arange [{start}, {stop}) by {step} does not fit {dtype.name}")
         count = max(0, math.ceil((stop - start) / step))
         if count == 0:
             return UOp.full((0,), 0, dtype)

@@ -9,6 +9,8 @@ import math
 from ..errors import GraphError
 from ..core.ops import dtypes
 
+LERP_WEIGHT_BITS = 7  # tinygrad's fixed-point weight of a uint8 lerp
+
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 # erf by Abramowitz and Stegun 7.1.26 (|error| < 1.5e-7), the polynomial tinygrad uses
 ERF_P = 0.3275911
@@ -62,10 +64,11 @@ class ElementwiseMixin:
 
 
     def logaddexp(self, other):
-        """log(eᵃ + eᵇ), shifted by max(a, b) so that neither exponential overflows."""
-        top = self.maximum(other)
-        other = other if hasattr(other, "shape") else top.const_like(other)
-        return ((self - top).exp() + (other - top).exp()).log() + top
+        """log(eᵃ + eᵇ), shifted by max(a, b) so that neither exponential overflows (in the
+        dtype both promote to; integers in float32)."""
+        a, b = self._pair(other)
+        top = a.maximum(b)
+        return ((a - top).exp() + (b - top).exp()).log() + top
 
 
     def softplus(self, beta: float = 1.0):
@@ -164,10 +167,12 @@ class ElementwiseMixin:
 
 
     def fmod(self, other):
-        """The remainder with the dividend's sign (C's fmod): a - trunc(a / b)·b."""
-        if self.dtype.is_int and getattr(other, "dtype", self.dtype).is_int and not isinstance(other, float):
-            return self.cmod(other)
-        return self - (self / other).trunc() * other
+        """The remainder with the dividend's sign (C's fmod): a - trunc(a / b)·b, in the
+        dtype both promote to (integers exactly; bools, as tinygrad, in float32)."""
+        a, b = self._pair(other)
+        if a.dtype.is_int:
+            return a.cmod(b)
+        return a - a._times_reciprocal(b).trunc() * b
 
 
     def bitwise_and(self, other):
@@ -195,6 +200,15 @@ class ElementwiseMixin:
 
 
     def lerp(self, end, weight):
+        """self + (end - self)·weight. uint8 with a tensor weight as tinygrad (and torch's
+        rounding): the weight in 7-bit fixed point, w = int16(weight·128 + 0.5), and
+        self + ((int8(end - self)·w + 64) as uint16 >> 7), all wrapping at 8 bits, so that
+        end - self, a difference of two uint8, keeps its sign (interpolate of an image).
+        A Python number weight computes end - self in uint8 first, as tinygrad does."""
+        if self.dtype is dtypes.uint8 and hasattr(weight, "shape"):
+            fixed = (weight * (1 << LERP_WEIGHT_BITS) + 0.5).cast(dtypes.int16)
+            step = (end - self).cast(dtypes.int8) * fixed + (1 << (LERP_WEIGHT_BITS - 1))
+            return (self + (step.cast(dtypes.uint16) >> LERP_WEIGHT_BITS)).cast(dtypes.uint8)
         return self + (end - self) * weight
 
 
@@ -234,9 +248,26 @@ class ElementwiseMixin:
 
     def copysign(self, other):
         """|self| with the sign of `other`, -0.0 counting as negative (1/-0.0 < 0), as tinygrad's."""
-        magnitude = self.abs()
-        other = other if hasattr(other, "shape") else type(self).full(self.shape, other, self.dtype)
-        return ((other < 0) | (other.reciprocal() < 0)).where(-magnitude, magnitude)
+        a, b = self._pair(other)
+        magnitude = a.abs()
+        return ((b < 0) | (b.reciprocal() < 0)).where(-magnitude, magnitude)
+
+
+    def isclose(self, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False):
+        """|a - b| <= atol + rtol·|b| where both are finite, a == b where either is infinite,
+        and with equal_nan two NaNs (numpy's and torch's isclose, spelled as tinygrad's)."""
+        if not hasattr(other, "shape"):  # a Python number: its own |b|, finiteness and NaN, as tinygrad's weak one
+            finite = self.isfinite() & math.isfinite(other)
+            close = (finite & ((self - other).abs() <= atol + rtol * abs(other))) | (self.isinf() & self.eq(other))
+            return close | self.isnan() if equal_nan and math.isnan(other) else close
+        finite_close = self.isfinite() & other.isfinite() & ((self - other).abs() <= atol + rtol * other.abs())
+        infinite_close = (self.isinf() | other.isinf()) & self.eq(other)
+        close = finite_close | infinite_close
+        return close | (self.isnan() & other.isnan()) if equal_nan else close
+
+
+    def allclose(self, other, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False):
+        return self.isclose(other, rtol, atol, equal_nan).all()
 
 
     def masked_fill(self, mask, value):
@@ -283,14 +314,15 @@ class ElementwiseMixin:
 
 
     def div(self, other, rounding_mode: str | None = None):
-        """True division; rounding_mode "trunc" or "floor" rounds it (integers: exactly)."""
+        """True division; rounding_mode "trunc" or "floor" rounds it, in the dtype both
+        promote to (integers exactly, C's and Python's quotients; bools in float32)."""
         if rounding_mode is None:
             return self / other
-        integers = self.dtype.is_int and getattr(other, "dtype", self.dtype).is_int and not isinstance(other, float)
+        a, b = self._pair(other)
         if rounding_mode == "floor":
-            return self // other if integers else (self / other).floor()
+            return a // b
         if rounding_mode == "trunc":
-            return self.cdiv(other) if integers else (self / other).trunc()
+            return a.cdiv(b) if a.dtype.is_int else a._times_reciprocal(b).trunc()
         raise GraphError(f"div: rounding_mode is None, 'trunc' or 'floor', got {rounding_mode!r}")
 
 

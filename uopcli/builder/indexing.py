@@ -1,10 +1,13 @@
-"""numpy-style indexing (`x[1:, ::2, None, ...]`, the `_view` that UOp.__getitem__ calls),
+"""numpy-style indexing (`x[1:, ::2, None, ...]`, the `_view` that UOp.__getitem__ calls;
+by tensors and lists in tensor_index.py),
 gather, scatter and scatter_reduce, as one-hot masks multiplied in and summed."""
 
 from __future__ import annotations
 
 from ..errors import GraphError
+from ..core.ops import dtypes
 from .common import axis_index, highest, lowest
+from .tensor_index import is_tensor_index, one_hot_along_dim, split_index, tensor_getitem
 
 # scatter_reduce's reduces and the value each starts from (where nothing is written)
 _SCATTER_IDENTITY = {"sum": lambda dtype: 0, "prod": lambda dtype: 1, "mean": lambda dtype: 0,
@@ -24,6 +27,9 @@ class IndexingMixin:
         step FLIPs the axis first."""
         if self.shape is None:
             raise GraphError(f"{self.op} has no shape to index (of a FUNCTION or CALL, [i] is output i)")
+        parts = split_index(index)
+        if any(is_tensor_index(part) for part in parts):
+            return tensor_getitem(self, parts)
         items = _expand_ellipsis(index if isinstance(index, tuple) else (index,), len(self.shape))
         node, axis, out_shape = self, 0, []
         for item in items:
@@ -46,6 +52,48 @@ class IndexingMixin:
         return node.reshape(tuple(out_shape))
 
 
+    def _one_hot_along_dim(self, num_classes: int, dim: int = -1):
+        return one_hot_along_dim(self, num_classes, dim)
+
+
+    def masked_select(self, mask, size: int | None = None, fill_value=0):
+        """The elements where the bool `mask` (broadcast to the tensor) is true, flat, in
+        order: `size` of them, the rest `fill_value` (tinygrad's jittable form: the n-th
+        true place found by a running count of the mask, then taken by index). Without
+        `size` the length would be the count of true places, a value, and a saved graph's
+        shapes are fixed: refused, with what to use instead."""
+        if not mask.dtype.is_bool:
+            raise GraphError(f"masked_select: the mask must be bool, got {mask.dtype.name}{list(mask.shape)}")
+        if size is None:
+            raise GraphError(f"masked_select of {self.dtype.name}{list(self.shape)}: the result's length is the "
+                             f"number of true places, known only from the values, and a saved graph's shapes are "
+                             f"fixed; pass size=N (N elements, padded with fill_value), or keep the shape with "
+                             f"mask.where(x, fill)")
+        x, flat_mask = self.flatten(), mask.broadcast_to(self.shape).flatten()
+        running = flat_mask.cumsum()
+        counts = type(self).full((size,), 0, dtypes.int32).scatter(0, running, 1, reduce="add")
+        picked = x[counts.cumsum()]
+        return (type(self).arange(size) < flat_mask.sum()).where(picked, fill_value).cast(self.dtype)
+
+
+    def nonzero(self, size: int | None = None, fill_value=0):
+        """The (row per element) indices of the nonzero elements, int32 of shape (size, rank),
+        rows past the count fill_value. Without `size` the row count is a value: refused."""
+        if size is None:
+            raise GraphError(f"nonzero of {self.dtype.name}{list(self.shape)}: the number of rows is the number "
+                             f"of nonzero elements, known only from the values, and a saved graph's shapes are "
+                             f"fixed; pass size=N (N rows, padded with fill_value), or use x.ne(0) as a mask")
+        rank = len(self.shape)
+        if rank == 0:
+            return type(self).full((size, 0), 0, dtypes.int32)
+        mask = self.ne(0).flatten()
+        positions = [type(self).arange(s).reshape(*(1,) * a, s, *(1,) * (rank - a - 1)).expand(self.shape).flatten()
+                     for a, s in enumerate(self.shape)]
+        table = type(self).stack(positions, dim=-1)
+        return table.masked_select(mask.unsqueeze(-1).expand(mask.shape[0], rank), size=size * rank,
+                                   fill_value=fill_value).reshape(-1, rank)
+
+
     def gather(self, dim: int, index):
         """out[..., i, ...] = x[..., index[..., i, ...], ...] along `dim` (index: same rank),
         as a one-hot mask of the index against the axis, multiplied in and summed."""
@@ -59,7 +107,7 @@ class IndexingMixin:
                              f"off axis {dim}")
         kept = self.shrink(tuple(None if d == dim else (0, i) for d, i in enumerate(index.shape)))
         kept = kept.unsqueeze(-1).transpose(-1, dim)  # the gathered axis last, beside the index's
-        return index._one_hot_mask(self.shape[dim], len(index.shape)).where(kept, 0).sum(-1)
+        return index._one_hot_mask(self.shape[dim], len(index.shape)).where(kept, 0).sum(-1, dtype=self.dtype)  # no widening: a uint8 stays uint8, as tinygrad
 
 
     def scatter(self, dim: int, index, src, reduce: str | None = None):

@@ -9,7 +9,7 @@ import math
 from typing import Sequence
 
 from ..errors import GraphError
-from .common import axis_index, per_axis, varargs
+from .common import resolve_dim, axis_index, per_axis, varargs
 
 _BARE = object()  # marks the group of a "..." outside parentheses: one axis per axis it covers
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
@@ -47,7 +47,7 @@ class MovementMixin:
 
 
     def unflatten(self, dim: int, sizes: Sequence[int]):
-        dim = axis_index(dim, len(self.shape))
+        dim = resolve_dim(dim, len(self.shape))
         return self.reshape(self.shape[:dim] + tuple(sizes) + self.shape[dim + 1:])
 
 
@@ -123,11 +123,15 @@ class MovementMixin:
         """Windows of `size` elements every `step` along `dim`: that axis becomes the window
         count, and a new last axis of `size` holds each window (torch's unfold)."""
         dim = axis_index(dim, len(self.shape))
-        if not isinstance(size, int) or not 1 <= size <= self.shape[dim]:
-            raise GraphError(f"unfold: size must be in [1, {self.shape[dim]}], got {size!r}")
+        if not isinstance(size, int) or not 0 <= size <= self.shape[dim]:
+            raise GraphError(f"unfold: size must be in [0, {self.shape[dim]}], got {size!r}")
         if not isinstance(step, int) or step < 1:
             raise GraphError(f"unfold: step must be >= 1, got {step!r}")
         order = [a for a in range(len(self.shape)) if a != dim] + [dim]
+        if size == 0:  # (n - 0) // step + 1 empty windows, as torch and tinygrad
+            count = self.shape[dim] // step + 1
+            empty = self.shrink(tuple((0, 0) if a == dim else None for a in range(len(self.shape))))
+            return empty.unsqueeze(dim).expand(*self.shape[:dim], count, *self.shape[dim + 1:], 0)
         windows = self.permute(*order)._pool((size,), step)  # (..., count, size)
         back = [order.index(a) for a in range(len(self.shape))]
         return windows.permute(*back, len(self.shape))

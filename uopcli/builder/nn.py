@@ -54,10 +54,20 @@ class NNMixin:
 
 
     def scaled_dot_product_attention(self, key, value, attn_mask=None, dropout_p: float = 0.0,
-                                     is_causal: bool = False):
-        """softmax(q·kᵀ/√d + mask)·v; a bool mask keeps where true, is_causal keeps j ≤ i."""
+                                     is_causal: bool = False, enable_gqa: bool = False):
+        """softmax(q·kᵀ/√d + mask)·v; a bool mask keeps where true, is_causal keeps j ≤ i.
+        enable_gqa (grouped-query attention): each key and value head serves a group of
+        query heads along axis -3, repeated to their count (torch's and tinygrad's)."""
         if dropout_p:
             raise GraphError("scaled_dot_product_attention: dropout is random, and a graph here is not")
+        if enable_gqa:
+            heads = self.shape[-3]
+            for name, t in (("key", key), ("value", value)):
+                if len(t.shape) < 3 or heads % t.shape[-3]:
+                    raise GraphError(f"scaled_dot_product_attention: {heads} query heads (axis -3 of "
+                                     f"{list(self.shape)}) are not a multiple of the {name}'s {list(t.shape)}")
+            key = key.repeat_interleave(heads // key.shape[-3], dim=-3)
+            value = value.repeat_interleave(heads // value.shape[-3], dim=-3)
         scores = self.matmul(key.transpose(-2, -1)) / math.sqrt(self.shape[-1])
         if is_causal:
             if attn_mask is not None:
@@ -183,6 +193,28 @@ class NNMixin:
         scores = scores._pad_value(pads, lowest(dtypes.int32))._pool(kernel, strides, dilations)
         at_max = windows.eq(windows.max(axes, keepdim=True))
         return pooled, count - at_max.where(scores, 0).max(axes)
+
+
+    def max_unpool2d(self, indices, kernel_size=(2, 2), stride=None, dilation=1, padding=0, output_size=None):
+        """max_pool2d's partial inverse: each value of x[N, C, *spatial] put at its flat index
+        (max_pool2d(return_indices=True)'s) of the output, zeros elsewhere; the output's size
+        from the pool's geometry, (i - 1)·s - padding + d·(k - 1) + 1, unless output_size
+        names it. As tinygrad: a one-hot mask of the indices against the output's flat
+        positions, multiplied in and summed (two values at one place add up)."""
+        if len(self.shape) < 3 or indices.shape != self.shape:
+            raise GraphError(f"max_unpool2d: values {list(self.shape)} and indices {list(indices.shape)} must be one "
+                             f"shape (N, C, *spatial)")
+        (batch, channels), spatial = self.shape[:2], self.shape[2:]
+        if output_size is None:
+            kernel, strides, dilations = _pool_geometry(kernel_size if not isinstance(kernel_size, int) else
+                                                        (kernel_size,) * len(spatial), stride, dilation)
+            pads = _pool_padding(padding, len(spatial))
+            output_size = tuple((i - 1) * s - (before + after) + d * (k - 1) + 1 for i, k, d, s, (before, after)
+                                in zip(spatial, kernel, dilations, strides, pads))
+        else:
+            output_size = tuple(output_size)[-len(spatial):]
+        places = indices.reshape(batch, channels, 1, -1)._one_hot_along_dim(math.prod(output_size), 2)
+        return places.where(self.reshape(batch, channels, 1, -1), 0).sum(3).reshape(batch, channels, *output_size)
 
 
     def _ceil_mode_padding(self, pads: tuple, kernel: tuple, strides: tuple, dilations: tuple) -> tuple:
@@ -314,8 +346,8 @@ def _pool_padding(padding, spatial: int) -> tuple:
     flat = [padding] * 2 * spatial if isinstance(padding, int) else list(padding)
     if len(flat) == spatial:
         flat = [p for p in reversed(flat) for _ in range(2)]
-    if len(flat) != 2 * spatial or not all(isinstance(p, int) and p >= 0 for p in flat):
-        raise GraphError(f"padding is an int >= 0, {spatial} of them or {2 * spatial}, got {padding!r}")
+    if len(flat) != 2 * spatial or not all(isinstance(p, int) for p in flat):  # negative: cut, as tinygrad
+        raise GraphError(f"padding is an int, {spatial} of them or {2 * spatial}, got {padding!r}")
     return flat_padding_pairs(flat)
 
 

@@ -7,7 +7,7 @@ import string
 
 from ..errors import GraphError
 from ..core.ops import dtypes
-from .common import axis_index, highest, lowest
+from .common import resolve_dim, axis_index, highest, lowest
 
 CUMSUM_BLOCK = 256  # tinygrad's split of long cumulative sums
 
@@ -63,9 +63,9 @@ class ReduceMixin:
         masked sum over an (n, n) expansion (tinygrad's pool of the padded axis is n × n as
         well); longer, in two stages as tinygrad: running sums within blocks of CUMSUM_BLOCK,
         plus the running total of the blocks before (n·CUMSUM_BLOCK elements, not n²)."""
+        axis = resolve_dim(axis, len(self.shape))  # a scalar's axis 0 (or -1) is itself
         if not self.shape or 0 in self.shape:
             return self.cast(self.sum().dtype)  # nothing to add up
-        axis = axis_index(axis, len(self.shape))
         last = self.transpose(axis, -1)
         size = last.shape[-1]
         if size <= 2 * CUMSUM_BLOCK:
@@ -101,9 +101,9 @@ class ReduceMixin:
         """log Σ_{j ≤ i} e^x[j], each place shifted by the running maximum m_i, as tinygrad's:
         m_i + log Σ_{j ≤ i} e^(x[j] - m_i) over an (n, n) mask, so that neither an overflow
         nor a whole axis's maximum (which makes the early terms underflow to 0) gets in."""
+        axis = resolve_dim(axis, len(self.shape))  # a scalar's axis 0 (or -1) is itself
         if not self.shape or 0 in self.shape:
             return self
-        axis = axis_index(axis, len(self.shape))
         x = self.transpose(axis, -1)
         size = x.shape[-1]
         top = x._cumulative(-1, "MAX").detach()
@@ -182,9 +182,9 @@ class ReduceMixin:
     def _cumulative(self, axis: int, op: str):
         """Running `op` (MUL or MAX) along `axis`; long axes in two stages, as cumsum: within
         blocks of CUMSUM_BLOCK, then combined with the running result of the blocks before."""
+        axis = resolve_dim(axis, len(self.shape))  # a scalar's axis 0 (or -1) is itself
         if not self.shape or 0 in self.shape:
             return self
-        axis = axis_index(axis, len(self.shape))
         last = self.transpose(axis, -1)
         size = last.shape[-1]
         if size <= 2 * CUMSUM_BLOCK:
@@ -202,9 +202,9 @@ class ReduceMixin:
 
     def _first_index_of(self, values, axis: int):
         """For each i along `axis`, the smallest j ≤ i with x[j] == values[i] (int32)."""
+        axis = resolve_dim(axis, len(self.shape))
         if not self.shape:
             return type(self).full((), 0, dtypes.int32)
-        axis = axis_index(axis, len(self.shape))
         size = self.shape[axis]
         x, best = self.transpose(axis, -1), values.transpose(axis, -1)
         match = x.unsqueeze(-1).eq(best.unsqueeze(-2)) & type(self).full((size, size), True).triu()  # [..., j, i]

@@ -158,16 +158,23 @@ class dtypes:  # noqa: N801 - tinygrad's spelling
 
 DTYPES: dict[str, DType] = {d.name: d for d in vars(dtypes).values() if isinstance(d, DType)}
 
-# tinygrad's promotion lattice (its weak and 8-bit float steps left out: the format has no
-# such dtypes): each dtype and the next wider ones. Nodes never mix dtypes; the builder casts
-# the operands of a mixed operation to the least dtype above both, as tinygrad's Tensor does.
+# tinygrad's promotion lattice (its 8-bit and brain floats left out: the format has no such
+# dtypes): each dtype and the next wider ones. Nodes never mix dtypes; the builder casts the
+# operands of a mixed operation to the least dtype above both, as tinygrad's Tensor does.
+# WEAK_INT and WEAK_FLOAT are where a Python int and a Python float sit: below every dtype
+# of their kind, so int8 + 3 stays int8 and float16 * 0.5 float16. They are never a node's
+# dtype: where tinygrad's result stays weak (int8 + 2.5, int64 + uint64, bool + 1) the node
+# takes the default of the kind (float32, int32), as tinygrad's tensor does when realized.
+WEAK_INT = DType("weakint", 0, "i")
+WEAK_FLOAT = DType("weakfloat", 0, "f")
 _WIDER: dict[DType, tuple[DType, ...]] = {
-    dtypes.bool: (dtypes.int8, dtypes.uint8),
+    dtypes.bool: (WEAK_INT,), WEAK_INT: (dtypes.int8, dtypes.uint8),
     dtypes.int8: (dtypes.int16,), dtypes.int16: (dtypes.int32,), dtypes.int32: (dtypes.int64,),
-    dtypes.int64: (dtypes.float16,),
+    dtypes.int64: (WEAK_FLOAT,),
     dtypes.uint8: (dtypes.int16, dtypes.uint16), dtypes.uint16: (dtypes.int32, dtypes.uint32),
-    dtypes.uint32: (dtypes.int64, dtypes.uint64), dtypes.uint64: (dtypes.float16,),
-    dtypes.float16: (dtypes.float32,), dtypes.float32: (dtypes.float64,), dtypes.float64: (),
+    dtypes.uint32: (dtypes.int64, dtypes.uint64), dtypes.uint64: (WEAK_FLOAT,),
+    WEAK_FLOAT: (dtypes.float16,), dtypes.float16: (dtypes.float32,), dtypes.float32: (dtypes.float64,),
+    dtypes.float64: (),
 }
 
 
@@ -184,10 +191,33 @@ def _at_or_above(dtype: DType) -> frozenset[DType]:
 _UPPER = {d: _at_or_above(d) for d in _WIDER}
 
 
-def least_upper_dtype(a: DType, b: DType) -> DType:
-    """The narrowest dtype both promote to (int32 and float32: float32; int32 and uint32: int64)."""
-    common = _UPPER[a] & _UPPER[b]
+def lattice_join(*ds: DType) -> DType:
+    """The narrowest dtype of the lattice all of `ds` promote to, weak ones included
+    (int8 and WEAK_INT: int8; int64 and uint64: WEAK_FLOAT)."""
+    common = frozenset.intersection(*(_UPPER[d] for d in ds))
     return next(d for d in common if common <= _UPPER[d])
+
+
+def strong_dtype(dtype: DType) -> DType:
+    """A weak dtype's default (WEAK_INT: int32, WEAK_FLOAT: float32); any other as it is."""
+    return dtypes.default_int if dtype is WEAK_INT else dtypes.default_float if dtype is WEAK_FLOAT else dtype
+
+
+def python_dtype(value) -> DType:
+    """Where a Python number enters the lattice: bool, WEAK_INT or WEAK_FLOAT."""
+    return dtypes.bool if isinstance(value, bool) else WEAK_INT if isinstance(value, int) else WEAK_FLOAT
+
+
+def least_upper_dtype(*ds: DType) -> DType:
+    """The dtype a mixed operation of `ds` computes in (int32 and float32: float32; int32 and
+    uint32: int64; int64 and uint64: float32, as tinygrad's realized weak float)."""
+    return strong_dtype(lattice_join(*ds))
+
+
+def least_upper_float(dtype: DType) -> DType:
+    """The float a float-only op (exp, sin, sqrt, ...) computes an operand of `dtype` in:
+    a float as it is, anything else joined with float32 (tinygrad casts integers and bools)."""
+    return dtype if dtype.is_float else least_upper_dtype(dtype, dtypes.default_float)
 
 
 def dtype_of(name_or_dtype) -> DType:

@@ -19,10 +19,13 @@ import sys
 from typing import NamedTuple, Sequence
 
 from ..builder import COMPOSITES, CreationMixin, ElementwiseMixin, IndexingMixin, MovementMixin, NNMixin, ReduceMixin
-from ..builder.common import varargs
+from ..builder.common import reduce_axes, resolve_dim, varargs
 from ..builder.movement import cut_by_negative_padding, flat_padding_pairs, pad_from_inside
 from ..errors import GraphError
-from .ops import CALLS, DType, Ops, dtype_of, dtypes
+from .ops import (CALLS, FLOAT_UNARY, DType, Ops, dtype_of, dtypes, least_upper_dtype, least_upper_float,
+                  python_dtype)
+from .promotion import (ON_BOOLS, PYTHON_NUMBERS, SHIFTS, describe_operand, floor_div_mod, one_axis,
+                        reciprocal_division, true_division, wrapped)
 from .walks import toposort
 
 LN2 = math.log(2.0)
@@ -166,8 +169,9 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
         """A scalar CONST of this node's dtype (implicit scalar broadcast does the rest)."""
         fast_key = (value.__class__, value, self.dtype)
         node = _const_fast.get(fast_key) if value else None  # zeros: 0.0 == -0.0, keep apart
-        if node is None:
-            node = UOp.const(value, self.dtype)
+        if node is None:  # an int out of an integer dtype's range wraps, as tinygrad's constant
+            node = UOp.const(wrapped(value, self.dtype) if value.__class__ is int and self.dtype.is_int else value,
+                             self.dtype)
             if value:
                 _const_fast[fast_key] = node
         return node
@@ -189,17 +193,50 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
 
     # ------------------------------------------------------------------ elementwise
     def _binary(self, op: str, other, reverse: bool = False, out_dtype: DType | None = None) -> "UOp":
-        node = self
-        if other.__class__ is not UOp:
-            if other.__class__ is float and not self.dtype.is_float and op in FLOAT_PROMOTING:
-                node = self.cast(dtypes.float32)  # int * 0.5 is a float32, as in tinygrad
-            other = node.const_like(other)
-        elif other.dtype is not node.dtype:
-            node, other = promoted(node, other)
+        """`op` of this tensor and `other` (a tensor or a Python number) as tinygrad pairs them:
+        both cast to the least dtype of its lattice above both, a Python int or float
+        counting as weak (int8 + 3 is int8, int8 + 2.5 float32, bool + 1 int32; an int out of
+        the dtype's range wraps, as tinygrad's constant does). On bools, tinygrad's ADD and
+        MAX are OR, MUL is AND, and a - b is a + (-b) with -b = not b."""
+        a, b = self._pair(other, reverse)
+        if op in SHIFTS and (not a.dtype.is_int or reverse and other.__class__ is int and self.dtype.is_int):
+            left, right = (other, self) if reverse else (self, other)
+            why = "a Python int shifted by a tensor stays weak in tinygrad 0.14, which cannot run it; shift " \
+                  "t.const_like(n) instead" if a.dtype.is_int else "shift operands must be integers"
+            raise GraphError(f"{op}: {why}, got {describe_operand(left)} and {describe_operand(right)}")
+        if a.dtype.is_bool and op in ON_BOOLS:
+            return ON_BOOLS[op](a, b)
+        return UOp.make(op, out_dtype or a.dtype, (a, b))
+
+    def _pair(self, other, reverse: bool = False) -> tuple["UOp", "UOp"]:
+        """(self, other) promoted to one dtype and broadcast (tinygrad's _broadcasted);
+        swapped when `reverse`."""
+        if other.__class__ is UOp:
+            node = self
+            if other.dtype is not self.dtype:
+                node, other = promoted(self, other)
+        else:
+            node, other = self._with_number(other)
         a, b = (other, node) if reverse else (node, other)
         if a.shape != b.shape and a.shape and b.shape:
             a, b = broadcast_pair(a, b)
-        return UOp.make(op, out_dtype or a.dtype, (a, b))
+        return a, b
+
+    def _with_number(self, value) -> tuple["UOp", "UOp"]:
+        """This tensor, cast where tinygrad's promotion lifts it, and `value` as a CONST of
+        the dtype they meet in."""
+        if value.__class__ not in PYTHON_NUMBERS:
+            value = const_value(value, dtypes.float64 if isinstance(value, float) else dtypes.int64) \
+                if hasattr(value, "item") else value
+            if value.__class__ not in PYTHON_NUMBERS:
+                raise GraphError(f"an operand must be a UOp or a bool, int or float, got {type(value).__name__}")
+        dtype, kind = self.dtype, value.__class__
+        node = self
+        if not (dtype.is_float or kind is bool or (kind is int and dtype.is_int)):
+            node = self.cast(least_upper_dtype(dtype, python_dtype(value)))
+        if kind is int and node.dtype.is_int:
+            value = wrapped(value, node.dtype)
+        return node, node.const_like(value)
 
     def __add__(self, other): return self._binary(Ops.ADD, other)
     def __radd__(self, other): return self._binary(Ops.ADD, other, True)
@@ -210,12 +247,14 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
     # `/` is true division, as in Python and tinygrad: integers are divided as float32 (the
     # FDIV node itself, on integers, is C division). `//` and `%` floor, as in Python and
     # tinygrad; the C forms are the CDIV and CMOD nodes (`cdiv`, `cmod`).
-    def __truediv__(self, other): return self._as_float()._binary(Ops.FDIV, as_float_operand(other))
-    def __rtruediv__(self, other): return self._as_float()._binary(Ops.FDIV, as_float_operand(other), True)
-    def __floordiv__(self, other): return self._floor_div_mod(other)[0]
-    def __rfloordiv__(self, other): return self.const_like(other)._floor_div_mod(self)[0]
-    def __mod__(self, other): return self._floor_div_mod(other)[1]
-    def __rmod__(self, other): return self.const_like(other)._floor_div_mod(self)[1]
+    def __truediv__(self, other): return true_division(*self._pair(other))
+    def __rtruediv__(self, other): return true_division(*self._pair(other, True))
+    def __floordiv__(self, other): return floor_div_mod(*self._pair(other))[0]
+    def __rfloordiv__(self, other): return floor_div_mod(*self._pair(other, True))[0]
+    def __mod__(self, other): return floor_div_mod(*self._pair(other))[1]
+    def __rmod__(self, other): return floor_div_mod(*self._pair(other, True))[1]
+    def __rlshift__(self, other): return self._binary(Ops.SHL, other, True)
+    def __rrshift__(self, other): return self._binary(Ops.SHR, other, True)
     def __rand__(self, other): return self._binary(Ops.AND, other, True)
     def __ror__(self, other): return self._binary(Ops.OR, other, True)
     def __rxor__(self, other): return self._binary(Ops.XOR, other, True)
@@ -227,29 +266,42 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
     def __xor__(self, other): return self._binary(Ops.XOR, other)
     def __lshift__(self, other): return self._binary(Ops.SHL, other)
     def __rshift__(self, other): return self._binary(Ops.SHR, other)
-    def __pow__(self, other): return self._binary(Ops.POW, other)
-    def __rpow__(self, other): return self._binary(Ops.POW, other, True)
+    def __pow__(self, other): return self.pow(other)
+    def __rpow__(self, other): return self.pow(other, True)
     def __lt__(self, other): return self._binary(Ops.CMPLT, other, out_dtype=dtypes.bool)
     def __gt__(self, other): return self._binary(Ops.CMPLT, other, True, out_dtype=dtypes.bool)
     def __le__(self, other): return (self > other).logical_not()  # as tinygrad: not (a > b)
     def __ge__(self, other): return (self < other).logical_not()
-    def __neg__(self): return UOp.make(Ops.NEG, self.dtype, (self,))
+    def __neg__(self):  # tinygrad's neg: not x for bools
+        return self.logical_not() if self.dtype.is_bool else UOp.make(Ops.NEG, self.dtype, (self,))
 
     def eq(self, other) -> "UOp": return self._binary(Ops.CMPEQ, other, out_dtype=dtypes.bool)
     def ne(self, other) -> "UOp": return self._binary(Ops.CMPNE, other, out_dtype=dtypes.bool)
     def maximum(self, other) -> "UOp": return self._binary(Ops.MAX, other)
-    def pow(self, other) -> "UOp": return self._binary(Ops.POW, other)
+    def pow(self, other, reverse: bool = False) -> "UOp":
+        """self ** other. As tinygrad: an integer (or bool) power with a Python exponent that
+        is not an int >= 0 is refused (the result would need a float: cast first)."""
+        base, exponent = self._pair(other, reverse)
+        if not base.dtype.is_float and other.__class__ is not UOp and not (isinstance(other, int) and other >= 0):
+            raise GraphError(f"pow: the base {describe_operand(self)} needs a float dtype for the exponent "
+                             f"{describe_operand(other)}")
+        if base.dtype.is_bool:
+            return base | exponent.logical_not()  # 0 ** 0 is 1, 0 ** 1 is 0, 1 ** y is 1
+        return UOp.make(Ops.POW, base.dtype, (base, exponent))
+
+    def _times_reciprocal(self, other: "UOp") -> "UOp":
+        return reciprocal_division(self, other)
 
     def minimum(self, other) -> "UOp":
-        """min(a, b) through MAX, as tinygrad spells it: -max(-a, -b) for floats (ties share
-        the gradient), ~max(~a, ~b) for integers (~ reverses the order without overflow,
-        unsigned and INT_MIN too), a and b for bools."""
-        if self.dtype.is_float:
-            return -((-self).maximum(-other if isinstance(other, UOp) else -other))
-        other = other if isinstance(other, UOp) else self.const_like(other)
-        if self.dtype.is_bool:
-            return self & other
-        return self._bits_flipped().maximum(other._bits_flipped())._bits_flipped()
+        """min(a, b) through MAX, as tinygrad spells it, in the dtype both promote to:
+        -max(-a, -b) for floats (ties share the gradient), ~max(~a, ~b) for integers (~
+        reverses the order without overflow, unsigned and INT_MIN too), a and b for bools."""
+        a, b = self._pair(other)
+        if a.dtype.is_float:  # a constant negated in place: no NEG node for it
+            return -((-a).maximum(b.const_like(-b.arg) if b.op == Ops.CONST else -b))
+        if a.dtype.is_bool:
+            return a & b
+        return a._bits_flipped().maximum(b._bits_flipped())._bits_flipped()
 
     def _bits_flipped(self) -> "UOp":
         """~x: x XOR all ones."""
@@ -263,34 +315,14 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
     def _as_float(self) -> "UOp":
         return self if self.dtype.is_float else self.cast(dtypes.float32)
 
-    def _floor_div_mod(self, other) -> tuple["UOp", "UOp"]:
-        """(a // b, a % b), flooring as Python does. Integers: C's quotient is one too
-        large, and its remainder has the wrong sign, where the remainder is nonzero and
-        the signs of a and b differ."""
-        other = other if isinstance(other, UOp) else self.const_like(other)
-        if self.dtype.is_float:  # floor(a / b), and a - floor(a / b) * b
-            ratio = self / other
-            whole = ratio.trunc()
-            floor = (whole > ratio).where(whole - 1.0, whole)
-            return floor, self - floor * other
-        quotient, remainder = self.cdiv(other), self.cmod(other)
-        if self.dtype.kind == "u":
-            return quotient, remainder
-        zero = self.const_like(0)
-        off = (remainder.ne(0)) & ((remainder < zero).ne(other < zero))
-        return off.where(quotient - 1, quotient), off.where(remainder + other, remainder)
 
     def where(self, a, b) -> "UOp":
-        """`a` where this (bool) condition holds, else `b`; a scalar takes the other's dtype,
-        two scalars their Python type's (float32, int32 or bool, as tinygrad)."""
+        """`a` where this (bool) condition holds, else `b`, the two promoted as an operation's
+        operands (a Python number weak: x.where(y, 0) of int8 is int8, of a bool int32, as
+        tinygrad's); two Python numbers in the dtype they meet in (float32, int32 or bool)."""
         if not isinstance(a, UOp) and not isinstance(b, UOp):
-            a = UOp.const(a, python_dtype(a, b))
-        if not isinstance(a, UOp):
-            a = b.const_like(a)
-        if not isinstance(b, UOp):
-            b = a.const_like(b)
-        if a.dtype is not b.dtype:
-            a, b = promoted(a, b)
+            a = UOp.const(a, least_upper_dtype(python_dtype(a), python_dtype(b)))
+        a, b = a._pair(b) if isinstance(a, UOp) else b._pair(a, True)
         shape = broadcast_shape(broadcast_shape(self.shape, a.shape), b.shape)
         cond, a, b = (x.broadcast_to(shape) if x.shape else x for x in (self, a, b))
         return UOp.make(Ops.WHERE, a.dtype, (cond, a, b))
@@ -298,7 +330,15 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
     def mulacc(self, b: "UOp", c: "UOp") -> "UOp":
         return UOp.make(Ops.MULACC, self.dtype, (self, b, c))
 
-    def _unary(self, op: str) -> "UOp": return UOp.make(op, self.dtype, (self,))
+    def _unary(self, op: str) -> "UOp":
+        """A unary node. SQRT, EXP2, LOG2, SIN and RECIPROCAL of an integer or bool compute
+        in float32 (tinygrad's least_upper_float); TRUNC of one is the value itself."""
+        node = self
+        if op in FLOAT_UNARY and not self.dtype.is_float:
+            if op == Ops.TRUNC:
+                return self
+            node = self.cast(least_upper_float(self.dtype))
+        return UOp.make(op, node.dtype, (node,))
     def sqrt(self): return self._unary(Ops.SQRT)
     def exp2(self): return self._unary(Ops.EXP2)
     def log2(self): return self._unary(Ops.LOG2)
@@ -319,23 +359,36 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
 
     # ------------------------------------------------------------------ reduce
     def _reduce(self, op: str, axis, keepdim: bool) -> "UOp":
-        axes = axes_tuple(axis, len(self.shape))
+        axes = reduce_axes(axis, len(self.shape))
         out = UOp.make(Ops.REDUCE, self.dtype, (self,), (op, axes)) if axes else self
         if keepdim:
             return out
         return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
-    def sum(self, axis=None, keepdim: bool = False) -> "UOp":
-        """REDUCE ADD over `axis` (an int, a tuple, or None for all). Bools and integers
-        narrower than 32 bits are summed as int32 (unsigned: uint32), as tinygrad does: a
-        count of a bool mask, not a sum that wraps at 128."""
+    def sum(self, axis=None, keepdim: bool = False, dtype=None) -> "UOp":
+        """REDUCE ADD over `axis` (an int, a tuple, or None for all), accumulated in `dtype`
+        if given. Otherwise as tinygrad: bools and integers narrower than 32 bits are summed
+        as int32 (unsigned: uint32), a count of a bool mask and not a sum that wraps at 128;
+        float16 is summed in float32 and rounded back. A sum of bools in bool is any."""
+        if dtype is not None:
+            return self.cast(dtype)._reduce_in_kind("ADD", axis, keepdim)
         if self.dtype.is_bool or (self.dtype.is_int and self.dtype.itemsize < 4):
             wide = dtypes.uint32 if self.dtype.kind == "u" else dtypes.int32
             return self.cast(wide)._reduce("ADD", axis, keepdim)
+        if self.dtype is dtypes.float16:
+            return self.cast(dtypes.float32)._reduce("ADD", axis, keepdim).cast(dtypes.float16)
         return self._reduce("ADD", axis, keepdim)
 
-    def prod(self, axis=None, keepdim: bool = False) -> "UOp":
-        return self._reduce("MUL", axis, keepdim)
+    def prod(self, axis=None, keepdim: bool = False, dtype=None) -> "UOp":
+        """REDUCE MUL over `axis` in `dtype` (default: the tensor's; bools: all)."""
+        return self.cast(self.dtype if dtype is None else dtype)._reduce_in_kind("MUL", axis, keepdim)
+
+    def _reduce_in_kind(self, op: str, axis, keepdim: bool) -> "UOp":
+        """REDUCE `op` in this dtype; of bools (the format's REDUCE takes none) over their 0/1
+        bytes: a sum is any, a product all, as tinygrad's bool reductions."""
+        if self.dtype.is_bool:
+            return self.cast(dtypes.uint8)._reduce("MAX" if op == "ADD" else op, axis, keepdim).cast(dtypes.bool)
+        return self._reduce(op, axis, keepdim)
 
     def max(self, axis=None, keepdim: bool = False) -> "UOp":
         if self.dtype.is_bool:  # REDUCE takes no bools: the largest of the 0/1 bytes (any)
@@ -348,7 +401,13 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
 
     # ------------------------------------------------------------------ movement
     def reshape(self, *shape) -> "UOp":
-        shape = shape_tuple(varargs(shape))
+        """To `shape` (ints, or one sequence): -1 is inferred, None keeps that axis's size."""
+        shape = varargs(shape)
+        if any(s is None for s in shape):
+            if any(s is None and i >= len(self.shape) for i, s in enumerate(shape)):
+                raise GraphError(f"reshape {list(self.shape)} to {list(shape)}: a None past the last axis")
+            shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
+        shape = shape_tuple(shape)
         if shape.count(-1) > 1:
             raise GraphError(f"reshape to {list(shape)}: only one size can be -1 (inferred)")
         if -1 in shape:
@@ -413,8 +472,12 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
         axis = axis[0] if len(axis) == 1 else axis
         if isinstance(axis, (list, tuple)) and axis and all(isinstance(a, bool) for a in axis):
             flags = tuple(axis)
-        else:
-            axes = axes_tuple(axis, len(self.shape))
+        else:  # each axis at most once, as tinygrad and torch; a scalar has none to flip
+            if axis is None:
+                raise GraphError(f"flip needs the axes to reverse (shape {list(self.shape)})")
+            axes = [one_axis(a, len(self.shape)) for a in ((axis,) if isinstance(axis, int) else axis)]
+            if len(set(axes)) != len(axes):
+                raise GraphError(f"flip: an axis appears more than once in {tuple(axis)} (shape {list(self.shape)})")
             flags = tuple(i in axes for i in range(len(self.shape)))
         return self if not any(flags) else UOp.make(Ops.FLIP, self.dtype, (self,), flags)
 
@@ -424,7 +487,7 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
 
     def transpose(self, a: int = 1, b: int = 0) -> "UOp":
         """Swap axes a and b; by default the first two, as tinygrad's transpose and .T do."""
-        a, b = axes_tuple(a, len(self.shape))[0], axes_tuple(b, len(self.shape))[0]  # checked, made positive
+        a, b = one_axis(a, len(self.shape)), one_axis(b, len(self.shape))  # checked, made positive
         order = list(range(len(self.shape)))
         order[a], order[b] = order[b], order[a]
         return self.permute(order)
@@ -443,31 +506,32 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
     # Built from the primitives above and tagged with their name (metadata), as tinygrad
     # tags the Tensor function that made a node.
     def exp(self) -> "UOp":
-        return (self._needs_float("exp") * (1 / LN2)).exp2()
+        """e^x as 2^(x/ln 2), as tinygrad: integers in float32, float16 computed in float32
+        and rounded back."""
+        x = self.cast(least_upper_float(self.dtype))
+        return (x.cast(least_upper_dtype(x.dtype, dtypes.float32)) * (1 / LN2)).exp2().cast(x.dtype)
 
     def log(self) -> "UOp":
-        return self._needs_float("log").log2() * LN2
-
-    def _needs_float(self, name: str) -> "UOp":
-        if not self.dtype.is_float:
-            raise GraphError(f"{name} needs a float dtype, got {self.dtype.name} (cast first)")
-        return self
+        return self.log2() * LN2
 
     def relu(self) -> "UOp":
         return (self > 0).where(self, 0)
 
     def sigmoid(self) -> "UOp":
-        return ((self._needs_float("sigmoid") * (-1 / LN2)).exp2() + 1).reciprocal()
+        return ((self * (-1 / LN2)).exp2() + 1).reciprocal()
 
     def tanh(self) -> "UOp":
-        return 2 * (2 * self).sigmoid() - 1
+        return 2.0 * (2.0 * self).sigmoid() - 1.0  # floats, as tinygrad: 2 * int8 would wrap
 
     def square(self) -> "UOp":
         return self * self
 
     # tinygrad's spellings, so that a model ported from it builds the same graph
     def cos(self) -> "UOp":
-        return ((math.pi / 2) - self._needs_float("cos")).sin()
+        """sin(π/2 - x), as tinygrad: integers in float32, float16 computed in float32 and
+        rounded back."""
+        x = self.cast(least_upper_float(self.dtype))
+        return ((math.pi / 2) - x.cast(least_upper_dtype(x.dtype, dtypes.float32))).sin().cast(x.dtype)
 
     def rsqrt(self) -> "UOp":
         return self.sqrt().reciprocal()
@@ -496,16 +560,16 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
     def var(self, axis=None, keepdim: bool = False, correction: int = 1) -> "UOp":
         """The mean square deviation over `axis`, divided by count - correction (at least 0)."""
         squares = (self._as_float() - self.mean(axis, keepdim=True)).square()
-        count = math.prod(self.shape[a] for a in axes_tuple(axis, len(self.shape)))
+        count = math.prod(self.shape[a] for a in reduce_axes(axis, len(self.shape)))
         return squares.sum(axis, keepdim) / max(count - correction, 0)
 
     def std(self, axis=None, keepdim: bool = False, correction: int = 1) -> "UOp":
         return self.var(axis, keepdim, correction).sqrt()
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> "UOp":
+        start, end = resolve_dim(start_dim, len(self.shape)), resolve_dim(end_dim, len(self.shape))
         if not self.shape:
             return self.reshape(1)
-        start, end = axes_tuple(start_dim, len(self.shape))[0], axes_tuple(end_dim, len(self.shape))[0]
         return self.reshape(self.shape[:start] + (math.prod(self.shape[start:end + 1]),) + self.shape[end + 1:])
 
     def cat(self, *others: "UOp", dim: int = 0) -> "UOp":
@@ -513,7 +577,7 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
         zeros to the joined size at its own place, then added up (as tinygrad does where
         the sizes differ; the format has no STACK op)."""
         parts = (self, *others)
-        dim = axes_tuple(dim, len(self.shape))[0]
+        dim = one_axis(dim, len(self.shape))
         for part in others:
             if len(part.shape) != len(self.shape) or any(a != b for i, (a, b) in enumerate(zip(part.shape, self.shape))
                                                          if i != dim):
@@ -527,25 +591,33 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
         return out
 
     def stack(self, *others: "UOp", dim: int = 0) -> "UOp":
-        """self and others (equal shapes) along a new axis `dim`."""
-        dim = axes_tuple(dim, len(self.shape) + 1)[0]
+        """self and others (equal shapes) along a new axis `dim`; or, as tinygrad's
+        Tensor.stack(seq), the tensors of one sequence (UOp.stack([a, b], dim=1))."""
+        if isinstance(self, (list, tuple)):
+            if not self or others:
+                raise GraphError("stack takes tensors, or one non-empty sequence of them")
+            self, others = self[0], tuple(self[1:])
+        for other in others:
+            if other.shape != self.shape:
+                raise GraphError(f"stack: shapes {[list(t.shape) for t in (self, *others)]} differ")
+        dim = resolve_dim(dim, len(self.shape), extra=True)
         return self.unsqueeze(dim).cat(*(o.unsqueeze(dim) for o in others), dim=dim)
 
     def unsqueeze(self, dim: int) -> "UOp":
-        dim = axes_tuple(dim, len(self.shape) + 1)[0]
+        dim = resolve_dim(dim, len(self.shape), extra=True)
         return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
 
     def squeeze(self, dim: int | None = None) -> "UOp":
         if dim is None:
             return self.reshape(tuple(s for s in self.shape if s != 1))
+        dim = resolve_dim(dim, len(self.shape))  # a 0-d tensor has axis 0 (and -1): itself
         if not self.shape:
             return self
-        dim = axes_tuple(dim, len(self.shape))[0]
         return self if self.shape[dim] != 1 else self.reshape(self.shape[:dim] + self.shape[dim + 1:])
 
     def mean(self, axis=None, keepdim: bool = False) -> "UOp":
         """The sum over `axis` divided by the count (integers and bools: in float32)."""
-        axes = axes_tuple(axis, len(self.shape))
+        axes = reduce_axes(axis, len(self.shape))
         count = math.prod(self.shape[a] for a in axes)
         return self.sum(axes, keepdim)._as_float() * (1 / count if count else math.nan)
 
@@ -880,11 +952,11 @@ def _short(arg) -> str:
 
 # inference checks that sources are UOps and builds stand-ins with UOp.slot: it is
 # imported once the class exists (nothing imports it before this module)
-from .inference import (FLOAT_PROMOTING, INFER, MEMO_ARG_CHECK, as_float_operand, axes_tuple,  # noqa: E402
-                        body_slots_memo, broadcast_pair, broadcast_shape, const_value, gettuple_dtype, infer_shape,
-                        memo_shape, per_axis_pairs, promoted, python_dtype, shape_tuple)
+from .inference import (INFER, MEMO_ARG_CHECK, body_slots_memo, broadcast_pair, broadcast_shape,  # noqa: E402
+                        const_value, gettuple_dtype, infer_shape, memo_shape, per_axis_pairs, promoted, shape_tuple)
 
 _by_src.update({op: {} for op in INFER})
+
 
 # Composites tag what they build with their name, as tinygrad's Tensor functions do.
 for _name in ("exp", "log", "relu", "sigmoid", "tanh", "mean", "matmul", "softmax", "log_softmax",
