@@ -248,3 +248,14 @@ def test_promotion_is_tinygrads_lattice_with_weak_python_numbers():
         [0].tolist() == [45, 244]
     with pytest.raises(GraphError, match=re.escape("int -2")):
         i8 ** -2
+
+
+def test_a_python_base_to_a_tensor_power_is_not_refused_for_its_sign():
+    """(-1) ** t: the Python number is the base, so the rule for Python exponents (an
+    integer power needs an int >= 0) does not apply; tinygrad gives int32 (found by the
+    property test above)."""
+    t = UOp.param("pb", (2,), dtypes.bool)
+    built = (-1) ** t
+    assert built.dtype == dtypes.int32
+    got, = evaluate([built], {"pb": np.array([True, False])})
+    assert got.tolist() == [-1, 1]

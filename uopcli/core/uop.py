@@ -280,9 +280,11 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
     def maximum(self, other) -> "UOp": return self._binary(Ops.MAX, other)
     def pow(self, other, reverse: bool = False) -> "UOp":
         """self ** other. As tinygrad: an integer (or bool) power with a Python exponent that
-        is not an int >= 0 is refused (the result would need a float: cast first)."""
+        is not an int >= 0 is refused (the result would need a float: cast first). With
+        `reverse` (other ** self) the Python number is the base, and any exponent is fine."""
         base, exponent = self._pair(other, reverse)
-        if not base.dtype.is_float and other.__class__ is not UOp and not (isinstance(other, int) and other >= 0):
+        python_exponent = not reverse and other.__class__ is not UOp
+        if not base.dtype.is_float and python_exponent and not (isinstance(other, int) and other >= 0):
             raise GraphError(f"pow: the base {describe_operand(self)} needs a float dtype for the exponent "
                              f"{describe_operand(other)}")
         if base.dtype.is_bool:
