@@ -28,6 +28,7 @@ _LAZY = {
     "render": "render",
     "to_dot": "render",
     "RenderError": "render",
+    "simplify": "simplify",
 }
 
 

@@ -59,8 +59,8 @@ def _scaled(x, node, value: float):
 def fold_constant_factors(node):
     """(x*c1)*c2 = x*(c1*c2), (x/c1)*c2 = x*(c2/c1), (x*c1)/c2 = x*(c1/c2): the two
     constants multiplied in float64 and rounded once (tinygrad folds them in Python
-    floats too). Literal: two roundings; here one, of a constant that may itself be off
-    by half an ulp: at most 1.5 ulps apart."""
+    floats too). Literal: c1, c2 and two products rounded (2 ulps from the exact value);
+    here the folded constant and one product (1 ulp): at most 3 ulps apart."""
     if not node.dtype.is_float:
         return None
     inner, outer = _constant_side(node)
@@ -81,8 +81,9 @@ def fold_constant_factors(node):
 
 def reciprocal_of_scaled(x, y, c, node):
     """x/(y*c) = (x/y)*(1/c) (tinygrad: `(x*c).reciprocal() -> x.reciprocal()*c.reciprocal()`,
-    tinygrad dividing by multiplying with the reciprocal): 1/c rounded once more, at most
-    1.5 ulps apart; the constant then meets the others around it."""
+    tinygrad dividing by multiplying with the reciprocal). Literal: c, y*c and the
+    quotient rounded (1.5 ulps from the exact value); here x/y, 1/c and the product (1.5):
+    at most 3 ulps apart. The constant then meets the others around it."""
     if not node.dtype.is_float or float(n.const_value(c)) == 0:
         return None
     return _scaled(n.make(Ops.FDIV, node, (x, y)), node, 1 / float(n.const_value(c)))
@@ -212,9 +213,10 @@ def sigmoid_ratio(node, ctx):
     """x * 1/(1+x) = 1 - 1/(1+x) inside a product (tinygrad: `x*(1+x).reciprocal() -> 1-d`,
     `x*(d*y) -> y*(1-d)`, with its constants moved to the end and folded as in
     `(x*c1)*y -> (x*y)*c1`). The product is rebuilt left to right, numerator over
-    denominator, times one constant. Bound: the pair's rewrite is off by at most an ulp
-    of 1 (1 - d cancels where x/(1+x) is tiny: tinygrad's kernels give the same 0 there),
-    and reassociating k factors moves the product by at most k ulps."""
+    denominator, times one constant. Bound: at most 2 ulps of the largest value the
+    product computes on the way (1 - d is off by an ulp of 1 times the other factors: it
+    cancels where x/(1+x) is tiny, and tinygrad's kernels give the same 0 there; the
+    reassociation adds rounding of the same order)."""
     if not ctx.get(_RATIOS_SEEN) or not node.dtype.is_float or not _wanted(node, ctx):
         return None
     taken = _factors(node)
@@ -288,13 +290,13 @@ def negated_sum(x, node):
 ROWS = [
     Row(UPat((Ops.RECIPROCAL, Ops.FDIV), name="node"), note_ratio, "(bookkeeping for the next rows)", 0.0),
     Row(UPat((Ops.MUL, Ops.FDIV), name="node"), fold_constant_factors,
-        "symbolic.py two stage ALU folding `(x*c1)*c2 -> x*(c1*c2)`", 1.5),
+        "symbolic.py two stage ALU folding `(x*c1)*c2 -> x*(c1*c2)`", 3.0),
     Row(UPat(Ops.FDIV, src=(x_, UPat(Ops.MUL, src=(UPat.var("y"), UPat.cvar("c")))), name="node"), reciprocal_of_scaled,
-        "symbolic.py sym `(x*c).reciprocal() -> x.reciprocal()*c.reciprocal()`", 1.5),
+        "symbolic.py sym `(x*c).reciprocal() -> x.reciprocal()*c.reciprocal()`", 3.0),
     Row(UPat((Ops.ADD, Ops.SUB), name="node"), fold_constant_terms,
         "symbolic.py two stage ALU folding `(x+c1)+c2 -> x+(c1+c2)` and `x+0 -> x`", 1.0, "operands"),
     Row(UPat((Ops.MUL, Ops.FDIV), name="node"), sigmoid_ratio,
-        "symbolic.py sym `x*(1+x).reciprocal() -> 1-d` and `x*(d*y) -> y*(1-d)`", 1.0, "one"),
+        "symbolic.py sym `x*(1+x).reciprocal() -> 1-d` and `x*(d*y) -> y*(1-d)`", 2.0, "operands"),
     Row(UPat(Ops.REDUCE, src=(UPat(Ops.EXPAND, src=(x_,), name="e"),), name="node"), sum_of_copies,
         "codegen/simplify.py reduce_unparented", "count"),
     Row(UPat(Ops.REDUCE, src=(UPat(Ops.NEG, src=(x_,)),), name="node"), negated_sum,
