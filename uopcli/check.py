@@ -102,9 +102,8 @@ class CheckReport:
         return out
 
 
-_HOW_EVALUATED = {"tinygrad": "simplified as tinygrad's compiler would (exact and algebraic rewrites; --literal: "
-                               "as written)",
-                  "exact": "as written (only rewrites that change no bit)",
+_HOW_EVALUATED = {"tinygrad": "simplified, as tinygrad runs it (--literal: as written)",
+                  "exact": "as written (--literal)",
                   None: "as written"}
 
 
