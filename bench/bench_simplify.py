@@ -28,10 +28,10 @@ sys.path.insert(0, str(HERE))
 from graphs import FAMILIES, size_for, uop_param  # noqa: E402
 
 from uopcli import Graph, evaluate_graph, load  # noqa: E402
-from uopcli.differentiate import differentiate  # noqa: E402
-from uopcli.simplify import simplify  # noqa: E402
-from uopcli.uop import no_gc  # noqa: E402
-from uopcli.values import gather_inputs  # noqa: E402
+from uopcli.tools.differentiate import differentiate  # noqa: E402
+from uopcli.core.simplify import simplify  # noqa: E402
+from uopcli.core.walks import no_gc  # noqa: E402
+from uopcli.tools.values import gather_inputs  # noqa: E402
 
 FAMILY_NODES = 10_000      # forward nodes of each bench family's graph
 MILLION_FORWARD = 430_000  # forward nodes of the chain whose gradient has ~10^6 nodes

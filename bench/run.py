@@ -399,7 +399,7 @@ class Bench:
 
     def _conv_table(self, env: dict) -> str:
         """A conv net's weight gradients against hand-written im2col numpy (no target: what
-        a user evaluating a CNN meets; its windows are movement ops, see uopcli/strided.py)."""
+        a user evaluating a CNN meets; its windows are movement ops, see uopcli/backends/numpy/strided.py)."""
         batch, channels, size = self.cfg.conv
         progress(f"eval conv net batch {batch} channels {channels} size {size}")
         try:

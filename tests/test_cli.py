@@ -17,11 +17,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import uopcli
 from uopcli import UOp, dtypes
 from uopcli.cli import main
-from uopcli.evaluate import evaluate_graph
-from uopcli.fileformat import load, save
-from uopcli.graph import Graph
+from uopcli.backends.numpy import evaluate_graph
+from uopcli.formats.uop import load, save
+from uopcli.core.graph import Graph
 
 COMMANDS = ["diff", "eval", "check", "info", "print", "convert", "validate", "render"]
 
@@ -84,7 +85,7 @@ def files(tmp_path):
 
 def test_version():
     result = run("--version")
-    assert result.exit_code == 0 and result.stdout.strip() == "uopgrad 0.1.0"
+    assert result.exit_code == 0 and result.stdout.strip() == f"uopgrad {uopcli.__version__}"
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -5,8 +5,8 @@ import sys
 import pytest
 
 from uopcli import Ops, UOp, UOpError, dtypes
-from uopcli.pattern import PatternMatcher, UPat, graph_rewrite
-from uopcli.uop import no_gc
+from uopcli.core.pattern import PatternMatcher, UPat, graph_rewrite
+from uopcli.core.walks import no_gc
 
 x = UOp.param("x", (3,))
 y = UOp.param("y", (3,))

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from uopcli import Metadata, UOp
-from uopcli.graph import Graph
-from uopcli.ops import FAMILY
-from uopcli.render import (BACKWARD_BORDER, DEFAULT_MAX_NODES, FAMILY_COLOURS, RenderError, arg_text, render,
+from uopcli.core.graph import Graph
+from uopcli.core.ops import FAMILY
+from uopcli.views.graphviz import (BACKWARD_BORDER, DEFAULT_MAX_NODES, FAMILY_COLOURS, RenderError, arg_text, render,
                            to_dot, type_text)
-from uopcli.uop import next_serial, tag_new_nodes
+from uopcli.core.uop import next_serial, tag_new_nodes
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None,
@@ -129,8 +129,8 @@ def test_a_constant_is_drawn_beside_its_user_in_a_selection_too():
 def test_no_edge_runs_more_than_a_few_levels_in_a_gradient_graph():
     """A gradient reads forward values and weights from far above; each such source gets a
     dotted reference beside its user (dot spent minutes on the hidden nodes of long edges)."""
-    from uopcli.differentiate import differentiate
-    from uopcli.render import LONG_EDGE
+    from uopcli.tools.differentiate import differentiate
+    from uopcli.views.graphviz import LONG_EDGE
     x, weights = UOp.param("x", (4, 8)), []
     h = x
     for i in range(6):
@@ -372,7 +372,7 @@ import hashlib, sys
 sys.path.insert(0, {root!r})
 sys.path.insert(0, {tests!r})
 import test_render as t
-from uopcli.render import to_dot
+from uopcli.views.graphviz import to_dot
 print(hashlib.sha256((to_dot(t.mlp()) + to_dot(t.functions()) + to_dot(t.backward_tagged()[0])).encode()).hexdigest())
 """
 
@@ -413,7 +413,7 @@ def test_without_dot_the_dot_format_works_and_others_say_how_to_install(monkeypa
 
 
 def test_render_does_not_import_click():
-    code = "import sys, uopcli.render; print('click' in sys.modules, 'graphviz' in sys.modules)"
+    code = "import sys, uopcli.views.graphviz; print('click' in sys.modules, 'graphviz' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
                          cwd=str(ROOT)).stdout.split()
     assert out == ["False", "False"]
@@ -458,7 +458,7 @@ def test_every_sample_renders_with_every_node(name):
 
 def test_committed_sample_files_render():
     files = sorted((ROOT / "samples").glob("*.uop"))
-    fileformat = pytest.importorskip("uopcli.fileformat", reason="the file format module has not landed yet")
+    fileformat = pytest.importorskip("uopcli.formats.uop", reason="the file format module has not landed yet")
     if not files:
         pytest.skip("no samples/*.uop committed yet")
     for path in files:
@@ -469,10 +469,10 @@ def test_committed_sample_files_render():
 
 def gradient_graph(name: str = "logreg", keep_forward: bool = True) -> Graph:
     """The gradient of a sample's loss with respect to its weights, by compute_gradient."""
-    gradient = pytest.importorskip("uopcli.gradient", reason="uopcli.gradient has not landed yet")
+    gradient = pytest.importorskip("uopcli.core.gradient", reason="uopcli.core.gradient has not landed yet")
     builders = sample_builders()
     if not builders or not hasattr(gradient, "compute_gradient"):
-        pytest.skip("needs samples/build.py and uopcli.gradient.compute_gradient")
+        pytest.skip("needs samples/build.py and uopcli.core.gradient.compute_gradient")
     forward = builders[name]()
     loss = forward.outputs["loss"]
     targets = [n for n in forward.inputs if n.arg not in ("x", "y")]
@@ -520,7 +520,7 @@ def uopgrad_render_or_skip() -> Path:
 @needs_dot
 def test_uopgrad_render_end_to_end(tmp_path):
     exe = uopgrad_render_or_skip()
-    fileformat = pytest.importorskip("uopcli.fileformat", reason="the file format module has not landed yet")
+    fileformat = pytest.importorskip("uopcli.formats.uop", reason="the file format module has not landed yet")
     graph = mlp()
     source = tmp_path / "mlp.uop"
     fileformat.save(graph, source)
@@ -554,7 +554,7 @@ def test_uopgrad_render_end_to_end(tmp_path):
 
 
 def test_a_function_body_made_by_differentiation_is_a_backward_cluster():
-    gradient = pytest.importorskip("uopcli.gradient", reason="uopcli.gradient has not landed yet")
+    gradient = pytest.importorskip("uopcli.core.gradient", reason="uopcli.core.gradient has not landed yet")
     x = UOp.param("x", (3,))
     f = UOp.trace_function("cube", lambda a: (a * a * a,), x)
     loss = f[0].sum()

@@ -13,12 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import uopcli
-from uopcli import Graph, Ops, UOp, dtypes, evaluate_graph, load, save
-from uopcli.differentiate import differentiate
-from uopcli.fileformat import dumps
-from uopcli.simplify import simplify, simplify_nodes
-from uopcli.uop import no_gc
-from uopcli.values import gather_inputs
+from uopcli import Graph, Ops, UOp, evaluate_graph, load, save
+from uopcli.tools.differentiate import differentiate
+from uopcli.formats.uop import dumps
+from uopcli.core.simplify import simplify, simplify_nodes
+from uopcli.core.walks import no_gc
+from uopcli.tools.values import gather_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((ROOT / "samples").glob("*.uop"))
@@ -240,9 +240,12 @@ def test_cli_simplify_diff_simplify_and_eval_literal(sigmoid_file, tmp_path):
 
 def test_cli_check_says_how_it_evaluated(sigmoid_file):
     default = _uopgrad("check", sigmoid_file, "--wrt", "x")
-    assert default.returncode == 0 and b"evaluated simplified, as tinygrad runs it" in default.stdout
-    literal = _uopgrad("check", sigmoid_file, "--wrt", "x", "--literal", "--json")
-    assert json.loads(literal.stdout)["simplified"] == "exact"
+    assert default.returncode == 0
+    assert b"numpy evaluator on the gradient graph simplified as tinygrad runs it" in default.stdout
+    literal = _uopgrad("check", sigmoid_file, "--wrt", "x", "--literal")
+    assert literal.returncode == 0 and b"numpy evaluator on the gradient graph as written (--literal)" in literal.stdout
+    literal_json = _uopgrad("check", sigmoid_file, "--wrt", "x", "--literal", "--json")
+    assert json.loads(literal_json.stdout)["simplified"] == "exact"
 
 
 def test_cli_simplify_refuses_bad_input_and_writes_nothing(tmp_path):

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from uopcli import Ops, UOp, dtypes, evaluate
-from uopcli.pattern import PatternMatcher
-from uopcli.simplify import EXACT, TINYGRAD_ROWS
-from uopcli.simplify.walk import Rewriter
+from uopcli.core.pattern import PatternMatcher
+from uopcli.core.simplify import EXACT, TINYGRAD_ROWS
+from uopcli.core.simplify.walk import Rewriter
 
 EDGES = [-0.0, 0.0, math.inf, -math.inf, math.nan, 1.5, -2.25, 3e-39, 3e38, -7.0, 0.1, 1e-3]
 N = len(EDGES)
