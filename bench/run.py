@@ -793,7 +793,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_write:
         print(text)
     else:
-        args.out.write_text(text)
+        from bench_simplify import carry_section  # section 7 is written by bench_simplify.py: keep it
+        args.out.write_text(carry_section(args.out.read_text() if args.out.exists() else "", text))
         progress(f"wrote {args.out}")
     return 0
 

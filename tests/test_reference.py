@@ -122,7 +122,8 @@ def test_check_report_names_both_evaluators(tmp_path):
     runner = CliRunner()
     text = runner.invoke(main, ["check", str(path), "--wrt", "sx"])
     assert text.exit_code == 0, text.output
-    assert text.output.splitlines()[-2] == ("evaluators: analytic by the numpy evaluator, finite differences "
-                                            "by the reference evaluator (op by op)")
+    assert text.output.splitlines()[-2] == ("evaluators: analytic by the numpy evaluator on the gradient graph "
+                                            "simplified as tinygrad runs it (--literal: as written), finite "
+                                            "differences by the reference evaluator (op by op)")
     as_json = runner.invoke(main, ["check", str(path), "--wrt", "sx", "--json"])
     assert json.loads(as_json.output)["evaluators"] == {"analytic": "numpy", "numeric": "reference"}

@@ -28,6 +28,7 @@ _LAZY = {
     "render": "views.graphviz",
     "to_dot": "views.graphviz",
     "RenderError": "views.graphviz",
+    "simplify": "core.simplify",
 }
 
 

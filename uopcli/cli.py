@@ -489,7 +489,8 @@ class _NoBar:
               help="Where to write the gradient graph (.json for the JSON form).")
 @click.option("--report", "report_path", metavar="FILE", help="Also write the zero-gradient report as JSON.")
 @click.option("--stats", is_flag=True, help="Print each step's wall and CPU time on stderr (also with --quiet).")
-def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats):
+@click.option("--simplify", "simplify_", is_flag=True, help="Simplify the gradient graph (as uopgrad simplify does).")
+def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats, simplify_):
     """Write the gradient graph of IN's output(s) with respect to the inputs --wrt.
 
     The result keeps every input of IN, in order (plus cotangent_<output> inputs with
@@ -509,6 +510,7 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats):
         graph, _ = _read_graph(source)
         steps.next()
         result, report = differentiate(graph, wrt_names, of_names or None, cotangent, keep_forward)
+        result = _simplified(result) if simplify_ else result  # --simplify
         steps.next()
         data = dump_parts(result, form)
         steps.next()
@@ -526,6 +528,37 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats):
         click.echo(steps.table(), err=True)
 
 
+# ----------------------------------------------------------------------------- simplify
+
+@_command("simplify", short="Rewrite a graph smaller: exact rewrites, and tinygrad's algebraic ones.", example="""\
+  uopgrad simplify grad.uop -o grad-small.uop
+  uopgrad simplify grad.uop --exact -o same-bits.uop
+  uopgrad diff model.uop --wrt w | uopgrad simplify - -o grad.uop""")
+@click.argument("source", metavar="IN")
+@click.option("-o", "--output", required=True, metavar="OUT", help="Where to write (- for stdout; .json for JSON).")
+@click.option("--exact", is_flag=True, help="Only the rewrites that change no bit of any value.")
+def simplify(source, output, exact):
+    """Write IN simplified: rewrites that never change a value (x*1, -(-x), movements that
+    undo each other, constant folding, ...) and, without --exact, the algebraic rewrites
+    tinygrad's compiler applies (which change rounding, not meaning, and make the
+    gradients of sigmoid, tanh, gelu, ... finite where tinygrad's are). Inputs, outputs
+    and node metadata are kept; the node counts before and after go to stderr.
+    """
+    from .formats.uop import dump_parts
+    form = _uop_form(output)
+    _refuse_binary_terminal(output, form, "give -o FILE")
+    graph, _ = _read_graph(source)
+    result = _simplified(graph, exact)
+    before, after = len(graph.nodes()), len(result.nodes())
+    _write(output, dump_parts(result, form))
+    _note(f"{before} -> {after} nodes ({'exact rewrites' if exact else 'exact and tinygrad rewrites'})")
+
+
+def _simplified(graph, exact: bool = False):
+    from .core.simplify import simplify as simplified
+    return simplified(graph, exact=exact)
+
+
 # ----------------------------------------------------------------------------- eval
 
 @_command("eval", short="Evaluate a graph on given or random inputs.", example="""\
@@ -540,10 +573,18 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats):
 @click.option("-o", "--output", metavar="OUT.npz", help="Store the outputs in an .npz under their names (- for stdout).")
 @click.option("--json", "as_json", is_flag=True, help="Print the outputs as JSON.")
 @click.option("--stats", is_flag=True, help="Add the evaluation time and peak live bytes.")
+@click.option("--literal", is_flag=True, help="Run the graph as written: without tinygrad's algebraic rewrites "
+              "(the exact ones, which change no bit, still apply).")
 @click.option("--keep-intermediates", is_flag=True, help="With -o OUT.npz, also store every node's value as %<i> "
-              "(its number in `uopgrad print`), for `uopgrad render --values`.")
-def eval_(source, specs, use_random, seed, output, as_json, stats, keep_intermediates):
-    """Evaluate IN's outputs and print them as a table (or --json, or -o OUT.npz)."""
+              "(its number in `uopgrad print`), for `uopgrad render --values`. The graph is then evaluated as "
+              "written, outputs included, since a simplified graph no longer has those nodes.")
+def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep_intermediates):
+    """Evaluate IN's outputs and print them as a table (or --json, or -o OUT.npz).
+
+    The graph is simplified first, as tinygrad's compiler would before running it, so the
+    values are what tinygrad computes (the gradient of sigmoid at -1000 is 0, not 0*inf);
+    --literal runs it as written.
+    """
     if output and as_json:
         raise click.UsageError("give either -o OUT.npz or --json, not both")
     if _given("seed") and not use_random:
@@ -559,7 +600,7 @@ def eval_(source, specs, use_random, seed, output, as_json, stats, keep_intermed
         inputs = gather_inputs(graph.inputs, specs, seed if use_random else None)
         steps.next()
         eval_stats = EvalStats() if stats else None
-        results = evaluate_graph(graph, inputs, stats=eval_stats)
+        results = evaluate_graph(graph, inputs, stats=eval_stats, simplify="exact" if literal else "tinygrad")
         steps.next()
     if output:
         arrays = {name: a for name, a in _elements(results).items() if a is not None}
@@ -706,7 +747,8 @@ def _value_text(value) -> str:
 @click.option("--samples", type=click.IntRange(min=1), default=16, show_default=True,
               help="Elements compared per target, at most.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def check(source, wrt, of_, specs, seed, samples, as_json):
+@click.option("--literal", is_flag=True, help="Evaluate the gradient graph as written (not simplified as eval does).")
+def check(source, wrt, of_, specs, seed, samples, as_json, literal):
     """Differentiate IN, evaluate the gradients in float64 and compare them with central
     finite differences on up to --samples elements per target.
 
@@ -722,7 +764,8 @@ def check(source, wrt, of_, specs, seed, samples, as_json):
     given = gather_inputs(graph.inputs, specs, seed)
     total = sum(min(_size(graph, n), samples) for n in wrt_names if n in graph.input_names)
     with _progress_bar(total, "finite differences") as bar:
-        report = check_gradients(graph, wrt_names, of_names or None, given, seed, samples, progress=bar.update)
+        report = check_gradients(graph, wrt_names, of_names or None, given, seed, samples, progress=bar.update,
+                                 simplify="exact" if literal else "tinygrad")
     if as_json:
         import json
         click.echo(json.dumps(report.to_dict()))

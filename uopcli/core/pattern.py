@@ -15,6 +15,8 @@ limit) and runs bottom-up to a fixpoint: sources are rewritten before their user
 node a rule produced is itself rewritten until no rule applies. FUNCTION and CALL bodies
 are sources and are rewritten like the rest; a CALL's backward body lives in its arg and
 is left as it is.
+
+The simplification tables built on it are in uopcli/core/simplify/ (EXACT and TINYGRAD).
 """
 
 from __future__ import annotations
@@ -214,48 +216,3 @@ def _rebuild(node: UOp, src: tuple) -> UOp:
 def _loop_error(node: UOp) -> UOpError:
     return UOpError(f"graph_rewrite: the rules do not reach a fixpoint (a rule's result contains the "
                     f"{node.op} node it is rewriting)")
-
-
-# ----------------------------------------------------------------------------- simplification
-# Rewrites that never change a value, bit for bit (floats included: no x*0 -> 0, which is
-# wrong for inf and nan, and no x+0.0 -> x, which is wrong for -0.0). A rule applies only
-# when the kept operand already has the node's shape (constants are scalars).
-
-def _same_shape(keep: UOp, node: UOp):
-    return keep if keep.shape == node.shape and keep.dtype is node.dtype else None
-
-
-def _is_zero_int(c: UOp) -> bool:
-    return c.dtype.is_int and c.arg == 0
-
-
-def _fold_reshape(x: UOp, n: UOp):
-    return x if n.arg == x.shape else UOp.make(Ops.RESHAPE, n.dtype, (x,), n.arg)
-
-
-SIMPLIFY = PatternMatcher([
-    # x*1 = 1*x = x; x/1 = x
-    (UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar(value=1)), name="n"), lambda x, n: _same_shape(x, n)),
-    (UPat(Ops.MUL, src=(UPat.cvar(value=1), UPat.var("x")), name="n"), lambda x, n: _same_shape(x, n)),
-    (UPat(Ops.FDIV, src=(UPat.var("x"), UPat.cvar(value=1)), name="n"), lambda x, n: _same_shape(x, n)),
-    # x-0 = x (also for -0.0: -0.0 - 0.0 is -0.0); x+(-0.0) = x; integers: x+0 = 0+x = x, x*0 = 0
-    (UPat(Ops.SUB, src=(UPat.var("x"), UPat.cvar("c", 0)), name="n"),
-     lambda x, c, n: _same_shape(x, n) if c.dtype.is_int or str(c.arg) == "0.0" else None),
-    (UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c", 0)), name="n"),
-     lambda x, c, n: _same_shape(x, n) if c.dtype.is_int or str(c.arg) == "-0.0" else None),
-    (UPat(Ops.ADD, src=(UPat.cvar("c", 0), UPat.var("x")), name="n"),
-     lambda x, c, n: _same_shape(x, n) if c.dtype.is_int or str(c.arg) == "-0.0" else None),
-    (UPat(Ops.MUL, src=(UPat.var("x"), UPat.cvar("c", 0)), name="n"),
-     lambda x, c, n: c if _is_zero_int(c) and n.shape == () else None),
-    # -(-x) = x; a cast to the same dtype or a reshape to the same shape is nothing
-    (UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(UPat.var("x"),)),)), lambda x: x),
-    (UPat(Ops.CAST, src=(UPat.var("x"),), name="n"), lambda x, n: x if x.dtype is n.dtype else None),
-    (UPat(Ops.RESHAPE, src=(UPat.var("x"),), name="n"), lambda x, n: x if x.shape == n.arg else None),
-    # reshape of a reshape is one reshape
-    (UPat(Ops.RESHAPE, src=(UPat(Ops.RESHAPE, src=(UPat.var("x"),)),), name="n"), _fold_reshape),
-])
-
-
-def simplify(root: UOp) -> UOp:
-    """`root` with the exact simplifications of SIMPLIFY applied to a fixpoint."""
-    return graph_rewrite(root, SIMPLIFY)

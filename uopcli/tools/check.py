@@ -24,7 +24,9 @@ How, and why so:
   computed by the numpy evaluator (the fast one `uopgrad eval` uses), the finite
   differences by the reference evaluator (backends/reference: op by op, no fast paths).
   A fast path that computes a wrong value makes the two sides disagree instead of
-  cancelling out; the report names both.
+  cancelling out; the report names both. The numpy side runs the gradient graph simplified
+  as `uopgrad eval` does (tinygrad's algebraic rewrites; `simplify="exact"`, --literal, runs
+  it as written), the reference side the forward graph as written; the report says which.
 - An element passes when |analytic - numeric| <= ATOL * max(1, |L|) + RTOL * max(|analytic|, |numeric|);
   a NaN anywhere fails.
 - A kink (relu's 0, max's tie) within h of the point spoils the central difference, not
@@ -83,6 +85,7 @@ class CheckReport:
     seed: int
     loss: float
     targets: list[TargetCheck]
+    simplify: str | None = "tinygrad"  # how the gradient graph was evaluated (evaluate_graph's simplify)
 
     @property
     def passed(self) -> bool:
@@ -91,7 +94,7 @@ class CheckReport:
     def to_dict(self) -> dict:
         return {"of": self.of, "seed": self.seed, "passed": self.passed, "rtol": RTOL, "atol": ATOL,
                 "dtype": "float64", "evaluators": {"analytic": ANALYTIC_EVALUATOR, "numeric": NUMERIC_EVALUATOR},
-                "targets": [t.to_dict() for t in self.targets]}
+                "simplified": self.simplify or "no", "targets": [t.to_dict() for t in self.targets]}
 
     def lines(self) -> list[str]:
         out = [f"{'target':<12} {'samples':>7} {'max abs err':>12} {'max rel err':>12}  worst at"]
@@ -103,12 +106,17 @@ class CheckReport:
         out += [f"note: {t.name}: {t.note}" for t in self.targets if t.note]
         out += [f"note: {t.name}: {counted(t.kinks, 'sampled element')} at a kink (the one-sided differences "
                 f"disagree), not compared" for t in self.targets if t.kinks]
-        out.append(f"evaluators: analytic by the {ANALYTIC_EVALUATOR} evaluator, finite differences by the "
-                   f"{NUMERIC_EVALUATOR} evaluator (op by op)")
+        out.append(f"evaluators: analytic by the {ANALYTIC_EVALUATOR} evaluator on the gradient graph "
+                   f"{_HOW_EVALUATED[self.simplify]}, finite differences by the {NUMERIC_EVALUATOR} evaluator (op by op)")
         failed = [t.name for t in self.targets if not t.passed]
         out.append(f"FAILED: {', '.join(failed)}" if failed else
                    f"ok: gradients of {', '.join(self.of)} match finite differences (float64)")
         return out
+
+
+_HOW_EVALUATED = {"tinygrad": "simplified as tinygrad runs it (--literal: as written)",
+                  "exact": "as written (--literal)",
+                  None: "as written"}
 
 
 def _json_float(x: float):
@@ -117,10 +125,11 @@ def _json_float(x: float):
 
 def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None,
                     inputs: Mapping | None = None, seed: int = 0, samples: int = 16,
-                    progress: Callable[[int], None] | None = None) -> CheckReport:
+                    progress: Callable[[int], None] | None = None, simplify: str | None = "tinygrad") -> CheckReport:
     """Compare the gradients of `graph` with respect to `wrt` with finite differences.
     `inputs` maps input names to arrays (checked by the caller); missing ones are random.
-    `progress(n)` is called after every n finite-difference evaluations."""
+    `progress(n)` is called after every n finite-difference evaluations. `simplify` is how
+    the gradient graph is evaluated (as evaluate_graph's: "tinygrad", "exact" or None)."""
     import numpy as np
     from ..backends.reference import reference_evaluate
     from ..backends.numpy import evaluate_graph
@@ -135,7 +144,7 @@ def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
     values64 = {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in values.items()}
 
     grad64 = to_float64(grad_graph)
-    analytic = evaluate_graph(grad64, values64)
+    analytic = evaluate_graph(grad64, values64, simplify=simplify)
     forward = to_float64(Graph({name: graph.outputs[name] for name in of}, inputs=graph.inputs))
     outputs = freeze_detached(list(forward.outputs.values()), values64)
     cotangents = [values64.get(f"cotangent_{name}", 1.0) for name in of]
@@ -151,7 +160,7 @@ def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
     for target in checks:
         if not target.passed:
             target.note = _custom_backward_note(graph, of, graph.input(target.name))
-    return CheckReport(of, seed, base, checks)
+    return CheckReport(of, seed, base, checks, simplify)
 
 
 def _custom_backward_note(graph: Graph, of: list[str], target: UOp) -> str:

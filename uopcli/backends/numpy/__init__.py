@@ -102,9 +102,15 @@ def evaluate(outputs: Sequence[UOp], inputs: Mapping, *, stats: EvalStats | None
     return results
 
 
-def evaluate_graph(graph, inputs: Mapping[str, np.ndarray], *, stats: EvalStats | None = None) -> dict:
+def evaluate_graph(graph, inputs: Mapping[str, np.ndarray], *, stats: EvalStats | None = None,
+                   simplify: str | None = None) -> dict:
     """Evaluate every output of a Graph; returns {output name: array}. Inputs are given by
-    name; a name that is not one of the graph's inputs is an error (likely a typo)."""
+    name; a name that is not one of the graph's inputs is an error (likely a typo).
+    `simplify`: None runs the graph as written; "exact" first applies the rewrites that
+    change no bit of any result; "tinygrad" also tinygrad's algebraic rewrites, so the
+    values are what tinygrad computes (finite activation gradients; see uopcli.core.simplify)."""
+    if simplify is not None:
+        graph = _simplified(graph, simplify)
     known = set(graph.input_names)
     for name in inputs:
         if name not in known:
@@ -112,3 +118,11 @@ def evaluate_graph(graph, inputs: Mapping[str, np.ndarray], *, stats: EvalStats 
     names = list(graph.outputs)
     values = evaluate([graph.outputs[n] for n in names], inputs, stats=stats)
     return dict(zip(names, values))
+
+
+def _simplified(graph, mode: str):
+    from ...core.simplify import MODES
+    from ...core.simplify import simplify as simplified
+    if mode not in MODES:
+        raise EvaluationError(f"simplify must be one of {', '.join(MODES)} or None, got {mode!r}")
+    return simplified(graph, exact=mode == "exact")
