@@ -86,7 +86,8 @@ class _Importer:
         self.values: dict[str, Value] = {}
         self.inputs: list[UOp] = []
         self.weights: dict[str, np.ndarray] = {}
-        self.weight_order: list[str] = []
+        self.weight_order: list[str] = []   # input names of the weights used, in the file's order
+        self._weight_source: dict[str, str] = {}  # input name -> initializer name
         self.opset = _onnx_opset(model, source)
         self._since: dict[str, int] = {}
 
@@ -105,7 +106,9 @@ class _Importer:
                 self.fail(f"output {output.name!r} is made by no node")
             node = self.weight_node(output.name, value) if value.weight else self.data(value)
             outputs[_safe_name(output.name, outputs)] = node
-        inputs = self.inputs + [self.values[name].node for name in self.weight_order]
+        in_file = {t.name: i for i, t in enumerate(self.graph.initializer)}  # weights in the file's order
+        self.weight_order.sort(key=lambda name: in_file.get(self._weight_source[name], 0))
+        inputs = self.inputs + [self.values[self._weight_source[name]].node for name in self.weight_order]
         graph = Graph(outputs, inputs=inputs, meta=self._meta())
         return graph, {name: self.weights[name] for name in self.weight_order}
 
@@ -204,6 +207,7 @@ class _Importer:
                                               {n.arg: None for n in self.inputs}), array.shape, FROM_ONNX_NP(array))
             self.weights[value.node.arg] = array
             self.weight_order.append(value.node.arg)
+            self._weight_source[value.node.arg] = name
         return value.node
 
     # -------------------------------------------------------------- nodes

@@ -73,10 +73,15 @@ def sqrt(ctx): return ctx.x(0).sqrt()                      # noqa: E704
 def exp(ctx): return ctx.x(0).exp()                        # noqa: E704
 def log(ctx): return ctx.x(0).log()                        # noqa: E704
 def neg(ctx): return -ctx.x(0)                             # noqa: E704
-def relu(ctx): return ctx.x(0).relu()                      # noqa: E704
 def sigmoid(ctx): return ctx.x(0).sigmoid()                # noqa: E704
 def not_(ctx): return ctx.x(0).logical_not()               # noqa: E704
 def isnan(ctx): return ctx.x(0).isnan()                    # noqa: E704
+
+
+def relu(ctx):
+    """max(x, 0), nan kept (the builder's relu gives 0 there); the gradient at 0 is 0, as PyTorch's."""
+    x = ctx.x(0)
+    return ((x > 0) | x.isnan()).where(x, 0) if x.dtype.is_float else x.relu()
 
 
 def abs_(ctx):
@@ -264,7 +269,7 @@ def flatten(ctx):
     axis = ctx.attr("axis")
     if not -rank <= axis <= rank:
         ctx.refuse(f"axis {axis} is out of range for rank {rank}")
-    axis %= rank + 1
+    axis = axis + rank if axis < 0 else axis
     return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
 
 
