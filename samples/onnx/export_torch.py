@@ -16,8 +16,10 @@ block, an LSTM) and every (exporter, opset) in EXPORTS it writes
                                      initializer of the file (the cotangent of `out` is ones:
                                      `uopgrad diff --cotangent ones`)
 
-Models are in eval mode (dropout off, BatchNorm on its running statistics), which are
-randomised so that inference BatchNorm is not the identity.
+Models are in eval mode (dropout off, BatchNorm on its running statistics). BatchNorm's
+statistics and every norm's scale and shift are randomised: inference BatchNorm is then not
+the identity, and no two norms hold equal weights (the legacy exporter would merge equal
+initializers into one, whose gradient is then the sum of theirs).
 """
 
 from __future__ import annotations
@@ -142,14 +144,16 @@ def models(rng: np.random.Generator):
     yield "lstm", LSTMModel(), {"x": floats(2, 5, 4)}
 
 
-def randomise_batchnorm(module: nn.Module, generator: torch.Generator) -> None:
-    for bn in module.modules():
-        if isinstance(bn, nn.BatchNorm2d):
-            with torch.no_grad():
-                bn.running_mean.copy_(torch.randn(bn.num_features, generator=generator) * 0.5)
-                bn.running_var.copy_(torch.rand(bn.num_features, generator=generator) + 0.5)
-                bn.weight.copy_(torch.randn(bn.num_features, generator=generator))
-                bn.bias.copy_(torch.randn(bn.num_features, generator=generator))
+def randomise_norms(module: nn.Module, generator: torch.Generator) -> None:
+    for norm in module.modules():
+        if not isinstance(norm, (nn.BatchNorm2d, nn.LayerNorm)):
+            continue
+        with torch.no_grad():
+            norm.weight.copy_(1 + 0.3 * torch.randn(norm.weight.shape, generator=generator))
+            norm.bias.copy_(0.3 * torch.randn(norm.bias.shape, generator=generator))
+            if isinstance(norm, nn.BatchNorm2d):
+                norm.running_mean.copy_(torch.randn(norm.num_features, generator=generator) * 0.5)
+                norm.running_var.copy_(torch.rand(norm.num_features, generator=generator) + 0.5)
 
 
 def export(module, inputs: dict, path: str, exporter: str, opset: int) -> None:
@@ -194,7 +198,7 @@ def main() -> int:
     torch.manual_seed(0)
     generator = torch.Generator().manual_seed(1)
     for name, module, inputs in models(np.random.default_rng(0)):
-        randomise_batchnorm(module, generator)
+        randomise_norms(module, generator)
         module.eval()
         for exporter, opset in EXPORTS:
             path = os.path.join(args.out, f"{name}-{exporter}{opset}.onnx")

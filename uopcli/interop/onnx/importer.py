@@ -74,7 +74,14 @@ def read_model(path: str):
 def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None, source: str = "<model>",
                  base_dir: str | None = None):
     """(Graph, weights) from a ModelProto (see the module's docstring)."""
-    return _Importer(model, dict(shapes or {}), source, base_dir).run()
+    try:
+        return _Importer(model, dict(shapes or {}), source, base_dir).run()
+    except UOpError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError, UnicodeError, OverflowError) as e:
+        # a damaged model protobuf still parsed (bytes where text should be, ...): one line, no traceback
+        raise FormatError(f"a damaged ONNX model ({type(e).__name__}: {' '.join(str(e).split())})",
+                          source=source) from None
 
 
 # ----------------------------------------------------------------------------- the importer
@@ -185,7 +192,9 @@ class _Importer:
                 external_data_helper.load_external_data_for_tensor(tensor, self.base_dir)
             except FileNotFoundError:
                 self.fail(f"{what}: its external data file {location!r} is missing", node, op)
-            except (OSError, ValueError) as e:
+            except Exception as e:  # noqa: BLE001 - onnx's ValidationError (a missing or escaping path), OSError
+                if not os.path.isfile(os.path.join(self.base_dir, location)):
+                    self.fail(f"{what}: its external data file {location!r} is missing", node, op)
                 self.fail(f"{what}: cannot read its external data {location!r}: {' '.join(str(e).split())}", node, op)
         try:
             array = numpy_helper.to_array(tensor)
@@ -212,7 +221,7 @@ class _Importer:
 
     # -------------------------------------------------------------- nodes
     def _import_node(self, node, index: int) -> None:
-        op, name = node.op_type, node.name or f"#{index}"
+        op, name = _text(node.op_type), _text(node.name) or f"#{index}"
         label = repr(name)
         if node.domain not in ONNX_DOMAINS:
             self.fail(f"op {node.domain}.{op} is not supported (only the standard ai.onnx ops are)", label, op)
@@ -243,7 +252,7 @@ class _Importer:
             self.fail(f"cannot be built: {' '.join(str(e).split())}", label, op)
         except (ValueError, TypeError, IndexError, KeyError, ArithmeticError, OverflowError, RecursionError) as e:
             self.fail(f"cannot be built ({type(e).__name__}: {' '.join(str(e).split())})", label, op)
-        meta = Metadata(op, node.name or None, False, _scope(node))
+        meta = Metadata(op, _text(node.name) or None, False, _scope(node))
         for output_name, value in zip(node.output, outputs):
             if output_name:
                 if value.node is not None:
@@ -420,9 +429,15 @@ def _scope(node) -> str | None:
                 parts.append(scope[len(parent) + 1:] if parent and scope.startswith(parent + ".") else scope)
                 parent = scope
             return "/".join(parts) or None
-    if node.name.startswith("/") and node.name.count("/") > 1:
-        return node.name[1:].rsplit("/", 1)[0]
+    name = _text(node.name)
+    if name.startswith("/") and name.count("/") > 1:
+        return name[1:].rsplit("/", 1)[0]
     return None
+
+
+def _text(value) -> str:
+    """A protobuf string field as text (a damaged file's invalid UTF-8 comes back as bytes)."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def _onnx_opset(model, source: str) -> int:
