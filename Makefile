@@ -17,7 +17,8 @@ PYTEST_ARGS ?=  # e.g. make test PYTEST_ARGS=--runslow (the long fuzz run too)
 # removes exactly these, never other files of yours that happen to sit there
 TOUR_FILES := both.uop broken.uop d1.uop d2.uop d3.uop d4.uop d5.uop grad.uop grad_b2.dot \
 	mlp-grad.svg mlp-grad.uop mlp-train.uop poly.json poly.uop rnn.png vjp.uop x.npy attention-grad.svg \
-	model.uop grad.svg model-grad.uop gradient-check.json
+	model.uop grad.svg model-grad.uop gradient-check.json \
+	bert-grad.uop bert-grad.npz mlp-dynamic.onnx
 # pip: no prompts, no version nagging; the venv's own bin first so tests find `uopgrad`
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1

@@ -279,3 +279,15 @@ def test_importing_without_onnx_for_a_uop_file_never_imports_onnx():
     sample = SAMPLES.parent / "mlp.uop"
     run = subprocess.run([os.sys.executable, "-c", code, str(sample)], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
+
+
+def test_the_onnx_readme_shows_what_its_commands_print_today(tmp_path):
+    """samples/onnx/README.md's transcript is what the commands print now (run again by
+    tools/refresh_readme.py on a copy; numbers may round as another CPU does)."""
+    copy = tmp_path / "README.md"
+    copy.write_text((SAMPLES / "README.md").read_text())
+    root = SAMPLES.parent.parent
+    run = subprocess.run([os.sys.executable, str(root / "tools" / "refresh_readme.py"), str(copy)],
+                         capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert run.returncode == 0 and "warning" not in run.stderr, run.stderr
+    assert run.stdout.strip() == f"{copy}: unchanged", "run python tools/refresh_readme.py samples/onnx/README.md"

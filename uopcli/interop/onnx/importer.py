@@ -404,7 +404,7 @@ def _tag(root: UOp, since: int, meta: Metadata) -> None:
     stack, seen = [root], set()
     while stack:
         node = stack.pop()
-        if node.serial < since or node in seen:
+        if node.serial < since or node in seen or node.op == "PARAM":  # a weight belongs to no one user
             continue
         seen.add(node)
         node.set_meta(meta)
