@@ -124,6 +124,8 @@ CASES = [
     case("Slice", f32(5, 6), Init(i64([1, -4])), Init(i64([4, 100])), Init(i64([0, 1])), Init(i64([2, 1]))),
     case("Slice", f32(5, 6), Init(i64([-1])), Init(i64([-100])), Init(i64([1])), Init(i64([-2])), id="Slice-negative-step"),
     case("Slice", f32(5, 6), Init(i64([10])), Init(i64([1])), Init(i64([0])), Init(i64([-1])), id="Slice-clamped"),
+    case("Slice", f32(5, 6), Init(i64([4, 5])), Init(i64([0, -7])), Init(i64([0, 1])), Init(i64([-1, -3])),
+         id="Slice-negative-step-ends"),
     case("Gather", f32(5, 3), i64([[0, 4], [-1, 2]])), case("Gather", f32(2, 5, 3), Init(i64(1)), axis=1,
                                                             id="Gather-scalar-index"),
     case("Gather", f32(2, 5), Init(i64([4, -5, 0])), axis=-1, id="Gather-known-indices"),
