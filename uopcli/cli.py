@@ -191,6 +191,20 @@ def _set_limits(ctx: click.Context, param: click.Parameter, values: tuple[str, .
         chosen[name] = value
 
 
+def _set_shapes(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> None:
+    """--shape NAME=D1,D2,... (repeatable): an ONNX input's shape where the file's is symbolic."""
+    chosen = ctx.meta.setdefault("uopgrad.shapes", {})
+    for text in values:
+        name, _, dims = text.partition("=")
+        try:
+            shape = tuple(int(d) for d in dims.split(",")) if dims.strip() else ()
+        except ValueError:
+            shape = (-1,)
+        if not name or not dims or any(d < 0 for d in shape):
+            raise click.BadParameter(f"{text!r}: give NAME=D1,D2,... with whole sizes >= 0", ctx, param)
+        chosen[name] = shape
+
+
 def _limits():
     """The reader limits: the defaults, with what --limit raised or lowered."""
     from .formats.uop import DEFAULT_LIMITS
@@ -213,6 +227,9 @@ def _common_options(fn):
     fn = click.option("--limit", multiple=True, expose_value=False, is_eager=True, callback=_set_limits,
                       metavar="NAME=N", help="Raise (or lower) a reader limit, e.g. max_nodes=50000000 "
                       "(names: max_file_bytes, max_nodes, max_arg_depth, max_rank, max_tensor_elements).")(fn)
+    fn = click.option("--shape", multiple=True, expose_value=False, is_eager=True, callback=_set_shapes,
+                      metavar="NAME=DIMS", help="For an .onnx IN: the shape of an input whose dimensions are "
+                      "symbolic, e.g. x=1,3,224,224.")(fn)
     return fn
 
 
@@ -273,7 +290,7 @@ def _command(name: str, example: str, short: str):
     def decorate(fn):
         fn = _guarded(fn)
         fn = _common_options(fn)
-        fn.__click_params__ = fn.__click_params__[-3:] + fn.__click_params__[:-3]  # listed last in --help
+        fn.__click_params__ = fn.__click_params__[-4:] + fn.__click_params__[:-4]  # listed last in --help
         doc = _cleandoc(fn.__doc__ or "")
         fn.__doc__ = f"{doc}\n\n\b\nExample:\n{example}"
         return main.command(name, short_help=short)(fn)
@@ -297,11 +314,13 @@ def main():
 # ----------------------------------------------------------------------------- reading, writing
 
 def _read_graph(path: str, remember: bool = True):
-    """(Graph, raw bytes) from a path or `-` (stdin)."""
+    """(Graph, raw bytes) from a path or `-` (stdin); an .onnx path is imported (interop/onnx)."""
     from .formats.uop import loads, read_bytes
     display = "<stdin>" if path == "-" else path
     if remember:
         click.get_current_context().meta["uopgrad.file"] = display
+    if path.lower().endswith(".onnx"):
+        return _read_onnx(path), None
     if path == "-":
         if sys.stdin is None:
             raise CommandFailed("IN is - but stdin is closed: pipe a graph in (... | uopgrad ...) "
@@ -365,6 +384,39 @@ def _write_together(files: list[tuple[str, object]]) -> None:
         if dest == "-":
             write_all(sys.stdout.buffer, data)
             sys.stdout.buffer.flush()
+
+
+# ----------------------------------------------------------------------------- ONNX models (IN ending in .onnx)
+# interop/onnx, and onnx itself, are imported only when an .onnx file is given. The model's
+# float initializers (its weights) are inputs of the graph; their values are the inputs'
+# defaults for eval and check, and go beside a .uop that convert or diff writes (OUT.npz).
+
+def _read_onnx(path: str):
+    try:
+        import onnx  # noqa: F401 - only to say what is missing
+    except ImportError:
+        raise CommandFailed(f"{path}: reading ONNX models needs the onnx package: pip install 'uopgrad[onnx]'") from None
+    from .interop.onnx.importer import load_onnx
+    ctx = click.get_current_context()
+    graph, weights = load_onnx(path, ctx.meta.get("uopgrad.shapes"))
+    ctx.meta["uopgrad.weights"] = weights
+    return graph
+
+
+def _onnx_weights() -> dict | None:
+    """The weights of the ONNX model IN (None for a .uop IN)."""
+    return click.get_current_context().meta.get("uopgrad.weights")
+
+
+def _with_onnx_weights(files: list, output: str) -> list:
+    """`files` plus OUT.npz, the ONNX model's weights, beside a .uop OUT (written together)."""
+    weights = _onnx_weights()
+    if not weights or output.lower().endswith(".onnx"):
+        return files
+    if output == "-":
+        _note("the model's weights are not written with OUT on stdout: give -o FILE to get FILE.npz beside it")
+        return files
+    return files + [(os.path.splitext(output)[0] + ".npz", npz_bytes(weights))]
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -511,7 +563,7 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats):
         steps.next()
         data = dump_parts(result, form)
         steps.next()
-        files = [(output, data)]
+        files = _with_onnx_weights([(output, data)], output)
         if report_path:
             import json
             files.append((report_path, (json.dumps(report.to_dict(), indent=2) + "\n").encode()))
@@ -551,7 +603,7 @@ def eval_(source, specs, use_random, seed, output, as_json, stats):
     from .tools.values import gather_inputs
     with _Steps("reading", "evaluating") as steps:
         graph, _ = _read_graph(source)
-        inputs = gather_inputs(graph.inputs, specs, seed if use_random else None)
+        inputs = gather_inputs(graph.inputs, specs, seed if use_random else None, defaults=_onnx_weights())
         steps.next()
         eval_stats = EvalStats() if stats else None
         results = evaluate_graph(graph, inputs, stats=eval_stats)
@@ -710,7 +762,7 @@ def check(source, wrt, of_, specs, seed, samples, as_json):
     from .tools.values import gather_inputs
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     graph, _ = _read_graph(source)
-    given = gather_inputs(graph.inputs, specs, seed)
+    given = gather_inputs(graph.inputs, specs, seed, defaults=_onnx_weights())
     total = sum(min(_size(graph, n), samples) for n in wrt_names if n in graph.input_names)
     with _progress_bar(total, "finite differences") as bar:
         report = check_gradients(graph, wrt_names, of_names or None, given, seed, samples, progress=bar.update)
@@ -782,7 +834,7 @@ def convert(source, output, to):
     form = _uop_form(output, to)
     _refuse_binary_terminal(output, form, "use --to json, or give -o FILE")
     graph, _ = _read_graph(source)
-    _write(output, dump_parts(graph, form))
+    _write_together(_with_onnx_weights([(output, dump_parts(graph, form))], output))
 
 
 @_command("validate", short="Check a file against the format; print ok and counts.", example="""\
