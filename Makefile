@@ -9,6 +9,7 @@ UOPGRAD := $(VENV)/bin/uopgrad
 STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 LINT_STAMP := $(VENV)/.installed-lint
+ONNX_STAMP := $(VENV)/.installed-onnx
 OUT := out
 BENCH_ARGS ?=  # e.g. make bench BENCH_ARGS=--quick
 PYTEST_ARGS ?=  # e.g. make test PYTEST_ARGS=--runslow (the long fuzz run too)
@@ -79,18 +80,29 @@ demo: setup
 	@echo "Done. The gradient graph is in $(OUT)/mlp-grad.uop; its picture is $(CURDIR)/$(OUT)/mlp-grad.svg"
 
 # pytest exit status 5 means it collected no test: that is a failure here, and says so.
-test: setup
+test: setup $(ONNX_STAMP)
 	@$(RUN) $(PY) -m pytest -q $(PYTEST_ARGS); status=$$?; \
 		if [ $$status -eq 5 ]; then echo "make test: FAILED: pytest collected no tests" >&2; fi; \
 		exit $$status
 
-bench: setup $(BENCH_STAMP)
+bench: setup $(BENCH_STAMP) $(ONNX_STAMP)
 	@if [ -f bench/run.py ]; then $(RUN) $(PY) bench/run.py $(BENCH_ARGS); \
 		else echo "make bench: bench/run.py is not there yet" >&2; exit 1; fi
 
 $(BENCH_STAMP): $(STAMP)
 	@echo "make: installing the benchmarks' extra packages (pip's log: $(VENV)/install.log)"
 	@$(call editable_install,test$(comma)bench)
+	@touch $@
+
+# The ONNX tests need onnx (the [onnx] extra) and onnxruntime (to run what we export). A
+# Python without wheels for them still gets the rest of the suite: those tests skip and
+# say why (pytest -ra prints the reasons).
+$(ONNX_STAMP): $(STAMP)
+	@echo "make: installing onnx and onnxruntime for the ONNX tests (pip's log: $(VENV)/install.log)"
+	@$(PY) -m pip install -e '.[test,onnx]' --config-settings editable_mode=compat >>$(VENV)/install.log 2>&1 || \
+		echo "make: no onnx for $$($(PY) --version 2>&1) (see $(VENV)/install.log): the ONNX tests will skip" >&2
+	@$(PY) -m pip install 'onnxruntime>=1.20' >>$(VENV)/install.log 2>&1 || \
+		echo "make: no onnxruntime for $$($(PY) --version 2>&1) (see $(VENV)/install.log): tests running ONNX models will skip" >&2
 	@touch $@
 
 samples: venv
