@@ -64,8 +64,8 @@ class Emitter:
     """Appends nodes and initializers to `graph`. Each node is named after the UOp being
     exported (`label`, set by the exporter) and carries its `doc` string."""
 
-    def __init__(self, graph: GraphProto, reserved: set[str], opset: int):
-        self.graph, self.opset = graph, opset
+    def __init__(self, graph: GraphProto, reserved: set[str]):
+        self.graph = graph
         self.taken = set(reserved)     # every value, initializer and node name so far
         self.counter = 0
         self.label, self.doc, self.emitted = "node", "", 0
@@ -177,14 +177,36 @@ class Emitter:
         flipped = self.op("BitwiseXor", [x, self.scalar(1 << 63, dtypes.uint64)])
         return self.op("Cast", [flipped], to=TensorProto.INT64)
 
-    def where(self, cond: str, a: str, b: str, dtype: DType) -> str:
-        """`a` where `cond` else `b`, in any dtype (uint64 moves as its int64 bits)."""
-        carrier = dtypes.int64 if dtype is dtypes.uint64 else VALUE_CARRIER.get(dtype)
+    def where(self, cond: str, a: str, b: str, dtype: DType, a_may_be_minus_zero: bool = True,
+              b_may_be_minus_zero: bool = True) -> str:
+        """`a` where `cond` else `b`, bit for bit, in any dtype (uint64 moves as its int64
+        bits). onnxruntime's Where (1.20 to 1.32) returns +0.0 for a -0.0 taken from its
+        *first* branch (its second keeps every bit): a branch known never to be -0.0 goes
+        first (Not(cond) swaps them), else a -0.0 lost there is restored by a multiply by
+        -1 (exact for every value)."""
+        if dtype in FLOATS:
+            if not b_may_be_minus_zero:
+                return self.op("Where", [self.op("Not", [cond]), b, a])
+            picked = self.op("Where", [cond, a, b])
+            if not a_may_be_minus_zero:
+                return picked
+            lost = self.op("And", [cond, self.minus_zero(a, dtype)])
+            return self.op("Mul", [picked, self.sign_factor(lost, dtype)])
         if self.native("Where", dtype):
             return self.op("Where", [cond, a, b])
+        carrier = dtypes.int64 if dtype is dtypes.uint64 else VALUE_CARRIER[dtype]
         picked = self.op("Where", [cond, self.cast(a, dtype, carrier), self.cast(b, dtype, carrier)])
         return self.cast(picked, carrier, dtype)
 
+    def minus_zero(self, x: str, dtype: DType) -> str:
+        """x is -0.0 (x == 0 and 1/x < 0)."""
+        zero = self.scalar(0, dtype)
+        return self.op("And", [self.op("Equal", [x, zero]), self.op("Less", [self.op("Reciprocal", [x]), zero])])
+
+    def sign_factor(self, negative: str, dtype: DType) -> str:
+        """-1 where `negative`, else 1: multiplying by it sets a sign exactly (a Where of
+        ±1 has no zero to lose)."""
+        return self.op("Where", [negative, self.scalar(-1, dtype), self.scalar(1, dtype)])
 
 
 def _set_attribute(attribute, key: str, value) -> None:

@@ -28,6 +28,16 @@ _UNSIGNED_OF = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.u
 _FORMAT = {dtypes.float16: (5, 10), dtypes.float32: (8, 23), dtypes.float64: (11, 52)}
 
 
+def may_be_minus_zero(node) -> bool:
+    """False when node's value is known to hold no -0.0 (a CONST other than -0.0, or a
+    reshape or expansion of one): the cheap form of Emitter.where applies."""
+    while node.op in ("RESHAPE", "EXPAND", "CONTIGUOUS", "DETACH", "COPY", "CONTIGUOUS_BACKWARD"):
+        node = node.src[0]
+    if node.op != "CONST":
+        return True
+    return node.arg == 0 and math.copysign(1.0, node.arg) < 0
+
+
 def _f64(e: Emitter, x: str, dtype: DType) -> str:
     """x as float64: exact for every float16/float32 value (and every int up to 2^53)."""
     return e.cast(x, dtype, _F64)
@@ -44,10 +54,16 @@ def in_float32(e: Emitter, op_type: str, inputs, dtype: DType, extra=(), **attrs
 # ----------------------------------------------------------------------------- float unary
 
 def trunc(e: Emitter, node, x: str) -> str:
-    """np.trunc: Ceil below zero, Floor elsewhere (Floor-13, Ceil-13, Where-16). Both keep
-    -0.0, inf and nan, and Ceil(-0.5) is -0.0 as trunc(-0.5) is; nan < 0 is false."""
-    negative = e.op("Less", [x, e.scalar(0, node.dtype)])
-    return e.op("Where", [negative, e.op("Ceil", [x]), e.op("Floor", [x])])
+    """np.trunc: Floor-13 of Abs-13, given x's sign by a multiply (-0.5 -> -0.0, -0.0 ->
+    -0.0; inf and nan pass through). A Where of Ceil and Floor would lose the sign of
+    zero (see Emitter.where). float16 in float32 (exact both ways)."""
+    dtype = node.dtype
+    wide = dtypes.float32 if dtype is dtypes.float16 else dtype
+    x = e.cast(x, dtype, wide)
+    zero = e.scalar(0, wide)
+    negative = e.op("Or", [e.op("Less", [x, zero]), e.op("Less", [e.op("Reciprocal", [x]), zero])])
+    magnitude = e.op("Floor", [e.op("Abs", [x])])
+    return e.cast(e.op("Mul", [magnitude, e.sign_factor(negative, wide)]), wide, dtype)
 
 
 def exp2(e: Emitter, node, x: str) -> str:
@@ -75,13 +91,15 @@ def log2(e: Emitter, node, x: str) -> str:
 
 def maximum(e: Emitter, node, a: str, b: str) -> str:
     """np.maximum. Floats: a where a is nan or a > b, else b (Where-16, IsNaN-20,
-    Greater-13): nan from either side, and b when the two are equal, as numpy's
-    maximum returns b for maximum(-0.0, 0.0) = 0.0 and maximum(0.0, -0.0) = -0.0.
+    Greater-13): nan from either side, and b when the two are equal, as numpy's float32
+    and float64 maximum returns b for maximum(-0.0, 0.0) = 0.0 and maximum(0.0, -0.0) =
+    -0.0; its float16 maximum returns a when they are equal (a >= b, GreaterOrEqual-16).
     Integers: Max-13 (exact), in int32/int64 where ORT has no kernel for the type."""
     dtype = node.dtype
     if dtype in FLOATS:
-        take_a = e.op("Or", [e.op("IsNaN", [a]), e.op("Greater", [a, b])])
-        return e.op("Where", [take_a, a, b])
+        greater = "GreaterOrEqual" if dtype is dtypes.float16 else "Greater"
+        take_a = e.op("Or", [e.op("IsNaN", [a]), e.op(greater, [a, b])])
+        return e.where(take_a, a, b, dtype, *(may_be_minus_zero(s) for s in node.src))
     return e.carried("Max", [a, b], dtype, VALUE_CARRIER.get(dtype, dtype))
 
 
@@ -114,11 +132,9 @@ def _c_remainder(e: Emitter, a: str, b_safe: str, dtype: DType) -> str:
 
 
 def cmod(e: Emitter, node, a: str, b: str) -> str:
-    """np.fmod: C's remainder, the dividend's sign; x % 0 is 0 (numpy's integer fmod);
-    x % -1 is 0. Floats: Mod-13 with fmod=1 (std::fmod, exact)."""
+    """np.fmod of integers (format v1's CMOD takes no floats): C's remainder, the
+    dividend's sign; x % 0 is 0 (numpy's integer fmod); x % -1 is 0."""
     dtype = node.dtype
-    if dtype in FLOATS:
-        return in_float32(e, "Mod", [a, b], dtype, fmod=1)
     b_safe, _, _ = _nonzero_divisor(e, b, dtype)
     return _c_remainder(e, a, b_safe, dtype)  # b == 0 or -1: Mod(a, 1) == 0
 
@@ -282,9 +298,11 @@ def cast(e: Emitter, node, x: str) -> str:
     x86-64 gives, as numpy's array casts there (its SSE/AVX conversions): truncation
     toward zero where the value fits; else int32 and int64 get their minimum (the
     'integer indefinite' value, nan too); int8/int16/uint8/uint16 the low bits of the
-    int32 conversion; uint32/uint64 take [2^(n-1), 2^n) as themselves, 0 from 2^n up
-    (+inf too), and the bits of the int32/int64 conversion below. (numpy's own one-element
-    casts differ for some of these on the same machine: no result there is portable.)
+    int32 conversion, uint32 of the int64 conversion (C's scalar code); uint64 takes
+    [2^63, 2^64) as itself, 0 from 2^64 up (+inf too), the int64 conversion's bits below.
+    (For float32/float64 -> uint32 of values outside (-2^31, 2^32) numpy itself gives
+    different results by position in the array, its vector loop against its scalar
+    tail: no exporter can match both; this is the scalar tail's.)
     Every other cast is Cast-19: integers wrap, nonzero and nan are true, float to float
     rounds to nearest."""
     src, dst = node.src[0].dtype, node.dtype
@@ -295,12 +313,12 @@ def cast(e: Emitter, node, x: str) -> str:
 
 def _float_to_int(e: Emitter, x: str, src: DType, dst: DType) -> str:
     wide = _f64(e, x, src)
-    bits = 64 if dst.itemsize == 8 else 32
+    bits = 64 if dst.itemsize == 8 or dst is dtypes.uint32 else 32
     converted = _signed_conversion(e, wide, bits)  # int32 or int64
     if dst.kind == "i" and dst.itemsize * 8 == bits:
         return converted
-    if dst.itemsize * 8 < bits:
-        return e.op("Cast", [converted], to=TO_ONNX[dst])  # low bits
+    if dst.itemsize * 8 < bits:  # the low bits
+        return e.op("Cast", [converted], to=TO_ONNX[dst])
     top = float(2 ** (bits - 1))
     beyond = e.op("GreaterOrEqual", [wide, e.scalar(2 * top, _F64)])  # +inf too, nan not
     upper = e.op("And", [e.op("GreaterOrEqual", [wide, e.scalar(top, _F64)]), e.op("Not", [beyond])])
@@ -326,16 +344,15 @@ def _signed_conversion(e: Emitter, wide: str, bits: int) -> str:
 # ----------------------------------------------------------------------------- BITCAST
 
 def bitcast(e: Emitter, node, x: str) -> str:
-    """ndarray.view: the same bytes read as another type of the same size. From opset 26,
-    BitCast-26. Before it, between integer types (and bool) Cast-19 keeps the bits;
-    between a float and an integer the IEEE fields are computed exactly in float64/int64
-    (sign, including -0.0's; exponent; mantissa; subnormals, inf). A nan becomes the
-    quiet nan of its type, sign clear: its payload cannot be read by arithmetic."""
+    """ndarray.view: the same bytes read as another type of the same size. Between
+    integer types (and bool) Cast-19 keeps the bits; between a float and an integer the
+    IEEE fields are computed exactly in float64/int64 (sign, including -0.0's; exponent;
+    mantissa; subnormals, inf). A nan becomes the quiet nan of its type, sign clear: its
+    payload cannot be read by arithmetic. (BitCast-26 would keep it, but onnxruntime
+    1.32 has kernels for few of its types.)"""
     src, dst = node.src[0].dtype, node.dtype
     if src is dst:
         return e.op("Identity", [x])
-    if e.opset >= 26:
-        return e.op("BitCast", [x], to=TO_ONNX[dst])
     if src in FLOATS:
         return e.op("Cast", [_float_bits(e, x, src)], to=TO_ONNX[dst])
     if dst in FLOATS:
@@ -407,5 +424,4 @@ def _bits_to_float(e: Emitter, x: str, src: DType, dtype: DType) -> str:
     fraction_zero = e.op("Equal", [fraction, e.scalar(0.0, _F64)])
     value = e.op("Where", [special, e.op("Where", [fraction_zero, e.scalar(math.inf, _F64), e.scalar(math.nan, _F64)]),
                            value])
-    value = e.op("Where", [negative, e.op("Neg", [value]), value])
-    return e.cast(value, _F64, dtype)
+    return e.cast(e.op("Mul", [value, e.sign_factor(negative, _F64)]), _F64, dtype)

@@ -61,7 +61,7 @@ def to_onnx(graph: Graph, opset: int | None = None) -> onnx.ModelProto:
     for key, value in sorted(graph.meta.items()):
         entry = model.metadata_props.add()
         entry.key, entry.value = key, value
-    _Exporter(graph, model.graph, opset).run()
+    _Exporter(graph, model.graph).run()
     return model
 
 
@@ -106,11 +106,11 @@ _IDENTITY = frozenset({Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.
 
 
 class _Exporter:
-    def __init__(self, graph: Graph, proto: onnx.GraphProto, opset: int):
+    def __init__(self, graph: Graph, proto: onnx.GraphProto):
         self.graph, self.proto = graph, proto
         self.outputs = self._output_plan()
         reserved = set(graph.input_names) | {name for name, _, _ in self.outputs}
-        self.e = Emitter(proto, reserved, opset)
+        self.e = Emitter(proto, reserved)
         self.top = _Scope(None, "")
         self.serial = 0
 

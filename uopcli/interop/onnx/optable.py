@@ -14,6 +14,7 @@ onnxruntime has no CPU kernel for a type, Emitter.carried runs the op in a carri
 
 from __future__ import annotations
 
+import math
 from typing import Callable, NamedTuple
 
 import numpy
@@ -78,7 +79,7 @@ def _compare(op_type: str, negate: bool = False) -> Callable:
 
 
 def _where(e: Emitter, node, cond: str, a: str, b: str) -> str:
-    return e.where(cond, a, b, node.dtype)
+    return e.where(cond, a, b, node.dtype, *(exact.may_be_minus_zero(s) for s in node.src[1:]))
 
 
 def _mulacc(e: Emitter, node, a: str, b: str, c: str) -> str:
@@ -113,9 +114,9 @@ def _reduce(e: Emitter, node, x: str) -> str:
         return e.filled(node.shape, _reduce_identity(reduce_op, dtype), dtype)
     onnx_op, axes_name = _REDUCERS[reduce_op], e.ints(axes)
     if reduce_op != "MAX":
-        if dtype is dtypes.float16:
-            return exact.in_float32(e, onnx_op, [x], dtype, extra=[axes_name], keepdims=1)
-        return e.carried(onnx_op, [x], dtype, dtypes.int64, extra=[axes_name], keepdims=1)
+        if dtype.is_int:
+            return _integer_tree(e, node, x)
+        return exact.in_float32(e, onnx_op, [x], dtype, extra=[axes_name], keepdims=1)
     if dtype is dtypes.uint64:  # max of the order-keeping int64 images, mapped back
         largest = e.op(onnx_op, [e.ordered_int64(x), axes_name], keepdims=1)
         return e.op("BitwiseXor", [e.cast(largest, dtypes.int64, dtype), e.scalar(1 << 63, dtype)])
@@ -124,6 +125,33 @@ def _reduce(e: Emitter, node, x: str) -> str:
         return largest
     any_nan = e.op("ReduceMax", [e.op("IsNaN", [x]), axes_name], keepdims=1)
     return e.op("Where", [any_nan, e.scalar(float("nan"), dtype), largest])
+
+
+def _integer_tree(e: Emitter, node, x: str) -> str:
+    """An integer sum or product that wraps as numpy's: ORT's ReduceSum and ReduceProd
+    go through double for integers (inexact past 2^53, saturating instead of wrapping),
+    so the reduced elements are moved to one last axis (Transpose-13, Reshape-19) and
+    halved log2(n) times (Split-18, Add-14 / Mul-14, Pad-19 with the identity for an odd
+    count): exact, in int64 for the types ORT has no Add/Mul kernel for."""
+    reduce_op, axes = node.arg
+    dtype, shape = node.dtype, node.src[0].shape
+    carrier = dtype if e.native("Add", dtype) else dtypes.int64
+    kept = [i for i in range(len(shape)) if i not in axes]
+    count = math.prod(shape[a] for a in axes)
+    x = e.cast(x, dtype, carrier)
+    if kept + list(axes) != list(range(len(shape))):
+        x = e.op("Transpose", [x], perm=kept + list(axes))
+    x = e.op("Reshape", [x, e.ints([*(shape[i] for i in kept), count])])
+    binary, identity = ("Add", 0) if reduce_op == "ADD" else ("Mul", 1)
+    rank = len(kept) + 1
+    while count > 1:
+        if count % 2:
+            x = e.op("Pad", [x, e.ints([0] * (2 * rank - 1) + [1]), e.scalar(identity, carrier)])
+            count += 1
+        first, second = e.op("Split", [x], outputs=2, axis=-1, num_outputs=2)
+        x = e.op(binary, [first, second])
+        count //= 2
+    return e.cast(e.op("Reshape", [x, e.ints(node.shape)]), carrier, dtype)
 
 
 def _reduce_identity(reduce_op: str, dtype: DType):
@@ -190,7 +218,7 @@ ROWS: dict[str, Row] = {
     Ops.SIN: Row(_float_unary("Sin"), "Sin-7 (libm-grade: within an ulp of numpy's sin)"),
     Ops.TRUNC: Row(exact.trunc, "Where-16(x < 0, Ceil-13, Floor-13) (exact.trunc)"),
     Ops.CAST: Row(exact.cast, "Cast-19; float to int guarded as x86-64 converts (exact.cast)"),
-    Ops.BITCAST: Row(exact.bitcast, "BitCast-26, or Cast-19 / exact IEEE field arithmetic before it (exact.bitcast)"),
+    Ops.BITCAST: Row(exact.bitcast, "Cast-19 between integers; exact IEEE field arithmetic with floats (exact.bitcast)"),
     Ops.ADD: Row(_arith("Add"), "Add-14: IEEE; integers wrap (int64 carrier where ORT lacks a kernel)"),
     Ops.SUB: Row(_arith("Sub"), "Sub-14: as Add"),
     Ops.MUL: Row(_arith("Mul"), "Mul-14: as Add"),
@@ -207,9 +235,11 @@ ROWS: dict[str, Row] = {
     Ops.CMPLT: Row(_compare("Less"), "Less-13 (nan -> false); uint64 by order-keeping int64 images"),
     Ops.CMPNE: Row(_compare("Equal", negate=True), "Not-1 of Equal-19 (nan != nan is true)"),
     Ops.CMPEQ: Row(_compare("Equal"), "Equal-19 (-0.0 == 0.0, nan == nan false)"),
-    Ops.WHERE: Row(_where, "Where-16 (selects, bits kept); bool/int16/uint16/uint32/uint64 through a carrier"),
+    Ops.WHERE: Row(_where, "Where-16 (bits kept; a -0.0 ORT's Where loses restored: Emitter.where); "
+                   "bool/int16/uint16/uint32/uint64 through a carrier"),
     Ops.MULACC: Row(_mulacc, "Mul-14 then Add-14, two roundings as the evaluator's multiply then add"),
-    Ops.REDUCE: Row(_reduce, "ReduceSum-13, ReduceProd-18, ReduceMax-18, keepdims=1 (see _reduce)"),
+    Ops.REDUCE: Row(_reduce, "ReduceSum-13, ReduceProd-18, ReduceMax-18, keepdims=1; integer sums and products "
+                    "by a tree of Add-14 / Mul-14 (see _reduce)"),
     Ops.RESHAPE: Row(_reshape, "Reshape-19 (allowzero=1 for 0 sizes)"),
     Ops.EXPAND: Row(_expand, "Expand-13 (only size-1 axes grow: broadcasting is exact)"),
     Ops.PERMUTE: Row(_permute, "Transpose-13 (perm = the axis order)"),
