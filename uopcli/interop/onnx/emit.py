@@ -41,7 +41,7 @@ ORT_KERNELS: dict[str, frozenset[DType]] = {
     "BitShift": frozenset({dtypes.uint8, dtypes.uint32, dtypes.uint64}),
     "Where": FLOATS | {dtypes.int32, dtypes.int64, dtypes.uint8},
     "ReduceSum": _WIDE, "ReduceProd": _WIDE,
-    "ReduceMax": FLOATS | {dtypes.bool, dtypes.int8, dtypes.int32, dtypes.int64, dtypes.uint8},
+    "ReduceMax": FLOATS | {dtypes.int8, dtypes.int32, dtypes.int64, dtypes.uint8},
     "Pad": FLOATS | INTS - {dtypes.int16, dtypes.uint16} | {dtypes.bool},
     "Sqrt": FLOATS, "Reciprocal": FLOATS, "Sin": FLOATS, "Floor": FLOATS, "Ceil": FLOATS,
     "Round": FLOATS, "IsNaN": FLOATS, "IsInf": FLOATS, "Log": FLOATS, "Abs": FLOATS | INTS,
@@ -75,11 +75,15 @@ class Emitter:
     # ------------------------------------------------------------------ names
     def fresh(self, base: str) -> str:
         """A name not used yet: `base`, else `base.1`, `base.2`, ..."""
-        name, n = base, 0
-        while name in self.taken:
+        taken = self.taken
+        if base not in taken:
+            taken.add(base)
+            return base
+        n = 1
+        while f"{base}.{n}" in taken:
             n += 1
-            name = f"{base}.{n}"
-        self.taken.add(name)
+        name = f"{base}.{n}"
+        taken.add(name)
         return name
 
     def start(self, label: str, doc: str) -> None:
@@ -91,16 +95,21 @@ class Emitter:
         """One ONNX node of `op_type`; returns its output name (or names, for outputs > 1)."""
         node = self.graph.node.add()
         node.op_type = op_type
-        node.name = self.fresh(self.label if not self.emitted else f"{self.label}/{op_type}")
+        # the node's name is also its (first) output's: names of nodes and of values are
+        # separate namespaces in ONNX, and one fresh name is half the work of two
+        name = self.fresh(self.label if not self.emitted else f"{self.label}/{op_type}")
+        node.name = name
         self.emitted += 1
         if self.doc:
             node.doc_string = self.doc
         node.input.extend(inputs)
-        names = [self.fresh(f"{node.name}:{k}" if k else node.name) for k in range(outputs)]
-        node.output.extend(names)
+        if outputs == 1:
+            node.output.append(name)
+        else:
+            node.output.extend([name, *(self.fresh(f"{name}:{k}") for k in range(1, outputs))])
         for key, value in attrs.items():
             _set_attribute(node.attribute.add(), key, value)
-        return names[0] if outputs == 1 else names
+        return name if outputs == 1 else list(node.output)
 
     def alias(self, value: str, name: str) -> str:
         """`name` as an Identity of `value` (graph outputs need their own names)."""

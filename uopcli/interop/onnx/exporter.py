@@ -132,20 +132,20 @@ class _Exporter:
             if node.op == Ops.TUPLE:
                 plan += [(f"{name}[{i}]", element, None) for i, element in enumerate(node.src)
                          if element.op != Ops.NOOP]
-            elif node.op in CALLS:
-                plan += [(f"{name}[{i}]", element, node) for i, element in enumerate(node.src[0].src)
-                         if element.op != Ops.NOOP]
+            elif node.op in CALLS:  # a body's outputs are never NOOP
+                plan += [(f"{name}[{i}]", element, node) for i, element in enumerate(node.src[0].src)]
             elif node.op == Ops.STORE:
                 plan.append((name, node.src[1], None))
             elif node.op != Ops.NOOP:
                 plan.append((name, node, None))
         if not plan:
-            raise ExportError("nothing to export: the graph has no output with a value (only NOOPs)")
-        names = [name for name, _, _ in plan]
-        for name in names:
-            if names.count(name) > 1 or (name not in self.graph.outputs and name in self.graph.input_names):
+            raise ExportError("nothing to export: the graph's outputs hold no value (tuples of NOOPs only)")
+        seen, inputs = set(), set(self.graph.input_names)
+        for name, _, _ in plan:
+            if name in seen or (name not in self.graph.outputs and name in inputs):
                 raise ExportError(f"output name {name!r} (a tuple element) is also the name of another input "
                                   "or output: rename one")
+            seen.add(name)
         return plan
 
     # ------------------------------------------------------------------ values
@@ -193,7 +193,7 @@ class _Exporter:
                 if missing:
                     return missing
                 inner = self._enter(call, scope)
-            element = self._element(call, node.arg, node)
+            element = call.src[0].src[node.arg]
             return [] if element in inner.values else [(element, inner)]
         if op == Ops.PARAM:
             return []
@@ -211,20 +211,12 @@ class _Exporter:
             inner = scope.calls[call] = _Scope([scope.values[a] for a in call.src[1:]], path)
         return inner
 
-    def _element(self, call, index: int, reader):
-        element = call.src[0].src[index]
-        if element.op == Ops.NOOP:
-            raise ExportError(f"{_describe(self.graph, reader)} reads element {index} of {call.op} "
-                              f"{_call_name(call)!r}, which is a NOOP (no value)")
-        return element
-
     def _emit(self, node, scope: _Scope) -> str:
         op = node.op
-        if op == Ops.PARAM:
-            if scope.slots is None or isinstance(node.arg, str):
-                raise ExportError(f"{_describe(self.graph, node)}: a {'slot' if scope.slots is None else 'named'} "
-                                  f"PARAM {node.arg!r} {'outside' if scope.slots is None else 'inside'} a function "
-                                  "body, which the format does not allow")
+        if op == Ops.PARAM:  # graph inputs have their values from the start
+            if scope.slots is None:
+                raise ExportError(f"{_describe(self.graph, node)}: slot PARAM {node.arg} outside a function body "
+                                  "(the format allows slots only inside FUNCTION/CALL bodies)")
             return scope.slots[node.arg]
         if op == Ops.GETTUPLE:
             return scope.calls[node.src[0]].values[node.src[0].src[0].src[node.arg]]
@@ -232,48 +224,46 @@ class _Exporter:
             return scope.values[node.src[1]]
         if op in _IDENTITY:
             return scope.values[node.src[0]]
-        row = ROWS[op]
-        if row.emit is None:
-            raise ExportError(f"{_describe(self.graph, node)}: a {op} has no value of its own here "
-                              "(a TUPLE, FUNCTION or CALL is read by GETTUPLE or is a graph output)")
         self.serial += 1
         self.e.start(self._label(node, scope), _doc(node))
-        return row.emit(self.e, node, *(scope.values[s] for s in node.src))
+        return ROWS[op].emit(self.e, node, *(scope.values[s] for s in node.src))
 
     def _label(self, node, scope: _Scope) -> str:
+        """`scope/call path/name/OP_n`, the parts the node has."""
+        label = f"{node.op}_{self.serial}"
         meta = node.meta
-        parts = []
-        if meta is not None and meta.scope:
-            parts.append(meta.scope)
-        if scope.path:
-            parts.append(scope.path)
-        if meta is not None and meta.name:
-            parts.append(meta.name + (".backward" if meta.backward else ""))
-        elif meta is not None and meta.backward:
-            parts.append("backward")
-        parts.append(f"{node.op}_{self.serial}")
-        return "/".join(parts)
+        if meta is not None:
+            name, _, backward, where = meta
+            if name:
+                label = f"{name}.backward/{label}" if backward else f"{name}/{label}"
+            elif backward:
+                label = f"backward/{label}"
+            if scope.path:
+                label = f"{scope.path}/{label}"
+            if where:
+                label = f"{where}/{label}"
+        elif scope.path:
+            label = f"{scope.path}/{label}"
+        return label
 
 
 def _doc(node) -> str:
-    shape = ", ".join(str(s) for s in node.shape)
-    text = f"{node.op} {node.dtype.name}[{shape}]"
+    text = f"{node.op} {node.dtype.name}{list(node.shape)}"
     meta = node.meta
     if meta is None:
         return text
-    for key in ("name", "loc", "scope"):
-        value = getattr(meta, key)
-        if value:
-            text += f" | {key}={value}"
-    return text + (" | backward" if meta.backward else "")
+    name, loc, backward, scope = meta
+    if name:
+        text += f" | name={name}"
+    if loc:
+        text += f" | loc={loc}"
+    if scope:
+        text += f" | scope={scope}"
+    return text + " | backward" if backward else text
 
 
 def _value_info(name: str, node) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, TO_ONNX[node.dtype], list(node.shape))
-
-
-def _call_name(call) -> str:
-    return call.arg if call.op == Ops.FUNCTION else call.arg.name
 
 
 def _describe(graph: Graph, node) -> str:

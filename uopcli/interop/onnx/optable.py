@@ -123,7 +123,8 @@ def _reduce(e: Emitter, node, x: str) -> str:
     largest = e.carried(onnx_op, [x], dtype, VALUE_CARRIER.get(dtype), extra=[axes_name], keepdims=1)
     if dtype not in FLOATS:
         return largest
-    any_nan = e.op("ReduceMax", [e.op("IsNaN", [x]), axes_name], keepdims=1)
+    flags = e.op("Cast", [e.op("IsNaN", [x])], to=TO_ONNX[dtypes.uint8])  # ReduceMax takes bool from opset 20
+    any_nan = e.op("Cast", [e.op("ReduceMax", [flags, axes_name], keepdims=1)], to=TO_ONNX[dtypes.bool])
     return e.op("Where", [any_nan, e.scalar(float("nan"), dtype), largest])
 
 
@@ -207,8 +208,10 @@ def _flip(e: Emitter, node, x: str) -> str:
 
 ROWS: dict[str, Row] = {
     Ops.PARAM: Row(STRUCTURAL, "a graph input (name, dtype, shape); a body's slot is its call's arg i"),
-    Ops.CONST: Row(_const, "a shape-() initializer (TensorProto raw_data: the value's bytes, -0.0 and nan kept)"),
-    Ops.BUFFER: Row(_buffer, "an initializer holding the BUFFER's own little-endian bytes (raw_data)"),
+    Ops.CONST: Row(_const, "a shape-() initializer (onnx.proto TensorProto raw_data: the value's bytes, -0.0 "
+                           "and nan kept)"),
+    Ops.BUFFER: Row(_buffer, "an initializer holding the BUFFER's own little-endian bytes (onnx.proto TensorProto "
+                             "raw_data)"),
     Ops.NOOP: Row(STRUCTURAL, "no value: a TUPLE's NOOP element is no ONNX output"),
     Ops.NEG: Row(_neg, "Neg-13 (-0.0 and nan kept); unsigned: Sub-14 from 0 in int64, wrapping as numpy's -x"),
     Ops.RECIPROCAL: Row(_float_unary("Reciprocal"), "Reciprocal-13: 1/x, IEEE (1/-0.0 = -inf)"),
