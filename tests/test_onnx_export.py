@@ -283,3 +283,36 @@ def test_onnx_is_imported_only_when_writing_onnx():
     code = ("import sys, uopcli, uopcli.cli, uopcli.interop.onnx, uopcli.interop.onnx.dtypes; "
             "sys.exit('onnx' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+# ----------------------------------------------------------------------------- contractions
+
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.float32, dtypes.float64], ids=str)
+def test_matmuls_are_einsums_and_never_build_the_product(dtype):
+    """x @ w (EXPANDs, MUL, REDUCE ADD as tinygrad spells it) and its gradient: Einsum over
+    the factors; no node of the model has the (batch, n, k) product's shape."""
+    x, w = UOp.param("x", (5, 7), dtype), UOp.param("w", (7, 3), dtype)
+    graph = Graph({"loss": ((x @ w).relu() * (x @ w)).sum() + (x * x).sum()}, inputs=[x, w])
+    gradient, _ = differentiate(graph, ["x", "w"], keep_forward=True)
+    model = to_onnx(gradient)
+    onnx.checker.check_model(model, full_check=True)
+    inferred = onnx.shape_inference.infer_shapes(model)
+    shapes = [[d.dim_value for d in v.type.tensor_type.shape.dim] for v in inferred.graph.value_info]
+    assert sum(n.op_type == "Einsum" for n in model.graph.node) >= 4
+    assert [5, 3, 7] not in shapes and [5, 7, 3] not in shapes and [7, 3, 5] not in shapes
+    if dtype is dtypes.float16:  # the evaluator multiplies and adds float16 contractions in float32, as ours
+        inputs = gather_inputs(gradient.inputs, [], 0)
+        ours, truth = run_onnx(gradient, inputs), evaluated(gradient, inputs)
+        for name in truth:
+            assert_close(ours[name], truth[name], name, rtol=2e-3)
+    else:
+        check_against_eval(gradient)
+
+
+def test_products_that_are_not_contractions_run_node_by_node():
+    """A product broadcast along an axis neither factor has is summed as written."""
+    x = UOp.param("x", (4, 1))
+    product = x.expand(4, 6) * UOp.param("y", (4, 1)).expand(4, 6)
+    graph = Graph({"s": product.r("ADD", (1,))})
+    assert not any(n.op_type == "Einsum" for n in to_onnx(graph).graph.node)
+    check_against_eval(graph)

@@ -7,7 +7,8 @@
   an Identity of its value. A TUPLE, FUNCTION or CALL output becomes one output per
   element, `name[i]`, as `uopgrad eval` lists it; NOOP elements have none.
 - **Every op by the table** in optable.py (exact equivalents in exact.py); BUFFER data
-  and constants become initializers (their own bytes).
+  and constants become initializers (their own bytes). A REDUCE ADD over a MUL of
+  broadcast factors (a matmul, as tinygrad spells it) is one Einsum (contract.py).
 - **Calls are inlined per call site**, as the evaluator runs them: a body's nodes are
   emitted once for each FUNCTION/CALL node that a GETTUPLE reads, with slot i bound to
   arg i, named under the call's name. (ONNX local functions would keep one copy per body,
@@ -30,6 +31,7 @@ from uopcli.errors import GraphError
 from uopcli.graph import Graph
 from uopcli.ops import CALLS, Ops
 
+from .contract import contraction, emit_contraction
 from .dtypes import TO_ONNX
 from .emit import Emitter
 from .optable import ROWS
@@ -113,6 +115,7 @@ class _Exporter:
         self.e = Emitter(proto, reserved)
         self.top = _Scope(None, "")
         self.serial = 0
+        self.contractions: dict = {}  # REDUCE UOp -> its Einsum plan, or None
 
     def run(self) -> None:
         self.proto.name = self.graph.meta.get("name", "uopgrad")
@@ -202,7 +205,18 @@ class _Exporter:
             return [] if needed in scope.values else [(needed, scope)]
         if op in _IDENTITY:
             return [] if node.src[0] in scope.values else [(node.src[0], scope)]
+        if op == Ops.REDUCE:
+            plan = self._contraction(node)
+            if plan is not None:  # the factors before their EXPANDs; the product is never built
+                return [(f.base, scope) for f in reversed(plan.factors) if f.base not in scope.values]
         return [(s, scope) for s in reversed(node.src) if s not in scope.values]
+
+    def _contraction(self, node):
+        try:
+            return self.contractions[node]
+        except KeyError:
+            plan = self.contractions[node] = contraction(node)
+            return plan
 
     def _enter(self, call, scope: _Scope) -> _Scope:
         inner = scope.calls.get(call)
@@ -226,6 +240,10 @@ class _Exporter:
             return scope.values[node.src[0]]
         self.serial += 1
         self.e.start(self._label(node, scope), _doc(node))
+        if op == Ops.REDUCE:
+            plan = self._contraction(node)
+            if plan is not None:
+                return emit_contraction(self.e, node, plan, [scope.values[f.base] for f in plan.factors])
         return ROWS[op].emit(self.e, node, *(scope.values[s] for s in node.src))
 
     def _label(self, node, scope: _Scope) -> str:

@@ -242,7 +242,8 @@ ROWS: dict[str, Row] = {
                    "bool/int16/uint16/uint32/uint64 through a carrier"),
     Ops.MULACC: Row(_mulacc, "Mul-14 then Add-14, two roundings as the evaluator's multiply then add"),
     Ops.REDUCE: Row(_reduce, "ReduceSum-13, ReduceProd-18, ReduceMax-18, keepdims=1; integer sums and products "
-                    "by a tree of Add-14 / Mul-14 (see _reduce)"),
+                    "by a tree of Add-14 / Mul-14 (see _reduce); float sums of broadcast products: Einsum-12 "
+                    "(contract.py)"),
     Ops.RESHAPE: Row(_reshape, "Reshape-19 (allowzero=1 for 0 sizes)"),
     Ops.EXPAND: Row(_expand, "Expand-13 (only size-1 axes grow: broadcasting is exact)"),
     Ops.PERMUTE: Row(_permute, "Transpose-13 (perm = the axis order)"),
