@@ -24,8 +24,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
@@ -94,8 +92,8 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in seconds")
     args = parser.parse_args(argv)
     import onnxruntime
-    mlps = [(64, 256, 3, 3)] if args.quick else [(256, 1024, 4, 5), (1024, 2048, 4, 3)]
-    convs = [(2, 4, 8, 2)] if args.quick else [(32, 32, 32, 3)]
+    mlps = [(32, 128, 2, 2)] if args.quick else [(256, 1024, 4, 5), (1024, 2048, 4, 3)]
+    convs = [(1, 2, 6, 2)] if args.quick else [(32, 32, 32, 3)]
     rows = []
     for batch, width, layers, repeats in mlps:
         arrays = bench_eval.mlp_arrays(batch, width, layers)
@@ -105,7 +103,7 @@ def main(argv=None) -> None:
         arrays = bench_eval.conv_arrays(batch, channels, size)
         rows.append(side_by_side(f"conv net gradient, batch {batch}, {channels} channels, {size}x{size}",
                                  bench_eval.conv_gradient_graph(batch, channels, size), arrays, repeats))
-    sizes = 10_000 if args.quick else 100_000
+    sizes = 2_000 if args.quick else 100_000
     speed = [export_speed(family, sizes) for family in ("chain", "mlp", "attention")]
     print("## ONNX export: the numpy evaluator against onnxruntime\n\n"
           f"`bench/bench_onnx.py` (onnxruntime {onnxruntime.__version__}, CPU provider): each gradient evaluated "

@@ -541,9 +541,8 @@ class Bench:
         progress("onnx: the evaluator against onnxruntime")
         child = run_child([PY, str(HERE / "bench_onnx.py"), *(["--quick"] if self.quick else [])], env=numpy_env())
         if child.returncode != 0:
-            text = f"## ONNX export
-
-not measured: {_last_line(child.stderr) or f'exit {child.returncode}'}"
+            why = _last_line(child.stderr) or f"exit {child.returncode}"
+            text = f"## ONNX export\n\nnot measured: {why}"
         else:
             text = child.stdout.decode()
         self.sections.append(text)

@@ -325,8 +325,8 @@ def test_movement(dtype):
     check_op(lambda v: UOp.make(Ops.PAD, v.dtype, (v,), ((1, 0), (0, 2), (3, 1))), {"x": x})
     check_op(lambda v: UOp.make(Ops.SHRINK, v.dtype, (v,), ((0, 2), (1, 3), (2, 2))), {"x": x})
     check_op(lambda v: UOp.make(Ops.FLIP, v.dtype, (v,), (True, False, True)), {"x": x})
-    check_op(lambda v: UOp.make(Ops.RESHAPE, v.dtype, (UOp.make(Ops.SHRINK, v.dtype, (v,), ((0, 0), (0, 3), (0, 4))),),
-                                (0, 12)), {"x": x})
+    empty = lambda v: UOp.make(Ops.SHRINK, v.dtype, (v,), ((0, 2), (1, 1), (0, 4)))  # noqa: E731 - (2, 0, 4)
+    check_op(lambda v: UOp.make(Ops.RESHAPE, v.dtype, (empty(v),), (0, 7)), {"x": x})  # 0 is a size, not "keep"
 
 
 @pytest.mark.parametrize("op", [Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH])
