@@ -15,7 +15,7 @@ BENCH_ARGS ?=  # e.g. make bench BENCH_ARGS=--quick
 PYTEST_ARGS ?=  # e.g. make test PYTEST_ARGS=--runslow (the long fuzz run too)
 # what the tours of README.md and samples/README.md write in the root, by name: make clean
 # removes exactly these, never other files of yours that happen to sit there
-TOUR_FILES := both.uop broken.uop d1.uop d2.uop d3.uop d4.uop d5.uop grad.uop grad_b2.dot \
+TOUR_FILES := grad.onnx gpt.onnx both.uop broken.uop d1.uop d2.uop d3.uop d4.uop d5.uop grad.uop grad_b2.dot \
 	mlp-grad.svg mlp-grad.uop mlp-train.uop poly.json poly.uop rnn.png vjp.uop x.npy attention-grad.svg \
 	model.uop grad.svg model-grad.uop gradient-check.json \
 	bert-grad.uop bert-grad.npz mlp-dynamic.onnx
@@ -86,7 +86,7 @@ test: setup $(ONNX_STAMP)
 		if [ $$status -eq 5 ]; then echo "make test: FAILED: pytest collected no tests" >&2; fi; \
 		exit $$status
 
-bench: setup $(BENCH_STAMP)
+bench: setup $(BENCH_STAMP) $(ONNX_STAMP)
 	@if [ -f bench/run.py ]; then $(RUN) $(PY) bench/run.py $(BENCH_ARGS); \
 		else echo "make bench: bench/run.py is not there yet" >&2; exit 1; fi
 
@@ -95,13 +95,14 @@ $(BENCH_STAMP): $(STAMP)
 	@$(call editable_install,test$(comma)bench)
 	@touch $@
 
-# onnx and onnxruntime (the [onnx-test] extra) for the ONNX tests, each on its own: a Python
-# for which one has no wheel still runs every other test, and the ONNX tests say why they skip
+# onnx and onnxruntime (the [onnx-test] extra) for the ONNX tests (import and export), each
+# on its own: a Python for which one has no wheel still runs every other test, and the ONNX
+# tests say why they skip (pytest -ra prints the reasons)
 $(ONNX_STAMP): $(STAMP)
 	@echo "make: installing onnx and onnxruntime for the ONNX tests (pip's log: $(VENV)/install.log)"
-	@for package in 'onnx>=1.16' 'onnxruntime>=1.17'; do \
+	@for package in 'onnx>=1.16' 'onnxruntime>=1.20'; do \
 		$(PY) -m pip install "$$package" >>$(VENV)/install.log 2>&1 || \
-		echo "make: $$package cannot be installed for $$($(PY) --version): its tests will skip (see $(VENV)/install.log)" >&2; \
+		echo "make: $$package cannot be installed for $$($(PY) --version 2>&1): its tests will skip (see $(VENV)/install.log)" >&2; \
 	done
 	@touch $@
 

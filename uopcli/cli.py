@@ -28,7 +28,7 @@ from .errors import UOpError
 
 PROG = "uopgrad"
 EXIT_FAILURE = 1
-BINARY_FORMS = {"msgpack", "npz", "png", "pdf"}
+BINARY_FORMS = {"msgpack", "npz", "png", "pdf", "onnx"}
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2
 RENDER_EXTENSIONS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv": "dot"}
 
@@ -444,7 +444,34 @@ def _check_specs(ctx, param, specs: tuple) -> tuple:
 def _uop_form(dest: str, to: str | None = None) -> str:
     if to:
         return to
+    if dest.lower().endswith(".onnx"):  # ONNX export: see _graph_data
+        return "onnx"
     return "json" if dest.lower().endswith(".json") else "msgpack"
+
+
+# ----------------------------------------------------------------------------- ONNX output
+# A graph written to a .onnx OUT (or --to onnx) is exported as standard ONNX
+# (uopcli.interop.onnx.exporter); the onnx package is imported only then.
+
+_OPSET_HELP = "ONNX opset of an ONNX OUT (default 20)."
+
+
+def _check_opset(form: str, opset: int | None) -> None:
+    if opset is not None and form != "onnx":
+        raise click.UsageError("--opset is for ONNX output: give -o FILE.onnx (or --to onnx)")
+
+
+def _graph_data(graph, form: str, opset: int | None):
+    """What a graph file holds: the .uop form's pieces (formats.uop.dump_parts), or ONNX bytes."""
+    if form != "onnx":
+        from .formats.uop import dump_parts
+        return dump_parts(graph, form)
+    try:
+        from .interop.onnx.exporter import onnx_bytes
+    except ModuleNotFoundError as e:
+        raise CommandFailed(f"writing ONNX needs the {e.name} package, which is not installed: "
+                            "pip install 'uopgrad[onnx]'") from None
+    return onnx_bytes(graph, opset)
 
 
 def _names(text: str | None, option: str) -> list[str]:
@@ -537,10 +564,11 @@ class _NoBar:
               "or a new input cotangent_<output>.")
 @click.option("--keep-forward", is_flag=True, help="Keep the forward outputs, before the gradients.")
 @click.option("-o", "--output", default="-", show_default=True, metavar="OUT",
-              help="Where to write the gradient graph (.json for the JSON form).")
+              help="Where to write the gradient graph (.json for the JSON form, .onnx for ONNX).")
 @click.option("--report", "report_path", metavar="FILE", help="Also write the zero-gradient report as JSON.")
 @click.option("--stats", is_flag=True, help="Print each step's wall and CPU time on stderr (also with --quiet).")
-def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats):
+@click.option("--opset", type=click.IntRange(min=1), metavar="N", help=_OPSET_HELP)
+def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats, opset):
     """Write the gradient graph of IN's output(s) with respect to the inputs --wrt.
 
     The result keeps every input of IN, in order (plus cotangent_<output> inputs with
@@ -548,8 +576,8 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats):
     identically zero are reported on stderr, with the reason.
     """
     from .tools.differentiate import differentiate
-    from .formats.uop import dump_parts
     form = _uop_form(output)
+    _check_opset(form, opset)
     _refuse_binary_terminal(output, form, "give -o FILE")
     if report_path == "-" and output == "-":
         raise click.UsageError("--report - and the graph cannot both go to stdout: give -o OUT")
@@ -561,7 +589,7 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats):
         steps.next()
         result, report = differentiate(graph, wrt_names, of_names or None, cotangent, keep_forward)
         steps.next()
-        data = dump_parts(result, form)
+        data = _graph_data(result, form, opset)
         steps.next()
         files = _with_onnx_weights([(output, data)], output)
         if report_path:
@@ -820,21 +848,24 @@ def print_(source):
 
 # ----------------------------------------------------------------------------- convert, validate
 
-@_command("convert", short="Rewrite a .uop file as canonical JSON or MessagePack.", example="""\
+@_command("convert", short="Rewrite a .uop file as canonical JSON or MessagePack, or as ONNX.", example="""\
   uopgrad convert model.uop -o model.json
   uopgrad convert model.json -o model.uop
+  uopgrad convert grad.uop -o grad.onnx --opset 21
   uopgrad convert model.uop --to json -o - | less""")
 @click.argument("source", metavar="IN")
 @click.option("-o", "--output", required=True, metavar="OUT", help="Where to write (- for stdout).")
-@click.option("--to", type=click.Choice(["json", "msgpack"]),
-              help="The form (default: JSON for a .json OUT, else MessagePack).")
-def convert(source, output, to):
-    """Write IN in canonical form, as JSON or MessagePack."""
-    from .formats.uop import dump_parts
+@click.option("--to", type=click.Choice(["json", "msgpack", "onnx"]),
+              help="The form (default: JSON for a .json OUT, ONNX for .onnx, else MessagePack).")
+@click.option("--opset", type=click.IntRange(min=1), metavar="N", help=_OPSET_HELP)
+def convert(source, output, to, opset):
+    """Write IN in canonical form, as JSON or MessagePack; or as a standard ONNX model
+    (inputs and outputs keep their names; every op exported exactly)."""
     form = _uop_form(output, to)
+    _check_opset(form, opset)
     _refuse_binary_terminal(output, form, "use --to json, or give -o FILE")
     graph, _ = _read_graph(source)
-    _write_together(_with_onnx_weights([(output, dump_parts(graph, form))], output))
+    _write_together(_with_onnx_weights([(output, _graph_data(graph, form, opset))], output))
 
 
 @_command("validate", short="Check a file against the format; print ok and counts.", example="""\
