@@ -25,7 +25,7 @@ onnx, ort = need_onnx_and_runtime()
 
 from uopcli.interop.onnx.emit import ORT_KERNELS  # noqa: E402 - needs onnx
 from uopcli.interop.onnx.exporter import MIN_OPSET, ExportError, to_onnx  # noqa: E402
-from uopcli.interop.onnx.optable import ROWS  # noqa: E402
+from uopcli.interop.onnx.export_table import ROWS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((ROOT / "samples").glob("*.uop"))

@@ -18,7 +18,7 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 from uopcli import evaluate_graph  # noqa: E402
 from uopcli.interop.onnx.importer import import_model  # noqa: E402
-from uopcli.interop.onnx.op_table import TABLE  # noqa: E402
+from uopcli.interop.onnx.import_table import TABLE  # noqa: E402
 
 RNG = np.random.default_rng(0)
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL

@@ -10,7 +10,7 @@ Values: the same sums of the same products, added in another order, as any two
 float32 sums are (the evaluator's contractions run in BLAS too). float16 factors
 multiply and add in float32 (also where the builder casts their product to float32 to
 sum it), which is what the evaluator does for a float16 contraction. Integer sums stay
-exact trees (optable._integer_tree).
+exact trees (export_table._integer_tree).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
 - **Inputs and outputs keep their names** (`x`, `loss`, `grad_w`); each graph output is
   an Identity of its value. A TUPLE, FUNCTION or CALL output becomes one output per
   element, `name[i]`, as `uopgrad eval` lists it; NOOP elements have none.
-- **Every op by the table** in optable.py (exact equivalents in exact.py); BUFFER data
+- **Every op by the table** in export_table.py (exact equivalents in exact.py); BUFFER data
   and constants become initializers (their own bytes). A REDUCE ADD over a MUL of
   broadcast factors (a matmul, as tinygrad spells it) is one Einsum (contract.py).
 - **Calls are inlined per call site**, as the evaluator runs them: a body's nodes are
@@ -34,7 +34,7 @@ from uopcli.core.ops import CALLS, Ops
 from .contract import contraction, emit_contraction
 from .dtypes import TO_ONNX
 from .emit import Emitter
-from .optable import ROWS
+from .export_table import ROWS
 
 DEFAULT_OPSET = 20
 MIN_OPSET = 18          # BitwiseAnd/Or/Xor and ReduceMax/ReduceProd with axes as an input

@@ -6,7 +6,7 @@
   with respect to; their values are returned as `weights` {name: array} (the CLI writes
   them beside a converted file as model.npz, and uses them for inputs not given). Integer
   and bool initializers (index tables, masks, shapes) are constants of the graph.
-- Each node is built by its row of op_table.TABLE. A node whose inputs are all known at
+- Each node is built by its row of import_table.TABLE. A node whose inputs are all known at
   import (constants, shapes, integer initializers; never weights) is computed then, so
   shape subgraphs (Shape, Gather, Concat, ... of sizes) fold to constants.
 - Every node made for an ONNX node carries Metadata(name=<op type>, loc=<ONNX node name>,
@@ -30,7 +30,7 @@ from uopcli import FormatError, Graph, Metadata, UOp, UOpError
 from uopcli.core.uop import next_serial, valid_name
 
 from .dtypes import FROM_ONNX, UNSUPPORTED_NAMES
-from .op_table import TABLE
+from .import_table import TABLE
 
 ONNX_DOMAINS = ("", "ai.onnx")
 

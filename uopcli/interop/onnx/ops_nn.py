@@ -1,6 +1,6 @@
 """ONNX's layer ops as UOp graphs: products, convolution, pooling, normalisation, the LSTM
 (unrolled over its sequence) and the softmax cross-entropy loss. Same contract as
-ops_tensor.py; the table in op_table.py gives versions and attributes."""
+ops_tensor.py; the table in import_table.py gives versions and attributes."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """ONNX ops on tensors as UOp graphs: elementwise maths, comparisons, reductions, shapes,
 movement, indexing and constants. One function per op, named like it; the table in
-op_table.py says which spec versions and attributes each follows.
+import_table.py says which spec versions and attributes each follows.
 
 Every function takes the node's context (importer.NodeContext): `ctx.x(i)` is input i as
 a UOp (None when absent), `ctx.static(i)` its value when known at import time (a numpy
