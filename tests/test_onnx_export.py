@@ -236,6 +236,12 @@ def test_cli_diff_to_onnx_runs_in_onnxruntime(tmp_path):
     ours = dict(zip([o.name for o in session.get_outputs()], session.run(None, inputs)))
     assert list(ours) == ["grad_w1"] == list(truth)
     assert_close(ours["grad_w1"], truth["grad_w1"], "grad_w1")
+    # and back: .uop -> .onnx -> .uop, the same inputs and values
+    assert uopgrad("convert", "grad.onnx", "-o", "back.uop", cwd=tmp_path).returncode == 0
+    assert not (tmp_path / "back.npz").exists()  # our constants read back as constants, not weights
+    done = uopgrad("eval", "back.uop", "--random", "--seed", "3", "-o", "back.npz", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert_close(np.load(tmp_path / "back.npz")["grad_w1"], truth["grad_w1"], "grad_w1 read back")
 
 
 @needs_cli

@@ -85,6 +85,18 @@ def test_the_cli_differentiates_imported_models_as_pytorch_does(name, tmp_path):
     grads = np.load(tmp_path / "grads.npz")
     for target in targets:
         assert_close(grads[f"grad_{target}"], reference[f"grad_{target}"], f"{name}: uopgrad's d out / d {target}")
+    # the same gradient as ONNX carries the model's weights: onnxruntime runs it on the data alone
+    run = uopgrad("diff", SAMPLES / name, "--wrt", ",".join(targets), "--cotangent", "ones", "-o", tmp_path / "grad.onnx")
+    assert run.returncode == 0, run.stderr
+    assert not (tmp_path / "grad.onnx.npz").exists()
+    onnx.checker.check_model(onnx.load(str(tmp_path / "grad.onnx")), full_check=True)
+    session = ort.InferenceSession(str(tmp_path / "grad.onnx"), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == data
+    in_ort = dict(zip([o.name for o in session.get_outputs()], session.run(None, {data[0]: reference[data[0]]})))
+    assert list(in_ort) == [f"grad_{target}" for target in targets]
+    for target in targets:
+        assert_close(in_ort[f"grad_{target}"], reference[f"grad_{target}"], f"{name}: onnxruntime's d out / d {target}")
+        assert_close(in_ort[f"grad_{target}"], grads[f"grad_{target}"], f"{name}: onnxruntime against uopgrad eval")
 
 
 @pytest.mark.parametrize("name, wrt", [("mlp-dynamo18.onnx", "x,fc1.weight,fc2.bias"),

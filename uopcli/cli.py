@@ -408,10 +408,11 @@ def _onnx_weights() -> dict | None:
     return click.get_current_context().meta.get("uopgrad.weights")
 
 
-def _with_onnx_weights(files: list, output: str) -> list:
-    """`files` plus OUT.npz, the ONNX model's weights, beside a .uop OUT (written together)."""
+def _with_onnx_weights(files: list, output: str, form: str) -> list:
+    """`files` plus OUT.npz, the ONNX model's weights, beside a .uop OUT (written together);
+    an ONNX OUT holds them itself (_graph_data)."""
     weights = _onnx_weights()
-    if not weights or output.lower().endswith(".onnx"):
+    if not weights or form == "onnx":
         return files
     if output == "-":
         _note("the model's weights are not written with OUT on stdout: give -o FILE to get FILE.npz beside it")
@@ -462,7 +463,9 @@ def _check_opset(form: str, opset: int | None) -> None:
 
 
 def _graph_data(graph, form: str, opset: int | None):
-    """What a graph file holds: the .uop form's pieces (formats.uop.dump_parts), or ONNX bytes."""
+    """What a graph file holds: the .uop form's pieces (formats.uop.dump_parts), or ONNX
+    bytes, where an ONNX model IN's weights are initializers, as in IN: the file runs
+    given only the model's own inputs (and cotangents)."""
     if form != "onnx":
         from .formats.uop import dump_parts
         return dump_parts(graph, form)
@@ -471,7 +474,7 @@ def _graph_data(graph, form: str, opset: int | None):
     except ModuleNotFoundError as e:
         raise CommandFailed(f"writing ONNX needs the {e.name} package, which is not installed: "
                             "pip install 'uopgrad[onnx]'") from None
-    return onnx_bytes(graph, opset)
+    return onnx_bytes(graph, opset, _onnx_weights())
 
 
 def _names(text: str | None, option: str) -> list[str]:
@@ -591,7 +594,7 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats, 
         steps.next()
         data = _graph_data(result, form, opset)
         steps.next()
-        files = _with_onnx_weights([(output, data)], output)
+        files = _with_onnx_weights([(output, data)], output, form)
         if report_path:
             import json
             files.append((report_path, (json.dumps(report.to_dict(), indent=2) + "\n").encode()))
@@ -865,7 +868,7 @@ def convert(source, output, to, opset):
     _check_opset(form, opset)
     _refuse_binary_terminal(output, form, "use --to json, or give -o FILE")
     graph, _ = _read_graph(source)
-    _write_together(_with_onnx_weights([(output, _graph_data(graph, form, opset))], output))
+    _write_together(_with_onnx_weights([(output, _graph_data(graph, form, opset))], output, form))
 
 
 @_command("validate", short="Check a file against the format; print ok and counts.", example="""\

@@ -21,7 +21,7 @@ from onnx import AttributeProto, GraphProto, TensorProto
 
 from uopcli.core.ops import DType, dtypes
 
-from .dtypes import TO_ONNX
+from .dtypes import CONSTANT_DOC, TO_ONNX
 
 _SIGNED = frozenset({dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64})
 _UNSIGNED = frozenset({dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64})
@@ -148,6 +148,7 @@ class Emitter:
         tensor.data_type = TO_ONNX[dtype]
         tensor.dims.extend(shape)
         tensor.raw_data = data
+        tensor.doc_string = CONSTANT_DOC
         return tensor.name
 
     def filled(self, shape, value, dtype: DType) -> str:
@@ -192,14 +193,16 @@ class Emitter:
         bits). onnxruntime's Where (1.20 to 1.32) returns +0.0 for a -0.0 taken from its
         *first* branch (its second keeps every bit): a branch known never to be -0.0 goes
         first (Not(cond) swaps them), else a -0.0 lost there is restored by a multiply by
-        -1 (exact for every value)."""
+        -1 (exact for every value) where the picked value is +0.0, so a runtime whose Where
+        keeps the sign, as the spec says (onnx.reference, our importer), gives it too."""
         if dtype in FLOATS:
             if not b_may_be_minus_zero:
                 return self.op("Where", [self.op("Not", [cond]), b, a])
             picked = self.op("Where", [cond, a, b])
             if not a_may_be_minus_zero:
                 return picked
-            lost = self.op("And", [cond, self.minus_zero(a, dtype)])
+            kept = self.minus_zero(picked, dtype)
+            lost = self.op("And", [self.op("And", [cond, self.minus_zero(a, dtype)]), self.op("Not", [kept])])
             return self.op("Mul", [picked, self.sign_factor(lost, dtype)])
         if self.native("Where", dtype):
             return self.op("Where", [cond, a, b])

@@ -2,10 +2,15 @@
 
     model = to_onnx(graph)                 # onnx.ModelProto, default opset 20
     save_onnx(graph, "grad.onnx", opset=21)
+    to_onnx(graph, weights={"fc.weight": w})   # fc.weight an initializer, not an input
 
 - **Inputs and outputs keep their names** (`x`, `loss`, `grad_w`); each graph output is
   an Identity of its value. A TUPLE, FUNCTION or CALL output becomes one output per
   element, `name[i]`, as `uopgrad eval` lists it; NOOP elements have none.
+- **Weights are initializers**: inputs named in `weights` (an imported model's own
+  weights) are written as initializers holding those arrays, not as inputs, as PyTorch's
+  exporter writes a model's parameters: the file runs given only the model's own inputs
+  (and cotangents). A weight no output reads (a gradient's unused bias) is left out.
 - **Every op by the table** in export_table.py (exact equivalents in exact.py); BUFFER data
   and constants become initializers (their own bytes). A REDUCE ADD over a MUL of
   broadcast factors (a matmul, as tinygrad spells it) is one Einsum (contract.py).
@@ -23,6 +28,9 @@
 
 from __future__ import annotations
 
+from typing import Mapping
+
+import numpy as np
 import onnx
 from onnx import helper
 
@@ -54,8 +62,10 @@ def default_opset() -> int:
     return min(DEFAULT_OPSET, newest_opset())
 
 
-def to_onnx(graph: Graph, opset: int | None = None) -> onnx.ModelProto:
-    """The ONNX model computing `graph`'s outputs from its inputs (see the module doc)."""
+def to_onnx(graph: Graph, opset: int | None = None, weights: Mapping | None = None) -> onnx.ModelProto:
+    """The ONNX model computing `graph`'s outputs from its inputs (see the module doc);
+    inputs named in `weights` become initializers holding those arrays (names that are
+    no input of the graph are left out)."""
     opset = default_opset() if opset is None else _checked_opset(opset)
     model = helper.make_model(onnx.GraphProto(), opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="uopgrad", producer_version=__version__)
@@ -63,24 +73,24 @@ def to_onnx(graph: Graph, opset: int | None = None) -> onnx.ModelProto:
     for key, value in sorted(graph.meta.items()):
         entry = model.metadata_props.add()
         entry.key, entry.value = key, value
-    _Exporter(graph, model.graph).run()
+    _Exporter(graph, model.graph, weights or {}).run()
     return model
 
 
-def onnx_bytes(graph: Graph, opset: int | None = None) -> bytes:
+def onnx_bytes(graph: Graph, opset: int | None = None, weights: Mapping | None = None) -> bytes:
     """The serialized ONNX model (what a .onnx file holds)."""
-    model = to_onnx(graph, opset)
+    model = to_onnx(graph, opset, weights)
     size = model.ByteSize()
     if size > _PROTOBUF_LIMIT:
         raise ExportError(f"the ONNX model would be {size / 2 ** 30:.2f} GiB: protobuf cannot write more than 2 GiB "
-                          "in one file (the embedded BUFFER data is too large)")
+                          "in one file (the embedded BUFFER data and weights are too large)")
     return model.SerializeToString()
 
 
-def save_onnx(graph: Graph, path: str, opset: int | None = None) -> None:
+def save_onnx(graph: Graph, path: str, opset: int | None = None, weights: Mapping | None = None) -> None:
     """Write the ONNX model to `path`, all at once or not at all."""
     from uopcli.formats.atomic import write_atomically
-    write_atomically(path, onnx_bytes(graph, opset))
+    write_atomically(path, onnx_bytes(graph, opset, weights))
 
 
 def _checked_opset(opset: int) -> int:
@@ -108,8 +118,8 @@ _IDENTITY = frozenset({Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.
 
 
 class _Exporter:
-    def __init__(self, graph: Graph, proto: onnx.GraphProto):
-        self.graph, self.proto = graph, proto
+    def __init__(self, graph: Graph, proto: onnx.GraphProto, weights: Mapping):
+        self.graph, self.proto, self.weights = graph, proto, weights
         self.outputs = self._output_plan()
         reserved = set(graph.input_names) | {name for name, _, _ in self.outputs}
         self.e = Emitter(proto, reserved)
@@ -120,8 +130,9 @@ class _Exporter:
     def run(self) -> None:
         self.proto.name = self.graph.meta.get("name", "uopgrad")
         for node in self.graph.inputs:
-            self.proto.input.append(_value_info(node.arg, node))
-            self.top.values[node] = node.arg
+            if node.arg not in self.weights:  # a weight's initializer is written when a node reads it
+                self.proto.input.append(_value_info(node.arg, node))
+                self.top.values[node] = node.arg
         for name, root, scope in self.outputs:
             value = self._resolve(root, scope)
             self.e.alias(value, name)
@@ -227,7 +238,10 @@ class _Exporter:
 
     def _emit(self, node, scope: _Scope) -> str:
         op = node.op
-        if op == Ops.PARAM:  # graph inputs have their values from the start
+        if op == Ops.PARAM:  # graph inputs have their values from the start, weights once read
+            if scope.slots is None and node.arg in self.weights:
+                self.proto.initializer.append(_weight(node, self.weights[node.arg]))
+                return node.arg
             if scope.slots is None:
                 raise ExportError(f"{_describe(self.graph, node)}: slot PARAM {node.arg} outside a function body "
                                   "(the format allows slots only inside FUNCTION/CALL bodies)")
@@ -282,6 +296,17 @@ def _doc(node) -> str:
 
 def _value_info(name: str, node) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, TO_ONNX[node.dtype], list(node.shape))
+
+
+def _weight(node, value) -> onnx.TensorProto:
+    """Input `node`'s initializer holding `value` (its own dtype and shape, no cast)."""
+    array = np.asarray(value)
+    if array.dtype != node.dtype.np or array.shape != tuple(node.shape):
+        raise ExportError(f"weight {node.arg!r} is {array.dtype}{list(array.shape)} but the input is "
+                          f"{node.dtype.name}{list(node.shape)}")
+    tensor = onnx.TensorProto(name=node.arg, data_type=TO_ONNX[node.dtype], dims=array.shape)
+    tensor.raw_data = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
+    return tensor
 
 
 def _describe(graph: Graph, node) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+from . import ops_exact as x
 from . import ops_nn as nn
 from . import ops_tensor as t
 
@@ -100,6 +101,25 @@ TABLE: dict[str, OpRow] = {
     "GatherND": _row(t.gather_nd, (12, 13), batch_dims=0),
     "Expand": _row(t.expand, (8, 13)),
     "Trilu": _row(t.trilu, (14,), upper=1),
+    # -- what uopgrad's exporter writes besides (ops_exact.py), so its files read back
+    "Reciprocal": _row(x.reciprocal, (6, 13)),                # 1 / x, IEEE (1/-0.0 = -inf)
+    "Sin": _row(x.sin, (7,)),                                 # sin x
+    "Floor": _row(x.floor, (6, 13)),                          # ⌊x⌋
+    "Ceil": _row(x.ceil, (6, 13)),                            # ⌈x⌉
+    "Round": _row(x.round_, (11, 22)),                        # nearest, halves to even, sign kept
+    "IsInf": _row(x.isinf, (10, 20), detect_positive=1, detect_negative=1),
+    "Max": _row(x.max_, (8, 12, 13)),                         # elementwise max of n inputs, broadcast
+    "Mod": _row(x.mod, (10, 13), fmod=0),                     # fmod 0: divisor's sign; 1: dividend's
+    "Or": _row(x.or_, (7,)),                                  # a or b (bools)
+    "Xor": _row(x.xor, (7,)),                                 # a xor b (bools)
+    "BitwiseAnd": _row(x.bitwise_and, (18,)),                 # a & b (integers)
+    "BitwiseOr": _row(x.bitwise_or, (18,)),                   # a | b
+    "BitwiseXor": _row(x.bitwise_xor, (18,)),                 # a ^ b
+    "BitwiseNot": _row(x.bitwise_not, (18,)),                 # ~a
+    "BitShift": _row(x.bit_shift, (11,), direction=None),     # a << b, a >> b (unsigned)
+    "Einsum": _row(x.einsum, (12,), equation=None),           # Σ over the letters not in the output
+    "Pad": _row(x.pad, (18, 19, 21, 23), mode="constant"),    # constant mode; pads [begins, ends]
+    "ReduceProd": _row(x.reduce_prod, (11, 13, 18), axes=None, **_REDUCE),  # Π over axes
     # -- values known at import
     "Constant": _row(t.constant, (12, 13) + _LATER, value=None, value_float=None, value_floats=None,
                      value_int=None, value_ints=None),

@@ -5,7 +5,8 @@
 - Float initializers (the weights) become named inputs too, so they can be differentiated
   with respect to; their values are returned as `weights` {name: array} (the CLI writes
   them beside a converted file as model.npz, and uses them for inputs not given). Integer
-  and bool initializers (index tables, masks, shapes) are constants of the graph.
+  and bool initializers (index tables, masks, shapes), and those uopgrad's exporter wrote
+  for a graph's constants (dtypes.CONSTANT_DOC), are constants of the graph.
 - Each node is built by its row of import_table.TABLE. A node whose inputs are all known at
   import (constants, shapes, integer initializers; never weights) is computed then, so
   shape subgraphs (Shape, Gather, Concat, ... of sizes) fold to constants.
@@ -29,7 +30,7 @@ import numpy as np
 from uopcli import FormatError, Graph, Metadata, UOp, UOpError
 from uopcli.core.uop import next_serial, valid_name
 
-from .dtypes import FROM_ONNX, UNSUPPORTED_NAMES
+from .dtypes import CONSTANT_DOC, FROM_ONNX, UNSUPPORTED_NAMES
 from .import_table import TABLE
 
 ONNX_DOMAINS = ("", "ai.onnx")
@@ -131,7 +132,7 @@ class _Importer:
     def _read_initializers(self) -> None:
         for tensor in self.graph.initializer:
             array = self.tensor_array(tensor, f"initializer {tensor.name!r}")
-            if array.dtype.kind == "f":
+            if array.dtype.kind == "f" and tensor.doc_string != CONSTANT_DOC:  # uopgrad's own constants stay
                 self.values[tensor.name] = Value(const=array, weight=True)
             else:
                 self.values[tensor.name] = Value(const=array)

@@ -85,9 +85,10 @@ def relu(ctx):
 
 
 def abs_(ctx):
-    """|x|: max(x, -x) (for integers too; -0.0 gives 0.0, nan stays nan)."""
+    """|x|: max(x, -x) (for integers too; nan stays nan), plus +0.0 for floats: numpy's
+    maximum of two equal values returns the second, so |+0.0| would be -0.0 without it."""
     x = ctx.x(0)
-    return x.maximum(-x) if x.dtype.is_float else x.abs()
+    return x.maximum(-x) + 0.0 if x.dtype.is_float else x.abs()
 
 
 # erf(x) = 2/√π Σ (-1)^n x^(2n+1) / (n! (2n+1)); nine terms are exact to float32 for |x| < 0.5
