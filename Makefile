@@ -15,7 +15,7 @@ BENCH_ARGS ?=  # e.g. make bench BENCH_ARGS=--quick
 PYTEST_ARGS ?=  # e.g. make test PYTEST_ARGS=--runslow (the long fuzz run too)
 # what the tours of README.md and samples/README.md write in the root, by name: make clean
 # removes exactly these, never other files of yours that happen to sit there
-TOUR_FILES := grad.onnx gpt.onnx both.uop broken.uop d1.uop d2.uop d3.uop d4.uop d5.uop grad.uop grad_b2.dot \
+TOUR_FILES := grad.onnx gpt.onnx cnn-grad.onnx back.uop both.uop broken.uop d1.uop d2.uop d3.uop d4.uop d5.uop grad.uop grad_b2.dot \
 	mlp-grad.svg mlp-grad.uop mlp-train.uop poly.json poly.uop rnn.png vjp.uop x.npy attention-grad.svg \
 	model.uop grad.svg model-grad.uop gradient-check.json \
 	bert-grad.uop bert-grad.npz mlp-dynamic.onnx

@@ -13,7 +13,8 @@ Rows:
   gradient's scale, as bench_eval's same_gradients). One-off costs beside them: the
   export (to_onnx + serialize) and onnxruntime's session creation (its graph optimizer);
 - export speed: to_onnx + serialization of differentiated bench families of about
-  10^5 forward nodes, per gradient node, against writing the same graph as .uop.
+  10^5 forward nodes, per gradient node, against writing the same graph as .uop;
+- the gradient of a ResNet-50-sized ONNX model, imported (bench_onnx_gradient.py).
 Prints a markdown section.
 """
 
@@ -103,6 +104,8 @@ def main(argv=None) -> None:
         arrays = bench_eval.conv_arrays(batch, channels, size)
         rows.append(side_by_side(f"conv net gradient, batch {batch}, {channels} channels, {size}x{size}",
                                  bench_eval.conv_gradient_graph(batch, channels, size), arrays, repeats))
+    from bench_onnx_gradient import FULL, QUICK, gradient_side_by_side
+    resnet = gradient_side_by_side(**(QUICK if args.quick else FULL))
     sizes = 2_000 if args.quick else 100_000
     speed = [export_speed(family, sizes) for family in ("chain", "mlp", "attention")]
     print("## ONNX export: the numpy evaluator against onnxruntime\n\n"
@@ -114,7 +117,8 @@ def main(argv=None) -> None:
                    "export", "session", "model"], rows)
           + "\n\nExport speed (CPU time): `to_onnx` and serialization of the gradient of a bench family of about "
           f"{sizes:,} forward nodes, against `save` of the same gradient as .uop.\n\n"
-          + table(["graph", "gradient nodes", "ONNX export", "µs per node", ".uop save", "ratio", "model"], speed))
+          + table(["graph", "gradient nodes", "ONNX export", "µs per node", ".uop save", "ratio", "model"], speed)
+          + "\n\n" + resnet)
 
 
 if __name__ == "__main__":

@@ -32,8 +32,9 @@ UOPGRAD = str(Path(PY).parent / "uopgrad")
 TARGET = 2.0
 
 
-def resnet50(path: str, blocks=(3, 4, 6, 3), seed: int = 0) -> int:
-    """Write the model; returns its weight count."""
+def resnet50(path: str, blocks=(3, 4, 6, 3), seed: int = 0, image: int = 224, batch: int = 1, base: int = 64) -> int:
+    """Write the model (input x: batch x 3 x image x image; stage widths base..8*base,
+    ResNet-50 at 64); returns its weight count."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
     rng = np.random.default_rng(seed)
@@ -61,11 +62,11 @@ def resnet50(path: str, blocks=(3, 4, 6, 3), seed: int = 0) -> int:
         nodes.append(helper.make_node("Relu", [f"{name}.bn"], [f"{name}.relu"], name=f"/{name}/Relu"))
         return f"{name}.relu"
 
-    x = conv_bn("x", "stem", 3, 64, 7, stride=2)
+    x = conv_bn("x", "stem", 3, base, 7, stride=2)
     nodes.append(helper.make_node("MaxPool", [x], ["pool"], name="/pool/MaxPool", kernel_shape=[3, 3],
                                   strides=[2, 2], pads=[1, 1, 1, 1]))
-    x, cin = "pool", 64
-    for stage, (count_blocks, width) in enumerate(zip(blocks, (64, 128, 256, 512))):
+    x, cin = "pool", base
+    for stage, (count_blocks, width) in enumerate(zip(blocks, (base, 2 * base, 4 * base, 8 * base))):
         for block in range(count_blocks):
             name = f"layer{stage + 1}.{block}"
             stride = 2 if block == 0 and stage > 0 else 1
@@ -80,8 +81,8 @@ def resnet50(path: str, blocks=(3, 4, 6, 3), seed: int = 0) -> int:
     nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], name="/Flatten"))
     nodes.append(helper.make_node("Gemm", ["flat", weight("fc.weight", 1000, cin), weight("fc.bias", 1000)],
                                   ["logits"], name="/fc/Gemm", transB=1))
-    graph = helper.make_graph(nodes, "resnet50", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 224, 224])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])], initializers)
+    graph = helper.make_graph(nodes, "resnet50", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, image, image])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 1000])], initializers)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return count[0]
 
