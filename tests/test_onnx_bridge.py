@@ -128,3 +128,19 @@ def test_a_weight_of_the_wrong_type_or_shape_is_refused():
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     assert [i.name for i in session.get_inputs()] == ["x"]
     np.testing.assert_array_equal(session.run(None, {"x": np.ones((2, 3), np.float32)})[0], [[0, 1, 2]] * 2)
+
+
+def test_imported_round_keeps_the_sign_of_zero_bit_for_bit():
+    """Round halves to even and keeps -0.0 (Round(-0.3) is -0.0, as np.round): the import
+    tests compare floats by value, so the sign is checked here, against numpy and onnxruntime."""
+    from onnx import TensorProto, helper
+    values = np.array([-2.5, -1.5, -0.5, -0.3, -0.0, 0.0, 0.3, 0.5, 1.5, 2.5, -np.inf, np.nan], np.float32)
+    node = helper.make_node("Round", ["x"], ["y"])
+    graph = helper.make_graph([node], "round", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [12])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [12])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    back, _ = import_model(model)
+    ours = evaluated(back, {"x": values})["y"]
+    assert_exact(ours, np.round(values), "Round against numpy")
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert_exact(ours, session.run(None, {"x": values})[0], "Round against onnxruntime")
