@@ -11,6 +11,7 @@ UOPGRAD := $(VENV)/bin/uopgrad
 STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 LINT_STAMP := $(VENV)/.installed-lint
+ONNX_STAMP := $(VENV)/.installed-onnx
 OUT := out
 BENCH_ARGS ?=  # e.g. make bench BENCH_ARGS=--quick
 PYTEST_ARGS ?=  # e.g. make test PYTEST_ARGS=--runslow (the long fuzz run too)
@@ -18,7 +19,8 @@ PYTEST_ARGS ?=  # e.g. make test PYTEST_ARGS=--runslow (the long fuzz run too)
 # removes exactly these, never other files of yours that happen to sit there
 TOUR_FILES := mlp-grad-small.uop both.uop broken.uop d1.uop d2.uop d3.uop d4.uop d5.uop grad.uop grad_b2.dot \
 	mlp-grad.svg mlp-grad.uop mlp-train.uop poly.json poly.uop rnn.png vjp.uop x.npy attention-grad.svg \
-	model.uop grad.svg model-grad.uop gradient-check.json mlp-grad.html mlp-train.html values.npz
+	model.uop grad.svg model-grad.uop gradient-check.json mlp-grad.html mlp-train.html values.npz \
+	grad.onnx gpt.onnx cnn-grad.onnx back.uop bert-grad.uop bert-grad.npz mlp-dynamic.onnx
 # pip: no prompts, no version nagging; the venv's own bin first so tests find `uopgrad`
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
@@ -88,12 +90,12 @@ demo: setup
 	@echo "Done. The gradient graph is in $(OUT)/mlp-grad.uop; its picture is $(CURDIR)/$(OUT)/mlp-grad.svg"
 
 # pytest exit status 5 means it collected no test: that is a failure here, and says so.
-test: setup chromium
+test: setup chromium $(ONNX_STAMP)
 	@$(RUN) $(PY) -m pytest -q $(PYTEST_ARGS); status=$$?; \
 		if [ $$status -eq 5 ]; then echo "make test: FAILED: pytest collected no tests" >&2; fi; \
 		exit $$status
 
-bench: setup $(BENCH_STAMP)
+bench: setup $(BENCH_STAMP) $(ONNX_STAMP)
 	@if [ -f bench/run.py ]; then $(RUN) $(PY) bench/run.py $(BENCH_ARGS); \
 		else echo "make bench: bench/run.py is not there yet" >&2; exit 1; fi
 
@@ -104,6 +106,17 @@ bench-html: setup chromium
 $(BENCH_STAMP): $(STAMP)
 	@echo "make: installing the benchmarks' extra packages (pip's log: $(VENV)/install.log)"
 	@$(call editable_install,test$(comma)bench)
+	@touch $@
+
+# onnx and onnxruntime (the [onnx-test] extra) for the ONNX tests (import and export), each
+# on its own: a Python for which one has no wheel still runs every other test, and the ONNX
+# tests say why they skip (pytest -ra prints the reasons)
+$(ONNX_STAMP): $(STAMP)
+	@echo "make: installing onnx and onnxruntime for the ONNX tests (pip's log: $(VENV)/install.log)"
+	@for package in 'onnx>=1.16' 'onnxruntime>=1.20'; do \
+		$(PY) -m pip install "$$package" >>$(VENV)/install.log 2>&1 || \
+		echo "make: $$package cannot be installed for $$($(PY) --version 2>&1): its tests will skip (see $(VENV)/install.log)" >&2; \
+	done
 	@touch $@
 
 samples: venv

@@ -534,6 +534,19 @@ class Bench:
             "small.uop is a 2-layer MLP.\n\n"
             + table(["command", "wall median", "wall best", "CPU median"], rows))
 
+    # ------------------------------------------------------------------ ONNX (bench_onnx.py)
+    def onnx_section(self) -> None:
+        """The evaluator against onnxruntime on our exported gradients, and export speed:
+        bench_onnx.py in a process of its own, its markdown as the section."""
+        progress("onnx: the evaluator against onnxruntime")
+        child = run_child([PY, str(HERE / "bench_onnx.py"), *(["--quick"] if self.quick else [])], env=numpy_env())
+        if child.returncode != 0:
+            why = _last_line(child.stderr) or f"exit {child.returncode}"
+            text = f"## ONNX export\n\nnot measured: {why}"
+        else:
+            text = child.stdout.decode()
+        self.sections.append(text)
+
     # ------------------------------------------------------------------ 6. agreement
     def agreement(self) -> None:
         rows = []
@@ -748,7 +761,7 @@ def _git_head() -> str:
 
 # ----------------------------------------------------------------------------- main
 
-SECTIONS = ("diff", "eval", "files", "startup", "agree")
+SECTIONS = ("diff", "eval", "files", "startup", "agree", "onnx")
 
 
 def compile_package() -> None:
@@ -788,6 +801,8 @@ def main(argv: list[str] | None = None) -> int:
             bench.startup()
         if "agree" in only:
             bench.agreement()
+        if "onnx" in only:
+            bench.onnx_section()
         bench.judge()
         text = bench.report(time.perf_counter() - start)
     if args.no_write:

@@ -20,7 +20,7 @@ def test_quick_benchmark_runs_every_section():
     assert run.returncode == 0, run.stderr[-2000:]
     report = run.stdout
     for heading in ("## Machine", "## Targets", "## 1. Differentiation", "## 2. Evaluation", "## 3. Files",
-                    "## 4. Scaling", "## 5. Start-up", "## 6. Agreement with tinygrad"):
+                    "## 4. Scaling", "## 5. Start-up", "## 6. Agreement with tinygrad", "## ONNX export"):
         assert heading in report
     assert "error:" not in report, [line for line in report.splitlines() if "error:" in line]
     assert "`uopgrad info small.uop`" in report

@@ -292,10 +292,20 @@ def test_readme_shows_the_two_quick_start_commands():
     assert "make demo" in commands and "make test" in commands
 
 
+def _onnx_missing() -> str | None:
+    """Why the README's ONNX commands cannot run here (onnx or onnxruntime has no wheel for
+    this Python; `make test` installs both where they do), or None."""
+    missing = [name for name in ("onnx", "onnxruntime") if importlib.util.find_spec(name) is None]
+    return f"{' and '.join(missing)} not installed for this Python" if missing else None
+
+
 def test_readme_commands_run(tmp_path):
     """The README's tour, run in order in a scratch directory holding a copy of samples/:
-    each command exits 0 (commands meant to fail are written `... || echo ...`)."""
+    each command exits 0 (commands meant to fail are written `... || echo ...`); its ONNX
+    commands only where onnx and onnxruntime are installed."""
     commands = [c for c in _console_commands(ROOT / "README.md") if not c.startswith(("make ", "git ", "cd "))]
+    if _onnx_missing():
+        commands = [c for c in commands if "onnx" not in c]
     assert len(commands) >= 8, "the README tour lost its commands"
     assert {c.split()[1] for c in commands if c.startswith("uopgrad ")} >= {
         "diff", "eval", "check", "info", "print", "convert", "validate", "render"}
@@ -306,6 +316,8 @@ def test_readme_commands_run(tmp_path):
 def test_readme_outputs_are_what_the_commands_print_today(tmp_path):
     """The output pasted under each README command is what the command prints now: a
     change of the CLI's output shows up here, not in front of a newcomer."""
+    if _onnx_missing():
+        pytest.skip(f"the README's ONNX commands cannot run: {_onnx_missing()}")
     copy = tmp_path / "README.md"
     copy.write_text((ROOT / "README.md").read_text())
     result = subprocess.run([sys.executable, str(ROOT / "tools" / "refresh_readme.py"), str(copy)],

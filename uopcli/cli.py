@@ -28,7 +28,7 @@ from .errors import UOpError
 
 PROG = "uopgrad"
 EXIT_FAILURE = 1
-BINARY_FORMS = {"msgpack", "npz", "png", "pdf"}
+BINARY_FORMS = {"msgpack", "npz", "png", "pdf", "onnx"}
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2
 RENDER_EXTENSIONS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv": "dot",
                      ".html": "html", ".htm": "html"}
@@ -192,6 +192,20 @@ def _set_limits(ctx: click.Context, param: click.Parameter, values: tuple[str, .
         chosen[name] = value
 
 
+def _set_shapes(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> None:
+    """--shape NAME=D1,D2,... (repeatable): an ONNX input's shape where the file's is symbolic."""
+    chosen = ctx.meta.setdefault("uopgrad.shapes", {})
+    for text in values:
+        name, _, dims = text.partition("=")
+        try:
+            shape = tuple(int(d) for d in dims.split(",")) if dims.strip() else ()
+        except ValueError:
+            shape = (-1,)
+        if not name or not dims or any(d < 0 for d in shape):
+            raise click.BadParameter(f"{text!r}: give NAME=D1,D2,... with whole sizes >= 0", ctx, param)
+        chosen[name] = shape
+
+
 def _limits():
     """The reader limits: the defaults, with what --limit raised or lowered."""
     from .formats.uop import DEFAULT_LIMITS
@@ -214,6 +228,9 @@ def _common_options(fn):
     fn = click.option("--limit", multiple=True, expose_value=False, is_eager=True, callback=_set_limits,
                       metavar="NAME=N", help="Raise (or lower) a reader limit, e.g. max_nodes=50000000 "
                       "(names: max_file_bytes, max_nodes, max_arg_depth, max_rank, max_tensor_elements).")(fn)
+    fn = click.option("--shape", multiple=True, expose_value=False, is_eager=True, callback=_set_shapes,
+                      metavar="NAME=DIMS", help="For an .onnx IN: the shape of an input whose dimensions are "
+                      "symbolic, e.g. x=1,3,224,224.")(fn)
     return fn
 
 
@@ -274,7 +291,7 @@ def _command(name: str, example: str, short: str):
     def decorate(fn):
         fn = _guarded(fn)
         fn = _common_options(fn)
-        fn.__click_params__ = fn.__click_params__[-3:] + fn.__click_params__[:-3]  # listed last in --help
+        fn.__click_params__ = fn.__click_params__[-4:] + fn.__click_params__[:-4]  # listed last in --help
         doc = _cleandoc(fn.__doc__ or "")
         fn.__doc__ = f"{doc}\n\n\b\nExample:\n{example}"
         return main.command(name, short_help=short)(fn)
@@ -298,11 +315,13 @@ def main():
 # ----------------------------------------------------------------------------- reading, writing
 
 def _read_graph(path: str, remember: bool = True):
-    """(Graph, raw bytes) from a path or `-` (stdin)."""
+    """(Graph, raw bytes) from a path or `-` (stdin); an .onnx path is imported (interop/onnx)."""
     from .formats.uop import loads, read_bytes
     display = "<stdin>" if path == "-" else path
     if remember:
         click.get_current_context().meta["uopgrad.file"] = display
+    if path.lower().endswith(".onnx"):
+        return _read_onnx(path), None
     if path == "-":
         if sys.stdin is None:
             raise CommandFailed("IN is - but stdin is closed: pipe a graph in (... | uopgrad ...) "
@@ -368,6 +387,40 @@ def _write_together(files: list[tuple[str, object]]) -> None:
             sys.stdout.buffer.flush()
 
 
+# ----------------------------------------------------------------------------- ONNX models (IN ending in .onnx)
+# interop/onnx, and onnx itself, are imported only when an .onnx file is given. The model's
+# float initializers (its weights) are inputs of the graph; their values are the inputs'
+# defaults for eval and check, and go beside a .uop that convert or diff writes (OUT.npz).
+
+def _read_onnx(path: str):
+    try:
+        import onnx  # noqa: F401 - only to say what is missing
+    except ImportError:
+        raise CommandFailed(f"{path}: reading ONNX models needs the onnx package: pip install 'uopgrad[onnx]'") from None
+    from .interop.onnx.importer import load_onnx
+    ctx = click.get_current_context()
+    graph, weights = load_onnx(path, ctx.meta.get("uopgrad.shapes"))
+    ctx.meta["uopgrad.weights"] = weights
+    return graph
+
+
+def _onnx_weights() -> dict | None:
+    """The weights of the ONNX model IN (None for a .uop IN)."""
+    return click.get_current_context().meta.get("uopgrad.weights")
+
+
+def _with_onnx_weights(files: list, output: str, form: str) -> list:
+    """`files` plus OUT.npz, the ONNX model's weights, beside a .uop OUT (written together);
+    an ONNX OUT holds them itself (_graph_data)."""
+    weights = _onnx_weights()
+    if not weights or form == "onnx":
+        return files
+    if output == "-":
+        _note("the model's weights are not written with OUT on stdout: give -o FILE to get FILE.npz beside it")
+        return files
+    return files + [(os.path.splitext(output)[0] + ".npz", npz_bytes(weights))]
+
+
 def _same_file(a: str, b: str) -> bool:
     return a != "-" and b != "-" and os.path.realpath(a) == os.path.realpath(b)
 
@@ -393,7 +446,36 @@ def _check_specs(ctx, param, specs: tuple) -> tuple:
 def _uop_form(dest: str, to: str | None = None) -> str:
     if to:
         return to
+    if dest.lower().endswith(".onnx"):  # ONNX export: see _graph_data
+        return "onnx"
     return "json" if dest.lower().endswith(".json") else "msgpack"
+
+
+# ----------------------------------------------------------------------------- ONNX output
+# A graph written to a .onnx OUT (or --to onnx) is exported as standard ONNX
+# (uopcli.interop.onnx.exporter); the onnx package is imported only then.
+
+_OPSET_HELP = "ONNX opset of an ONNX OUT (default 20)."
+
+
+def _check_opset(form: str, opset: int | None) -> None:
+    if opset is not None and form != "onnx":
+        raise click.UsageError("--opset is for ONNX output: give -o FILE.onnx (or --to onnx)")
+
+
+def _graph_data(graph, form: str, opset: int | None):
+    """What a graph file holds: the .uop form's pieces (formats.uop.dump_parts), or ONNX
+    bytes, where an ONNX model IN's weights are initializers, as in IN: the file runs
+    given only the model's own inputs (and cotangents)."""
+    if form != "onnx":
+        from .formats.uop import dump_parts
+        return dump_parts(graph, form)
+    try:
+        from .interop.onnx.exporter import onnx_bytes
+    except ModuleNotFoundError as e:
+        raise CommandFailed(f"writing ONNX needs the {e.name} package, which is not installed: "
+                            "pip install 'uopgrad[onnx]'") from None
+    return onnx_bytes(graph, opset, _onnx_weights())
 
 
 def _names(text: str | None, option: str) -> list[str]:
@@ -486,11 +568,12 @@ class _NoBar:
               "or a new input cotangent_<output>.")
 @click.option("--keep-forward", is_flag=True, help="Keep the forward outputs, before the gradients.")
 @click.option("-o", "--output", default="-", show_default=True, metavar="OUT",
-              help="Where to write the gradient graph (.json for the JSON form).")
+              help="Where to write the gradient graph (.json for the JSON form, .onnx for ONNX).")
 @click.option("--report", "report_path", metavar="FILE", help="Also write the zero-gradient report as JSON.")
 @click.option("--stats", is_flag=True, help="Print each step's wall and CPU time on stderr (also with --quiet).")
 @click.option("--simplify", "simplify_", is_flag=True, help="Simplify the gradient graph (as uopgrad simplify does).")
-def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats, simplify_):
+@click.option("--opset", type=click.IntRange(min=1), metavar="N", help=_OPSET_HELP)
+def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats, simplify_, opset):
     """Write the gradient graph of IN's output(s) with respect to the inputs --wrt.
 
     The result keeps every input of IN, in order (plus cotangent_<output> inputs with
@@ -498,8 +581,8 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats, 
     identically zero are reported on stderr, with the reason.
     """
     from .tools.differentiate import differentiate
-    from .formats.uop import dump_parts
     form = _uop_form(output)
+    _check_opset(form, opset)
     _refuse_binary_terminal(output, form, "give -o FILE")
     if report_path == "-" and output == "-":
         raise click.UsageError("--report - and the graph cannot both go to stdout: give -o OUT")
@@ -512,9 +595,9 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats, 
         result, report = differentiate(graph, wrt_names, of_names or None, cotangent, keep_forward)
         result = _simplified(result) if simplify_ else result  # --simplify
         steps.next()
-        data = dump_parts(result, form)
+        data = _graph_data(result, form, opset)
         steps.next()
-        files = [(output, data)]
+        files = _with_onnx_weights([(output, data)], output, form)
         if report_path:
             import json
             files.append((report_path, (json.dumps(report.to_dict(), indent=2) + "\n").encode()))
@@ -597,7 +680,7 @@ def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep
     from .tools.values import gather_inputs
     with _Steps("reading", "evaluating") as steps:
         graph, _ = _read_graph(source)
-        inputs = gather_inputs(graph.inputs, specs, seed if use_random else None)
+        inputs = gather_inputs(graph.inputs, specs, seed if use_random else None, defaults=_onnx_weights())
         steps.next()
         eval_stats = EvalStats() if stats else None
         results = evaluate_graph(graph, inputs, stats=eval_stats, simplify="exact" if literal else "tinygrad")
@@ -761,7 +844,7 @@ def check(source, wrt, of_, specs, seed, samples, as_json, literal):
     from .tools.values import gather_inputs
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     graph, _ = _read_graph(source)
-    given = gather_inputs(graph.inputs, specs, seed)
+    given = gather_inputs(graph.inputs, specs, seed, defaults=_onnx_weights())
     total = sum(min(_size(graph, n), samples) for n in wrt_names if n in graph.input_names)
     with _progress_bar(total, "finite differences") as bar:
         report = check_gradients(graph, wrt_names, of_names or None, given, seed, samples, progress=bar.update,
@@ -820,21 +903,24 @@ def print_(source):
 
 # ----------------------------------------------------------------------------- convert, validate
 
-@_command("convert", short="Rewrite a .uop file as canonical JSON or MessagePack.", example="""\
+@_command("convert", short="Rewrite a .uop file as canonical JSON or MessagePack, or as ONNX.", example="""\
   uopgrad convert model.uop -o model.json
   uopgrad convert model.json -o model.uop
+  uopgrad convert grad.uop -o grad.onnx --opset 21
   uopgrad convert model.uop --to json -o - | less""")
 @click.argument("source", metavar="IN")
 @click.option("-o", "--output", required=True, metavar="OUT", help="Where to write (- for stdout).")
-@click.option("--to", type=click.Choice(["json", "msgpack"]),
-              help="The form (default: JSON for a .json OUT, else MessagePack).")
-def convert(source, output, to):
-    """Write IN in canonical form, as JSON or MessagePack."""
-    from .formats.uop import dump_parts
+@click.option("--to", type=click.Choice(["json", "msgpack", "onnx"]),
+              help="The form (default: JSON for a .json OUT, ONNX for .onnx, else MessagePack).")
+@click.option("--opset", type=click.IntRange(min=1), metavar="N", help=_OPSET_HELP)
+def convert(source, output, to, opset):
+    """Write IN in canonical form, as JSON or MessagePack; or as a standard ONNX model
+    (inputs and outputs keep their names; every op exported exactly)."""
     form = _uop_form(output, to)
+    _check_opset(form, opset)
     _refuse_binary_terminal(output, form, "use --to json, or give -o FILE")
     graph, _ = _read_graph(source)
-    _write(output, dump_parts(graph, form))
+    _write_together(_with_onnx_weights([(output, _graph_data(graph, form, opset))], output, form))
 
 
 @_command("validate", short="Check a file against the format; print ok and counts.", example="""\

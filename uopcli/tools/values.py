@@ -5,6 +5,10 @@
                data.npz:key   member `key`
                0.5            a number, filled to the input's shape and dtype
 
+A spec that is a bare `weights.npz` (no NAME=) gives every input its members name (a
+member naming no input is refused); `NAME=VALUE` specs win over it. Inputs given neither
+way take `defaults` (an imported ONNX model's own weights), then random values if asked.
+
 Arrays must match the input's shape and dtype exactly (no silent casts: a float64 array
 fed to a float32 input is a mistake worth hearing about); numbers are converted, refusing
 ones the dtype cannot hold. Files are read with allow_pickle=False: they are data, never code.
@@ -25,8 +29,10 @@ def type_text(node: UOp) -> str:
     return f"{node.dtype.name}[{','.join(map(str, node.shape))}]"
 
 
-def split_spec(spec: str) -> tuple[str, str]:
-    """`NAME=VALUE` -> (NAME, VALUE)."""
+def split_spec(spec: str) -> tuple[str | None, str]:
+    """`NAME=VALUE` -> (NAME, VALUE); a bare `weights.npz` -> (None, path): every member."""
+    if "=" not in spec and spec.endswith(".npz"):
+        return None, spec
     name, sep, value = spec.partition("=")
     if not sep or not name or not value:
         raise EvaluationError(f"input value {spec!r} must look like NAME=VALUE (a .npy, .npz, file.npz:key or a number)")
@@ -128,6 +134,17 @@ def check_value(name: str, node: UOp, array, where: str = "the value"):
     return array
 
 
+def _npz_members(path: str) -> list[str]:
+    import numpy as np
+    try:
+        with np.load(_starts_with(path, ZIP_MAGIC, ".npz", "a zip archive's"), allow_pickle=False) as archive:
+            return list(archive.files)
+    except OSError as e:
+        raise EvaluationError(f"-i {path}: cannot read {e.filename or path}: {e.strerror or e}") from None
+    except Exception as e:  # noqa: BLE001 - zipfile's refusals of a damaged file
+        raise EvaluationError(f"-i {path}: cannot read it: {type(e).__name__}: {' '.join(str(e).split())}") from None
+
+
 def random_value(node: UOp, seed: int):
     """Seeded values for input `node`: the same (seed, name, shape, dtype) always gives the
     same array, whichever other inputs there are, so a forward file and its gradient file
@@ -142,18 +159,36 @@ def random_value(node: UOp, seed: int):
     return rng.integers(0, 10, node.shape).astype(dtype.np)
 
 
-def gather_inputs(inputs: Iterable[UOp], specs: Iterable[str], random_seed: int | None = None) -> dict:
-    """Every input's array from `NAME=VALUE` specs; missing ones random when `random_seed`
-    is given, else an error listing each missing input with its shape and dtype."""
+def gather_inputs(inputs: Iterable[UOp], specs: Iterable[str], random_seed: int | None = None,
+                  defaults: Mapping | None = None) -> dict:
+    """Every input's array from `NAME=VALUE` specs, then whole .npz files, then `defaults`;
+    missing ones random when `random_seed` is given, else an error listing each missing
+    input with its shape and dtype."""
     nodes: Mapping[str, UOp] = {n.arg: n for n in inputs}
-    values = {}
+    values, whole_files = {}, []
     for spec in specs:
         name, value = split_spec(spec)
+        if name is None:
+            whole_files.append(value)
+            continue
         if name not in nodes:
             raise EvaluationError(f"-i {name}: no input named {name!r}; inputs: {', '.join(nodes) or 'none'}")
         if name in values:
             raise EvaluationError(f"input {name!r} is given twice")
         values[name] = read_value(name, value, nodes[name])
+    from_files: dict = {}
+    for path in whole_files:
+        for name in _npz_members(path):
+            if name not in nodes:
+                raise EvaluationError(f"-i {path}: member {name!r} names no input; inputs: {', '.join(nodes) or 'none'}")
+            if name in from_files:
+                raise EvaluationError(f"input {name!r} is given twice ({from_files[name]} and {path})")
+            from_files[name] = path
+            if name not in values:
+                values[name] = read_value(name, f"{path}:{name}", nodes[name])
+    for name, array in (defaults or {}).items():
+        if name in nodes and name not in values:
+            values[name] = check_value(name, nodes[name], array, "the model's own value")
     missing = [node for name, node in nodes.items() if name not in values]
     if missing and random_seed is None:
         listed = ", ".join(f"{n.arg} {type_text(n)}" for n in missing)

@@ -18,3 +18,9 @@ TO_ONNX: dict[DType, int] = {dtype: code for code, dtype in FROM_ONNX.items()}
 UNSUPPORTED_NAMES = {0: "UNDEFINED", 8: "STRING", 14: "COMPLEX64", 15: "COMPLEX128", 16: "BFLOAT16",
                      17: "FLOAT8E4M3FN", 18: "FLOAT8E4M3FNUZ", 19: "FLOAT8E5M2", 20: "FLOAT8E5M2FNUZ",
                      21: "UINT4", 22: "INT4", 23: "FLOAT4E2M1"}
+
+# The doc_string the exporter gives the initializers it writes for a graph's constants (CONST
+# values, BUFFER data, shapes and axes), so the importer reads them back as constants: other
+# float initializers are a model's weights, which become inputs (a round trip
+# .uop -> .onnx -> .uop keeps the graph's inputs, not one more per constant).
+CONSTANT_DOC = "uopgrad constant"

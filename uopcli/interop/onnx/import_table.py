@@ -1,0 +1,128 @@
+"""The ONNX ops the importer takes: one row per op (ai.onnx domain).
+
+A row gives the function that builds the op (ops_tensor.py, ops_nn.py), the versions of
+the op's schema whose meaning it follows (the `since_version`s of the ONNX operator spec,
+https://onnx.ai/onnx/operators/; a model's opset picks one, and a version not listed is
+refused), and every attribute it reads with its default (an attribute a node carries that
+is not listed is refused, by name). `folds` says whether a node whose inputs are all known
+at import (constants, shapes; never weights) is computed then, to a constant: shape
+subgraphs (Shape -> Gather -> Concat -> Reshape) become plain shapes that way.
+
+Attributes whose spec default depends on the version (Softmax's axis: 1 before 13, -1
+from 13) have default None here and the function decides.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+from . import ops_exact as x
+from . import ops_nn as nn
+from . import ops_tensor as t
+
+
+class OpRow(NamedTuple):
+    build: Callable
+    versions: tuple[int, ...]
+    attributes: dict
+    folds: bool = True
+
+
+def _row(build, versions, folds=True, **attributes) -> OpRow:
+    return OpRow(build, tuple(versions), attributes, folds)
+
+
+# the window attributes of Conv, MaxPool and AveragePool
+_WINDOW = dict(auto_pad="NOTSET", kernel_shape=None, pads=None, strides=None, dilations=None)
+_REDUCE = dict(keepdims=1, noop_with_empty_axes=0)
+# Versions after 13 that only widen the element types (bfloat16, float8, int4, ...) keep
+# the meaning; they are listed where the types we import are unchanged.
+_LATER = (19, 21, 23, 24, 25)
+
+TABLE: dict[str, OpRow] = {
+    # -- elementwise: numpy broadcasting from version 7 (Add-7 .. Add-14 differ in types only)
+    "Add": _row(t.add, (7, 13, 14)),                          # a + b
+    "Sub": _row(t.sub, (7, 13, 14)),                          # a - b
+    "Mul": _row(t.mul, (7, 13, 14)),                          # a * b
+    "Div": _row(t.div, (7, 13, 14)),                          # a / b; integers truncate
+    "Pow": _row(t.pow_, (7, 12, 13, 15)),                     # a ** b (12: mixed types)
+    "Sqrt": _row(t.sqrt, (6, 13)),                            # √x
+    "Exp": _row(t.exp, (6, 13)),                              # eˣ
+    "Log": _row(t.log, (6, 13)),                              # ln x
+    "Neg": _row(t.neg, (6, 13)),                              # -x
+    "Abs": _row(t.abs_, (6, 13)),                             # |x|
+    "Erf": _row(t.erf, (9, 13)),                              # erf x
+    "Tanh": _row(t.tanh, (6, 13)),                            # tanh x
+    "Sigmoid": _row(t.sigmoid, (6, 13)),                      # 1 / (1 + e⁻ˣ)
+    "Relu": _row(t.relu, (6, 13, 14)),                        # max(x, 0)
+    "Gelu": _row(t.gelu, (20,), approximate="none"),          # x·Φ(x)
+    "Softmax": _row(t.softmax, (1, 11, 13), axis=None),       # eˣ / Σ eˣ along axis
+    "LogSoftmax": _row(t.log_softmax, (1, 11, 13), axis=None),
+    "Equal": _row(t.equal, (11, 13, 19)),                     # a == b
+    "Less": _row(t.less, (9, 13)),                            # a < b
+    "Greater": _row(t.greater, (9, 13)),                      # a > b
+    "GreaterOrEqual": _row(t.greater_or_equal, (12, 16)),     # a >= b (false with nan)
+    "And": _row(t.and_, (7,)),                                # a and b
+    "Not": _row(t.not_, (1,)),                                # not a
+    "IsNaN": _row(t.isnan, (9, 13, 20)),                      # x != x
+    "Where": _row(t.where, (9, 16)),                          # cond ? a : b
+    "Cast": _row(t.cast, (6, 9, 13) + _LATER + (28,), to=None, saturate=1),  # saturate: float8 only
+    "CastLike": _row(t.cast_like, (15,) + _LATER, saturate=1),
+    "Identity": _row(t.identity, (1, 13, 14, 16) + _LATER),
+    "Dropout": _row(t.dropout, (12, 13, 22), seed=None),      # inference only: the identity
+    # -- products, windows, normalisation, recurrences, losses
+    "MatMul": _row(nn.matmul, (9, 13)),
+    "Gemm": _row(nn.gemm, (11, 13), alpha=1.0, beta=1.0, transA=0, transB=0),
+    "Conv": _row(nn.conv, (11, 22), group=1, **_WINDOW),
+    "MaxPool": _row(nn.max_pool, (10, 11, 12, 22), ceil_mode=0, storage_order=0, **_WINDOW),
+    "AveragePool": _row(nn.average_pool, (11, 19, 22), ceil_mode=0, count_include_pad=0, **_WINDOW),
+    "GlobalAveragePool": _row(nn.global_average_pool, (1, 22)),
+    "BatchNormalization": _row(nn.batch_normalization, (9, 14, 15), epsilon=1e-5, momentum=0.9, training_mode=0),
+    "LayerNormalization": _row(nn.layer_normalization, (17,), axis=-1, epsilon=1e-5, stash_type=1),
+    "LSTM": _row(nn.lstm, (7, 14, 22), folds=False, activation_alpha=None, activation_beta=None,
+                 activations=None, clip=None, direction="forward", hidden_size=None, input_forget=0, layout=0),
+    "SoftmaxCrossEntropyLoss": _row(nn.softmax_cross_entropy_loss, (12, 13), ignore_index=None, reduction="mean"),
+    # -- reductions: axes an attribute before ReduceMean/Max-18 and ReduceSum-13, an input after
+    "ReduceMean": _row(t.reduce_mean, (11, 13, 18), axes=None, **_REDUCE),
+    "ReduceSum": _row(t.reduce_sum, (11, 13), axes=None, **_REDUCE),
+    "ReduceMax": _row(t.reduce_max, (11, 12, 13, 18, 20), axes=None, **_REDUCE),
+    # -- shapes, movement, indexing
+    "Shape": _row(t.shape, (13, 15) + _LATER, start=0, end=None),
+    "Reshape": _row(t.reshape, (13, 14) + _LATER, allowzero=0),
+    "Transpose": _row(t.transpose, (13,) + _LATER, perm=None),
+    "Flatten": _row(t.flatten, (11, 13) + _LATER, axis=1),
+    "Squeeze": _row(t.squeeze, (11, 13) + _LATER, axes=None),
+    "Unsqueeze": _row(t.unsqueeze, (11, 13) + _LATER, axes=None),
+    "Concat": _row(t.concat, (11, 13), axis=None),
+    "Split": _row(t.split, (11, 13, 18), axis=0, split=None, num_outputs=None),
+    "Slice": _row(t.slice_, (10, 11, 13)),
+    "Gather": _row(t.gather, (11, 13), axis=0),
+    "GatherElements": _row(t.gather_elements, (11, 13), axis=0),
+    "GatherND": _row(t.gather_nd, (12, 13), batch_dims=0),
+    "Expand": _row(t.expand, (8, 13)),
+    "Trilu": _row(t.trilu, (14,), upper=1),
+    # -- what uopgrad's exporter writes besides (ops_exact.py), so its files read back
+    "Reciprocal": _row(x.reciprocal, (6, 13)),                # 1 / x, IEEE (1/-0.0 = -inf)
+    "Sin": _row(x.sin, (7,)),                                 # sin x
+    "Floor": _row(x.floor, (6, 13)),                          # ⌊x⌋
+    "Ceil": _row(x.ceil, (6, 13)),                            # ⌈x⌉
+    "Round": _row(x.round_, (11, 22)),                        # nearest, halves to even, sign kept
+    "IsInf": _row(x.isinf, (10, 20), detect_positive=1, detect_negative=1),
+    "Max": _row(x.max_, (8, 12, 13)),                         # elementwise max of n inputs, broadcast
+    "Mod": _row(x.mod, (10, 13), fmod=0),                     # fmod 0: divisor's sign; 1: dividend's
+    "Or": _row(x.or_, (7,)),                                  # a or b (bools)
+    "Xor": _row(x.xor, (7,)),                                 # a xor b (bools)
+    "BitwiseAnd": _row(x.bitwise_and, (18,)),                 # a & b (integers)
+    "BitwiseOr": _row(x.bitwise_or, (18,)),                   # a | b
+    "BitwiseXor": _row(x.bitwise_xor, (18,)),                 # a ^ b
+    "BitwiseNot": _row(x.bitwise_not, (18,)),                 # ~a
+    "BitShift": _row(x.bit_shift, (11,), direction=None),     # a << b, a >> b (unsigned)
+    "Einsum": _row(x.einsum, (12,), equation=None),           # Σ over the letters not in the output
+    "Pad": _row(x.pad, (18, 19, 21, 23), mode="constant"),    # constant mode; pads [begins, ends]
+    "ReduceProd": _row(x.reduce_prod, (11, 13, 18), axes=None, **_REDUCE),  # Π over axes
+    # -- values known at import
+    "Constant": _row(t.constant, (12, 13) + _LATER, value=None, value_float=None, value_floats=None,
+                     value_int=None, value_ints=None),
+    "ConstantOfShape": _row(t.constant_of_shape, (9, 20) + _LATER[1:], value=None),
+    "Range": _row(t.range_, (11,)),
+}

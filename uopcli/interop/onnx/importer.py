@@ -1,0 +1,459 @@
+"""ONNX models as Graphs: `load_onnx("model.onnx") -> (Graph, weights)`.
+
+- Graph inputs become named inputs (PARAMs) of the shapes the file gives, or `shapes`
+  gives where a dimension is symbolic.
+- Float initializers (the weights) become named inputs too, so they can be differentiated
+  with respect to; their values are returned as `weights` {name: array} (the CLI writes
+  them beside a converted file as model.npz, and uses them for inputs not given). Integer
+  and bool initializers (index tables, masks, shapes), and those uopgrad's exporter wrote
+  for a graph's constants (dtypes.CONSTANT_DOC), are constants of the graph.
+- Each node is built by its row of import_table.TABLE. A node whose inputs are all known at
+  import (constants, shapes, integer initializers; never weights) is computed then, so
+  shape subgraphs (Shape, Gather, Concat, ... of sizes) fold to constants.
+- Every node made for an ONNX node carries Metadata(name=<op type>, loc=<ONNX node name>,
+  scope=<module path>): the exporters' module path (`/encoder/layer.0/attention/MatMul`
+  -> `encoder/layer.0/attention`) or the dynamo exporter's name scopes.
+- Anything the importer cannot take exactly is refused with one FormatError naming the
+  file, the ONNX node and its op, and what is missing.
+
+onnx is imported inside the functions: importing this module needs nothing optional.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from typing import Mapping
+
+import numpy as np
+
+from uopcli import FormatError, Graph, Metadata, UOp, UOpError
+from uopcli.core.uop import next_serial, valid_name
+
+from .dtypes import CONSTANT_DOC, FROM_ONNX, UNSUPPORTED_NAMES
+from .import_table import TABLE
+
+ONNX_DOMAINS = ("", "ai.onnx")
+
+
+class Value:
+    """An ONNX value while importing: its node (made on first use as data), its array when
+    known at import, and whether it is a weight (an input that must never be folded)."""
+
+    __slots__ = ("node", "const", "weight")
+
+    def __init__(self, node: UOp | None = None, const=None, weight: bool = False):
+        self.node, self.const, self.weight = node, const, weight
+
+
+def load_onnx(path: str, shapes: Mapping[str, tuple[int, ...]] | None = None):
+    """(Graph, weights) from an ONNX file; external data files are read from its folder."""
+    model = read_model(path)
+    return import_model(model, shapes, source=path, base_dir=os.path.dirname(os.path.abspath(path)))
+
+
+def read_model(path: str):
+    """The ModelProto of `path`, refusing what is not a whole ONNX model."""
+    import onnx
+    from google.protobuf.message import DecodeError
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise FormatError(f"cannot read: {e.strerror or e}", source=path) from None
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, ValueError, RuntimeError) as e:
+        raise FormatError(f"not an ONNX model (truncated or another kind of file: {' '.join(str(e).split())})",
+                          source=path) from None
+    if not model.HasField("graph") or not model.graph.output:
+        raise FormatError("not an ONNX model: it has no graph with outputs", source=path)
+    return model
+
+
+def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None, source: str = "<model>",
+                 base_dir: str | None = None):
+    """(Graph, weights) from a ModelProto (see the module's docstring)."""
+    try:
+        return _Importer(model, dict(shapes or {}), source, base_dir).run()
+    except UOpError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError, UnicodeError, OverflowError) as e:
+        # a damaged model protobuf still parsed (bytes where text should be, ...): one line, no traceback
+        raise FormatError(f"a damaged ONNX model ({type(e).__name__}: {' '.join(str(e).split())})",
+                          source=source) from None
+
+
+# ----------------------------------------------------------------------------- the importer
+
+
+class _Importer:
+    def __init__(self, model, shapes: dict, source: str, base_dir: str | None):
+        self.model, self.graph, self.shapes, self.source, self.base_dir = model, model.graph, shapes, source, base_dir
+        self.values: dict[str, Value] = {}
+        self.inputs: list[UOp] = []
+        self.weights: dict[str, np.ndarray] = {}
+        self.weight_order: list[str] = []   # input names of the weights used, in the file's order
+        self._weight_source: dict[str, str] = {}  # input name -> initializer name
+        self.opset = _onnx_opset(model, source)
+        self._since: dict[str, int] = {}
+
+    def fail(self, message: str, node=None, op=None):
+        raise FormatError(message, node=node, op=op, source=self.source)
+
+    def run(self):
+        self._read_initializers()
+        self._read_inputs()
+        for index, node in enumerate(self.graph.node):
+            self._import_node(node, index)
+        outputs = {}
+        for output in self.graph.output:
+            value = self.values.get(output.name)
+            if value is None:
+                self.fail(f"output {output.name!r} is made by no node")
+            node = self.weight_node(output.name, value) if value.weight else self.data(value)
+            outputs[_safe_name(output.name, outputs)] = node
+        in_file = {t.name: i for i, t in enumerate(self.graph.initializer)}  # weights in the file's order
+        self.weight_order.sort(key=lambda name: in_file.get(self._weight_source[name], 0))
+        inputs = self.inputs + [self.values[self._weight_source[name]].node for name in self.weight_order]
+        graph = Graph(outputs, inputs=inputs, meta=self._meta())
+        return graph, {name: self.weights[name] for name in self.weight_order}
+
+    def _meta(self) -> dict:
+        meta = {"onnx.opset": str(self.opset)}
+        if self.model.producer_name:
+            meta["onnx.producer"] = f"{self.model.producer_name} {self.model.producer_version}".strip()
+        if self.source != "<model>":
+            meta["imported_from"] = os.path.basename(self.source)
+        return meta
+
+    # -------------------------------------------------------------- inputs and initializers
+    def _read_initializers(self) -> None:
+        for tensor in self.graph.initializer:
+            array = self.tensor_array(tensor, f"initializer {tensor.name!r}")
+            if array.dtype.kind == "f" and tensor.doc_string != CONSTANT_DOC:  # uopgrad's own constants stay
+                self.values[tensor.name] = Value(const=array, weight=True)
+            else:
+                self.values[tensor.name] = Value(const=array)
+
+    def _read_inputs(self) -> None:
+        given = set(self.shapes)
+        for inp in self.graph.input:
+            if inp.name in self.values:  # an initializer listed as an input too (IR < 4): a weight
+                given.discard(inp.name)
+                continue
+            dtype, dims = self._input_type(inp)
+            given.discard(inp.name)
+            node = UOp.param(_safe_name(inp.name, {n.arg: n for n in self.inputs}), dims, dtype)
+            self.values[inp.name] = Value(node=node)
+            self.inputs.append(node)
+        if given:
+            self.fail(f"--shape names no input of the model: {', '.join(sorted(given))}; inputs: "
+                      f"{', '.join(n.arg for n in self.inputs) or 'none'}")
+
+    def _input_type(self, inp):
+        tensor_type = inp.type.tensor_type if inp.type.HasField("tensor_type") else None
+        if tensor_type is None:
+            self.fail(f"input {inp.name!r} is not a tensor (a sequence, map or optional is not supported)")
+        dtype = FROM_ONNX.get(tensor_type.elem_type)
+        if dtype is None:
+            self.fail(f"input {inp.name!r}: element type "
+                      f"{UNSUPPORTED_NAMES.get(tensor_type.elem_type, tensor_type.elem_type)} is not supported")
+        known = tensor_type.HasField("shape")
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim] if known else None
+        wanted = self.shapes.get(inp.name)
+        if wanted is not None:
+            if dims is not None and (len(wanted) != len(dims) or any(d is not None and d != w for d, w in zip(dims, wanted))):
+                self.fail(f"--shape {inp.name}={','.join(map(str, wanted))} does not fit the file's shape "
+                          f"[{','.join('?' if d is None else str(d) for d in dims)}]")
+            return dtype, tuple(wanted)
+        if dims is None:
+            self.fail(f"input {inp.name!r} has no shape in the file: give one with --shape {inp.name}=...")
+        for axis, (d, proto) in enumerate(zip(dims, tensor_type.shape.dim)):
+            if d is None or d < 0:
+                symbol = f" {proto.dim_param!r}" if proto.dim_param else ""
+                example = ",".join("N" if x is None else str(x) for x in dims)
+                self.fail(f"input {inp.name!r} has a symbolic dimension{symbol} (axis {axis}): "
+                          f"give its size with --shape {inp.name}={example}")
+        return dtype, tuple(dims)
+
+    def tensor_array(self, tensor, what: str, node=None, op=None) -> np.ndarray:
+        """A TensorProto's values (its external data file read first)."""
+        from onnx import external_data_helper, numpy_helper
+        if tensor.data_type not in FROM_ONNX:
+            self.fail(f"{what}: element type {UNSUPPORTED_NAMES.get(tensor.data_type, tensor.data_type)} "
+                      f"is not supported", node, op)
+        if external_data_helper.uses_external_data(tensor):
+            location = next((e.value for e in tensor.external_data if e.key == "location"), "?")
+            if self.base_dir is None:
+                self.fail(f"{what}: its values are in an external file {location!r}, and the model has no folder",
+                          node, op)
+            try:
+                external_data_helper.load_external_data_for_tensor(tensor, self.base_dir)
+            except FileNotFoundError:
+                self.fail(f"{what}: its external data file {location!r} is missing", node, op)
+            except Exception as e:  # noqa: BLE001 - onnx's ValidationError (a missing or escaping path), OSError
+                if not os.path.isfile(os.path.join(self.base_dir, location)):
+                    self.fail(f"{what}: its external data file {location!r} is missing", node, op)
+                self.fail(f"{what}: cannot read its external data {location!r}: {' '.join(str(e).split())}", node, op)
+        try:
+            array = numpy_helper.to_array(tensor)
+        except (ValueError, TypeError) as e:  # a damaged tensor: too few bytes for its shape
+            self.fail(f"{what}: damaged values ({' '.join(str(e).split())})", node, op)
+        return array if array.flags.c_contiguous else array.copy()  # (ascontiguousarray makes 0-d 1-d)
+
+    # -------------------------------------------------------------- values
+    def data(self, value: Value) -> UOp:
+        """The value's node; constants and weights get theirs on first use."""
+        if value.node is None:
+            value.node = constant_node(value.const)
+        return value.node
+
+    def weight_node(self, name: str, value: Value) -> UOp:
+        if value.node is None:
+            array = value.const
+            value.node = UOp.param(_safe_name(name, {n: None for n in self.weight_order} |
+                                              {n.arg: None for n in self.inputs}), array.shape, FROM_ONNX_NP(array))
+            self.weights[value.node.arg] = array
+            self.weight_order.append(value.node.arg)
+            self._weight_source[value.node.arg] = name
+        return value.node
+
+    # -------------------------------------------------------------- nodes
+    def _import_node(self, node, index: int) -> None:
+        op, name = _text(node.op_type), _text(node.name) or f"#{index}"
+        label = repr(name)
+        if node.domain not in ONNX_DOMAINS:
+            self.fail(f"op {node.domain}.{op} is not supported (only the standard ai.onnx ops are)", label, op)
+        row = TABLE.get(op)
+        if row is None:
+            self.fail("this op is not supported by the importer", label, op)
+        since = self._since_version(op, label)
+        if since not in row.versions:
+            self.fail(f"version {since} of {op} (opset {self.opset}) is not supported; supported: "
+                      f"{', '.join(map(str, row.versions))}", label, op)
+        attrs = self._attributes(node, row, label)
+        inputs = []
+        for input_name in node.input:
+            if not input_name:
+                inputs.append(None)
+                continue
+            value = self.values.get(input_name)
+            if value is None:
+                self.fail(f"input {input_name!r} is made by no earlier node", label, op)
+            inputs.append(value)
+        context = NodeContext(self, label, op, attrs, row, since, inputs, node.input, len(node.output))
+        since_serial = next_serial()
+        try:
+            outputs = context.build_outputs()
+        except UOpError as e:
+            if isinstance(e, FormatError) and str(e).startswith(f"{self.source}:"):
+                raise
+            self.fail(f"cannot be built: {' '.join(str(e).split())}", label, op)
+        except (ValueError, TypeError, IndexError, KeyError, ArithmeticError, OverflowError, RecursionError) as e:
+            self.fail(f"cannot be built ({type(e).__name__}: {' '.join(str(e).split())})", label, op)
+        meta = Metadata(op, _text(node.name) or None, False, _scope(node))
+        for output_name, value in zip(node.output, outputs):
+            if output_name:
+                if value.node is not None:
+                    _tag(value.node, since_serial, meta)
+                self.values[output_name] = value
+
+    def _since_version(self, op: str, label: str) -> int:
+        since = self._since.get(op)
+        if since is None:
+            import onnx.defs
+            try:
+                since = onnx.defs.get_schema(op, self.opset, "").since_version
+            except onnx.defs.SchemaError:
+                self.fail(f"{op} does not exist in opset {self.opset}", label, op)
+            self._since[op] = since
+        return since
+
+    def _attributes(self, node, row, label: str) -> dict:
+        from onnx import AttributeProto, helper
+        attrs = {}
+        for attribute in node.attribute:
+            if attribute.name not in row.attributes:
+                self.fail(f"attribute {attribute.name!r} is not supported", label, node.op_type)
+            if attribute.ref_attr_name:
+                self.fail(f"attribute {attribute.name!r} refers to a function's attribute", label, node.op_type)
+            if attribute.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS, AttributeProto.SPARSE_TENSOR,
+                                  AttributeProto.SPARSE_TENSORS, AttributeProto.TYPE_PROTO, AttributeProto.TYPE_PROTOS):
+                self.fail(f"attribute {attribute.name!r} is a graph, sparse tensor or type: not supported",
+                          label, node.op_type)
+            try:
+                value = helper.get_attribute_value(attribute)
+            except (ValueError, TypeError) as e:
+                self.fail(f"attribute {attribute.name!r}: {e}", label, node.op_type)
+            if isinstance(value, bytes):
+                value = value.decode("utf-8", "replace")
+            elif isinstance(value, list) and value and isinstance(value[0], bytes):
+                value = [v.decode("utf-8", "replace") for v in value]
+            attrs[attribute.name] = value
+        return attrs
+
+
+def FROM_ONNX_NP(array: np.ndarray):  # noqa: N802 - the dtype of a numpy array, as format v1's
+    from uopcli.core.ops import dtype_of
+    return dtype_of(array.dtype)
+
+
+# ----------------------------------------------------------------------------- a node's context
+
+
+class NodeContext:
+    """What an op's function sees of its node: inputs as UOps or arrays, attributes with
+    the table's defaults, and refusal naming the node."""
+
+    def __init__(self, importer: _Importer, label: str, op: str, attrs: dict, row, since: int,
+                 inputs: list, input_names, output_count: int):
+        self.importer, self.label, self.op, self.attrs, self.row = importer, label, op, attrs, row
+        self.since, self.inputs, self.input_names, self.output_count = since, inputs, list(input_names), output_count
+
+    # inputs
+    @property
+    def input_count(self) -> int:
+        return len(self.inputs)
+
+    def present(self, i: int) -> bool:
+        return i < len(self.inputs) and self.inputs[i] is not None
+
+    def x(self, i: int) -> UOp | None:
+        """Input i as a node (None when absent)."""
+        if not self.present(i):
+            return None
+        value = self.inputs[i]
+        if value.weight:
+            return self.importer.weight_node(self.input_names[i], value)
+        return self.importer.data(value)
+
+    def static(self, i: int, what: str):
+        """Input i's values, which must be known at import (None when absent)."""
+        if not self.present(i):
+            return None
+        value = self.inputs[i]
+        if value.const is None:
+            self.refuse(f"{what} (input {i}) must be known when importing (a constant or a shape), "
+                        f"but it is computed from the model's inputs")
+        return value.const
+
+    def static_if_known(self, i: int):
+        value = self.inputs[i] if self.present(i) else None
+        return None if value is None or value.weight else value.const
+
+    def shape_of(self, i: int) -> tuple[int, ...]:
+        value = self.inputs[i]
+        return tuple(value.node.shape) if value.node is not None else tuple(value.const.shape)
+
+    # attributes
+    def attr(self, name: str, default=None):
+        if name in self.attrs:
+            return self.attrs[name]
+        value = self.row.attributes.get(name)
+        return default if value is None else value
+
+    def tensor_value(self, tensor) -> np.ndarray:
+        return self.importer.tensor_array(tensor, "its tensor attribute", self.label, self.op)
+
+    def refuse(self, why: str):
+        self.importer.fail(why, self.label, self.op)
+
+    # building
+    def build_outputs(self) -> list[Value]:
+        foldable = self.row.folds and self.inputs and all(
+            v is None or (v.const is not None and not v.weight) for v in self.inputs)
+        result = self.row.build(self)
+        results = result if isinstance(result, list) else [result]
+        if len(results) < self.output_count:
+            self.refuse(f"has {self.output_count} outputs; the importer makes {len(results)}")
+        if foldable and any(isinstance(r, UOp) for r in results):
+            results = _evaluated(results)
+        return [Value(const=r) if isinstance(r, np.ndarray) else Value(node=r) for r in results]
+
+    def call(self, build, *inputs: UOp, attrs: dict | None = None):
+        """Another op's function on these nodes (GatherND through Gather, Gelu through Erf)."""
+        inner = NodeContext(self.importer, self.label, self.op, {**self.attrs, **(attrs or {})}, self.row, self.since,
+                            [Value(node=n) for n in inputs], [""] * len(inputs), 1)
+        return build(inner)
+
+
+def _evaluated(results: list) -> list:
+    """The arrays of nodes built from constants alone."""
+    from uopcli.backends.numpy import evaluate
+    nodes = [r for r in results if isinstance(r, UOp)]
+    arrays = iter(evaluate(nodes, {}))
+    return [next(arrays) if isinstance(r, UOp) else r for r in results]
+
+
+def constant_node(array: np.ndarray) -> UOp:
+    """An array as a graph constant: one CONST broadcast where every element is equal,
+    else a BUFFER of its bytes."""
+    array = np.asarray(array)
+    dtype = FROM_ONNX_NP(array)
+    if array.size == 0:
+        return UOp.full(array.shape, 0, dtype)
+    first = array.reshape(-1)[0]
+    same = np.isnan(array).all() if array.dtype.kind == "f" and np.isnan(first) else bool((array == first).all())
+    return UOp.full(array.shape, first.item(), dtype) if same else UOp.buffer(array)
+
+
+def _tag(root: UOp, since: int, meta: Metadata) -> None:
+    """Give `meta` to the nodes made for one ONNX node (serial >= since), replacing the
+    builder's own tag (its composite's name): the ONNX op and module path tell more."""
+    stack, seen = [root], set()
+    while stack:
+        node = stack.pop()
+        if node.serial < since or node in seen or node.op == "PARAM":  # a weight belongs to no one user
+            continue
+        seen.add(node)
+        node.set_meta(meta)
+        stack.extend(node.src)
+
+
+def _scope(node) -> str | None:
+    """The module path of an exporter's node: legacy torch.onnx names nodes
+    `/encoder/layer.0/attention/MatMul` (the last part is the op); the dynamo exporter
+    keeps the qualified module names in metadata `pkg.torch.onnx.name_scopes`
+    (['', 'encoder.0', 'encoder.0.attention', 'matmul']), each part relative to the last."""
+    for prop in node.metadata_props:
+        if prop.key == "pkg.torch.onnx.name_scopes":
+            try:
+                scopes = ast.literal_eval(prop.value)
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                break
+            if not isinstance(scopes, list) or not all(isinstance(s, str) for s in scopes):
+                break
+            parts, parent = [], ""
+            for scope in [s for s in scopes[:-1] if s]:
+                parts.append(scope[len(parent) + 1:] if parent and scope.startswith(parent + ".") else scope)
+                parent = scope
+            return "/".join(parts) or None
+    name = _text(node.name)
+    if name.startswith("/") and name.count("/") > 1:
+        return name[1:].rsplit("/", 1)[0]
+    return None
+
+
+def _text(value) -> str:
+    """A protobuf string field as text (a damaged file's invalid UTF-8 comes back as bytes)."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _onnx_opset(model, source: str) -> int:
+    for entry in model.opset_import:
+        if entry.domain in ONNX_DOMAINS:
+            return entry.version
+    raise FormatError("the model imports no version of the standard ONNX ops (opset_import has no ai.onnx)",
+                      source=source)
+
+
+def _safe_name(name: str, taken) -> str:
+    """An ONNX name as a graph input or output name (no whitespace, '=' or ','; unique)."""
+    safe = "".join("_" if ch.isspace() or ch in "=," else ch for ch in name) or "unnamed"
+    candidate, n = safe, 1
+    while candidate in taken or not valid_name(candidate):
+        n += 1
+        candidate = f"{safe}_{n}"
+    return candidate

@@ -1,0 +1,291 @@
+"""ONNX's layer ops as UOp graphs: products, convolution, pooling, normalisation, the LSTM
+(unrolled over its sequence) and the softmax cross-entropy loss. Same contract as
+ops_tensor.py; the table in import_table.py gives versions and attributes."""
+
+from __future__ import annotations
+
+import math
+
+from uopcli import UOp
+
+from .ops_tensor import axis_of, dtype_from_code, ints_of, tanh
+
+# ----------------------------------------------------------------------------- products
+
+
+def matmul(ctx):
+    """MatMul-13: numpy's matmul (1-D operands included, batch axes broadcast)."""
+    a, b = ctx.x(0), ctx.x(1)
+    if not a.shape or not b.shape:
+        ctx.refuse("an operand of rank 0")
+    if a.shape[-1] != (b.shape[0] if len(b.shape) == 1 else b.shape[-2]):
+        ctx.refuse(f"inner sizes differ: {list(a.shape)} @ {list(b.shape)}")
+    return a.matmul(b)
+
+
+def gemm(ctx):
+    """Gemm-13: alpha·A'·B' + beta·C, A' = Aᵀ with transA, B' = Bᵀ with transB, C broadcast."""
+    a, b, c = ctx.x(0), ctx.x(1), ctx.x(2)
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        ctx.refuse(f"A and B must be matrices, got {list(a.shape)} and {list(b.shape)}")
+    a = a.permute(1, 0) if ctx.attr("transA") else a
+    b = b.permute(1, 0) if ctx.attr("transB") else b
+    if a.shape[1] != b.shape[0]:
+        ctx.refuse(f"inner sizes differ: {list(a.shape)} @ {list(b.shape)} after transA/transB")
+    alpha, beta = ctx.attr("alpha"), ctx.attr("beta")
+    y = a.matmul(b)
+    y = y if alpha == 1 else y * alpha
+    if c is None or beta == 0:
+        return y
+    return y + (c if beta == 1 else c * beta)
+
+
+# ----------------------------------------------------------------------------- windows
+
+
+def _window_geometry(ctx, x: UOp, kernel: list[int]) -> tuple[tuple, tuple, tuple[tuple[int, int], ...]]:
+    """(strides, dilations, (before, after) per spatial axis) from the attributes, auto_pad
+    included: SAME_UPPER/LOWER pad so that the output is ceil(in / stride), the odd one
+    after (UPPER) or before (LOWER); VALID pads nothing."""
+    spatial = len(kernel)
+    if len(x.shape) != spatial + 2:
+        ctx.refuse(f"input {list(x.shape)} does not have N, C and {spatial} spatial axes")
+    strides = tuple(ctx.attr("strides") or (1,) * spatial)
+    dilations = tuple(ctx.attr("dilations") or (1,) * spatial)
+    if len(strides) != spatial or len(dilations) != spatial or min(strides + dilations) < 1:
+        ctx.refuse(f"strides {list(strides)} and dilations {list(dilations)} need {spatial} values >= 1")
+    auto_pad = ctx.attr("auto_pad")
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        pairs = []
+        for size, k, s, d in zip(x.shape[2:], kernel, strides, dilations):
+            total = max(0, (math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size)
+            small, large = total // 2, total - total // 2
+            pairs.append((small, large) if auto_pad == "SAME_UPPER" else (large, small))
+        return strides, dilations, tuple(pairs)
+    if auto_pad == "VALID":
+        return strides, dilations, ((0, 0),) * spatial
+    if auto_pad != "NOTSET":
+        ctx.refuse(f"auto_pad={auto_pad!r} is not NOTSET, SAME_UPPER, SAME_LOWER or VALID")
+    pads = list(ctx.attr("pads") or (0,) * (2 * spatial))
+    if len(pads) != 2 * spatial or min(pads) < 0:
+        ctx.refuse(f"pads {pads} needs {2 * spatial} values >= 0")
+    return strides, dilations, tuple(zip(pads[:spatial], pads[spatial:]))
+
+
+def _kernel(ctx, given: list[int] | None, fallback=None) -> list[int]:
+    kernel = list(given or fallback or ())
+    if not kernel or min(kernel) < 1:
+        ctx.refuse(f"kernel_shape {kernel} needs sizes >= 1")
+    return kernel
+
+
+def _flat_padding(pairs) -> list[int]:
+    """The builder's flat padding: (before, after) per axis, the last axis first."""
+    return [p for before_after in reversed(pairs) for p in before_after]
+
+
+def conv(ctx):
+    """Conv-11: cross-correlation of X[N, C, *in] with W[M, C/group, *k] (+ B[M]), any
+    number of spatial axes; the padding is applied first, then the builder's conv2d."""
+    x, w, b = ctx.x(0), ctx.x(1), ctx.x(2)
+    kernel = _kernel(ctx, ctx.attr("kernel_shape"), w.shape[2:])
+    if tuple(kernel) != tuple(w.shape[2:]):
+        ctx.refuse(f"kernel_shape {kernel} differs from the weight's {list(w.shape[2:])}")
+    strides, dilations, pairs = _window_geometry(ctx, x, kernel)
+    group = ctx.attr("group")
+    if x.shape[1] != w.shape[1] * group or w.shape[0] % group:
+        ctx.refuse(f"input {list(x.shape)} does not fit weight {list(w.shape)} with group={group}")
+    padded = x.pad(((0, 0), (0, 0)) + pairs) if any(p != (0, 0) for p in pairs) else x
+    for size, k, d in zip(padded.shape[2:], kernel, dilations):
+        if size < (k - 1) * d + 1:
+            ctx.refuse(f"the kernel {kernel} (dilations {list(dilations)}) is larger than the padded input")
+    return padded.conv2d(w, b, groups=group, stride=strides, dilation=dilations)
+
+
+def _pool_arguments(ctx, x: UOp) -> tuple:
+    kernel = _kernel(ctx, ctx.attr("kernel_shape"))
+    strides, dilations, pairs = _window_geometry(ctx, x, kernel)
+    ceil_mode = bool(ctx.attr("ceil_mode"))
+    for size, (before, after), k, d in zip(x.shape[2:], pairs, kernel, dilations):
+        if size + before + after < (k - 1) * d + 1:
+            ctx.refuse(f"the kernel {kernel} (dilations {list(dilations)}) is larger than the padded input")
+        if max(before, after) >= (k - 1) * d + 1:
+            ctx.refuse(f"a padding of {max(before, after)} is as large as the window: a window in the padding alone")
+    return tuple(kernel), strides, dilations, _flat_padding(pairs), ceil_mode
+
+
+def max_pool(ctx):
+    """MaxPool-12: the padding never wins; ceil_mode adds a last, partial window (none that
+    would start in the padding after the input). The Indices output is not imported."""
+    if ctx.output_count > 1:
+        ctx.refuse("the Indices output (argmax positions) is not supported")
+    x = ctx.x(0)
+    kernel, strides, dilations, padding, ceil_mode = _pool_arguments(ctx, x)
+    return x.max_pool2d(kernel, strides, dilations, padding, ceil_mode)
+
+
+def average_pool(ctx):
+    """AveragePool-19: means of the windows; the padding counts with count_include_pad."""
+    x = ctx.x(0)
+    kernel, strides, dilations, padding, ceil_mode = _pool_arguments(ctx, x)
+    return x.avg_pool2d(kernel, strides, dilations, padding, ceil_mode, bool(ctx.attr("count_include_pad")))
+
+
+def global_average_pool(ctx):
+    x = ctx.x(0)
+    if len(x.shape) < 3:
+        ctx.refuse(f"input {list(x.shape)} has no spatial axes")
+    return x.mean(tuple(range(2, len(x.shape))), keepdim=True)
+
+
+# ----------------------------------------------------------------------------- normalisation
+
+
+def batch_normalization(ctx):
+    """BatchNormalization-15: (x - mean)/√(var + ε)·scale + B over axis 1. Inference uses
+    the given mean and var; training_mode uses the batch's (the variance divides by the
+    count) and also outputs the running statistics, input·momentum + batch·(1 - momentum)."""
+    x, scale, bias, mean, var = (ctx.x(i) for i in range(5))
+    if len(x.shape) < 2:
+        ctx.refuse(f"input {list(x.shape)} has no channel axis")
+    epsilon = ctx.attr("epsilon")
+    if not ctx.attr("training_mode"):
+        if ctx.output_count > 1:
+            ctx.refuse("running_mean and running_var are outputs only in training_mode")
+        return x.batchnorm(scale, bias, mean, (var + epsilon).rsqrt())
+    axes = (0,) + tuple(range(2, len(x.shape)))
+    batch_mean = x.mean(axes)
+    centred = x - batch_mean.reshape(1, -1, *(1,) * (len(x.shape) - 2))
+    batch_var = (centred * centred).mean(axes)
+    y = x.batchnorm(scale, bias, batch_mean, (batch_var + epsilon).rsqrt())
+    momentum = ctx.attr("momentum")
+    running = [mean * momentum + batch_mean * (1 - momentum), var * momentum + batch_var * (1 - momentum)]
+    return [y, *running][:ctx.output_count]
+
+
+def layer_normalization(ctx):
+    """LayerNormalization-17: over axes [axis, rank): (x - mean)·invstd·Scale + B, invstd =
+    1/√(mean((x - mean)²) + ε), computed in stash_type (float32: a float16 input is cast up
+    and the result back). Mean and InvStdDev keep the normalised axes as 1."""
+    x, scale, bias = ctx.x(0), ctx.x(1), ctx.x(2)
+    rank = len(x.shape)
+    axes = tuple(range(axis_of(ctx, ctx.attr("axis"), rank), rank))
+    stash = dtype_from_code(ctx, ctx.attr("stash_type"), "stash_type")
+    if not stash.is_float:
+        ctx.refuse(f"stash_type {stash.name} is not a float type")
+    wide = x.cast(stash) if x.dtype is not stash else x
+    mean = wide.mean(axes, keepdim=True)
+    centred = wide - mean
+    invstd = ((centred * centred).mean(axes, keepdim=True) + ctx.attr("epsilon")).rsqrt()
+    y = (centred * invstd).cast(x.dtype) if x.dtype is not stash else centred * invstd
+    y = y * scale
+    y = y if bias is None else y + bias
+    return [y, mean, invstd][:ctx.output_count]
+
+
+# ----------------------------------------------------------------------------- LSTM
+
+_DEFAULT_ACTIVATIONS = ("Sigmoid", "Tanh", "Tanh")
+
+
+def lstm(ctx):
+    """LSTM-14, unrolled over the sequence. Gates in ONNX's order i, o, f, c:
+    i = σ(x·Wiᵀ + h·Riᵀ + Pi⊙c + Wbi + Rbi), f likewise with Pf, ĉ = tanh(x·Wcᵀ + h·Rcᵀ + Wbc + Rbc),
+    c' = f⊙c + i⊙ĉ, o = σ(x·Woᵀ + h·Roᵀ + Po⊙c' + Wbo + Rbo), h' = o⊙tanh(c').
+    Directions forward, reverse and bidirectional; layout 0 ([seq, batch, ...]) or 1."""
+    x, w, r, b, lengths, h0, c0, peep = (ctx.x(i) for i in range(8))
+    direction = ctx.attr("direction")
+    directions = {"forward": ("forward",), "reverse": ("reverse",), "bidirectional": ("forward", "reverse")}
+    if direction not in directions:
+        ctx.refuse(f"direction={direction!r} is not forward, reverse or bidirectional")
+    order = directions[direction]
+    activations = ctx.attr("activations")
+    if activations is not None and tuple(activations) != _DEFAULT_ACTIVATIONS * len(order):
+        ctx.refuse(f"activations {list(activations)}: only the default Sigmoid, Tanh, Tanh are supported")
+    if ctx.attr("clip") is not None or ctx.attr("input_forget"):
+        ctx.refuse("clip and input_forget are not supported")
+    layout = ctx.attr("layout")
+    if layout:
+        x = x.permute(1, 0, 2)
+        h0 = None if h0 is None else h0.permute(1, 0, 2)
+        c0 = None if c0 is None else c0.permute(1, 0, 2)
+    steps, batch, _ = x.shape
+    hidden = r.shape[-1]
+    if ctx.attr("hidden_size") not in (None, hidden) or w.shape[:2] != (len(order), 4 * hidden):
+        ctx.refuse(f"W {list(w.shape)} and R {list(r.shape)} do not fit hidden_size {ctx.attr('hidden_size')}")
+    if lengths is not None:
+        known = ints_of(ctx, 4, "sequence_lens")
+        if any(n != steps for n in known):
+            ctx.refuse(f"sequence_lens {known} differ from the sequence length {steps}: only full sequences")
+    outputs, last_h, last_c = [], [], []
+    for d, name in enumerate(order):
+        ys, h, c = _lstm_direction(ctx, x, w[d], r[d], None if b is None else b[d],
+                                   None if h0 is None else h0[d], None if c0 is None else c0[d],
+                                   None if peep is None else peep[d], reverse=name == "reverse")
+        outputs.append(ys)
+        last_h.append(h)
+        last_c.append(c)
+    y = UOp.stack(*outputs, dim=1) if len(outputs) > 1 else outputs[0].unsqueeze(1)  # [seq, dirs, batch, H]
+    y_h, y_c = UOp.stack(*last_h), UOp.stack(*last_c)                                   # [dirs, batch, H]
+    if layout:
+        y, y_h, y_c = y.permute(2, 0, 1, 3), y_h.permute(1, 0, 2), y_c.permute(1, 0, 2)
+    return [y, y_h, y_c][:ctx.output_count]
+
+
+def _lstm_direction(ctx, x, w, r, b, h, c, peep, reverse: bool):
+    """One direction: every step's h (stacked [seq, batch, H]) and the last h and c."""
+    steps, batch, _ = x.shape
+    hidden = r.shape[-1]
+    projected = x.matmul(w.permute(1, 0))  # every step's x·Wᵀ at once: [seq, batch, 4H]
+    if b is not None:
+        projected = projected + (b[:4 * hidden] + b[4 * hidden:])
+    h = UOp.full((batch, hidden), 0.0, x.dtype) if h is None else h
+    c = UOp.full((batch, hidden), 0.0, x.dtype) if c is None else c
+    r_t = r.permute(1, 0)
+    gate = lambda t, k: t[:, k * hidden:(k + 1) * hidden]  # noqa: E731 - gates i, o, f, c
+    ys = [None] * steps
+    for t in (reversed(range(steps)) if reverse else range(steps)):
+        z = projected[t] + h.matmul(r_t)
+        i_in, f_in = gate(z, 0), gate(z, 2)
+        if peep is not None:
+            i_in, f_in = i_in + peep[:hidden] * c, f_in + peep[2 * hidden:] * c
+        c = f_in.sigmoid() * c + i_in.sigmoid() * ctx.call(tanh, gate(z, 3))
+        o_in = gate(z, 1) if peep is None else gate(z, 1) + peep[hidden:2 * hidden] * c
+        h = o_in.sigmoid() * ctx.call(tanh, c)
+        ys[t] = h
+    return UOp.stack(*ys), h, c
+
+
+# ----------------------------------------------------------------------------- loss
+
+
+def softmax_cross_entropy_loss(ctx):
+    """SoftmaxCrossEntropyLoss-13: scores [N, C, d...], labels [N, d...]: loss = -w[label]·
+    log_softmax(scores)[label] along axis 1, zero (and weightless) where label equals
+    ignore_index; reduced by "mean" (over the weights taken part, or the count), "sum" or
+    "none". The second output is log_softmax(scores)."""
+    scores, labels, weights = ctx.x(0), ctx.x(1), ctx.x(2)
+    if len(scores.shape) < 2 or labels.shape != scores.shape[:1] + scores.shape[2:]:
+        ctx.refuse(f"labels {list(labels.shape)} do not fit scores {list(scores.shape)}")
+    classes = scores.shape[1]
+    log_prob = scores.log_softmax(1)
+    mask = labels._one_hot_mask(classes, 1)  # [N, C, d...]: true at the label
+    ignore = ctx.attr("ignore_index")
+    if ignore is not None:
+        mask = mask & labels.ne(ignore).unsqueeze(1)
+    picked = mask.where(log_prob, 0).sum(1)
+    if weights is None:
+        taken = mask.where(scores.const_like(1.0), 0.0).sum(1)
+    else:
+        taken = mask.where(weights.reshape(1, classes, *(1,) * (len(scores.shape) - 2)), 0.0).sum(1)
+    loss = -(picked * taken) if weights is not None else -picked
+    reduction = ctx.attr("reduction")
+    if reduction == "none":
+        out = loss
+    elif reduction == "sum":
+        out = loss.sum()
+    elif reduction == "mean":
+        out = loss.sum() / taken.sum()
+    else:
+        ctx.refuse(f"reduction={reduction!r} is not none, sum or mean")
+    return [out, log_prob][:ctx.output_count]

@@ -1,0 +1,483 @@
+"""ONNX ops on tensors as UOp graphs: elementwise maths, comparisons, reductions, shapes,
+movement, indexing and constants. One function per op, named like it; the table in
+import_table.py says which spec versions and attributes each follows.
+
+Every function takes the node's context (importer.NodeContext): `ctx.x(i)` is input i as
+a UOp (None when absent), `ctx.static(i)` its value when known at import time (a numpy
+array: shapes, axes, pads), `ctx.attr(name)` an attribute (its default from the table),
+`ctx.refuse(why)` stops the import. It returns the output (a UOp, or a numpy array for a
+value known at import time), or a list of outputs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from uopcli import UOp, dtypes
+
+from .dtypes import FROM_ONNX, UNSUPPORTED_NAMES
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def axis_of(ctx, axis: int, rank: int, what: str = "axis") -> int:
+    """A non-negative axis from ONNX's possibly negative one, refused out of range."""
+    if not -rank <= axis < max(rank, 1):
+        ctx.refuse(f"{what} {axis} is out of range for rank {rank}")
+    return axis % rank if rank else 0
+
+
+def axes_of(ctx, axes, rank: int, what: str = "axes") -> tuple[int, ...]:
+    out = tuple(axis_of(ctx, int(a), rank, what) for a in axes)
+    if len(set(out)) != len(out):
+        ctx.refuse(f"{what} {list(map(int, axes))} repeat an axis")
+    return out
+
+
+def dtype_from_code(ctx, code: int, what: str = "to"):
+    dtype = FROM_ONNX.get(int(code))
+    if dtype is None:
+        ctx.refuse(f"{what}: element type {UNSUPPORTED_NAMES.get(int(code), code)} is not supported")
+    return dtype
+
+
+def ints_of(ctx, i: int, what: str) -> list[int] | None:
+    """Input i as a list of Python ints (a static int tensor), None when absent."""
+    value = ctx.static(i, what)
+    return None if value is None else [int(v) for v in np.asarray(value).reshape(-1)]
+
+
+# ----------------------------------------------------------------------------- elementwise
+
+
+def add(ctx): return ctx.x(0) + ctx.x(1)                   # noqa: E704 - Add-14: a + b, broadcast
+def sub(ctx): return ctx.x(0) - ctx.x(1)                   # noqa: E704
+def mul(ctx): return ctx.x(0) * ctx.x(1)                   # noqa: E704
+
+
+def div(ctx):
+    """Div-14: true division for floats; integers truncate toward zero (C, as onnxruntime)."""
+    a, b = ctx.x(0), ctx.x(1)
+    return a / b if a.dtype.is_float else a.cdiv(b)
+
+
+def pow_(ctx):
+    """Pow-15: the exponent (any numeric type) is cast to the base's type."""
+    base, exponent = ctx.x(0), ctx.x(1)
+    return base.pow(exponent.cast(base.dtype) if exponent.dtype is not base.dtype else exponent)
+
+
+def sqrt(ctx): return ctx.x(0).sqrt()                      # noqa: E704
+def exp(ctx): return ctx.x(0).exp()                        # noqa: E704
+def log(ctx): return ctx.x(0).log()                        # noqa: E704
+def neg(ctx): return -ctx.x(0)                             # noqa: E704
+def sigmoid(ctx): return ctx.x(0).sigmoid()                # noqa: E704
+def not_(ctx): return ctx.x(0).logical_not()               # noqa: E704
+def isnan(ctx): return ctx.x(0).isnan()                    # noqa: E704
+
+
+def relu(ctx):
+    """max(x, 0), nan kept (the builder's relu gives 0 there); the gradient at 0 is 0, as PyTorch's."""
+    x = ctx.x(0)
+    return ((x > 0) | x.isnan()).where(x, 0) if x.dtype.is_float else x.relu()
+
+
+def abs_(ctx):
+    """|x|: max(x, -x) (for integers too; nan stays nan), plus +0.0 for floats: numpy's
+    maximum of two equal values returns the second, so |+0.0| would be -0.0 without it."""
+    x = ctx.x(0)
+    return x.maximum(-x) + 0.0 if x.dtype.is_float else x.abs()
+
+
+# erf(x) = 2/√π Σ (-1)^n x^(2n+1) / (n! (2n+1)); nine terms are exact to float32 for |x| < 0.5
+_ERF_TAYLOR = [2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(9)]
+
+
+def erf(ctx):
+    """erf, accurate to float32 in relative terms: the builder's Abramowitz-Stegun form
+    (absolute error 1.5e-7) for |x| >= 0.5, where erf >= 0.52, and the Taylor series below,
+    where that absolute error would be a large relative one. The series sees 0 outside its
+    range, so neither branch makes inf or nan for the other (nor for its gradient)."""
+    x = ctx.x(0)
+    small = x.abs() < 0.5
+    xs = small.where(x, 0.0)
+    square, series = xs * xs, xs.const_like(_ERF_TAYLOR[-1])
+    for coefficient in reversed(_ERF_TAYLOR[:-1]):
+        series = series * square + coefficient
+    return small.where(xs * series, x.erf())
+
+
+# tanh(x) = x - x³/3 + 2x⁵/15 - 17x⁷/315 + 62x⁹/2835 - 1382x¹¹/155925: exact to float32 for |x| < 0.25
+_TANH_TAYLOR = [1.0, -1 / 3, 2 / 15, -17 / 315, 62 / 2835, -1382 / 155925]
+
+
+def tanh(ctx):
+    """tanh, accurate to float32 in relative terms: sign(x)(1 - e)/(1 + e) with e = exp(-2|x|)
+    (never overflows) for |x| >= 0.25, the Taylor series nearer 0, where 1 - e cancels (the
+    builder's 2σ(2x) - 1 loses all digits of a tiny x)."""
+    x = ctx.x(0)
+    magnitude = x.abs()
+    small = magnitude < 0.25
+    xs = small.where(x, 0.0)
+    square, series = xs * xs, xs.const_like(_TANH_TAYLOR[-1])
+    for coefficient in reversed(_TANH_TAYLOR[:-1]):
+        series = series * square + coefficient
+    e = (magnitude * -2.0).exp()
+    far = (1.0 - e) / (1.0 + e)
+    return small.where(xs * series, (x < 0).where(-far, far))
+
+
+def gelu(ctx):
+    """Gelu-20: x·Φ(x), Φ by erf ("none") or the tanh form ("tanh")."""
+    approximate = ctx.attr("approximate")
+    x = ctx.x(0)
+    if approximate == "none":
+        return x * 0.5 * (1.0 + ctx.call(erf, x * (1 / math.sqrt(2))))
+    if approximate == "tanh":
+        inner = (x + 0.044715 * x * x * x) * math.sqrt(2 / math.pi)
+        return 0.5 * x * (1.0 + ctx.call(tanh, inner))
+    ctx.refuse(f"approximate={approximate!r} is not 'none' or 'tanh'")
+
+
+def equal(ctx): return ctx.x(0).eq(ctx.x(1))               # noqa: E704
+def less(ctx): return ctx.x(0) < ctx.x(1)                  # noqa: E704
+def greater(ctx): return ctx.x(0) > ctx.x(1)               # noqa: E704
+def and_(ctx): return ctx.x(0) & ctx.x(1)                  # noqa: E704
+
+
+def greater_or_equal(ctx):
+    """a > b or a == b: false where either is nan (the builder's `>=` is not(a < b), true there)."""
+    a, b = ctx.x(0), ctx.x(1)
+    return (a > b) | a.eq(b)
+
+
+def where(ctx): return ctx.x(0).where(ctx.x(1), ctx.x(2))  # noqa: E704
+
+
+def cast(ctx):
+    if ctx.attr("to") is None:
+        ctx.refuse("needs the attribute to")
+    return ctx.x(0).cast(dtype_from_code(ctx, ctx.attr("to")))
+
+
+def cast_like(ctx):
+    return ctx.x(0).cast(ctx.x(1).dtype)
+
+
+def identity(ctx): return ctx.x(0)                         # noqa: E704
+
+
+def softmax(ctx, log: bool = False):
+    """Softmax-13 along `axis`; before 13 (versions 1 and 11) the input was seen as 2-D,
+    [prod(shape[:axis]), prod(shape[axis:])], and normalised along its second axis."""
+    x = ctx.x(0)
+    rank = len(x.shape)
+    if ctx.since >= 13:
+        axis = axis_of(ctx, ctx.attr("axis", -1), rank)
+        return x.log_softmax(axis) if log else x.softmax(axis)
+    axis = axis_of(ctx, ctx.attr("axis", 1), rank)
+    flat = x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
+    return (flat.log_softmax(1) if log else flat.softmax(1)).reshape(x.shape)
+
+
+def log_softmax(ctx): return softmax(ctx, log=True)        # noqa: E704
+
+
+# ----------------------------------------------------------------------------- reductions
+
+
+def _reduce_axes(ctx, rank: int, axes_from_input: bool) -> tuple[int, ...] | None:
+    """The reduced axes (None: the node is the identity, noop_with_empty_axes)."""
+    axes = ints_of(ctx, 1, "axes") if axes_from_input else ctx.attr("axes")
+    if not axes:
+        if axes_from_input and ctx.attr("noop_with_empty_axes"):
+            return None
+        return tuple(range(rank))
+    return axes_of(ctx, axes, rank)
+
+
+def _reduction(ctx, kind: str, axes_input_since: int):
+    x = ctx.x(0)
+    axes = _reduce_axes(ctx, len(x.shape), ctx.since >= axes_input_since)
+    if axes is None:
+        return x
+    keep = bool(ctx.attr("keepdims"))
+    if kind == "mean":
+        return x.mean(axes, keepdim=keep)
+    if kind == "sum":  # the builder counts narrow integers in int32; ONNX keeps the type
+        total = x.sum(axes, keepdim=keep)
+        return total if total.dtype is x.dtype else total.cast(x.dtype)
+    return x.max(axes, keepdim=keep)
+
+
+def reduce_mean(ctx): return _reduction(ctx, "mean", 18)   # noqa: E704
+def reduce_sum(ctx): return _reduction(ctx, "sum", 13)     # noqa: E704
+def reduce_max(ctx): return _reduction(ctx, "max", 18)     # noqa: E704
+
+
+# ----------------------------------------------------------------------------- shapes and movement
+
+
+def shape(ctx):
+    """Shape-15: the input's shape (a value known at import), sliced by start and end."""
+    dims = ctx.shape_of(0)
+    rank = len(dims)
+    start, end = ctx.attr("start"), ctx.attr("end")
+    start = min(max(start + rank if start < 0 else start, 0), rank)
+    end = rank if end is None else min(max(end + rank if end < 0 else end, 0), rank)
+    return np.array(dims[start:end], dtype=np.int64)
+
+
+def reshape(ctx):
+    """Reshape-14: 0 copies the input's size there (unless allowzero), -1 is inferred."""
+    x = ctx.x(0)
+    target = ints_of(ctx, 1, "shape")
+    allowzero = ctx.attr("allowzero")
+    sizes = []
+    for i, size in enumerate(target):
+        if size == 0 and not allowzero:
+            if i >= len(x.shape):
+                ctx.refuse(f"shape {target}: a 0 at position {i} copies a size the input {list(x.shape)} does not have")
+            size = x.shape[i]
+        sizes.append(size)
+    if sizes.count(-1) > 1 or any(s < -1 for s in sizes):
+        ctx.refuse(f"shape {target} is not a shape (more than one -1, or a size below -1)")
+    if -1 in sizes:
+        known = math.prod(s for s in sizes if s != -1)
+        if known == 0 or x.size % known:
+            ctx.refuse(f"shape {target} does not fit the input's {x.size} elements")
+        sizes[sizes.index(-1)] = x.size // known
+    if math.prod(sizes) != x.size:
+        ctx.refuse(f"shape {target} does not fit the input {list(x.shape)}")
+    return x.reshape(*sizes)
+
+
+def transpose(ctx):
+    x = ctx.x(0)
+    perm = ctx.attr("perm")
+    rank = len(x.shape)
+    order = tuple(reversed(range(rank))) if perm is None else axes_of(ctx, perm, rank, "perm")
+    if len(order) != rank:
+        ctx.refuse(f"perm {perm} does not list the {rank} axes")
+    return x.permute(*order)
+
+
+def flatten(ctx):
+    x = ctx.x(0)
+    rank = len(x.shape)
+    axis = ctx.attr("axis")
+    if not -rank <= axis <= rank:
+        ctx.refuse(f"axis {axis} is out of range for rank {rank}")
+    axis = axis + rank if axis < 0 else axis
+    return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
+
+
+def _axes_argument(ctx, input_since: int):
+    return ints_of(ctx, 1, "axes") if ctx.since >= input_since else ctx.attr("axes")
+
+
+def squeeze(ctx):
+    x = ctx.x(0)
+    axes = _axes_argument(ctx, 13)
+    rank = len(x.shape)
+    dropped = [a for a in range(rank) if x.shape[a] == 1] if axes is None else axes_of(ctx, axes, rank)
+    if any(x.shape[a] != 1 for a in dropped):
+        ctx.refuse(f"axes {axes} name an axis whose size is not 1 (shape {list(x.shape)})")
+    return x.reshape(*(s for a, s in enumerate(x.shape) if a not in dropped))
+
+
+def unsqueeze(ctx):
+    x = ctx.x(0)
+    axes = _axes_argument(ctx, 13)
+    rank = len(x.shape) + len(axes or ())
+    new = axes_of(ctx, axes or (), rank)
+    sizes, rest = [], iter(x.shape)
+    for a in range(rank):
+        sizes.append(1 if a in new else next(rest))
+    return x.reshape(*sizes)
+
+
+def concat(ctx):
+    parts = [ctx.x(i) for i in range(ctx.input_count) if ctx.present(i)]
+    if ctx.attr("axis") is None or not parts:
+        ctx.refuse("needs the attribute axis and at least one input")
+    axis = axis_of(ctx, ctx.attr("axis"), len(parts[0].shape))
+    parts = [p for p in parts if p.shape[axis] != 0] or parts[:1]  # empty pieces add nothing
+    return parts[0].cat(*parts[1:], dim=axis) if len(parts) > 1 else parts[0]
+
+
+def split(ctx):
+    """Split-18: sizes from the `split` input (13+) or attribute (before 13), else equal
+    parts for the outputs (the last one smaller, num_outputs in 18)."""
+    x = ctx.x(0)
+    axis = axis_of(ctx, ctx.attr("axis"), len(x.shape))
+    length = x.shape[axis]
+    sizes = ints_of(ctx, 1, "split") if ctx.since >= 13 else ctx.attr("split")
+    if not sizes:
+        count = ctx.attr("num_outputs") if ctx.since >= 18 and ctx.attr("num_outputs") else ctx.output_count
+        step = math.ceil(length / count)
+        sizes = [min(step, length - i * step) for i in range(count)]
+        if any(s <= 0 for s in sizes):
+            ctx.refuse(f"{count} outputs do not split an axis of {length}")
+    if sum(sizes) != length or any(s < 0 for s in sizes):
+        ctx.refuse(f"split sizes {list(sizes)} do not add up to the axis' {length}")
+    return list(x.split(list(sizes), axis))
+
+
+def slice_(ctx):
+    """Slice-13: starts/ends/axes/steps (values known at import), clamped as the spec says."""
+    x = ctx.x(0)
+    rank = len(x.shape)
+    starts, ends = ints_of(ctx, 1, "starts"), ints_of(ctx, 2, "ends")
+    axes = ints_of(ctx, 3, "axes") or list(range(len(starts)))
+    steps = ints_of(ctx, 4, "steps") or [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        ctx.refuse("starts, ends, axes and steps differ in length")
+    index = [slice(None)] * rank
+    for start, end, axis, step in zip(starts, ends, axes_of(ctx, axes, rank), steps):
+        if step == 0:
+            ctx.refuse("a step of 0")
+        index[axis] = _python_slice(start, end, step, x.shape[axis])
+    return x[tuple(index)]
+
+
+def _python_slice(start: int, end: int, step: int, size: int) -> slice:
+    """ONNX's clamping, as a Python slice of non-negative bounds (None: past the front)."""
+    start = start + size if start < 0 else start
+    end = end + size if end < 0 else end
+    if step > 0:
+        return slice(min(max(start, 0), size), min(max(end, 0), size), step)
+    start, end = min(max(start, 0), size - 1), min(max(end, -1), size - 1)
+    return slice(start, None if end < 0 else end, step)
+
+
+def expand(ctx):
+    """Expand-13: numpy broadcasting of the input against `shape` (either may be larger)."""
+    x = ctx.x(0)
+    target = ints_of(ctx, 1, "shape")
+    rank = max(len(target), len(x.shape))
+    have = (1,) * (rank - len(x.shape)) + tuple(x.shape)
+    want = (1,) * (rank - len(target)) + tuple(target)
+    out = []
+    for a, b in zip(have, want):
+        if a != b and 1 not in (a, b):
+            ctx.refuse(f"shape {target} does not broadcast with the input {list(x.shape)}")
+        out.append(a if b == 1 else b)
+    return x.reshape(*have).expand(*out)
+
+
+def _nonnegative_index(index: UOp, size: int) -> UOp:
+    """Negative indices count from the end (ONNX's Gather family)."""
+    return (index < 0).where(index + size, index)
+
+
+def gather(ctx):
+    """Gather-13: data[..., indices, ...] along `axis`: out.shape = data.shape[:axis] +
+    indices.shape + data.shape[axis + 1:]. Indices known at import are cut out
+    (SHRINK); others select through a one-hot comparison summed away."""
+    data = ctx.x(0)
+    axis = axis_of(ctx, ctx.attr("axis"), len(data.shape))
+    size = data.shape[axis]
+    known = ctx.static_if_known(1)
+    if known is not None:
+        known = np.where(known < 0, known + size, known)
+        if known.size and (known.min() < 0 or known.max() >= size):
+            ctx.refuse(f"an index of {known.reshape(-1).tolist()} is outside the axis' {size}")
+        if known.ndim == 0:
+            return data.shrink(tuple((int(known), int(known) + 1) if a == axis else None
+                                     for a in range(len(data.shape)))).squeeze(axis)
+    index = _nonnegative_index(ctx.x(1), size).cast(dtypes.int32) if known is None else \
+        UOp.buffer(known.astype(np.int32))
+    before, after = data.shape[:axis], data.shape[axis + 1:]
+    spread = data.reshape(*before, *(1,) * len(index.shape), size, *after)
+    mask = index._one_hot_mask(size, len(index.shape)).reshape(
+        *(1,) * len(before), *index.shape, size, *(1,) * len(after))
+    return mask.where(spread, 0).sum(len(before) + len(index.shape))
+
+
+def gather_elements(ctx):
+    """GatherElements-13: out[i][j][k] = data[index[i][j][k]][j][k] along `axis` (same rank)."""
+    data, index = ctx.x(0), ctx.x(1)
+    axis = axis_of(ctx, ctx.attr("axis"), len(data.shape))
+    return data.gather(axis, _nonnegative_index(index, data.shape[axis]))
+
+
+def gather_nd(ctx):
+    """GatherND-13: the last axis of `indices` (k long) indexes data's first k axes after
+    the batch_dims shared ones; out.shape = indices.shape[:-1] + data.shape[b + k:]. As a
+    Gather of the flattened leading axes by the linear index."""
+    data, index = ctx.x(0), ctx.x(1)
+    batch = ctx.attr("batch_dims")
+    k = index.shape[-1] if index.shape else 0
+    if not index.shape or batch + k > len(data.shape) or index.shape[:batch] != data.shape[:batch]:
+        ctx.refuse(f"indices {list(index.shape)} do not fit data {list(data.shape)} with batch_dims={batch}")
+    indexed = data.shape[batch:batch + k]
+    linear = index.const_like(0).broadcast_to(index.shape[:-1]) if index.shape[:-1] else index.const_like(0)
+    for j, size in enumerate(indexed):
+        part = index.shrink(tuple((j, j + 1) if a == len(index.shape) - 1 else None
+                                  for a in range(len(index.shape)))).reshape(*index.shape[:-1])
+        linear = linear * size + _nonnegative_index(part, size)
+    batch_count = math.prod(data.shape[:batch])
+    if batch:  # each batch element's rows come after the previous ones'
+        offsets = UOp.arange(batch_count, dtype=linear.dtype).reshape(*data.shape[:batch]) * math.prod(indexed)
+        linear = linear + offsets.reshape(*data.shape[:batch], *(1,) * (len(index.shape) - 1 - batch))
+    flat = data.reshape(batch_count * math.prod(indexed), *data.shape[batch + k:])
+    return ctx.call(gather, flat, linear, attrs={"axis": 0})
+
+
+def trilu(ctx):
+    """Trilu-14: keep the upper (j - i >= k) or lower (j - i <= k) triangle of the last two axes."""
+    x = ctx.x(0)
+    k = ints_of(ctx, 1, "k")
+    k = k[0] if k else 0
+    return x.triu(k) if ctx.attr("upper") else x.tril(k)
+
+
+# ----------------------------------------------------------------------------- values known at import
+
+
+def constant(ctx):
+    """Constant-13: exactly one of value, value_float(s), value_int(s)."""
+    given = [name for name in ("value", "value_float", "value_floats", "value_int", "value_ints")
+             if ctx.attr(name) is not None]
+    if len(given) != 1:
+        ctx.refuse(f"needs exactly one of value, value_float(s), value_int(s); has {given or 'none'}")
+    value = ctx.attr(given[0])
+    if given[0] == "value":
+        return ctx.tensor_value(value)
+    return np.array(value, dtype=np.float32 if "float" in given[0] else np.int64)
+
+
+def constant_of_shape(ctx):
+    """ConstantOfShape-20: `value` (one element, default float32 0) filled to the shape."""
+    sizes = ints_of(ctx, 0, "shape")
+    value = ctx.attr("value")
+    fill = np.zeros(1, np.float32) if value is None else ctx.tensor_value(value)
+    if fill.size != 1 or any(s < 0 for s in sizes):
+        ctx.refuse("value must hold one element and the shape sizes be >= 0")
+    return np.full(sizes, fill.reshape(-1)[0], dtype=fill.dtype)
+
+
+def range_(ctx):
+    """Range-11: start, start + delta, ... below limit (above, for a negative delta)."""
+    arrays = [ctx.static(i, name) for i, name in enumerate(("start", "limit", "delta"))]
+    if any(a is None or a.size != 1 for a in arrays):
+        ctx.refuse("start, limit and delta must be scalars")
+    start, limit, delta = (a.reshape(-1)[0] for a in arrays)
+    if delta == 0:
+        ctx.refuse("delta is 0")
+    count = max(int(math.ceil((limit - start) / delta)), 0)
+    return (start + np.arange(count, dtype=arrays[0].dtype) * delta).astype(arrays[0].dtype)
+
+
+def dropout(ctx):
+    """Dropout-13 at inference (training_mode absent or false): the identity; the mask is all true."""
+    training = ctx.static(2, "training_mode")
+    if training is not None and bool(np.asarray(training).reshape(-1)[0]):
+        ctx.refuse("training_mode=true is random: only inference Dropout is imported")
+    x = ctx.x(0)
+    if ctx.output_count > 1:
+        return [x, UOp.full(x.shape, True)]
+    return x
