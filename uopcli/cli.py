@@ -378,7 +378,7 @@ def _given(name: str) -> bool:
 
 
 def _check_specs(ctx, param, specs: tuple) -> tuple:
-    """-i values look like NAME=VALUE (values.split_spec): a usage error otherwise (exit 2),
+    """-i values look like NAME=VALUE or data.npz (values.split_spec): a usage error otherwise (exit 2),
     before any reading."""
     from .values import split_spec
     for spec in specs:
@@ -533,14 +533,19 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats):
   uopgrad eval grad.uop -i x=data.npz:features --random -o grads.npz""")
 @click.argument("source", metavar="IN")
 @click.option("-i", "--input", "specs", multiple=True, metavar="NAME=VALUE", callback=_check_specs,
-              help="An input's value: x.npy, data.npz (member NAME), data.npz:key, or a number filled to its shape.")
+              help="An input's value: x.npy, data.npz (member NAME), data.npz:key, or a number filled to its shape; "
+                   "a bare data.npz gives every input its member.")
 @click.option("--random", "use_random", is_flag=True, help="Fill inputs not given with seeded random values.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of --random.")
 @click.option("-o", "--output", metavar="OUT.npz", help="Store the outputs in an .npz under their names (- for stdout).")
 @click.option("--json", "as_json", is_flag=True, help="Print the outputs as JSON.")
 @click.option("--stats", is_flag=True, help="Add the evaluation time and peak live bytes.")
-def eval_(source, specs, use_random, seed, output, as_json, stats):
+@click.option("--backend", type=click.Choice(["numpy", "tinygrad"]), default="numpy", show_default=True,
+              help="Who computes: the numpy evaluator, or tinygrad (the extra uopgrad[tinygrad]).")
+@click.option("--device", metavar="DEV", help="tinygrad's device (CPU, CUDA, METAL, ...; default: tinygrad's DEV).")
+def eval_(source, specs, use_random, seed, output, as_json, stats, backend, device):
     """Evaluate IN's outputs and print them as a table (or --json, or -o OUT.npz)."""
+    _check_backend(backend, device, stats)  # tinygrad backend (issue 22)
     if output and as_json:
         raise click.UsageError("give either -o OUT.npz or --json, not both")
     if _given("seed") and not use_random:
@@ -554,7 +559,10 @@ def eval_(source, specs, use_random, seed, output, as_json, stats):
         inputs = gather_inputs(graph.inputs, specs, seed if use_random else None)
         steps.next()
         eval_stats = EvalStats() if stats else None
-        results = evaluate_graph(graph, inputs, stats=eval_stats)
+        if backend == "tinygrad":
+            results = _evaluate_on_tinygrad(graph, inputs, device)
+        else:
+            results = evaluate_graph(graph, inputs, stats=eval_stats)
         steps.next()
     if output:
         _write(output, npz_bytes({name: a for name, a in _elements(results).items() if a is not None}))
@@ -570,6 +578,26 @@ def eval_(source, specs, use_random, seed, output, as_json, stats):
         click.echo(_table(_elements(results)))
         if eval_stats is not None:
             click.echo(_stats_text(eval_stats))
+
+
+def _check_backend(backend: str, device: str | None, stats: bool) -> None:
+    """--device and --stats fit their backend; tinygrad is there (else how to install it)."""
+    if backend != "tinygrad":
+        if device is not None:
+            raise click.UsageError("--device is tinygrad's device: give --backend tinygrad too")
+        return
+    if stats:
+        raise click.UsageError("--stats measures the numpy evaluator; time tinygrad with its own DEBUG=2")
+    from .interop.tinygrad import TinygradMissing, import_tinygrad
+    try:
+        import_tinygrad()
+    except TinygradMissing as e:
+        raise CommandFailed(f"--backend tinygrad: {e}") from None
+
+
+def _evaluate_on_tinygrad(graph, inputs: dict, device: str | None) -> dict:
+    from .interop.tinygrad import evaluate_on_tinygrad
+    return evaluate_on_tinygrad(graph, inputs, device)
 
 
 def _elements(results: dict) -> dict:
@@ -691,7 +719,8 @@ def _value_text(value) -> str:
 @click.option("--wrt", required=True, metavar="NAMES", help="Inputs whose gradients are checked.")
 @click.option("--of", "of_", metavar="NAMES", help="Outputs to differentiate (default: the only one).")
 @click.option("-i", "--input", "specs", multiple=True, metavar="NAME=VALUE", callback=_check_specs,
-              help="An input's value (as for eval); inputs not given are seeded random values.")
+              help="An input's value (as for eval; a bare data.npz gives every input its member); inputs not "
+                   "given are seeded random values.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the random inputs, "
               "cotangents and sampled elements.")
 @click.option("--samples", type=click.IntRange(min=1), default=16, show_default=True,

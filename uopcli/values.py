@@ -5,6 +5,10 @@
                data.npz:key   member `key`
                0.5            a number, filled to the input's shape and dtype
 
+A bare `data.npz` (no NAME=) gives every input its member of that name; a member that
+names no input is an error (a typo, or the wrong file), never dropped. A NAME=VALUE spec
+overrides an archive's member of that name.
+
 Arrays must match the input's shape and dtype exactly (no silent casts: a float64 array
 fed to a float32 input is a mistake worth hearing about); numbers are converted, refusing
 ones the dtype cannot hold. Files are read with allow_pickle=False: they are data, never code.
@@ -25,12 +29,36 @@ def type_text(node: UOp) -> str:
     return f"{node.dtype.name}[{','.join(map(str, node.shape))}]"
 
 
-def split_spec(spec: str) -> tuple[str, str]:
-    """`NAME=VALUE` -> (NAME, VALUE)."""
+def split_spec(spec: str) -> tuple[str | None, str]:
+    """`NAME=VALUE` -> (NAME, VALUE); a whole archive `data.npz` -> (None, "data.npz")."""
     name, sep, value = spec.partition("=")
+    if not sep and spec.endswith(".npz"):
+        return None, spec
     if not sep or not name or not value:
-        raise EvaluationError(f"input value {spec!r} must look like NAME=VALUE (a .npy, .npz, file.npz:key or a number)")
+        raise EvaluationError(f"input value {spec!r} must look like NAME=VALUE (a .npy, .npz, file.npz:key or a "
+                              f"number), or be a whole data.npz")
     return name, value
+
+
+def read_archive(path: str, nodes: Mapping[str, UOp]) -> dict:
+    """{input name: array} from every member of the .npz at `path`, each checked against its
+    input; a member that names no input is an error listing them all."""
+    import numpy as np
+    try:
+        with np.load(_starts_with(path, ZIP_MAGIC, ".npz", "a zip archive's"), allow_pickle=False) as archive:
+            unknown = [m for m in archive.files if m not in nodes]
+            if unknown:
+                raise EvaluationError(f"{path}: member{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
+                                      f"name{'' if len(unknown) > 1 else 's'} no input; inputs: "
+                                      f"{', '.join(nodes) or 'none'}")
+            arrays = {m: archive[m] for m in archive.files}
+    except EvaluationError:
+        raise
+    except OSError as e:
+        raise EvaluationError(f"cannot read {e.filename or path}: {e.strerror or e}") from None
+    except Exception as e:  # noqa: BLE001 - zipfile's and numpy's refusals of a damaged file
+        raise EvaluationError(f"cannot read {path}: {' '.join(str(e).split())}") from None
+    return {name: check_value(name, nodes[name], array, f"{path}:{name}") for name, array in arrays.items()}
 
 
 def read_value(name: str, value: str, node: UOp):
@@ -146,14 +174,22 @@ def gather_inputs(inputs: Iterable[UOp], specs: Iterable[str], random_seed: int 
     """Every input's array from `NAME=VALUE` specs; missing ones random when `random_seed`
     is given, else an error listing each missing input with its shape and dtype."""
     nodes: Mapping[str, UOp] = {n.arg: n for n in inputs}
-    values = {}
+    values, from_archive = {}, {}
     for spec in specs:
         name, value = split_spec(spec)
+        if name is None:
+            for member, array in read_archive(value, nodes).items():
+                if member in from_archive:
+                    raise EvaluationError(f"input {member!r} is in both {from_archive[member][0]} and {value}")
+                from_archive[member] = (value, array)
+            continue
         if name not in nodes:
             raise EvaluationError(f"-i {name}: no input named {name!r}; inputs: {', '.join(nodes) or 'none'}")
         if name in values:
             raise EvaluationError(f"input {name!r} is given twice")
         values[name] = read_value(name, value, nodes[name])
+    for name, (_, array) in from_archive.items():
+        values.setdefault(name, array)  # NAME=VALUE wins over an archive's member
     missing = [node for name, node in nodes.items() if name not in values]
     if missing and random_seed is None:
         listed = ", ".join(f"{n.arg} {type_text(n)}" for n in missing)
