@@ -2,6 +2,8 @@
 # clean clone with nothing but python3 (>= 3.10) and make. Each target sets up what it uses:
 #   .venv/            a virtual environment with the package installed editable, with [test]
 #   dot (graphviz)    installed with apt-get (as root, or with sudo) or brew when missing
+#   clang             the C compiler tinygrad's CPU backend runs (the [tinygrad] extra's tests),
+#                     installed the same way; without it those tests are skipped, saying why
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -33,7 +35,7 @@ pip_install = $(PY) -m pip install $(1) >>$(VENV)/install.log 2>&1 || { cat $(VE
 editable_install = $(PY) -m pip install -e '.[$(1)]' --config-settings editable_mode=compat >>$(VENV)/install.log 2>&1 \
 	|| $(call pip_install,-e '.[$(1)]')
 
-.PHONY: help setup venv dot demo test bench samples samples-check lint clean distclean
+.PHONY: help setup venv dot clang demo test bench samples samples-check lint clean distclean
 
 help:
 	@echo "make demo      set up, then diff -> eval -> check -> render samples/mlp.uop (picture in $(OUT)/)"
@@ -43,7 +45,7 @@ help:
 	@echo "make lint      ruff over the package, tests, samples, tools and bench"
 	@echo "make clean     remove $(OUT)/ and caches; make distclean also removes $(VENV)/"
 
-setup: venv dot
+setup: venv dot clang
 
 venv: $(STAMP)
 
@@ -64,6 +66,12 @@ $(STAMP): pyproject.toml
 # `graphviz` alone cannot.
 dot:
 	@command -v dot >/dev/null 2>&1 || sh tools/install-system-package.sh graphviz graphviz
+
+# tinygrad's CPU backend compiles its kernels with clang. Not fatal when it cannot be
+# installed: the tinygrad tests then skip, with the reason in pytest's summary.
+clang:
+	@command -v clang >/dev/null 2>&1 || sh tools/install-system-package.sh clang llvm || \
+		echo "make: clang is missing: the tinygrad bridge's tests will be skipped" >&2
 
 demo: setup
 	@mkdir -p $(OUT)

@@ -287,7 +287,7 @@ class _Walk:
     def dtype(self, node) -> DType:
         dtype = our_dtype(node.dtype)
         if dtype is None:
-            raise self._refuse(node, f"has dtype {node.dtype.name}, which format v1 does not have")
+            raise self._refuse(node, f"has dtype {str(node.dtype).removeprefix('dtypes.')}, which format v1 does not have")
         return dtype
 
     def shape(self, node) -> tuple[int, ...]:
