@@ -596,8 +596,11 @@ def _check_backend(backend: str, device: str | None, stats: bool) -> None:
 
 
 def _evaluate_on_tinygrad(graph, inputs: dict, device: str | None) -> dict:
-    from .interop.tinygrad import evaluate_on_tinygrad
-    return evaluate_on_tinygrad(graph, inputs, device)
+    from .interop.tinygrad import close_compile_workers, evaluate_on_tinygrad
+    try:
+        return evaluate_on_tinygrad(graph, inputs, device)
+    finally:
+        close_compile_workers()  # the CLI leaves with os._exit, which would strand them
 
 
 def _elements(results: dict) -> dict:

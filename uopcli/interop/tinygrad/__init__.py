@@ -7,8 +7,8 @@ needs it; a call without it raises TinygradMissing saying how to install the ext
 """
 
 from ._tinygrad import INSTALL_HINT, TinygradMissing, import_tinygrad
-from .backend import evaluate_on_tinygrad, to_tinygrad
+from .backend import close_compile_workers, evaluate_on_tinygrad, to_tinygrad
 from .export import Exported, ExportError, export, save, to_graph
 
-__all__ = ["save", "export", "to_graph", "to_tinygrad", "evaluate_on_tinygrad", "Exported", "ExportError",
+__all__ = ["save", "export", "to_graph", "to_tinygrad", "evaluate_on_tinygrad", "close_compile_workers", "Exported", "ExportError",
            "TinygradMissing", "INSTALL_HINT", "import_tinygrad"]

@@ -56,6 +56,19 @@ def evaluate_on_tinygrad(graph, inputs: Mapping, device: str | None = None) -> d
     return {name: tuple(map(array, v)) if isinstance(v, tuple) else array(v) for name, v in outputs.items()}
 
 
+def close_compile_workers() -> None:
+    """End tinygrad's pool of compile workers. Python's exit does it, but a process that
+    leaves with os._exit (the CLI, to skip tearing down large graphs) would leave the
+    workers' semaphores behind, and the resource tracker complains about them on stderr."""
+    import sys
+    worker = sys.modules.get("tinygrad.engine.worker")
+    if worker is None or getattr(worker, "worker_pool", None) is None:
+        return
+    worker.terminate_worker_pool()
+    import multiprocessing.util
+    multiprocessing.util._run_finalizers()  # what Python's exit runs: unlinks the pool's semaphores
+
+
 def _tensor(tg, value, node: UOp, device):
     """An input's value as a Tensor of exactly the input's shape and dtype."""
     import numpy as np
