@@ -198,13 +198,15 @@ def test_weak_constants_commit_to_their_users_dtype():
     n = Tensor(np.arange(6, dtype=np.int32).reshape(2, 3))
     y = (x * 0.3 + 1).exp2() * 2 ** -3
     k = (n * 3 - 7) // 2 + (n % 4) * (n > 2)
-    exported = export({"y": y, "k": k}, {"x": x, "n": n})
+    z = x * (Tensor(300.0) * 300.0 / 1000.0)  # a weak product: 90000 fits float32, not float16
+    exported = export({"y": y, "k": k, "z": z}, {"x": x, "n": n})
     dtype_names = {node.dtype.name for node in exported.graph.nodes()}
     assert dtype_names <= {"float16", "float32", "int32", "bool"}
     results = evaluate_graph(exported.graph, exported.values)
     assert results["y"].dtype == np.float16 and results["k"].dtype == np.int32
     np.testing.assert_allclose(results["y"].astype(np.float32), y.numpy().astype(np.float32), rtol=2e-3)
     np.testing.assert_array_equal(results["k"], k.numpy())
+    np.testing.assert_array_equal(results["z"], z.numpy())
     back = to_tinygrad(exported.graph)(**exported.values)["k"].numpy()  # CDIV, CMOD of negatives on tinygrad
     np.testing.assert_array_equal(back, k.numpy())
 
