@@ -18,6 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# tinygrad raises Python's recursion limit to 10,000 when its scheduler is imported; the
+# suite's other tests check behaviour at the default limit, so it is restored after the
+# import here and raised only while these tests run (the `_tinygrad_recursion_limit` fixture)
+_RECURSION_LIMIT = sys.getrecursionlimit()
 tinygrad = pytest.importorskip("tinygrad", reason="tinygrad is not installed for this Python "
                                "(pip install 'uopgrad[tinygrad]'; make test installs it)")
 
@@ -32,7 +36,16 @@ def _tinygrad_unusable() -> str | None:
 
 
 _UNUSABLE = _tinygrad_unusable()
+_TINYGRAD_RECURSION_LIMIT = max(sys.getrecursionlimit(), _RECURSION_LIMIT)
+sys.setrecursionlimit(_RECURSION_LIMIT)
 pytestmark = pytest.mark.skipif(_UNUSABLE is not None, reason=_UNUSABLE or "")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _tinygrad_recursion_limit():
+    sys.setrecursionlimit(_TINYGRAD_RECURSION_LIMIT)
+    yield
+    sys.setrecursionlimit(_RECURSION_LIMIT)
 
 from tinygrad import Tensor, dtypes  # noqa: E402
 

@@ -54,7 +54,9 @@ _DATA = 4     # a tensor's storage: an input of the graph
 def export(outputs: Mapping, inputs: Mapping | None = None, state_dict: Mapping | None = None) -> Exported:
     """The Graph of `outputs` ({name: Tensor or UOp}) with `inputs` ({name: Tensor}) and
     the tensors of `state_dict` ({key: Tensor}) as named inputs, and every input's value
-    (realized by tinygrad: lazy weights are computed now, as tinygrad would compute them)."""
+    (realized by tinygrad: lazy weights are computed now, as tinygrad would compute them).
+    Every one of `inputs` is an input of the graph, in order; state_dict tensors only where
+    the outputs reach them (BatchNorm's running statistics in training mode do not)."""
     tg = import_tinygrad()
     graph, walk, named = _translated(tg, outputs, inputs, state_dict)
     return Exported(graph, _realize_values(tg, graph, walk, named))
@@ -201,6 +203,8 @@ class _Walk:
         self._rules = _rules(TOps)
         self._weak = set(tg.dtypes.weaks)
         self._output = ""
+        self._buffers = 0
+        self._taken = set(names.values())
 
     # -- first pass
     def classify(self, roots) -> None:
@@ -274,9 +278,11 @@ class _Walk:
         if node.dtype in self._weak:
             raise self._refuse(node, f"input {name!r} has a weak dtype: give the tensor a concrete dtype")
         dtype = self.dtype(node)
-        if name is None:
-            taken = set(self.names.values()) | set(self.source_of)
-            name = next(f"buffer_{i}" for i in range(len(taken) + 1) if f"buffer_{i}" not in taken)
+        while name is None:  # buffer_0, buffer_1, ...: the next number no named input has
+            candidate = f"buffer_{self._buffers}"
+            self._buffers += 1
+            if candidate not in self._taken:
+                name = candidate
         param = UOp.param(name, self.shape(node), dtype)
         self._param_of[node] = param
         self.source_of[name] = node
