@@ -4,6 +4,8 @@
 #   dot (graphviz)    installed with apt-get (as root, or with sudo) or brew when missing
 #   clang             the C compiler tinygrad's CPU backend runs (the [tinygrad] extra's tests),
 #                     installed the same way; without it those tests are skipped, saying why
+#   chromium          Debian's, for the HTML viewer's browser tests (make test), the same way;
+#                     playwright drives it, and never downloads a browser of its own
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -16,9 +18,9 @@ BENCH_ARGS ?=  # e.g. make bench BENCH_ARGS=--quick
 PYTEST_ARGS ?=  # e.g. make test PYTEST_ARGS=--runslow (the long fuzz run too)
 # what the tours of README.md and samples/README.md write in the root, by name: make clean
 # removes exactly these, never other files of yours that happen to sit there
-TOUR_FILES := both.uop broken.uop d1.uop d2.uop d3.uop d4.uop d5.uop grad.uop grad_b2.dot \
+TOUR_FILES := mlp-grad-small.uop both.uop broken.uop d1.uop d2.uop d3.uop d4.uop d5.uop grad.uop grad_b2.dot \
 	mlp-grad.svg mlp-grad.uop mlp-train.uop poly.json poly.uop rnn.png vjp.uop x.npy attention-grad.svg \
-	model.uop grad.svg model-grad.uop gradient-check.json
+	model.uop grad.svg model-grad.uop gradient-check.json mlp-grad.html mlp-train.html values.npz
 # pip: no prompts, no version nagging; the venv's own bin first so tests find `uopgrad`
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
@@ -35,12 +37,13 @@ pip_install = $(PY) -m pip install $(1) >>$(VENV)/install.log 2>&1 || { cat $(VE
 editable_install = $(PY) -m pip install -e '.[$(1)]' --config-settings editable_mode=compat >>$(VENV)/install.log 2>&1 \
 	|| $(call pip_install,-e '.[$(1)]')
 
-.PHONY: help setup venv dot clang demo test bench samples samples-check lint clean distclean
+.PHONY: help setup venv dot clang chromium demo test bench bench-html samples samples-check lint clean distclean
 
 help:
 	@echo "make demo      set up, then diff -> eval -> check -> render samples/mlp.uop (picture in $(OUT)/)"
 	@echo "make test      set up, then run the whole test suite"
 	@echo "make bench     run the benchmarks (installs the [bench] extra; BENCH_ARGS=--quick for a smoke run)"
+	@echo "make bench-html  time the HTML viewer: writing pages, and drawing them in headless Chromium"
 	@echo "make samples   rebuild samples/*.uop from samples/build.py (make samples-check: compare only)"
 	@echo "make lint      ruff over the package, tests, samples, tools and bench"
 	@echo "make clean     remove $(OUT)/ and caches; make distclean also removes $(VENV)/"
@@ -73,6 +76,12 @@ clang:
 	@command -v clang >/dev/null 2>&1 || sh tools/install-system-package.sh clang llvm || \
 		echo "make: clang is missing: the tinygrad bridge's tests will be skipped" >&2
 
+# The HTML viewer's tests open pages in a real headless Chromium: Debian's package (brew's
+# chromium on macOS). Where it cannot be installed, those tests skip and say why.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || sh tools/install-system-package.sh chromium chromium \
+		|| echo "make: no chromium: the HTML viewer's browser tests will be skipped" >&2
+
 demo: setup
 	@mkdir -p $(OUT)
 	@echo "== uopgrad diff: the gradient graph of samples/mlp.uop with respect to w1 and w2"
@@ -87,7 +96,7 @@ demo: setup
 	@echo "Done. The gradient graph is in $(OUT)/mlp-grad.uop; its picture is $(CURDIR)/$(OUT)/mlp-grad.svg"
 
 # pytest exit status 5 means it collected no test: that is a failure here, and says so.
-test: setup
+test: setup chromium
 	@$(RUN) $(PY) -m pytest -q $(PYTEST_ARGS); status=$$?; \
 		if [ $$status -eq 5 ]; then echo "make test: FAILED: pytest collected no tests" >&2; fi; \
 		exit $$status
@@ -95,6 +104,10 @@ test: setup
 bench: setup $(BENCH_STAMP)
 	@if [ -f bench/run.py ]; then $(RUN) $(PY) bench/run.py $(BENCH_ARGS); \
 		else echo "make bench: bench/run.py is not there yet" >&2; exit 1; fi
+
+# the HTML viewer's timings (bench/bench_html.py): writes bench/RESULTS-html.md
+bench-html: setup chromium
+	$(RUN) $(PY) bench/bench_html.py $(BENCH_ARGS)
 
 $(BENCH_STAMP): $(STAMP)
 	@echo "make: installing the benchmarks' extra packages (pip's log: $(VENV)/install.log)"

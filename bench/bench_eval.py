@@ -13,7 +13,7 @@ Rows:
   evaluator's own EvalStats.peak_bytes;
 - conv net gradient: the weight gradients of two 3x3 convolutions with ReLUs against
   hand-written im2col numpy (no target: conv2d's windows are movement ops, run as strided
-  views, and their gradient as strided scatter-adds; see uopcli/strided.py);
+  views, and their gradient as strided scatter-adds; see uopcli/backends/numpy/strided.py);
 - chain: a long scalar chain, per-node cost of the interpreter (compile + run).
 Times are medians of repeats run in turns; prints a markdown table.
 """
@@ -33,8 +33,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from uopcli import UOp, dtypes  # noqa: E402
-from uopcli.evaluate import EvalStats, evaluate  # noqa: E402
-from uopcli.uop import no_gc  # noqa: E402
+from uopcli.backends.numpy import EvalStats, evaluate  # noqa: E402
+from uopcli.core.walks import no_gc  # noqa: E402
 
 
 def times_in_turns(fns, repeats: int) -> list[tuple[float, float, object]]:
@@ -106,7 +106,7 @@ def mlp_arrays(batch: int, width: int, layers: int) -> dict:
 
 def mlp_gradient_graph(batch: int, width: int, layers: int) -> list:
     """[dW0, db0, dW1, ...] of sum(relu(... relu(x @ W0 + b0) ...)) as UOps."""
-    from uopcli.gradient import compute_gradient
+    from uopcli.core.gradient import compute_gradient
     h = UOp.param("x", (batch, width))
     targets = []
     for i in range(layers):
@@ -170,7 +170,7 @@ def conv_arrays(batch: int, channels: int, size: int) -> dict:
 
 def conv_gradient_graph(batch: int, channels: int, size: int) -> list:
     """[dW0, dW1] of sum(relu(conv(relu(conv(x, W0)), W1))), 3x3 convolutions with padding 1."""
-    from uopcli.gradient import compute_gradient
+    from uopcli.core.gradient import compute_gradient
     x = UOp.param("x", (batch, channels, size, size))
     w0, w1 = (UOp.param(f"w{i}", (channels, channels, 3, 3)) for i in range(2))
     loss = x.conv2d(w0, padding=1).relu().conv2d(w1, padding=1).relu().sum()

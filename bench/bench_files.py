@@ -31,7 +31,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import msgpack  # noqa: E402
 
 from uopcli import Graph, UOp, load, save  # noqa: E402
-from uopcli.uop import no_gc, sweep_intern_table  # noqa: E402
+from uopcli.core.uop import sweep_intern_table  # noqa: E402
+from uopcli.core.walks import no_gc
 
 
 

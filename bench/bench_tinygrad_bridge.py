@@ -55,7 +55,7 @@ def build_tinygrad_graph(steps: int):
 
 def bench_export(target_nodes: int, repeats: int) -> list[str]:
     from uopcli.interop.tinygrad import to_graph
-    from uopcli.uop import sweep_intern_table
+    from uopcli.core.uop import sweep_intern_table
     probe, _ = build_tinygrad_graph(100)  # the first steps share constants: measure a longer run
     per_step = len(probe.uop.toposort()) / 100
     steps = max(1, int(target_nodes / per_step))
@@ -134,7 +134,7 @@ def main(argv=None) -> None:
     export_row = bench_export(nodes, repeats)
     with tempfile.TemporaryDirectory(prefix="uopgrad-bridge-") as tmp:
         eval_rows = bench_eval(*model, repeats=repeats, workdir=Path(tmp))
-    print("## 7. The tinygrad bridge\n\n"
+    print("## 8. The tinygrad bridge\n\n"
           "Export: tinygrad's own cost of building a graph (the `Tensor` calls, nothing realized) against "
           "`uopcli.interop.tinygrad.to_graph` of it, CPU time, best of the runs "
           "(`bench/bench_tinygrad_bridge.py`).\n\n"

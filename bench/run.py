@@ -399,7 +399,7 @@ class Bench:
 
     def _conv_table(self, env: dict) -> str:
         """A conv net's weight gradients against hand-written im2col numpy (no target: what
-        a user evaluating a CNN meets; its windows are movement ops, see uopcli/strided.py)."""
+        a user evaluating a CNN meets; its windows are movement ops, see uopcli/backends/numpy/strided.py)."""
         batch, channels, size = self.cfg.conv
         progress(f"eval conv net batch {batch} channels {channels} size {size}")
         try:
@@ -761,13 +761,13 @@ def compile_package() -> None:
 
 
 def bridge_section(quick: bool, tiny_skip: str | None) -> str:
-    """Section 7 from bench/bench_tinygrad_bridge.py, run in a process of its own."""
+    """Section 8 from bench/bench_tinygrad_bridge.py, run in a process of its own."""
     if tiny_skip:
-        return f"## 7. The tinygrad bridge\n\n{tiny_skip}"
+        return f"## 8. The tinygrad bridge\n\n{tiny_skip}"
     progress("tinygrad bridge")
     child = run_child([PY, str(HERE / "bench_tinygrad_bridge.py"), *(["--quick"] if quick else [])])
     if child.returncode != 0:
-        return f"## 7. The tinygrad bridge\n\nerror: {_last_line(child.stderr)}"
+        return f"## 8. The tinygrad bridge\n\nerror: {_last_line(child.stderr)}"
     return child.stdout.decode().strip()
 
 
@@ -799,14 +799,15 @@ def main(argv: list[str] | None = None) -> int:
             bench.startup()
         if "agree" in only:
             bench.agreement()
-        if "bridge" in only:  # 7. the tinygrad bridge (issue 22), its own script
+        if "bridge" in only:  # 8. the tinygrad bridge (issue 22), its own script
             bench.sections.append(bridge_section(args.quick, bench.tiny_skip))
         bench.judge()
         text = bench.report(time.perf_counter() - start)
     if args.no_write:
         print(text)
     else:
-        args.out.write_text(text)
+        from bench_simplify import carry_section  # section 7 is written by bench_simplify.py: keep it
+        args.out.write_text(carry_section(args.out.read_text() if args.out.exists() else "", text))
         progress(f"wrote {args.out}")
     return 0
 

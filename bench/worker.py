@@ -46,7 +46,7 @@ def task_grad(lib: str, family: str, units: int, repeats: int = 1) -> dict:
     for rep in range(repeats):
         if lib == "uopcli":
             from uopcli import toposort
-            from uopcli.gradient import compute_gradient
+            from uopcli.core.gradient import compute_gradient
             loss, targets = builder(graphs.fresh_uop_param(), units)
             nodes = len(toposort([loss]))
             root_grad = loss.const_like(1.0)
@@ -65,7 +65,7 @@ def task_grad(lib: str, family: str, units: int, repeats: int = 1) -> dict:
         del grads, loss, targets, root_grad
         gc.collect()
         if lib == "uopcli":
-            from uopcli.uop import sweep_intern_table
+            from uopcli.core.uop import sweep_intern_table
             sweep_intern_table()
     return {"seconds": min(times), "cpu_seconds": min(cpu_times), "user_seconds": min(user_times),
             "median_cpu_seconds": statistics.median(cpu_times), "median_user_seconds": statistics.median(user_times),
@@ -76,8 +76,8 @@ def task_grad(lib: str, family: str, units: int, repeats: int = 1) -> dict:
 def task_write_graph(family: str, units: int, path: str) -> dict:
     """Save a family graph (outputs: loss) for the CLI runs; report its node count and input names."""
     from uopcli import toposort
-    from uopcli.fileformat import save
-    from uopcli.graph import Graph
+    from uopcli.formats.uop import save
+    from uopcli.core.graph import Graph
     loss, targets = graphs.FAMILIES[family](graphs.uop_param, units)
     graph = Graph({"loss": loss})
     save(graph, path)
@@ -100,7 +100,7 @@ def task_eval_time(batch: int, width: int, layers: int, repeats: int = 3) -> dic
     """Best evaluate time against the best numpy time, run in turns in one process (load
     from other processes then falls on both sides alike); checks both give the same arrays."""
     import bench_eval
-    from uopcli.evaluate import evaluate
+    from uopcli.backends.numpy import evaluate
     arrays = bench_eval.mlp_arrays(batch, width, layers)
     outputs = bench_eval.mlp_gradient_graph(batch, width, layers)
     (ours, values), (theirs, refs) = bench_eval.best_times(
@@ -118,7 +118,7 @@ def task_eval_whole(side: str, batch: int, width: int, layers: int) -> dict:
     if side == "numpy":
         out = bench_eval.numpy_mlp_gradient(arrays, layers)
     else:
-        from uopcli.evaluate import evaluate
+        from uopcli.backends.numpy import evaluate
         out = evaluate(bench_eval.mlp_gradient_graph(batch, width, layers), arrays)
     return {"seconds": time.perf_counter() - start, "outputs": len(out)}
 
@@ -127,7 +127,7 @@ def task_conv_eval(batch: int, channels: int, size: int, repeats: int = 5) -> di
     """The conv net's weight gradients: evaluate against hand-written numpy, times in turns,
     then each side's peak under tracemalloc; checks both give the same arrays."""
     import bench_eval
-    from uopcli.evaluate import evaluate
+    from uopcli.backends.numpy import evaluate
     arrays = bench_eval.conv_arrays(batch, channels, size)
     outputs = bench_eval.conv_gradient_graph(batch, channels, size)
     (ours, values), (theirs, refs) = bench_eval.best_times(
@@ -144,7 +144,7 @@ def task_matmul(n: int, k: int, m: int, repeats: int = 5) -> dict:
     import numpy as np
     import bench_eval
     from uopcli import UOp
-    from uopcli.evaluate import evaluate
+    from uopcli.backends.numpy import evaluate
     rng = np.random.default_rng(0)
     a = rng.standard_normal((n, k), dtype=np.float32)
     b = rng.standard_normal((k, m), dtype=np.float32)

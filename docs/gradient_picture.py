@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from uopcli.differentiate import differentiate
-from uopcli.fileformat import load
-from uopcli.graph import Graph
-from uopcli.render import render
+from uopcli.tools.differentiate import differentiate
+from uopcli.formats.uop import load
+from uopcli.core.graph import Graph
+from uopcli.views.graphviz import render
 
 HERE = Path(__file__).resolve().parent
 SAMPLE = HERE.parent / "samples" / "logreg.uop"

@@ -24,7 +24,7 @@ import numpy as np
 
 import uopcli
 from uopcli import Graph, UOp, dtypes
-from uopcli.uop import sweep_intern_table
+from uopcli.core.uop import sweep_intern_table
 
 HERE = Path(__file__).resolve().parent
 PRODUCER = "uopgrad samples/build.py"
@@ -76,7 +76,7 @@ def conv_net() -> Graph:
     to 3 classes, softmax cross-entropy."""
     v = _inputs(x=(4, 2, 8, 8), kernel=(4, 2, 3, 3), kernel_bias=(4,), w=(64, 3), b=(3,), y=(4, 3))
     # tinygrad's conv2d and avg_pool2d: windows of the input from movement ops alone
-    # (uopcli/composites.py, _pool), multiplied by the kernel and summed
+    # (uopcli/builder/movement.py, _pool), multiplied by the kernel and summed
     features = v["x"].conv2d(v["kernel"], v["kernel_bias"], padding=1).relu()  # [4, 4, 8, 8]
     pooled = features.avg_pool2d((2, 2))                                       # [4, 4, 4, 4]
     logits = pooled.reshape(4, 64) @ v["w"] + v["b"]

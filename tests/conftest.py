@@ -5,7 +5,7 @@ import gc
 
 import pytest
 
-from uopcli.uop import sweep_intern_table
+from uopcli.core.uop import sweep_intern_table
 
 
 @pytest.fixture(autouse=True)

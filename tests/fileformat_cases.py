@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from uopcli import CallArg, Graph, Metadata, Ops, UOp, dtypes
-from uopcli.ops import ALL_OPS, DTYPES
+from uopcli.core.ops import ALL_OPS, DTYPES
 
 VALUE_DTYPES = [d for name, d in DTYPES.items() if name != "void"]
 

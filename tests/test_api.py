@@ -24,8 +24,8 @@ def test_functions_named_like_their_module_stay_functions_once_the_module_is_imp
     was imported, directly or through another public name: Python would otherwise set the
     module as the package's attribute of that name."""
     code = """
-import types, uopcli.differentiate, uopcli.render
-from uopcli.differentiate import is_zero
+import types, uopcli.tools.differentiate, uopcli.views.graphviz
+from uopcli.tools.differentiate import is_zero
 from uopcli import evaluate_graph, evaluate, DiffReport, differentiate, to_dot, render
 import uopcli
 print([isinstance(f, types.FunctionType) and f.__name__ == n

@@ -39,3 +39,13 @@ def _tinygrad_status():
     finally:
         sys.path.pop(0)
     return tinygrad_status()
+
+
+@pytest.mark.timeout(120)
+def test_quick_prod_gradient_benchmark_runs():
+    """bench/bench_prod_grad.py (REDUCE MUL's first derivative against numpy) runs and checks its values."""
+    run = subprocess.run([sys.executable, "bench/bench_prod_grad.py", "--quick", "--repeats", "1"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = [line for line in run.stdout.splitlines() if line.startswith("| (")]
+    assert len(rows) == 3, run.stdout

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from uopcli import Ops, UOp, dtypes
-from uopcli.check import check_gradients, to_float64
-from uopcli.differentiate import NO_GRADIENT, NOT_REACHED, ONLY_DETACH, differentiate, is_zero
+from uopcli.tools.check import check_gradients, to_float64
+from uopcli.tools.differentiate import NO_GRADIENT, NOT_REACHED, ONLY_DETACH, differentiate, is_zero
 from uopcli.errors import EvaluationError, GradientError
-from uopcli.evaluate import evaluate_graph
-from uopcli.graph import Graph
-from uopcli.inspect import FLOPS_PER_ELEMENT, depth, flop_estimate, graph_info, info_text, listing
-from uopcli.values import gather_inputs, random_value, read_value
+from uopcli.backends.numpy import evaluate_graph
+from uopcli.core.graph import Graph
+from uopcli.tools.inspect import FLOPS_PER_ELEMENT, depth, flop_estimate, graph_info, info_text, listing
+from uopcli.tools.values import gather_inputs, random_value, read_value
 
 
 def two_outputs() -> Graph:
@@ -118,7 +118,7 @@ def test_an_argument_its_function_body_does_not_use_has_an_identically_zero_grad
 # ----------------------------------------------------------------------------- check
 
 def test_check_names_a_custom_backward_inside_a_function():
-    from uopcli.check import check_gradients
+    from uopcli.tools.check import check_gradients
     x = UOp.param("x", (3,))
 
     def body(a):

@@ -3,6 +3,7 @@ atomic outputs, binary output refused on a terminal, and the samples end to end.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import pty
@@ -14,9 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import uopcli
 from uopcli import UOp, dtypes
-from uopcli.fileformat import load, save
-from uopcli.graph import Graph
+from uopcli.formats.uop import load, save
+from uopcli.core.graph import Graph
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = os.path.dirname(sys.executable)
@@ -283,7 +285,7 @@ def test_the_library_and_the_cli_write_the_same_gradient_bytes(work):
     first sum), then saved, read back and differentiated in this process, and the bytes
     are those of `uopgrad diff` in a fresh one."""
     from uopcli import differentiate
-    from uopcli.fileformat import dumps
+    from uopcli.formats.uop import dumps
     x, w = UOp.param("x", (4, 3)), UOp.param("w", (3, 2))
     hidden = x @ w
     squashed = hidden.sigmoid()
@@ -364,7 +366,10 @@ def test_progress_bar_only_on_a_terminal(work):
 
 
 def test_quiet_and_version(work):
-    assert sh("uopgrad --version", work).stdout.strip() == b"uopgrad 0.1.0"
+    # the installed command's version is the package's one version, also in the installed metadata
+    installed = importlib.metadata.version("uopgrad")
+    assert installed == uopcli.__version__
+    assert sh("uopgrad --version", work).stdout.strip() == f"uopgrad {installed}".encode()
     loud = sh("uopgrad diff multi.uop --of y --wrt x,w > /dev/null", work)
     assert loud.returncode == 0 and loud.stderr == b""           # nothing to report
     z = sh("uopgrad diff multi.uop --of s --wrt x,w > /dev/null", work)
@@ -410,7 +415,7 @@ def test_stopped_while_writing_leaves_no_temporary_file(tmp_path, stop):
     exit 1, no output and no half-written temporary file beside it."""
     import signal
     import time
-    from uopcli.uop import no_gc
+    from uopcli.core.walks import no_gc
     with no_gc():
         y = UOp.param("x", (8,))
         for _ in range(100_000):

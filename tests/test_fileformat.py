@@ -17,8 +17,8 @@ import pytest
 
 import uopcli
 from uopcli import FormatError, Graph, Limits, Metadata, Ops, UOp, dtypes, load, save, toposort
-from uopcli.fileformat import dump_parts, dumps, loads, write_parts
-from uopcli.ops import ALL_OPS, DTYPES
+from uopcli.formats.uop import dump_parts, dumps, loads, write_parts
+from uopcli.core.ops import ALL_OPS, DTYPES
 
 from fileformat_cases import CASES, all_graphs, ops_used
 
@@ -188,7 +188,7 @@ def test_canonical_order_by_hand():
 def test_bodies_sharing_a_chain_are_checked_in_linear_work(monkeypatch):
     """Checking that a body is closed visits each node once, though body k holds the
     chain of bodies 1..k-1 (walking each body anew was quadratic: 10 s for an 855 KB file)."""
-    from uopcli import uop as core
+    from uopcli.core import inference, uop as core
     x = UOp.param("x", ())
     nodes, chain = [], UOp.slot(0, ())
     for _ in range(400):
@@ -199,14 +199,14 @@ def test_bodies_sharing_a_chain_are_checked_in_linear_work(monkeypatch):
         total = total + node
     data = save(Graph({"y": total}))
     visits = [0]
-    children = core.scope_sources
+    children = inference.scope_sources  # what the check that bodies are closed walks with
 
     def counted(node):
         visits[0] += 1
         return children(node)
     del nodes, total, chain, node
     core.sweep_intern_table()  # forget the built graph, and what checking it learnt
-    monkeypatch.setattr(core, "scope_sources", counted)
+    monkeypatch.setattr(inference, "scope_sources", counted)
     graph = load(data)
     assert visits[0] <= 3 * len(graph.nodes())  # quadratic was ~400 * 401 / 2 = 80,000
 
@@ -907,3 +907,52 @@ def test_scope_metadata_round_trips_and_a_bad_scope_is_refused():
     doc["nodes"][1][4] = {"scope": "a/b", "where": "c"}
     with pytest.raises(FormatError, match=r"only 'name', 'loc', 'scope'.*'where'"):
         load(msgpack.packb(doc))
+
+
+# ----------------------------------------------------------------------------- errors keep their cause
+
+def test_a_refusal_keeps_msgpack_s_error_as_its_cause():
+    with pytest.raises(FormatError, match="not valid MessagePack") as refused:
+        load(b"\x81\xa6format\xc1")
+    assert isinstance(refused.value.__cause__, ValueError)  # msgpack's FormatError, chained for --debug
+
+
+def test_a_file_that_ends_after_a_key_is_refused_as_truncated():
+    whole = save(Graph({"y": UOp.param("tx", (2,)).sin()}))
+    doc = msgpack.unpackb(whole)
+    head = msgpack.packb({"format": "uop", "version": 1, "inputs": doc["inputs"]})
+    data = b"\x84" + head[1:] + msgpack.packb("nodes")  # the map promises 4 keys; the file ends after "nodes"
+    with pytest.raises(FormatError, match="truncated: the file ends after the key 'nodes'"):
+        load(data)
+
+
+class _OutOfMemoryUnpacker:
+    def __init__(self, *args, **kwargs):
+        raise MemoryError
+
+
+def test_a_memory_error_while_reading_is_not_called_a_bad_file(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+    from uopcli.cli import main
+    path = tmp_path / "g.uop"
+    path.write_bytes(save(Graph({"y": UOp.param("mx", (2,)).sin()})))
+    monkeypatch.setattr(msgpack, "Unpacker", _OutOfMemoryUnpacker)
+    with pytest.raises(MemoryError):
+        load(path)
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 1
+    assert result.output.strip().endswith(f"{path}: out of memory")
+
+
+def test_a_reader_bug_is_reported_as_one_and_debug_shows_where(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+    from uopcli.cli import main
+    import uopcli.formats.uop.reader as reader
+    path = tmp_path / "g.uop"
+    path.write_bytes(save(Graph({"y": UOp.param("bx", (2,)).sin()})))
+    monkeypatch.setattr(reader, "ALLOWED_KEYS", None)  # a planted bug inside the top-level map's loop
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 1
+    assert "internal error: TypeError" in result.output and "--debug" in result.output  # not "not valid MessagePack"
+    debug = CliRunner().invoke(main, ["validate", str(path), "--debug"])
+    assert "Traceback" in debug.output and "reader.py" in debug.output

@@ -19,7 +19,7 @@ import msgpack
 import pytest
 
 from uopcli import FormatError, load, save
-from uopcli.ops import ALL_OPS, DTYPES
+from uopcli.core.ops import ALL_OPS, DTYPES
 
 from fileformat_cases import all_graphs
 

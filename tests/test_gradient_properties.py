@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from _reference_eval import assert_shapes_as_inferred, evaluate, numeric_gradient
 from uopcli import UOp, dtypes
-from uopcli.gradient import compute_gradient
+from uopcli.core.gradient import compute_gradient
 
 f64 = dtypes.float64
 SHAPE = (2, 3)

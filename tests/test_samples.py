@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import uopcli
-from uopcli.evaluate import evaluate_graph
+from uopcli.backends.numpy import evaluate_graph
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES_DIR = ROOT / "samples"

@@ -1,4 +1,4 @@
-"""The index algebra behind strided views and scatters (uopcli.strided): every answer it
+"""The index algebra behind strided views and scatters (uopcli/backends/numpy/strided.py): every answer it
 gives is checked against brute force over all values of the variables, since a wrong
 stride would read the wrong elements without any error."""
 
@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from uopcli.strided import Affine, _floordiv, _mod, _no_overlap
+from uopcli.backends.numpy.strided import Affine, _floordiv, _mod, _no_overlap
 
 
 def _value(form: Affine, point) -> int:

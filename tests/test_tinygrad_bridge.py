@@ -9,6 +9,7 @@ one schedule, in module-scoped fixtures."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -174,6 +175,32 @@ def test_gradient_graph_on_tinygrad_equals_numpy(zoo, name):
         assert by_numpy.files == by_tinygrad.files
         for key in by_numpy.files:
             assert_close(by_tinygrad[key], by_numpy[key], f"{name}: {key} on tinygrad")
+
+
+def test_both_backends_run_the_simplified_graph(tmp_path):
+    """`eval` simplifies first (tinygrad's algebraic rewrites): --backend tinygrad runs that
+    same graph, so the sigmoid gradient at -1000 is 0 on both, and the options that belong
+    to the numpy evaluator alone are refused with tinygrad."""
+    from uopcli import Graph, UOp
+    from uopcli import save as save_uop
+    from uopcli.errors import EvaluationError
+    from uopcli.interop.tinygrad import evaluate_on_tinygrad
+    from uopcli.tools.differentiate import differentiate
+    x = UOp.param("x", (3,))
+    graph, _ = differentiate(Graph({"y": x.sigmoid().sum()}), ["x"])
+    save_uop(graph, tmp_path / "grad.uop")
+    printed = {}
+    for backend in ("numpy", "tinygrad"):
+        done = uopgrad("eval", "grad.uop", "-i", "x=-1000", "--json", "--backend", backend, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        printed[backend] = json.loads(done.stdout)
+    assert printed["numpy"] == printed["tinygrad"]
+    assert printed["tinygrad"]["outputs"]["grad_x"]["values"] == [0.0, 0.0, 0.0]
+    done = uopgrad("eval", "grad.uop", "-i", "x=-1000", "--backend", "tinygrad", "--keep-intermediates",
+                   "-o", "values.npz", cwd=tmp_path)
+    assert done.returncode == 2 and "--keep-intermediates" in done.stderr and not (tmp_path / "values.npz").exists()
+    with pytest.raises(EvaluationError, match="simplify must be one of"):
+        evaluate_on_tinygrad(graph, {"x": np.zeros(3, np.float32)}, "CPU", simplify="fast")
 
 
 def test_metadata_names_the_tensor_functions(zoo):

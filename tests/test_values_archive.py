@@ -14,7 +14,7 @@ import pytest
 
 from uopcli import Graph, UOp, save
 from uopcli.errors import EvaluationError
-from uopcli.values import gather_inputs, split_spec
+from uopcli.tools.values import gather_inputs, split_spec
 
 UOPGRAD = shutil.which("uopgrad", path=os.path.dirname(sys.executable)) or shutil.which("uopgrad")
 

@@ -2,50 +2,38 @@
 
     from uopcli import UOp, Graph, compute_gradient, evaluate_graph, load, save
 
-The core (UOp, Graph, load/save) imports without numpy; the heavier parts are imported
-on first use, so a command that only reads a file starts fast.
+The core (UOp, Graph) imports without numpy; everything else (load and save too) is
+imported on first use, so a command that only reads a file starts fast.
 """
 
-import sys as _sys
-import types as _types
-
 from .errors import EvaluationError, FormatError, GradientError, GraphError, UOpError
-from .ops import DType, Ops, dtypes
-from .uop import CallArg, Metadata, UOp, toposort
-from .graph import Graph
-from .fileformat import Limits, load, save
+from .core.ops import DType, Ops, dtypes
+from .core.uop import CallArg, Metadata, UOp
+from .core.walks import toposort
+from .core.graph import Graph
 
 __version__ = "0.1.0"
 
 # name -> module that defines it, imported when the name is first used
 _LAZY = {
-    "compute_gradient": "gradient",
-    "evaluate": "evaluate",
-    "evaluate_graph": "evaluate",
-    "EvalStats": "evaluate",
-    "differentiate": "differentiate",
-    "DiffReport": "differentiate",
-    "render": "render",
-    "to_dot": "render",
-    "RenderError": "render",
+    "load": "formats.uop",
+    "save": "formats.uop",
+    "Limits": "formats.uop",
+    "compute_gradient": "core.gradient",
+    "evaluate": "backends.numpy",
+    "evaluate_graph": "backends.numpy",
+    "EvalStats": "backends.numpy",
+    "differentiate": "tools.differentiate",
+    "DiffReport": "tools.differentiate",
+    "render": "views.graphviz",
+    "to_dot": "views.graphviz",
+    "RenderError": "views.graphviz",
+    "simplify": "core.simplify",
 }
 
 
-# Functions named like the module that defines them. Importing such a module (as the CLI
-# and `from uopcli.evaluate import ...` do) makes Python set it as an attribute of this
-# package, which would shadow the function: `from uopcli import evaluate` would then give
-# the module. The package's own module type keeps the function in its place.
-_SHADOWED = frozenset(name for name, module in _LAZY.items() if name == module)
-
-
-class _Package(_types.ModuleType):
-    def __setattr__(self, name: str, value) -> None:
-        if name in _SHADOWED and isinstance(value, _types.ModuleType):
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-_sys.modules[__name__].__class__ = _Package
+# No public name is the name of a submodule (those are core, builder, formats, backends,
+# interop, views, tools, errors, cli): importing one never replaces a name of this package.
 
 
 def __getattr__(name: str):
@@ -59,5 +47,5 @@ def __getattr__(name: str):
 
 
 __all__ = ["UOp", "Ops", "DType", "dtypes", "Metadata", "CallArg", "toposort",
-           "Graph", "load", "save", "Limits", *_LAZY,
+           "Graph", *_LAZY,
            "UOpError", "GraphError", "GradientError", "EvaluationError", "FormatError", "__version__"]

@@ -23,14 +23,15 @@ import time
 import click
 
 from . import __version__
-from .atomic import descriptor_named, write_all, write_atomically_together
+from .formats.atomic import descriptor_named, write_all, write_atomically_together
 from .errors import UOpError
 
 PROG = "uopgrad"
 EXIT_FAILURE = 1
 BINARY_FORMS = {"msgpack", "npz", "png", "pdf"}
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2
-RENDER_EXTENSIONS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv": "dot"}
+RENDER_EXTENSIONS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv": "dot",
+                     ".html": "html", ".htm": "html"}
 
 
 class CommandFailed(click.ClickException):
@@ -115,7 +116,7 @@ def _descriptor(stream) -> int | None:
 
 
 def _descriptor_text(fd: int, name: str, encoding: str, errors: str, line_buffering: bool):
-    from .atomic import DescriptorWriter
+    from .formats.atomic import DescriptorWriter
     return io.TextIOWrapper(io.BufferedWriter(DescriptorWriter(fd, name), 1 << 16), encoding=encoding,
                             errors=errors, line_buffering=line_buffering)
 
@@ -175,8 +176,8 @@ def _set_flag(ctx: click.Context, param: click.Parameter, value: bool) -> None:
 
 
 def _set_limits(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> None:
-    """--limit NAME=N (repeatable): a reader limit of fileformat.Limits for this command."""
-    from .fileformat import Limits
+    """--limit NAME=N (repeatable): a reader limit of formats.uop.Limits for this command."""
+    from .formats.uop import Limits
     chosen = ctx.meta.setdefault("uopgrad.limits", {})
     for text in values:
         name, _, number = text.partition("=")
@@ -193,7 +194,7 @@ def _set_limits(ctx: click.Context, param: click.Parameter, values: tuple[str, .
 
 def _limits():
     """The reader limits: the defaults, with what --limit raised or lowered."""
-    from .fileformat import DEFAULT_LIMITS
+    from .formats.uop import DEFAULT_LIMITS
     ctx = click.get_current_context(silent=True)
     chosen = ctx.meta.get("uopgrad.limits") if ctx else None
     return DEFAULT_LIMITS._replace(**chosen) if chosen else DEFAULT_LIMITS
@@ -298,7 +299,7 @@ def main():
 
 def _read_graph(path: str, remember: bool = True):
     """(Graph, raw bytes) from a path or `-` (stdin)."""
-    from .fileformat import loads, read_bytes
+    from .formats.uop import loads, read_bytes
     display = "<stdin>" if path == "-" else path
     if remember:
         click.get_current_context().meta["uopgrad.file"] = display
@@ -348,7 +349,7 @@ def _refuse_binary_terminal(dest: str, form: str, hint: str) -> None:
 
 
 def _write(dest: str, data) -> None:
-    """Write bytes, or the pieces of a file in order (fileformat.dump_parts), to a path
+    """Write bytes, or the pieces of a file in order (formats.uop.dump_parts), to a path
     (atomically) or to stdout ("-")."""
     _write_together([(dest, data)])
 
@@ -380,7 +381,7 @@ def _given(name: str) -> bool:
 def _check_specs(ctx, param, specs: tuple) -> tuple:
     """-i values look like NAME=VALUE or data.npz (values.split_spec): a usage error otherwise (exit 2),
     before any reading."""
-    from .values import split_spec
+    from .tools.values import split_spec
     for spec in specs:
         try:
             split_spec(spec)
@@ -488,15 +489,16 @@ class _NoBar:
               help="Where to write the gradient graph (.json for the JSON form).")
 @click.option("--report", "report_path", metavar="FILE", help="Also write the zero-gradient report as JSON.")
 @click.option("--stats", is_flag=True, help="Print each step's wall and CPU time on stderr (also with --quiet).")
-def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats):
+@click.option("--simplify", "simplify_", is_flag=True, help="Simplify the gradient graph (as uopgrad simplify does).")
+def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats, simplify_):
     """Write the gradient graph of IN's output(s) with respect to the inputs --wrt.
 
     The result keeps every input of IN, in order (plus cotangent_<output> inputs with
     --cotangent input), so the same -i values feed both files. Targets whose gradient is
     identically zero are reported on stderr, with the reason.
     """
-    from .differentiate import differentiate
-    from .fileformat import dump_parts
+    from .tools.differentiate import differentiate
+    from .formats.uop import dump_parts
     form = _uop_form(output)
     _refuse_binary_terminal(output, form, "give -o FILE")
     if report_path == "-" and output == "-":
@@ -508,6 +510,7 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats):
         graph, _ = _read_graph(source)
         steps.next()
         result, report = differentiate(graph, wrt_names, of_names or None, cotangent, keep_forward)
+        result = _simplified(result) if simplify_ else result  # --simplify
         steps.next()
         data = dump_parts(result, form)
         steps.next()
@@ -525,6 +528,37 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats):
         click.echo(steps.table(), err=True)
 
 
+# ----------------------------------------------------------------------------- simplify
+
+@_command("simplify", short="Rewrite a graph smaller: exact rewrites, and tinygrad's algebraic ones.", example="""\
+  uopgrad simplify grad.uop -o grad-small.uop
+  uopgrad simplify grad.uop --exact -o same-bits.uop
+  uopgrad diff model.uop --wrt w | uopgrad simplify - -o grad.uop""")
+@click.argument("source", metavar="IN")
+@click.option("-o", "--output", required=True, metavar="OUT", help="Where to write (- for stdout; .json for JSON).")
+@click.option("--exact", is_flag=True, help="Only the rewrites that change no bit of any value.")
+def simplify(source, output, exact):
+    """Write IN simplified: rewrites that never change a value (x*1, -(-x), movements that
+    undo each other, constant folding, ...) and, without --exact, the algebraic rewrites
+    tinygrad's compiler applies (which change rounding, not meaning, and make the
+    gradients of sigmoid, tanh, gelu, ... finite where tinygrad's are). Inputs, outputs
+    and node metadata are kept; the node counts before and after go to stderr.
+    """
+    from .formats.uop import dump_parts
+    form = _uop_form(output)
+    _refuse_binary_terminal(output, form, "give -o FILE")
+    graph, _ = _read_graph(source)
+    result = _simplified(graph, exact)
+    before, after = len(graph.nodes()), len(result.nodes())
+    _write(output, dump_parts(result, form))
+    _note(f"{before} -> {after} nodes ({'exact rewrites' if exact else 'exact and tinygrad rewrites'})")
+
+
+def _simplified(graph, exact: bool = False):
+    from .core.simplify import simplify as simplified
+    return simplified(graph, exact=exact)
+
+
 # ----------------------------------------------------------------------------- eval
 
 @_command("eval", short="Evaluate a graph on given or random inputs.", example="""\
@@ -540,32 +574,50 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats):
 @click.option("-o", "--output", metavar="OUT.npz", help="Store the outputs in an .npz under their names (- for stdout).")
 @click.option("--json", "as_json", is_flag=True, help="Print the outputs as JSON.")
 @click.option("--stats", is_flag=True, help="Add the evaluation time and peak live bytes.")
+@click.option("--literal", is_flag=True, help="Run the graph as written: without tinygrad's algebraic rewrites "
+              "(the exact ones, which change no bit, still apply).")
+@click.option("--keep-intermediates", is_flag=True, help="With -o OUT.npz, also store every node's value as %<i> "
+              "(its number in `uopgrad print`), for `uopgrad render --values`. The graph is then evaluated as "
+              "written, outputs included, since a simplified graph no longer has those nodes.")
 @click.option("--backend", type=click.Choice(["numpy", "tinygrad"]), default="numpy", show_default=True,
-              help="Who computes: the numpy evaluator, or tinygrad (the extra uopgrad[tinygrad]).")
+              help="Who computes: the numpy evaluator, or tinygrad (the extra uopgrad[tinygrad]); both run the "
+                   "same simplified graph.")
 @click.option("--device", metavar="DEV", help="tinygrad's device (CPU, CUDA, METAL, ...; default: tinygrad's DEV).")
-def eval_(source, specs, use_random, seed, output, as_json, stats, backend, device):
-    """Evaluate IN's outputs and print them as a table (or --json, or -o OUT.npz)."""
-    _check_backend(backend, device, stats)  # tinygrad backend (issue 22)
+def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep_intermediates, backend, device):
+    """Evaluate IN's outputs and print them as a table (or --json, or -o OUT.npz).
+
+    The graph is simplified first, as tinygrad's compiler would before running it, so the
+    values are what tinygrad computes (the gradient of sigmoid at -1000 is 0, not 0*inf);
+    --literal runs it as written.
+    """
+    _check_backend(backend, device, stats, keep_intermediates)  # tinygrad backend (issue 22)
     if output and as_json:
         raise click.UsageError("give either -o OUT.npz or --json, not both")
     if _given("seed") and not use_random:
         raise click.UsageError("--seed is the seed of --random: give --random too")
+    if keep_intermediates and not output:
+        raise click.UsageError("--keep-intermediates stores node values in -o OUT.npz: give -o too")
     if output:
         _refuse_binary_terminal(output, "npz", "give -o OUT.npz")
-    from .evaluate import EvalStats, evaluate_graph
-    from .values import gather_inputs
+    from .backends.numpy import EvalStats, evaluate_graph
+    from .tools.values import gather_inputs
     with _Steps("reading", "evaluating") as steps:
         graph, _ = _read_graph(source)
         inputs = gather_inputs(graph.inputs, specs, seed if use_random else None)
         steps.next()
         eval_stats = EvalStats() if stats else None
-        if backend == "tinygrad":
-            results = _evaluate_on_tinygrad(graph, inputs, device)
+        simplify = "exact" if literal else "tinygrad"
+        if backend == "tinygrad":  # the same simplified graph as numpy's, so the two agree
+            results = _evaluate_on_tinygrad(graph, inputs, device, simplify)
         else:
-            results = evaluate_graph(graph, inputs, stats=eval_stats)
+            results = evaluate_graph(graph, inputs, stats=eval_stats, simplify=simplify)
         steps.next()
     if output:
-        _write(output, npz_bytes({name: a for name, a in _elements(results).items() if a is not None}))
+        arrays = {name: a for name, a in _elements(results).items() if a is not None}
+        if keep_intermediates:  # --keep-intermediates: every node's value too (tools/intermediates.py)
+            from .tools.intermediates import with_intermediates
+            arrays = with_intermediates(graph, inputs, arrays)
+        _write(output, npz_bytes(arrays))
         if eval_stats is not None:
             click.echo(_stats_text(eval_stats), err=True)
     elif as_json:
@@ -580,14 +632,18 @@ def eval_(source, specs, use_random, seed, output, as_json, stats, backend, devi
             click.echo(_stats_text(eval_stats))
 
 
-def _check_backend(backend: str, device: str | None, stats: bool) -> None:
-    """--device and --stats fit their backend; tinygrad is there (else how to install it)."""
+def _check_backend(backend: str, device: str | None, stats: bool, keep_intermediates: bool) -> None:
+    """--device, --stats and --keep-intermediates fit their backend; tinygrad is there (else
+    how to install it)."""
     if backend != "tinygrad":
         if device is not None:
             raise click.UsageError("--device is tinygrad's device: give --backend tinygrad too")
         return
     if stats:
         raise click.UsageError("--stats measures the numpy evaluator; time tinygrad with its own DEBUG=2")
+    if keep_intermediates:
+        raise click.UsageError("--keep-intermediates evaluates every node with the numpy evaluator: "
+                               "not with --backend tinygrad")
     from .interop.tinygrad import TinygradMissing, import_tinygrad
     try:
         import_tinygrad()
@@ -595,10 +651,10 @@ def _check_backend(backend: str, device: str | None, stats: bool) -> None:
         raise CommandFailed(f"--backend tinygrad: {e}") from None
 
 
-def _evaluate_on_tinygrad(graph, inputs: dict, device: str | None) -> dict:
+def _evaluate_on_tinygrad(graph, inputs: dict, device: str | None, simplify: str) -> dict:
     from .interop.tinygrad import close_compile_workers, evaluate_on_tinygrad
     try:
-        return evaluate_on_tinygrad(graph, inputs, device)
+        return evaluate_on_tinygrad(graph, inputs, device, simplify=simplify)
     finally:
         close_compile_workers()  # the CLI leaves with os._exit, which would strand them
 
@@ -729,7 +785,8 @@ def _value_text(value) -> str:
 @click.option("--samples", type=click.IntRange(min=1), default=16, show_default=True,
               help="Elements compared per target, at most.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def check(source, wrt, of_, specs, seed, samples, as_json):
+@click.option("--literal", is_flag=True, help="Evaluate the gradient graph as written (not simplified as eval does).")
+def check(source, wrt, of_, specs, seed, samples, as_json, literal):
     """Differentiate IN, evaluate the gradients in float64 and compare them with central
     finite differences on up to --samples elements per target.
 
@@ -738,14 +795,15 @@ def check(source, wrt, of_, specs, seed, samples, as_json):
     |analytic - numeric| > 1e-6*max(1,|L|) + 1e-4*max(|analytic|,|numeric|). Exit status 1
     when any target fails.
     """
-    from .check import check_gradients
-    from .values import gather_inputs
+    from .tools.check import check_gradients
+    from .tools.values import gather_inputs
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     graph, _ = _read_graph(source)
     given = gather_inputs(graph.inputs, specs, seed)
     total = sum(min(_size(graph, n), samples) for n in wrt_names if n in graph.input_names)
     with _progress_bar(total, "finite differences") as bar:
-        report = check_gradients(graph, wrt_names, of_names or None, given, seed, samples, progress=bar.update)
+        report = check_gradients(graph, wrt_names, of_names or None, given, seed, samples, progress=bar.update,
+                                 simplify="exact" if literal else "tinygrad")
     if as_json:
         import json
         click.echo(json.dumps(report.to_dict()))
@@ -772,7 +830,7 @@ def info(source, as_json):
     """Node count, count per op, inputs and outputs with shape and dtype, depth, total input
     elements, embedded bytes, an estimate of floating-point operations, and the sha256 of
     the graph's canonical bytes."""
-    from .inspect import graph_info, info_text
+    from .tools.inspect import graph_info, info_text
     graph, _ = _read_graph(source)
     stats = graph_info(graph)
     if as_json:
@@ -789,7 +847,7 @@ def info(source, as_json):
 def print_(source):
     """List IN's nodes in file order, one a line (`%12 = MUL float32[32,64] %10 %11  #
     relu, backward`), function bodies indented, then the outputs."""
-    from .inspect import listing
+    from .tools.inspect import listing
     graph, _ = _read_graph(source)
     out = sys.stdout
     for line in listing(graph):
@@ -810,7 +868,7 @@ def print_(source):
               help="The form (default: JSON for a .json OUT, else MessagePack).")
 def convert(source, output, to):
     """Write IN in canonical form, as JSON or MessagePack."""
-    from .fileformat import dump_parts
+    from .formats.uop import dump_parts
     form = _uop_form(output, to)
     _refuse_binary_terminal(output, form, "use --to json, or give -o FILE")
     graph, _ = _read_graph(source)
@@ -824,7 +882,7 @@ def convert(source, output, to):
 def validate(source):
     """Read IN as the format contract requires; print `ok` and its counts, or the error
     (exit status 1)."""
-    from .inspect import counted
+    from .tools.inspect import counted
     graph, _ = _read_graph(source)
     counts = (counted(len(graph.nodes()), "node"), counted(len(graph.inputs), "input"),
               counted(len(graph.outputs), "output"))
@@ -833,30 +891,42 @@ def validate(source):
 
 # ----------------------------------------------------------------------------- render
 
-@_command("render", short="Draw a graph with graphviz (svg, png, pdf or dot).", example="""\
+@_command("render", short="Draw a graph with graphviz (svg, png, pdf, dot), or as an interactive page (html).",
+          example="""\
   uopgrad render grad.uop -o grad.svg
+  uopgrad render grad.uop -o grad.html --values values.npz
   uopgrad render grad.uop -o part.png --around x --depth 3
   uopgrad render big.uop --outputs loss --collapse-functions --format dot -o - | dot -Tsvg > big.svg""")
 @click.argument("source", metavar="IN")
 @click.option("-o", "--output", required=True, metavar="OUT", help="Where to write the picture (- for stdout).")
-@click.option("--format", "fmt", type=click.Choice(["svg", "png", "pdf", "dot"]),
-              help="The format (default: from OUT's extension; svg for -).")
+@click.option("--format", "fmt", type=click.Choice(["svg", "png", "pdf", "dot", "html"]),
+              help="The format (default: from OUT's extension; svg for -). html: one offline page for a graph "
+                   "of any size, opened one level of groups at a time.")
 @click.option("--max-nodes", type=click.IntRange(min=1), metavar="N",
               help="Refuse graphs with more nodes than this (default 500).")
 @click.option("--outputs", "outputs", metavar="NAMES", help="Draw only what these outputs depend on.")
 @click.option("--around", metavar="NAME", help="Draw only the nodes within --depth edges of this input or output.")
 @click.option("--depth", type=click.IntRange(min=0), default=2, show_default=True, help="Distance for --around.")
 @click.option("--collapse-functions", is_flag=True, help="Draw each FUNCTION/CALL as one box, without its body.")
-def render(source, output, fmt, max_nodes, outputs, around, depth, collapse_functions):
+@click.option("--values", "values_path", metavar="VALUES.npz", help="html: show each node's min/mean/max from "
+              "`uopgrad eval -o VALUES.npz --keep-intermediates`.")
+def render(source, output, fmt, max_nodes, outputs, around, depth, collapse_functions, values_path):
     """Draw IN: one box per node (op, dtype, shape, arg, the function that made it),
-    colours by op family, backward nodes dashed red, function bodies as clusters, a legend."""
+    colours by op family, backward nodes dashed red, function bodies as clusters, a legend.
+    With --format html (or OUT.html): one self-contained page, see `uopgrad view`."""
+    if (fmt or _render_format(output)) == "html":  # the page: views/html
+        _write(output, _html_page(source, outputs, values_path, max_nodes=max_nodes, around=around,
+                                  collapse_functions=collapse_functions))
+        return
+    if values_path:
+        raise click.UsageError("--values is shown by the html page: give -o OUT.html or --format html")
     if outputs and around:
         raise click.UsageError("give either --outputs or --around, not both")
     if _given("depth") and not around:
         raise click.UsageError("--depth is the distance for --around: give --around NAME too")
     fmt = fmt or _render_format(output)
     _refuse_binary_terminal(output, fmt, "give -o FILE")
-    from .render import render as draw
+    from .views.graphviz import render as draw
     graph, _ = _read_graph(source)
     options = {"outputs": _names(outputs, "--outputs") or None, "around": around, "depth": depth,
                "collapse_functions": collapse_functions}
@@ -870,9 +940,63 @@ def _render_format(output: str) -> str:
         return "svg"
     ext = os.path.splitext(output)[1].lower()
     if ext not in RENDER_EXTENSIONS:
-        raise click.UsageError(f"cannot tell the format from {output!r}: give --format svg|png|pdf|dot "
-                               f"or an OUT ending in .svg, .png, .pdf or .dot")
+        raise click.UsageError(f"cannot tell the format from {output!r}: give --format svg|png|pdf|dot|html "
+                               f"or an OUT ending in .svg, .png, .pdf, .dot or .html")
     return RENDER_EXTENSIONS[ext]
+
+
+# ----------------------------------------------------------------------------- the html page and view
+
+def _html_page(source: str, outputs: str | None, values_path: str | None, *, max_nodes=None, around=None,
+               collapse_functions=False) -> bytes:
+    """The page of IN (`render --format html`, `view`): every node, grouped into levels."""
+    for given, option in ((max_nodes, "--max-nodes"), (around, "--around"), (collapse_functions, "--collapse-functions")):
+        if given:
+            raise click.UsageError(f"{option} is for static pictures; the html page holds every node "
+                                   f"(use its search and focus)")
+    from .core.graph import Graph
+    from .views.html.page import page_html
+    from .views.html.values import value_stats
+    graph, _ = _read_graph(source)
+    names = _names(outputs, "--outputs")
+    if names:
+        missing = [n for n in names if n not in graph.outputs]
+        if missing:
+            raise CommandFailed(f"no output named {missing[0]!r}; outputs: {', '.join(graph.outputs) or 'none'}")
+        graph = Graph({n: graph.outputs[n] for n in dict.fromkeys(names)}, meta=graph.meta)
+    values = value_stats(graph, values_path) if values_path else None
+    title = "<stdin>" if source == "-" else os.path.basename(source)
+    return page_html(graph, title=title, values=values).encode()
+
+
+@_command("view", short="Open a graph as an interactive page in the browser.", example="""\
+  uopgrad view grad.uop
+  uopgrad view grad.uop --values values.npz""")
+@click.argument("source", metavar="IN")
+@click.option("--values", "values_path", metavar="VALUES.npz", help="Show each node's min/mean/max from "
+              "`uopgrad eval -o VALUES.npz --keep-intermediates`.")
+@click.option("--outputs", "outputs", metavar="NAMES", help="Show only what these outputs depend on.")
+def view(source, values_path, outputs):
+    """Write IN's page (what `render -o OUT.html` writes) to a temporary file and open it in
+    the browser; without a display (no DISPLAY or WAYLAND_DISPLAY on Linux), print its path."""
+    import tempfile
+    page = _html_page(source, outputs, values_path)
+    stem = "stdin" if source == "-" else os.path.splitext(os.path.basename(source))[0]
+    descriptor, path = tempfile.mkstemp(prefix=f"uopgrad-{stem}-", suffix=".html")
+    os.close(descriptor)
+    _write(path, page)
+    if _has_display():
+        import webbrowser
+        if webbrowser.open("file://" + os.path.abspath(path)):
+            _note(f"opened {path} in the browser")
+            return
+    click.echo(path)
+
+
+def _has_display() -> bool:
+    if sys.platform in ("darwin", "win32"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
 if __name__ == "__main__":  # python -m uopcli.cli

@@ -3,7 +3,7 @@
 Plain integers (the values of onnx.TensorProto's enum, fixed by the ONNX spec's onnx.proto),
 so this table needs no import of onnx."""
 
-from uopcli.ops import DType, dtypes
+from uopcli.core.ops import DType, dtypes
 
 # TensorProto.DataType code -> dtype (onnx.proto: FLOAT=1 UINT8=2 INT8=3 UINT16=4 INT16=5
 # INT32=6 INT64=7 BOOL=9 FLOAT16=10 DOUBLE=11 UINT32=12 UINT64=13)

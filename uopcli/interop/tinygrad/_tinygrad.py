@@ -4,7 +4,7 @@ table both directions share."""
 from __future__ import annotations
 
 from ...errors import UOpError
-from ...ops import DType, dtypes
+from ...core.ops import DType, dtypes
 
 INSTALL_HINT = "pip install 'uopgrad[tinygrad]'"
 SUPPORTED = "0.14"

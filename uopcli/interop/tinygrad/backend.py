@@ -6,8 +6,8 @@ Tensors on tinygrad's device (`device=`, else tinygrad's own default, `DEV`): re
 together and tinygrad compiles one computation for all. FUNCTION and CALL bodies are
 inlined: each call evaluates its body with the slots bound to the call's arguments.
 
-`evaluate_on_tinygrad(graph, inputs)` is what `uopgrad eval --backend tinygrad` runs:
-the same arrays as the numpy evaluator, computed by tinygrad.
+`evaluate_on_tinygrad(graph, inputs, simplify="tinygrad")` is what `uopgrad eval --backend
+tinygrad` runs: the same simplified graph as the numpy evaluator's, computed by tinygrad.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from __future__ import annotations
 from typing import Mapping
 
 from ...errors import EvaluationError
-from ...ops import CALLS, Ops
-from ...uop import UOp, scope_toposort
+from ...core.ops import CALLS, Ops
+from ...core.uop import UOp
+from ...core.walks import scope_toposort
 from ._tinygrad import import_tinygrad, tinygrad_dtype
 
 
@@ -39,10 +40,13 @@ def to_tinygrad(graph, device: str | None = None):
     return run
 
 
-def evaluate_on_tinygrad(graph, inputs: Mapping, device: str | None = None) -> dict:
+def evaluate_on_tinygrad(graph, inputs: Mapping, device: str | None = None, *, simplify: str | None = None) -> dict:
     """{output name: numpy array (or tuple of them)}: the graph run by tinygrad, all outputs
-    realized in one schedule."""
+    realized in one schedule. `simplify` as evaluate_graph's (None: as written; "exact";
+    "tinygrad", what `uopgrad eval` runs), so both backends compute the same graph."""
     tg = import_tinygrad()
+    if simplify is not None:
+        graph = _simplified(graph, simplify)
     outputs = to_tinygrad(graph, device)(**inputs)
     tensors = [t for v in outputs.values() for t in (v if isinstance(v, tuple) else (v,)) if t is not None]
     try:
@@ -54,6 +58,14 @@ def evaluate_on_tinygrad(graph, inputs: Mapping, device: str | None = None) -> d
     def array(t):
         return None if t is None else t.numpy()
     return {name: tuple(map(array, v)) if isinstance(v, tuple) else array(v) for name, v in outputs.items()}
+
+
+def _simplified(graph, mode: str):
+    from ...core.simplify import MODES
+    from ...core.simplify import simplify as simplified
+    if mode not in MODES:
+        raise EvaluationError(f"simplify must be one of {', '.join(MODES)} or None, got {mode!r}")
+    return simplified(graph, exact=mode == "exact")
 
 
 def close_compile_workers() -> None:

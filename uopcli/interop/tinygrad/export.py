@@ -29,9 +29,9 @@ from __future__ import annotations
 from typing import Mapping, NamedTuple
 
 from ...errors import UOpError
-from ...graph import Graph
-from ...ops import DType, dtypes, least_upper_dtype
-from ...uop import Metadata, UOp, next_serial, tag_new_nodes, valid_name
+from ...core.graph import Graph
+from ...core.ops import DType, dtypes, least_upper_dtype
+from ...core.uop import Metadata, UOp, next_serial, tag_new_nodes, valid_name
 from ._tinygrad import import_tinygrad, our_dtype
 from .export_rules import _rules
 
@@ -90,8 +90,8 @@ def save(path, outputs: Mapping, inputs: Mapping | None = None, state_dict: Mapp
     `values_path` (default: `path` with .npz for its suffix), both or neither."""
     import os
 
-    from ...atomic import write_atomically_together
-    from ...fileformat import dumps
+    from ...formats.atomic import write_atomically_together
+    from ...formats.uop import dumps
     exported = export(outputs, inputs, state_dict)
     path = os.fspath(path)
     if values_path is None:

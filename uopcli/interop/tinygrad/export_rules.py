@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from ...ops import Ops, dtypes
-from ...uop import UOp
+from ...core.ops import Ops, dtypes
+from ...core.uop import UOp
 
 
 class Rule(NamedTuple):

@@ -1,0 +1,196 @@
+"""Simplification: node counts, evaluation time, and the cost of simplifying a 10^6-node
+gradient graph against the cost of making it. Writes section 7 of bench/RESULTS.md.
+
+    python bench/bench_simplify.py            # measure, then update bench/RESULTS.md
+    python bench/bench_simplify.py --no-write # print the section instead
+
+For every sample and every bench family: the gradient graph (`diff --wrt` every float
+input, or every parameter), its node count as written, after the exact rows
+(`simplify --exact`) and after both tables (`simplify`), and the best in-process
+evaluation time as written and simplified (same inputs). Then the 10^6-node chain's
+gradient: CPU seconds of `differentiate` and of `simplify`, in turns, best of the runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULTS = HERE / "RESULTS.md"
+HEADING = "## 7. Simplification"
+sys.path.insert(0, str(HERE))
+
+from graphs import FAMILIES, size_for, uop_param  # noqa: E402
+
+from uopcli import Graph, evaluate_graph, load  # noqa: E402
+from uopcli.tools.differentiate import differentiate  # noqa: E402
+from uopcli.core.simplify import simplify  # noqa: E402
+from uopcli.core.walks import no_gc  # noqa: E402
+from uopcli.tools.values import gather_inputs  # noqa: E402
+
+FAMILY_NODES = 10_000      # forward nodes of each bench family's graph
+MILLION_FORWARD = 430_000  # forward nodes of the chain whose gradient has ~10^6 nodes
+
+
+def _best(fn, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.process_time()
+        fn()
+        best = min(best, time.process_time() - start)
+    return best
+
+
+def _row(label: str, gradient: Graph, repeats: int) -> tuple:
+    exact, full = simplify(gradient, exact=True), simplify(gradient)
+    inputs = gather_inputs(gradient.inputs, (), 0)
+    literal_s = _best(lambda: evaluate_graph(gradient, inputs), repeats)
+    simplified_s = _best(lambda: evaluate_graph(full, inputs), repeats)
+    n, e, s = len(gradient), len(exact), len(full)
+    return (label, n, e, s, f"{1 - s / n:.1%}", _ms(literal_s), _ms(simplified_s), f"{simplified_s / literal_s:.2f}×")
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def sample_rows(repeats: int) -> list[tuple]:
+    rows = []
+    for path in sorted((ROOT / "samples").glob("*.uop")):
+        graph = load(path)
+        gradient, _ = differentiate(graph, [n.arg for n in graph.inputs if n.dtype.is_float])
+        rows.append(_row(f"sample {path.stem}", gradient, repeats))
+    return rows
+
+
+def family_rows(repeats: int) -> list[tuple]:
+    rows = []
+    for family, build in FAMILIES.items():
+        with no_gc():
+            loss, targets = build(uop_param, size_for(family, FAMILY_NODES))
+            gradient, _ = differentiate(Graph({"loss": loss}), [t.arg for t in targets])
+        rows.append(_row(f"{family} ({FAMILY_NODES:,} forward nodes)", gradient, repeats))
+    return rows
+
+
+def million(rounds: int) -> dict:
+    """CPU seconds to differentiate the chain and to simplify its gradient, in turns."""
+    with no_gc():
+        loss, targets = FAMILIES["chain"](uop_param, size_for("chain", MILLION_FORWARD))
+        forward = Graph({"loss": loss})
+    wrt = [t.arg for t in targets]
+    diff_s, simplify_s, exact_s, gradient, simplified = [], [], [], None, None
+    for _ in range(rounds):
+        start = time.process_time()
+        gradient, _ = differentiate(forward, wrt)
+        diff_s.append(time.process_time() - start)
+        start = time.process_time()
+        simplified = simplify(gradient)
+        simplify_s.append(time.process_time() - start)
+        start = time.process_time()
+        simplify(gradient, exact=True)
+        exact_s.append(time.process_time() - start)
+    return {"nodes": len(gradient), "after": len(simplified), "diff": min(diff_s), "simplify": min(simplify_s),
+            "exact": min(exact_s)}
+
+
+def remaining() -> dict:
+    """The attention sample's simplified gradient by op, and the GPT block's reduction."""
+    from collections import Counter
+    counts = {}
+    for name in ("attention", "gpt"):
+        graph = load(ROOT / "samples" / f"{name}.uop")
+        gradient, _ = differentiate(graph, [n.arg for n in graph.inputs if n.dtype.is_float])
+        counts[name] = (gradient, simplify(gradient))
+    before, after = counts["attention"]
+    ops = Counter(n.op if n.op != "REDUCE" else f"REDUCE {n.arg[0]}" for n in after.nodes())
+    gpt_before, gpt_after = (len(g) for g in counts["gpt"])
+    return {"before": len(before), "after": len(after), "ops": ", ".join(f"{op} {k}" for op, k in ops.most_common()),
+            "gpt": f"{1 - gpt_after / gpt_before:.1%} ({gpt_before} → {gpt_after})"}
+
+
+def section(samples: list, families: list, big: dict, remains: dict) -> str:
+    head = ("| graph | gradient nodes | after `--exact` | after `simplify` | fewer | evaluate as written | "
+            "evaluate simplified | time ratio |\n|---|---|---|---|---|---|---|---|")
+    table = "\n".join("| " + " | ".join(map(str, row)) + " |" for row in samples + families)
+    ratio = big["simplify"] / big["diff"]
+    return f"""{HEADING}
+
+Written by `bench/bench_simplify.py` (run it alone; `make bench` keeps this section). Every
+sample's gradient with respect to every float input, and every bench family's gradient
+(every parameter), as `uopgrad diff` writes it, after the exact rows (`uopgrad simplify
+--exact`: no bit of any value changes) and after both tables (`uopgrad simplify`, what
+`uopgrad eval` runs by default); evaluation is the best in-process CPU time of
+`evaluate_graph` on the same seeded inputs.
+
+{head}
+{table}
+
+The 10⁶-node gradient (the chain family, {big['nodes']:,} gradient nodes, {big['after']:,} after):
+`differentiate` {big['diff']:.2f} s, `simplify` {big['simplify']:.2f} s ({ratio:.2f}× the
+time `diff` took: target ≤ 1×, **{'met' if ratio <= 1 else 'MISSED'}**), `simplify --exact`
+{big['exact']:.2f} s (CPU seconds, best of the rounds, each round timing both in turns).
+
+What remains of the attention sample's gradient ({remains['before']} → {remains['after']} nodes; the target
+was 15% fewer), by op: {remains['ops']}. The forward graph it reuses stays (the inputs, the
+mask, each matmul's RESHAPE/EXPAND/MUL/REDUCE ADD/RESHAPE, the softmax), and each backward
+matmul is the same five nodes, the product itself (the evaluator runs them as one BLAS
+call). None of these can go without changing what the graph computes: a RESHAPE after a
+REDUCE drops the summed axis where the next operand needs another layout (chains of
+RESHAPEs that only add or drop size-1 axes, with PERMUTEs, are already one node), an
+EXPAND is the broadcast its MUL reads, and the softmax's backward (g/s, the sum of g·p,
+its broadcast, the difference, the product with e) is the rule's own arithmetic. What
+went: the seed's 1.0 times the mean's scale, broadcast scalars, the square's x+x (now one
+constant times x), ln2·(1/ln2) around the softmax's exp, negations (into SUB and the
+constants), and merged reshapes. The GPT block's gradient falls by {remains['gpt']}, most of it
+the one-hot's and the causal mask's constant subgraphs, folded into BUFFERs.
+"""
+
+
+def write(text: str, out: Path) -> None:
+    """Put the section into RESULTS.md: in place of the old one, or before the last section."""
+    old = out.read_text() if out.exists() else ""
+    out.write_text(carry_section(old, text.rstrip() + "\n", replace=True))
+
+
+def carry_section(old: str, new: str, replace: bool = False) -> str:
+    """`old` with the simplification section `new` put in (replace=True), or the report
+    `new` with `old`'s simplification section kept (how run.py keeps it when it rewrites
+    RESULTS.md)."""
+    pattern = re.compile(rf"^{re.escape(HEADING)}\n.*?(?=^## |\Z)", re.S | re.M)
+    if replace:
+        block, target = new, old
+    else:
+        found = pattern.search(old)
+        if not found:
+            return new
+        block, target = found.group(0), new
+    block = block.rstrip() + "\n\n"
+    if pattern.search(target):
+        return pattern.sub(lambda _: block, target, count=1)
+    at = target.find("\n## 8. ")  # before the sections after it (8: the tinygrad bridge)
+    at = target.find("\n## What profiling found") if at < 0 else at
+    return target + "\n" + block if at < 0 else target[:at + 1] + block + target[at + 1:]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-write", action="store_true", help="print the section instead of writing RESULTS.md")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the 10^6-node timing")
+    args = parser.parse_args(argv)
+    text = section(sample_rows(5), family_rows(3), million(args.rounds), remaining())
+    if args.no_write:
+        print(text)
+    else:
+        write(text, RESULTS)
+        print(f"wrote {RESULTS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

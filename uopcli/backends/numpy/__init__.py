@@ -1,0 +1,128 @@
+"""The numpy evaluator: one table maps each op to numpy, an iterative compiler turns a
+graph into a flat list of steps, and a tight loop runs them.
+
+    evaluate([loss, grad_w], {"x": x, "w": w})        -> [array, array]
+    evaluate_graph(graph, {"x": x, "w": w})           -> {"loss": array, "grad_w": array}
+
+How it works, and why:
+- **Compile once, run flat.** An explicit-stack walk (no recursion: a 1,000,000-node chain
+  is fine) gives every value a register and emits one step per computing node. Nodes
+  that only rename a value (CONTIGUOUS, DETACH, COPY, GETTUPLE, a body's slot PARAM,
+  STORE/AFTER) get no step: they share their source's register.
+- **Calls are inlined per call site.** A FUNCTION/CALL body is walked in a context of its
+  own, where slot PARAM i is the register of arg i; a GETTUPLE asks for one body output
+  in that context, so each call node runs its body once and unread outputs never run.
+- **Free after last use.** The compiler knows each register's last reader, so the loop
+  drops a value right after it: peak memory stays near what hand-written numpy holds.
+- **Contractions never materialise.** A REDUCE ADD over a product (or a sum of products)
+  of RESHAPE/EXPAND/PERMUTE views, which is how tinygrad spells matmul and what its
+  gradients produce, runs as one BLAS matmul (or einsum) over the un-broadcast operands;
+  the MUL node is never built (see contraction.py).
+- **Movement chains are views.** A chain of RESHAPE/EXPAND/PERMUTE/SHRINK/FLIP whose
+  index map is affine runs as one strided view of where it starts, even where numpy would
+  copy op by op (conv2d's windows: tiles, then rows cut from them), and a REDUCE ADD over a
+  chain with PADs (the windows' gradient) as a strided scatter-add (see strided.py).
+- **Write into dying arrays.** An elementwise step whose source array (one the evaluator
+  made) dies with it writes its result there, as hand-written numpy would (`z += b`).
+- numpy's floating-point warnings are silenced: results are IEEE values (1/0 = inf).
+
+Semantics where the format leaves room (decided here):
+- a REDUCE ADD of only -0.0 is -0.0, as IEEE addition gives (numpy's contiguous sums
+  start from +0.0; table._keep_negative_zero mends it). A contraction run by BLAS sums from
+  +0.0 like numpy: where every product of a sum is -0.0 it gives +0.0, its one difference
+  in the sign of a zero from the op-by-op graph.
+- integer FDIV is C division (as CDIV); integer division or remainder by zero gives 0;
+  integer POW with a negative exponent gives 1/a^|b| truncated (1, -1 or 0).
+- a float16 contraction (a REDUCE ADD of float16 products, or the CAST, REDUCE ADD, CAST
+  a float16 gradient spells) multiplies and adds in float32, as tinygrad's compiled kernels
+  do: the products skip their float16 rounding, so one too large for float16 does not
+  turn the sum into inf or nan. (A product that is also an output is not fused, and is
+  rounded: it, and a sum of it, are then evaluated node by node.)
+- inputs are keyed by name, by PARAM node, or by any node whose value you supply (its
+  sources are then not evaluated); arrays must match shape and dtype exactly.
+- outputs are writable arrays: numpy scalars become 0-d arrays, read-only views (a
+  broadcast, an embedded BUFFER) are copied; other views are returned as they are.
+- EvalStats.peak_bytes counts arrays held between steps and a contraction's temporaries
+  (inputs and BUFFER bytes are not the evaluator's); scratch space inside one numpy call
+  (BLAS packing, einsum's own intermediates) is not seen.
+
+The package: table.py (the op table), contraction.py (the contraction kernels),
+strided.py (movement chains as strided views and scatter-adds), program.py (Step and
+Program), compiler.py (graph to steps, then the passes in passes/, in the order
+compiler.PASSES gives), run.py (the run loop).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ...errors import EvaluationError
+from ...core.uop import UOp
+from ...core.walks import no_gc
+from .compiler import compile_graph
+from .run import EvalStats, run
+
+__all__ = ["evaluate", "evaluate_graph", "EvalStats"]
+
+
+def _finish(value):
+    """An output as the caller gets it: a writable ndarray (numpy scalars become 0-d
+    arrays; read-only views, such as a broadcast, are copied)."""
+    if value is None:
+        return None
+    value = np.asarray(value)
+    return value if value.flags.writeable else value.copy()
+
+
+def evaluate(outputs: Sequence[UOp], inputs: Mapping, *, stats: EvalStats | None = None) -> list:
+    """The values of `outputs` (a list of UOps) given `inputs`: graph-input names (or PARAM
+    nodes, or any node whose value you supply) mapped to numpy arrays of exactly the
+    node's shape and dtype. A TUPLE, FUNCTION or CALL output gives a tuple of arrays (None
+    for NOOP). Raises EvaluationError for a missing or mismatched input."""
+    start = time.perf_counter()
+    if isinstance(outputs, UOp):
+        outputs = [outputs]
+    with no_gc():  # graphs are acyclic: scanning them while the program grows finds nothing
+        program = compile_graph(list(outputs), inputs)
+        with np.errstate(all="ignore"):
+            values = run(program, stats)
+    results = []
+    for out in program.outputs:
+        if isinstance(out, tuple):
+            results.append(tuple(None if r is None else _finish(values[r]) for r in out))
+        else:
+            results.append(None if out is None else _finish(values[out]))
+    if stats is not None:
+        stats.seconds = time.perf_counter() - start
+        stats.nodes_evaluated = len(program.steps)
+        stats.contractions = program.contractions
+    return results
+
+
+def evaluate_graph(graph, inputs: Mapping[str, np.ndarray], *, stats: EvalStats | None = None,
+                   simplify: str | None = None) -> dict:
+    """Evaluate every output of a Graph; returns {output name: array}. Inputs are given by
+    name; a name that is not one of the graph's inputs is an error (likely a typo).
+    `simplify`: None runs the graph as written; "exact" first applies the rewrites that
+    change no bit of any result; "tinygrad" also tinygrad's algebraic rewrites, so the
+    values are what tinygrad computes (finite activation gradients; see uopcli.core.simplify)."""
+    if simplify is not None:
+        graph = _simplified(graph, simplify)
+    known = set(graph.input_names)
+    for name in inputs:
+        if name not in known:
+            raise EvaluationError(f"unknown input {name!r}; the graph's inputs: {', '.join(graph.input_names) or 'none'}")
+    names = list(graph.outputs)
+    values = evaluate([graph.outputs[n] for n in names], inputs, stats=stats)
+    return dict(zip(names, values))
+
+
+def _simplified(graph, mode: str):
+    from ...core.simplify import MODES
+    from ...core.simplify import simplify as simplified
+    if mode not in MODES:
+        raise EvaluationError(f"simplify must be one of {', '.join(MODES)} or None, got {mode!r}")
+    return simplified(graph, exact=mode == "exact")

@@ -1,0 +1,195 @@
+"""The reference evaluator: every node computed on its own, op by op, with plain numpy.
+
+    reference_evaluate([loss, grad_w], {"x": x, "w": w})   -> [array, array]
+
+It exists to be the independent second opinion. The numpy backend (backends/numpy) is a
+compiler with fast paths: contractions run as BLAS products, movement chains as strided
+views, results written into dying arrays, and so on. Each of those is a place where a bug
+gives a wrong number that looks right. Here there are none: a node's value is a fresh
+array made from its sources' values by the one numpy call its row names, every view is
+copied, nothing is written in place, nothing is fused. It is slow on large graphs (a
+matmul spelled EXPAND, MUL, REDUCE builds the whole product) and meant for small ones:
+`uopgrad check` computes its finite differences with it, so a fast-path bug in the
+evaluator that computes the analytic side shows up as a failed check instead of cancelling
+out, and the tests compare the two evaluators.
+
+The semantics are the format's, with the evaluator's decisions where the format leaves
+room (see backends/numpy): integer division and remainder by zero give 0, integer FDIV is
+C division, an integer power with a negative exponent is 1/a^|b| truncated, float16 sums
+accumulate in float32, a sum of only -0.0 is -0.0 (IEEE addition), a max over no elements
+is the dtype's lowest value.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ..errors import EvaluationError
+from ..core.ops import Ops
+
+__all__ = ["reference_evaluate", "reference_evaluate_graph"]
+
+
+def _c_divide(a, b):
+    """a / b truncated toward zero (C); integer division by zero gives 0."""
+    if a.dtype.kind == "f":
+        return np.true_divide(a, b)
+    quotient = np.floor_divide(a, b)          # by zero: 0 (numpy's integer rule)
+    inexact = np.remainder(a, b) != 0
+    opposite_signs = (a < 0) != (b < 0)
+    return np.where(inexact & opposite_signs, quotient + 1, quotient).astype(a.dtype)
+
+
+def _c_power(a, b):
+    """a^b; integers as C code computes it: b < 0 gives 1/a^|b| truncated (1, -1 or 0)."""
+    if a.dtype.kind == "f":
+        return np.power(a, b)
+    negative = b < 0 if b.dtype.kind == "i" else np.zeros(b.shape, bool)
+    magnitude = np.power(a, np.where(negative, 0, b).astype(b.dtype))
+    one_over = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0))
+    return np.where(negative, one_over, magnitude).astype(a.dtype)
+
+
+def _shift(ufunc):
+    """a << b or a >> b; bools shift as C's ints do and convert back (nonzero is true)."""
+    def shift(a, b):
+        if a.dtype == np.bool_:
+            return ufunc(a.astype(np.uint8), b.astype(np.uint8)).astype(np.bool_)
+        return ufunc(a, b)
+    return shift
+
+
+def _reduce(kind: str, x, axes: tuple):
+    if not axes:
+        return x.copy()
+    if kind == "ADD":
+        wide = np.float32 if x.dtype == np.float16 else x.dtype  # float16 sums accumulate in float32
+        total = np.sum(x, axis=axes, keepdims=True, dtype=wide).astype(x.dtype)
+        if x.dtype.kind == "f" and all(x.shape[a] for a in axes):
+            # IEEE: a sum of only -0.0 is -0.0 (numpy's contiguous sums start from +0.0)
+            only_negative_zeros = np.all(np.signbit(x) & (x == 0), axis=axes, keepdims=True)
+            total = np.where(only_negative_zeros, x.dtype.type(-0.0), total)
+        return total
+    if kind == "MUL":
+        return np.prod(x, axis=axes, keepdims=True, dtype=x.dtype)
+    lowest = -np.inf if x.dtype.kind == "f" else (np.iinfo(x.dtype).min if x.dtype.kind in "iu" else False)
+    return np.max(x, axis=axes, keepdims=True, initial=lowest)
+
+
+def _pad(x, pairs):
+    out = np.zeros(tuple(before + n + after for n, (before, after) in zip(x.shape, pairs)), x.dtype)
+    out[tuple(slice(before, before + n) for n, (before, _) in zip(x.shape, pairs))] = x
+    return out
+
+
+# One row per computing op: the numpy that makes the node's value from its sources'
+# values, called as rule(node, *values); the maths beside it. Structural ops (inputs,
+# tuples, calls) are handled by the walk below.
+RULES = {
+    Ops.CONST: lambda n: np.array(n.arg, n.dtype.np),                    # the scalar
+    Ops.BUFFER: lambda n: np.array(n.buffer_array()),                    # the embedded bytes
+    Ops.NEG: lambda n, x: np.negative(x),                                # -x (unsigned wraps)
+    Ops.RECIPROCAL: lambda n, x: np.reciprocal(x),                       # 1/x
+    Ops.SQRT: lambda n, x: np.sqrt(x),                                   # √x
+    Ops.EXP2: lambda n, x: np.exp2(x),                                   # 2^x
+    Ops.LOG2: lambda n, x: np.log2(x),                                   # log₂ x
+    Ops.SIN: lambda n, x: np.sin(x),                                     # sin x
+    Ops.TRUNC: lambda n, x: np.trunc(x),                                 # toward 0
+    Ops.CAST: lambda n, x: x.astype(n.dtype.np),                         # converted; float -> int truncates
+    Ops.BITCAST: lambda n, x: np.ascontiguousarray(x).view(n.dtype.np),  # same bytes
+    Ops.ADD: lambda n, a, b: np.add(a, b),                               # a + b (ints wrap)
+    Ops.SUB: lambda n, a, b: np.subtract(a, b),                          # a - b
+    Ops.MUL: lambda n, a, b: np.multiply(a, b),                          # a * b
+    Ops.FDIV: lambda n, a, b: _c_divide(a, b),                           # a / b (integers: C division)
+    Ops.MAX: lambda n, a, b: np.maximum(a, b),                           # max(a, b), nan wins
+    Ops.POW: lambda n, a, b: _c_power(a, b),                             # a^b
+    Ops.CDIV: lambda n, a, b: _c_divide(a, b),                           # trunc(a / b)
+    Ops.CMOD: lambda n, a, b: np.fmod(a, b),                             # a - b·trunc(a/b); by zero: 0
+    Ops.AND: lambda n, a, b: np.bitwise_and(a, b),                       # a & b
+    Ops.OR: lambda n, a, b: np.bitwise_or(a, b),                         # a | b
+    Ops.XOR: lambda n, a, b: np.bitwise_xor(a, b),                       # a ^ b
+    Ops.SHL: lambda n, a, b: _shift(np.left_shift)(a, b),                # a << b
+    Ops.SHR: lambda n, a, b: _shift(np.right_shift)(a, b),               # a >> b (signed: arithmetic)
+    Ops.CMPLT: lambda n, a, b: np.less(a, b),                            # a < b
+    Ops.CMPNE: lambda n, a, b: np.not_equal(a, b),                       # a != b
+    Ops.CMPEQ: lambda n, a, b: np.equal(a, b),                           # a == b
+    Ops.WHERE: lambda n, c, a, b: np.where(c, a, b),                     # c ? a : b
+    Ops.MULACC: lambda n, a, b, c: np.add(np.multiply(a, b), c),         # a·b + c
+    Ops.REDUCE: lambda n, x: _reduce(n.arg[0], x, tuple(n.arg[1])),      # Σ / Π / max, axes kept as 1
+    Ops.RESHAPE: lambda n, x: x.reshape(n.arg),                          # same elements, new shape
+    Ops.EXPAND: lambda n, x: np.broadcast_to(x, n.arg),                  # size-1 axes repeated
+    Ops.PERMUTE: lambda n, x: np.transpose(x, n.arg),                    # axes reordered
+    Ops.PAD: lambda n, x: _pad(x, n.arg),                                # zeros around
+    Ops.SHRINK: lambda n, x: x[tuple(slice(s, e) for s, e in n.arg)],    # x[s:e, ...]
+    Ops.FLIP: lambda n, x: np.flip(x, [i for i, f in enumerate(n.arg) if f]),  # reversed axes
+}
+_SAME_VALUE = {Ops.CONTIGUOUS: 0, Ops.CONTIGUOUS_BACKWARD: 0, Ops.DETACH: 0, Ops.COPY: 0,
+               Ops.STORE: 1, Ops.AFTER: 1}  # the value of source i
+
+
+def reference_evaluate(outputs: Sequence, inputs: Mapping[str, object], slots: Sequence = ()) -> list:
+    """The values of `outputs`, given {name: array} for the graph inputs (and, inside a
+    call body, the values of its slots). Tuple-valued nodes give tuples."""
+    values: dict = {}
+    for node in _postorder(outputs):
+        values[node] = _value(node, values, inputs, slots)
+    return [values[node] for node in outputs]
+
+
+def reference_evaluate_graph(graph, inputs: Mapping[str, object]) -> dict:
+    """{output name: value} of a Graph."""
+    names = list(graph.outputs)
+    return dict(zip(names, reference_evaluate([graph.outputs[n] for n in names], inputs)))
+
+
+def _postorder(roots) -> list:
+    """Nodes under `roots` sources first, by an explicit stack; a call's body is not
+    entered (it is evaluated per call, with its slots bound)."""
+    order, seen, stack = [], set(), [(root, False) for root in reversed(list(roots))]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.append((node, True))
+        sources = node.src[1:] if node.op in (Ops.FUNCTION, Ops.CALL) else node.src
+        stack.extend((s, False) for s in reversed(sources) if s not in seen)
+    return order
+
+
+def _value(node, values: dict, inputs: Mapping, slots: Sequence):
+    op = node.op
+    if op == Ops.PARAM:
+        return _input(node, inputs, slots)
+    if op in _SAME_VALUE:
+        return values[node.src[_SAME_VALUE[op]]]
+    if op == Ops.NOOP:
+        return None
+    if op == Ops.TUPLE:
+        return tuple(values[s] for s in node.src)
+    if op in (Ops.FUNCTION, Ops.CALL):
+        body = node.src[0]
+        return tuple(reference_evaluate(list(body.src), {}, [values[s] for s in node.src[1:]]))
+    if op == Ops.GETTUPLE:
+        return values[node.src[0]][node.arg]
+    with np.errstate(all="ignore"):
+        result = RULES[op](node, *(values[s] for s in node.src))
+    # a fresh C-ordered array in the node's dtype: no view of another node's value survives
+    return np.array(result, dtype=node.dtype.np, order="C")
+
+
+def _input(node, inputs: Mapping, slots: Sequence):
+    if isinstance(node.arg, int):
+        return slots[node.arg]
+    if node.arg not in inputs:
+        raise EvaluationError(f"reference evaluator: no value for input {node.arg!r}")
+    value = np.asarray(inputs[node.arg])
+    if value.shape != node.shape or value.dtype != node.dtype.np:
+        raise EvaluationError(f"reference evaluator: input {node.arg!r} is {value.dtype}{list(value.shape)}, "
+                              f"the graph wants {node.dtype.name}{list(node.shape)}")
+    return value

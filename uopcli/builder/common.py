@@ -1,0 +1,70 @@
+"""Small helpers the builder's mixins share: axis numbers, per-axis arguments, tinygrad's
+variadic shapes and each dtype's extreme values."""
+
+from __future__ import annotations
+
+import math
+
+from ..errors import GraphError
+
+def varargs(args: tuple):
+    """f(2, 3) or f((2, 3)): the ints of a tinygrad-style variadic argument."""
+    return args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
+
+
+def axis_index(dim: int, rank: int) -> int:
+    if not isinstance(dim, int) or isinstance(dim, bool) or not -rank <= dim < rank:
+        raise GraphError(f"axis {dim!r} out of range for rank {rank}")
+    return dim % rank
+
+
+def resolve_dim(dim, rank: int, extra: bool = False) -> int:
+    """tinygrad's _resolve_dim: an int axis of a tensor of `rank` (one more with `extra`, the
+    place of a new axis), made non-negative. A 0-d tensor has axis 0 (and -1) for this, as
+    in tinygrad and torch: x.sum(0) and x.softmax(-1) of a scalar work, x.cumsum(1) does not."""
+    total = rank + int(extra)
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise GraphError(f"an axis is an int, got {dim!r}")
+    if not -max(1, total) <= dim < max(1, total):
+        raise GraphError(f"axis {dim} out of range [{-max(1, total)}, {max(1, total) - 1}] for rank {rank}")
+    return dim + total if dim < 0 else dim
+
+
+def reduce_axes(axis, rank: int) -> tuple[int, ...]:
+    """The axes a reduction runs over: None for all, an int or a sequence of ints, each at
+    most once (torch and numpy refuse a repeated axis, and so does tinygrad); none of a 0-d
+    tensor, whose axis 0 is itself."""
+    if axis is None:
+        return tuple(range(rank))
+    axes = [resolve_dim(a, rank) for a in ((axis,) if isinstance(axis, int) else tuple(axis))]
+    repeated = [a for k, a in enumerate(axes) if a in axes[:k]]
+    if repeated and rank:
+        raise GraphError(f"axis {repeated[0]} appears more than once in {tuple(axis)}")
+    return () if rank == 0 else tuple(sorted(axes))
+
+
+def per_axis(value, count: int) -> tuple:
+    """An int for every axis, or one per axis."""
+    values = (value,) * count if isinstance(value, int) else tuple(value)
+    if len(values) != count or not all(isinstance(v, int) and v > 0 for v in values):
+        raise GraphError(f"expected a positive int or {count} of them, got {value!r}")
+    return values
+
+
+def highest(dtype):
+    """The value above every other of the dtype: what an ascending sort pads with."""
+    if dtype.is_float:
+        return math.inf
+    if dtype.is_bool:
+        return True
+    bits = 8 * dtype.itemsize
+    return (1 << bits) - 1 if dtype.kind == "u" else (1 << (bits - 1)) - 1
+
+
+def lowest(dtype):
+    """The value below every other of the dtype: what max pooling pads with."""
+    if dtype.is_float:
+        return -math.inf
+    if dtype.is_bool:
+        return False
+    return 0 if dtype.kind == "u" else -(1 << (8 * dtype.itemsize - 1))

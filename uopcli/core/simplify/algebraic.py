@@ -1,0 +1,306 @@
+"""TINYGRAD: the algebraic rewrites tinygrad's kernel compiler applies before it runs a
+graph, which change rounding but not meaning. Each row names the rule of tinygrad 0.14 it
+follows (tinygrad/uop/symbolic.py, tinygrad/codegen/simplify.py) and bounds how far its
+result may move from the graph as written, in ulps of the result, for results and
+intermediates in the normal range (no overflow to inf, no underflow to subnormals, where
+any reassociation can lose everything).
+
+The row that matters most is tinygrad's `x * (1+x).reciprocal() -> 1 - (1+x).reciprocal()`
+(symbolic.py, `sym`): sigmoid is 1/(1+e) with e = 2^(-x/ln2), and its gradient as the
+rules write it is e * sigmoid^2, which is 0 * inf = nan where e overflows (x < -88 in
+float32); tinygrad's kernels compute sigmoid * (1 - sigmoid) instead, which is 0 there.
+tanh, gelu, quick_gelu, silu and mish all differentiate through sigmoid.
+
+`ROWS` holds each row with its bound, so the tests hold every row to its own.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+from ..ops import Ops
+from ..pattern import PatternMatcher, UPat
+from . import nodes as n
+from .walk import only_when
+
+x_ = UPat.var("x")
+_MAX_FACTORS = 16  # a product is taken apart at most this far: rewrites stay local
+
+
+class Row(NamedTuple):
+    pattern: UPat
+    fn: Callable
+    follows: str     # the tinygrad rule
+    ulps: float | str  # how far the result may move, in ulps; "count": the number of values summed
+    scale: str = "result"  # ulps of: "result"; "one" (1.0: an absolute bound); "operands" (the largest)
+
+
+# ----------------------------------------------------------------------------- constants
+
+def _constant_side(node) -> tuple:
+    """(other, constant) of a binary node with one CONST source, else (None, None)."""
+    a, b = node.src
+    if b.op == Ops.CONST:
+        return a, b
+    if a.op == Ops.CONST and node.op == Ops.MUL:
+        return b, a
+    return None, None
+
+
+def _scaled(x, node, value: float):
+    """x * value, the constant rounded once to the node's dtype; x itself when it rounds to 1."""
+    constant = n.const(value, node)
+    if constant.arg == 1:
+        return n.full_shaped(x, node) or x * constant
+    return n.make(Ops.MUL, node, (x, constant))
+
+
+@only_when(lambda key: Ops.CONST in key[2:] and (Ops.MUL in key[2:] or Ops.FDIV in key[2:]))
+def fold_constant_factors(node):
+    """(x*c1)*c2 = x*(c1*c2), (x/c1)*c2 = x*(c2/c1), (x*c1)/c2 = x*(c1/c2): the two
+    constants multiplied in float64 and rounded once (tinygrad folds them in Python
+    floats too). Literal: c1, c2 and two products rounded (2 ulps from the exact value);
+    here the folded constant and one product (1 ulp): at most 3 ulps apart."""
+    if not node.dtype.is_float:
+        return None
+    inner, outer = _constant_side(node)
+    if inner is None or inner.op not in (Ops.MUL, Ops.FDIV):
+        return None
+    x, c1 = _constant_side(inner)
+    if x is None:
+        return None
+    k1, k2 = float(n.const_value(c1)), float(n.const_value(outer))
+    if inner.op == Ops.FDIV:
+        k1 = 1 / k1 if k1 else None
+    if node.op == Ops.FDIV:
+        k2 = 1 / k2 if k2 else None
+    if k1 is None or k2 is None:
+        return None
+    return _scaled(x, node, k1 * k2)
+
+
+def reciprocal_of_scaled(x, y, c, node):
+    """x/(y*c) = (x/y)*(1/c) (tinygrad: `(x*c).reciprocal() -> x.reciprocal()*c.reciprocal()`,
+    tinygrad dividing by multiplying with the reciprocal). Literal: c, y*c and the
+    quotient rounded (1.5 ulps from the exact value); here x/y, 1/c and the product (1.5):
+    at most 3 ulps apart. The constant then meets the others around it."""
+    if not node.dtype.is_float or float(n.const_value(c)) == 0:
+        return None
+    return _scaled(n.make(Ops.FDIV, node, (x, y)), node, 1 / float(n.const_value(c)))
+
+
+def _offset(node):
+    """(x, k) with node = x + k for ADD or SUB of a CONST on the right (or a CONST added on
+    the left), k a float; else (None, None)."""
+    if node.op not in (Ops.ADD, Ops.SUB):
+        return None, None
+    a, b = node.src
+    if b.op == Ops.CONST:
+        k = float(n.const_value(b))
+        return a, (k if node.op == Ops.ADD else -k)
+    if a.op == Ops.CONST and node.op == Ops.ADD:
+        return b, float(n.const_value(a))
+    return None, None
+
+
+@only_when(lambda key: Ops.CONST in key[2:] and (Ops.ADD in key[2:] or Ops.SUB in key[2:]))
+def fold_constant_terms(node):
+    """(x+c1)+c2 = x+(c1+c2), with SUB as adding -c (tinygrad's two stage ALU folding for
+    ADD, and `x+0 -> x`): the constants added in float64 and rounded once. 1 + (2s - 1)
+    becomes 2s. The literal rounds x+c1 first: at most an ulp of max(|x|, |c1|, |c2|)
+    apart (an absolute bound: where x+c1 cancels, the literal is the inaccurate one)."""
+    if not node.dtype.is_float:
+        return None
+    inner, k2 = _offset(node)
+    if inner is None:
+        return None
+    x, k1 = _offset(inner)
+    if x is None:
+        return None
+    total = n.const(k1 + k2, node)
+    if total.arg == 0:
+        return n.full_shaped(x, node)
+    return n.make(Ops.ADD, node, (x, total))
+
+
+# ----------------------------------------------------------------------------- sigmoid's ratio
+
+_PRODUCT_PARTS = (Ops.MUL, Ops.NEG, Ops.FDIV, Ops.RECIPROCAL)
+
+
+def _ratio_base(node) -> object:
+    """e when node is e + 1 or 1 + e (the 1+x whose reciprocal tinygrad pairs with x)."""
+    if node.op != Ops.ADD:
+        return None
+    a, b = node.src
+    if n.is_const(b, 1):
+        return a
+    if n.is_const(a, 1):
+        return b
+    return None
+
+
+def _wanted(node, ctx: dict) -> tuple:
+    """The e's whose 1/(1+e) is a factor of the product `node` (memoised per walk):
+    only a product holding one can be rewritten by the ratio row, so every other MUL
+    costs two dictionary lookups."""
+    found = ctx.get(node)
+    if found is not None:
+        return found
+    op = node.op
+    if op == Ops.RECIPROCAL:
+        base = _ratio_base(node.src[0])
+        found = () if base is None else (base,)
+    elif op == Ops.MUL:
+        found = (_wanted(node.src[0], ctx) + _wanted(node.src[1], ctx))[:4]
+    elif op == Ops.NEG:
+        found = _wanted(node.src[0], ctx)
+    elif op == Ops.FDIV:
+        base = _ratio_base(node.src[1])
+        found = (_wanted(node.src[0], ctx) + (() if base is None else (base,)))[:4]
+    else:
+        return ()
+    ctx[node] = found
+    return found
+
+
+def _factors(node):
+    """The product `node` taken apart: (numerator factors, denominator factors, constant)
+    through MUL, NEG and FDIV, in order; None when it has too many factors."""
+    numerator, denominator, constant = [], [], 1.0
+    stack = [(node, True)]
+    while stack:
+        f, up = stack.pop()
+        if f.op == Ops.MUL:
+            stack += [(f.src[1], up), (f.src[0], up)]
+        elif f.op == Ops.FDIV:
+            stack += [(f.src[1], not up), (f.src[0], up)]
+        elif f.op == Ops.NEG:
+            constant = -constant
+            stack.append((f.src[0], up))
+        elif f.op == Ops.CONST:
+            value = float(n.const_value(f))
+            if not up and value == 0:
+                return None
+            constant = constant * value if up else constant / value
+        else:
+            (numerator if up else denominator).append(f)
+        if len(numerator) + len(denominator) > _MAX_FACTORS:
+            return None
+    return numerator, denominator, constant
+
+
+def _merge_ratios(numerator: list, denominator: list) -> bool:
+    """Replace each pair e * 1/(1+e) by 1 - 1/(1+e); True if any was."""
+    for i, f in enumerate(numerator):
+        base = _ratio_base(f.src[0]) if f.op == Ops.RECIPROCAL else None
+        if base is not None and base in numerator:
+            numerator[i] = n.const(1, f) - f
+            numerator.remove(base)
+            return _merge_ratios(numerator, denominator) or True
+    for j, d in enumerate(denominator):
+        base = _ratio_base(d)
+        if base is not None and base in numerator:
+            reciprocal = n.make(Ops.RECIPROCAL, d, (d,))
+            numerator[numerator.index(base)] = n.const(1, d) - reciprocal
+            del denominator[j]
+            return _merge_ratios(numerator, denominator) or True
+    return False
+
+
+@only_when(lambda key: any(op in _PRODUCT_PARTS for op in key[2:]))
+def sigmoid_ratio(node, ctx):
+    """x * 1/(1+x) = 1 - 1/(1+x) inside a product (tinygrad: `x*(1+x).reciprocal() -> 1-d`,
+    `x*(d*y) -> y*(1-d)`, with its constants moved to the end and folded as in
+    `(x*c1)*y -> (x*y)*c1`). The product is rebuilt left to right, numerator over
+    denominator, times one constant. Bound: at most 2 ulps of the largest value the
+    product computes on the way (1 - d is off by an ulp of 1 times the other factors: it
+    cancels where x/(1+x) is tiny, and tinygrad's kernels give the same 0 there; the
+    reassociation adds rounding of the same order)."""
+    if not ctx.get(_RATIOS_SEEN) or not node.dtype.is_float or not _wanted(node, ctx):
+        return None
+    taken = _factors(node)
+    if taken is None:
+        return None
+    numerator, denominator, constant = taken
+    if not _merge_ratios(numerator, denominator):
+        return None
+    out = _product(numerator, node)
+    if denominator:
+        below = _product(denominator, node)
+        out = n.make(Ops.FDIV, node, (out, below)) if out is not None else n.make(Ops.RECIPROCAL, node, (below,))
+    if out is None:
+        out = n.const(constant, node)
+    elif n.const(constant, node).arg == -1:
+        out = -out
+    elif n.const(constant, node).arg != 1:
+        out = n.make(Ops.MUL, node, (out, n.const(constant, node)))
+    return out if out.shape == node.shape else n.broadcast(out, node.shape)
+
+
+_RATIOS_SEEN = "a 1/(1+e) was seen"  # the walk's ctx: until one is, no product is taken apart
+
+
+@only_when(lambda key: key[-1] == Ops.ADD)
+def note_ratio(node, ctx):
+    """Not a rewrite: notes in the walk's ctx that a 1/(1+e) (or a division by 1+e) is in
+    the graph, so sigmoid_ratio looks at products only in graphs that have one (the walk
+    is bottom-up: the ratio is seen before the products that hold it)."""
+    if _ratio_base(node.src[-1]) is not None:
+        ctx[_RATIOS_SEEN] = True
+    return None
+
+
+def _product(factors: list, like):
+    out = None
+    for f in factors:
+        out = f if out is None else n.make(Ops.MUL, like, (out, f))
+    return out
+
+
+# ----------------------------------------------------------------------------- reductions
+
+def sum_of_copies(x, e, node):
+    """Summing the axes an EXPAND grew adds `count` copies of each value: x * count
+    (tinygrad's `reduce_unparented`: a REDUCE ADD over a range its source does not use
+    multiplies by the range's size). Literal: count - 1 roundings of a running sum;
+    here one: at most count ulps apart."""
+    axes = node.arg[1]
+    grown = {i for i, (a, b) in enumerate(zip(x.shape, e.shape)) if a != b}
+    if node.arg[0] != "ADD" or not set(axes) <= grown or not node.dtype.is_float:
+        return None
+    count = 1
+    for a in axes:
+        count *= e.shape[a]
+    kept = x if x.shape == node.shape else n.make(Ops.EXPAND, node, (x,), node.shape)
+    return n.make(Ops.MUL, node, (kept, n.const(count, node)))
+
+
+def negated_sum(x, node):
+    """sum(-x) = -sum(x) (tinygrad writes -x as x*-1 and moves a constant factor out of a
+    REDUCE: `(x*c).reduce(ADD) -> x.reduce(ADD)*c`). Every partial sum is negated, and
+    rounding is symmetric in sign: equal except the sign of a zero sum (0 ulps)."""
+    if node.arg[0] != "ADD" or not node.dtype.is_float:
+        return None
+    return -n.make(Ops.REDUCE, node, (x,), node.arg)
+
+
+# ----------------------------------------------------------------------------- the table
+
+ROWS = [
+    Row(UPat((Ops.RECIPROCAL, Ops.FDIV), name="node"), note_ratio, "(bookkeeping for the next rows)", 0.0),
+    Row(UPat((Ops.MUL, Ops.FDIV), name="node"), fold_constant_factors,
+        "symbolic.py two stage ALU folding `(x*c1)*c2 -> x*(c1*c2)`", 3.0),
+    Row(UPat(Ops.FDIV, src=(x_, UPat(Ops.MUL, src=(UPat.var("y"), UPat.cvar("c")))), name="node"), reciprocal_of_scaled,
+        "symbolic.py sym `(x*c).reciprocal() -> x.reciprocal()*c.reciprocal()`", 3.0),
+    Row(UPat((Ops.ADD, Ops.SUB), name="node"), fold_constant_terms,
+        "symbolic.py two stage ALU folding `(x+c1)+c2 -> x+(c1+c2)` and `x+0 -> x`", 1.0, "operands"),
+    Row(UPat((Ops.MUL, Ops.FDIV), name="node"), sigmoid_ratio,
+        "symbolic.py sym `x*(1+x).reciprocal() -> 1-d` and `x*(d*y) -> y*(1-d)`", 2.0, "operands"),
+    Row(UPat(Ops.REDUCE, src=(UPat(Ops.EXPAND, src=(x_,), name="e"),), name="node"), sum_of_copies,
+        "codegen/simplify.py reduce_unparented", "count"),
+    Row(UPat(Ops.REDUCE, src=(UPat(Ops.NEG, src=(x_,)),), name="node"), negated_sum,
+        "symbolic.py sym `(x*c).reduce(ADD) -> x.reduce(ADD)*c` with -x as x*-1", 0.0),
+]
+
+TINYGRAD = PatternMatcher([(row.pattern, row.fn) for row in ROWS])

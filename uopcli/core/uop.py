@@ -1,0 +1,970 @@
+"""UOp: the immutable, hash-consed graph node, its interning, and the builder's primitives
+(the composites are the mixins of uopcli/builder/; shape and dtype inference is inference.py).
+
+Hash-consing: building a node that is structurally equal to a live one returns that same
+object, so `is` is equality and dicts keyed by nodes hash by identity (fast, in C).
+The intern table is a plain dict swept from time to time of entries nothing else holds,
+so dead graphs do not stay alive (a WeakValueDictionary costs far more per node).
+
+Metadata (`name`, `loc`, `backward`) lives in the node's `meta` slot, beside it and not
+part of its identity: two nodes that differ only in metadata are one node, and the
+first tag wins.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import sys
+from typing import NamedTuple, Sequence
+
+from ..builder import COMPOSITES, CreationMixin, ElementwiseMixin, IndexingMixin, MovementMixin, NNMixin, ReduceMixin
+from ..builder.common import reduce_axes, resolve_dim, varargs
+from ..builder.movement import cut_by_negative_padding, flat_padding_pairs, pad_from_inside
+from ..errors import GraphError
+from .ops import (CALLS, FLOAT_UNARY, DType, Ops, dtype_of, dtypes, least_upper_dtype, least_upper_float,
+                  python_dtype)
+from .promotion import (ON_BOOLS, PYTHON_NUMBERS, SHIFTS, describe_operand, floor_div_mod, one_axis,
+                        reciprocal_division, true_division, wrapped)
+from .walks import toposort
+
+LN2 = math.log(2.0)
+
+
+class Metadata(NamedTuple):
+    name: str | None = None      # the front-end function that made the node, e.g. "relu"
+    loc: str | None = None       # source location
+    backward: bool = False       # made by differentiation
+    scope: str | None = None     # the module path that made the node, "encoder/layer.0/attention"
+
+
+class CallArg(NamedTuple):
+    """The arg of a CALL: its name and, optionally, the TUPLE of its backward body."""
+    name: str
+    grad: "UOp | None" = None
+
+
+# ----------------------------------------------------------------------------- the node
+
+class _Slots:
+    __slots__ = ("op", "dtype", "src", "arg", "shape", "meta", "serial")
+
+
+class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, NNMixin, IndexingMixin):
+    """One operation of a graph. Build nodes with the class methods and operators, never
+    by hand: `UOp.param("x", (3,))`, `UOp.const(2.0)`, `x * 2 + 1`, `x.sum(0)`."""
+
+    __slots__ = ()
+
+    op: str
+    dtype: DType
+    src: tuple["UOp", ...]
+    arg: object
+    shape: tuple[int, ...] | None   # None for void nodes (TUPLE, FUNCTION, CALL, STORE, NOOP)
+    meta: Metadata | None
+    serial: int                     # creation order; nodes made after a point are "new"
+
+    def __setattr__(self, key, value):
+        raise AttributeError(f"UOp is immutable (tried to set {key!r}); use set_meta for metadata")
+
+    def set_meta(self, meta: Metadata | None) -> "UOp":
+        object.__setattr__(self, "meta", meta)
+        return self
+
+    def __repr__(self) -> str:
+        shape = "" if self.shape is None else list(self.shape)
+        arg = "" if self.arg is None else f" {_short(self.arg)}"
+        return f"<UOp {self.op} {self.dtype.name}{shape}{arg} src={len(self.src)}>"
+
+    # `==` stays identity (hash-consing makes it structural); use .eq() for CMPEQ.
+    __hash__ = object.__hash__
+    __eq__ = object.__eq__
+    __ne__ = object.__ne__
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    # ------------------------------------------------------------------ construction
+    @staticmethod
+    def make(op: str, dtype: DType, src: tuple["UOp", ...] = (), arg=None) -> "UOp":
+        """The one constructor of non-leaf nodes: intern, or infer the shape and create."""
+        table = _by_src.get(op)
+        if table is None:
+            raise GraphError(f"unknown op {op!r}")
+        node = table.get(src)
+        if node is None:  # the usual case for a new node: its sources' slot is free (and so
+            # no sibling exists: the sweep moves a sibling into a slot it empties)
+            plain_arg = MEMO_ARG_CHECK.get(op)
+            if plain_arg is not None and len(src) == 1 and src[0].__class__ is UOp and plain_arg(arg):
+                return _new(table, src, op, dtype, src, arg, memo_shape(op, dtype, src, arg))
+            return _new(table, src, op, dtype, src, arg, INFER[op](op, dtype, src, arg))
+        if node.dtype is dtype and (node.arg is arg or node.arg == arg):
+            return node
+        key = (op, dtype, src, arg)  # a sibling on the same sources holds that slot
+        node = _intern.get(key)
+        if node is not None:
+            return node
+        return _new(_intern, key, op, dtype, src, arg, infer_shape(op, dtype, src, arg))
+
+    @staticmethod
+    def param(name: str | int, shape: Sequence[int] = (), dtype=dtypes.float32) -> "UOp":
+        """A graph input named `name`, or (with an int) slot `name` of a function body."""
+        shape = shape_tuple(shape)
+        dtype = dtype_of(dtype)
+        if isinstance(name, bool) or not isinstance(name, (str, int)) or (isinstance(name, int) and name < 0):
+            raise GraphError(f"PARAM name must be a str or a slot number >= 0, got {name!r}")
+        if isinstance(name, str) and not valid_name(name):
+            raise GraphError(f"PARAM name {name!r} must be non-empty, without '=', ',' or whitespace")
+        if dtype.is_void:
+            raise GraphError("PARAM cannot be void")
+        return _leaf(Ops.PARAM, dtype, name, shape)
+
+    @staticmethod
+    def slot(index: int, shape: Sequence[int] = (), dtype=dtypes.float32) -> "UOp":
+        """Parameter `index` of a FUNCTION/CALL body."""
+        return UOp.param(int(index), shape, dtype)
+
+    @staticmethod
+    def const(value, dtype=None) -> "UOp":
+        """A scalar constant (shape ()); dtype defaults from the Python type."""
+        if dtype is None:
+            dtype = dtypes.bool if isinstance(value, bool) else dtypes.int32 if isinstance(value, int) \
+                else dtypes.float32
+        dtype = dtype_of(dtype)
+        value = const_value(value, dtype)
+        key = (Ops.CONST, dtype, (), _const_key(value, dtype))
+        node = _intern.get(key)
+        if node is not None:
+            return node
+        return _new(_intern, key, Ops.CONST, dtype, (), value, ())
+
+    @staticmethod
+    def buffer(array) -> "UOp":
+        """A tensor embedded in the graph (a numpy array or anything np.asarray takes)."""
+        import numpy as np
+        array = np.asarray(array)
+        dtype = dtype_of(array.dtype)
+        data = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
+        return _leaf(Ops.BUFFER, dtype, data, tuple(int(d) for d in array.shape))
+
+    @staticmethod
+    def noop() -> "UOp":
+        return _leaf(Ops.NOOP, dtypes.void, None, None)
+
+    @staticmethod
+    def tuple(*elements: "UOp") -> "UOp":
+        return UOp.make(Ops.TUPLE, dtypes.void, tuple(elements))
+
+    @staticmethod
+    def full(shape: Sequence[int], value, dtype=None) -> "UOp":
+        """`value` broadcast to `shape` (a CONST reshaped and expanded)."""
+        return UOp.const(value, dtype).broadcast_to(shape_tuple(shape))
+
+    def const_like(self, value) -> "UOp":
+        """A scalar CONST of this node's dtype (implicit scalar broadcast does the rest)."""
+        fast_key = (value.__class__, value, self.dtype)
+        node = _const_fast.get(fast_key) if value else None  # zeros: 0.0 == -0.0, keep apart
+        if node is None:  # an int out of an integer dtype's range wraps, as tinygrad's constant
+            node = UOp.const(wrapped(value, self.dtype) if value.__class__ is int and self.dtype.is_int else value,
+                             self.dtype)
+            if value:
+                _const_fast[fast_key] = node
+        return node
+
+    def zeros_like(self) -> "UOp":
+        return UOp.full(self.shape, 0, self.dtype)
+
+    def ones_like(self) -> "UOp":
+        return UOp.full(self.shape, 1, self.dtype)
+
+    @property
+    def param_name(self) -> str | None:
+        return self.arg if self.op == Ops.PARAM and isinstance(self.arg, str) else None
+
+    def buffer_array(self):
+        """The numpy array of a BUFFER node (read-only view of its bytes)."""
+        import numpy as np
+        return np.frombuffer(self.arg, dtype=self.dtype.np.newbyteorder("<")).reshape(self.shape)
+
+    # ------------------------------------------------------------------ elementwise
+    def _binary(self, op: str, other, reverse: bool = False, out_dtype: DType | None = None) -> "UOp":
+        """`op` of this tensor and `other` (a tensor or a Python number) as tinygrad pairs them:
+        both cast to the least dtype of its lattice above both, a Python int or float
+        counting as weak (int8 + 3 is int8, int8 + 2.5 float32, bool + 1 int32; an int out of
+        the dtype's range wraps, as tinygrad's constant does). On bools, tinygrad's ADD and
+        MAX are OR, MUL is AND, and a - b is a + (-b) with -b = not b."""
+        a, b = self._pair(other, reverse)
+        if op in SHIFTS and (not a.dtype.is_int or reverse and other.__class__ is int and self.dtype.is_int):
+            left, right = (other, self) if reverse else (self, other)
+            why = "a Python int shifted by a tensor stays weak in tinygrad 0.14, which cannot run it; shift " \
+                  "t.const_like(n) instead" if a.dtype.is_int else "shift operands must be integers"
+            raise GraphError(f"{op}: {why}, got {describe_operand(left)} and {describe_operand(right)}")
+        if a.dtype.is_bool and op in ON_BOOLS:
+            return ON_BOOLS[op](a, b)
+        return UOp.make(op, out_dtype or a.dtype, (a, b))
+
+    def _pair(self, other, reverse: bool = False) -> tuple["UOp", "UOp"]:
+        """(self, other) promoted to one dtype and broadcast (tinygrad's _broadcasted);
+        swapped when `reverse`."""
+        if other.__class__ is UOp:
+            node = self
+            if other.dtype is not self.dtype:
+                node, other = promoted(self, other)
+        else:
+            node, other = self._with_number(other)
+        a, b = (other, node) if reverse else (node, other)
+        if a.shape != b.shape and a.shape and b.shape:
+            a, b = broadcast_pair(a, b)
+        return a, b
+
+    def _with_number(self, value) -> tuple["UOp", "UOp"]:
+        """This tensor, cast where tinygrad's promotion lifts it, and `value` as a CONST of
+        the dtype they meet in."""
+        if value.__class__ not in PYTHON_NUMBERS:
+            value = const_value(value, dtypes.float64 if isinstance(value, float) else dtypes.int64) \
+                if hasattr(value, "item") else value
+            if value.__class__ not in PYTHON_NUMBERS:
+                raise GraphError(f"an operand must be a UOp or a bool, int or float, got {type(value).__name__}")
+        dtype, kind = self.dtype, value.__class__
+        node = self
+        if not (dtype.is_float or kind is bool or (kind is int and dtype.is_int)):
+            node = self.cast(least_upper_dtype(dtype, python_dtype(value)))
+        if kind is int and node.dtype.is_int:
+            value = wrapped(value, node.dtype)
+        return node, node.const_like(value)
+
+    def __add__(self, other): return self._binary(Ops.ADD, other)
+    def __radd__(self, other): return self._binary(Ops.ADD, other, True)
+    def __sub__(self, other): return self._binary(Ops.SUB, other)
+    def __rsub__(self, other): return self._binary(Ops.SUB, other, True)
+    def __mul__(self, other): return self._binary(Ops.MUL, other)
+    def __rmul__(self, other): return self._binary(Ops.MUL, other, True)
+    # `/` is true division, as in Python and tinygrad: integers are divided as float32 (the
+    # FDIV node itself, on integers, is C division). `//` and `%` floor, as in Python and
+    # tinygrad; the C forms are the CDIV and CMOD nodes (`cdiv`, `cmod`).
+    def __truediv__(self, other): return true_division(*self._pair(other))
+    def __rtruediv__(self, other): return true_division(*self._pair(other, True))
+    def __floordiv__(self, other): return floor_div_mod(*self._pair(other))[0]
+    def __rfloordiv__(self, other): return floor_div_mod(*self._pair(other, True))[0]
+    def __mod__(self, other): return floor_div_mod(*self._pair(other))[1]
+    def __rmod__(self, other): return floor_div_mod(*self._pair(other, True))[1]
+    def __rlshift__(self, other): return self._binary(Ops.SHL, other, True)
+    def __rrshift__(self, other): return self._binary(Ops.SHR, other, True)
+    def __rand__(self, other): return self._binary(Ops.AND, other, True)
+    def __ror__(self, other): return self._binary(Ops.OR, other, True)
+    def __rxor__(self, other): return self._binary(Ops.XOR, other, True)
+    def __invert__(self): return self.logical_not() if self.dtype.is_bool else self._bits_flipped()
+    def cdiv(self, other) -> "UOp": return self._binary(Ops.CDIV, other)
+    def cmod(self, other) -> "UOp": return self._binary(Ops.CMOD, other)
+    def __and__(self, other): return self._binary(Ops.AND, other)
+    def __or__(self, other): return self._binary(Ops.OR, other)
+    def __xor__(self, other): return self._binary(Ops.XOR, other)
+    def __lshift__(self, other): return self._binary(Ops.SHL, other)
+    def __rshift__(self, other): return self._binary(Ops.SHR, other)
+    def __pow__(self, other): return self.pow(other)
+    def __rpow__(self, other): return self.pow(other, True)
+    def __lt__(self, other): return self._binary(Ops.CMPLT, other, out_dtype=dtypes.bool)
+    def __gt__(self, other): return self._binary(Ops.CMPLT, other, True, out_dtype=dtypes.bool)
+    def __le__(self, other): return (self > other).logical_not()  # as tinygrad: not (a > b)
+    def __ge__(self, other): return (self < other).logical_not()
+    def __neg__(self):  # tinygrad's neg: not x for bools
+        return self.logical_not() if self.dtype.is_bool else UOp.make(Ops.NEG, self.dtype, (self,))
+
+    def eq(self, other) -> "UOp": return self._binary(Ops.CMPEQ, other, out_dtype=dtypes.bool)
+    def ne(self, other) -> "UOp": return self._binary(Ops.CMPNE, other, out_dtype=dtypes.bool)
+    def maximum(self, other) -> "UOp": return self._binary(Ops.MAX, other)
+    def pow(self, other, reverse: bool = False) -> "UOp":
+        """self ** other. As tinygrad: an integer (or bool) power with a Python exponent that
+        is not an int >= 0 is refused (the result would need a float: cast first). With
+        `reverse` (other ** self) the Python number is the base, and any exponent is fine."""
+        base, exponent = self._pair(other, reverse)
+        python_exponent = not reverse and other.__class__ is not UOp
+        if not base.dtype.is_float and python_exponent and not (isinstance(other, int) and other >= 0):
+            raise GraphError(f"pow: the base {describe_operand(self)} needs a float dtype for the exponent "
+                             f"{describe_operand(other)}")
+        if base.dtype.is_bool:
+            return base | exponent.logical_not()  # 0 ** 0 is 1, 0 ** 1 is 0, 1 ** y is 1
+        return UOp.make(Ops.POW, base.dtype, (base, exponent))
+
+    def _times_reciprocal(self, other: "UOp") -> "UOp":
+        return reciprocal_division(self, other)
+
+    def minimum(self, other) -> "UOp":
+        """min(a, b) through MAX, as tinygrad spells it, in the dtype both promote to:
+        -max(-a, -b) for floats (ties share the gradient), ~max(~a, ~b) for integers (~
+        reverses the order without overflow, unsigned and INT_MIN too), a and b for bools."""
+        a, b = self._pair(other)
+        if a.dtype.is_float:  # a constant negated in place: no NEG node for it
+            return -((-a).maximum(b.const_like(-b.arg) if b.op == Ops.CONST else -b))
+        if a.dtype.is_bool:
+            return a & b
+        return a._bits_flipped().maximum(b._bits_flipped())._bits_flipped()
+
+    def _bits_flipped(self) -> "UOp":
+        """~x: x XOR all ones."""
+        ones = -1 if self.dtype.kind == "i" else (1 << (8 * self.dtype.itemsize)) - 1
+        return self ^ ones
+
+    def logical_not(self) -> "UOp":
+        """not x, elementwise: x == 0 for numbers (x != 1 is not it)."""
+        return (self if self.dtype.is_bool else self.cast(dtypes.bool)).ne(True)
+
+    def _as_float(self) -> "UOp":
+        return self if self.dtype.is_float else self.cast(dtypes.float32)
+
+
+    def where(self, a, b) -> "UOp":
+        """`a` where this (bool) condition holds, else `b`, the two promoted as an operation's
+        operands (a Python number weak: x.where(y, 0) of int8 is int8, of a bool int32, as
+        tinygrad's); two Python numbers in the dtype they meet in (float32, int32 or bool)."""
+        if not isinstance(a, UOp) and not isinstance(b, UOp):
+            a = UOp.const(a, least_upper_dtype(python_dtype(a), python_dtype(b)))
+        a, b = a._pair(b) if isinstance(a, UOp) else b._pair(a, True)
+        shape = broadcast_shape(broadcast_shape(self.shape, a.shape), b.shape)
+        cond, a, b = (x.broadcast_to(shape) if x.shape else x for x in (self, a, b))
+        return UOp.make(Ops.WHERE, a.dtype, (cond, a, b))
+
+    def mulacc(self, b: "UOp", c: "UOp") -> "UOp":
+        return UOp.make(Ops.MULACC, self.dtype, (self, b, c))
+
+    def _unary(self, op: str) -> "UOp":
+        """A unary node. SQRT, EXP2, LOG2, SIN and RECIPROCAL of an integer or bool compute
+        in float32 (tinygrad's least_upper_float); TRUNC of one is the value itself."""
+        node = self
+        if op in FLOAT_UNARY and not self.dtype.is_float:
+            if op == Ops.TRUNC:
+                return self
+            node = self.cast(least_upper_float(self.dtype))
+        return UOp.make(op, node.dtype, (node,))
+    def sqrt(self): return self._unary(Ops.SQRT)
+    def exp2(self): return self._unary(Ops.EXP2)
+    def log2(self): return self._unary(Ops.LOG2)
+    def sin(self): return self._unary(Ops.SIN)
+    def reciprocal(self): return self._unary(Ops.RECIPROCAL)
+    def trunc(self): return self._unary(Ops.TRUNC)
+    def contiguous(self): return self._unary(Ops.CONTIGUOUS)
+    def contiguous_backward(self): return self._unary(Ops.CONTIGUOUS_BACKWARD)
+    def detach(self): return self._unary(Ops.DETACH)
+    def copy_to_device(self, device: str): return UOp.make(Ops.COPY, self.dtype, (self,), device)
+
+    def cast(self, dtype) -> "UOp":
+        dtype = dtype_of(dtype)
+        return self if dtype is self.dtype else UOp.make(Ops.CAST, dtype, (self,))
+
+    def bitcast(self, dtype) -> "UOp":
+        return UOp.make(Ops.BITCAST, dtype_of(dtype), (self,))
+
+    # ------------------------------------------------------------------ reduce
+    def _reduce(self, op: str, axis, keepdim: bool) -> "UOp":
+        axes = reduce_axes(axis, len(self.shape))
+        out = UOp.make(Ops.REDUCE, self.dtype, (self,), (op, axes)) if axes else self
+        if keepdim:
+            return out
+        return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+
+    def sum(self, axis=None, keepdim: bool = False, dtype=None) -> "UOp":
+        """REDUCE ADD over `axis` (an int, a tuple, or None for all), accumulated in `dtype`
+        if given. Otherwise as tinygrad: bools and integers narrower than 32 bits are summed
+        as int32 (unsigned: uint32), a count of a bool mask and not a sum that wraps at 128;
+        float16 is summed in float32 and rounded back. A sum of bools in bool is any."""
+        if dtype is not None:
+            return self.cast(dtype)._reduce_in_kind("ADD", axis, keepdim)
+        if self.dtype.is_bool or (self.dtype.is_int and self.dtype.itemsize < 4):
+            wide = dtypes.uint32 if self.dtype.kind == "u" else dtypes.int32
+            return self.cast(wide)._reduce("ADD", axis, keepdim)
+        if self.dtype is dtypes.float16:
+            return self.cast(dtypes.float32)._reduce("ADD", axis, keepdim).cast(dtypes.float16)
+        return self._reduce("ADD", axis, keepdim)
+
+    def prod(self, axis=None, keepdim: bool = False, dtype=None) -> "UOp":
+        """REDUCE MUL over `axis` in `dtype` (default: the tensor's; bools: all)."""
+        return self.cast(self.dtype if dtype is None else dtype)._reduce_in_kind("MUL", axis, keepdim)
+
+    def _reduce_in_kind(self, op: str, axis, keepdim: bool) -> "UOp":
+        """REDUCE `op` in this dtype; of bools (the format's REDUCE takes none) over their 0/1
+        bytes: a sum is any, a product all, as tinygrad's bool reductions."""
+        if self.dtype.is_bool:
+            return self.cast(dtypes.uint8)._reduce("MAX" if op == "ADD" else op, axis, keepdim).cast(dtypes.bool)
+        return self._reduce(op, axis, keepdim)
+
+    def max(self, axis=None, keepdim: bool = False) -> "UOp":
+        if self.dtype.is_bool:  # REDUCE takes no bools: the largest of the 0/1 bytes (any)
+            return self.cast(dtypes.uint8)._reduce("MAX", axis, keepdim).cast(dtypes.bool)
+        return self._reduce("MAX", axis, keepdim)
+
+    def r(self, op: str, axes: Sequence[int]) -> "UOp":
+        """The raw REDUCE node (tinygrad's `UOp.r`): reduced axes kept with size 1."""
+        return UOp.make(Ops.REDUCE, self.dtype, (self,), (op, tuple(sorted(axes))))
+
+    # ------------------------------------------------------------------ movement
+    def reshape(self, *shape) -> "UOp":
+        """To `shape` (ints, or one sequence): -1 is inferred, None keeps that axis's size."""
+        shape = varargs(shape)
+        if any(s is None for s in shape):
+            if any(s is None and i >= len(self.shape) for i, s in enumerate(shape)):
+                raise GraphError(f"reshape {list(self.shape)} to {list(shape)}: a None past the last axis")
+            shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
+        shape = shape_tuple(shape)
+        if shape.count(-1) > 1:
+            raise GraphError(f"reshape to {list(shape)}: only one size can be -1 (inferred)")
+        if -1 in shape:
+            known = math.prod(s for s in shape if s != -1)
+            shape = tuple(self.size // known if s == -1 and known else s for s in shape)
+        return self if shape == self.shape else UOp.make(Ops.RESHAPE, self.dtype, (self,), shape)
+
+    def expand(self, *shape) -> "UOp":
+        """Grow size-1 axes to `shape`, as tinygrad's expand: -1 keeps an axis's size, and
+        a longer shape adds leading axes (a RESHAPE first; the EXPAND node itself keeps the rank)."""
+        shape = shape_tuple(varargs(shape))
+        node = self
+        if len(shape) > len(self.shape):
+            node = self.reshape((1,) * (len(shape) - len(self.shape)) + self.shape)
+        shape = tuple(node.shape[i] if s == -1 and i < len(node.shape) else s for i, s in enumerate(shape))
+        return node if shape == node.shape else UOp.make(Ops.EXPAND, node.dtype, (node,), shape)
+
+    def permute(self, *order) -> "UOp":
+        rank = len(self.shape)
+        order = tuple(int(o) + rank if int(o) < 0 else int(o) for o in varargs(order))
+        if sorted(order) != list(range(rank)):
+            raise GraphError(f"permute order {list(order)} is not an order of the {rank} axes of shape "
+                             f"{list(self.shape)}")
+        if order == tuple(range(rank)):
+            return self
+        return UOp.make(Ops.PERMUTE, self.dtype, (self,), order)
+
+    def pad(self, padding: Sequence, mode: str = "constant", value=0.0) -> "UOp":
+        """Padding, as tinygrad's: one (before, after) pair per axis, None for (0, 0); or the
+        flat form, ints for the last axes, last axis first ((left, right, top, bottom) pads W
+        then H). A negative amount cuts that many elements off instead. `mode` "constant"
+        fills with `value` (0: the PAD node itself); "reflect", "replicate" and "circular"
+        fill with the tensor's own elements (builder.movement.pad_from_inside)."""
+        if padding and all(isinstance(p, int) and not isinstance(p, bool) for p in padding):
+            if len(padding) % 2 or len(padding) > 2 * len(self.shape):
+                raise GraphError(f"pad: a flat padding has two ints per axis, at most {2 * len(self.shape)}, "
+                                 f"got {list(padding)}")
+            pairs = flat_padding_pairs(padding)
+            padding = (None,) * (len(self.shape) - len(pairs)) + pairs
+        padding = tuple((0, 0) if pair is None else pair for pair in per_axis_pairs(padding, "pad"))
+        if mode != "constant":
+            return pad_from_inside(self, padding, mode)
+        if any(amount < 0 for pair in padding for amount in pair):
+            return self.shrink(cut_by_negative_padding(padding, self.shape)).pad(
+                tuple((max(before, 0), max(after, 0)) for before, after in padding), value=value)
+        if value != 0:
+            return self._pad_value(padding, value)
+        if all(p == (0, 0) for p in padding):
+            return self
+        return UOp.make(Ops.PAD, self.dtype, (self,), padding)
+
+    def shrink(self, bounds: Sequence[Sequence[int]]) -> "UOp":
+        """Keep [start, end) of each axis: one pair per axis, None for the whole axis."""
+        bounds = tuple((0, size) if pair is None else pair
+                       for pair, size in zip(per_axis_pairs(bounds, "shrink"), self.shape + (0,) * len(bounds)))
+        if bounds == tuple((0, s) for s in self.shape):
+            return self
+        return UOp.make(Ops.SHRINK, self.dtype, (self,), bounds)
+
+    def flip(self, *axis) -> "UOp":
+        """Reverse the given axes (ints, or one sequence of them); or pass one bool per axis."""
+        axis = axis[0] if len(axis) == 1 else axis
+        if isinstance(axis, (list, tuple)) and axis and all(isinstance(a, bool) for a in axis):
+            flags = tuple(axis)
+        else:  # each axis at most once, as tinygrad and torch; a scalar has none to flip
+            if axis is None:
+                raise GraphError(f"flip needs the axes to reverse (shape {list(self.shape)})")
+            axes = [one_axis(a, len(self.shape)) for a in ((axis,) if isinstance(axis, int) else axis)]
+            if len(set(axes)) != len(axes):
+                raise GraphError(f"flip: an axis appears more than once in {tuple(axis)} (shape {list(self.shape)})")
+            flags = tuple(i in axes for i in range(len(self.shape)))
+        return self if not any(flags) else UOp.make(Ops.FLIP, self.dtype, (self,), flags)
+
+    @property
+    def T(self) -> "UOp":  # noqa: N802
+        return self.transpose()
+
+    def transpose(self, a: int = 1, b: int = 0) -> "UOp":
+        """Swap axes a and b; by default the first two, as tinygrad's transpose and .T do."""
+        a, b = one_axis(a, len(self.shape)), one_axis(b, len(self.shape))  # checked, made positive
+        order = list(range(len(self.shape)))
+        order[a], order[b] = order[b], order[a]
+        return self.permute(order)
+
+    def broadcast_to(self, shape: Sequence[int]) -> "UOp":
+        """numpy-style broadcast made explicit: RESHAPE to the rank, then EXPAND."""
+        shape = shape_tuple(shape)
+        if self.shape == shape:
+            return self
+        if len(self.shape) > len(shape):
+            raise GraphError(f"cannot broadcast {list(self.shape)} to {list(shape)}")
+        padded = (1,) * (len(shape) - len(self.shape)) + self.shape
+        return self.reshape(padded).expand(shape)
+
+    # ------------------------------------------------------------------ composites
+    # Built from the primitives above and tagged with their name (metadata), as tinygrad
+    # tags the Tensor function that made a node.
+    def exp(self) -> "UOp":
+        """e^x as 2^(x/ln 2), as tinygrad: integers in float32, float16 computed in float32
+        and rounded back."""
+        x = self.cast(least_upper_float(self.dtype))
+        return (x.cast(least_upper_dtype(x.dtype, dtypes.float32)) * (1 / LN2)).exp2().cast(x.dtype)
+
+    def log(self) -> "UOp":
+        return self.log2() * LN2
+
+    def relu(self) -> "UOp":
+        return (self > 0).where(self, 0)
+
+    def sigmoid(self) -> "UOp":
+        return ((self * (-1 / LN2)).exp2() + 1).reciprocal()
+
+    def tanh(self) -> "UOp":
+        return 2.0 * (2.0 * self).sigmoid() - 1.0  # floats, as tinygrad: 2 * int8 would wrap
+
+    def square(self) -> "UOp":
+        return self * self
+
+    # tinygrad's spellings, so that a model ported from it builds the same graph
+    def cos(self) -> "UOp":
+        """sin(π/2 - x), as tinygrad: integers in float32, float16 computed in float32 and
+        rounded back."""
+        x = self.cast(least_upper_float(self.dtype))
+        return ((math.pi / 2) - x.cast(least_upper_dtype(x.dtype, dtypes.float32))).sin().cast(x.dtype)
+
+    def rsqrt(self) -> "UOp":
+        return self.sqrt().reciprocal()
+
+    def sign(self) -> "UOp":
+        return self.ne(0).where((self < 0).where(self.const_like(-1), self.const_like(1)), self.const_like(0))
+
+    def abs(self) -> "UOp":
+        return self * self.sign()
+
+    def clamp(self, min_=None, max_=None) -> "UOp":
+        """Values below min_ become min_, above max_ max_ (the gradient passes where inside,
+        and at the bounds)."""
+        if min_ is None and max_ is None:
+            raise GraphError("clamp needs min_ or max_")
+        out = (self < min_).where(min_, self) if min_ is not None else self
+        return (out > max_).where(max_, out) if max_ is not None else out
+
+    def min(self, axis=None, keepdim: bool = False) -> "UOp":
+        return self._order_flipped().max(axis, keepdim)._order_flipped()
+
+    def _order_flipped(self) -> "UOp":
+        """-x for floats, ~x for integers: what turns a max into a min."""
+        return -self if self.dtype.is_float else ~self
+
+    def var(self, axis=None, keepdim: bool = False, correction: int = 1) -> "UOp":
+        """The mean square deviation over `axis`, divided by count - correction (at least 0)."""
+        squares = (self._as_float() - self.mean(axis, keepdim=True)).square()
+        count = math.prod(self.shape[a] for a in reduce_axes(axis, len(self.shape)))
+        return squares.sum(axis, keepdim) / max(count - correction, 0)
+
+    def std(self, axis=None, keepdim: bool = False, correction: int = 1) -> "UOp":
+        return self.var(axis, keepdim, correction).sqrt()
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> "UOp":
+        start, end = resolve_dim(start_dim, len(self.shape)), resolve_dim(end_dim, len(self.shape))
+        if not self.shape:
+            return self.reshape(1)
+        return self.reshape(self.shape[:start] + (math.prod(self.shape[start:end + 1]),) + self.shape[end + 1:])
+
+    def cat(self, *others: "UOp", dim: int = 0) -> "UOp":
+        """self and others joined along `dim` (every other axis equal): each padded with
+        zeros to the joined size at its own place, then added up (as tinygrad does where
+        the sizes differ; the format has no STACK op)."""
+        parts = (self, *others)
+        dim = one_axis(dim, len(self.shape))
+        for part in others:
+            if len(part.shape) != len(self.shape) or any(a != b for i, (a, b) in enumerate(zip(part.shape, self.shape))
+                                                         if i != dim):
+                raise GraphError(f"cat along axis {dim}: shapes {[list(p.shape) for p in parts]} differ elsewhere")
+        total, start, out = sum(p.shape[dim] for p in parts), 0, None
+        for part in parts:
+            size = part.shape[dim]
+            padded = part.pad(tuple((start, total - start - size) if i == dim else None for i in range(len(self.shape))))
+            out = padded if out is None else out + padded
+            start += size
+        return out
+
+    def stack(self, *others: "UOp", dim: int = 0) -> "UOp":
+        """self and others (equal shapes) along a new axis `dim`; or, as tinygrad's
+        Tensor.stack(seq), the tensors of one sequence (UOp.stack([a, b], dim=1))."""
+        if isinstance(self, (list, tuple)):
+            if not self or others:
+                raise GraphError("stack takes tensors, or one non-empty sequence of them")
+            self, others = self[0], tuple(self[1:])
+        for other in others:
+            if other.shape != self.shape:
+                raise GraphError(f"stack: shapes {[list(t.shape) for t in (self, *others)]} differ")
+        dim = resolve_dim(dim, len(self.shape), extra=True)
+        return self.unsqueeze(dim).cat(*(o.unsqueeze(dim) for o in others), dim=dim)
+
+    def unsqueeze(self, dim: int) -> "UOp":
+        dim = resolve_dim(dim, len(self.shape), extra=True)
+        return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
+
+    def squeeze(self, dim: int | None = None) -> "UOp":
+        if dim is None:
+            return self.reshape(tuple(s for s in self.shape if s != 1))
+        dim = resolve_dim(dim, len(self.shape))  # a 0-d tensor has axis 0 (and -1): itself
+        if not self.shape:
+            return self
+        return self if self.shape[dim] != 1 else self.reshape(self.shape[:dim] + self.shape[dim + 1:])
+
+    def mean(self, axis=None, keepdim: bool = False) -> "UOp":
+        """The sum over `axis` divided by the count (integers and bools: in float32)."""
+        axes = reduce_axes(axis, len(self.shape))
+        count = math.prod(self.shape[a] for a in axes)
+        return self.sum(axes, keepdim)._as_float() * (1 / count if count else math.nan)
+
+    def matmul(self, other: "UOp") -> "UOp":
+        """(..., n, k) @ (..., k, m) from primitives, as tinygrad spells it: RESHAPE/EXPAND,
+        MUL, REDUCE ADD. The product is laid out (..., n, k, m) and summed over k, so
+        neither operand needs a PERMUTE, and each is reshaped once, straight to the
+        product's rank (a vector operand too): 7 nodes for a 2-D product."""
+        a, b = self, other
+        if len(a.shape) < 1 or len(b.shape) < 1:
+            raise GraphError("matmul needs operands of rank >= 1")
+        a_vec, b_vec = len(a.shape) == 1, len(b.shape) == 1
+        a_batch, (n, k) = ((), (1, *a.shape)) if a_vec else (a.shape[:-2], a.shape[-2:])
+        b_batch, (k2, m) = ((), (*b.shape, 1)) if b_vec else (b.shape[:-2], b.shape[-2:])
+        if k != k2:
+            raise GraphError(f"matmul: inner sizes differ: {list(self.shape)} @ {list(other.shape)}")
+        batch = broadcast_shape(a_batch, b_batch)
+        prod_shape = (*batch, n, k, m)
+        lhs = a.reshape(*(1,) * (len(batch) - len(a_batch)), *a_batch, n, k, 1).expand(prod_shape)
+        rhs = b.reshape(*(1,) * (len(batch) - len(b_batch)), *b_batch, 1, k, m).expand(prod_shape)
+        summed = (lhs * rhs).r(Ops.ADD, (len(batch) + 1,))  # (..., n, 1, m)
+        return summed.reshape(*batch, *(() if a_vec else (n,)), *(() if b_vec else (m,)))
+
+    __matmul__ = matmul
+
+    def softmax(self, axis: int = -1) -> "UOp":
+        shifted = self - self.max(axis, keepdim=True).detach().broadcast_to(self.shape)
+        e = shifted.exp()
+        return e / e.sum(axis, keepdim=True).broadcast_to(self.shape)
+
+    def log_softmax(self, axis: int = -1) -> "UOp":
+        shifted = self - self.max(axis, keepdim=True).detach().broadcast_to(self.shape)
+        return shifted - shifted.exp().sum(axis, keepdim=True).log().broadcast_to(self.shape)
+
+    # ------------------------------------------------------------------ calls, memory
+    @staticmethod
+    def function(name: str, outputs: Sequence["UOp"], args: Sequence["UOp"]) -> "UOp":
+        """A FUNCTION whose body computes `outputs` from slot PARAMs bound to `args`."""
+        return UOp.make(Ops.FUNCTION, dtypes.void, (UOp.tuple(*outputs), *args), name)
+
+    @staticmethod
+    def call(name: str, outputs: Sequence["UOp"], args: Sequence["UOp"],
+             grad: Sequence["UOp | None"] | None = None) -> "UOp":
+        """A CALL; `grad` is its backward body: one element per arg (None for no gradient),
+        computed from slots 0..n-1 (the args) and n..n+m-1 (the outputs' gradients)."""
+        grad_body = None
+        if grad is not None:
+            grad_body = UOp.tuple(*(UOp.noop() if g is None else g for g in grad))
+        return UOp.make(Ops.CALL, dtypes.void, (UOp.tuple(*outputs), *args), CallArg(name, grad_body))
+
+    @staticmethod
+    def trace_function(name: str, fn, *args: "UOp") -> "UOp":
+        """Build a FUNCTION by calling `fn` on slot PARAMs shaped like `args`."""
+        slots = [UOp.slot(i, a.shape, a.dtype) for i, a in enumerate(args)]
+        outputs = fn(*slots)
+        return UOp.function(name, outputs if isinstance(outputs, (tuple, list)) else (outputs,), args)
+
+    @staticmethod
+    def trace_call(name: str, fn, backward, *args: "UOp") -> "UOp":
+        """Build a CALL from `fn(*arg_slots)` and `backward(*arg_slots, *grad_slots)`."""
+        slots = [UOp.slot(i, a.shape, a.dtype) for i, a in enumerate(args)]
+        outputs = fn(*slots)
+        outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
+        grad = None
+        if backward is not None:
+            grad_slots = [UOp.slot(len(args) + j, o.shape, o.dtype) for j, o in enumerate(outputs)]
+            grad = backward(*slots, *grad_slots)
+            grad = tuple(grad) if isinstance(grad, (tuple, list)) else (grad,)
+        return UOp.call(name, outputs, args, grad)
+
+    def gettuple(self, index: int) -> "UOp":
+        """Output `index` of a FUNCTION or CALL."""
+        return UOp.make(Ops.GETTUPLE, gettuple_dtype(self, index), (self,), int(index))
+
+    def __getitem__(self, index) -> "UOp":
+        """A FUNCTION's or CALL's output `index`; of a tensor, numpy's basic indexing."""
+        return self.gettuple(index) if self.op in CALLS else self._view(index)
+
+    def __iter__(self):
+        """The tensor's rows along axis 0, one x[i] each, as iterating a tinygrad Tensor
+        (without this, Python would index until an IndexError, and get a GraphError)."""
+        if self.shape is None:
+            raise TypeError(f"a {self.op} node is not iterable; take its outputs with gettuple(i)")
+        if not self.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
+    def store(self, value: "UOp") -> "UOp":
+        return UOp.make(Ops.STORE, dtypes.void, (self, value))
+
+    def after(self, store: "UOp") -> "UOp":
+        return UOp.make(Ops.AFTER, self.dtype, (self, store))
+
+    # ------------------------------------------------------------------ walks
+    def toposort(self) -> list["UOp"]:
+        """Every node this one depends on, sources before users (iterative)."""
+        return toposort([self])
+
+
+# ----------------------------------------------------------------------------- interning
+
+# Two tables. Most non-leaf nodes live in _by_src[op] under their own `src` tuple, so the
+# table keeps no key of its own (a 4-tuple key per node was a quarter of a node's memory).
+# _intern holds full (op, dtype, src or shape, arg) keys: leaves, CONSTs, and a node whose
+# sources' slot in _by_src is already taken by a sibling (same op and sources, another
+# dtype or arg: x.reshape(a) beside x.reshape(b)).
+_intern: dict[tuple, UOp] = {}
+_by_src: dict[str, dict[tuple, UOp]] = {}  # filled from INFER below: one table per op
+_node_count = 0                            # nodes in both tables (exact after a sweep)
+_const_fast: dict[tuple, UOp] = {}  # (type, value, dtype) -> CONST: skips validation for repeats
+_serials = itertools.count()
+_new_node = object.__new__
+_SWEEP_MIN = 1 << 16
+_sweep_at = _SWEEP_MIN
+
+
+def _new(table: dict, key, op: str, dtype: DType, src: tuple, arg, shape) -> UOp:
+    global _node_count
+    node = _new_node(_Slots)
+    node.op = op
+    node.dtype = dtype
+    node.src = src
+    node.arg = arg
+    node.shape = shape
+    node.meta = None
+    node.serial = next(_serials)
+    node.__class__ = UOp  # from here on the node is immutable
+    table[key] = node
+    _node_count += 1
+    if _node_count > _sweep_at:
+        sweep_intern_table()
+    return node
+
+
+def make_shaped(op: str, dtype: DType, src: tuple, arg, shape) -> UOp:
+    """UOp.make for a caller that knows the node fits and what its shape is: interned
+    exactly as make does, with no inference. For the gradient rules, whose sources come
+    from a checked graph and whose result shapes follow from the forward node's (the
+    rules are tested against finite differences, and reading a file checks every node
+    anew). Inference is most of the cost of a new node; a gradient makes one per node."""
+    table = _by_src[op]
+    node = table.get(src)
+    if node is None:
+        return _new(table, src, op, dtype, src, arg, shape)
+    if node.dtype is dtype and (node.arg is arg or node.arg == arg):
+        return node
+    key = (op, dtype, src, arg)
+    node = _intern.get(key)
+    if node is not None:
+        return node
+    return _new(_intern, key, op, dtype, src, arg, shape)
+
+
+def _leaf(op: str, dtype: DType, arg, shape) -> UOp:
+    key = (op, dtype, shape, arg)  # PARAM and BUFFER carry their shape: it is part of identity
+    node = _intern.get(key)
+    if node is not None:
+        return node
+    return _new(_intern, key, op, dtype, (), arg, shape)
+
+
+def _forget(node: UOp) -> None:
+    """Remove `node` from the table it was stored in (see make, const and _leaf)."""
+    op = node.op
+    if op == Ops.PARAM or op == Ops.BUFFER or op == Ops.NOOP:
+        del _intern[(op, node.dtype, node.shape, node.arg)]
+    elif op == Ops.CONST:
+        del _intern[(op, node.dtype, (), _const_key(node.arg, node.dtype))]
+    else:
+        table = _by_src[op]
+        if table.get(node.src) is node:
+            del table[node.src]
+        else:
+            del _intern[(op, node.dtype, node.src, node.arg)]
+
+
+def _all_nodes() -> list[UOp]:
+    nodes = list(_intern.values())
+    for table in _by_src.values():
+        nodes.extend(table.values())
+    return nodes
+
+
+def _const_key(value, dtype: DType):
+    if dtype.kind == "f" and (value == 0 or value != value):
+        return repr(value)  # keep 0.0, -0.0 and nan apart (and nan equal to itself)
+    return value
+
+
+def _unreferenced_count() -> int:
+    """What sys.getrefcount reports, in the sweep below, for a node only the table holds."""
+    table = {0: _new_node(_Slots)}
+    node = table[0]
+    return sys.getrefcount(node)
+
+
+_DEAD_REFS = _unreferenced_count()
+
+
+def sweep_intern_table() -> int:
+    """Drop interned nodes nothing but the table holds; returns how many were dropped.
+
+    A first pass counts references in C speed and finds the dead roots; dropping a dead
+    node releases its sources, which are then checked in turn, so whole graphs go at once.
+    """
+    global _sweep_at, _node_count
+    _const_fast.clear()
+    body_slots_memo.clear()
+    getrefcount = sys.getrefcount
+    values = _all_nodes()
+    before = len(values)
+    # a dead node is referenced by the table, `values` and getrefcount's own argument;
+    # map/compress keep the scan over every node in C (a comprehension costs twice as much)
+    stack = list(itertools.compress(values, map((_DEAD_REFS + 1).__ge__, map(getrefcount, values))))
+    del values
+    node = None
+    dropped = 0
+    while stack:
+        node = stack.pop()
+        if getrefcount(node) > _DEAD_REFS:
+            continue  # still used, or still on the stack twice
+        _forget(node)
+        dropped += 1
+        stack.extend(node.src)
+        if node.op == Ops.CALL and node.arg.grad is not None:
+            stack.append(node.arg.grad)
+    node = None
+    _promote_siblings()
+    _node_count = before - dropped
+    # The next sweep when the table has grown by this factor: 2 while sweeps find garbage;
+    # 4 after one that found almost none (a graph being built: loading a file, a gradient),
+    # where sweeping again at 2x would touch every node only to find them all alive.
+    growth = 2 if dropped * _FRUITFUL_SHARE >= before else 4
+    _sweep_at = max(_SWEEP_MIN, growth * _node_count)
+    return dropped
+
+
+_FRUITFUL_SHARE = 8  # a sweep that frees at least 1/8 of the table keeps the 2x schedule
+
+
+def _promote_siblings() -> None:
+    """Move a node kept under a full key into its sources' slot when the sweep emptied it,
+    so that an empty slot always means "no node on these sources" (make relies on it)."""
+    for key, node in list(_intern.items()):
+        src = node.src
+        if src:  # leaves and CONSTs have none and stay
+            table = _by_src[node.op]
+            if src not in table:
+                table[src] = node
+                del _intern[key]
+
+
+def live_node_count() -> int:
+    """How many nodes the intern tables hold (after a sweep: how many are alive)."""
+    return len(_intern) + sum(map(len, _by_src.values()))
+
+
+def next_serial() -> int:
+    """The serial the next new node will get: nodes with serial >= it are made after now."""
+    probe = next(_serials)
+    return probe + 1
+
+
+def tag_new_nodes(root: UOp, since: int, meta: Metadata) -> None:
+    """Give `meta` to every node reachable from `root` made at or after serial `since`
+    that has no metadata yet (the first tag wins). Older nodes stop the walk: a node can
+    only have sources older than itself."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.serial < since or node.meta is not None:
+            continue
+        object.__setattr__(node, "meta", meta)
+        stack.extend(node.src)
+        if node.op == Ops.CALL and node.arg.grad is not None:
+            stack.append(node.arg.grad)
+
+
+_composite_depth = [0]
+
+
+def _tagging_composite(method, name: str | None = None, caller_depth: int = 1):
+    """Wrap a composite method so the nodes it makes carry metadata name=<method name>
+    and loc=<the caller's file:line> (`caller_depth` frames up from the wrapper)."""
+    name = name or method.__name__
+
+    def wrapper(self, *args, **kwargs):
+        if _composite_depth[0]:  # nested composite (tanh uses sigmoid): the outermost names it
+            return method(self, *args, **kwargs)
+        since = next_serial()
+        _composite_depth[0] += 1
+        try:
+            result = method(self, *args, **kwargs)
+        finally:
+            _composite_depth[0] -= 1
+        frame = sys._getframe(caller_depth)
+        loc = f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno}"
+        meta = Metadata(name, loc, False)
+        for part in result if isinstance(result, tuple) else (result,):  # split and chunk make several
+            if isinstance(part, UOp):  # (numel makes none)
+                tag_new_nodes(part, since, meta)
+        return result
+
+    wrapper.__name__ = name
+    wrapper.__qualname__ = method.__qualname__
+    wrapper.__doc__ = method.__doc__
+    return wrapper
+
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def valid_name(name) -> bool:
+    """Input and output names: non-empty, no '=', ',' or whitespace (so CLIs can name them)."""
+    return isinstance(name, str) and bool(name) and not any(c in "=," or c.isspace() for c in name)
+
+
+def printable(text: str) -> str:
+    """`text` with every non-printable character (newline, escape, NUL, ...) written as its
+    Python escape (`\\n`, `\\x1b`): names and tags come from files, and shown raw they
+    could forge a line of a listing or drive the terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _short(arg) -> str:
+    text = repr(arg) if not isinstance(arg, bytes) else f"<{len(arg)} bytes>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+
+# inference checks that sources are UOps and builds stand-ins with UOp.slot: it is
+# imported once the class exists (nothing imports it before this module)
+from .inference import (INFER, MEMO_ARG_CHECK, body_slots_memo, broadcast_pair, broadcast_shape,  # noqa: E402
+                        const_value, gettuple_dtype, infer_shape, memo_shape, per_axis_pairs, promoted, shape_tuple)
+
+_by_src.update({op: {} for op in INFER})
+
+
+# Composites tag what they build with their name, as tinygrad's Tensor functions do.
+for _name in ("exp", "log", "relu", "sigmoid", "tanh", "mean", "matmul", "softmax", "log_softmax",
+              "cos", "rsqrt", "sign", "abs", "clamp", "min", "var", "std", "cat", "stack", *COMPOSITES):
+    setattr(UOp, _name, _tagging_composite(getattr(UOp, _name)))
+# named as tinygrad names the Tensor function; called by __getitem__, so the caller is 2 up
+UOp._view = _tagging_composite(UOp._view, "__getitem__", caller_depth=2)
+UOp.__matmul__ = UOp.matmul
+UOp.clip, UOp.__abs__ = UOp.clamp, UOp.abs  # the aliases follow the wrapped methods

@@ -1,0 +1,118 @@
+"""The walks over a graph (toposort: sources before users, iteratively), and the
+conditions big walks and builds run in: a deep stack for the one recursive walk, the
+cyclic garbage collector paused."""
+
+from __future__ import annotations
+
+import gc
+import sys
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Iterable
+
+from .ops import Ops
+
+if TYPE_CHECKING:
+    from .uop import UOp
+
+
+def on_a_deep_stack(fn, *args, depth: int = 100_000, stack_bytes: int = 1 << 30):
+    """fn(*args), run in a thread whose stack holds `stack_bytes` (reserved, touched only as
+    it is used) with the recursion limit at `depth`. For the one walk that recurses, once
+    per nesting level of function bodies (differentiating a FUNCTION differentiates its
+    body): graphs of hundreds of nested functions would pass Python's default limit."""
+    import threading
+    outcome: list = []
+
+    def run():
+        try:
+            outcome.append((True, fn(*args)))
+        except BaseException as error:  # noqa: BLE001 - handed to the caller as it is
+            outcome.append((False, error))
+
+    limit, size = sys.getrecursionlimit(), threading.stack_size()
+    sys.setrecursionlimit(max(limit, depth))
+    threading.stack_size(stack_bytes)
+    try:
+        thread = threading.Thread(target=run, name="uopcli-deep-stack")
+        thread.start()
+        thread.join()
+    finally:
+        threading.stack_size(size)
+        sys.setrecursionlimit(limit)
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
+
+
+@contextmanager
+def no_gc():
+    """Pause the cyclic garbage collector: UOp graphs are acyclic, and scanning millions of
+    nodes while a graph grows costs far more than it could ever find.
+
+    On the way out, what was made meanwhile is handed to the oldest generation (freeze then
+    unfreeze: two list splices, no scan). Re-enabled as they were, the collector's first
+    act would be to scan every node just made, only to promote it; as old objects they
+    wait for the next full collection, which the program's own growth decides. Skipped
+    when the program has frozen objects of its own (unfreeze would thaw them too)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            if not gc.get_freeze_count():
+                gc.freeze()
+                gc.unfreeze()
+            gc.enable()
+
+
+def toposort(roots: Iterable[UOp], with_call_grads: bool = True) -> list[UOp]:
+    """Post-order of a depth-first walk from `roots` in order, sources in order (iterative).
+
+    With `with_call_grads`, a CALL's backward body is walked after its sources and before
+    the CALL itself (the file format's canonical order)."""
+    return _postorder(roots, _children_with_call_grads if with_call_grads else _sources)
+
+
+def scope_toposort(roots: Iterable[UOp]) -> list[UOp]:
+    """Like toposort, but a FUNCTION or CALL contributes only its args: its body (and a
+    CALL's backward body) is a scope of its own, with its own slot PARAMs."""
+    return _postorder(roots, scope_sources)
+
+
+def _postorder(roots: Iterable[UOp], children) -> list[UOp]:
+    order: list[UOp] = []
+    seen: set[UOp] = set()
+    for root in roots:
+        if root in seen:
+            continue
+        seen.add(root)
+        stack = [(root, iter(children(root)))]
+        while stack:
+            node, pending = stack[-1]
+            for child in pending:
+                if child not in seen:
+                    seen.add(child)
+                    stack.append((child, iter(children(child))))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+    return order
+
+
+def _sources(node: UOp) -> tuple[UOp, ...]:
+    return node.src
+
+
+def _children_with_call_grads(node: UOp) -> tuple[UOp, ...]:
+    if node.op == Ops.CALL and node.arg.grad is not None:
+        return (*node.src, node.arg.grad)
+    return node.src
+
+
+def scope_sources(node: UOp) -> tuple[UOp, ...]:
+    """The sources a node has in its own scope: a FUNCTION's or CALL's body is a scope of
+    its own, so a call contributes only its args."""
+    return node.src[1:] if node.op == Ops.FUNCTION or node.op == Ops.CALL else node.src

@@ -1,0 +1,270 @@
+"""What `uopgrad info` and `uopgrad print` show: graph statistics and a readable listing.
+
+Both walk the graph once, in the file format's canonical order, so node numbers (`%12`)
+are the node indices a file stores, and the listing of a graph never changes between runs.
+Nothing here needs numpy: `info` must start fast.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import Counter
+from typing import Iterator
+
+from ..core.graph import Graph
+from ..core.ops import CALLS, Ops
+from ..core.uop import UOp, printable
+
+# FLOP estimate: floating-point operations per output element, one row per op. Ops not
+# listed cost nothing (leaves, movement, identity, calls, memory, integer and bool ops).
+# A REDUCE costs one per input element; a FUNCTION/CALL costs its body, once per call.
+FLOPS_PER_ELEMENT: dict[str, int] = {
+    Ops.NEG: 1, Ops.RECIPROCAL: 1, Ops.SQRT: 1, Ops.EXP2: 1, Ops.LOG2: 1, Ops.SIN: 1, Ops.TRUNC: 1,
+    Ops.ADD: 1, Ops.SUB: 1, Ops.MUL: 1, Ops.FDIV: 1, Ops.MAX: 1, Ops.POW: 1,
+    Ops.CMPLT: 1, Ops.CMPNE: 1, Ops.CMPEQ: 1,   # comparisons of floats
+    Ops.WHERE: 1,
+    Ops.MULACC: 2,                               # a*b+c
+}
+
+
+# ----------------------------------------------------------------------------- info
+
+def graph_info(graph: Graph, canonical: bytes | None = None) -> dict:
+    """Statistics of `graph` as a JSON-ready dict. `canonical` is the graph's canonical
+    MessagePack bytes when the caller has them (else they are made, for the sha256)."""
+    nodes = graph.nodes()
+    if canonical is None:
+        from ..formats.uop import save
+        canonical = save(graph)
+    counts = Counter(n.op for n in nodes)
+    return {
+        "nodes": len(nodes),
+        "ops": dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "inputs": [{"name": n.arg, "dtype": n.dtype.name, "shape": list(n.shape)} for n in graph.inputs],
+        "outputs": [{"name": name, "dtype": n.dtype.name, "shape": None if n.shape is None else list(n.shape)}
+                    for name, n in graph.outputs.items()],
+        "depth": depth(nodes),
+        "input_elements": sum(math.prod(n.shape) for n in graph.inputs),
+        "embedded_bytes": sum(len(n.arg) for n in nodes if n.op == Ops.BUFFER),
+        "flops": flop_estimate(graph),
+        "sha256": hashlib.sha256(canonical).hexdigest(),
+        "meta": dict(graph.meta),
+    }
+
+
+def depth(nodes: list[UOp]) -> int:
+    """Length of the longest chain of source edges (a lone input has depth 0). `nodes`
+    must be in topological order (sources first), as Graph.nodes() gives them."""
+    level: dict[UOp, int] = {}
+    deepest = 0
+    for node in nodes:
+        d = 1 + max(map(level.__getitem__, node.src)) if node.src else 0
+        if node.op == Ops.CALL and node.arg.grad is not None:
+            d = max(d, 1 + level[node.arg.grad])
+        level[node] = d
+        deepest = d if d > deepest else deepest
+    return deepest
+
+
+def flop_estimate(graph: Graph, visits: int | None = None) -> int | None:
+    """Floating-point operations one evaluation of every output performs (an estimate:
+    FLOPS_PER_ELEMENT per element, bodies counted once per call); None when costing it
+    would visit more than `visits` nodes (default: 10 per node of the graph, at least
+    10^6).
+
+    A body's cost is needed before its callers' and bodies nest, so scopes wait on a stack
+    (the graph's outputs at the bottom) until the bodies they call are costed: iterative,
+    however deep the nesting. Each body is walked once, in full: bodies that share nodes
+    (body k built on body k-1's nodes) would cost bodies x nodes, hence the budget."""
+    if visits is None:
+        visits = max(10 ** 6, 10 * len(graph.nodes()))
+    budget = [visits]
+    body_cost: dict[UOp, int] = {}
+    waiting: list[UOp | None] = [None]  # None: the graph's own scope, costed last
+    while True:
+        scope = waiting[-1]
+        if scope in body_cost:  # waited on by two callers
+            waiting.pop()
+            continue
+        roots = list(graph.outputs.values()) if scope is None else list(scope.src)
+        cost, uncosted = _scope_flops(roots, body_cost, budget)
+        if budget[0] < 0:
+            return None
+        if uncosted:
+            waiting += dict.fromkeys(uncosted)
+            continue
+        waiting.pop()
+        if scope is None:
+            return cost
+        body_cost[scope] = cost
+
+
+def _scope_flops(roots: list[UOp], body_cost: dict[UOp, int], budget: list[int]) -> tuple[int, list[UOp]]:
+    """The cost of one scope, and the bodies it calls whose cost is not known yet (if
+    any, the cost is incomplete); each node visited takes one from budget[0], and the
+    walk stops when it is spent."""
+    total = 0
+    uncosted: list[UOp] = []
+    for node in _scope_walk(roots):
+        budget[0] -= 1
+        if budget[0] < 0:
+            break
+        op = node.op
+        if op in CALLS:
+            body = node.src[0]
+            if body in body_cost:
+                total += body_cost[body]
+            else:
+                uncosted.append(body)
+        elif op == Ops.REDUCE:
+            if node.dtype.is_float:
+                total += math.prod(node.src[0].shape)
+        elif op in FLOPS_PER_ELEMENT:
+            operand = node.src[-1] if op != Ops.WHERE else node.src[1]
+            if operand.dtype.is_float:
+                total += FLOPS_PER_ELEMENT[op] * math.prod(node.shape)
+    return total, uncosted
+
+
+def _scope_walk(roots: list[UOp]) -> Iterator[UOp]:
+    """Every node of one scope: not entering call bodies (src[0]) nor backward bodies."""
+    seen = set(roots)
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        yield node
+        sources = node.src[1:] if node.op in CALLS else node.src
+        for s in sources:
+            if s not in seen:
+                seen.add(s)
+                stack.append(s)
+
+
+def counted(number: int, noun: str) -> str:
+    """`1 node`, `3 nodes`."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def info_text(info: dict) -> str:
+    """The human form of graph_info."""
+    def typed(entry):
+        shape = "" if entry["shape"] is None else "[" + ",".join(map(str, entry["shape"])) + "]"
+        return f"{entry['name']} {entry['dtype']}{shape}"
+
+    lines = [
+        f"nodes           {info['nodes']}",
+        f"depth           {info['depth']}",
+        f"inputs          {', '.join(map(typed, info['inputs'])) or 'none'}",
+        f"outputs         {', '.join(map(typed, info['outputs'])) or 'none'}",
+        f"input elements  {info['input_elements']}",
+        f"embedded bytes  {info['embedded_bytes']}",
+        f"flops (est.)    {'unknown: function bodies share too many nodes to count' if info['flops'] is None else info['flops']}",
+        f"sha256          {info['sha256']}",
+        "ops             " + ", ".join(f"{op} {n}" for op, n in info["ops"].items()),
+    ]
+    lines = [printable(line) for line in lines]
+    # a description may span lines; any other control character is shown escaped
+    lines += [f"{'meta.' + printable(key):<15} {_printable_lines(value)}" for key, value in info["meta"].items()]
+    return "\n".join(lines)
+
+
+def _printable_lines(text: str) -> str:
+    return "\n".join(printable(line) for line in text.split("\n"))
+
+
+# ----------------------------------------------------------------------------- listing
+
+def listing(graph: Graph) -> Iterator[str]:
+    """`uopgrad print`: one node a line, `%12 = MUL float32[32,64] %10 %11  # relu, backward`.
+
+    Nodes come in canonical order (sources before users, `%n` = the file's node index);
+    a function body's nodes are indented one step per nesting level, so each body reads as
+    a block ending in its TUPLE, just before the call that uses it."""
+    order, levels = _ordered_with_levels(graph)
+    number = {node: i for i, node in enumerate(order)}
+    ins = ", ".join(f"{n.arg} {_type(n)}" for n in graph.inputs)
+    yield printable(f"# {counted(len(order), 'node')}; inputs: {ins or 'none'}")
+    for node in order:
+        yield "  " * levels[node] + printable(_line(node, number))
+    for name, node in graph.outputs.items():
+        yield printable(f"output {name} = %{number[node]}")
+
+
+def _line(node: UOp, number: dict[UOp, int]) -> str:
+    parts = [f"%{number[node]} = {node.op} {_type(node)}"]
+    parts += [f"%{number[s]}" for s in node.src]
+    arg = _arg(node, number)
+    if arg:
+        parts.append(arg)
+    text = " ".join(parts)
+    comment = _comment(node)
+    return f"{text}  # {comment}" if comment else text
+
+
+def _type(node: UOp) -> str:
+    if node.shape is None:
+        return node.dtype.name
+    return f"{node.dtype.name}[{','.join(map(str, node.shape))}]"
+
+
+def _arg(node: UOp, number: dict[UOp, int]) -> str:
+    op, arg = node.op, node.arg
+    if arg is None:
+        return ""
+    if op == Ops.PARAM:
+        return arg if isinstance(arg, str) else f"slot {arg}"
+    if op == Ops.BUFFER:
+        return f"<{len(arg)} bytes>"
+    if op == Ops.REDUCE:
+        return f"{arg[0]} ({','.join(map(str, arg[1]))})"
+    if op == Ops.CALL:
+        return arg.name + ("" if arg.grad is None else f" grad=%{number[arg.grad]}")
+    if op in (Ops.PAD, Ops.SHRINK):
+        return "(" + ",".join(f"({a},{b})" for a, b in arg) + ")"
+    if op == Ops.FLIP:
+        return "(" + ",".join("1" if f else "0" for f in arg) + ")"
+    if isinstance(arg, tuple):
+        return "(" + ",".join(map(str, arg)) + ")"
+    return repr(arg) if isinstance(arg, float) else str(arg)
+
+
+def _comment(node: UOp) -> str:
+    meta = node.meta
+    if meta is None:
+        return ""
+    parts = [p for p in (meta.name, meta.scope and f"in {meta.scope}", "backward" if meta.backward else None) if p]
+    return ", ".join(parts)
+
+
+def _ordered_with_levels(graph: Graph) -> tuple[list[UOp], dict[UOp, int]]:
+    """Graph.nodes()'s order (the same iterative post-order walk), plus each node's body
+    nesting level: the level at which the walk first reached it."""
+    order: list[UOp] = []
+    level: dict[UOp, int] = {}
+    for root in [*graph.outputs.values(), *graph.inputs]:
+        if root in level:
+            continue
+        level[root] = 0
+        stack = [(root, iter(_children(root, 0)))]
+        while stack:
+            node, children = stack[-1]
+            for child, child_level in children:
+                if child not in level:
+                    level[child] = child_level
+                    stack.append((child, iter(_children(child, child_level))))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+    return order, level
+
+
+def _children(node: UOp, at: int) -> list[tuple[UOp, int]]:
+    """Sources with the level they live at: a call's body (and backward body) one deeper."""
+    if node.op not in CALLS:
+        return [(s, at) for s in node.src]
+    children = [(node.src[0], at + 1), *((s, at) for s in node.src[1:])]
+    if node.op == Ops.CALL and node.arg.grad is not None:
+        children.append((node.arg.grad, at + 1))
+    return children

@@ -1,0 +1,200 @@
+"""Input values for evaluation: read from `NAME=VALUE` specs, checked, or made up (seeded).
+
+    VALUE is   x.npy          a NumPy array file
+               data.npz       the member named like the input
+               data.npz:key   member `key`
+               0.5            a number, filled to the input's shape and dtype
+
+A bare `data.npz` (no NAME=) gives every input its member of that name; a member that
+names no input is an error (a typo, or the wrong file), never dropped. A NAME=VALUE spec
+overrides an archive's member of that name.
+
+Arrays must match the input's shape and dtype exactly (no silent casts: a float64 array
+fed to a float32 input is a mistake worth hearing about); numbers are converted, refusing
+ones the dtype cannot hold. Files are read with allow_pickle=False: they are data, never code.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from typing import Iterable, Mapping
+
+from ..errors import EvaluationError
+from ..core.uop import UOp
+
+
+def type_text(node: UOp) -> str:
+    """`float32[16,8]`, `float32[]` for a scalar."""
+    return f"{node.dtype.name}[{','.join(map(str, node.shape))}]"
+
+
+def split_spec(spec: str) -> tuple[str | None, str]:
+    """`NAME=VALUE` -> (NAME, VALUE); a whole archive `data.npz` -> (None, "data.npz")."""
+    name, sep, value = spec.partition("=")
+    if not sep and spec.endswith(".npz"):
+        return None, spec
+    if not sep or not name or not value:
+        raise EvaluationError(f"input value {spec!r} must look like NAME=VALUE (a .npy, .npz, file.npz:key or a "
+                              f"number), or be a whole data.npz")
+    return name, value
+
+
+def read_archive(path: str, nodes: Mapping[str, UOp]) -> dict:
+    """{input name: array} from every member of the .npz at `path`, each checked against its
+    input; a member that names no input is an error listing them all."""
+    import numpy as np
+    try:
+        with np.load(_starts_with(path, ZIP_MAGIC, ".npz", "a zip archive's"), allow_pickle=False) as archive:
+            unknown = [m for m in archive.files if m not in nodes]
+            if unknown:
+                raise EvaluationError(f"{path}: member{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
+                                      f"name{'' if len(unknown) > 1 else 's'} no input; inputs: "
+                                      f"{', '.join(nodes) or 'none'}")
+            arrays = {m: archive[m] for m in archive.files}
+    except EvaluationError:
+        raise
+    except OSError as e:
+        raise EvaluationError(f"cannot read {e.filename or path}: {e.strerror or e}") from None
+    except Exception as e:  # noqa: BLE001 - zipfile's and numpy's refusals of a damaged file
+        raise EvaluationError(f"cannot read {path}: {' '.join(str(e).split())}") from None
+    return {name: check_value(name, nodes[name], array, f"{path}:{name}") for name, array in arrays.items()}
+
+
+def read_value(name: str, value: str, node: UOp):
+    """The array for input `node` (named `name`) from a VALUE text; checked against the node."""
+    import numpy as np
+    path, key = _npz_member(value, name)
+    try:
+        if path is not None:
+            with np.load(_starts_with(path, ZIP_MAGIC, ".npz", "a zip archive's"), allow_pickle=False) as archive:
+                if key not in archive.files:
+                    raise EvaluationError(f"input {name!r}: {path} has no member {key!r}; "
+                                          f"members: {', '.join(archive.files) or 'none'}")
+                array = archive[key]
+            where = f"{path}:{key}"
+        elif value.endswith(".npy"):
+            array, where = np.load(_starts_with(value, (NPY_MAGIC,), ".npy", "numpy's magic"), allow_pickle=False), value
+        else:
+            return _filled(name, value, node)
+    except EvaluationError:
+        raise
+    except OSError as e:
+        raise EvaluationError(f"input {name!r}: cannot read {e.filename or value}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise EvaluationError(f"input {name!r}: cannot read {path or value}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - zipfile's and numpy's header parser's refusals of a damaged file
+        raise EvaluationError(f"input {name!r}: cannot read {path or value}: a damaged file "
+                              f"({type(e).__name__}: {' '.join(str(e).split())})") from None
+    return check_value(name, node, array, where)
+
+
+NPY_MAGIC = b"\x93NUMPY"
+ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip archive's first entry, or an empty one's end record
+
+
+def _starts_with(path: str, magics: tuple, kind: str, what: str) -> str:
+    """`path`, once its first bytes are one of `magics`: numpy reads any other file as a
+    pickle, and refuses it as 'pickled (object) data', which misleads."""
+    with open(path, "rb") as f:
+        head = f.read(max(map(len, magics)))
+    if not any(head.startswith(magic) for magic in magics):
+        raise ValueError(f"not a {kind} file (it does not start with {what} bytes)")
+    return path
+
+
+def _npz_member(value: str, name: str) -> tuple[str | None, str | None]:
+    if value.endswith(".npz"):
+        return value, name
+    head, sep, key = value.rpartition(":")
+    if sep and head.endswith(".npz") and key:
+        return head, key
+    return None, None
+
+
+def _filled(name: str, value: str, node: UOp):
+    import numpy as np
+    dtype = node.dtype
+    text = value.strip().lower()
+    try:
+        if dtype.is_bool:
+            if text not in ("0", "1", "true", "false"):
+                raise ValueError
+            number = text in ("1", "true")
+        elif dtype.is_int:
+            number = int(text)
+        else:
+            number = float(text)
+    except ValueError:
+        kind = "a bool (0, 1, true, false)" if dtype.is_bool else "an integer" if dtype.is_int else "a number"
+        raise EvaluationError(f"input {name!r} ({type_text(node)}): {value!r} is not a .npy or .npz file "
+                              f"nor {kind}") from None
+    if dtype.is_int:
+        info = np.iinfo(dtype.np)
+        if not info.min <= number <= info.max:
+            raise EvaluationError(f"input {name!r}: {number} does not fit {dtype.name}")
+    elif dtype.is_float and math.isfinite(number) and abs(number) > (largest := float(np.finfo(dtype.np).max)):
+        with np.errstate(over="ignore"):
+            rounded = np.array(number).astype(dtype.np)
+        if not np.isfinite(rounded):  # beyond the margin that rounds down to the largest
+            raise EvaluationError(f"input {name!r}: {value} does not fit {dtype.name} (largest magnitude "
+                                  f"{largest:.6g}; give inf or -inf for infinity)")
+    return np.full(node.shape, number, dtype=dtype.np)
+
+
+def check_value(name: str, node: UOp, array, where: str = "the value"):
+    """`array` if it is the input's value (shape and dtype exactly; an array of the other
+    byte order comes back in this machine's), else EvaluationError."""
+    import numpy as np
+    if not isinstance(array, np.ndarray):
+        raise EvaluationError(f"input {name!r}: {where} is not an array")
+    if not array.dtype.isnative and array.dtype.newbyteorder("=") == node.dtype.np:
+        array = array.astype(node.dtype.np)  # a big-endian .npy of the right dtype: same values
+    if tuple(array.shape) != node.shape or array.dtype != node.dtype.np:
+        got = f"{array.dtype.name}[{','.join(map(str, array.shape))}]"
+        raise EvaluationError(f"input {name!r} is {type_text(node)} but {where} is {got}")
+    return array
+
+
+def random_value(node: UOp, seed: int):
+    """Seeded values for input `node`: the same (seed, name, shape, dtype) always gives the
+    same array, whichever other inputs there are, so a forward file and its gradient file
+    see the same random inputs. Floats are standard normal, integers 0..9, bools fair."""
+    import numpy as np
+    rng = np.random.default_rng([seed, zlib.crc32(node.arg.encode())])
+    dtype = node.dtype
+    if dtype.is_float:
+        return rng.standard_normal(node.shape).astype(dtype.np)
+    if dtype.is_bool:
+        return rng.random(node.shape) < 0.5
+    return rng.integers(0, 10, node.shape).astype(dtype.np)
+
+
+def gather_inputs(inputs: Iterable[UOp], specs: Iterable[str], random_seed: int | None = None) -> dict:
+    """Every input's array from `NAME=VALUE` specs; missing ones random when `random_seed`
+    is given, else an error listing each missing input with its shape and dtype."""
+    nodes: Mapping[str, UOp] = {n.arg: n for n in inputs}
+    values, from_archive = {}, {}
+    for spec in specs:
+        name, value = split_spec(spec)
+        if name is None:
+            for member, array in read_archive(value, nodes).items():
+                if member in from_archive:
+                    raise EvaluationError(f"input {member!r} is in both {from_archive[member][0]} and {value}")
+                from_archive[member] = (value, array)
+            continue
+        if name not in nodes:
+            raise EvaluationError(f"-i {name}: no input named {name!r}; inputs: {', '.join(nodes) or 'none'}")
+        if name in values:
+            raise EvaluationError(f"input {name!r} is given twice")
+        values[name] = read_value(name, value, nodes[name])
+    for name, (_, array) in from_archive.items():
+        values.setdefault(name, array)  # NAME=VALUE wins over an archive's member
+    missing = [node for name, node in nodes.items() if name not in values]
+    if missing and random_seed is None:
+        listed = ", ".join(f"{n.arg} {type_text(n)}" for n in missing)
+        raise EvaluationError(f"missing input value{'s' if len(missing) > 1 else ''}: {listed} "
+                              f"(give -i NAME=VALUE, or --random)")
+    for node in missing:
+        values[node.arg] = random_value(node, random_seed)
+    return {name: values[name] for name in nodes}
