@@ -2,6 +2,8 @@
 # clean clone with nothing but python3 (>= 3.10) and make. Each target sets up what it uses:
 #   .venv/            a virtual environment with the package installed editable, with [test]
 #   dot (graphviz)    installed with apt-get (as root, or with sudo) or brew when missing
+#   clang             the C compiler tinygrad's CPU backend runs (the [tinygrad] extra's tests),
+#                     installed the same way; without it those tests are skipped, saying why
 #   chromium          Debian's, for the HTML viewer's browser tests (make test), the same way;
 #                     playwright drives it, and never downloads a browser of its own
 PYTHON ?= python3
@@ -37,7 +39,7 @@ pip_install = $(PY) -m pip install $(1) >>$(VENV)/install.log 2>&1 || { cat $(VE
 editable_install = $(PY) -m pip install -e '.[$(1)]' --config-settings editable_mode=compat >>$(VENV)/install.log 2>&1 \
 	|| $(call pip_install,-e '.[$(1)]')
 
-.PHONY: help setup venv dot chromium demo test bench bench-html samples samples-check lint clean distclean
+.PHONY: help setup venv dot clang chromium demo test bench bench-html samples samples-check lint clean distclean
 
 help:
 	@echo "make demo      set up, then diff -> eval -> check -> render samples/mlp.uop (picture in $(OUT)/)"
@@ -48,7 +50,7 @@ help:
 	@echo "make lint      ruff over the package, tests, samples, tools and bench"
 	@echo "make clean     remove $(OUT)/ and caches; make distclean also removes $(VENV)/"
 
-setup: venv dot
+setup: venv dot clang
 
 venv: $(STAMP)
 
@@ -69,6 +71,12 @@ $(STAMP): pyproject.toml
 # `graphviz` alone cannot.
 dot:
 	@command -v dot >/dev/null 2>&1 || sh tools/install-system-package.sh graphviz graphviz
+
+# tinygrad's CPU backend compiles its kernels with clang. Not fatal when it cannot be
+# installed: the tinygrad tests then skip, with the reason in pytest's summary.
+clang:
+	@command -v clang >/dev/null 2>&1 || sh tools/install-system-package.sh clang llvm || \
+		echo "make: clang is missing: the tinygrad bridge's tests will be skipped" >&2
 
 # The HTML viewer's tests open pages in a real headless Chromium: Debian's package (brew's
 # chromium on macOS). Where it cannot be installed, those tests skip and say why.

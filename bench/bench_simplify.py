@@ -173,7 +173,8 @@ def carry_section(old: str, new: str, replace: bool = False) -> str:
     block = block.rstrip() + "\n\n"
     if pattern.search(target):
         return pattern.sub(lambda _: block, target, count=1)
-    at = target.find("\n## What profiling found")
+    at = target.find("\n## 8. ")  # before the sections after it (8: the tinygrad bridge)
+    at = target.find("\n## What profiling found") if at < 0 else at
     return target + "\n" + block if at < 0 else target[:at + 1] + block + target[at + 1:]
 
 

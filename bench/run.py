@@ -761,7 +761,7 @@ def _git_head() -> str:
 
 # ----------------------------------------------------------------------------- main
 
-SECTIONS = ("diff", "eval", "files", "startup", "agree", "onnx")
+SECTIONS = ("diff", "eval", "files", "startup", "agree", "onnx", "bridge")
 
 
 def compile_package() -> None:
@@ -771,6 +771,17 @@ def compile_package() -> None:
     compile every module again (~30 ms) instead of loading it, unlike a user's second run."""
     import compileall
     compileall.compile_dir(str(ROOT / "uopcli"), quiet=1)
+
+
+def bridge_section(quick: bool, tiny_skip: str | None) -> str:
+    """Section 8 from bench/bench_tinygrad_bridge.py, run in a process of its own."""
+    if tiny_skip:
+        return f"## 8. The tinygrad bridge\n\n{tiny_skip}"
+    progress("tinygrad bridge")
+    child = run_child([PY, str(HERE / "bench_tinygrad_bridge.py"), *(["--quick"] if quick else [])])
+    if child.returncode != 0:
+        return f"## 8. The tinygrad bridge\n\nerror: {_last_line(child.stderr)}"
+    return child.stdout.decode().strip()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -803,6 +814,8 @@ def main(argv: list[str] | None = None) -> int:
             bench.agreement()
         if "onnx" in only:
             bench.onnx_section()
+        if "bridge" in only:  # 8. the tinygrad bridge (issue 22), its own script
+            bench.sections.append(bridge_section(args.quick, bench.tiny_skip))
         bench.judge()
         text = bench.report(time.perf_counter() - start)
     if args.no_write:

@@ -432,7 +432,7 @@ def _given(name: str) -> bool:
 
 
 def _check_specs(ctx, param, specs: tuple) -> tuple:
-    """-i values look like NAME=VALUE (values.split_spec): a usage error otherwise (exit 2),
+    """-i values look like NAME=VALUE or data.npz (values.split_spec): a usage error otherwise (exit 2),
     before any reading."""
     from .tools.values import split_spec
     for spec in specs:
@@ -650,7 +650,8 @@ def _simplified(graph, exact: bool = False):
   uopgrad eval grad.uop -i x=data.npz:features --random -o grads.npz""")
 @click.argument("source", metavar="IN")
 @click.option("-i", "--input", "specs", multiple=True, metavar="NAME=VALUE", callback=_check_specs,
-              help="An input's value: x.npy, data.npz (member NAME), data.npz:key, or a number filled to its shape.")
+              help="An input's value: x.npy, data.npz (member NAME), data.npz:key, or a number filled to its shape; "
+                   "a bare data.npz gives every input its member.")
 @click.option("--random", "use_random", is_flag=True, help="Fill inputs not given with seeded random values.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of --random.")
 @click.option("-o", "--output", metavar="OUT.npz", help="Store the outputs in an .npz under their names (- for stdout).")
@@ -661,13 +662,18 @@ def _simplified(graph, exact: bool = False):
 @click.option("--keep-intermediates", is_flag=True, help="With -o OUT.npz, also store every node's value as %<i> "
               "(its number in `uopgrad print`), for `uopgrad render --values`. The graph is then evaluated as "
               "written, outputs included, since a simplified graph no longer has those nodes.")
-def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep_intermediates):
+@click.option("--backend", type=click.Choice(["numpy", "tinygrad"]), default="numpy", show_default=True,
+              help="Who computes: the numpy evaluator, or tinygrad (the extra uopgrad[tinygrad]); both run the "
+                   "same simplified graph.")
+@click.option("--device", metavar="DEV", help="tinygrad's device (CPU, CUDA, METAL, ...; default: tinygrad's DEV).")
+def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep_intermediates, backend, device):
     """Evaluate IN's outputs and print them as a table (or --json, or -o OUT.npz).
 
     The graph is simplified first, as tinygrad's compiler would before running it, so the
     values are what tinygrad computes (the gradient of sigmoid at -1000 is 0, not 0*inf);
     --literal runs it as written.
     """
+    _check_backend(backend, device, stats, keep_intermediates)  # tinygrad backend (issue 22)
     if output and as_json:
         raise click.UsageError("give either -o OUT.npz or --json, not both")
     if _given("seed") and not use_random:
@@ -683,7 +689,11 @@ def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep
         inputs = gather_inputs(graph.inputs, specs, seed if use_random else None, defaults=_onnx_weights())
         steps.next()
         eval_stats = EvalStats() if stats else None
-        results = evaluate_graph(graph, inputs, stats=eval_stats, simplify="exact" if literal else "tinygrad")
+        simplify = "exact" if literal else "tinygrad"
+        if backend == "tinygrad":  # the same simplified graph as numpy's, so the two agree
+            results = _evaluate_on_tinygrad(graph, inputs, device, simplify)
+        else:
+            results = evaluate_graph(graph, inputs, stats=eval_stats, simplify=simplify)
         steps.next()
     if output:
         arrays = {name: a for name, a in _elements(results).items() if a is not None}
@@ -703,6 +713,33 @@ def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep
         click.echo(_table(_elements(results)))
         if eval_stats is not None:
             click.echo(_stats_text(eval_stats))
+
+
+def _check_backend(backend: str, device: str | None, stats: bool, keep_intermediates: bool) -> None:
+    """--device, --stats and --keep-intermediates fit their backend; tinygrad is there (else
+    how to install it)."""
+    if backend != "tinygrad":
+        if device is not None:
+            raise click.UsageError("--device is tinygrad's device: give --backend tinygrad too")
+        return
+    if stats:
+        raise click.UsageError("--stats measures the numpy evaluator; time tinygrad with its own DEBUG=2")
+    if keep_intermediates:
+        raise click.UsageError("--keep-intermediates evaluates every node with the numpy evaluator: "
+                               "not with --backend tinygrad")
+    from .interop.tinygrad import TinygradMissing, import_tinygrad
+    try:
+        import_tinygrad()
+    except TinygradMissing as e:
+        raise CommandFailed(f"--backend tinygrad: {e}") from None
+
+
+def _evaluate_on_tinygrad(graph, inputs: dict, device: str | None, simplify: str) -> dict:
+    from .interop.tinygrad import close_compile_workers, evaluate_on_tinygrad
+    try:
+        return evaluate_on_tinygrad(graph, inputs, device, simplify=simplify)
+    finally:
+        close_compile_workers()  # the CLI leaves with os._exit, which would strand them
 
 
 def _elements(results: dict) -> dict:
@@ -824,7 +861,8 @@ def _value_text(value) -> str:
 @click.option("--wrt", required=True, metavar="NAMES", help="Inputs whose gradients are checked.")
 @click.option("--of", "of_", metavar="NAMES", help="Outputs to differentiate (default: the only one).")
 @click.option("-i", "--input", "specs", multiple=True, metavar="NAME=VALUE", callback=_check_specs,
-              help="An input's value (as for eval); inputs not given are seeded random values.")
+              help="An input's value (as for eval; a bare data.npz gives every input its member); inputs not "
+                   "given are seeded random values.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the random inputs, "
               "cotangents and sampled elements.")
 @click.option("--samples", type=click.IntRange(min=1), default=16, show_default=True,

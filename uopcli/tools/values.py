@@ -5,9 +5,10 @@
                data.npz:key   member `key`
                0.5            a number, filled to the input's shape and dtype
 
-A spec that is a bare `weights.npz` (no NAME=) gives every input its members name (a
-member naming no input is refused); `NAME=VALUE` specs win over it. Inputs given neither
-way take `defaults` (an imported ONNX model's own weights), then random values if asked.
+A bare `data.npz` (no NAME=) gives every input its member of that name; a member that
+names no input is an error (a typo, or the wrong file), never dropped. A NAME=VALUE spec
+overrides an archive's member of that name. Inputs given neither way take `defaults` (an
+imported ONNX model's own weights), then random values if asked.
 
 Arrays must match the input's shape and dtype exactly (no silent casts: a float64 array
 fed to a float32 input is a mistake worth hearing about); numbers are converted, refusing
@@ -30,13 +31,35 @@ def type_text(node: UOp) -> str:
 
 
 def split_spec(spec: str) -> tuple[str | None, str]:
-    """`NAME=VALUE` -> (NAME, VALUE); a bare `weights.npz` -> (None, path): every member."""
-    if "=" not in spec and spec.endswith(".npz"):
-        return None, spec
+    """`NAME=VALUE` -> (NAME, VALUE); a whole archive `data.npz` -> (None, "data.npz")."""
     name, sep, value = spec.partition("=")
+    if not sep and spec.endswith(".npz"):
+        return None, spec
     if not sep or not name or not value:
-        raise EvaluationError(f"input value {spec!r} must look like NAME=VALUE (a .npy, .npz, file.npz:key or a number)")
+        raise EvaluationError(f"input value {spec!r} must look like NAME=VALUE (a .npy, .npz, file.npz:key or a "
+                              f"number), or be a whole data.npz")
     return name, value
+
+
+def read_archive(path: str, nodes: Mapping[str, UOp]) -> dict:
+    """{input name: array} from every member of the .npz at `path`, each checked against its
+    input; a member that names no input is an error listing them all."""
+    import numpy as np
+    try:
+        with np.load(_starts_with(path, ZIP_MAGIC, ".npz", "a zip archive's"), allow_pickle=False) as archive:
+            unknown = [m for m in archive.files if m not in nodes]
+            if unknown:
+                raise EvaluationError(f"{path}: member{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
+                                      f"name{'' if len(unknown) > 1 else 's'} no input; inputs: "
+                                      f"{', '.join(nodes) or 'none'}")
+            arrays = {m: archive[m] for m in archive.files}
+    except EvaluationError:
+        raise
+    except OSError as e:
+        raise EvaluationError(f"cannot read {e.filename or path}: {e.strerror or e}") from None
+    except Exception as e:  # noqa: BLE001 - zipfile's and numpy's refusals of a damaged file
+        raise EvaluationError(f"cannot read {path}: {' '.join(str(e).split())}") from None
+    return {name: check_value(name, nodes[name], array, f"{path}:{name}") for name, array in arrays.items()}
 
 
 def read_value(name: str, value: str, node: UOp):
@@ -134,17 +157,6 @@ def check_value(name: str, node: UOp, array, where: str = "the value"):
     return array
 
 
-def _npz_members(path: str) -> list[str]:
-    import numpy as np
-    try:
-        with np.load(_starts_with(path, ZIP_MAGIC, ".npz", "a zip archive's"), allow_pickle=False) as archive:
-            return list(archive.files)
-    except OSError as e:
-        raise EvaluationError(f"-i {path}: cannot read {e.filename or path}: {e.strerror or e}") from None
-    except Exception as e:  # noqa: BLE001 - zipfile's refusals of a damaged file
-        raise EvaluationError(f"-i {path}: cannot read it: {type(e).__name__}: {' '.join(str(e).split())}") from None
-
-
 def random_value(node: UOp, seed: int):
     """Seeded values for input `node`: the same (seed, name, shape, dtype) always gives the
     same array, whichever other inputs there are, so a forward file and its gradient file
@@ -165,27 +177,22 @@ def gather_inputs(inputs: Iterable[UOp], specs: Iterable[str], random_seed: int 
     missing ones random when `random_seed` is given, else an error listing each missing
     input with its shape and dtype."""
     nodes: Mapping[str, UOp] = {n.arg: n for n in inputs}
-    values, whole_files = {}, []
+    values, from_archive = {}, {}
     for spec in specs:
         name, value = split_spec(spec)
         if name is None:
-            whole_files.append(value)
+            for member, array in read_archive(value, nodes).items():
+                if member in from_archive:
+                    raise EvaluationError(f"input {member!r} is in both {from_archive[member][0]} and {value}")
+                from_archive[member] = (value, array)
             continue
         if name not in nodes:
             raise EvaluationError(f"-i {name}: no input named {name!r}; inputs: {', '.join(nodes) or 'none'}")
         if name in values:
             raise EvaluationError(f"input {name!r} is given twice")
         values[name] = read_value(name, value, nodes[name])
-    from_files: dict = {}
-    for path in whole_files:
-        for name in _npz_members(path):
-            if name not in nodes:
-                raise EvaluationError(f"-i {path}: member {name!r} names no input; inputs: {', '.join(nodes) or 'none'}")
-            if name in from_files:
-                raise EvaluationError(f"input {name!r} is given twice ({from_files[name]} and {path})")
-            from_files[name] = path
-            if name not in values:
-                values[name] = read_value(name, f"{path}:{name}", nodes[name])
+    for name, (_, array) in from_archive.items():
+        values.setdefault(name, array)  # NAME=VALUE wins over an archive's member
     for name, array in (defaults or {}).items():
         if name in nodes and name not in values:
             values[name] = check_value(name, nodes[name], array, "the model's own value")

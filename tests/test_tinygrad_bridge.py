@@ -1,0 +1,336 @@
+"""The tinygrad bridge against the real tinygrad 0.14: a zoo of models written with
+tinygrad.nn is exported, then the installed `uopgrad diff` and `uopgrad eval` must give
+tinygrad's own `Tensor.gradient` and forward values; exported graphs run on tinygrad
+(`to_tinygrad`, `eval --backend tinygrad`) give the same values again; bad requests fail
+with one line and write nothing.
+
+tinygrad compiles every kernel with clang: all the zoo's tinygrad results are realized in
+one schedule, in module-scoped fixtures."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+# tinygrad raises Python's recursion limit to 10,000 when its scheduler is imported; the
+# suite's other tests check behaviour at the default limit, so it is restored after the
+# import here and raised only while these tests run (the `_tinygrad_recursion_limit` fixture)
+_RECURSION_LIMIT = sys.getrecursionlimit()
+tinygrad = pytest.importorskip("tinygrad", reason="tinygrad is not installed for this Python "
+                               "(pip install 'uopgrad[tinygrad]'; make test installs it)")
+
+
+def _tinygrad_unusable() -> str | None:
+    """Why tinygrad cannot compute here (its CPU backend needs clang), or None."""
+    try:
+        tinygrad.Tensor([1.0, 2.0]).add(1).numpy()
+    except Exception as e:  # noqa: BLE001 - any reason tinygrad gives is the skip's reason
+        return f"tinygrad cannot run on this machine ({type(e).__name__}: {e}); its CPU backend needs clang"
+    return None
+
+
+_UNUSABLE = _tinygrad_unusable()
+_TINYGRAD_RECURSION_LIMIT = max(sys.getrecursionlimit(), _RECURSION_LIMIT)
+sys.setrecursionlimit(_RECURSION_LIMIT)
+pytestmark = pytest.mark.skipif(_UNUSABLE is not None, reason=_UNUSABLE or "")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _tinygrad_recursion_limit():
+    sys.setrecursionlimit(_TINYGRAD_RECURSION_LIMIT)
+    yield
+    sys.setrecursionlimit(_RECURSION_LIMIT)
+
+from tinygrad import Tensor, dtypes  # noqa: E402
+
+from tinygrad_zoo import ZOO  # noqa: E402
+from uopcli import load  # noqa: E402
+from uopcli.interop.tinygrad import ExportError, export, save, to_graph, to_tinygrad  # noqa: E402
+
+BIN = os.path.dirname(sys.executable)
+UOPGRAD = shutil.which("uopgrad", path=BIN) or shutil.which("uopgrad")
+TOLERANCE = 1e-5  # of each array's largest magnitude (float32)
+# a gradient under this share of the model's largest is zero in exact arithmetic (a conv bias
+# before batch norm, a key bias under softmax): its values are rounding noise in both, and
+# its error is measured against the model's largest gradient instead
+ZERO_SHARE = 1e-4
+# the round trip and the tinygrad backend on a few models of different kinds: each graph
+# tinygrad runs is compiled kernel by kernel with clang, which is what the zoo's time goes to
+ROUND_TRIP = ("mlp_mse", "conv_avgpool_sparse_xent", "batchnorm_train", "embedding_int_tokens", "slicing_padding",
+              "int_and_bool", "tinygrad_function")
+
+
+def uopgrad(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    assert UOPGRAD is not None, "the uopgrad console script is not installed"
+    return subprocess.run([UOPGRAD, *args], cwd=cwd, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+def assert_close(ours, theirs, what: str, floor: float = 0.0) -> None:
+    ours, theirs = np.asarray(ours), np.asarray(theirs)
+    assert ours.shape == theirs.shape and ours.dtype == theirs.dtype, \
+        f"{what}: {ours.dtype}{ours.shape} vs tinygrad's {theirs.dtype}{theirs.shape}"
+    if theirs.dtype.kind != "f":
+        np.testing.assert_array_equal(ours, theirs, err_msg=what)
+        return
+    scale = float(np.max(np.abs(theirs))) if theirs.size else 0.0
+    error = float(np.max(np.abs(ours.astype(np.float64) - theirs))) if theirs.size else 0.0
+    assert np.all(np.isfinite(ours)) == np.all(np.isfinite(theirs)), what
+    assert error <= TOLERANCE * max(scale, floor), f"{what}: max error {error:.3g} > {TOLERANCE} * {scale:.3g}"
+
+
+# ----------------------------------------------------------------------------- the zoo
+
+class Exported:
+    """One zoo model, exported to <dir>/<name>.uop + .npz, with tinygrad's own results."""
+
+    def __init__(self, name: str, folder: Path):
+        self.name, self.folder = name, folder
+        self.case = ZOO[name]()
+        self.exported = save(folder / f"{name}.uop", self.case.outputs, self.case.inputs, self.case.state_dict)
+        named = {**self.case.inputs, **self.case.state_dict}
+        graph_inputs = {p.arg: p for p in self.exported.graph.inputs}
+        self.wrt = [n for n in named if n in graph_inputs and graph_inputs[n].dtype.is_float]
+        self.gradients = self.case.outputs["loss"].gradient(*(named[n] for n in self.wrt))
+        self.roundtrip = to_tinygrad(self.exported.graph)(**self.exported.values) if name in ROUND_TRIP else {}
+
+    def tensors(self) -> list:
+        return [*self.case.outputs.values(), *self.gradients, *self.roundtrip.values()]
+
+    def fetch(self) -> None:
+        self.expected = {name: t.numpy() for name, t in self.case.outputs.items()}
+        self.expected.update((f"grad_{n}", g.numpy()) for n, g in zip(self.wrt, self.gradients))
+        self.roundtrip_values = {name: t.numpy() for name, t in self.roundtrip.items()}
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory) -> dict[str, Exported]:
+    folder = tmp_path_factory.mktemp("zoo")
+    models = {name: Exported(name, folder) for name in ZOO}
+    Tensor.realize(*(t for m in models.values() for t in m.tensors()))  # one schedule: compiled together
+    for model in models.values():
+        model.fetch()
+    return models
+
+
+def test_the_zoo_is_big_enough():
+    assert len(ZOO) >= 15
+
+
+@pytest.mark.parametrize("name", list(ZOO))
+def test_cli_gradients_and_values_match_tinygrad(zoo, name):
+    """`uopgrad diff --keep-forward` then `uopgrad eval -i model.npz`: every output and every
+    gradient as tinygrad's forward and Tensor.gradient give them."""
+    model = zoo[name]
+    folder = model.folder
+    done = uopgrad("diff", f"{name}.uop", "--wrt", ",".join(model.wrt), "--of", "loss", "--keep-forward",
+                   "-o", f"{name}-train.uop", cwd=folder)
+    assert done.returncode == 0, done.stderr
+    done = uopgrad("eval", f"{name}-train.uop", "-i", f"{name}.npz", "-o", f"{name}-out.npz", cwd=folder)
+    assert done.returncode == 0, done.stderr
+    largest = max(float(np.max(np.abs(v))) for k, v in model.expected.items() if k.startswith("grad_"))
+    with np.load(folder / f"{name}-out.npz") as results:
+        assert set(results.files) == set(model.expected), f"{sorted(results.files)} vs {sorted(model.expected)}"
+        for key, theirs in model.expected.items():
+            zero = float(np.max(np.abs(theirs))) < ZERO_SHARE * largest if key.startswith("grad_") else False
+            assert_close(results[key], theirs, f"{name}: {key}", largest if zero else 0.0)
+
+
+@pytest.mark.parametrize("name", ROUND_TRIP)
+def test_round_trip_through_to_tinygrad(zoo, name):
+    """The exported graph, run by tinygrad through its Tensor API, gives tinygrad's forward."""
+    model = zoo[name]
+    for key, value in model.roundtrip_values.items():
+        assert_close(value, model.expected[key], f"{name}: {key} after the round trip")
+
+
+@pytest.mark.parametrize("name", ["mlp_mse", "int_and_bool", "tinygrad_function"])
+def test_gradient_graph_on_tinygrad_equals_numpy(zoo, name):
+    """`eval --backend tinygrad` of the gradient graph writes and prints what the numpy
+    backend does (the same arrays within float32 rounding, the same table layout)."""
+    model = zoo[name]
+    folder = model.folder
+    if not (folder / f"{name}-train.uop").exists():
+        done = uopgrad("diff", f"{name}.uop", "--wrt", ",".join(model.wrt), "--of", "loss", "--keep-forward",
+                       "-o", f"{name}-train.uop", cwd=folder)
+        assert done.returncode == 0, done.stderr
+    tables = {}
+    for backend in ("numpy", "tinygrad"):
+        done = uopgrad("eval", f"{name}-train.uop", "-i", f"{name}.npz", "--backend", backend,
+                       "-o", f"{name}-{backend}.npz", cwd=folder)
+        # nothing on stderr either: tinygrad's compile workers leave no semaphores behind
+        assert done.returncode == 0 and done.stdout == "" and done.stderr == "", done.stderr
+        done = uopgrad("eval", f"{name}-train.uop", "-i", f"{name}.npz", "--backend", backend, cwd=folder)
+        assert done.returncode == 0, done.stderr
+        tables[backend] = [line.split()[:3] for line in done.stdout.splitlines()]  # name, shape, dtype
+    assert tables["numpy"] == tables["tinygrad"]
+    with np.load(folder / f"{name}-numpy.npz") as by_numpy, np.load(folder / f"{name}-tinygrad.npz") as by_tinygrad:
+        assert by_numpy.files == by_tinygrad.files
+        for key in by_numpy.files:
+            assert_close(by_tinygrad[key], by_numpy[key], f"{name}: {key} on tinygrad")
+
+
+def test_both_backends_run_the_simplified_graph(tmp_path):
+    """`eval` simplifies first (tinygrad's algebraic rewrites): --backend tinygrad runs that
+    same graph, so the sigmoid gradient at -1000 is 0 on both, and the options that belong
+    to the numpy evaluator alone are refused with tinygrad."""
+    from uopcli import Graph, UOp
+    from uopcli import save as save_uop
+    from uopcli.errors import EvaluationError
+    from uopcli.interop.tinygrad import evaluate_on_tinygrad
+    from uopcli.tools.differentiate import differentiate
+    x = UOp.param("x", (3,))
+    graph, _ = differentiate(Graph({"y": x.sigmoid().sum()}), ["x"])
+    save_uop(graph, tmp_path / "grad.uop")
+    printed = {}
+    for backend in ("numpy", "tinygrad"):
+        done = uopgrad("eval", "grad.uop", "-i", "x=-1000", "--json", "--backend", backend, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        printed[backend] = json.loads(done.stdout)
+    assert printed["numpy"] == printed["tinygrad"]
+    assert printed["tinygrad"]["outputs"]["grad_x"]["values"] == [0.0, 0.0, 0.0]
+    done = uopgrad("eval", "grad.uop", "-i", "x=-1000", "--backend", "tinygrad", "--keep-intermediates",
+                   "-o", "values.npz", cwd=tmp_path)
+    assert done.returncode == 2 and "--keep-intermediates" in done.stderr and not (tmp_path / "values.npz").exists()
+    with pytest.raises(EvaluationError, match="simplify must be one of"):
+        evaluate_on_tinygrad(graph, {"x": np.zeros(3, np.float32)}, "CPU", simplify="fast")
+
+
+def test_metadata_names_the_tensor_functions(zoo):
+    """tinygrad's metadata (the Tensor function that made a node) is node metadata, and
+    `uopgrad print` shows it."""
+    graph = zoo["conv_avgpool_sparse_xent"].exported.graph
+    names = {n.meta.name for n in graph.nodes() if n.meta is not None}
+    assert {"conv2d", "linear", "relu", "avg_pool2d", "sparse_categorical_crossentropy"} <= names
+    done = uopgrad("print", "conv_avgpool_sparse_xent.uop", cwd=zoo["conv_avgpool_sparse_xent"].folder)
+    assert done.returncode == 0 and "conv2d" in done.stdout and "sparse_categorical_crossentropy" in done.stdout
+
+
+def test_inputs_are_named_and_the_npz_holds_them(zoo):
+    """Named inputs first (in order), then state_dict keys as reached; data nobody named is
+    buffer_0, ...; the .npz holds every input's value; lazy weights got realized values."""
+    mlp = zoo["mlp_mse"]
+    assert mlp.exported.graph.input_names[:2] == ["x", "y"]
+    assert set(mlp.exported.graph.input_names) == {"x", "y", "l1.weight", "l1.bias", "l2.weight", "l2.bias"}
+    with np.load(mlp.folder / "mlp_mse.npz") as values:
+        assert set(values.files) == set(mlp.exported.graph.input_names)
+        np.testing.assert_array_equal(values["l1.weight"], mlp.case.state_dict["l1.weight"].numpy())
+    dropout = zoo["dropout_mask"].exported
+    assert "buffer_0" in dropout.graph.input_names  # the realized dropout mask
+    mask = dropout.values["buffer_0"]
+    assert mask.dtype == np.bool_ and 0 < mask.sum() < mask.size
+    lazy = zoo["mlp_lazy_weights"].exported.values["l1.weight"]
+    assert np.all(np.abs(lazy) <= 0.5) and np.unique(lazy).size == lazy.size  # nn.Linear's uniform(-1/2, 1/2)
+
+
+def test_weak_constants_commit_to_their_users_dtype():
+    """A Python number in float16 and int arithmetic: the file holds concrete dtypes only,
+    and numpy's evaluation of it is tinygrad's value."""
+    from uopcli import evaluate_graph
+    x = Tensor(np.linspace(-2, 2, 6, dtype=np.float16).reshape(2, 3))
+    n = Tensor(np.arange(6, dtype=np.int32).reshape(2, 3))
+    y = (x * 0.3 + 1).exp2() * 2 ** -3
+    k = (n * 3 - 7) // 2 + (n % 4) * (n > 2)
+    z = x * (Tensor(300.0) * 300.0 / 1000.0)  # a weak product: 90000 fits float32, not float16
+    exported = export({"y": y, "k": k, "z": z}, {"x": x, "n": n})
+    dtype_names = {node.dtype.name for node in exported.graph.nodes()}
+    assert dtype_names <= {"float16", "float32", "int32", "bool"}
+    results = evaluate_graph(exported.graph, exported.values)
+    assert results["y"].dtype == np.float16 and results["k"].dtype == np.int32
+    np.testing.assert_allclose(results["y"].astype(np.float32), y.numpy().astype(np.float32), rtol=2e-3)
+    np.testing.assert_array_equal(results["k"], k.numpy())
+    np.testing.assert_array_equal(results["z"], z.numpy())
+    back = to_tinygrad(exported.graph)(**exported.values)["k"].numpy()  # CDIV, CMOD of negatives on tinygrad
+    np.testing.assert_array_equal(back, k.numpy())
+
+
+def test_to_graph_realizes_nothing():
+    x = Tensor.empty(3, 4)
+    w = Tensor.rand(4, 2)  # lazy random: to_graph must not compute it
+    graph = to_graph({"out": (x @ w).relu()}, {"x": x, "w": w})
+    assert graph.input_names == ["x", "w"] and graph.outputs["out"].shape == (3, 2)
+    assert w.uop.op is not tinygrad.uop.ops.Ops.BUFFER
+
+
+# ----------------------------------------------------------------------------- bad input
+
+def _refused(tmp_path, outputs, inputs=None, state_dict=None) -> str:
+    with pytest.raises(ExportError) as info:
+        save(tmp_path / "bad.uop", outputs, inputs, state_dict)
+    message = str(info.value)
+    assert "\n" not in message
+    assert not (tmp_path / "bad.uop").exists() and not (tmp_path / "bad.npz").exists()
+    return message
+
+
+def test_random_bits_not_realized_are_refused(tmp_path):
+    x = Tensor.ones(3, 3).contiguous()
+    noise = Tensor.rand(3, 3, contiguous=False)  # no CONTIGUOUS: the THREEFRY itself is reached
+    message = _refused(tmp_path, {"y": x * noise + x}, {"x": x})
+    assert "THREEFRY" in message and "output 'y'" in message and "made by Tensor." in message
+
+
+def test_a_dtype_the_format_lacks_is_refused(tmp_path):
+    x = Tensor.ones(4).contiguous()
+    message = _refused(tmp_path, {"y": x.cast(dtypes.bfloat16).cast(dtypes.float32).sum()}, {"x": x})
+    assert "CAST" in message and "bfloat16" in message
+
+
+def test_colliding_input_names_are_refused(tmp_path):
+    x, w = Tensor.ones(2).contiguous(), Tensor.ones(2).contiguous()
+    message = _refused(tmp_path, {"y": (x * w).sum()}, {"weight": x}, {"weight": w})
+    assert "'weight' collides" in message
+    message = _refused(tmp_path, {"y": (x * w).sum()}, {"a": x, "b": x, "w": w})
+    assert "'a' and 'b' are the same tensor" in message
+    message = _refused(tmp_path, {"y": (x * w).sum()}, {"my x": x})
+    assert "'my x'" in message
+
+
+def test_a_missing_value_fails_in_one_line_and_writes_nothing(zoo, tmp_path):
+    """model.npz without one member: eval names the missing input; an npz member that
+    names no input is reported, never dropped; nothing is written."""
+    folder = zoo["mlp_mse"].folder
+    with np.load(folder / "mlp_mse.npz") as values:
+        arrays = {k: values[k] for k in values.files}
+    np.savez(tmp_path / "partial.npz", **{k: v for k, v in arrays.items() if k != "l1.bias"})
+    np.savez(tmp_path / "extra.npz", **arrays, typo=np.zeros(2, np.float32))
+    for archive, expected in (("partial.npz", "missing input value: l1.bias float32[8]"),
+                              ("extra.npz", "member typo names no input")):
+        done = uopgrad("eval", str(folder / "mlp_mse.uop"), "-i", str(tmp_path / archive), "-o",
+                       str(tmp_path / "out.npz"), cwd=tmp_path)
+        assert done.returncode == 1 and done.stdout == ""
+        assert len(done.stderr.strip().splitlines()) == 1 and expected in done.stderr, done.stderr
+        assert not (tmp_path / "out.npz").exists()
+
+
+def test_backend_option_without_tinygrad_says_how_to_install(zoo, tmp_path):
+    """A Python where `import tinygrad` fails: --backend tinygrad exits 1 with the extra's
+    install line; the numpy backend and `import uopcli` never touch tinygrad."""
+    shadow = tmp_path / "shadow" / "tinygrad"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('No module named tinygrad')\n")
+    env = {"PYTHONPATH": str(shadow.parent)}
+    folder = zoo["mlp_mse"].folder
+    done = uopgrad("eval", "mlp_mse.uop", "-i", "mlp_mse.npz", "--backend", "tinygrad", cwd=folder, env=env)
+    assert done.returncode == 1 and done.stdout == ""
+    assert "pip install 'uopgrad[tinygrad]'" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    done = uopgrad("eval", "mlp_mse.uop", "-i", "mlp_mse.npz", cwd=folder, env=env)
+    assert done.returncode == 0 and "loss" in done.stdout, done.stderr
+    probe = subprocess.run([sys.executable, "-c", "import sys, uopcli, uopcli.cli, uopcli.interop.tinygrad; "
+                            "print('tinygrad' in sys.modules)"], capture_output=True, text=True,
+                           env={**os.environ, **env})
+    assert probe.stdout.strip() == "False", probe.stderr
+
+
+def test_loaded_file_is_the_exported_graph(zoo):
+    model = zoo["transformer_block"]
+    loaded = load(model.folder / "transformer_block.uop")
+    assert loaded.input_names == model.exported.graph.input_names
+    assert len(loaded) == len(model.exported.graph)

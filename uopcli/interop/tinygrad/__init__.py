@@ -1,0 +1,14 @@
+"""tinygrad in and out: save tinygrad Tensors as .uop files (`save`, `export`, `to_graph`),
+and run .uop graphs on tinygrad's devices (`to_tinygrad`, `evaluate_on_tinygrad`).
+
+Needs the optional extra `uopgrad[tinygrad]` (tinygrad 0.14). These modules import
+tinygrad only inside their functions, on first use: importing them (and `uopcli`) never
+needs it; a call without it raises TinygradMissing saying how to install the extra.
+"""
+
+from ._tinygrad import INSTALL_HINT, TinygradMissing, import_tinygrad
+from .backend import close_compile_workers, evaluate_on_tinygrad, to_tinygrad
+from .export import Exported, ExportError, export, save, to_graph
+
+__all__ = ["save", "export", "to_graph", "to_tinygrad", "evaluate_on_tinygrad", "close_compile_workers", "Exported", "ExportError",
+           "TinygradMissing", "INSTALL_HINT", "import_tinygrad"]

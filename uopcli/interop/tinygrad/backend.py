@@ -1,0 +1,206 @@
+"""Run a Graph on tinygrad: `to_tinygrad(graph)(**inputs) -> {output name: Tensor}`.
+
+Every node becomes a call of tinygrad's public `Tensor` API (one row of `_RULES` per op:
+the API stays from release to release, its internal UOps do not), so the outputs are lazy
+Tensors on tinygrad's device (`device=`, else tinygrad's own default, `DEV`): realize them
+together and tinygrad compiles one computation for all. FUNCTION and CALL bodies are
+inlined: each call evaluates its body with the slots bound to the call's arguments.
+
+`evaluate_on_tinygrad(graph, inputs, simplify="tinygrad")` is what `uopgrad eval --backend
+tinygrad` runs: the same simplified graph as the numpy evaluator's, computed by tinygrad.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from ...errors import EvaluationError
+from ...core.ops import CALLS, Ops
+from ...core.uop import UOp
+from ...core.walks import scope_toposort
+from ._tinygrad import import_tinygrad, tinygrad_dtype
+
+
+def to_tinygrad(graph, device: str | None = None):
+    """A function of the graph's inputs (numpy arrays or tinygrad Tensors, by name) that
+    returns {output name: Tensor} (a tuple of Tensors, None for NOOP, for a tuple output)."""
+    tg = import_tinygrad()
+
+    def run(**inputs) -> dict:
+        missing = [n for n in graph.input_names if n not in inputs]
+        unknown = [n for n in inputs if n not in graph.input_names]
+        if missing or unknown:
+            raise EvaluationError("; ".join(filter(None, [
+                missing and f"missing input values: {', '.join(missing)}",
+                unknown and f"no inputs named {', '.join(unknown)}; inputs: {', '.join(graph.input_names) or 'none'}"])))
+        bound = {node: _tensor(tg, inputs[node.arg], node, device) for node in graph.inputs}
+        values = _Runner(tg, device).run(list(graph.outputs.values()), bound)
+        return {name: values[node] for name, node in graph.outputs.items()}
+
+    return run
+
+
+def evaluate_on_tinygrad(graph, inputs: Mapping, device: str | None = None, *, simplify: str | None = None) -> dict:
+    """{output name: numpy array (or tuple of them)}: the graph run by tinygrad, all outputs
+    realized in one schedule. `simplify` as evaluate_graph's (None: as written; "exact";
+    "tinygrad", what `uopgrad eval` runs), so both backends compute the same graph."""
+    tg = import_tinygrad()
+    if simplify is not None:
+        graph = _simplified(graph, simplify)
+    outputs = to_tinygrad(graph, device)(**inputs)
+    tensors = [t for v in outputs.values() for t in (v if isinstance(v, tuple) else (v,)) if t is not None]
+    try:
+        tg.Tensor.realize(*tensors)
+    except Exception as e:  # noqa: BLE001 - tinygrad's own failure (no device, a compiler missing)
+        raise EvaluationError(f"tinygrad could not run the graph: {type(e).__name__}: {' '.join(str(e).split())}") \
+            from None
+
+    def array(t):
+        return None if t is None else t.numpy()
+    return {name: tuple(map(array, v)) if isinstance(v, tuple) else array(v) for name, v in outputs.items()}
+
+
+def _simplified(graph, mode: str):
+    from ...core.simplify import MODES
+    from ...core.simplify import simplify as simplified
+    if mode not in MODES:
+        raise EvaluationError(f"simplify must be one of {', '.join(MODES)} or None, got {mode!r}")
+    return simplified(graph, exact=mode == "exact")
+
+
+def close_compile_workers() -> None:
+    """End tinygrad's pool of compile workers. Python's exit does it, but a process that
+    leaves with os._exit (the CLI, to skip tearing down large graphs) would leave the
+    workers' semaphores behind, and the resource tracker complains about them on stderr."""
+    import sys
+    worker = sys.modules.get("tinygrad.engine.worker")
+    if worker is None or getattr(worker, "worker_pool", None) is None:
+        return
+    worker.terminate_worker_pool()
+    import multiprocessing.util
+    multiprocessing.util._run_finalizers()  # what Python's exit runs: unlinks the pool's semaphores
+
+
+def _tensor(tg, value, node: UOp, device):
+    """An input's value as a Tensor of exactly the input's shape and dtype."""
+    import numpy as np
+    if isinstance(value, tg.Tensor):
+        shape, dtype = tuple(value.shape), value.dtype
+        if shape != node.shape or dtype != tinygrad_dtype(node.dtype):
+            raise EvaluationError(f"input {node.arg!r} is {node.dtype.name}{list(node.shape)} but the Tensor is "
+                                  f"{dtype.name}{list(shape)}")
+        return value if device is None else value.to(device)
+    array = np.asarray(value)
+    if array.shape != node.shape or array.dtype != node.dtype.np:
+        raise EvaluationError(f"input {node.arg!r} is {node.dtype.name}{list(node.shape)} but the value is "
+                              f"{array.dtype.name}{list(array.shape)}")
+    return tg.Tensor(np.ascontiguousarray(array), device=device)
+
+
+class _Runner:
+    """Evaluates nodes in topological order (iteratively); a call evaluates its body with
+    a runner of its own, the slots bound to the call's argument Tensors."""
+
+    def __init__(self, tg, device):
+        self.tg, self.device = tg, device
+        from tinygrad.uop.ops import Ops as TOps
+        self.tinygrad_ops = TOps
+
+    def run(self, roots: list[UOp], bound: dict) -> dict:
+        values = dict(bound)
+        for node in scope_toposort(roots):  # a call's body is run by the call, in its own scope
+            if node in values:
+                continue
+            if node.op == Ops.PARAM:
+                raise EvaluationError(f"no value for parameter {node.arg!r}")
+            rule = _RULES.get(node.op)
+            if rule is None:
+                raise EvaluationError(f"the tinygrad backend has no rule for {node.op}")
+            body = node.op in CALLS
+            values[node] = rule(self, node, [None if body and i == 0 else values[s] for i, s in enumerate(node.src)])
+        return values
+
+    def call(self, node: UOp, srcs: list) -> tuple:
+        """FUNCTION/CALL: the body TUPLE's elements, slot i bound to argument i."""
+        body, args = node.src[0], srcs[1:]
+        slots = {n: args[n.arg] for n in scope_toposort([body]) if n.op == Ops.PARAM and isinstance(n.arg, int)}
+        values = _Runner(self.tg, self.device).run([body], slots)
+        return values[body]
+
+    def const(self, node: UOp):
+        return self.tg.Tensor(node.arg, dtype=tinygrad_dtype(node.dtype), device=self.device)
+
+    def buffer(self, node: UOp):
+        return self.tg.Tensor(node.buffer_array().copy(), device=self.device)
+
+    def alu(self, op_name: str, a, *rest):
+        """Ops whose public functions round differently (a / b is a * (1/b) in tinygrad):
+        the op itself, through Tensor.alu."""
+        return a.alu(getattr(self.tinygrad_ops, op_name), *rest)
+
+
+def _reduce(run, node, srcs):
+    """keepdim reductions in the node's dtype; float16 sums accumulate in float32 (the format's
+    rule, and tinygrad's own default for half)."""
+    x, (op, axes) = srcs[0], node.arg
+    if op == "MAX":
+        return x.max(axes, keepdim=True)
+    if op == "MUL":
+        return x.prod(axes, keepdim=True, dtype=x.dtype)
+    return x.sum(axes, keepdim=True) if node.dtype.name == "float16" else x.sum(axes, keepdim=True, dtype=x.dtype)
+
+
+def _dtype(node):
+    return tinygrad_dtype(node.dtype)
+
+
+# node -> Tensor, given the source Tensors. Maths beside each row: the format's meaning.
+_RULES = {
+    Ops.CONST: lambda r, n, s: r.const(n),                                 # scalar of the node's dtype
+    Ops.BUFFER: lambda r, n, s: r.buffer(n),                               # embedded array
+    Ops.NOOP: lambda r, n, s: None,                                        # no value (a TUPLE element)
+    Ops.NEG: lambda r, n, s: -s[0],                                        # -x
+    Ops.RECIPROCAL: lambda r, n, s: s[0].reciprocal(),                     # 1/x
+    Ops.SQRT: lambda r, n, s: s[0].sqrt(),
+    Ops.EXP2: lambda r, n, s: s[0].exp2(),                                 # 2^x
+    Ops.LOG2: lambda r, n, s: s[0].log2(),
+    Ops.SIN: lambda r, n, s: s[0].sin(),
+    Ops.TRUNC: lambda r, n, s: s[0].trunc(),                               # toward zero
+    Ops.CAST: lambda r, n, s: s[0].cast(_dtype(n)),                        # value conversion
+    Ops.BITCAST: lambda r, n, s: s[0].bitcast(_dtype(n)),                  # same bytes
+    Ops.ADD: lambda r, n, s: s[0] + s[1],
+    Ops.SUB: lambda r, n, s: s[0] - s[1],
+    Ops.MUL: lambda r, n, s: s[0] * s[1],
+    Ops.FDIV: lambda r, n, s: r.alu("FDIV", s[0], s[1]),                   # a / b, one rounding
+    Ops.MAX: lambda r, n, s: s[0].maximum(s[1]),
+    Ops.POW: lambda r, n, s: s[0].pow(s[1]),                               # a^b
+    Ops.CDIV: lambda r, n, s: s[0].div(s[1], rounding_mode="trunc"),       # integers, toward zero
+    Ops.CMOD: lambda r, n, s: s[0].fmod(s[1]),                             # integers, dividend's sign
+    Ops.AND: lambda r, n, s: s[0] & s[1],
+    Ops.OR: lambda r, n, s: s[0] | s[1],
+    Ops.XOR: lambda r, n, s: s[0] ^ s[1],
+    Ops.SHL: lambda r, n, s: s[0] << s[1],
+    Ops.SHR: lambda r, n, s: s[0] >> s[1],
+    Ops.CMPLT: lambda r, n, s: s[0] < s[1],
+    Ops.CMPNE: lambda r, n, s: s[0].ne(s[1]),
+    Ops.CMPEQ: lambda r, n, s: s[0].eq(s[1]),
+    Ops.WHERE: lambda r, n, s: s[0].where(s[1], s[2]),                     # a where cond, else b
+    Ops.MULACC: lambda r, n, s: s[0] * s[1] + s[2],                        # a*b+c
+    Ops.REDUCE: _reduce,                                                   # reduced axes kept as 1
+    Ops.RESHAPE: lambda r, n, s: s[0].reshape(n.arg),
+    Ops.EXPAND: lambda r, n, s: s[0].expand(n.arg),                        # size-1 axes grow
+    Ops.PERMUTE: lambda r, n, s: s[0].permute(n.arg),
+    Ops.PAD: lambda r, n, s: s[0].pad(n.arg),                              # (before, after) zeros
+    Ops.SHRINK: lambda r, n, s: s[0].shrink(n.arg),                        # (start, end)
+    Ops.FLIP: lambda r, n, s: s[0].flip(tuple(i for i, f in enumerate(n.arg) if f)) if any(n.arg) else s[0],
+    Ops.CONTIGUOUS: lambda r, n, s: s[0].contiguous(),
+    Ops.CONTIGUOUS_BACKWARD: lambda r, n, s: s[0].contiguous_backward(),
+    Ops.DETACH: lambda r, n, s: s[0].detach(),
+    Ops.COPY: lambda r, n, s: s[0],                                        # one device here: the value
+    Ops.TUPLE: lambda r, n, s: tuple(s),
+    Ops.FUNCTION: lambda r, n, s: r.call(n, s),                            # body with slots bound
+    Ops.CALL: lambda r, n, s: r.call(n, s),                                # (its backward body is for diff)
+    Ops.GETTUPLE: lambda r, n, s: s[0][n.arg],
+    Ops.STORE: lambda r, n, s: s[1],                                       # the stored value
+    Ops.AFTER: lambda r, n, s: s[1],                                       # dest after the store
+}

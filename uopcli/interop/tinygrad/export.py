@@ -1,0 +1,333 @@
+"""tinygrad 0.14 Tensors (or bare UOps) -> Graph, and their data -> arrays.
+
+    from uopcli.interop.tinygrad import save
+    save("model.uop", outputs={"loss": loss}, inputs={"x": x}, state_dict=nn.state.get_state_dict(model))
+
+tinygrad 0.14's tensor-level graph is not format v1, which keeps tinygrad's earlier,
+explicit conventions. What the rows of `_RULES` map, each exactly (same values, same
+gradients):
+- elementwise sources broadcast numpy-style: each is reshaped and expanded to the result;
+- EXPAND prepends axes (shape = arg + source shape): a RESHAPE adding 1s, then EXPAND;
+- REDUCE (op, n) reduces the n leading axes and drops them: REDUCE over 0..n-1, RESHAPE;
+- PAD and SHRINK take (offset, size) per axis, and shapes are STACKs of CONSTs (`marg`);
+- weak dtypes (a Python number's): a weak CONST takes the dtype its user needs; a weak
+  computation runs at least at the default width and is cast to it (tinygrad's
+  commit rules), so the file only has concrete dtypes;
+- data: a BUFFER, and what a tensor's storage becomes (a RESHAPE or COPY of it, an assign's
+  AFTER, a CONTIGUOUS of random values) is an input of the graph, not a computation. Named
+  tensors (`inputs`, `state_dict`) become PARAMs of those names, others `buffer_0`, ...; all
+  their values are realized with tinygrad and returned (and saved beside the file as .npz);
+- COPY between devices is the value itself (the file has no devices).
+What has no counterpart (random bits not realized, multi-device ops, custom kernels,
+symbolic shapes) is refused with one line naming the tinygrad op and the Tensor function
+that made it. tinygrad's metadata (the Tensor function that made a node) becomes node
+metadata `name`; tinygrad 0.14 records no source location, so `loc` stays empty.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, NamedTuple
+
+from ...errors import UOpError
+from ...core.graph import Graph
+from ...core.ops import DType, dtypes, least_upper_dtype
+from ...core.uop import Metadata, UOp, next_serial, tag_new_nodes, valid_name
+from ._tinygrad import import_tinygrad, our_dtype
+from .export_rules import _rules
+
+
+class ExportError(UOpError):
+    """A tinygrad graph that the format cannot hold, or a bad inputs/outputs request."""
+
+
+class Exported(NamedTuple):
+    graph: Graph
+    values: dict  # input name -> numpy array (every input of the graph)
+
+
+# flags of the first pass
+_FREE = 1     # depends on no named input
+_RANDOM = 2   # computes random bits (THREEFRY)
+_DATA = 4     # a tensor's storage: an input of the graph
+
+
+def export(outputs: Mapping, inputs: Mapping | None = None, state_dict: Mapping | None = None) -> Exported:
+    """The Graph of `outputs` ({name: Tensor or UOp}) with `inputs` ({name: Tensor}) and
+    the tensors of `state_dict` ({key: Tensor}) as named inputs, and every input's value
+    (realized by tinygrad: lazy weights are computed now, as tinygrad would compute them).
+    Every one of `inputs` is an input of the graph, in order; state_dict tensors only where
+    the outputs reach them (BatchNorm's running statistics in training mode do not)."""
+    tg = import_tinygrad()
+    graph, walk, named = _translated(tg, outputs, inputs, state_dict)
+    return Exported(graph, _realize_values(tg, graph, walk, named))
+
+
+def to_graph(outputs: Mapping, inputs: Mapping | None = None, state_dict: Mapping | None = None) -> Graph:
+    """The Graph of `outputs` (see `export`), without realizing any value."""
+    tg = import_tinygrad()
+    return _translated(tg, outputs, inputs, state_dict)[0]
+
+
+def _translated(tg, outputs, inputs, state_dict):
+    outputs = _check_names(outputs, "output")
+    inputs = _check_names(inputs or {}, "input")
+    named = _named_uops(tg, inputs, dict(state_dict or {}))
+    walk = _Walk(tg, {uop: name for name, (uop, _) in named.items()})
+    roots = {name: _uop_of(tg, value, f"output {name!r}") for name, value in outputs.items()}
+    walk.classify(roots.values())
+    graph_outputs = {name: walk.translate(root, name) for name, root in roots.items()}
+    # the user's inputs all stay, in their order, used or not; the rest as reached
+    given = [walk.param(named[name][0], name) for name in inputs]
+    listed = set(given)
+    graph = Graph(graph_outputs, given + [p for p in walk.params if p not in listed],
+                  meta={"producer": "uopgrad tinygrad export", "tinygrad": _version()})
+    return graph, walk, named
+
+
+def save(path, outputs: Mapping, inputs: Mapping | None = None, state_dict: Mapping | None = None,
+         values_path=None) -> Exported:
+    """Export (see `export`) and write the graph to `path` and the inputs' values to
+    `values_path` (default: `path` with .npz for its suffix), both or neither."""
+    import os
+
+    from ...formats.atomic import write_atomically_together
+    from ...formats.uop import dumps
+    exported = export(outputs, inputs, state_dict)
+    path = os.fspath(path)
+    if values_path is None:
+        values_path = (path[:-4] if path.endswith(".uop") else path) + ".npz"
+    write_atomically_together([(path, dumps(exported.graph)), (os.fspath(values_path), npz_bytes(exported.values))])
+    return exported
+
+
+def npz_bytes(arrays: Mapping) -> bytes:
+    """An .npz archive of `arrays` (numpy.savez's layout), deterministic and without pickles."""
+    import io
+    import zipfile
+
+    import numpy as np
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for name, array in arrays.items():
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            with archive.open(info, "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asarray(array), allow_pickle=False)
+    return buffer.getvalue()
+
+
+# ----------------------------------------------------------------------------- names and values
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("tinygrad")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _check_names(mapping: Mapping, what: str) -> dict:
+    if not isinstance(mapping, Mapping):
+        raise ExportError(f"{what}s must be a dict of name -> tensor, got {type(mapping).__name__}")
+    for name in mapping:
+        if not isinstance(name, str) or not valid_name(name):
+            raise ExportError(f"{what} name {name!r} must be a non-empty string without '=', ',' or whitespace")
+    return dict(mapping)
+
+
+def _uop_of(tg, value, what: str):
+    if isinstance(value, tg.Tensor):
+        return value.uop
+    if isinstance(value, tg.UOp):
+        return value
+    raise ExportError(f"{what} must be a tinygrad Tensor or UOp, got {type(value).__name__}")
+
+
+def _named_uops(tg, inputs: dict, state_dict: dict) -> dict:
+    """name -> (tinygrad UOp, the Tensor or UOp given): `inputs` first, then state_dict
+    keys. A name in both collides; a tensor under two input names is refused; a state_dict
+    tensor already named (tied weights) keeps its first name."""
+    named: dict = {}
+    by_uop: dict = {}
+    for name, value in inputs.items():
+        uop = _uop_of(tg, value, f"input {name!r}")
+        if uop in by_uop:
+            raise ExportError(f"inputs {by_uop[uop]!r} and {name!r} are the same tensor: name it once")
+        named[name], by_uop[uop] = (uop, value), name
+    for key, value in state_dict.items():
+        if not isinstance(key, str) or not valid_name(key):
+            raise ExportError(f"state_dict key {key!r} is not a valid input name (no '=', ',' or whitespace)")
+        if key in named:
+            raise ExportError(f"input name {key!r} collides: it is given in inputs and is a state_dict key")
+        uop = _uop_of(tg, value, f"state_dict[{key!r}]")
+        if uop not in by_uop:
+            named[key], by_uop[uop] = (uop, value), key
+    return named
+
+
+def _realize_values(tg, graph: Graph, walk: "_Walk", named: dict) -> dict:
+    """Every input's value, realized by tinygrad in one schedule (named tensors as given,
+    data reached in the graph from its node)."""
+    tensors = {}
+    for param in graph.inputs:
+        name = param.arg
+        given = named.get(name, (None, None))[1]
+        tensors[name] = given if isinstance(given, tg.Tensor) else tg.Tensor(walk.source_of[name])
+    try:
+        tg.Tensor.realize(*tensors.values())
+        values = {name: t.numpy() for name, t in tensors.items()}
+    except Exception as e:  # noqa: BLE001 - tinygrad's own refusal (a device missing, a compiler failing)
+        raise ExportError(f"tinygrad could not compute the inputs' values: {type(e).__name__}: {e}") from None
+    for param in graph.inputs:
+        array = values[param.arg]
+        if array.dtype != param.dtype.np or tuple(array.shape) != param.shape:
+            raise ExportError(f"input {param.arg!r}: tinygrad gave {array.dtype}{list(array.shape)}, "
+                              f"the graph has {param.dtype.name}{list(param.shape)}")
+    return values
+
+
+# ----------------------------------------------------------------------------- the walk
+
+class _Walk:
+    """Two iterative passes over tinygrad's graph: `classify` marks what is data and what
+    depends on named inputs; `translate` builds our nodes, one rule per tinygrad op."""
+
+    def __init__(self, tg, names: dict):
+        from tinygrad.uop.ops import Ops as TOps
+        self.tg, self.T, self.names = tg, TOps, names
+        self.flags: dict = {}
+        self.memo: dict = {}
+        self.params: list[UOp] = []         # graph inputs in the order reached
+        self.source_of: dict[str, object] = {}  # input name -> the tinygrad node it stands for
+        self._param_of: dict = {}
+        self._data_chain = {TOps.RESHAPE, TOps.COPY, TOps.CONTIGUOUS, TOps.AFTER}
+        self._rules = _rules(TOps)
+        self._weak = set(tg.dtypes.weaks)
+        self._output = ""
+        self._buffers = 0
+        self._taken = set(names.values())
+
+    # -- first pass
+    def classify(self, roots) -> None:
+        T, flags, names = self.T, self.flags, self.names
+        stack = [(r, False) for r in roots]
+        while stack:
+            node, ready = stack.pop()
+            if node in flags:
+                continue
+            if node in names:
+                flags[node] = _DATA
+                continue
+            if not ready:
+                stack.append((node, True))
+                stack.extend((s, False) for s in node.src if s not in flags)
+                continue
+            free, random = True, node.op is T.THREEFRY
+            for s in node.src:
+                f = flags[s]
+                free = free and bool(f & _FREE)
+                random = random or bool(f & _RANDOM)
+            f = (_FREE if free else 0) | (_RANDOM if random else 0)
+            if free and (node.op is T.BUFFER or (node.op in self._data_chain and flags[node.src[0]] & _DATA)
+                         or (node.op is T.CONTIGUOUS and random)):
+                f |= _DATA
+            flags[node] = f
+
+    # -- second pass
+    def translate(self, root, output_name: str) -> UOp:
+        self._output = output_name
+        want = self._default(root.dtype) if root.dtype in self._weak else None
+        memo, flags = self.memo, self.flags
+        stack = [(root, want, False)]
+        while stack:
+            node, want, ready = stack.pop()
+            key = (node, want)
+            if key in memo:
+                continue
+            if flags.get(node, 0) & _DATA:
+                memo[key] = self.param(node, self.names.get(node))
+                continue
+            rule = self._rules.get(node.op)
+            if rule is None:
+                raise self._refuse(node, "has no counterpart in format v1")
+            sources = rule.sources(self, node, want)
+            if not ready:
+                stack.append((node, want, True))
+                stack.extend((s, w, False) for s, w in sources if (s, w) not in memo)
+                continue
+            memo[key] = self._build(rule, node, want, [memo[(s, w)] for s, w in sources])
+        return memo[(root, self._default(root.dtype) if root.dtype in self._weak else None)]
+
+    def _build(self, rule, node, want, srcs) -> UOp:
+        since = next_serial()
+        try:
+            result = rule.build(self, node, want, srcs)
+        except ExportError:
+            raise
+        except UOpError as e:
+            raise self._refuse(node, f"does not fit the format: {e}") from None
+        metadata = node.metadata
+        if metadata:
+            tag_new_nodes(result, since, Metadata(name=metadata[0].name))
+        return result
+
+    def param(self, node, name: str | None) -> UOp:
+        """The graph input standing for tinygrad data `node` (named, or buffer_0, ...)."""
+        found = self._param_of.get(node)
+        if found is not None:
+            return found
+        if node.dtype in self._weak:
+            raise self._refuse(node, f"input {name!r} has a weak dtype: give the tensor a concrete dtype")
+        dtype = self.dtype(node)
+        while name is None:  # buffer_0, buffer_1, ...: the next number no named input has
+            candidate = f"buffer_{self._buffers}"
+            self._buffers += 1
+            if candidate not in self._taken:
+                name = candidate
+        param = UOp.param(name, self.shape(node), dtype)
+        self._param_of[node] = param
+        self.source_of[name] = node
+        self.params.append(param)
+        return param
+
+    # -- helpers the rules use
+    def dtype(self, node) -> DType:
+        dtype = our_dtype(node.dtype)
+        if dtype is None:
+            raise self._refuse(node, f"has dtype {str(node.dtype).removeprefix('dtypes.')}, which format v1 does not have")
+        return dtype
+
+    def shape(self, node) -> tuple[int, ...]:
+        shape = node.shape
+        if not all(isinstance(s, int) for s in shape):
+            raise self._refuse(node, f"has a symbolic shape {shape}: bind the variables first")
+        return tuple(shape)
+
+    def marg(self, node):
+        arg = node.marg
+        flat = [a for pair in arg for a in (pair if isinstance(pair, tuple) else (pair,))]
+        if not all(isinstance(a, int) for a in flat):
+            raise self._refuse(node, f"has a symbolic argument {arg}: bind the variables first")
+        return arg
+
+    def is_weak(self, node) -> bool:
+        return node.dtype in self._weak
+
+    def _default(self, tg_dtype) -> DType:
+        return dtypes.default_float if tg_dtype is self.tg.dtypes.weakfloat else dtypes.default_int
+
+    def compute_dtype(self, node, want: DType) -> DType:
+        """Where a weak computation runs: its target, at least the default width of its kind."""
+        return least_upper_dtype(want, self._default(node.dtype))
+
+    def value_dtype(self, node, want) -> DType:
+        """The dtype `node` computes in: its own, or (weak) the width it commits to."""
+        return self.compute_dtype(node, want) if self.is_weak(node) else self.dtype(node)
+
+    def want(self, src, dtype: DType):
+        """The key a source is translated under: a weak source commits to `dtype`."""
+        return dtype if src.dtype in self._weak else None
+
+    def _refuse(self, node, why: str) -> ExportError:
+        made_by = f" (made by Tensor.{node.metadata[0].name})" if node.metadata else ""
+        return ExportError(f"cannot export tinygrad {node.op.name}{made_by}, reached from output "
+                           f"{self._output!r}: {why}")
