@@ -23,7 +23,7 @@ from functools import partial
 from typing import Iterable
 
 from ..errors import GradientError
-from .ops import Ops, dtypes
+from .ops import Ops, accumulation_dtype, dtypes
 from .uop import Metadata, UOp, make_shaped, next_serial, tag_new_nodes
 from .substitute import substitute
 from .walks import no_gc, on_a_deep_stack, scope_toposort
@@ -76,8 +76,9 @@ def _sum_axes(g: UOp, axes: tuple, shape: tuple) -> UOp:
     (as tinygrad does)."""
     if not axes:
         return g
-    if g.dtype is dtypes.float16:
-        return _cast(_reduce(_cast(g, dtypes.float32), "ADD", axes, shape), dtypes.float16)
+    wide = accumulation_dtype(g.dtype)
+    if wide is not g.dtype:
+        return _cast(_reduce(_cast(g, wide), "ADD", axes, shape), g.dtype)
     return _reduce(g, "ADD", axes, shape)
 
 

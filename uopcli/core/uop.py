@@ -22,7 +22,7 @@ from ..builder import COMPOSITES, CreationMixin, ElementwiseMixin, IndexingMixin
 from ..builder.common import reduce_axes, resolve_dim, varargs
 from ..builder.movement import cut_by_negative_padding, flat_padding_pairs, pad_from_inside
 from ..errors import GraphError
-from .ops import (CALLS, FLOAT_UNARY, DType, Ops, dtype_of, dtypes, least_upper_dtype, least_upper_float,
+from .ops import (CALLS, FLOAT_UNARY, DType, Ops, accumulation_dtype, dtype_of, dtypes, least_upper_dtype, least_upper_float,
                   python_dtype)
 from .promotion import (ON_BOOLS, PYTHON_NUMBERS, SHIFTS, describe_operand, floor_div_mod, one_axis,
                         reciprocal_division, true_division, wrapped)
@@ -377,8 +377,9 @@ class UOp(_Slots, ElementwiseMixin, MovementMixin, ReduceMixin, CreationMixin, N
         if self.dtype.is_bool or (self.dtype.is_int and self.dtype.itemsize < 4):
             wide = dtypes.uint32 if self.dtype.kind == "u" else dtypes.int32
             return self.cast(wide)._reduce("ADD", axis, keepdim)
-        if self.dtype is dtypes.float16:
-            return self.cast(dtypes.float32)._reduce("ADD", axis, keepdim).cast(dtypes.float16)
+        wide = accumulation_dtype(self.dtype)
+        if wide is not self.dtype:
+            return self.cast(wide)._reduce("ADD", axis, keepdim).cast(self.dtype)
         return self._reduce("ADD", axis, keepdim)
 
     def prod(self, axis=None, keepdim: bool = False, dtype=None) -> "UOp":
