@@ -27,16 +27,19 @@ from .ops import CALLS, Ops
 from .uop import CallArg, UOp
 
 _make = UOp.make
-_SAME = object()  # "the node's own arg"
 
 
-def rebuilt(node: UOp, src: tuple, keep_meta: bool = True, arg=_SAME) -> UOp:
-    """`node` made again on sources `src` (and `arg`, when given); with `keep_meta`, the
-    result takes `node`'s metadata if it has none yet (the first tag wins)."""
-    out = _make(node.op, node.dtype, src, node.arg if arg is _SAME else arg)
-    if keep_meta and out.meta is None and node.meta is not None:
+def rebuilt(node: UOp, src: tuple) -> UOp:
+    """`node` made again on sources `src`, keeping its metadata if the result has none
+    yet (the first tag wins): it still comes from the same front-end call."""
+    out = _make(node.op, node.dtype, src, node.arg)
+    if out.meta is None and node.meta is not None:
         out.set_meta(node.meta)
     return out
+
+
+def _rebuilt_bare(node: UOp, src: tuple) -> UOp:
+    return _make(node.op, node.dtype, src, node.arg)
 
 
 def substitute(roots: Sequence[UOp], mapping: Mapping[UOp, UOp], *, into_bodies: bool = True,
@@ -45,6 +48,7 @@ def substitute(roots: Sequence[UOp], mapping: Mapping[UOp, UOp], *, into_bodies:
     reaches a key rebuilt (see the module docstring for the options). The values are
     taken as they are: they are not substituted in turn."""
     done: dict[UOp, UOp] = dict(mapping)
+    rebuild = rebuilt if keep_meta else _rebuilt_bare
     stack = list(roots)
     push, pop = stack.append, stack.pop
     while stack:
@@ -70,11 +74,18 @@ def substitute(roots: Sequence[UOp], mapping: Mapping[UOp, UOp], *, into_bodies:
             new_src = (src[0], *[done[s] for s in src[1:]])
         else:
             new_src = tuple([done[s] for s in src])
-        new_grad = None if grad is None else done[grad]
-        if new_grad is not grad:
-            done[node] = rebuilt(node, new_src, keep_meta, CallArg(node.arg.name, new_grad))
+        if grad is not None and done[grad] is not grad:
+            done[node] = _with_backward(node, new_src, done[grad], keep_meta)
         elif new_src == src:
             done[node] = node
         else:
-            done[node] = rebuilt(node, new_src, keep_meta)
+            done[node] = rebuild(node, new_src)
     return [done[r] for r in roots]
+
+
+def _with_backward(call: UOp, src: tuple, grad: UOp, keep_meta: bool) -> UOp:
+    """A CALL rebuilt on `src` with backward body `grad`."""
+    out = _make(call.op, call.dtype, src, CallArg(call.arg.name, grad))
+    if keep_meta and out.meta is None and call.meta is not None:
+        out.set_meta(call.meta)
+    return out
