@@ -87,3 +87,29 @@ def test_a_million_node_chain_substitutes_at_the_default_recursion_limit():
     while out.op == Ops.SIN:
         out, depth = out.src[0], depth + 1
     assert depth == 1_000_000 and out is other
+
+
+# ----------------------------------------------------------------------------- the callers' options
+
+def test_the_gradients_closed_bodies_leave_a_nested_body_alone():
+    """Renumbering the slots a backward body reads (slot 1 to 0) must not reach a nested
+    function's body: its slot 1 is its own (the same interned node, another scope)."""
+    from uopcli.core.gradient import _closed_body
+    s0, s1 = UOp.slot(0, (3,)), UOp.slot(1, (3,))
+    inner = UOp.function("inner", [s1 * 2.0], [s1, s1])
+    (out,), slots = _closed_body([s1 + inner[0]])
+    assert slots == [s1]
+    assert out is s0 + UOp.function("inner", [s1 * 2.0], [s0, s0])[0]
+
+
+def test_check_freezes_a_detach_in_a_backward_body_too():
+    """freeze_detached swaps a DETACH for a BUFFER of its value wherever that node appears,
+    a CALL's backward body included."""
+    import numpy as np
+
+    from uopcli.tools.check import freeze_detached
+    x = _x("s")
+    frozen = UOp.buffer(np.arange(3, dtype=np.float32)).detach()
+    call = UOp.trace_call("c", lambda a: a * frozen, lambda a, g: g * frozen, x)
+    (out,) = freeze_detached([call[0].sum() + frozen.sum()], {})
+    assert not [n for n in out.toposort() if n.op == Ops.DETACH]
