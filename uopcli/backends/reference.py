@@ -27,7 +27,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..errors import EvaluationError
-from ..core.ops import Ops
+from ..core.ops import Ops, accumulation_np
 
 __all__ = ["reference_evaluate", "reference_evaluate_graph"]
 
@@ -65,7 +65,7 @@ def _reduce(kind: str, x, axes: tuple):
     if not axes:
         return x.copy()
     if kind == "ADD":
-        wide = np.float32 if x.dtype == np.float16 else x.dtype  # float16 sums accumulate in float32
+        wide = accumulation_np(x.dtype)  # float16 sums accumulate in float32
         total = np.sum(x, axis=axes, keepdims=True, dtype=wide).astype(x.dtype)
         if x.dtype.kind == "f" and all(x.shape[a] for a in axes):
             # IEEE: a sum of only -0.0 is -0.0 (numpy's contiguous sums start from +0.0)

@@ -23,8 +23,9 @@ from functools import partial
 from typing import Iterable
 
 from ..errors import GradientError
-from .ops import Ops, dtypes
+from .ops import Ops, accumulation_dtype, dtypes
 from .uop import Metadata, UOp, make_shaped, next_serial, tag_new_nodes
+from .substitute import substitute
 from .walks import no_gc, on_a_deep_stack, scope_toposort
 
 _make = UOp.make
@@ -75,8 +76,9 @@ def _sum_axes(g: UOp, axes: tuple, shape: tuple) -> UOp:
     (as tinygrad does)."""
     if not axes:
         return g
-    if g.dtype is dtypes.float16:
-        return _cast(_reduce(_cast(g, dtypes.float32), "ADD", axes, shape), dtypes.float16)
+    wide = accumulation_dtype(g.dtype)
+    if wide is not g.dtype:
+        return _cast(_reduce(_cast(g, wide), "ADD", axes, shape), g.dtype)
     return _reduce(g, "ADD", axes, shape)
 
 
@@ -592,7 +594,8 @@ def _closed_body(outputs: list[UOp]) -> tuple[list[UOp], list[UOp]]:
     order = sorted(used)
     if order != list(range(len(order))):
         renumbered = {used[old]: UOp.slot(new, used[old].shape, used[old].dtype) for new, old in enumerate(order)}
-        outputs = _substitute(outputs, renumbered)
+        # nested bodies are closed: their own slots stay; the caller tags the new nodes
+        outputs = substitute(outputs, renumbered, into_bodies=False)
     return outputs, [used[i] for i in order]
 
 
@@ -607,30 +610,3 @@ def _bind(name: str, closed: tuple[list[UOp], list[UOp]], values: tuple[UOp, ...
 def _slots_read(roots: list[UOp]) -> dict[int, UOp]:
     """slot -> PARAM for the slot PARAMs `roots` read (not inside nested call bodies)."""
     return {node.arg: node for node in scope_toposort(roots) if node.op == Ops.PARAM and isinstance(node.arg, int)}
-
-
-def _substitute(roots: list[UOp], mapping: dict[UOp, UOp]) -> list[UOp]:
-    """`roots` with each key of `mapping` replaced by its value (iterative; nested call
-    bodies are closed and stay as they are). Rebuilt nodes are left untagged: the caller's
-    tagging gives them, and the new slots under them, the metadata of the call."""
-    done: dict[UOp, UOp] = dict(mapping)
-    stack = list(roots)
-    while stack:
-        node = stack[-1]
-        if node in done:
-            stack.pop()
-            continue
-        src = node.src
-        keep_body = node.op in _CALL_OPS
-        children = src[1:] if keep_body else src
-        pending = [s for s in children if s not in done]
-        if pending:
-            stack.extend(pending)
-            continue
-        stack.pop()
-        new_src = tuple(s if keep_body and i == 0 else done[s] for i, s in enumerate(src))
-        if new_src == src:
-            done[node] = node
-            continue
-        done[node] = _make(node.op, node.dtype, new_src, node.arg)
-    return [done[r] for r in roots]

@@ -220,6 +220,27 @@ def least_upper_float(dtype: DType) -> DType:
     return dtype if dtype.is_float else least_upper_dtype(dtype, dtypes.default_float)
 
 
+# Sums of float16 add up in float32 and round back once, as tinygrad's kernels do (its
+# Tensor.sum casts up and back): a float16 running total would drop every addend below
+# its ulp. The builder's sum and the gradient's sums spell it in the graph (CAST, REDUCE
+# ADD, CAST back); the evaluators add up every float16 REDUCE ADD, contraction and
+# scatter-add in it. The rule, stated once: the dtype each dtype's sums accumulate in.
+_ACCUMULATES_IN: dict[DType, DType] = {dtypes.float16: dtypes.float32}
+_ACCUMULATES_IN_NP: dict = {}  # the same for numpy dtypes, made on first use (numpy is lazy)
+
+
+def accumulation_dtype(dtype: DType) -> DType:
+    """The dtype a sum of `dtype` values accumulates in: float32 for float16, else `dtype`."""
+    return _ACCUMULATES_IN.get(dtype, dtype)
+
+
+def accumulation_np(np_dtype):
+    """accumulation_dtype for a numpy dtype (an evaluator's array): float32 for float16."""
+    if not _ACCUMULATES_IN_NP:
+        _ACCUMULATES_IN_NP.update({narrow.np: wide.np for narrow, wide in _ACCUMULATES_IN.items()})
+    return _ACCUMULATES_IN_NP.get(np_dtype, np_dtype)
+
+
 def dtype_of(name_or_dtype) -> DType:
     """A DType from a DType, its name, or a numpy dtype."""
     if isinstance(name_or_dtype, DType):

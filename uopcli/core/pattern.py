@@ -26,6 +26,7 @@ from typing import Callable, Iterable, Sequence
 
 from ..errors import UOpError
 from .ops import DType, Ops
+from .substitute import rebuilt
 from .uop import UOp
 from .walks import no_gc
 
@@ -182,11 +183,11 @@ def _graph_rewrite(root: UOp, pm: PatternMatcher, ctx) -> UOp:
         elif st == _SOURCES_PUSHED:  # sources done: rebuild on them, then apply the rules
             src = node.src
             new_src = tuple(map(done.__getitem__, src))
-            rebuilt = node if new_src == src else _rebuild(node, new_src)
-            out = rewrite(rebuilt, ctx)
-            if out is None or out is rebuilt:
-                done[node] = rebuilt
-                done[rebuilt] = rebuilt
+            current = node if new_src == src else rebuilt(node, new_src)  # metadata kept
+            out = rewrite(current, ctx)
+            if out is None or out is current:
+                done[node] = current
+                done[current] = current
                 pop()
             elif out in done:
                 done[node] = done[out]
@@ -204,13 +205,6 @@ def _graph_rewrite(root: UOp, pm: PatternMatcher, ctx) -> UOp:
 
 
 _SOURCES_PUSHED, _AWAITING = 1, 2
-
-
-def _rebuild(node: UOp, src: tuple) -> UOp:
-    rebuilt = UOp.make(node.op, node.dtype, src, node.arg)
-    if rebuilt.meta is None and node.meta is not None:
-        rebuilt.set_meta(node.meta)  # a rebuilt node still comes from the same front-end call
-    return rebuilt
 
 
 def _loop_error(node: UOp) -> UOpError:

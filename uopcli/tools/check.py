@@ -48,6 +48,7 @@ from ..errors import EvaluationError
 from ..core.graph import Graph
 from ..core.ops import CALLS, Ops, dtypes
 from .inspect import counted
+from ..core.substitute import substitute
 from ..core.uop import CallArg, UOp
 from ..core.walks import scope_sources, toposort
 
@@ -287,7 +288,7 @@ def freeze_detached(outputs: list[UOp], values: Mapping) -> list[UOp]:
     if not detached:
         return outputs
     frozen = {node: UOp.buffer(value) for node, value in zip(detached, reference_evaluate(detached, values))}
-    return [_substituted(out, frozen) for out in outputs]
+    return substitute(outputs, frozen, into_bodies=True, into_backward=True)
 
 
 def _main_scope(roots: list[UOp]) -> list[UOp]:
@@ -301,22 +302,6 @@ def _main_scope(roots: list[UOp]) -> list[UOp]:
                 seen.add(s)
                 stack.append(s)
     return order
-
-
-def _substituted(root: UOp, replace: dict) -> UOp:
-    """`root` rebuilt with the nodes in `replace` swapped for their replacements."""
-    new: dict[UOp, UOp] = {}
-    for node in toposort([root]):
-        if node in replace:
-            new[node] = replace[node]
-            continue
-        src = tuple(new[s] for s in node.src)
-        arg = node.arg
-        if node.op == Ops.CALL and arg.grad is not None and new[arg.grad] is not arg.grad:
-            arg = CallArg(arg.name, new[arg.grad])
-        same = arg is node.arg and all(a is b for a, b in zip(src, node.src))
-        new[node] = node if same else UOp.make(node.op, node.dtype, src, arg)
-    return new[root]
 
 
 # ----------------------------------------------------------------------------- float64

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from ...core.ops import Ops
+from ...core.ops import Ops, accumulation_dtype
 from .passes.broadcast import OnBroadcast
 from .table import IMPL, const_value, reduce_values
 
@@ -171,7 +171,7 @@ def _scattered(node, picked, classes, inside, axis: int, summed: int):
     class, np.add.at into a -0.0 start (so a sum of only -0.0 stays -0.0), then +0.0 added
     where some masked-out element was summed; float16 accumulates in float32, as REDUCE
     ADD does. Values summed at one class round in index order, as any contraction's."""
-    compute = np.float32 if node.dtype.np == np.float16 else node.dtype.np
+    compute = accumulation_dtype(node.dtype).np
     out = np.full(node.shape, -0.0 if node.dtype.is_float else 0, dtype=compute)
     place = np.zeros(picked.shape, dtype=np.intp)  # flat position in `out` of each picked value
     step = 1
@@ -221,7 +221,7 @@ def _factor_view(value, full_shape) -> tuple[np.ndarray, list[int]]:
 
 def _contract_term(values, full_shape, reduced, node, scratch: list, outer: tuple = ()):
     dtype = node.dtype.np
-    compute = np.dtype(np.float32) if dtype == np.float16 else dtype  # float16 sums accumulate in float32
+    compute = accumulation_dtype(node.dtype).np  # float16 sums accumulate in float32
     scale = None
     operands = []
     for value in values:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ...core.ops import Ops
+from ...core.ops import Ops, accumulation_dtype
 
 MAX_CHAIN = 16        # ops followed back from one node: chains in real graphs are a few ops long
 MAX_SCATTER_LOOPS = 4096  # strided adds one scatter may take (a 3x3 conv's input gradient takes 9)
@@ -243,7 +243,7 @@ class StridedScatter:
         self.looped, self.summed = looped, summed
 
     def __call__(self, node, g):
-        compute = np.float32 if node.dtype.np == np.float16 else node.dtype.np  # float16 sums in float32
+        compute = accumulation_dtype(node.dtype).np  # float16 sums in float32
         g = np.asarray(g).astype(compute, copy=False)
         out = np.zeros(node.shape, dtype=compute)
         if self.summed:

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from ...core.ops import Ops
+from ...core.ops import Ops, accumulation_dtype, accumulation_np
 
 
 # ----------------------------------------------------------------------------- op helpers
@@ -137,8 +137,9 @@ def reduce_values(node, x):
     if _reduce_by_positions_pays(x, axes):
         return _reduce_by_positions(node, x, op, axes)
     if op == "ADD":
-        if node.dtype.itemsize == 2 and node.dtype.is_float:  # float16 sums accumulate in float32
-            return _keep_negative_zero(np.sum(x, axis=axes, keepdims=True, dtype=np.float32).astype(np.float16), x, axes)
+        wide = accumulation_dtype(node.dtype)
+        if wide is not node.dtype:  # float16 sums accumulate in float32
+            return _keep_negative_zero(np.sum(x, axis=axes, keepdims=True, dtype=wide.np).astype(node.dtype.np), x, axes)
         total = np.sum(x, axis=axes, keepdims=True, dtype=x.dtype)  # ints wrap in their own dtype
         return _keep_negative_zero(total, x, axes) if node.dtype.is_float else total
     if op == "MUL":
@@ -167,7 +168,7 @@ def _reduce_by_positions(node, x, op, axes):
     """The REDUCE as a running np.add/multiply/maximum over its reduced positions, one
     slice each (float16 sums accumulate in float32, as reduce_values's)."""
     ufunc = {"ADD": np.add, "MUL": np.multiply, "MAX": np.maximum}[op]
-    compute = np.float32 if op == "ADD" and x.dtype == np.float16 else x.dtype
+    compute = accumulation_np(x.dtype) if op == "ADD" else x.dtype
     index = [slice(None)] * x.ndim
     out = None
     for position in itertools.product(*(range(x.shape[a]) for a in axes)):

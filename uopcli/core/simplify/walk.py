@@ -21,6 +21,7 @@ from typing import Sequence
 
 from ...errors import UOpError
 from ..pattern import _ANY, PatternMatcher
+from ..substitute import rebuilt
 from ..uop import UOp, next_serial, tag_new_nodes
 from ..walks import no_gc, toposort
 
@@ -126,17 +127,17 @@ class Rewriter:
                 if n_src == 2:
                     a, b = done[src[0]], done[src[1]]
                     if a is not src[0] or b is not src[1]:
-                        node = _rebuild(original, (a, b))
+                        node = rebuilt(original, (a, b))
                     key = (node.op, node.dtype, a.op, b.op)
                 elif n_src == 1:
                     a = done[src[0]]
                     if a is not src[0]:
-                        node = _rebuild(original, (a,))
+                        node = rebuilt(original, (a,))
                     key = (node.op, node.dtype, a.op)
                 elif n_src:
                     new_src = tuple([done[s] for s in src])
                     if new_src != src:
-                        node = _rebuild(original, new_src)
+                        node = rebuilt(original, new_src)
                     key = (node.op, node.dtype, *[s.op for s in new_src])
                 else:
                     key = (node.op, node.dtype)
@@ -180,7 +181,7 @@ class Rewriter:
             return node
         new_src = tuple([s if done.get(s) is s else done.get(s) or self._final(
             self._settle_sources(s, ctx, done, depth + 1), ctx, done, depth + 1) for s in src])
-        return node if new_src == src else _rebuild(node, new_src)
+        return node if new_src == src else rebuilt(node, new_src)
 
 
 def _apply(rows: list, node: UOp, ctx) -> UOp | None:
@@ -197,10 +198,3 @@ def _apply(rows: list, node: UOp, ctx) -> UOp | None:
         if out is not None and out is not node:
             return out
     return None
-
-
-def _rebuild(node: UOp, src: tuple) -> UOp:
-    rebuilt = UOp.make(node.op, node.dtype, src, node.arg)
-    if rebuilt.meta is None and node.meta is not None:
-        rebuilt.set_meta(node.meta)  # a rebuilt node still comes from the same front-end call
-    return rebuilt

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from ....core.ops import Ops, dtypes
+from ....core.ops import Ops, accumulation_dtype
 from ..contraction import LETTERS, Contraction
 from ..program import NEW, Program, read_counts
 from ..table import IMPL
@@ -118,8 +118,7 @@ def _sum_of_products(root: int, producer: dict, reads: list):
             continue
         absorbed = []
         widen = absorbable(reg, Ops.CAST)
-        if widen is not None and widen.node.dtype is dtypes.float32 and widen.node.src[0].dtype is dtypes.float16 \
-                and absorbable(widen.sources[0], Ops.MUL) is not None:
+        if widen is not None and _widens_to_accumulate(widen.node) and absorbable(widen.sources[0], Ops.MUL) is not None:
             # float16 gradients sum float16 products in float32 (CAST, REDUCE, CAST back): the
             # contraction multiplies in float32 too, so products skip one float16 rounding
             absorbed.append(id(widen))
@@ -138,3 +137,10 @@ def _sum_of_products(root: int, producer: dict, reads: list):
         return None
     terms[0] = (terms[0][0] + absorbed_adds, terms[0][1])
     return terms
+
+
+def _widens_to_accumulate(cast) -> bool:
+    """Whether a CAST widens its source to the dtype that source's sums accumulate in
+    (float16 to float32): the first step of a float16 sum as the graph spells it."""
+    narrow = cast.src[0].dtype
+    return cast.dtype is not narrow and cast.dtype is accumulation_dtype(narrow)
