@@ -22,9 +22,9 @@ import time
 
 import click
 
-from . import __version__
-from .formats.atomic import descriptor_named, write_all, write_atomically_together
-from .errors import UOpError
+from .. import __version__
+from ..formats.atomic import descriptor_named, write_all, write_atomically_together
+from ..errors import UOpError
 
 PROG = "uopgrad"
 EXIT_FAILURE = 1
@@ -116,7 +116,7 @@ def _descriptor(stream) -> int | None:
 
 
 def _descriptor_text(fd: int, name: str, encoding: str, errors: str, line_buffering: bool):
-    from .formats.atomic import DescriptorWriter
+    from ..formats.atomic import DescriptorWriter
     return io.TextIOWrapper(io.BufferedWriter(DescriptorWriter(fd, name), 1 << 16), encoding=encoding,
                             errors=errors, line_buffering=line_buffering)
 
@@ -177,7 +177,7 @@ def _set_flag(ctx: click.Context, param: click.Parameter, value: bool) -> None:
 
 def _set_limits(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> None:
     """--limit NAME=N (repeatable): a reader limit of formats.uop.Limits for this command."""
-    from .formats.uop import Limits
+    from ..formats.uop import Limits
     chosen = ctx.meta.setdefault("uopgrad.limits", {})
     for text in values:
         name, _, number = text.partition("=")
@@ -208,7 +208,7 @@ def _set_shapes(ctx: click.Context, param: click.Parameter, values: tuple[str, .
 
 def _limits():
     """The reader limits: the defaults, with what --limit raised or lowered."""
-    from .formats.uop import DEFAULT_LIMITS
+    from ..formats.uop import DEFAULT_LIMITS
     ctx = click.get_current_context(silent=True)
     chosen = ctx.meta.get("uopgrad.limits") if ctx else None
     return DEFAULT_LIMITS._replace(**chosen) if chosen else DEFAULT_LIMITS
@@ -316,7 +316,7 @@ def main():
 
 def _read_graph(path: str, remember: bool = True):
     """(Graph, raw bytes) from a path or `-` (stdin); an .onnx path is imported (interop/onnx)."""
-    from .formats.uop import loads, read_bytes
+    from ..formats.uop import loads, read_bytes
     display = "<stdin>" if path == "-" else path
     if remember:
         click.get_current_context().meta["uopgrad.file"] = display
@@ -397,7 +397,7 @@ def _read_onnx(path: str):
         import onnx  # noqa: F401 - only to say what is missing
     except ImportError:
         raise CommandFailed(f"{path}: reading ONNX models needs the onnx package: pip install 'uopgrad[onnx]'") from None
-    from .interop.onnx.importer import load_onnx
+    from ..interop.onnx.importer import load_onnx
     ctx = click.get_current_context()
     graph, weights = load_onnx(path, ctx.meta.get("uopgrad.shapes"))
     ctx.meta["uopgrad.weights"] = weights
@@ -434,7 +434,7 @@ def _given(name: str) -> bool:
 def _check_specs(ctx, param, specs: tuple) -> tuple:
     """-i values look like NAME=VALUE or data.npz (values.split_spec): a usage error otherwise (exit 2),
     before any reading."""
-    from .tools.values import split_spec
+    from ..tools.values import split_spec
     for spec in specs:
         try:
             split_spec(spec)
@@ -468,10 +468,10 @@ def _graph_data(graph, form: str, opset: int | None):
     bytes, where an ONNX model IN's weights are initializers, as in IN: the file runs
     given only the model's own inputs (and cotangents)."""
     if form != "onnx":
-        from .formats.uop import dump_parts
+        from ..formats.uop import dump_parts
         return dump_parts(graph, form)
     try:
-        from .interop.onnx.exporter import onnx_bytes
+        from ..interop.onnx.exporter import onnx_bytes
     except ModuleNotFoundError as e:
         raise CommandFailed(f"writing ONNX needs the {e.name} package, which is not installed: "
                             "pip install 'uopgrad[onnx]'") from None
@@ -580,7 +580,7 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats, 
     --cotangent input), so the same -i values feed both files. Targets whose gradient is
     identically zero are reported on stderr, with the reason.
     """
-    from .tools.differentiate import differentiate
+    from ..tools.differentiate import differentiate
     form = _uop_form(output)
     _check_opset(form, opset)
     _refuse_binary_terminal(output, form, "give -o FILE")
@@ -627,7 +627,7 @@ def simplify(source, output, exact):
     gradients of sigmoid, tanh, gelu, ... finite where tinygrad's are). Inputs, outputs
     and node metadata are kept; the node counts before and after go to stderr.
     """
-    from .formats.uop import dump_parts
+    from ..formats.uop import dump_parts
     form = _uop_form(output)
     _refuse_binary_terminal(output, form, "give -o FILE")
     graph, _ = _read_graph(source)
@@ -638,7 +638,7 @@ def simplify(source, output, exact):
 
 
 def _simplified(graph, exact: bool = False):
-    from .core.simplify import simplify as simplified
+    from ..core.simplify import simplify as simplified
     return simplified(graph, exact=exact)
 
 
@@ -682,8 +682,8 @@ def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep
         raise click.UsageError("--keep-intermediates stores node values in -o OUT.npz: give -o too")
     if output:
         _refuse_binary_terminal(output, "npz", "give -o OUT.npz")
-    from .backends.numpy import EvalStats, evaluate_graph
-    from .tools.values import gather_inputs
+    from ..backends.numpy import EvalStats, evaluate_graph
+    from ..tools.values import gather_inputs
     with _Steps("reading", "evaluating") as steps:
         graph, _ = _read_graph(source)
         inputs = gather_inputs(graph.inputs, specs, seed if use_random else None, defaults=_onnx_weights())
@@ -698,7 +698,7 @@ def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep
     if output:
         arrays = {name: a for name, a in _elements(results).items() if a is not None}
         if keep_intermediates:  # --keep-intermediates: every node's value too (tools/intermediates.py)
-            from .tools.intermediates import with_intermediates
+            from ..tools.intermediates import with_intermediates
             arrays = with_intermediates(graph, inputs, arrays)
         _write(output, npz_bytes(arrays))
         if eval_stats is not None:
@@ -727,7 +727,7 @@ def _check_backend(backend: str, device: str | None, stats: bool, keep_intermedi
     if keep_intermediates:
         raise click.UsageError("--keep-intermediates evaluates every node with the numpy evaluator: "
                                "not with --backend tinygrad")
-    from .interop.tinygrad import TinygradMissing, import_tinygrad
+    from ..interop.tinygrad import TinygradMissing, import_tinygrad
     try:
         import_tinygrad()
     except TinygradMissing as e:
@@ -735,7 +735,7 @@ def _check_backend(backend: str, device: str | None, stats: bool, keep_intermedi
 
 
 def _evaluate_on_tinygrad(graph, inputs: dict, device: str | None, simplify: str) -> dict:
-    from .interop.tinygrad import close_compile_workers, evaluate_on_tinygrad
+    from ..interop.tinygrad import close_compile_workers, evaluate_on_tinygrad
     try:
         return evaluate_on_tinygrad(graph, inputs, device, simplify=simplify)
     finally:
@@ -878,8 +878,8 @@ def check(source, wrt, of_, specs, seed, samples, as_json, literal):
     |analytic - numeric| > 1e-6*max(1,|L|) + 1e-4*max(|analytic|,|numeric|). Exit status 1
     when any target fails.
     """
-    from .tools.check import check_gradients
-    from .tools.values import gather_inputs
+    from ..tools.check import check_gradients
+    from ..tools.values import gather_inputs
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     graph, _ = _read_graph(source)
     given = gather_inputs(graph.inputs, specs, seed, defaults=_onnx_weights())
@@ -913,7 +913,7 @@ def info(source, as_json):
     """Node count, count per op, inputs and outputs with shape and dtype, depth, total input
     elements, embedded bytes, an estimate of floating-point operations, and the sha256 of
     the graph's canonical bytes."""
-    from .tools.inspect import graph_info, info_text
+    from ..tools.inspect import graph_info, info_text
     graph, _ = _read_graph(source)
     stats = graph_info(graph)
     if as_json:
@@ -930,7 +930,7 @@ def info(source, as_json):
 def print_(source):
     """List IN's nodes in file order, one a line (`%12 = MUL float32[32,64] %10 %11  #
     relu, backward`), function bodies indented, then the outputs."""
-    from .tools.inspect import listing
+    from ..tools.inspect import listing
     graph, _ = _read_graph(source)
     out = sys.stdout
     for line in listing(graph):
@@ -968,7 +968,7 @@ def convert(source, output, to, opset):
 def validate(source):
     """Read IN as the format contract requires; print `ok` and its counts, or the error
     (exit status 1)."""
-    from .tools.inspect import counted
+    from ..tools.inspect import counted
     graph, _ = _read_graph(source)
     counts = (counted(len(graph.nodes()), "node"), counted(len(graph.inputs), "input"),
               counted(len(graph.outputs), "output"))
@@ -1012,7 +1012,7 @@ def render(source, output, fmt, max_nodes, outputs, around, depth, collapse_func
         raise click.UsageError("--depth is the distance for --around: give --around NAME too")
     fmt = fmt or _render_format(output)
     _refuse_binary_terminal(output, fmt, "give -o FILE")
-    from .views.graphviz import render as draw
+    from ..views.graphviz import render as draw
     graph, _ = _read_graph(source)
     options = {"outputs": _names(outputs, "--outputs") or None, "around": around, "depth": depth,
                "collapse_functions": collapse_functions}
@@ -1040,9 +1040,9 @@ def _html_page(source: str, outputs: str | None, values_path: str | None, *, max
         if given:
             raise click.UsageError(f"{option} is for static pictures; the html page holds every node "
                                    f"(use its search and focus)")
-    from .core.graph import Graph
-    from .views.html.page import page_html
-    from .views.html.values import value_stats
+    from ..core.graph import Graph
+    from ..views.html.page import page_html
+    from ..views.html.values import value_stats
     graph, _ = _read_graph(source)
     names = _names(outputs, "--outputs")
     if names:
@@ -1085,5 +1085,5 @@ def _has_display() -> bool:
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
-if __name__ == "__main__":  # python -m uopcli.cli
+if __name__ == "__main__":  # python -m uopcli.cli.app
     main()
