@@ -47,3 +47,13 @@ def test_the_readme_python_example_computes_the_gradient():
     np.testing.assert_allclose(out["grad_w"], 2 * (xs @ ws) * xs, rtol=1e-6)
     again = uopcli.load(uopcli.save(graph))
     assert again.output_names == ["grad_w"] and again.input_names == ["x", "w"]
+
+
+def test_the_command_package_registers_every_command_and_leaves_numpy_to_their_bodies():
+    """uopcli.cli is a package (app, io, output, commands/): importing it registers every command
+    on the group, and numpy, graphviz and the optional packages wait for the commands that use
+    them (`uopgrad info` starts in well under 100 ms)."""
+    code = ("import sys, uopcli.cli; print(' '.join(sorted(uopcli.cli.main.commands))); "
+            "print(sorted(m for m in ('numpy', 'graphviz', 'onnx', 'tinygrad') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["check convert diff eval info print render simplify validate view", "[]"]

@@ -1,0 +1,5 @@
+"""python -m uopcli.cli: the `uopgrad` command."""
+
+from . import main
+
+main()

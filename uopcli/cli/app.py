@@ -1,0 +1,322 @@
+"""The `uopgrad` group and what every command shares: a thin click layer over the library,
+built for shell pipelines (the commands themselves are in commands/).
+
+- IN and OUT may be `-` (stdin / stdout); binary output to a terminal is refused (io.py).
+- Outputs are written atomically (a temporary file beside the target, then os.replace):
+  a failing command writes nothing and leaves an existing file alone; -o may name IN.
+- Exit status 0 success, 1 bad input or a failed check, 2 wrong usage; every error is one
+  line `uopgrad: error: ...` naming the file (and the node, where the library names one);
+  a traceback only with --debug.
+- Start-up matters (`uopgrad info` within 100 ms, whole process): numpy, graphviz, the
+  gradient and the evaluator are imported inside the commands that use them.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import io
+import os
+import sys
+
+import click
+
+from .. import __version__
+from ..errors import UOpError
+
+PROG = "uopgrad"
+EXIT_FAILURE = 1
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click >= 8.2
+
+
+class CommandFailed(click.ClickException):
+    """Bad input or a failed command: one line on stderr, exit status 1."""
+    exit_code = EXIT_FAILURE
+
+
+# ----------------------------------------------------------------------------- the group
+
+class _Group(click.Group):
+    """Turns every error into one `uopgrad: error: ...` line with the right exit status.
+
+    Called as the console script (`__call__`) it also pauses the cyclic garbage collector
+    (UOp graphs are acyclic: scanning them finds nothing) and ends the process with
+    os._exit after flushing, skipping the teardown of large graphs. Called through
+    `.main()` (click's CliRunner) it returns normally."""
+
+    def __call__(self, *args, **kwargs):
+        gc.disable()
+        _whole_standard_streams()
+        _stop_on_signals()
+        try:
+            code = self.main(*args, **{**kwargs, "standalone_mode": False})
+        except SystemExit as e:  # sys.exit inside a command
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_FAILURE)
+        if not _flush_streams(say_why=code == 0):  # a failed command has said what failed
+            code = code or EXIT_FAILURE
+        os._exit(code)
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            result = super().main(args, PROG, complete_var, standalone_mode=False, **extra)
+            code = result if isinstance(result, int) else 0
+        except click.exceptions.Abort as e:
+            stopped_by = getattr(e.__cause__, "signal_name", None)
+            _error_line("interrupted" if stopped_by is None else f"stopped by {stopped_by}")
+            code = EXIT_FAILURE
+        except _NO_ARGS_IS_HELP as e:  # bare `uopgrad`: the help, as a usage error
+            click.echo(e.ctx.get_help() if e.ctx else e.format_message(), err=True)
+            code = e.exit_code
+        except click.ClickException as e:
+            _error_line(_one_line(e))
+            code = e.exit_code
+        except BrokenPipeError:
+            # the reader went away (`uopgrad print big.uop | head`): not our failure to report
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            code = EXIT_FAILURE
+        except OSError as e:  # --help or --version (printed while the options are read) to a full disk
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # what is still buffered goes nowhere, not to a traceback
+            _error_line(f"cannot write to stdout: {e.strerror or e}")
+            code = EXIT_FAILURE
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+def _whole_standard_streams() -> None:
+    """Put stdout on an atomic.DescriptorWriter: it writes everything or fails naming
+    <stdout>. A closed stdout or stderr (`>&-`) gets /dev/null on its descriptor, so that
+    no file opened later takes that number: read-only for stdout, whose every write then
+    fails (EBADF), write-only for stderr, which stays silent."""
+    for fd, name, flags in ((1, "stdout", os.O_RDONLY), (2, "stderr", os.O_WRONLY)):
+        if getattr(sys, name) is None:
+            devnull = os.open(os.devnull, flags)
+            if devnull != fd:
+                os.dup2(devnull, fd)
+                os.close(devnull)
+            setattr(sys, name, _descriptor_text(fd, f"<{name}>", "utf-8", "strict", False))
+    stdout = sys.stdout
+    if isinstance(stdout, io.TextIOWrapper) and _descriptor(stdout) == 1:
+        stdout.flush()
+        sys.stdout = _descriptor_text(1, "<stdout>", stdout.encoding, stdout.errors, stdout.line_buffering)
+
+
+def _descriptor(stream) -> int | None:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _descriptor_text(fd: int, name: str, encoding: str, errors: str, line_buffering: bool):
+    from ..formats.atomic import DescriptorWriter
+    return io.TextIOWrapper(io.BufferedWriter(DescriptorWriter(fd, name), 1 << 16), encoding=encoding,
+                            errors=errors, line_buffering=line_buffering)
+
+
+def _one_line(e: click.ClickException) -> str:
+    message = " ".join(e.format_message().split())
+    if isinstance(e, click.UsageError) and e.ctx is not None:
+        message += f" (see '{e.ctx.command_path} --help')"
+    return message
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the process is, as ^C's KeyboardInterrupt is: the
+    same unwinding removes every temporary file, and the command says one line."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+def _stop_on_signals() -> None:
+    """Turn SIGTERM and SIGHUP (a CI job's timeout, a closed terminal) into Stopped; their
+    default action ends the process at once and leaves a half-written temporary file."""
+    import signal
+
+    def stop(signum, frame):
+        raise Stopped(signal.Signals(signum).name)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop)
+
+
+def _error_line(message: str) -> None:
+    click.echo(f"{PROG}: error: {message}", err=True)
+
+
+def _flush_streams(say_why: bool = True) -> bool:
+    """Flush stdout and stderr (os._exit will not); False when stdout could not take it
+    (said on stderr if `say_why`, but for a reader that went away: `| head` is no failure
+    to report)."""
+    ok = True
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError) as error:
+            if stream is sys.stdout:
+                ok = False
+                if say_why and not isinstance(error, BrokenPipeError):
+                    _error_line(f"<stdout>: {getattr(error, 'strerror', None) or error}")
+    return ok
+
+
+# ----------------------------------------------------------------------------- shared options
+
+def _set_flag(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.meta[f"uopgrad.{param.name}"] = True
+
+
+def _set_limits(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> None:
+    """--limit NAME=N (repeatable): a reader limit of formats.uop.Limits for this command."""
+    from ..formats.uop import Limits
+    chosen = ctx.meta.setdefault("uopgrad.limits", {})
+    for text in values:
+        name, _, number = text.partition("=")
+        if name not in Limits._fields:
+            raise click.BadParameter(f"{text!r}: the limits are {', '.join(Limits._fields)}", ctx, param)
+        try:
+            value = int(number)
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise click.BadParameter(f"{text!r}: give {name}=N, N a whole number >= 0", ctx, param)
+        chosen[name] = value
+
+
+def _set_shapes(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> None:
+    """--shape NAME=D1,D2,... (repeatable): an ONNX input's shape where the file's is symbolic."""
+    chosen = ctx.meta.setdefault("uopgrad.shapes", {})
+    for text in values:
+        name, _, dims = text.partition("=")
+        try:
+            shape = tuple(int(d) for d in dims.split(",")) if dims.strip() else ()
+        except ValueError:
+            shape = (-1,)
+        if not name or not dims or any(d < 0 for d in shape):
+            raise click.BadParameter(f"{text!r}: give NAME=D1,D2,... with whole sizes >= 0", ctx, param)
+        chosen[name] = shape
+
+
+def _limits():
+    """The reader limits: the defaults, with what --limit raised or lowered."""
+    from ..formats.uop import DEFAULT_LIMITS
+    ctx = click.get_current_context(silent=True)
+    chosen = ctx.meta.get("uopgrad.limits") if ctx else None
+    return DEFAULT_LIMITS._replace(**chosen) if chosen else DEFAULT_LIMITS
+
+
+def _flag(name: str) -> bool:
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx and ctx.meta.get(f"uopgrad.{name}"))
+
+
+def _given(name: str) -> bool:
+    """Whether the user gave option `name` (not its default)."""
+    from click.core import ParameterSource
+    return click.get_current_context().get_parameter_source(name) is not ParameterSource.DEFAULT
+
+
+def _names(text: str | None, option: str) -> list[str]:
+    if text is None:
+        return []
+    names = [n.strip() for n in text.split(",")]
+    if not all(names):
+        raise click.BadParameter(f"{text!r} is not a comma-separated list of names", param_hint=option)
+    return names
+
+
+def _common_options(fn):
+    """--quiet, --debug and --limit, accepted by the group and by every command."""
+    fn = click.option("-q", "--quiet", is_flag=True, expose_value=False, is_eager=True, callback=_set_flag,
+                      help="Print only results and errors.")(fn)
+    fn = click.option("--debug", is_flag=True, expose_value=False, is_eager=True, callback=_set_flag,
+                      help="Show a traceback on errors.")(fn)
+    fn = click.option("--limit", multiple=True, expose_value=False, is_eager=True, callback=_set_limits,
+                      metavar="NAME=N", help="Raise (or lower) a reader limit, e.g. max_nodes=50000000 "
+                      "(names: max_file_bytes, max_nodes, max_arg_depth, max_rank, max_tensor_elements).")(fn)
+    fn = click.option("--shape", multiple=True, expose_value=False, is_eager=True, callback=_set_shapes,
+                      metavar="NAME=DIMS", help="For an .onnx IN: the shape of an input whose dimensions are "
+                      "symbolic, e.g. x=1,3,224,224.")(fn)
+    return fn
+
+
+def _guarded(fn):
+    """Library errors become one line naming the file; anything else is a bug, reported as
+    one line too (with the traceback under --debug)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort, BrokenPipeError):
+            raise
+        except UOpError as e:
+            _maybe_traceback()
+            raise CommandFailed(_name_file(" ".join(str(e).split()))) from e
+        except OSError as e:
+            _maybe_traceback()
+            where = e.filename if e.filename is not None else _current_file()
+            raise CommandFailed(f"{where}: {e.strerror or e}" if where else str(e)) from e
+        except MemoryError as e:
+            _maybe_traceback()
+            raise CommandFailed(_name_file("out of memory")) from e
+        except Exception as e:  # noqa: BLE001 - a bug: still one line, traceback on request
+            _maybe_traceback()
+            hint = "" if _flag("debug") else " (run with --debug for the traceback)"
+            raise CommandFailed(_name_file(f"internal error: {type(e).__name__}: {e}{hint}")) from e
+    return wrapper
+
+
+def _maybe_traceback() -> None:
+    if _flag("debug"):
+        import traceback
+        traceback.print_exc(file=sys.stderr)
+
+
+def _current_file() -> str | None:
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get("uopgrad.file") if ctx else None
+
+
+def _name_file(message: str) -> str:
+    where = _current_file()
+    if where and not message.startswith(f"{where}:"):
+        return f"{where}: {message}"
+    return message
+
+
+def _cleandoc(doc: str) -> str:
+    """inspect.cleandoc without importing inspect (start-up time): strip the common indent."""
+    lines = doc.expandtabs().strip().splitlines()
+    rest = [line for line in lines[1:] if line.strip()]
+    indent = min((len(line) - len(line.lstrip()) for line in rest), default=0)
+    return "\n".join([lines[0].strip(), *(line[indent:] for line in lines[1:])]) if lines else ""
+
+
+def _command(name: str, example: str, short: str):
+    """A subcommand with --quiet/--debug, error guarding, and an example in its --help."""
+    def decorate(fn):
+        fn = _guarded(fn)
+        fn = _common_options(fn)
+        fn.__click_params__ = fn.__click_params__[-4:] + fn.__click_params__[:-4]  # listed last in --help
+        doc = _cleandoc(fn.__doc__ or "")
+        fn.__doc__ = f"{doc}\n\n\b\nExample:\n{example}"
+        return main.command(name, short_help=short)(fn)
+    return decorate
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name=PROG, message="%(prog)s %(version)s")
+@_common_options
+def main():
+    """Differentiate, evaluate, check and draw tinygrad-style UOp graphs saved as .uop files.
+
+    \b
+    Example:
+      uopgrad diff model.uop --wrt x,w -o grad.uop
+      uopgrad eval grad.uop -i x=x.npy -i w=0.5
+      uopgrad diff - --wrt x < model.uop | uopgrad eval - --random
+    """

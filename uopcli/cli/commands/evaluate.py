@@ -1,0 +1,160 @@
+"""`uopgrad eval` (values of the outputs, on numpy or tinygrad) and `uopgrad check` (the
+gradients against finite differences)."""
+
+from __future__ import annotations
+
+import click
+
+from ..app import EXIT_FAILURE, CommandFailed, _command, _given, _names
+from ..io import _check_specs, _onnx_weights, _progress_bar, _read_graph, _refuse_binary_terminal, _Steps, _write
+from ..output import _elements, _stats_json, _stats_text, _table, _value_json, npz_bytes
+
+
+# ----------------------------------------------------------------------------- eval
+
+@_command("eval", short="Evaluate a graph on given or random inputs.", example="""\
+  uopgrad eval model.uop -i x=x.npy -i w=weights.npz -i b=0.1
+  uopgrad eval grad.uop --random --seed 1 --stats
+  uopgrad eval grad.uop -i x=data.npz:features --random -o grads.npz""")
+@click.argument("source", metavar="IN")
+@click.option("-i", "--input", "specs", multiple=True, metavar="NAME=VALUE", callback=_check_specs,
+              help="An input's value: x.npy, data.npz (member NAME), data.npz:key, or a number filled to its shape; "
+                   "a bare data.npz gives every input its member.")
+@click.option("--random", "use_random", is_flag=True, help="Fill inputs not given with seeded random values.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of --random.")
+@click.option("-o", "--output", metavar="OUT.npz", help="Store the outputs in an .npz under their names (- for stdout).")
+@click.option("--json", "as_json", is_flag=True, help="Print the outputs as JSON.")
+@click.option("--stats", is_flag=True, help="Add the evaluation time and peak live bytes.")
+@click.option("--literal", is_flag=True, help="Run the graph as written: without tinygrad's algebraic rewrites "
+              "(the exact ones, which change no bit, still apply).")
+@click.option("--keep-intermediates", is_flag=True, help="With -o OUT.npz, also store every node's value as %<i> "
+              "(its number in `uopgrad print`), for `uopgrad render --values`. The graph is then evaluated as "
+              "written, outputs included, since a simplified graph no longer has those nodes.")
+@click.option("--backend", type=click.Choice(["numpy", "tinygrad"]), default="numpy", show_default=True,
+              help="Who computes: the numpy evaluator, or tinygrad (the extra uopgrad[tinygrad]); both run the "
+                   "same simplified graph.")
+@click.option("--device", metavar="DEV", help="tinygrad's device (CPU, CUDA, METAL, ...; default: tinygrad's DEV).")
+def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep_intermediates, backend, device):
+    """Evaluate IN's outputs and print them as a table (or --json, or -o OUT.npz).
+
+    The graph is simplified first, as tinygrad's compiler would before running it, so the
+    values are what tinygrad computes (the gradient of sigmoid at -1000 is 0, not 0*inf);
+    --literal runs it as written.
+    """
+    _check_backend(backend, device, stats, keep_intermediates)  # tinygrad backend (issue 22)
+    if output and as_json:
+        raise click.UsageError("give either -o OUT.npz or --json, not both")
+    if _given("seed") and not use_random:
+        raise click.UsageError("--seed is the seed of --random: give --random too")
+    if keep_intermediates and not output:
+        raise click.UsageError("--keep-intermediates stores node values in -o OUT.npz: give -o too")
+    if output:
+        _refuse_binary_terminal(output, "npz", "give -o OUT.npz")
+    from ...backends.numpy import EvalStats, evaluate_graph
+    from ...tools.values import gather_inputs
+    with _Steps("reading", "evaluating") as steps:
+        graph, _ = _read_graph(source)
+        inputs = gather_inputs(graph.inputs, specs, seed if use_random else None, defaults=_onnx_weights())
+        steps.next()
+        eval_stats = EvalStats() if stats else None
+        simplify = "exact" if literal else "tinygrad"
+        if backend == "tinygrad":  # the same simplified graph as numpy's, so the two agree
+            results = _evaluate_on_tinygrad(graph, inputs, device, simplify)
+        else:
+            results = evaluate_graph(graph, inputs, stats=eval_stats, simplify=simplify)
+        steps.next()
+    if output:
+        arrays = {name: a for name, a in _elements(results).items() if a is not None}
+        if keep_intermediates:  # --keep-intermediates: every node's value too (tools/intermediates.py)
+            from ...tools.intermediates import with_intermediates
+            arrays = with_intermediates(graph, inputs, arrays)
+        _write(output, npz_bytes(arrays))
+        if eval_stats is not None:
+            click.echo(_stats_text(eval_stats), err=True)
+    elif as_json:
+        import json
+        document = {"outputs": {name: _value_json(a) for name, a in results.items()}}
+        if eval_stats is not None:
+            document["stats"] = _stats_json(eval_stats)
+        click.echo(json.dumps(document))
+    else:
+        click.echo(_table(_elements(results)))
+        if eval_stats is not None:
+            click.echo(_stats_text(eval_stats))
+
+
+def _check_backend(backend: str, device: str | None, stats: bool, keep_intermediates: bool) -> None:
+    """--device, --stats and --keep-intermediates fit their backend; tinygrad is there (else
+    how to install it)."""
+    if backend != "tinygrad":
+        if device is not None:
+            raise click.UsageError("--device is tinygrad's device: give --backend tinygrad too")
+        return
+    if stats:
+        raise click.UsageError("--stats measures the numpy evaluator; time tinygrad with its own DEBUG=2")
+    if keep_intermediates:
+        raise click.UsageError("--keep-intermediates evaluates every node with the numpy evaluator: "
+                               "not with --backend tinygrad")
+    from ...interop.tinygrad import TinygradMissing, import_tinygrad
+    try:
+        import_tinygrad()
+    except TinygradMissing as e:
+        raise CommandFailed(f"--backend tinygrad: {e}") from None
+
+
+def _evaluate_on_tinygrad(graph, inputs: dict, device: str | None, simplify: str) -> dict:
+    from ...interop.tinygrad import close_compile_workers, evaluate_on_tinygrad
+    try:
+        return evaluate_on_tinygrad(graph, inputs, device, simplify=simplify)
+    finally:
+        close_compile_workers()  # the CLI leaves with os._exit, which would strand them
+
+
+# ----------------------------------------------------------------------------- check
+
+@_command("check", short="Compare gradients with finite differences (exit 1 on failure).", example="""\
+  uopgrad check model.uop --wrt w1,w2
+  uopgrad check model.uop --wrt x -i x=x.npy --samples 50 --seed 3 --json""")
+@click.argument("source", metavar="IN")
+@click.option("--wrt", required=True, metavar="NAMES", help="Inputs whose gradients are checked.")
+@click.option("--of", "of_", metavar="NAMES", help="Outputs to differentiate (default: the only one).")
+@click.option("-i", "--input", "specs", multiple=True, metavar="NAME=VALUE", callback=_check_specs,
+              help="An input's value (as for eval; a bare data.npz gives every input its member); inputs not "
+                   "given are seeded random values.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the random inputs, "
+              "cotangents and sampled elements.")
+@click.option("--samples", type=click.IntRange(min=1), default=16, show_default=True,
+              help="Elements compared per target, at most.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--literal", is_flag=True, help="Evaluate the gradient graph as written (not simplified as eval does).")
+def check(source, wrt, of_, specs, seed, samples, as_json, literal):
+    """Differentiate IN, evaluate the gradients in float64 and compare them with central
+    finite differences on up to --samples elements per target.
+
+    Non-scalar outputs are weighted by seeded random cotangents; DETACH values are held
+    fixed (gradients do not flow through them). An element fails when
+    |analytic - numeric| > 1e-6*max(1,|L|) + 1e-4*max(|analytic|,|numeric|). Exit status 1
+    when any target fails.
+    """
+    from ...tools.check import check_gradients
+    from ...tools.values import gather_inputs
+    wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
+    graph, _ = _read_graph(source)
+    given = gather_inputs(graph.inputs, specs, seed, defaults=_onnx_weights())
+    total = sum(min(_size(graph, n), samples) for n in wrt_names if n in graph.input_names)
+    with _progress_bar(total, "finite differences") as bar:
+        report = check_gradients(graph, wrt_names, of_names or None, given, seed, samples, progress=bar.update,
+                                 simplify="exact" if literal else "tinygrad")
+    if as_json:
+        import json
+        click.echo(json.dumps(report.to_dict()))
+    else:
+        click.echo("\n".join(report.lines()))
+    return 0 if report.passed else EXIT_FAILURE
+
+
+def _size(graph, name: str) -> int:
+    n = 1
+    for s in graph.input(name).shape:
+        n *= s
+    return n

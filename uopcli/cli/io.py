@@ -1,0 +1,246 @@
+"""Reading and writing for the commands: graphs from a path or stdin (an .onnx IN imported,
+its weights kept as the inputs' defaults), graph files written atomically (.uop, JSON, or
+ONNX; an ONNX model's weights beside a .uop OUT as OUT.npz), terminals refused binary
+data, -i specs checked, notes and progress on stderr."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import click
+
+from ..errors import UOpError
+from ..formats.atomic import descriptor_named, write_all, write_atomically_together
+from .app import PROG, CommandFailed, _flag, _limits
+from .output import npz_bytes
+
+
+BINARY_FORMS = {"msgpack", "npz", "png", "pdf", "onnx"}
+
+
+# ----------------------------------------------------------------------------- reading, writing
+
+def _read_graph(path: str, remember: bool = True):
+    """(Graph, raw bytes) from a path or `-` (stdin); an .onnx path is imported (interop/onnx)."""
+    from ..formats.uop import loads, read_bytes
+    display = "<stdin>" if path == "-" else path
+    if remember:
+        click.get_current_context().meta["uopgrad.file"] = display
+    if path.lower().endswith(".onnx"):
+        return _read_onnx(path), None
+    if path == "-":
+        if sys.stdin is None:
+            raise CommandFailed("IN is - but stdin is closed: pipe a graph in (... | uopgrad ...) "
+                                "or redirect one (< model.uop)")
+        if _is_terminal(sys.stdin):
+            raise CommandFailed("IN is - but stdin is a terminal: pipe a graph in (... | uopgrad ...) "
+                                "or redirect one (< model.uop)")
+        source = sys.stdin.buffer
+    else:
+        source = path
+    limits = _limits()
+    data = read_bytes(source, limits=limits, name=display)  # refuses an oversized file before reading it all
+    return loads(data, limits=limits, name=display), data
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return os.isatty(stream.fileno())
+    except (AttributeError, OSError, ValueError):  # CliRunner's streams have no descriptor
+        return False
+
+
+def _stdout_is_terminal() -> bool:
+    return _is_terminal(sys.stdout)
+
+
+def _descriptor_is_terminal(descriptor: int | None) -> bool:
+    if descriptor is None:  # a path that names a file, not a descriptor
+        return False
+    try:
+        return os.isatty(descriptor)
+    except OSError:
+        return False
+
+
+def _refuse_binary_terminal(dest: str, form: str, hint: str) -> None:
+    """Binary data on a terminal garbles it: refused for "-" and for paths such as
+    /dev/stdout or /dev/fd/1 that name a terminal's descriptor."""
+    if form not in BINARY_FORMS:
+        return
+    if _stdout_is_terminal() if dest == "-" else _descriptor_is_terminal(descriptor_named(dest)):
+        raise CommandFailed(f"refusing to write binary {form} data to a terminal: redirect or pipe it "
+                            f"(> file, | uopgrad ...) or {hint}")
+
+
+def _write(dest: str, data) -> None:
+    """Write bytes, or the pieces of a file in order (formats.uop.dump_parts), to a path
+    (atomically) or to stdout ("-")."""
+    _write_together([(dest, data)])
+
+
+def _write_together(files: list[tuple[str, object]]) -> None:
+    """Several outputs all or none: the files are renamed into place only once every one
+    is written (stdout, "-", goes last: what reached a pipe cannot be taken back)."""
+    to_files = [(dest, data) for dest, data in files if dest != "-"]
+    try:
+        write_atomically_together(to_files)
+    except OSError as e:
+        raise CommandFailed(f"{e.filename}: cannot write: {e.strerror or e}") from None
+    for dest, data in files:
+        if dest == "-":
+            write_all(sys.stdout.buffer, data)
+            sys.stdout.buffer.flush()
+
+
+# ----------------------------------------------------------------------------- ONNX models (IN ending in .onnx)
+# interop/onnx, and onnx itself, are imported only when an .onnx file is given. The model's
+# float initializers (its weights) are inputs of the graph; their values are the inputs'
+# defaults for eval and check, and go beside a .uop that convert or diff writes (OUT.npz).
+
+def _read_onnx(path: str):
+    try:
+        import onnx  # noqa: F401 - only to say what is missing
+    except ImportError:
+        raise CommandFailed(f"{path}: reading ONNX models needs the onnx package: pip install 'uopgrad[onnx]'") from None
+    from ..interop.onnx.importer import load_onnx
+    ctx = click.get_current_context()
+    graph, weights = load_onnx(path, ctx.meta.get("uopgrad.shapes"))
+    ctx.meta["uopgrad.weights"] = weights
+    return graph
+
+
+def _onnx_weights() -> dict | None:
+    """The weights of the ONNX model IN (None for a .uop IN)."""
+    return click.get_current_context().meta.get("uopgrad.weights")
+
+
+def _with_onnx_weights(files: list, output: str, form: str) -> list:
+    """`files` plus OUT.npz, the ONNX model's weights, beside a .uop OUT (written together);
+    an ONNX OUT holds them itself (_graph_data)."""
+    weights = _onnx_weights()
+    if not weights or form == "onnx":
+        return files
+    if output == "-":
+        _note("the model's weights are not written with OUT on stdout: give -o FILE to get FILE.npz beside it")
+        return files
+    return files + [(os.path.splitext(output)[0] + ".npz", npz_bytes(weights))]
+
+
+def _same_file(a: str, b: str) -> bool:
+    return a != "-" and b != "-" and os.path.realpath(a) == os.path.realpath(b)
+
+
+def _check_specs(ctx, param, specs: tuple) -> tuple:
+    """-i values look like NAME=VALUE or data.npz (values.split_spec): a usage error otherwise (exit 2),
+    before any reading."""
+    from ..tools.values import split_spec
+    for spec in specs:
+        try:
+            split_spec(spec)
+        except UOpError as e:
+            raise click.BadParameter(str(e), ctx, param) from None
+    return specs
+
+
+def _uop_form(dest: str, to: str | None = None) -> str:
+    if to:
+        return to
+    if dest.lower().endswith(".onnx"):  # ONNX export: see _graph_data
+        return "onnx"
+    return "json" if dest.lower().endswith(".json") else "msgpack"
+
+
+# ----------------------------------------------------------------------------- ONNX output
+# A graph written to a .onnx OUT (or --to onnx) is exported as standard ONNX
+# (uopcli.interop.onnx.exporter); the onnx package is imported only then.
+
+_OPSET_HELP = "ONNX opset of an ONNX OUT (default 20)."
+
+
+def _check_opset(form: str, opset: int | None) -> None:
+    if opset is not None and form != "onnx":
+        raise click.UsageError("--opset is for ONNX output: give -o FILE.onnx (or --to onnx)")
+
+
+def _graph_data(graph, form: str, opset: int | None):
+    """What a graph file holds: the .uop form's pieces (formats.uop.dump_parts), or ONNX
+    bytes, where an ONNX model IN's weights are initializers, as in IN: the file runs
+    given only the model's own inputs (and cotangents)."""
+    if form != "onnx":
+        from ..formats.uop import dump_parts
+        return dump_parts(graph, form)
+    try:
+        from ..interop.onnx.exporter import onnx_bytes
+    except ModuleNotFoundError as e:
+        raise CommandFailed(f"writing ONNX needs the {e.name} package, which is not installed: "
+                            "pip install 'uopgrad[onnx]'") from None
+    return onnx_bytes(graph, opset, _onnx_weights())
+
+
+def _note(message: str) -> None:
+    """Progress and diagnostics (not results): stderr, silenced by --quiet."""
+    if not _flag("quiet"):
+        click.echo(f"{PROG}: {message}", err=True)
+
+
+def _stderr_is_terminal() -> bool:
+    return _is_terminal(sys.stderr)
+
+
+def _progress_bar(length: int, label: str):
+    """A click progress bar on stderr when stderr is a terminal and not --quiet; else a
+    stand-in with the same interface that draws nothing."""
+    if length and _stderr_is_terminal() and not _flag("quiet"):
+        return click.progressbar(length=length, label=label, file=sys.stderr)
+    return _NoBar()
+
+
+class _Steps:
+    """Work in a few long steps (read, compute, write), shown on a terminal as a progress
+    bar whose label names the step under way; each step's wall and CPU time is kept for
+    --stats."""
+
+    def __init__(self, *labels: str):
+        self.labels, self.done = labels, 0
+        self.bar = _progress_bar(len(labels), labels[0])
+        self.times: list[tuple[str, float, float]] = []  # (label, wall seconds, CPU seconds)
+
+    def __enter__(self):
+        self.bar.__enter__()
+        self._started = (time.perf_counter(), time.process_time())
+        return self
+
+    def __exit__(self, *exc):
+        return self.bar.__exit__(*exc)
+
+    def next(self) -> None:
+        wall, cpu = time.perf_counter(), time.process_time()
+        self.times.append((self.labels[self.done], wall - self._started[0], cpu - self._started[1]))
+        self._started = (wall, cpu)
+        self.done += 1
+        if self.done < len(self.labels):
+            self.bar.label = self.labels[self.done]
+        self.bar.update(1)
+
+    def table(self) -> str:
+        """The steps' times, a line each: `reading   0.181 s   0.180 s` (wall, CPU)."""
+        width = max(len(label) for label in self.labels)
+        lines = [f"{'step':<{width}}  {'wall':>9}  {'CPU':>9}"]
+        lines += [f"{label:<{width}}  {wall:>7.3f} s  {cpu:>7.3f} s" for label, wall, cpu in self.times]
+        return "\n".join(lines)
+
+
+class _NoBar:
+    label = ""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def update(self, n: int) -> None:
+        pass
