@@ -81,7 +81,7 @@ def bench_eval(batch: int, width: int, layers: int, repeats: int, workdir: Path)
 
     from uopcli import Graph, evaluate_graph, save
     from uopcli.interop.tinygrad import evaluate_on_tinygrad
-    from uopcli.interop.tinygrad.export import npz_bytes
+    from uopcli.tools.values import npz_bytes
     arrays = mlp_arrays(batch, width, layers)
     grads = mlp_gradient_graph(batch, width, layers)
     names = [f"w{i // 2}" if i % 2 == 0 else f"b{i // 2}" for i in range(2 * layers)]

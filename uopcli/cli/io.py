@@ -14,7 +14,7 @@ import click
 from ..errors import UOpError
 from ..formats.atomic import descriptor_named, write_all, write_atomically_together
 from .app import PROG, CommandFailed, _flag, _limits
-from .output import npz_bytes
+from ..tools.values import npz_bytes
 
 
 BINARY_FORMS = {"msgpack", "npz", "png", "pdf", "onnx"}

@@ -24,22 +24,6 @@ def _value_json(value):
     return _array_json(value)
 
 
-def npz_bytes(arrays: dict) -> bytes:
-    """An .npz archive of `arrays` (what numpy.savez writes), deterministic: fixed
-    timestamps, members in output order, no pickles."""
-    import io
-    import zipfile
-
-    import numpy as np
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
-        for name, array in arrays.items():
-            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-            with archive.open(info, "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, np.asarray(array), allow_pickle=False)
-    return buffer.getvalue()
-
-
 def _array_json(array) -> dict:
     import numpy as np
     array = np.asarray(array)

@@ -7,7 +7,8 @@ import click
 
 from ..app import EXIT_FAILURE, CommandFailed, _command, _given, _names
 from ..io import _check_specs, _onnx_weights, _progress_bar, _read_graph, _refuse_binary_terminal, _Steps, _write
-from ..output import _elements, _stats_json, _stats_text, _table, _value_json, npz_bytes
+from ...tools.values import npz_bytes
+from ..output import _elements, _stats_json, _stats_text, _table, _value_json
 
 
 # ----------------------------------------------------------------------------- eval

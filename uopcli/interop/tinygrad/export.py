@@ -92,27 +92,13 @@ def save(path, outputs: Mapping, inputs: Mapping | None = None, state_dict: Mapp
 
     from ...formats.atomic import write_atomically_together
     from ...formats.uop import dumps
+    from ...tools.values import npz_bytes
     exported = export(outputs, inputs, state_dict)
     path = os.fspath(path)
     if values_path is None:
         values_path = (path[:-4] if path.endswith(".uop") else path) + ".npz"
     write_atomically_together([(path, dumps(exported.graph)), (os.fspath(values_path), npz_bytes(exported.values))])
     return exported
-
-
-def npz_bytes(arrays: Mapping) -> bytes:
-    """An .npz archive of `arrays` (numpy.savez's layout), deterministic and without pickles."""
-    import io
-    import zipfile
-
-    import numpy as np
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
-        for name, array in arrays.items():
-            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-            with archive.open(info, "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, np.asarray(array), allow_pickle=False)
-    return buffer.getvalue()
 
 
 # ----------------------------------------------------------------------------- names and values
