@@ -17,6 +17,9 @@ ONNX_STAMP := $(VENV)/.installed-onnx
 OUT := out
 BENCH_ARGS ?=  # e.g. make bench BENCH_ARGS=--quick
 PYTEST_ARGS ?=  # e.g. make test PYTEST_ARGS=--runslow (the long fuzz run too)
+# the suite runs on every core (pytest-xdist): 5 min instead of 11 on a two-core machine;
+# make test TEST_WORKERS=0 runs it in one process (pdb, -x)
+TEST_WORKERS ?= auto
 # what the tours of README.md and samples/README.md write in the root, by name: make clean
 # removes exactly these, never other files of yours that happen to sit there
 TOUR_FILES := mlp-grad-small.uop both.uop broken.uop d1.uop d2.uop d3.uop d4.uop d5.uop grad.uop grad_b2.dot \
@@ -99,7 +102,7 @@ demo: setup
 
 # pytest exit status 5 means it collected no test: that is a failure here, and says so.
 test: setup chromium $(ONNX_STAMP)
-	@$(RUN) $(PY) -m pytest -q $(PYTEST_ARGS); status=$$?; \
+	@$(RUN) $(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS); status=$$?; \
 		if [ $$status -eq 5 ]; then echo "make test: FAILED: pytest collected no tests" >&2; fi; \
 		exit $$status
 
