@@ -20,7 +20,7 @@ import pytest
 from uopcli import GraphError, UOp
 from uopcli.core.ops import dtype_of
 
-from tinygrad_cases import all_cases
+from tinygrad_cases import all_cases, flat_outputs
 
 REFERENCE = Path(__file__).parent / "data" / "tinygrad_reference.json"
 
@@ -88,7 +88,7 @@ def build_case(case):
     """(outputs, inputs by PARAM name) of the case built with uopcli; GraphError propagates."""
     params = {name: UOp.param(name, array.shape, dtype_of(array.dtype)) for name, array in case.inputs.items()}
     built = case.build(UOp, **params)
-    return list(_flat(built)), dict(case.inputs)
+    return list(flat_outputs(built)), dict(case.inputs)
 
 
 def compare_case(case, expected: dict) -> list[str]:
@@ -145,26 +145,10 @@ def compare_output(node, value: np.ndarray, want: dict, with_values: bool = True
 
 def decode(values, shape) -> tuple[np.ndarray, np.ndarray]:
     """The stored values as an array (objects) and the mask of those a definition fixes."""
-    flat = list(_flat_values(values))
+    flat = list(flat_outputs(values))
     known = np.array([v is not None for v in flat], bool).reshape(shape)
     decoded = [math.nan if v == "nan" else math.inf if v == "inf" else -math.inf if v == "-inf" else v for v in flat]
     return np.array(decoded, dtype=object).reshape(shape), known
-
-
-def _flat_values(values):
-    if isinstance(values, list):
-        for v in values:
-            yield from _flat_values(v)
-    else:
-        yield values
-
-
-def _flat(built):
-    if isinstance(built, (tuple, list)):
-        for item in built:
-            yield from _flat(item)
-    else:
-        yield built
 
 
 def _summary(expected: dict) -> str:

@@ -300,3 +300,12 @@ def all_cases():
     yield from binary_cases()
     yield from unary_cases()
     yield from axis_cases()
+
+
+def flat_outputs(built):
+    """A case's results in order, tuples and lists flattened (split, chunk, var_mean)."""
+    if isinstance(built, (tuple, list)):
+        for item in built:
+            yield from flat_outputs(item)
+    else:
+        yield built

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("DEV", "PYTHON")
 
-from tinygrad_cases import DIVIDING, all_cases  # noqa: E402
+from tinygrad_cases import DIVIDING, all_cases, flat_outputs  # noqa: E402
 
 DEFAULT_OUTPUT = ROOT / "tests" / "data" / "tinygrad_reference.json"
 
@@ -92,7 +92,7 @@ def run_tinygrad(case, device: str) -> dict:
             built = case.build(Tensor, **tensors)
         except Exception as error:  # noqa: BLE001 - every refusal is a result
             return _error("build", error)
-        outputs = list(_flat(built))
+        outputs = list(flat_outputs(built))
         try:
             arrays = [t.numpy() for t in outputs]
         except Exception as error:  # noqa: BLE001
@@ -106,15 +106,7 @@ def run_torch(case, torch) -> dict:
         built = case.torch(torch, **tensors)
     except Exception as error:  # noqa: BLE001
         return _error("build", error)
-    return {"outputs": [_output(case, str(t.dtype).removeprefix("torch."), t.numpy()) for t in _flat(built)]}
-
-
-def _flat(built):
-    if isinstance(built, (tuple, list)):
-        for item in built:
-            yield from _flat(item)
-    else:
-        yield built
+    return {"outputs": [_output(case, str(t.dtype).removeprefix("torch."), t.numpy()) for t in flat_outputs(built)]}
 
 
 def _error(stage: str, error: Exception) -> dict:

@@ -14,22 +14,18 @@ class CreationMixin:
 
     __slots__ = ()
 
-
     @staticmethod
     def zeros(*shape, dtype=None):
         from ..core.uop import UOp
         return UOp.full(varargs(shape), 0.0 if dtype is None else 0, dtype or dtypes.float32)
-
 
     @staticmethod
     def ones(*shape, dtype=None):
         from ..core.uop import UOp
         return UOp.full(varargs(shape), 1.0 if dtype is None else 1, dtype or dtypes.float32)
 
-
     def full_like(self, fill_value, dtype=None):
         return type(self).full(self.shape, fill_value, self.dtype if dtype is None else dtype)
-
 
     @staticmethod
     def linspace(start, stop, steps: int, dtype=None):
@@ -44,7 +40,6 @@ class CreationMixin:
             return UOp.full((1,), start, dtype)
         spacing = (stop - start) / (steps - 1) if steps else 0.0
         return (start + UOp.arange(steps, dtype=dtypes.float32) * spacing).cast(dtype)
-
 
     @staticmethod
     def arange(start, stop=None, step=1, dtype=None):
@@ -77,7 +72,6 @@ class CreationMixin:
         scaled = counting.cast(dtype) if step == 1 else counting.cast(dtype) * step
         return scaled if start == 0 else scaled + start
 
-
     @staticmethod
     def eye(n: int, m: int | None = None, dtype=None):
         """The identity (n × m, float32 unless `dtype`): 1 where row equals column."""
@@ -86,7 +80,6 @@ class CreationMixin:
         if n < 0 or columns < 0:
             raise GraphError(f"eye: sizes must be >= 0, got {n} and {columns}")
         return UOp.arange(n).unsqueeze(-1).eq(UOp.arange(columns)).cast(dtype or dtypes.float32)
-
 
     def meshgrid(self, *others, indexing: str = "ij"):
         """Coordinate grids of this vector and `others` (scalars or vectors): tensor k varies
@@ -104,7 +97,6 @@ class CreationMixin:
         return tuple(t.reshape(tuple(sizes[k] if axis == along[k] else 1 for axis in range(len(tensors)))).expand(shape)
                      for k, t in enumerate(tensors))
 
-
     def one_hot(self, num_classes: int):
         """1 where the last axis (new, of num_classes) equals the integer value, else 0 (int32)."""
         if not self.dtype.is_int:
@@ -113,21 +105,17 @@ class CreationMixin:
             raise GraphError(f"one_hot: num_classes must be a whole number >= 0, got {num_classes!r}")
         return self._one_hot_mask(num_classes, len(self.shape)).cast(dtypes.int32)
 
-
     def _one_hot_mask(self, num_classes: int, axis: int):
         """Bool: a new axis `axis` of num_classes, true where it equals this integer value."""
         classes = self.arange(num_classes).reshape((num_classes,) + (1,) * (len(self.shape) - axis))
         return self.unsqueeze(axis).eq(classes)
 
-
     def tril(self, diagonal: int = 0):
         """Zero above diagonal `diagonal` of the last two axes."""
         return self._upper(diagonal + 1).where(self.const_like(0), self)
 
-
     def triu(self, diagonal: int = 0):
         return self._upper(diagonal).where(self, self.const_like(0))
-
 
     def _upper(self, diagonal: int):
         """Bool (rows, columns): true where column j ≥ row i + diagonal."""

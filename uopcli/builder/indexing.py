@@ -19,7 +19,6 @@ class IndexingMixin:
 
     __slots__ = ()
 
-
     def _view(self, index):
         """numpy basic indexing: ints, slices (any step), None (a new axis) and one `...`.
         Ints SHRINK to one element and drop the axis; a step > 1 pads the kept run to a
@@ -51,10 +50,8 @@ class IndexingMixin:
             axis += 1
         return node.reshape(tuple(out_shape))
 
-
     def _one_hot_along_dim(self, num_classes: int, dim: int = -1):
         return one_hot_along_dim(self, num_classes, dim)
-
 
     def masked_select(self, mask, size: int | None = None, fill_value=0):
         """The elements where the bool `mask` (broadcast to the tensor) is true, flat, in
@@ -75,7 +72,6 @@ class IndexingMixin:
         picked = x[counts.cumsum()]
         return (type(self).arange(size) < flat_mask.sum()).where(picked, fill_value).cast(self.dtype)
 
-
     def nonzero(self, size: int | None = None, fill_value=0):
         """The (row per element) indices of the nonzero elements, int32 of shape (size, rank),
         rows past the count fill_value. Without `size` the row count is a value: refused."""
@@ -93,7 +89,6 @@ class IndexingMixin:
         return table.masked_select(mask.unsqueeze(-1).expand(mask.shape[0], rank), size=size * rank,
                                    fill_value=fill_value).reshape(-1, rank)
 
-
     def gather(self, dim: int, index):
         """out[..., i, ...] = x[..., index[..., i, ...], ...] along `dim` (index: same rank),
         as a one-hot mask of the index against the axis, multiplied in and summed."""
@@ -108,7 +103,6 @@ class IndexingMixin:
         kept = self.shrink(tuple(None if d == dim else (0, i) for d, i in enumerate(index.shape)))
         kept = kept.unsqueeze(-1).transpose(-1, dim)  # the gathered axis last, beside the index's
         return index._one_hot_mask(self.shape[dim], len(index.shape)).where(kept, 0).sum(-1, dtype=self.dtype)  # no widening: a uint8 stays uint8, as tinygrad
-
 
     def scatter(self, dim: int, index, src, reduce: str | None = None):
         """A copy with src[..., i, ...] written at index[..., i, ...] along `dim` (index of the
@@ -130,7 +124,6 @@ class IndexingMixin:
         for k in range(1, mask.shape[-1]):  # later writes over earlier ones
             written, value = written | mask[..., k], mask[..., k].where(values[..., k], value)
         return written.where(value, self)
-
 
     def scatter_reduce(self, dim: int, index, src, reduce: str, include_self: bool = True):
         """Each element of src combined, by `reduce` ("sum", "prod", "mean", "amax" or
@@ -155,7 +148,6 @@ class IndexingMixin:
         if reduce == "amax":
             return written.max(-1).maximum(own(identity))
         return written.min(-1).minimum(own(identity))
-
 
     def _scatter_operands(self, name: str, dim: int, index, src) -> tuple:
         """(values, mask), each of shape (*self.shape, k) for the k places of index along

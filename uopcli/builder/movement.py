@@ -20,11 +20,9 @@ class MovementMixin:
 
     __slots__ = ()
 
-
     def shrink_to(self, *shape):
         """The first `shape[i]` elements of each axis (None: the whole axis)."""
         return self.shrink(tuple(None if size is None else (0, size) for size in varargs(shape)))
-
 
     def pad_to(self, *shape, value=0.0):
         """Padded after each axis up to `shape[i]` (None: as it is), with `value`."""
@@ -33,7 +31,6 @@ class MovementMixin:
             raise GraphError(f"pad_to: {len(shape)} sizes for a tensor of rank {len(self.shape)}")
         return self.pad(tuple((0, 0 if new is None else new - size) for size, new in zip(self.shape, shape)),
                         value=value)
-
 
     def repeat(self, *repeats):
         """Tile `repeats[i]` copies along axis i (numpy's tile; leading repeats add axes)."""
@@ -45,11 +42,9 @@ class MovementMixin:
         tiled = spread.expand(tuple(s for r, size in zip(repeats, shape) for s in (r, size)))
         return tiled.reshape(tuple(r * size for r, size in zip(repeats, shape)))
 
-
     def unflatten(self, dim: int, sizes: Sequence[int]):
         dim = resolve_dim(dim, len(self.shape))
         return self.reshape(self.shape[:dim] + tuple(sizes) + self.shape[dim + 1:])
-
 
     def rearrange(self, formula: str, **sizes):
         """einops' rearrange, as tinygrad's: "b c (h w) -> b (c h) w" splits each group of
@@ -78,16 +73,13 @@ class MovementMixin:
         moved = split.permute([order.index(name) for group in right for name in group])
         return moved.reshape(tuple(math.prod(axis_size[name] for name in group) for group in right))
 
-
     def view(self, *shape):
         """reshape, by its torch name."""
         return self.reshape(*shape)
 
-
     def clone(self):
         """A copy: in a graph, the same value (a CONTIGUOUS node)."""
         return self.contiguous()
-
 
     def diag(self):
         """The square matrix with this vector on its diagonal, from movement ops: each row of
@@ -97,7 +89,6 @@ class MovementMixin:
         n = self.shape[0]
         spread = self.reshape(n, 1).pad(((0, 0), (0, n))).flatten()  # x[0], 0 × n, x[1], ...
         return spread.shrink(((0, n * n),)).reshape(n, n)
-
 
     def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1):
         """The elements x[..., i, i + offset] of axes dim1 and dim2, as a new last axis (torch's)."""
@@ -118,7 +109,6 @@ class MovementMixin:
         x = x.flatten(-2).pad(lead + ((0, m),)).unflatten(-1, (m, m + 1))
         return x.shrink(lead + ((0, m), (0, 1))).reshape(*x.shape[:-2], m)
 
-
     def unfold(self, dim: int, size: int, step: int):
         """Windows of `size` elements every `step` along `dim`: that axis becomes the window
         count, and a new last axis of `size` holds each window (torch's unfold)."""
@@ -135,7 +125,6 @@ class MovementMixin:
         windows = self.permute(*order)._pool((size,), step)  # (..., count, size)
         back = [order.index(a) for a in range(len(self.shape))]
         return windows.permute(*back, len(self.shape))
-
 
     def roll(self, shifts, dims=None):
         """Elements moved `shifts` places along `dims` (those leaving one end enter at the
@@ -155,7 +144,6 @@ class MovementMixin:
             bounds[d] = (start, start + self.shape[d])
         return self.repeat(tuple(2 if i in dims else 1 for i in range(len(self.shape)))).shrink(tuple(bounds))
 
-
     def split(self, sizes, dim: int = 0) -> tuple:
         """Pieces along `dim`: each of `sizes` (an int: that size, the last one smaller)."""
         dim = axis_index(dim, len(self.shape))
@@ -174,7 +162,6 @@ class MovementMixin:
             start += size
         return tuple(pieces)
 
-
     def chunk(self, chunks: int, dim: int = 0) -> tuple:
         dim = axis_index(dim, len(self.shape))
         if chunks <= 0:
@@ -182,14 +169,12 @@ class MovementMixin:
         length = self.shape[dim]
         return self.split(math.ceil(length / chunks) if length else [0] * chunks, dim)
 
-
     def repeat_interleave(self, repeats: int, dim: int | None = None):
         """Each element `repeats` times in a row along `dim` (None: of the flat tensor)."""
         x, dim = (self.flatten(), 0) if dim is None else (self, axis_index(dim, len(self.shape)))
         shape = x.shape
         x = x.reshape(shape[:dim + 1] + (1,) + shape[dim + 1:]).expand(shape[:dim + 1] + (repeats,) + shape[dim + 1:])
         return x.reshape(shape[:dim] + (shape[dim] * repeats,) + shape[dim + 1:])
-
 
     def _pool(self, kernel: tuple, stride=1, dilation=1):
         """Every window of the last len(kernel) axes: (..., *outputs, *kernel), where
@@ -218,7 +203,6 @@ class MovementMixin:
         x = x.reshape(keep + _interleave(kernel, outputs))
         window_axes = [lead + 2 * i for i in range(len(kernel))]
         return x.permute(*range(lead), *(a + 1 for a in window_axes), *window_axes)
-
 
     def _pad_value(self, pads: tuple, value):
         """PAD with `value` instead of 0: the zero padding, with `value` where the mask of

@@ -19,22 +19,18 @@ class NNMixin:
 
     __slots__ = ()
 
-
     def dot(self, w):
         return self.matmul(w)  # tinygrad's dot: the last axis against w's second-to-last (or only)
-
 
     def linear(self, weight, bias=None):
         """x·w (+ b); a 1-D weight scales elementwise, as in tinygrad."""
         out = self * weight if len(weight.shape) == 1 else self.matmul(weight)
         return out if bias is None else out + bias
 
-
     def layernorm(self, axis=-1, eps: float = 1e-5):
         """(x - mean) / √(mean square deviation + eps) over `axis` (no scale or shift)."""
         centred = self - self.mean(axis, keepdim=True)
         return centred * ((centred * centred).mean(axis, keepdim=True) + eps).rsqrt()
-
 
     def batchnorm(self, weight, bias, mean, invstd, axis=1):
         """(x - mean)·weight·invstd + bias, the four shaped along `axis` (an int or a tuple)."""
@@ -46,12 +42,10 @@ class NNMixin:
         out = out * (invstd.reshape(shape) if len(invstd.shape) == len(axes) else invstd)
         return out if bias is None else out + bias.reshape(shape)
 
-
     def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12):
         """x / max(‖x‖_p, eps) along `dim` (p = 0: the count of non-zeros), as torch's."""
         norm = self.ne(0).sum(dim, keepdim=True) if p == 0 else self.abs().pow(p).sum(dim, keepdim=True).pow(1 / p)
         return self / norm.maximum(eps)
-
 
     def scaled_dot_product_attention(self, key, value, attn_mask=None, dropout_p: float = 0.0,
                                      is_causal: bool = False, enable_gqa: bool = False):
@@ -79,10 +73,8 @@ class NNMixin:
             scores = scores + attn_mask
         return scores.softmax(-1).matmul(value)
 
-
     def softmin(self, axis: int = -1):
         return (-self).softmax(axis)
-
 
     def conv2d(self, weight, bias=None, groups: int = 1, stride=1, dilation=1, padding=0):
         """Cross-correlation of x[N, C·groups... ] with weight[F, C, *k] over the last len(k)
@@ -104,7 +96,6 @@ class NNMixin:
         w = weight.reshape(1, groups, per_filter_group, *(1,) * spatial, per_group, *kernel)
         out = (x * w).sum(tuple(range(-1 - len(kernel), 0))).reshape(batch, filters, *outputs)
         return out if bias is None else out + bias.reshape(1, filters, *(1,) * spatial)
-
 
     def conv_transpose2d(self, weight, bias=None, groups: int = 1, stride=1, dilation=1, padding=0,
                          output_padding=0):
@@ -140,7 +131,6 @@ class NNMixin:
                        for k, d, (before, after), e in zip(kernel, dilations, pads, extra))
         return x.pad(((0, 0), (0, 0)) + around).conv2d(w, bias, groups=groups, dilation=dilations)
 
-
     def _spread(self, strides: tuple):
         """s - 1 zeros between neighbours along each trailing axis (as many as `strides`)."""
         if all(s == 1 for s in strides):
@@ -150,7 +140,6 @@ class NNMixin:
         x = x.pad(((0, 0),) * len(lead) + tuple(p for s in strides for p in ((0, 0), (0, s - 1))))
         x = x.reshape(*lead, *(size * s for size, s in zip(sizes, strides)))
         return x.shrink((None,) * len(lead) + tuple((0, size * s - (s - 1)) for size, s in zip(sizes, strides)))
-
 
     def avg_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode: bool = False,
                    count_include_pad: bool = True):
@@ -173,7 +162,6 @@ class NNMixin:
             counted = type(self).full(self.shape, 1.0, self.dtype)._pad_value(pads, 0.0)
         return windows.sum(axes) / counted._pool(kernel, strides, dilations).sum(axes)
 
-
     def max_pool2d(self, kernel_size=(2, 2), stride=None, dilation=1, padding=0, ceil_mode: bool = False,
                    return_indices: bool = False):
         """Maxima of the windows (padding counts as -inf); with return_indices also where
@@ -193,7 +181,6 @@ class NNMixin:
         scores = scores._pad_value(pads, lowest(dtypes.int32))._pool(kernel, strides, dilations)
         at_max = windows.eq(windows.max(axes, keepdim=True))
         return pooled, count - at_max.where(scores, 0).max(axes)
-
 
     def max_unpool2d(self, indices, kernel_size=(2, 2), stride=None, dilation=1, padding=0, output_size=None):
         """max_pool2d's partial inverse: each value of x[N, C, *spatial] put at its flat index
@@ -216,7 +203,6 @@ class NNMixin:
         places = indices.reshape(batch, channels, 1, -1)._one_hot_along_dim(math.prod(output_size), 2)
         return places.where(self.reshape(batch, channels, 1, -1), 0).sum(3).reshape(batch, channels, *output_size)
 
-
     def _ceil_mode_padding(self, pads: tuple, kernel: tuple, strides: tuple, dilations: tuple) -> tuple:
         """ceil_mode's padding: room after each spatial axis for a last, partial window
         (ceil((i + pads - span) / s) + 1 windows, span = d·(k - 1) + 1), less where a window
@@ -230,7 +216,6 @@ class NNMixin:
             last_start = s * (-(-(padded - span) // s))  # the last window's start, ceil division
             out.append((before, after + last_start + span - padded - max(last_start - (before + i - 1), 0)))
         return tuple(out)
-
 
     def interpolate(self, size: Sequence[int], mode: str = "linear", align_corners: bool = False):
         """Resampled to `size` along the last len(size) axes, one axis after another (last
@@ -268,14 +253,12 @@ class NNMixin:
                 x = x.gather(axis, spread(((o + 0.5 if mode == "nearest-exact" else o) * (n / m)).cast(dtypes.int32)))
         return x.cast(self.dtype)
 
-
     def sequential(self, layers):
         """Each of `layers` (callables) applied in turn."""
         out = self
         for layer in layers:
             out = layer(out)
         return out
-
 
     def dropout(self, p: float = 0.5):
         """The identity, as tinygrad's dropout outside training: a saved graph has no random
@@ -286,7 +269,6 @@ class NNMixin:
 
 
     # ------------------------------------------------------------------ losses
-
 
     def cross_entropy(self, target, reduction: str = "mean", label_smoothing: float = 0.0):
         """-Σ_c y_c·log softmax(x)_c over the class axis (1, or 0 for a vector); `target` is
@@ -304,7 +286,6 @@ class NNMixin:
         target = (1 - label_smoothing) * target + label_smoothing / classes
         return _reduced(-(self.log_softmax(classes_axis) * target).sum(classes_axis), reduction)
 
-
     def sparse_categorical_crossentropy(self, target, ignore_index: int = -1, label_smoothing: float = 0.0,
                                         reduction: str = "mean"):
         """Cross entropy with class indices along the last axis; entries equal to
@@ -319,7 +300,6 @@ class NNMixin:
             return -per_item.sum() / counted.sum()
         return -_reduced(per_item, reduction)
 
-
     def nll_loss(self, target, weight=None, ignore_index: int | None = None, reduction: str = "mean"):
         """-x[n, target[n]]·w[target[n]] for log-probabilities x[N, C, ...]; "mean" divides
         by the weights counted (those not at ignore_index)."""
@@ -329,10 +309,8 @@ class NNMixin:
         picked = -self.gather(1, target.unsqueeze(1)).squeeze(1) * counted
         return picked.sum() / counted.sum() if reduction == "mean" else _reduced(picked, reduction)
 
-
     def binary_crossentropy(self, target, reduction: str = "mean"):
         return _reduced(-target * self.log() - (1 - target) * (1 - self).log(), reduction)
-
 
     def binary_crossentropy_logits(self, target, reduction: str = "mean", pos_weight=None):
         """Binary cross entropy of σ(x), through log σ(x) and log σ(-x) (no log of a 0)."""

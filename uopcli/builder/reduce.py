@@ -17,30 +17,24 @@ class ReduceMixin:
 
     __slots__ = ()
 
-
     def any(self, axis=None, keepdim: bool = False):
         return self.cast(dtypes.bool).max(axis, keepdim)  # max of bools: of their 0/1 bytes
-
 
     def all(self, axis=None, keepdim: bool = False):
         # REDUCE takes no bools: the product of the 0/1 bytes
         return self.cast(dtypes.bool).cast(dtypes.uint8).prod(axis, keepdim).cast(dtypes.bool)
 
-
     def var_mean(self, axis=None, keepdim: bool = False, correction: int = 1) -> tuple:
         return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
 
-
     def std_mean(self, axis=None, keepdim: bool = False, correction: int = 1) -> tuple:
         return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
-
 
     def logsumexp(self, axis=None, keepdim: bool = False):
         """log Σ eˣ, less the (detached) max before exp and plus it after, as softmax does."""
         top = self.max(axis, keepdim=True).detach()
         total = (self - top).exp().sum(axis, keepdim).log()
         return total + top.reshape(total.shape)
-
 
     def argmax(self, axis=None, keepdim: bool = False):
         """The first index of the largest value along `axis` (int32; None: of the flat tensor).
@@ -53,10 +47,8 @@ class ReduceMixin:
         scores = self.arange(size, 0, -1).reshape((size,) + (1,) * (len(self.shape) - axis - 1))
         return (size - at_max.where(scores, 0).max(axis, keepdim)).cast(dtypes.int32)
 
-
     def argmin(self, axis=None, keepdim: bool = False):
         return self._order_flipped().argmax(axis, keepdim)
-
 
     def cumsum(self, axis: int = 0):
         """Running sums along `axis`: out[i] = Σ_{j ≤ i} x[j]. Up to 2·CUMSUM_BLOCK long, one
@@ -77,11 +69,9 @@ class ReduceMixin:
         sums = (within + before.unsqueeze(-1)).flatten(-2)
         return sums.shrink((None,) * (len(sums.shape) - 1) + ((0, size),)).transpose(axis, -1)
 
-
     def cumprod(self, axis: int):
         """Running products along `axis`: out[i] = Π_{j ≤ i} x[j] (staged as cumsum is)."""
         return self._cumulative(axis, "MUL")
-
 
     def cummax(self, axis: int = 0):
         """(running maxima along `axis`, the index of the first element equal to each), as
@@ -89,13 +79,11 @@ class ReduceMixin:
         values = self._cumulative(axis, "MAX")
         return values, self._first_index_of(values, axis)
 
-
     def cummin(self, axis: int = 0):
         """(running minima along `axis`, the index of the first element equal to each)."""
         flipped = self._order_flipped()
         values = flipped._cumulative(axis, "MAX")
         return values._order_flipped(), flipped._first_index_of(values, axis)
-
 
     def logcumsumexp(self, axis: int = 0):
         """log Σ_{j ≤ i} e^x[j], each place shifted by the running maximum m_i, as tinygrad's:
@@ -110,7 +98,6 @@ class ReduceMixin:
         earlier = type(self).full((size, size), True).tril()  # [i, j]: j <= i
         shifted = earlier.where(x.unsqueeze(-2) - top.unsqueeze(-1), lowest(self.dtype))
         return (shifted.exp().sum(-1).log() + top).transpose(-1, axis)
-
 
     def sort(self, dim: int = -1, descending: bool = False):
         """(values, indices) along `dim`, by tinygrad's bitonic network: the axis is padded to
@@ -146,7 +133,6 @@ class ReduceMixin:
         values = x.flatten(dim, dim + stages - 1).shrink_to(self.shape)
         return values, self._sorted_positions(values, dim)
 
-
     def _sorted_positions(self, values, dim: int):
         """For each sorted place r: the position i of the element with the same value and the
         same occurrence number among equal values (so ties keep their order)."""
@@ -162,10 +148,8 @@ class ReduceMixin:
         positions = self.arange(size).reshape(size, 1, *trailing)
         return same.where(positions, 0).sum(dim).cast(dtypes.int32)
 
-
     def argsort(self, dim: int = -1, descending: bool = False):
         return self.sort(dim, descending)[1]
-
 
     def topk(self, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True):
         """(values, indices) of the k largest (or smallest) along `dim`, in order."""
@@ -177,7 +161,6 @@ class ReduceMixin:
         values, indices = self.sort(dim, descending=largest)
         keep = tuple(k if axis == dim else None for axis in range(len(self.shape)))
         return values.shrink_to(keep), indices.shrink_to(keep)
-
 
     def _cumulative(self, axis: int, op: str):
         """Running `op` (MUL or MAX) along `axis`; long axes in two stages, as cumsum: within
@@ -199,7 +182,6 @@ class ReduceMixin:
         combined = within * before if op == "MUL" else within.maximum(before)
         return combined.flatten(-2).shrink(lead + ((0, size),)).transpose(axis, -1)
 
-
     def _first_index_of(self, values, axis: int):
         """For each i along `axis`, the smallest j ≤ i with x[j] == values[i] (int32)."""
         axis = resolve_dim(axis, len(self.shape))
@@ -210,7 +192,6 @@ class ReduceMixin:
         match = x.unsqueeze(-1).eq(best.unsqueeze(-2)) & type(self).full((size, size), True).triu()  # [..., j, i]
         positions = self.arange(size).reshape(size, 1)
         return match.where(positions, size).min(-2).cast(dtypes.int32).transpose(-1, axis)
-
 
     @staticmethod
     def einsum(formula: str, *operands):

@@ -163,7 +163,6 @@ class Primitives:
     def _as_float(self) -> "UOp":
         return self if self.dtype.is_float else self.cast(dtypes.float32)
 
-
     def where(self, a, b) -> "UOp":
         """`a` where this (bool) condition holds, else `b`, the two promoted as an operation's
         operands (a Python number weak: x.where(y, 0) of int8 is int8, of a bool int32, as
