@@ -83,6 +83,7 @@ TERNARY = frozenset({Ops.WHERE, Ops.MULACC})
 ELEMENTWISE = UNARY | BINARY | TERNARY
 REDUCE_OPS = ("ADD", "MUL", "MAX")
 MOVEMENT = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP})
+SELECTING_MOVES = MOVEMENT - {Ops.PAD}  # every element of the result is one of the source's (a broadcast scalar stays one)
 IDENTITY = frozenset({Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.COPY})
 CALLS = frozenset({Ops.FUNCTION, Ops.CALL})
 VOID_OPS = frozenset({Ops.TUPLE, Ops.FUNCTION, Ops.CALL, Ops.STORE, Ops.NOOP})

@@ -24,18 +24,34 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 from .ops import CALLS, Ops
-from .uop import CallArg, UOp
+from .uop import CallArg, UOp, make_shaped
 
 _make = UOp.make
 
 
 def rebuilt(node: UOp, src: tuple) -> UOp:
     """`node` made again on sources `src`, keeping its metadata if the result has none
-    yet (the first tag wins): it still comes from the same front-end call."""
-    out = _make(node.op, node.dtype, src, node.arg)
+    yet (the first tag wins): it still comes from the same front-end call.
+
+    Where every new source has the dtype and shape of the one it replaces (what the
+    rewrite rows keep), the node is valid and has its shape as before: it is interned
+    without inference, the cost of most new nodes."""
+    if _same_interface(src, node.src):
+        out = make_shaped(node.op, node.dtype, src, node.arg, node.shape)
+    else:
+        out = _make(node.op, node.dtype, src, node.arg)
     if out.meta is None and node.meta is not None:
         out.set_meta(node.meta)
     return out
+
+
+def _same_interface(src: tuple, was: tuple) -> bool:
+    if len(src) != len(was):
+        return False
+    for new, old in zip(src, was):
+        if new.dtype is not old.dtype or (new.shape is not old.shape and new.shape != old.shape):
+            return False
+    return True
 
 
 def _rebuilt_bare(node: UOp, src: tuple) -> UOp:

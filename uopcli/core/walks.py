@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import sys
 from contextlib import contextmanager
+from operator import attrgetter
 from typing import TYPE_CHECKING, Iterable
 
 from .ops import Ops
@@ -79,6 +80,27 @@ def scope_toposort(roots: Iterable[UOp]) -> list[UOp]:
     """Like toposort, but a FUNCTION or CALL contributes only its args: its body (and a
     CALL's backward body) is a scope of its own, with its own slot PARAMs."""
     return _postorder(roots, scope_sources)
+
+
+def creation_order(roots: Iterable[UOp]) -> list[UOp]:
+    """Every node reachable from `roots` through sources, oldest first. A node is made
+    after its sources, so this puts sources before users, like toposort; it costs one
+    visit per node and a sort, where the post-order costs two visits (the rewrite walk's
+    order: it needs no particular order among siblings)."""
+    roots = list(roots)
+    seen = set(roots)
+    add = seen.add
+    stack = list(seen)
+    push, pop = stack.append, stack.pop
+    while stack:
+        for source in pop().src:
+            if source not in seen:
+                add(source)
+                push(source)
+    return sorted(seen, key=_serial)
+
+
+_serial = attrgetter("serial")
 
 
 def _postorder(roots: Iterable[UOp], children) -> list[UOp]:

@@ -55,7 +55,18 @@ def _scaled(x, node, value: float):
     return n.make(Ops.MUL, node, (x, constant))
 
 
-@only_when(lambda key: Ops.CONST in key[2:] and (Ops.MUL in key[2:] or Ops.FDIV in key[2:]))
+def _constant_beside(inner_ops: tuple, reversible: tuple):
+    """A signature test: a binary node with a CONST operand and one of `inner_ops` as
+    the other, the CONST on the right (or on either side, for the ops in `reversible`)."""
+    def test(key) -> bool:
+        if len(key) != 4:
+            return False
+        op, _, a, b = key
+        return (b == Ops.CONST and a in inner_ops) or (op in reversible and a == Ops.CONST and b in inner_ops)
+    return test
+
+
+@only_when(_constant_beside((Ops.MUL, Ops.FDIV), reversible=(Ops.MUL,)))
 def fold_constant_factors(node):
     """(x*c1)*c2 = x*(c1*c2), (x/c1)*c2 = x*(c2/c1), (x*c1)/c2 = x*(c1/c2): the two
     constants multiplied in float64 and rounded once (tinygrad folds them in Python
@@ -103,7 +114,7 @@ def _offset(node):
     return None, None
 
 
-@only_when(lambda key: Ops.CONST in key[2:] and (Ops.ADD in key[2:] or Ops.SUB in key[2:]))
+@only_when(_constant_beside((Ops.ADD, Ops.SUB), reversible=(Ops.ADD,)))
 def fold_constant_terms(node):
     """(x+c1)+c2 = x+(c1+c2), with SUB as adding -c (tinygrad's two stage ALU folding for
     ADD, and `x+0 -> x`): the constants added in float64 and rounded once. 1 + (2s - 1)
@@ -126,6 +137,7 @@ def fold_constant_terms(node):
 # ----------------------------------------------------------------------------- sigmoid's ratio
 
 _PRODUCT_PARTS = (Ops.MUL, Ops.NEG, Ops.FDIV, Ops.RECIPROCAL)
+_RATIOS_SEEN = "a 1/(1+e) was seen"  # a flag in the walk's ctx: until it is raised, no product is taken apart
 
 
 def _ratio_base(node) -> object:
@@ -141,27 +153,54 @@ def _ratio_base(node) -> object:
 
 
 def _wanted(node, ctx: dict) -> tuple:
-    """The e's whose 1/(1+e) is a factor of the product `node` (memoised per walk):
-    only a product holding one can be rewritten by the ratio row, so every other MUL
-    costs two dictionary lookups."""
+    """The e's whose 1/(1+e) is a factor of the product `node` (memoised per walk, and
+    found without recursion: a product can be a million MULs deep): only a product
+    holding one can be rewritten by the ratio row, so every other MUL costs two
+    dictionary lookups."""
     found = ctx.get(node)
     if found is not None:
         return found
+    if node.op not in _PRODUCT_PARTS:
+        return ()
+    stack = [node]
+    while stack:
+        part = stack[-1]
+        if part in ctx:
+            stack.pop()
+            continue
+        below = [s for s in _product_operands(part) if s.op in _PRODUCT_PARTS and s not in ctx]
+        if below:
+            stack += below
+            continue
+        stack.pop()
+        ctx[part] = _wanted_here(part, ctx)
+    return ctx[node]
+
+
+def _product_operands(node) -> tuple:
+    """The operands of a product part that are factors of it (a quotient's numerator)."""
+    op = node.op
+    if op == Ops.MUL:
+        return node.src
+    if op == Ops.NEG or op == Ops.FDIV:
+        return node.src[:1]
+    return ()
+
+
+def _wanted_here(node, ctx: dict) -> tuple:
+    """_wanted of a product part whose factor operands have theirs in ctx."""
+    def of(operand):
+        return ctx[operand] if operand.op in _PRODUCT_PARTS else ()
     op = node.op
     if op == Ops.RECIPROCAL:
         base = _ratio_base(node.src[0])
-        found = () if base is None else (base,)
-    elif op == Ops.MUL:
-        found = (_wanted(node.src[0], ctx) + _wanted(node.src[1], ctx))[:4]
-    elif op == Ops.NEG:
-        found = _wanted(node.src[0], ctx)
-    elif op == Ops.FDIV:
-        base = _ratio_base(node.src[1])
-        found = (_wanted(node.src[0], ctx) + (() if base is None else (base,)))[:4]
-    else:
-        return ()
-    ctx[node] = found
-    return found
+        return () if base is None else (base,)
+    if op == Ops.MUL:
+        return (of(node.src[0]) + of(node.src[1]))[:4]
+    if op == Ops.NEG:
+        return of(node.src[0])
+    base = _ratio_base(node.src[1])  # FDIV
+    return (of(node.src[0]) + (() if base is None else (base,)))[:4]
 
 
 def _factors(node):
@@ -208,7 +247,8 @@ def _merge_ratios(numerator: list, denominator: list) -> bool:
     return False
 
 
-@only_when(lambda key: any(op in _PRODUCT_PARTS for op in key[2:]))
+@only_when(lambda key: any(op in _PRODUCT_PARTS for op in key[2:]) or (key[0] == Ops.FDIV and key[3] == Ops.ADD),
+           after=_RATIOS_SEEN)
 def sigmoid_ratio(node, ctx):
     """x * 1/(1+x) = 1 - 1/(1+x) inside a product (tinygrad: `x*(1+x).reciprocal() -> 1-d`,
     `x*(d*y) -> y*(1-d)`, with its constants moved to the end and folded as in
@@ -217,7 +257,7 @@ def sigmoid_ratio(node, ctx):
     product computes on the way (1 - d is off by an ulp of 1 times the other factors: it
     cancels where x/(1+x) is tiny, and tinygrad's kernels give the same 0 there; the
     reassociation adds rounding of the same order)."""
-    if not ctx.get(_RATIOS_SEEN) or not node.dtype.is_float or not _wanted(node, ctx):
+    if not node.dtype.is_float or not _wanted(node, ctx):
         return None
     taken = _factors(node)
     if taken is None:
@@ -236,9 +276,6 @@ def sigmoid_ratio(node, ctx):
     elif n.const(constant, node).arg != 1:
         out = n.make(Ops.MUL, node, (out, n.const(constant, node)))
     return out if out.shape == node.shape else n.broadcast(out, node.shape)
-
-
-_RATIOS_SEEN = "a 1/(1+e) was seen"  # the walk's ctx: until one is, no product is taken apart
 
 
 @only_when(lambda key: key[-1] == Ops.ADD)

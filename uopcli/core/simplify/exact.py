@@ -11,17 +11,16 @@ Each row: the identity, then why it is exact.
 
 from __future__ import annotations
 
-from ..ops import MOVEMENT, Ops, dtypes
+from ..ops import MOVEMENT, SELECTING_MOVES, Ops, dtypes
 from ..pattern import PatternMatcher, UPat
 from . import nodes as n
 from .fold import fold, fold_constant_subgraph
-from .walk import only_when
+from .walk import CONSTANT, MOVED_NEG, SCALAR, only_when
 
 _BINARY_ELEMENTWISE = (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.POW, Ops.CDIV, Ops.CMOD, Ops.AND, Ops.OR,
                        Ops.XOR, Ops.SHL, Ops.SHR, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ)
 _UNARY_ELEMENTWISE = (Ops.NEG, Ops.RECIPROCAL, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC, Ops.CAST,
                       Ops.BITCAST)
-_SCALAR_MOVES = (Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP)
 
 _INTS = tuple(d for d in vars(dtypes).values() if isinstance(d, type(dtypes.int8)) and d.is_int)
 x_, y_, c_ = UPat.var("x"), UPat.var("y"), UPat.cvar("c")
@@ -97,6 +96,8 @@ def _shorter_unit_axis_chain(node):
     if chain is None:
         return None
     base, order, length = chain
+    if n.unit_axis_view_length(base, order, node.shape) >= length:
+        return None
     view = n.unit_axis_view(base, order, node.shape)
     steps, walk = 0, view
     while walk is not base:
@@ -104,6 +105,7 @@ def _shorter_unit_axis_chain(node):
     return view if steps < length else None
 
 
+@only_when(lambda key: key.facts[0] & SCALAR)
 def _canonical_broadcast(node):
     """A movement of a broadcast scalar is the scalar broadcast to the new shape."""
     scalar = n.scalar_of(node)
@@ -113,7 +115,7 @@ def _canonical_broadcast(node):
     return None if out is node else out
 
 
-@only_when(lambda key: any(op in _SCALAR_MOVES for op in key[2:]))
+@only_when(lambda key: any(op in SELECTING_MOVES and facts & SCALAR for op, facts in zip(key[2:], key.facts)))
 def _scalar_operands(node):
     """op(broadcast(s), y) = op(s, y): the op broadcasts a shape-() operand itself, with
     the same value in every element; when every operand is a broadcast scalar, the op is
@@ -123,17 +125,24 @@ def _scalar_operands(node):
     scalars = [n.scalar_of(s) if s.shape else s for s in node.src]
     if all(s is not None for s in scalars):
         return n.broadcast(n.make(node.op, node, tuple(scalars), node.arg), node.shape)
-    src = tuple(s if (scalar is None or not s.shape or s.op not in _SCALAR_MOVES) else scalar
+    src = tuple(s if (scalar is None or not s.shape or s.op not in SELECTING_MOVES) else scalar
                 for s, scalar in zip(node.src, scalars))
     if src == node.src:
         return None
     return n.make(node.op, node, src, node.arg)
 
 
-def _unit_reduce(x, node):
+def _to_own_shape(node):
+    """A RESHAPE or EXPAND to the shape its source has is nothing."""
+    x = node.src[0]
+    return x if x.shape == node.arg else None
+
+
+def _unit_reduce(node):
     """Reducing axes of size 1 only: each result element is the one element reduced. MUL
     and MAX start from that element; a float ADD starts from +0.0 (numpy's sum), which
     turns -0.0 into +0.0, so it goes only where x is never -0.0."""
+    x = node.src[0]
     if not all(x.shape[a] == 1 for a in node.arg[1]):
         return None
     if node.arg[0] == "ADD" and x.dtype.is_float and not _never_negative_zero(x):
@@ -166,6 +175,12 @@ def _negated_const(x, c, node, op=Ops.MUL):
     return n.make(op, node, (x, n.make(Ops.NEG, c, (c,))))
 
 
+def _same_sources(i: int, j: int):
+    """Rows whose pattern binds one name to two sources: tried only where the signature
+    gives those sources the same op (matching then checks they are one node)."""
+    return only_when(lambda key: key[i] == key[j])
+
+
 # ----------------------------------------------------------------------------- the table
 
 EXACT = PatternMatcher([
@@ -182,7 +197,7 @@ EXACT = PatternMatcher([
     # integers: x*0 = 0 (no inf or nan to keep); only where the result is a scalar
     (UPat(Ops.MUL, _INTS, src=(x_, UPat.cvar("c", 0)), name="node"), lambda x, c, node: c if node.shape == () else None),
     # x+x = x*2 (tinygrad's `x+x -> x*2`): doubling is exact, and x+x rounds nothing either
-    (UPat(Ops.ADD, src=(x_, x_)), lambda x: x * n.const(2, x)),
+    (UPat(Ops.ADD, src=(x_, x_)), _same_sources(2, 3)(lambda x: x * n.const(2, x))),
     # -(-x) = x
     (UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(x_,)),)), lambda x: x),
     # -(x*c) = x*(-c), (-x)*c = x*(-c), (-x)/c = x/(-c): rounding is symmetric in sign
@@ -199,10 +214,12 @@ EXACT = PatternMatcher([
     (UPat(Ops.ADD, src=(UPat(Ops.NEG, src=(x_,)), y_), name="node"), lambda x, y, node: n.make(Ops.SUB, node, (y, x))),
     (UPat(Ops.SUB, src=(x_, UPat(Ops.NEG, src=(y_,))), name="node"), lambda x, y, node: n.make(Ops.ADD, node, (x, y))),
     # a + move(-b) = a - move(b): a movement only places elements, the sign goes with them
-    (UPat(Ops.ADD, src=(x_, UPat(_SCALAR_MOVES, src=(UPat(Ops.NEG, src=(y_,)),), name="m")), name="node"),
-     lambda x, y, m, node: n.make(Ops.SUB, node, (x, n.make(m.op, m, (y,), m.arg)))),
-    (UPat(Ops.ADD, src=(UPat(_SCALAR_MOVES, src=(UPat(Ops.NEG, src=(y_,)),), name="m"), x_), name="node"),
-     lambda x, y, m, node: n.make(Ops.SUB, node, (x, n.make(m.op, m, (y,), m.arg)))),
+    (UPat(Ops.ADD, src=(x_, UPat(SELECTING_MOVES, src=(UPat(Ops.NEG, src=(y_,)),), name="m")), name="node"),
+     only_when(lambda key: key.facts[1] & MOVED_NEG)(
+         lambda x, y, m, node: n.make(Ops.SUB, node, (x, n.make(m.op, m, (y,), m.arg))))),
+    (UPat(Ops.ADD, src=(UPat(SELECTING_MOVES, src=(UPat(Ops.NEG, src=(y_,)),), name="m"), x_), name="node"),
+     only_when(lambda key: key.facts[0] & MOVED_NEG)(
+         lambda x, y, m, node: n.make(Ops.SUB, node, (x, n.make(m.op, m, (y,), m.arg))))),
     # (-a)/b = -(a/b), (-a)*b = -(a*b): the sign of a correctly rounded result follows the
     # operands' (moved up, it meets a constant or another NEG it cancels with)
     (UPat(Ops.FDIV, src=(UPat(Ops.NEG, src=(x_,)), y_), name="node"), lambda x, y, node: -n.make(Ops.FDIV, node, (x, y))),
@@ -216,7 +233,7 @@ EXACT = PatternMatcher([
     (UPat(Ops.CAST, src=(x_,), name="node"), lambda x, node: x if x.dtype is node.dtype else None),
     (UPat(Ops.CAST, src=(UPat(Ops.CAST, src=(x_,), name="a"),), name="b"), _undo_cast),
     # c ? x : x = x; a constant condition picks its branch
-    (UPat(Ops.WHERE, src=(UPat.var(), x_, x_), name="node"), lambda x, node: n.full_shaped(x, node)),
+    (UPat(Ops.WHERE, src=(UPat.var(), x_, x_), name="node"), _same_sources(3, 4)(lambda x, node: n.full_shaped(x, node))),
     (UPat(Ops.WHERE, src=(UPat.cvar("c", dtype=dtypes.bool), UPat.var("a"), UPat.var("b")), name="node"),
      _const_where),
     # c ? 1 : 0 = CAST(c) (relu's mask): a bool casts to exactly 1 or +0.0
@@ -227,14 +244,14 @@ EXACT = PatternMatcher([
     # broadcast scalars: an elementwise op takes a shape-() operand as it is (every element
     # of a broadcast is that one value); movements of a broadcast scalar are one broadcast
     (UPat(_BINARY_ELEMENTWISE + _UNARY_ELEMENTWISE + (Ops.WHERE, Ops.MULACC), name="node"), _scalar_operands),
-    (UPat(_SCALAR_MOVES, name="node"), _canonical_broadcast),
+    (UPat(SELECTING_MOVES, name="node"), _canonical_broadcast),
     # a node computed from constants only (CONST, BUFFER and their movements) is the
     # BUFFER of its value, computed as the evaluator computes it (see fold.py)
-    (UPat(src=UPat((Ops.CONST, Ops.BUFFER, *MOVEMENT)), name="node"), only_when(lambda key: len(key) > 2)(
-        fold_constant_subgraph)),
+    (UPat(src=UPat((Ops.CONST, Ops.BUFFER, *MOVEMENT)), name="node"), only_when(
+        lambda key: len(key) > 2 and all(facts & CONSTANT for facts in key.facts))(fold_constant_subgraph)),
     # movements that undo or repeat each other: same-shape RESHAPE/EXPAND, identity
     # PERMUTE/PAD/SHRINK/FLIP are nothing; two RESHAPEs, PERMUTEs or FLIPs are one
-    (UPat((Ops.RESHAPE, Ops.EXPAND), src=(x_,), name="node"), lambda x, node: x if x.shape == node.arg else None),
+    (UPat((Ops.RESHAPE, Ops.EXPAND), name="node"), _to_own_shape),
     (UPat(Ops.RESHAPE, src=(UPat(Ops.RESHAPE, src=(x_,)),), name="node"), _merged_reshape),
     (UPat(Ops.PERMUTE, src=(x_,), name="node"), lambda x, node: x if node.arg == tuple(range(len(node.arg))) else None),
     (UPat(Ops.PERMUTE, src=(UPat(Ops.PERMUTE, src=(x_,), name="inner"),), name="node"), _composed_permute),
@@ -246,9 +263,8 @@ EXACT = PatternMatcher([
     # axes: a chain of them is one PERMUTE (and a RESHAPE when the size-1 axes differ)
     (UPat((Ops.RESHAPE, Ops.PERMUTE), name="node"), _shorter_unit_axis_chain),
     # a reduction over size-1 axes only reduces one element each: it is that element
-    (UPat(Ops.REDUCE, src=(x_,), name="node"), _unit_reduce),
+    (UPat(Ops.REDUCE, name="node"), _unit_reduce),
     # max over the axes an EXPAND grew is the value that was copied
     (UPat(Ops.REDUCE, src=(UPat(Ops.EXPAND, src=(x_,), name="e"),), name="node"), _max_of_copies),
 ])
 
-assert all(op in MOVEMENT for op in _SCALAR_MOVES)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from ..ops import Ops
+from ..ops import MOVEMENT, Ops
 from ..uop import UOp
 
 
@@ -84,7 +84,7 @@ def fold(node: UOp) -> UOp | None:
 FOLD_LIMIT = 1024  # elements: a folded BUFFER is at most this big
 
 _GROWING = frozenset({Ops.EXPAND, Ops.PAD})
-_MOVEMENTS = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP})
+_MOVEMENTS = MOVEMENT
 
 
 def _movement_value(node: UOp, x):

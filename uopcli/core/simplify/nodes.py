@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import math
 
-from ..ops import ELEMENTWISE, Ops
+from ..ops import ELEMENTWISE, SELECTING_MOVES, Ops
 from ..uop import UOp
 
-_MOVES_A_SCALAR = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP})
 
 
 def make(op: str, like: UOp, src: tuple, arg=None, dtype=None) -> UOp:
@@ -53,7 +52,7 @@ def scalar_of(node: UOp, depth: int = 6) -> UOp | None:
     while depth:
         if node.shape == ():
             return node
-        if node.op not in _MOVES_A_SCALAR:
+        if node.op not in SELECTING_MOVES:
             return None
         node = node.src[0]
         depth -= 1
@@ -101,6 +100,19 @@ def unit_axis_chain(node: UOp, limit: int = 8):
             where = {axis: k for k, axis in enumerate(positions)}
             order = [order[where[a]] for a in step.arg if a in where]
     return base, order, len(steps)
+
+
+def unit_axis_view_length(base: UOp, order: list, shape: tuple) -> int:
+    """How many nodes unit_axis_view(base, order, shape) adds over base, without making
+    them (a chain that is not shortened costs no new nodes)."""
+    if order == sorted(order):
+        return int(base.shape != shape)
+    ones = [i for i, s in enumerate(base.shape) if s == 1]
+    if len(ones) == sum(1 for s in shape if s == 1):
+        return 1  # a permutation that is not in order is not the identity
+    permutation = [*order, *ones]
+    permuted = tuple(base.shape[i] for i in permutation)
+    return int(permutation != sorted(permutation)) + int(permuted != shape)
 
 
 def unit_axis_view(base: UOp, order: list, shape: tuple) -> UOp:

@@ -1,0 +1,152 @@
+"""The simplification walk's shortcuts lose nothing.
+
+The walk tries a row only where the node's signature (its op and dtype, its sources' ops,
+facts about them, the CONST values rows ask for) and the ctx flags say it can apply. That
+is an optimisation only: a rewriter that tries every row whose op fits on every node
+(`gated=False`) must give the very same nodes, on the samples' gradients, the row pools,
+graphs made to have the facts, and random graphs and their gradients."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from uopcli import Graph, Ops, UOp, dtypes, evaluate, load
+from uopcli.core.simplify import EXACT, TINYGRAD
+from uopcli.core.simplify import nodes as n
+from uopcli.core.simplify.walk import Rewriter
+from uopcli.core.walks import creation_order, no_gc, toposort
+from uopcli.tools.differentiate import differentiate
+
+from test_simplify import SAMPLES, random_graphs
+from test_simplify_rows import exact_pool, tinygrad_pool
+
+TABLES = {"exact": (EXACT,), "tinygrad": (EXACT, TINYGRAD)}
+
+
+def _same_result(roots, tables):
+    gated = Rewriter(*tables).rewrite_roots(roots)
+    reference = Rewriter(*tables, gated=False).rewrite_roots(roots)
+    for root, a, b in zip(roots, gated, reference):
+        assert a is b, f"the gated walk gave {a!r} where trying every row gives {b!r} (from {root!r})"
+    return gated
+
+
+def _gradient_roots(graph: Graph) -> list:
+    scalar = all(node.shape == () for node in graph.outputs.values())
+    gradient, _ = differentiate(graph, [p.arg for p in graph.inputs if p.dtype.is_float],
+                                cotangent=None if scalar else "ones")
+    return list(gradient.outputs.values())
+
+
+@pytest.mark.parametrize("mode", sorted(TABLES))
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
+def test_gating_loses_no_rewrite_on_a_sample_gradient(path, mode):
+    graph = load(path)
+    roots = _gradient_roots(graph) + list(graph.outputs.values())
+    out = _same_result(roots, TABLES[mode])
+    assert sum(len(toposort([r])) for r in out) < sum(len(toposort([r])) for r in roots)  # it did rewrite
+
+
+@pytest.mark.parametrize("mode", sorted(TABLES))
+def test_gating_loses_no_rewrite_on_the_row_pools(mode):
+    pool = exact_pool() + tinygrad_pool()
+    out = _same_result(pool, TABLES[mode])
+    assert sum(a is not b for a, b in zip(pool, out)) > len(pool) // 2
+
+
+def _fact_graphs() -> list:
+    """Nodes whose rewrites depend on the facts: broadcast scalars through every
+    selecting movement, constants through movements, a move of a NEG, scalar PARAMs and
+    BUFFERs, deep movement chains of a scalar."""
+    x, s = UOp.param("x", (2, 3)), UOp.param("s", ())
+    one_buffer = UOp.buffer(np.array(2.5, np.float32))
+    table = UOp.buffer(np.arange(6, dtype=np.float32).reshape(2, 3))
+    deep = s
+    for shape in [(1,), (1, 1), (1, 1, 1), (1, 1), (1,), (1, 1, 1, 1), (1,), (1, 1)]:
+        deep = deep.reshape(shape)
+    return [
+        x * s.reshape(1, 1).expand(2, 3), s.reshape(1, 1).expand(2, 3).permute(1, 0),
+        x + one_buffer.reshape(1, 1).expand(2, 3), one_buffer.reshape(1, 1).expand(2, 3).flip((0,)) * x,
+        x * UOp.const(3.0).reshape(1, 1).expand(2, 3).shrink(((0, 1), (0, 3))).expand(2, 3),
+        (table.permute(1, 0).reshape(6) * UOp.const(2.0).reshape(1).expand(6)).reshape(2, 3) + x,
+        table.flip((1,)).pad(((0, 0), (1, 0))).shrink(((0, 2), (1, 4))) + table,
+        x + (-x).permute(1, 0).permute(1, 0), (-(x.sum(1, keepdim=True))).expand(2, 3) + x,
+        -(s.reshape(1, 1).expand(2, 3)), s.reshape(1, 1).expand(2, 3).cast(dtypes.float16).cast(dtypes.float32) + x,
+        deep.expand(1, 1) * 2.0, x * deep.reshape(1, 1).expand(2, 3),
+        (x.sum() * 1.0).reshape(1, 1).expand(2, 3) + x,
+    ]
+
+
+@pytest.mark.parametrize("mode", sorted(TABLES))
+def test_gating_loses_no_rewrite_where_the_facts_decide(mode):
+    roots = _fact_graphs()
+    out = _same_result(roots, TABLES[mode])
+    assert sum(a is not b for a, b in zip(roots, out)) >= len(roots) - 2
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_graphs())
+def test_gating_loses_no_rewrite_on_random_graphs_and_their_gradients(graph):
+    with no_gc():
+        roots = list(graph.outputs.values()) + _gradient_roots(graph)
+        for tables in TABLES.values():
+            _same_result(roots, tables)
+
+
+def test_a_deep_product_holding_a_ratio_is_rewritten_without_recursion():
+    """sigmoid's ratio row looks for 1/(1+e) among a product's factors, memoised per
+    node; a product 10^5 MULs deep, made before the ratio was seen, must not make it
+    recurse (it raised RecursionError before). The pair e * 1/(1+e) is rewritten."""
+    x = UOp.param("x", (4,))
+    with no_gc():
+        product = x
+        for _ in range(100_000):
+            product = product * x
+        e = (x * -1.4426950408889634).exp2()
+        literal = product * (e * (e + 1.0).reciprocal())
+        (out,) = Rewriter(EXACT, TINYGRAD).rewrite_roots([literal])
+    ratio = (e + 1.0).reciprocal()
+    assert any(node.op == Ops.SUB and node.src[1] is ratio for node in toposort([out]))
+    values = {"x": np.array([1.0, -1.0, 1.0, -1.0], np.float32)}
+    np.testing.assert_allclose(*evaluate([out, literal], values), rtol=1e-5)
+
+
+@pytest.mark.parametrize("base_shape", [(2, 1, 3), (1, 4, 1, 5), (3, 1, 1, 2, 1)])
+def test_the_view_length_is_what_the_view_builds(base_shape):
+    """_shorter_unit_axis_chain decides from unit_axis_view_length before it builds."""
+    import itertools
+    base = UOp.param("b", base_shape)
+    axes = [i for i, s in enumerate(base_shape) if s != 1]
+    checked = 0
+    for order in itertools.permutations(axes):
+        sizes = [base_shape[i] for i in order]
+        for ones in range(4):
+            for positions in itertools.combinations(range(len(sizes) + ones), ones):
+                shape, it = [], iter(sizes)
+                shape = tuple(1 if i in positions else next(it) for i in range(len(sizes) + ones))
+                view = n.unit_axis_view(base, list(order), shape)
+                steps, node = 0, view
+                while node is not base:
+                    steps, node = steps + 1, node.src[0]
+                assert n.unit_axis_view_length(base, list(order), shape) == steps, (order, shape)
+                checked += 1
+    assert checked > 20
+
+
+def test_creation_order_puts_sources_first_and_reaches_what_toposort_reaches():
+    x = UOp.param("x", (3,))
+    late = UOp.param("late", (3,))  # made after x: an older node may use a newer one only through its users
+    roots = [(x * 2.0 + late).sin(), late.exp2() * x]
+    order = creation_order(roots)
+    assert set(order) == set(toposort(roots))
+    position = {node: i for i, node in enumerate(order)}
+    assert all(position[s] < position[node] for node in order for s in node.src)
+
+
+def test_a_node_whose_own_rows_raise_the_flag_gets_the_rows_it_admits():
+    """e/(1+e) as the graph's first ratio: the bookkeeping row notes the ratio on this
+    very node, and the ratio row, admitted from then on, still rewrites it."""
+    x = UOp.param("x", (4,))
+    e = (x * -1.4426950408889634).exp2()
+    (out,) = Rewriter(EXACT, TINYGRAD).rewrite_roots([e / (e + 1.0)])
+    assert out.op == Ops.SUB and out.src[1] is (e + 1.0).reciprocal()
