@@ -564,10 +564,10 @@ def live_node_count() -> int:
     return len(_intern) + sum(map(len, _by_src.values()))
 
 
-def next_serial() -> int:
-    """The serial the next new node will get: nodes with serial >= it are made after now."""
-    probe = next(_serials)
-    return probe + 1
+# next_serial(): a serial no node has or will have; nodes with serial >= it are made after
+# now. The counter's own bound method (it uses up one number): no Python frame, for the
+# rewrite walk, which asks before every row it tries.
+next_serial = _serials.__next__
 
 
 def tag_new_nodes(root: UOp, since: int, meta: Metadata) -> None:

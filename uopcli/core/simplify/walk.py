@@ -225,13 +225,23 @@ class _Walk:
         self.done: dict[UOp, UOp] = {}
         self.notable: dict[UOp, tuple] = {}
         self.ctx: dict = {}
+        self.rows_of, self.raised = dispatch.table(self.ctx)
+        self.ctx_size = 0
+
+    def _table(self) -> tuple[dict, frozenset]:
+        """The rows cache for the flags raised so far (looked at again only when ctx grew)."""
+        ctx = self.ctx
+        if len(ctx) != self.ctx_size and len(self.raised) < len(self.dispatch.flags):
+            self.rows_of, self.raised = self.dispatch.table(ctx)
+            self.ctx_size = len(ctx)
+        return self.rows_of, self.raised
 
     def run(self, roots: Sequence[UOp]) -> list[UOp]:
         """The main loop: most nodes match no row, and it handles them itself, at the cost
         of a signature and a dictionary lookup; a node a row rewrites goes to _final_from."""
         done, notable, ctx, dispatch = self.done, self.notable, self.ctx, self.dispatch
-        rows_of, raised = dispatch.table(ctx)
-        ctx_size, n_flags = 0, len(dispatch.flags)
+        rows_of, raised = self._table()
+        n_flags = len(dispatch.flags)
         entry_of = notable.get
         for original in creation_order(roots):
             src = original.src
@@ -278,15 +288,12 @@ class _Walk:
             if rows:
                 since = next_serial() if node.meta is not None else 0
                 out = _apply(rows, node, ctx)
-                if len(ctx) != ctx_size and len(raised) < n_flags:  # a row may have raised a flag
-                    rows_of, raised = dispatch.table(ctx)
-                    ctx_size = len(ctx)
-                    if out is None:  # which may admit more rows for this very node
-                        found = rows_of.get(key)
-                        rows, facts = dispatch.lookup(key, raised) if found is None else found
-                        out = _apply(rows, node, ctx)
+                if out is None and len(ctx) != self.ctx_size and len(raised) < n_flags:  # a row raised a flag?
+                    out, facts = self._try(node, key, raised)  # which may admit more rows for this node
+                    rows_of, raised = self._table()
                 if out is not None:
                     done[original] = self._final_from(node, out, since)
+                    rows_of, raised = self._table()
                     continue
             # no row rewrites it: final as it is
             done[original] = node
@@ -332,21 +339,23 @@ class _Walk:
             if out is None:
                 return self._record(node, facts)
 
-    def _try(self, node: UOp) -> tuple[UOp | None, int]:
-        """(what the first row that rewrites node makes of it or None, node's facts); the
-        rows are looked up again if a row raised a flag (the main loop does this inline)."""
-        key = self.signature(node)
-        rows_of, raised = self.dispatch.table(self.ctx)
+    def _try(self, node: UOp, key: tuple | None = None, tried: frozenset | None = None) -> tuple[UOp | None, int]:
+        """(what the first row that rewrites node makes of it or None, node's facts), for
+        node of signature `key`. A row that raises a flag may admit more rows for the
+        same node: they are looked up and tried in turn. `tried`: the flags under which
+        the caller has already tried the rows."""
+        key = self.signature(node) if key is None else key
+        raised = tried
         while True:
+            rows_of, now_raised = self._table()
             found = rows_of.get(key)
-            rows, facts = self.dispatch.lookup(key, raised) if found is None else found
-            out = _apply(rows, node, self.ctx) if rows else None
-            if out is not None:
-                return out, facts
-            rows_of, now_raised = self.dispatch.table(self.ctx)
+            rows, facts = self.dispatch.lookup(key, now_raised) if found is None else found
             if now_raised == raised:
                 return None, facts
             raised = now_raised
+            out = _apply(rows, node, self.ctx) if rows else None
+            if out is not None:
+                return out, facts
 
     def _record(self, node: UOp, facts: int) -> UOp:
         """node is final: recorded, with its facts when it has any."""
