@@ -165,7 +165,10 @@ an empty table, what visiting every node costs):
 
 The 10⁶-node gradient (the chain, {big['nodes']:,} nodes, {big['after']:,} after): `simplify`
 takes {ratio:.2f}× the time `differentiate` took to make it (target ≤ 1×,
-**{'met' if ratio <= 1 else 'MISSED'}**).
+**{'met' if ratio <= 1 else 'MISSED'}**). A walk with no rows to try already costs
+{big['walk'] / big['diff']:.2f}× `differentiate` on it, and each of the {big['made']:,} nodes made anew
+(every node above a rewrite is) costs about what a node `differentiate` makes costs; the
+rows themselves are the rest ("What profiling found", 19).
 
 What remains of the attention sample's gradient ({remains['before']} → {remains['after']} nodes; the target
 was 15% fewer), by op: {remains['ops']}. The forward graph it reuses stays (the inputs, the
