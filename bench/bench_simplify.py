@@ -88,30 +88,37 @@ COST_GRAPHS = (("chain", MILLION_FORWARD), ("mlp", 100_000), ("attention", 100_0
 def cost(family: str, forward_nodes: int, rounds: int) -> dict:
     """CPU seconds to differentiate the family's graph and to simplify its gradient, in
     turns, best of the rounds; with a walk over the gradient that has no rows to try (what
-    visiting every node costs), and how many nodes simplify made anew."""
+    visiting every node costs), and how many nodes simplify made anew.
+
+    Every timing makes its nodes as a fresh process would: the results of the timings
+    before it are dropped and swept from the intern table first. (Otherwise a second
+    `differentiate` finds every node it makes already interned and only looks them up:
+    that made it look twice as fast as a user's `uopgrad diff` is.)"""
     from uopcli.core.pattern import PatternMatcher
     from uopcli.core.simplify.walk import Rewriter
+    from uopcli.core.uop import sweep_intern_table
     from uopcli.core.walks import toposort
     with no_gc():
         loss, targets = FAMILIES[family](uop_param, size_for(family, forward_nodes))
         forward = Graph({"loss": loss})
     wrt = [t.arg for t in targets]
-    times: dict[str, list] = {"diff": [], "simplify": [], "exact": [], "walk": []}
     no_rows = Rewriter(PatternMatcher([]))
-    gradient = simplified = None
+    times: dict[str, list] = {"diff": [], "simplify": [], "exact": [], "walk": []}
+
+    def timed(name, fn):
+        sweep_intern_table()
+        start = time.process_time()
+        out = fn()
+        times[name].append(time.process_time() - start)
+        return out
+
     for _ in range(rounds):
-        start = time.process_time()
-        gradient, _ = differentiate(forward, wrt)
-        times["diff"].append(time.process_time() - start)
-        start = time.process_time()
-        simplified = simplify(gradient)
-        times["simplify"].append(time.process_time() - start)
-        start = time.process_time()
-        simplify(gradient, exact=True)
-        times["exact"].append(time.process_time() - start)
-        start = time.process_time()
-        no_rows.rewrite_roots(list(gradient.outputs.values()))
-        times["walk"].append(time.process_time() - start)
+        gradient = None
+        gradient, _ = timed("diff", lambda: differentiate(forward, wrt))
+        timed("simplify", lambda: simplify(gradient))
+        timed("exact", lambda: simplify(gradient, exact=True))
+        timed("walk", lambda: no_rows.rewrite_roots(list(gradient.outputs.values())))
+    simplified = simplify(gradient)
     made = len(set(toposort(simplified.outputs.values())) - set(toposort(gradient.outputs.values())))
     best = {name: min(values) for name, values in times.items()}
     return {"family": family, "nodes": len(gradient), "after": len(simplified), "made": made, **best}
@@ -156,7 +163,8 @@ sample's gradient with respect to every float input, and every bench family's gr
 {table}
 
 The cost of simplifying against the cost of making the gradient (CPU seconds, best of the
-rounds, each round timing all in turns; "made anew": nodes of the result that are not in
+rounds, each round timing all in turns, each timing making its nodes anew as a fresh
+process does: what the timings before it made is dropped first; "made anew": nodes of the result that are not in
 the gradient, rebuilt above a rewrite or made by a row; "a walk with no rows": the same walk with
 an empty table, what visiting every node costs):
 
@@ -178,7 +186,9 @@ call). None of these can go without changing what the graph computes: a RESHAPE 
 REDUCE drops the summed axis where the next operand needs another layout (chains of
 RESHAPEs that only add or drop size-1 axes, with PERMUTEs, are already one node), an
 EXPAND is the broadcast its MUL reads, and the softmax's backward (g/s, the sum of g·p,
-its broadcast, the difference, the product with e) is the rule's own arithmetic. What
+its broadcast, the difference, the product with e) is the rule's own arithmetic; the
+gradient of the target is the NEG of the scaled error the output's gradient starts from
+(one node: folding the sign into the constant would make a second product). What
 went: the seed's 1.0 times the mean's scale, broadcast scalars, the square's x+x (now one
 constant times x), ln2·(1/ln2) around the softmax's exp, negations (into SUB and the
 constants), and merged reshapes. The GPT block's gradient falls by {remains['gpt']}, most of it

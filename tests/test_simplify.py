@@ -88,7 +88,7 @@ def test_replacements_keep_metadata_a_backward_node_stays_backward():
 
 def test_gradient_nodes_fall_on_attention_and_gpt():
     """The issue's target: at least 15% fewer nodes on the GPT block's gradient; the
-    attention sample's 14% and the nodes that remain are in bench/RESULTS.md."""
+    attention sample's 14.7% (129 -> 110) and the nodes that remain are in bench/RESULTS.md."""
     counts = {}
     for name in ("gpt", "attention"):
         gradient = _gradient(ROOT / "samples" / f"{name}.uop")
@@ -96,7 +96,16 @@ def test_gradient_nodes_fall_on_attention_and_gpt():
     before, after = counts["gpt"]
     assert after <= 0.85 * before, counts
     before, after = counts["attention"]
-    assert after <= 0.87 * before, counts
+    assert after <= 0.86 * before, counts
+
+
+def test_the_negation_of_a_shared_product_stays_one_node():
+    """-(x*c) beside x*c (a SUB's gradients g and -g) is one NEG; x*(-c) would be two
+    nodes, the product and its constant."""
+    x, y = UOp.param("x", (3,)), UOp.param("y", (3,))
+    g = x * 0.5
+    shared, negated = simplify_nodes([g + y, -g])
+    assert negated.op == Ops.NEG and negated.src[0] is g and shared.src[0] is g
 
 
 # ----------------------------------------------------------------------------- activations

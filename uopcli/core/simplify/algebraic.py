@@ -47,6 +47,12 @@ def _constant_side(node) -> tuple:
     return None, None
 
 
+def _has_constant_operand(node) -> bool:
+    """What _constant_side(node) finds a constant in, without taking it apart."""
+    a, b = node.src
+    return b.op == Ops.CONST or (a.op == Ops.CONST and node.op == Ops.MUL)
+
+
 def _scaled(x, node, value: float):
     """x * value, the constant rounded once to the node's dtype; x itself when it rounds to 1."""
     constant = n.const(value, node)
@@ -72,14 +78,12 @@ def fold_constant_factors(node):
     constants multiplied in float64 and rounded once (tinygrad folds them in Python
     floats too). Literal: c1, c2 and two products rounded (2 ulps from the exact value);
     here the folded constant and one product (1 ulp): at most 3 ulps apart."""
+    inner, outer = _constant_side(node)
+    if inner is None or inner.op not in (Ops.MUL, Ops.FDIV) or not _has_constant_operand(inner):
+        return None  # the usual case in a gradient (g * c, g = y * cos x) is said early
     if not node.dtype.is_float:
         return None
-    inner, outer = _constant_side(node)
-    if inner is None or inner.op not in (Ops.MUL, Ops.FDIV):
-        return None
     x, c1 = _constant_side(inner)
-    if x is None:
-        return None
     k1, k2 = float(n.const_value(c1)), float(n.const_value(outer))
     if inner.op == Ops.FDIV:
         k1 = 1 / k1 if k1 else None

@@ -170,8 +170,8 @@ def _const_where(c, a, b, node):
 
 
 def _negated_const(x, c, node, op=Ops.MUL):
-    """-(x*c) = x*(-c) = (-x)*c: rounding is symmetric in sign, so negating an operand
-    negates the correctly rounded result."""
+    """(-x)*c = x*(-c): rounding is symmetric in sign, so negating an operand negates the
+    correctly rounded result."""
     return n.make(op, node, (x, n.make(Ops.NEG, c, (c,))))
 
 
@@ -200,8 +200,9 @@ EXACT = PatternMatcher([
     (UPat(Ops.ADD, src=(x_, x_)), _same_sources(2, 3)(lambda x: x * n.const(2, x))),
     # -(-x) = x
     (UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(x_,)),)), lambda x: x),
-    # -(x*c) = x*(-c), (-x)*c = x*(-c), (-x)/c = x/(-c): rounding is symmetric in sign
-    (UPat(Ops.NEG, src=(UPat(Ops.MUL, src=(x_, c_)),), name="node"), _negated_const),
+    # (-x)*c = x*(-c), (-x)/c = x/(-c): rounding is symmetric in sign. -(x*c) stays as it
+    # is: in a gradient x*c is shared (a SUB's two operands get g and -g), and x*(-c)
+    # beside it would be two nodes (the product, its constant) where the NEG is one
     (UPat(Ops.MUL, src=(UPat(Ops.NEG, src=(x_,)), c_), name="node"), _negated_const),
     (UPat(Ops.FDIV, src=(UPat(Ops.NEG, src=(x_,)), c_), name="node"),
      lambda x, c, node: _negated_const(x, c, node, Ops.FDIV)),

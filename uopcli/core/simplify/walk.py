@@ -42,6 +42,7 @@ set_attribute = object.__setattr__  # a node's metadata, given as it is made (no
 
 SCALAR, CONSTANT, MOVED_NEG = 1, 2, 4  # the facts (bits)
 _CONSTANT_LEAVES = (Ops.CONST, Ops.BUFFER)
+_MAY_HAVE_FACTS = frozenset(_CONSTANT_LEAVES) | MOVEMENT  # no other node gets any (see _inherited)
 
 
 def only_when(signature_test, after: str | None = None):
@@ -258,7 +259,12 @@ class _Walk:
                         set_attribute(node, "meta", original.meta)
                 else:
                     node = rebuilt(original, (a, b))
-                key = (node.op, node.dtype, entry_of(a) or a.op, entry_of(b) or b.op)
+                ka, kb = a.op, b.op
+                if ka in _MAY_HAVE_FACTS:
+                    ka = entry_of(a) or ka
+                if kb in _MAY_HAVE_FACTS:
+                    kb = entry_of(b) or kb
+                key = (node.op, node.dtype, ka, kb)
             elif n_src == 1:
                 s0 = src[0]
                 a = done[s0]
