@@ -150,3 +150,13 @@ def test_a_node_whose_own_rows_raise_the_flag_gets_the_rows_it_admits():
     e = (x * -1.4426950408889634).exp2()
     (out,) = Rewriter(EXACT, TINYGRAD).rewrite_roots([e / (e + 1.0)])
     assert out.op == Ops.SUB and out.src[1] is (e + 1.0).reciprocal()
+
+
+def test_rows_that_never_settle_are_refused_with_one_line():
+    """A table whose row keeps making a new node (sin x -> sin(x*1) -> ...) stops at the
+    walk's chain limit with an error naming the op, not a hang or a RecursionError."""
+    from uopcli.core.pattern import PatternMatcher, UPat
+    from uopcli.errors import UOpError
+    growing = PatternMatcher([(UPat(Ops.SIN, src=(UPat.var("x"),)), lambda x: (x * 1.0).sin())])
+    with pytest.raises(UOpError, match="do not reach a fixpoint at a SIN node"):
+        Rewriter(growing).rewrite_roots([UOp.param("x", (2,)).sin()])

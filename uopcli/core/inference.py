@@ -10,7 +10,7 @@ from typing import Sequence
 from ..errors import GraphError
 from .ops import ARITHMETIC, BITWISE, COMPARISON, FLOAT_UNARY, INTEGER_ONLY, REDUCE_OPS, DType, Ops, dtypes, least_upper_dtype
 from .uop import CallArg, UOp
-from .walks import scope_sources
+from .walks import memoised_fold, scope_sources
 
 
 def infer_shape(op: str, dtype: DType, src: tuple, arg):
@@ -382,24 +382,7 @@ def _body_slots(body: UOp) -> dict[int, UOp]:
 def _scope_reads(root: UOp) -> tuple[dict[int, UOp], str | None]:
     """What `root` reads in its scope (see body_slots_memo), for it and every node under
     it not known yet, sources first (iterative)."""
-    memo = body_slots_memo
-    found = memo.get(root)
-    if found is not None:
-        return found
-    stack = [root]
-    while stack:
-        node = stack[-1]
-        if node in memo:
-            stack.pop()
-            continue
-        children = scope_sources(node)
-        pending = [child for child in children if child not in memo]
-        if pending:
-            stack.extend(pending)
-            continue
-        stack.pop()
-        memo[node] = _reads_of(node, [memo[child] for child in children])
-    return memo[root]
+    return memoised_fold(root, body_slots_memo, scope_sources, _reads_of)
 
 
 def _reads_of(node: UOp, parts: list) -> tuple[dict[int, UOp], str | None]:

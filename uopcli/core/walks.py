@@ -103,6 +103,29 @@ def creation_order(roots: Iterable[UOp]) -> list[UOp]:
 _serial = attrgetter("serial")
 
 
+def memoised_fold(root: UOp, memo: dict, children, combine):
+    """memo[root], where memo[node] = combine(node, [memo[c] for c in children(node)]),
+    computed sources first for root and every node under it not in memo yet (iterative:
+    a chain of a million nodes is fine). memo keeps every value, across calls."""
+    found = memo.get(root)
+    if found is not None:
+        return found
+    stack = [root]
+    while stack:
+        node = stack[-1]
+        if node in memo:
+            stack.pop()
+            continue
+        below = children(node)
+        pending = [child for child in below if child not in memo]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        memo[node] = combine(node, [memo[child] for child in below])
+    return memo[root]
+
+
 def _postorder(roots: Iterable[UOp], children) -> list[UOp]:
     order: list[UOp] = []
     seen: set[UOp] = set()

@@ -21,6 +21,7 @@ from typing import Callable, NamedTuple
 from ..ops import Ops
 from ..pattern import PatternMatcher, UPat
 from . import nodes as n
+from ..walks import memoised_fold
 from .walk import only_when
 
 x_ = UPat.var("x")
@@ -161,28 +162,14 @@ def _wanted(node, ctx: dict) -> tuple:
     found without recursion: a product can be a million MULs deep): only a product
     holding one can be rewritten by the ratio row, so every other MUL costs two
     dictionary lookups."""
-    found = ctx.get(node)
-    if found is not None:
-        return found
     if node.op not in _PRODUCT_PARTS:
         return ()
-    stack = [node]
-    while stack:
-        part = stack[-1]
-        if part in ctx:
-            stack.pop()
-            continue
-        below = [s for s in _product_operands(part) if s.op in _PRODUCT_PARTS and s not in ctx]
-        if below:
-            stack += below
-            continue
-        stack.pop()
-        ctx[part] = _wanted_here(part, ctx)
-    return ctx[node]
+    return memoised_fold(node, ctx, _product_operands, _wanted_here)
 
 
 def _product_operands(node) -> tuple:
-    """The operands of a product part that are factors of it (a quotient's numerator)."""
+    """The operands of a product part that are factors of it (a quotient's numerator);
+    none for anything else (a factor that is not a product part holds no ratio)."""
     op = node.op
     if op == Ops.MUL:
         return node.src
@@ -191,20 +178,20 @@ def _product_operands(node) -> tuple:
     return ()
 
 
-def _wanted_here(node, ctx: dict) -> tuple:
-    """_wanted of a product part whose factor operands have theirs in ctx."""
-    def of(operand):
-        return ctx[operand] if operand.op in _PRODUCT_PARTS else ()
+def _wanted_here(node, operands: list) -> tuple:
+    """_wanted of `node`, from its factor operands' (in _product_operands' order)."""
     op = node.op
     if op == Ops.RECIPROCAL:
         base = _ratio_base(node.src[0])
         return () if base is None else (base,)
     if op == Ops.MUL:
-        return (of(node.src[0]) + of(node.src[1]))[:4]
+        return (operands[0] + operands[1])[:4]
     if op == Ops.NEG:
-        return of(node.src[0])
-    base = _ratio_base(node.src[1])  # FDIV
-    return (of(node.src[0]) + (() if base is None else (base,)))[:4]
+        return operands[0]
+    if op == Ops.FDIV:
+        base = _ratio_base(node.src[1])
+        return (operands[0] + (() if base is None else (base,)))[:4]
+    return ()
 
 
 def _factors(node):

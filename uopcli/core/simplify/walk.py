@@ -318,25 +318,7 @@ class _Walk:
 
     def _final(self, node: UOp, depth: int = 0) -> UOp:
         """node (whose sources are final) brought to its fixpoint; recorded in `done`."""
-        known = self.done.get(node)
-        if known is not None:
-            return known
-        since = next_serial() if node.meta is not None else 0
-        out, facts = self._try(node)
-        if out is None:
-            return self._record(node, facts)
-        return self._final_from(node, out, since, depth)
-
-    def _final_from(self, node: UOp, out: UOp, since: int, depth: int = 0) -> UOp:
-        """The fixpoint of `out`, what a row made of `node` (its new nodes, made from
-        serial `since` on, take node's metadata), recorded in `done`."""
         while True:
-            depth += 1
-            if depth > _MAX_CHAIN:
-                raise UOpError(f"simplify: the rules do not reach a fixpoint at a {node.op} node")
-            if since:
-                tag_new_nodes(out, since, node.meta)
-            node = self._settle_sources(out, depth)
             known = self.done.get(node)
             if known is not None:
                 return known
@@ -344,6 +326,21 @@ class _Walk:
             out, facts = self._try(node)
             if out is None:
                 return self._record(node, facts)
+            depth += 1
+            if depth > _MAX_CHAIN:
+                raise UOpError(f"simplify: the rules do not reach a fixpoint at a {node.op} node")
+            node = self._settled(node, out, since, depth)
+
+    def _final_from(self, node: UOp, out: UOp, since: int) -> UOp:
+        """The fixpoint of `out`, what a row made of `node` (the main loop's first rewrite)."""
+        return self._final(self._settled(node, out, since, 1), 1)
+
+    def _settled(self, node: UOp, out: UOp, since: int, depth: int) -> UOp:
+        """`out`, what a row made of node, its new nodes (made from serial `since` on)
+        given node's metadata, on the fixpoints of its sources."""
+        if since:
+            tag_new_nodes(out, since, node.meta)
+        return self._settle_sources(out, depth)
 
     def _try(self, node: UOp, key: tuple | None = None, tried: frozenset | None = None) -> tuple[UOp | None, int]:
         """(what the first row that rewrites node makes of it or None, node's facts), for
