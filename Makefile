@@ -42,7 +42,7 @@ pip_install = $(PY) -m pip install $(1) >>$(VENV)/install.log 2>&1 || { cat $(VE
 editable_install = $(PY) -m pip install -e '.[$(1)]' --config-settings editable_mode=compat >>$(VENV)/install.log 2>&1 \
 	|| $(call pip_install,-e '.[$(1)]')
 
-.PHONY: help setup venv dot clang chromium demo test bench bench-html samples samples-check lint clean distclean
+.PHONY: help setup venv dot clang chromium demo test bench bench-html samples samples-check lint clean distclean mutation
 
 help:
 	@echo "make demo      set up, then diff -> eval -> check -> render samples/mlp.uop (picture in $(OUT)/)"
@@ -51,6 +51,7 @@ help:
 	@echo "make bench-html  time the HTML viewer: writing pages, and drawing them in headless Chromium"
 	@echo "make samples   rebuild samples/*.uop from samples/build.py (make samples-check: compare only)"
 	@echo "make lint      ruff over the package, tests, samples, tools and bench"
+	@echo "make mutation TARGET=uopcli/core/simplify  mutation testing of one module or folder with its mapped tests"
 	@echo "make clean     remove $(OUT)/ and caches; make distclean also removes $(VENV)/"
 
 setup: venv dot clang
@@ -150,3 +151,17 @@ clean:
 
 distclean: clean
 	rm -rf $(VENV)
+
+# Mutation testing (mutmut, the [mutation] extra): every mutant of TARGET (a module or a
+# folder) runs against the tests tools/mutation.py maps to it, in a scratch copy under
+# out/mutation/; prints the score and the survivors. Slow: minutes for a module, an hour or
+# more for a folder on two cores. MUTATION_ARGS=--max-children 1 leaves a core free.
+MUTATION_STAMP := $(VENV)/.installed-mutation
+TARGET ?= uopcli/core/simplify
+MUTATION_ARGS ?=
+mutation: setup $(MUTATION_STAMP) $(ONNX_STAMP)
+	@$(RUN) $(PY) tools/mutation.py $(TARGET) $(MUTATION_ARGS)
+
+$(MUTATION_STAMP): $(STAMP)
+	@$(call editable_install,test$(comma)mutation)
+	@touch $@

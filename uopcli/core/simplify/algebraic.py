@@ -123,8 +123,10 @@ def _offset(node):
 def fold_constant_terms(node):
     """(x+c1)+c2 = x+(c1+c2), with SUB as adding -c (tinygrad's two stage ALU folding for
     ADD, and `x+0 -> x`): the constants added in float64 and rounded once. 1 + (2s - 1)
-    becomes 2s. The literal rounds x+c1 first: at most an ulp of max(|x|, |c1|, |c2|)
-    apart (an absolute bound: where x+c1 cancels, the literal is the inaccurate one)."""
+    becomes 2s. The literal rounds x+c1 and its sum, the rewrite c1+c2 and its sum: each
+    within an ulp of the largest value held on the way (x, c1, c2, the sums), so at most
+    2 ulps of it apart, and 2 is reached (tests/test_simplify_ulps.py). An absolute bound:
+    where x+c1 cancels, the literal is the inaccurate one."""
     if not node.dtype.is_float:
         return None
     inner, k2 = _offset(node)
@@ -322,7 +324,7 @@ ROWS = [
     Row(UPat(Ops.FDIV, src=(x_, UPat(Ops.MUL, src=(UPat.var("y"), UPat.cvar("c")))), name="node"), reciprocal_of_scaled,
         "symbolic.py sym `(x*c).reciprocal() -> x.reciprocal()*c.reciprocal()`", 3.0),
     Row(UPat((Ops.ADD, Ops.SUB), name="node"), fold_constant_terms,
-        "symbolic.py two stage ALU folding `(x+c1)+c2 -> x+(c1+c2)` and `x+0 -> x`", 1.0, "operands"),
+        "symbolic.py two stage ALU folding `(x+c1)+c2 -> x+(c1+c2)` and `x+0 -> x`", 2.0, "operands"),
     Row(UPat((Ops.MUL, Ops.FDIV), name="node"), sigmoid_ratio,
         "symbolic.py sym `x*(1+x).reciprocal() -> 1-d` and `x*(d*y) -> y*(1-d)`", 2.0, "operands"),
     Row(UPat(Ops.REDUCE, src=(UPat(Ops.EXPAND, src=(x_,), name="e"),), name="node"), sum_of_copies,

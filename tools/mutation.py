@@ -1,0 +1,111 @@
+"""Mutation testing of one module or folder with its mapped tests (mutmut), and its score.
+
+    python tools/mutation.py uopcli/core/simplify          # make mutation TARGET=uopcli/core/simplify
+    python tools/mutation.py uopcli/core/gradient.py --max-children 2
+
+mutmut copies the project into a `mutants/` directory and mutates it there, so the work is
+done in a scratch copy of the tracked files (out/mutation/<target>/): the worktree is never
+changed, and its tests can run meanwhile. Each mutant runs only the mapped tests that reach
+the mutated function. At the end the score (killed / all that ran) and the surviving
+mutants' names are printed; `mutmut show NAME` in the scratch directory prints a mutant's diff.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# target prefix -> the test files that check it (the first prefix that matches wins)
+TESTS = [
+    ("uopcli/core/simplify", ["tests/test_simplify.py", "tests/test_simplify_rows.py", "tests/test_simplify_walk.py",
+                              "tests/test_simplify_differential.py", "tests/test_simplify_ulps.py"]),
+    ("uopcli/core/gradient.py", ["tests/test_gradient.py", "tests/test_gradient_properties.py",
+                                 "tests/test_gradient_higher_order.py",
+                                 "tests/test_gradient_second_order_properties.py"]),
+    ("uopcli/interop/onnx", ["tests/test_onnx_bridge.py", "tests/test_onnx_export.py", "tests/test_onnx_export_ops.py",
+                             "tests/test_onnx_import_ops.py", "tests/test_onnx_import_models.py",
+                             "tests/test_onnx_edges.py"]),
+    ("uopcli/interop/tinygrad", ["tests/test_tinygrad_bridge.py", "tests/test_tinygrad_meaning.py",
+                                 "tests/test_tinygrad_export_rules.py"]),
+    ("uopcli/views/html", ["tests/test_html_viewer.py", "tests/test_html_groups.py"]),
+]
+
+
+def mapped_tests(target: str) -> list[str]:
+    for prefix, tests in TESTS:
+        if target.startswith(prefix) or prefix.startswith(target.rstrip("/")):
+            return [t for t in tests if (ROOT / t).exists()]
+    raise SystemExit(f"mutation: no tests are mapped to {target} (tools/mutation.py, TESTS)")
+
+
+def scratch_copy(target: str, tests: list[str]) -> Path:
+    """The tracked files, copied to out/mutation/<target>/, with mutmut's settings."""
+    where = ROOT / "out" / "mutation" / target.strip("/").replace("/", "_")
+    if where.exists():
+        shutil.rmtree(where)
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True,
+                           capture_output=True, text=True).stdout.split()
+    for name in files:
+        source = ROOT / name
+        if source.is_file():
+            (where / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, where / name)
+    only = f"{target.rstrip('/')}/*" if (ROOT / target).is_dir() else target
+    settings = {
+        "source_paths": ["uopcli"], "only_mutate": [only], "also_copy": ["samples", "schemas", "docs"],
+        "pytest_add_cli_args_test_selection": tests,
+        "pytest_add_cli_args": ["-p", "no:randomly", "-q", "-x", "--timeout=600"],
+    }
+    with open(where / "pyproject.toml", "a") as f:
+        f.write("\n[tool.mutmut]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items()))
+    return where
+
+
+def score(where: Path) -> dict:
+    mutmut = [str(Path(sys.executable).parent / "mutmut")]
+    subprocess.run(mutmut + ["export-cicd-stats"], cwd=where, check=True, capture_output=True)
+    stats = json.loads((where / "mutants" / "mutmut-cicd-stats.json").read_text())
+    survivors = []
+    for meta in (where / "mutants").rglob("*.py.meta"):
+        codes = json.loads(meta.read_text())["exit_code_by_key"]
+        survivors += [name for name, code in codes.items() if code == 0]
+    stats["survivors"] = sorted(survivors)
+    return stats
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("target", help="a module or folder, e.g. uopcli/core/simplify")
+    parser.add_argument("--max-children", type=int, default=2, help="mutants run at once (default 2)")
+    args = parser.parse_args()
+    if not (ROOT / args.target).exists():
+        raise SystemExit(f"mutation: {args.target} does not exist")
+    tests = mapped_tests(args.target)
+    where = scratch_copy(args.target, tests)
+    print(f"mutation: {args.target} with {' '.join(tests)}, in {where.relative_to(ROOT)}", flush=True)
+    mutmut = str(Path(sys.executable).parent / "mutmut")
+    run = subprocess.run([mutmut, "run", "--max-children", str(args.max_children)], cwd=where,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if run.returncode not in (0, 1) and not (where / "mutants").exists():
+        print(run.stderr[-4000:], file=sys.stderr)
+        return 1
+    stats = score(where)
+    ran = stats["killed"] + stats["survived"] + stats.get("timeout", 0) + stats.get("segfault", 0)
+    killed = ran - stats["survived"]
+    print(json.dumps({k: v for k, v in stats.items() if k != "survivors"}))
+    for name in stats["survivors"]:
+        print(f"survived: {name}")
+    print(f"mutation score for {args.target}: {killed}/{ran} killed ({100 * killed / max(ran, 1):.1f}%); "
+          f"{stats.get('no_tests', 0)} mutants no mapped test reaches; diffs: cd {where.relative_to(ROOT)} && "
+          "mutmut show NAME")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
