@@ -10,6 +10,7 @@ The algebraic (TINYGRAD) rows are measured in test_simplify_ulps.py."""
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -255,11 +256,13 @@ def test_casts_between_every_pair_of_dtypes_keep_every_bit():
 
 # ----------------------------------------------------------------------------- random graphs
 
+# under `make mutation` (mutmut sets MUTANT_UNDER_TEST) each mutant runs fewer examples
+EXAMPLES = 60 if os.environ.get("MUTANT_UNDER_TEST") else 250
 _SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                                         HealthCheck.filter_too_much], derandomize=True)
 
 
-@settings(max_examples=250, **_SETTINGS)
+@settings(max_examples=EXAMPLES, **_SETTINGS)
 @given(graphs())
 @example(_f16_zero_cast_plus_zero())
 @example(_int16_through_float16())

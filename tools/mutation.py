@@ -2,6 +2,7 @@
 
     python tools/mutation.py uopcli/core/simplify          # make mutation TARGET=uopcli/core/simplify
     python tools/mutation.py uopcli/core/gradient.py --max-children 2
+    python tools/mutation.py uopcli/core/simplify/exact.py uopcli/core/simplify/fold.py   # several, one run
 
 mutmut copies the project into a `mutants/` directory and mutates it there, so the work is
 done in a scratch copy of the tracked files (out/mutation/<target>/): the worktree is never
@@ -44,9 +45,9 @@ def mapped_tests(target: str) -> list[str]:
     raise SystemExit(f"mutation: no tests are mapped to {target} (tools/mutation.py, TESTS)")
 
 
-def scratch_copy(target: str, tests: list[str]) -> Path:
-    """The tracked files, copied to out/mutation/<target>/, with mutmut's settings."""
-    where = ROOT / "out" / "mutation" / target.strip("/").replace("/", "_")
+def scratch_copy(targets: list[str], tests: list[str]) -> Path:
+    """The tracked files, copied to out/mutation/<first target>/, with mutmut's settings."""
+    where = ROOT / "out" / "mutation" / targets[0].strip("/").replace("/", "_")
     if where.exists():
         shutil.rmtree(where)
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True,
@@ -56,9 +57,9 @@ def scratch_copy(target: str, tests: list[str]) -> Path:
         if source.is_file():
             (where / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, where / name)
-    only = f"{target.rstrip('/')}/*" if (ROOT / target).is_dir() else target
+    only = [f"{t.rstrip('/')}/*" if (ROOT / t).is_dir() else t for t in targets]
     settings = {
-        "source_paths": ["uopcli"], "only_mutate": [only], "also_copy": ["samples", "schemas", "docs"],
+        "source_paths": ["uopcli"], "only_mutate": only, "also_copy": ["samples", "schemas", "docs"],
         "pytest_add_cli_args_test_selection": tests,
         "pytest_add_cli_args": ["-p", "no:randomly", "-q", "-x", "--timeout=600"],
     }
@@ -81,14 +82,19 @@ def score(where: Path) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("target", help="a module or folder, e.g. uopcli/core/simplify")
+    parser.add_argument("targets", nargs="+", help="modules or folders, e.g. uopcli/core/simplify")
+    parser.add_argument("--tests", help="comma-separated test files instead of the mapped ones")
     parser.add_argument("--max-children", type=int, default=2, help="mutants run at once (default 2)")
     args = parser.parse_args()
-    if not (ROOT / args.target).exists():
-        raise SystemExit(f"mutation: {args.target} does not exist")
-    tests = mapped_tests(args.target)
-    where = scratch_copy(args.target, tests)
-    print(f"mutation: {args.target} with {' '.join(tests)}, in {where.relative_to(ROOT)}", flush=True)
+    missing = [t for t in args.targets if not (ROOT / t).exists()]
+    if missing:
+        raise SystemExit(f"mutation: {' '.join(missing)} does not exist")
+    tests = list(dict.fromkeys(t for target in args.targets for t in mapped_tests(target)))
+    if args.tests:
+        tests = args.tests.split(",")
+    where = scratch_copy(args.targets, tests)
+    target = " ".join(args.targets)
+    print(f"mutation: {target} with {' '.join(tests)}, in {where.relative_to(ROOT)}", flush=True)
     mutmut = str(Path(sys.executable).parent / "mutmut")
     run = subprocess.run([mutmut, "run", "--max-children", str(args.max_children)], cwd=where,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -101,7 +107,7 @@ def main() -> int:
     print(json.dumps({k: v for k, v in stats.items() if k != "survivors"}))
     for name in stats["survivors"]:
         print(f"survived: {name}")
-    print(f"mutation score for {args.target}: {killed}/{ran} killed ({100 * killed / max(ran, 1):.1f}%); "
+    print(f"mutation score for {target}: {killed}/{ran} killed ({100 * killed / max(ran, 1):.1f}%); "
           f"{stats.get('no_tests', 0)} mutants no mapped test reaches; diffs: cd {where.relative_to(ROOT)} && "
           "mutmut show NAME")
     return 0

@@ -1,0 +1,176 @@
+"""The ONNX bridge at its edges, bit for bit, against both onnxruntime and onnx.reference:
+
+- export: each exact row's model (every dtype's edge values: -0.0, nan, inf, subnormals,
+  integer extremes that wrap) runs in onnx.reference too, not only in onnxruntime, and
+  gives our evaluator's bits; WHERE with a -0.0 branch keeps the sign in both runtimes.
+- import: the attribute choices a one-sided mistake survives elsewhere: auto_pad SAME_UPPER
+  against SAME_LOWER where the padding is odd (MaxPool k=2 on 6x6), and Slices that run
+  backwards to the first element (a negative step whose end is clamped to -1, not 0), our
+  own exported FLIP read back included."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from _onnx_helpers import assert_exact, evaluated, need_onnx_and_runtime, run_onnx
+from uopcli import Graph, Ops, UOp, dtypes, evaluate_graph
+
+onnx, ort = need_onnx_and_runtime()
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+from test_onnx_export_ops import ALL, FLOATS, INTS, NUMERIC, edge_values, grid  # noqa: E402
+from uopcli.interop.onnx.exporter import to_onnx  # noqa: E402
+from uopcli.interop.onnx.importer import import_model  # noqa: E402
+
+
+def run_reference(graph: Graph, inputs: dict) -> dict:
+    model = to_onnx(graph)
+    names = [i.name for i in model.graph.input]
+    with np.errstate(all="ignore"):
+        values = ReferenceEvaluator(model).run(None, {n: inputs[n] for n in names})
+    return dict(zip([o.name for o in model.graph.output], values))
+
+
+def in_both(make, arrays: dict, what: str) -> None:
+    """make(*params) exported; onnxruntime's and onnx.reference's bits are the evaluator's."""
+    params = [UOp.param(name, a.shape, a.dtype) for name, a in arrays.items()]
+    graph = Graph({"out": make(*params)}, inputs=params)
+    with np.errstate(all="ignore"):
+        truth = evaluated(graph, arrays)["out"]
+    assert_exact(run_onnx(graph, arrays)["out"], truth, f"{what} in onnxruntime")
+    assert_exact(run_reference(graph, arrays)["out"], truth, f"{what} in onnx.reference")
+
+
+# ----------------------------------------------------------------------------- export, in both runtimes
+
+EXACT_BINARY = {"ADD": Ops.ADD, "SUB": Ops.SUB, "MUL": Ops.MUL, "MAX": Ops.MAX, "CMPLT": Ops.CMPLT,
+                "CMPNE": Ops.CMPNE, "CMPEQ": Ops.CMPEQ}
+
+
+@pytest.mark.parametrize("dtype", NUMERIC, ids=str)
+@pytest.mark.parametrize("name", list(EXACT_BINARY))
+def test_exact_binary_rows_in_both_runtimes(name, dtype):
+    """Sums and products wrap in integers, keep -0.0 and nan in floats (every pair of edges)."""
+    op = EXACT_BINARY[name]
+    a, b = grid(dtype)
+    out_dtype = dtypes.bool if name.startswith("CMP") else dtype
+    in_both(lambda x, y: UOp.make(op, out_dtype, (x, y)), {"a": a, "b": b}, f"{name} {dtype.name}")
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("op", [Ops.NEG, Ops.SQRT, Ops.RECIPROCAL, Ops.TRUNC])
+def test_exact_float_unary_rows_in_both_runtimes(op, dtype):
+    in_both(lambda x: UOp.make(op, dtype, (x,)), {"x": edge_values(dtype)}, f"{op} {dtype.name}")
+
+
+@pytest.mark.parametrize("dtype", INTS, ids=str)
+def test_integer_negation_and_division_wrap_in_both_runtimes(dtype):
+    a, b = grid(dtype)
+    in_both(lambda x: -x, {"x": edge_values(dtype)}, f"NEG {dtype.name}")
+    in_both(lambda x, y: UOp.make(Ops.CDIV, dtype, (x, y)), {"a": a, "b": b}, f"CDIV {dtype.name}")
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_where_with_a_minus_zero_branch_keeps_its_sign(dtype):
+    """onnxruntime's Where loses a -0.0 taken from its first branch; the exporter restores it,
+    and onnx.reference (whose Where keeps it) must not then flip it to +0.0."""
+    cond = np.array([True, False, True, False, True, False])
+    x = np.array([0.0, -0.0, 1.5, np.nan, -np.inf, 0.0], dtype.np)
+    zero = UOp.const(-0.0, dtype)
+    for make in (lambda c, v: c.where(zero, v), lambda c, v: c.where(v, zero), lambda c, v: c.where(v, -v),
+                 lambda c, v: c.where(-v, v)):
+        in_both(make, {"c": cond, "x": x}, f"WHERE {dtype.name}")
+    params = [UOp.param("c", cond.shape, dtypes.bool), UOp.param("x", x.shape, dtype)]
+    out = run_onnx(Graph({"out": params[0].where(zero, params[1])}, inputs=params), {"c": cond, "x": x})["out"]
+    assert np.signbit(out[[0, 2, 4]]).all() and not np.signbit(out[[5]]).any()
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=str)
+def test_casts_in_both_runtimes(dtype):
+    """Every target from each source, on the edges no runtime leaves to the machine (floats
+    to integers only within the target's range)."""
+    x = edge_values(dtype)
+    for target in ALL:
+        values = x
+        if dtype.is_float and target.is_int:
+            info = np.iinfo(target.np)
+            values = x[np.isfinite(x) & (x.astype(np.float64) > info.min) & (x.astype(np.float64) < info.max)]
+        in_both(lambda v: v.cast(target), {"x": values}, f"CAST {dtype.name} -> {target.name}")
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=str)
+def test_movements_in_both_runtimes(dtype):
+    x = np.resize(edge_values(dtype), 24).reshape(2, 3, 4).astype(dtype.np)
+    in_both(lambda v: UOp.make(Ops.FLIP, v.dtype, (v,), (True, False, True)), {"x": x}, "FLIP")
+    in_both(lambda v: UOp.make(Ops.PAD, v.dtype, (v,), ((1, 0), (0, 2), (3, 1))), {"x": x}, "PAD")
+    in_both(lambda v: UOp.make(Ops.SHRINK, v.dtype, (v,), ((1, 2), (0, 3), (1, 3))), {"x": x}, "SHRINK")
+    in_both(lambda v: v.permute(2, 0, 1).reshape(4, 6), {"x": x}, "PERMUTE")
+
+
+# ----------------------------------------------------------------------------- import: attribute edges
+
+def _one_node(op, inputs: dict, initializers: dict, attrs: dict, opset: int = 18):
+    graph_inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape) for n, a in inputs.items()]
+    node = helper.make_node(op, [*inputs, *initializers], ["out"], **attrs)
+    graph = helper.make_graph([node], "one", graph_inputs, [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(a, n) for n, a in initializers.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def _imported_in_all_three(model, feeds: dict, reference: bool = True) -> np.ndarray:
+    graph, weights = import_model(model)
+    ours = np.asarray(evaluate_graph(graph, {**weights, **feeds})["out"])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    if reference:
+        assert_exact(ours, ReferenceEvaluator(model).run(None, feeds)[0], "against onnx.reference")
+    assert_exact(ours, session.run(None, feeds)[0], "against onnxruntime")
+    return ours
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
+@pytest.mark.parametrize("size, kernel, stride", [(6, 2, 1), (7, 4, 1), (8, 3, 3), (5, 2, 3)])
+def test_maxpool_same_padding_puts_the_odd_pad_on_its_side(auto_pad, size, kernel, stride):
+    x = np.arange(size * size, dtype=np.float32).reshape(1, 1, size, size) * np.float32(-1.5)
+    x[0, 0, 0, 0], x[0, 0, -1, -1] = 100.0, 200.0  # a corner only one side's padding reaches
+    model = _one_node("MaxPool", {"x": x}, {}, {"kernel_shape": [kernel, kernel], "strides": [stride, stride],
+                                                "auto_pad": auto_pad})
+    # onnx 1.23's reference MaxPool gives SAME_LOWER with a stride > 1 too small an output
+    # (8x8, k=3, s=3: 2x2, not ceil(8/3) = 3): onnxruntime, which follows the spec, judges those
+    out = _imported_in_all_three(model, {"x": x}, reference=auto_pad == "SAME_UPPER" or stride == 1)
+    assert out.shape[2:] == (-(-size // stride),) * 2
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
+def test_conv_same_padding_with_an_odd_total(auto_pad):
+    x = np.arange(36, dtype=np.float32).reshape(1, 1, 6, 6)
+    w = np.zeros((1, 1, 2, 2), np.float32)
+    w[0, 0, 0, 0] = 1.0  # picks one neighbour: which one the padding decides
+    model = _one_node("Conv", {"x": x}, {"w": w}, {"auto_pad": auto_pad})
+    _imported_in_all_three(model, {"x": x})
+
+
+INT64_MIN = np.iinfo(np.int64).min
+
+
+@pytest.mark.parametrize("start, end, step", [(-1, INT64_MIN, -1), (5, -100, -1), (4, -7, -2), (3, -6, -3),
+                                              (-1, -6, -1), (9, -9, -1), (2, 0, -1), (4, -1 - 5, -4)])
+def test_slice_backwards_reaches_the_first_element(start, end, step):
+    x = (np.arange(5, dtype=np.float32) - 2.0) * np.float32(-0.0 + 1.25)
+    x[2] = -0.0
+    initializers = {"starts": np.array([start]), "ends": np.array([end]), "axes": np.array([0]),
+                    "steps": np.array([step])}
+    out = _imported_in_all_three(_one_node("Slice", {"x": x}, initializers, {}), {"x": x})
+    assert_exact(out, x[slice(start if start < 5 else None, None if end < -5 else end, step)], "as numpy slices")
+
+
+def test_exported_flip_reads_back_bit_for_bit():
+    x = np.resize(edge_values(dtypes.float32), 30).reshape(5, 6)
+    p = UOp.param("x", x.shape)
+    graph = Graph({"out": UOp.make(Ops.FLIP, p.dtype, (p,), (True, True))}, inputs=[p])
+    back, weights = import_model(to_onnx(graph))
+    assert_exact(np.asarray(evaluate_graph(back, {**weights, "x": x})["out"]), x[::-1, ::-1], "FLIP read back")
