@@ -109,8 +109,10 @@ def _elementwise(walk, node, want, srcs):
 
 def _stack(walk, node, want, srcs):
     """STACK of n values of one shape: shape (n, *shape), element i at index i. Each is
-    given a leading axis, padded with zeros to n at its place, and the parts summed (OR
-    for bools): the format's way of joining, as the builder's cat."""
+    given a leading axis, padded to n at its place, and the parts summed (OR for bools):
+    the format's way of joining. A float part is padded with -0.0, -(pad(-x)), as
+    x + -0.0 = x for every x, where the +0.0 PAD writes would turn a -0.0 into +0.0
+    (tinygrad's STACK, and so its cat, keeps it)."""
     if not srcs:
         raise walk._refuse(node, "stacks nothing")
     dtype = walk.value_dtype(node, want)
@@ -119,7 +121,12 @@ def _stack(walk, node, want, srcs):
     joined = None
     for i, part in enumerate(parts):
         lifted = UOp.make(Ops.RESHAPE, dtype, (part,), (1,) + shape)
-        padded = UOp.make(Ops.PAD, dtype, (lifted,), ((i, len(parts) - 1 - i),) + ((0, 0),) * len(shape))
+        pads = ((i, len(parts) - 1 - i),) + ((0, 0),) * len(shape)
+        if dtype.is_float:
+            negated = UOp.make(Ops.PAD, dtype, (UOp.make(Ops.NEG, dtype, (lifted,)),), pads)
+            padded = UOp.make(Ops.NEG, dtype, (negated,))
+        else:
+            padded = UOp.make(Ops.PAD, dtype, (lifted,), pads)
         joined = padded if joined is None else UOp.make(Ops.OR if dtype.is_bool else Ops.ADD, dtype, (joined, padded))
     return _committed(walk, node, want, joined)
 
