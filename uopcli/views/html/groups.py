@@ -171,7 +171,7 @@ class Grouping:
         key = tuple(parts)
         found = self._branch.get(key)
         if found is None:
-            found = len(parts)
+            found = max(len(parts) - 1, 0)  # none holds half or less: the deepest scope gets the ∇ twin
             for depth in range(len(parts)):
                 if self._forward[key[:depth + 1]] * 2 <= self._forward[key[:depth]]:
                     found = depth
