@@ -97,9 +97,10 @@ def main() -> int:
     print(f"mutation: {target} with {' '.join(tests)}, in {where.relative_to(ROOT)}", flush=True)
     mutmut = str(Path(sys.executable).parent / "mutmut")
     run = subprocess.run([mutmut, "run", "--max-children", str(args.max_children)], cwd=where,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if run.returncode not in (0, 1) and not (where / "mutants").exists():
-        print(run.stderr[-4000:], file=sys.stderr)
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if "failed to collect stats" in run.stdout or not (where / "mutants").exists():
+        print(run.stdout[-4000:], file=sys.stderr)
+        print("mutation: the mapped tests fail on the unmutated code (above): fix them first", file=sys.stderr)
         return 1
     stats = score(where)
     ran = stats["killed"] + stats["survived"] + stats.get("timeout", 0) + stats.get("segfault", 0)
