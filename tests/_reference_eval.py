@@ -1,6 +1,7 @@
 """The tests' finite-difference gradient, computed with the package's independent
 reference evaluator (uopcli.backends.reference: plain numpy per op, no fast paths), so the
-gradient tests do not depend on the production evaluator alone, and cross-check it.
+gradient tests do not depend on the production evaluator alone, and cross-check it. The
+production evaluator is uopcli.evaluate, imported from there by the tests that use it.
 """
 
 from __future__ import annotations
@@ -9,12 +10,6 @@ import numpy as np
 
 from uopcli import UOp
 from uopcli.backends.reference import reference_evaluate
-
-
-def evaluate(outputs, inputs):
-    """The production evaluator (the one the reference checks)."""
-    from uopcli.backends.numpy import evaluate as production
-    return production(outputs, inputs)
 
 
 def numeric_gradient(output: UOp, seed: np.ndarray, inputs: dict, name: str, eps: float = 1e-6) -> np.ndarray:

@@ -20,8 +20,8 @@ import sys
 import numpy as np
 import pytest
 
-from _reference_eval import assert_shapes_as_inferred, evaluate, reference_evaluate
-from uopcli import Graph, UOp, dtypes, save
+from _reference_eval import assert_shapes_as_inferred, reference_evaluate
+from uopcli import Graph, UOp, dtypes, evaluate, save
 from uopcli.core.gradient import compute_gradient
 
 f64 = dtypes.float64

@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _reference_eval import assert_shapes_as_inferred, evaluate, numeric_gradient
-from uopcli import UOp, dtypes
+from _reference_eval import assert_shapes_as_inferred, numeric_gradient
+from uopcli import UOp, dtypes, evaluate
 from uopcli.core.gradient import compute_gradient
 
 f64 = dtypes.float64
@@ -50,6 +50,38 @@ BINARY_STEPS = {
     "matmul": lambda x, y: (x @ y.T) @ x * 0.5,
 }
 
+# The same kinds of steps on rank 3 (batched matmul, permutes and pads of three axes):
+# a gradient rule that handles only the last two axes, or the first, shows here
+SHAPE3 = (2, 3, 2)
+UNARY_STEPS3 = {
+    "sin": lambda x: x.sin(),
+    "neg": lambda x: -x,
+    "exp2": lambda x: (x.sin() * 1.5).exp2(),
+    "reciprocal": lambda x: (x * x + 1.0).reciprocal(),
+    "sum expand": lambda x: x.sum((0, 2), keepdim=True).expand(SHAPE3),
+    "max reduce": lambda x: x.max(2, keepdim=True).expand(SHAPE3) * x,
+    "prod reduce": lambda x: x.prod(1, keepdim=True).expand(SHAPE3) + x,
+    "flip": lambda x: x.flip((0, 2)),
+    "permute reshape": lambda x: x.permute(2, 0, 1).reshape(SHAPE3),
+    "permute back": lambda x: x.permute(1, 2, 0).permute(2, 0, 1),
+    "pad shrink": lambda x: x.pad(((1, 0), (0, 2), (1, 1))).shrink(((0, 2), (1, 4), (0, 2))),
+    "expand middle": lambda x: x.shrink(((0, 2), (1, 2), (0, 2))).expand(SHAPE3) * x,
+    "softmax": lambda x: x.softmax(1),
+}
+BINARY_STEPS3 = {
+    "add": lambda x, y: x + y,
+    "mul": lambda x, y: x * y,
+    "div": lambda x, y: x / (y * y + 1.0),
+    "max": lambda x, y: x.maximum(y),
+    "where": lambda x, y: (x < y).where(x * 2.0, y),
+    "batched matmul": lambda x, y: (x @ y.permute(0, 2, 1)) @ x * 0.5,
+}
+
+step3 = st.one_of(
+    st.tuples(st.just("unary"), st.sampled_from(sorted(UNARY_STEPS3)), st.integers(0, 100)),
+    st.tuples(st.just("binary"), st.sampled_from(sorted(BINARY_STEPS3)), st.integers(0, 100), st.integers(0, 100)),
+)
+
 step = st.one_of(
     st.tuples(st.just("unary"), st.sampled_from(sorted(UNARY_STEPS)), st.integers(0, 100)),
     st.tuples(st.just("binary"), st.sampled_from(sorted(BINARY_STEPS)), st.integers(0, 100), st.integers(0, 100)),
@@ -58,9 +90,11 @@ step = st.one_of(
 
 def build(steps, a, b):
     pool = [a, b]
+    rank3 = len(a.shape) == 3
     for kind, name, *picks in steps:
         args = [pool[p % len(pool)] for p in picks]
-        pool.append((UNARY_STEPS if kind == "unary" else BINARY_STEPS)[name](*args))
+        unary, binary = (UNARY_STEPS3, BINARY_STEPS3) if rank3 else (UNARY_STEPS, BINARY_STEPS)
+        pool.append((unary if kind == "unary" else binary)[name](*args))
     return pool[-1]
 
 
@@ -81,17 +115,26 @@ def test_second_order_agrees_with_finite_differences_of_the_gradient(steps, seed
     assert_vjp_matches_finite_differences(first, weights, inputs, steps)
 
 
-def random_case(steps, seed):
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(step3, min_size=1, max_size=5), seed=st.integers(0, 2**32 - 1))
+def test_random_rank3_graphs_agree_with_finite_differences(steps, seed):
+    rng, inputs, _, out = random_case(steps, seed, SHAPE3)
+    assert len(out.shape) >= 3
+    weights = rng.uniform(0.5, 1.5, out.shape)
+    assert_vjp_matches_finite_differences(out, weights, inputs, steps, SHAPE3)
+
+
+def random_case(steps, seed, shape=SHAPE):
     """A seeded generator, input values for a and b, the input a, and the graph of `steps`."""
     rng = np.random.default_rng(seed)
-    inputs = {"a": rng.uniform(-1.5, 1.5, SHAPE), "b": rng.uniform(-1.5, 1.5, SHAPE)}
-    a, b = UOp.param("a", SHAPE, f64), UOp.param("b", SHAPE, f64)
+    inputs = {"a": rng.uniform(-1.5, 1.5, shape), "b": rng.uniform(-1.5, 1.5, shape)}
+    a, b = UOp.param("a", shape, f64), UOp.param("b", shape, f64)
     return rng, inputs, a, build(steps, a, b)
 
 
-def assert_vjp_matches_finite_differences(out, weights, inputs, steps):
+def assert_vjp_matches_finite_differences(out, weights, inputs, steps, shape=SHAPE):
     """d(sum(weights * out))/da and /db from compute_gradient equal central differences."""
-    a, b = UOp.param("a", SHAPE, f64), UOp.param("b", SHAPE, f64)
+    a, b = UOp.param("a", shape, f64), UOp.param("b", shape, f64)
     grads = compute_gradient(out, UOp.buffer(weights), [a, b])
     assert_shapes_as_inferred([grads[a], grads[b]])
     values = evaluate([grads[a], grads[b]], inputs)

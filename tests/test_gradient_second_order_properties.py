@@ -29,8 +29,8 @@ import numpy as np
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from _reference_eval import assert_shapes_as_inferred, evaluate, reference_evaluate
-from uopcli import Ops, UOp, dtypes
+from _reference_eval import assert_shapes_as_inferred, reference_evaluate
+from uopcli import Ops, UOp, dtypes, evaluate
 from uopcli.core.gradient import compute_gradient
 
 f64 = dtypes.float64

@@ -60,18 +60,6 @@ def shape_tuple(shape) -> tuple[int, ...]:
     return out
 
 
-def axes_tuple(axis, rank: int) -> tuple[int, ...]:
-    if axis is None:
-        return tuple(range(rank))
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
-    out = []
-    for a in axes:
-        if not -rank <= a < rank:
-            raise GraphError(f"axis {a} out of range for rank {rank}")
-        out.append(a % rank)
-    return tuple(sorted(set(out)))
-
-
 def broadcast_shape(a: tuple, b: tuple) -> tuple:
     rank = max(len(a), len(b))
     a, b = (1,) * (rank - len(a)) + a, (1,) * (rank - len(b)) + b
@@ -101,11 +89,6 @@ def python_dtype(*values) -> DType:
     if any(isinstance(v, float) for v in values):
         return dtypes.float32
     return dtypes.int32 if any(not isinstance(v, bool) for v in values) else dtypes.bool
-
-
-def as_float_operand(value):
-    """A number or a UOp, integer UOps cast to float32 (the operands of true division)."""
-    return value._as_float() if isinstance(value, UOp) else value
 
 
 def per_axis_pairs(pairs, what: str) -> tuple:

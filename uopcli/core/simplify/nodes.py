@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ..ops import ELEMENTWISE, SELECTING_MOVES, Ops
+from ..ops import SELECTING_MOVES, Ops
 from ..uop import UOp
 
 
@@ -63,10 +63,6 @@ def full_shaped(node: UOp, like: UOp) -> UOp | None:
     """`node` if it already has like's shape and dtype (dropping an operand must not
     change the result's shape), else None."""
     return node if node.shape == like.shape and node.dtype is like.dtype else None
-
-
-def elementwise(node: UOp) -> bool:
-    return node.op in ELEMENTWISE
 
 
 # ----------------------------------------------------------------------------- unit-axis views
