@@ -36,12 +36,24 @@ def run_reference(graph: Graph, inputs: dict) -> dict:
 
 def in_both(make, arrays: dict, what: str) -> None:
     """make(*params) exported; onnxruntime's and onnx.reference's bits are the evaluator's."""
-    params = [UOp.param(name, a.shape, a.dtype) for name, a in arrays.items()]
-    graph = Graph({"out": make(*params)}, inputs=params)
+    in_both_at_once({what: (make, arrays)})
+
+
+def in_both_at_once(cases: dict) -> None:
+    """Several cases {what: (make, {input name: array})} as one model (one session each)."""
+    outputs, params, feed = {}, [], {}
+    for k, (what, (make, arrays)) in enumerate(cases.items()):
+        mine = [UOp.param(f"{name}{k}", a.shape, a.dtype) for name, a in arrays.items()]
+        outputs[f"out{k}"] = make(*mine)
+        params += mine
+        feed.update({f"{name}{k}": a for name, a in arrays.items()})
+    graph = Graph(outputs, inputs=params)
     with np.errstate(all="ignore"):
-        truth = evaluated(graph, arrays)["out"]
-    assert_exact(run_onnx(graph, arrays)["out"], truth, f"{what} in onnxruntime")
-    assert_exact(run_reference(graph, arrays)["out"], truth, f"{what} in onnx.reference")
+        truth = evaluated(graph, feed)
+    ort_values, reference_values = run_onnx(graph, feed), run_reference(graph, feed)
+    for k, what in enumerate(cases):
+        assert_exact(ort_values[f"out{k}"], truth[f"out{k}"], f"{what} in onnxruntime")
+        assert_exact(reference_values[f"out{k}"], truth[f"out{k}"], f"{what} in onnx.reference")
 
 
 # ----------------------------------------------------------------------------- export, in both runtimes
@@ -50,14 +62,17 @@ EXACT_BINARY = {"ADD": Ops.ADD, "SUB": Ops.SUB, "MUL": Ops.MUL, "MAX": Ops.MAX, 
                 "CMPNE": Ops.CMPNE, "CMPEQ": Ops.CMPEQ}
 
 
-@pytest.mark.parametrize("dtype", NUMERIC, ids=str)
 @pytest.mark.parametrize("name", list(EXACT_BINARY))
-def test_exact_binary_rows_in_both_runtimes(name, dtype):
-    """Sums and products wrap in integers, keep -0.0 and nan in floats (every pair of edges)."""
+def test_exact_binary_rows_in_both_runtimes(name):
+    """Sums and products wrap in integers, keep -0.0 and nan in floats (every pair of edges,
+    every numeric dtype)."""
     op = EXACT_BINARY[name]
-    a, b = grid(dtype)
-    out_dtype = dtypes.bool if name.startswith("CMP") else dtype
-    in_both(lambda x, y: UOp.make(op, out_dtype, (x, y)), {"a": a, "b": b}, f"{name} {dtype.name}")
+    cases = {}
+    for dtype in NUMERIC:
+        a, b = grid(dtype)
+        out_dtype = dtypes.bool if name.startswith("CMP") else dtype
+        cases[f"{name} {dtype.name}"] = (lambda x, y, d=out_dtype: UOp.make(op, d, (x, y)), {"a": a, "b": b})
+    in_both_at_once(cases)
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
@@ -93,12 +108,14 @@ def test_casts_in_both_runtimes(dtype):
     """Every target from each source, on the edges no runtime leaves to the machine (floats
     to integers only within the target's range)."""
     x = edge_values(dtype)
+    cases = {}
     for target in ALL:
         values = x
         if dtype.is_float and target.is_int:
             info = np.iinfo(target.np)
             values = x[np.isfinite(x) & (x.astype(np.float64) > info.min) & (x.astype(np.float64) < info.max)]
-        in_both(lambda v: v.cast(target), {"x": values}, f"CAST {dtype.name} -> {target.name}")
+        cases[f"CAST {dtype.name} -> {target.name}"] = (lambda v, t=target: v.cast(t), {"x": values})
+    in_both_at_once(cases)
 
 
 @pytest.mark.parametrize("dtype", ALL, ids=str)
