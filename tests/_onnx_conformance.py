@@ -127,6 +127,31 @@ def zoo_models() -> list[str]:
     return sorted(glob.glob(os.path.join(onnx_data_dir(), "light", "*.onnx")))
 
 
+def zoo_inputs(model) -> dict:
+    """The inputs ONNX's runner feeds a light model (Runner.generate_dummy_data, random=False):
+    arange(n) / n in each input's shape, float32."""
+    initializers = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for x in model.graph.input:
+        if x.name not in initializers:
+            shape = tuple(d.dim_value if d.HasField("dim_value") else 1 for d in x.type.tensor_type.shape.dim)
+            n = int(np.prod(shape))
+            feeds[x.name] = (np.arange(n).reshape(shape) / n).astype(np.float32)
+    return feeds
+
+
+def zoo_case(path: str) -> Case:
+    """A light zoo model with the runner's inputs and its stored output (light_*_output_0.pb)."""
+    import onnx
+    from onnx import numpy_helper
+    model = onnx.load(path)
+    tensor = onnx.TensorProto()
+    with open(os.path.splitext(path)[0] + "_output_0.pb", "rb") as f:
+        tensor.ParseFromString(f.read())
+    inputs = list(zoo_inputs(model).values())
+    return Case(os.path.basename(path), model.SerializeToString(), [(inputs, [numpy_helper.to_array(tensor)])])
+
+
 # ----------------------------------------------------------------------------- running
 
 
@@ -134,6 +159,21 @@ class Outcome(NamedTuple):
     status: str              # "pass", "refused" (the importer's FormatError), "error", "wrong"
     detail: str = ""         # the refusal, the error or the mismatch
     ops: tuple = ()          # the ops a refusal names ((op, version) pairs; empty: not an op's)
+
+
+def import_outcome(case: Case) -> Outcome:
+    """Only the import: pass or refused."""
+    import onnx
+
+    from uopcli import FormatError
+    from uopcli.interop.onnx.importer import import_model
+    model = onnx.ModelProto()
+    model.ParseFromString(case.model)
+    try:
+        import_model(model, source=case.name)
+    except FormatError as e:
+        return Outcome("refused", str(e), refused_ops(e))
+    return Outcome("pass")
 
 
 def run_case(case: Case) -> Outcome:
