@@ -57,7 +57,6 @@ _GROUPS: dict[str, tuple[str, ...]] = {
     TRAINING: ("ai.onnx.preview.training.Gradient",),
     DTYPE: (
         "StringNormalizer", "StringConcat", "StringSplit", "RegexFullMatch", "TfIdfVectorizer",
-        "Cast-25",  # round_mode: casts to float8e8m0
     ),
     QUANTIZED: (
         "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
@@ -76,6 +75,7 @@ BY_DETAIL: dict[tuple[str, str], str] = {
     ("MaxPool", "the Indices output"): NOT_YET,       # argmax positions (storage_order)
     ("Dropout", "training_mode"): RANDOM,             # training_mode=true: a random mask
     ("Cast", "element type"): DTYPE,                  # casts to float8, int4, ...
+    ("Cast", "attribute 'round_mode'"): DTYPE,        # Cast-28's rounding of casts to float8e8m0
     ("CastLike", "element type"): DTYPE,
 }
 
@@ -100,8 +100,9 @@ def refusal_reason(detail: str, ops: tuple) -> str | None:
             reasons.append(BY_OP.get(op))  # another domain's op: no version
         elif version is None:
             reasons.append(next((r for (o, text), r in BY_DETAIL.items() if o == op and text in detail), None))
-        else:
-            reasons.append(BY_OP.get(f"{op}-{version}") or BY_OP.get(op))
+        else:  # the op, that version, or (for an attribute) a detail
+            reasons.append(BY_OP.get(f"{op}-{version}") or BY_OP.get(op) or next(
+                (r for (o, text), r in BY_DETAIL.items() if o == op and text in detail), None))
     return reasons[0] if reasons and all(reasons) else None
 
 

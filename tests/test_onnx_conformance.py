@@ -37,9 +37,19 @@ def _node_cases(config) -> dict:
     return _NODE_CASES
 
 
+# the node cases run in batches of consecutive names (one test each: pytest's and xdist's
+# cost per test is ten times a case's own); a failing batch lists every failing case
+BATCH = 24
+
+
+def _batches(config) -> list[str]:
+    names = sorted(_node_cases(config))
+    return [f"{names[i]}..{names[min(i + BATCH, len(names)) - 1]}" for i in range(0, len(names), BATCH)]
+
+
 def pytest_generate_tests(metafunc):
-    if "node_case" in metafunc.fixturenames:
-        metafunc.parametrize("node_case", sorted(_node_cases(metafunc.config)))
+    if "node_batch" in metafunc.fixturenames:
+        metafunc.parametrize("node_batch", _batches(metafunc.config))
     if "model_dir" in metafunc.fixturenames:
         dirs = [d for kind in ("simple", "pytorch-converted", "pytorch-operator") for d in conformance.model_dirs(kind)]
         metafunc.parametrize("model_dir", dirs, ids=[os.path.relpath(d, conformance.onnx_data_dir()) for d in dirs])
@@ -58,19 +68,28 @@ def ops_of(model_bytes: bytes) -> list[tuple[str, int]]:
     return out
 
 
-def check(case: conformance.Case) -> None:
+def problem(case: conformance.Case) -> str:
+    """Why the case fails (empty when it passes or is refused for a listed reason)."""
     outcome = conformance.run_case(case)
     if outcome.status == "pass":
         stale = listed_ops(ops_of(case.model))
-        assert not stale, f"{case.name} passes: remove {stale} from tests/onnx_conformance_refused.py"
-    elif outcome.status == "refused":
-        assert refusal_reason(outcome.detail, outcome.ops), f"refused, and not for a listed reason: {outcome.detail}"
-    else:
-        pytest.fail(f"{case.name}: {outcome.status}: {outcome.detail}")
+        return f"{case.name} passes: remove {stale} from tests/onnx_conformance_refused.py" if stale else ""
+    if outcome.status == "refused":
+        return "" if refusal_reason(outcome.detail, outcome.ops) else \
+            f"refused, and not for a listed reason: {outcome.detail}"
+    return f"{case.name}: {outcome.status}: {outcome.detail}"
 
 
-def test_node_case(node_case, request):
-    check(_node_cases(request.config)[node_case])
+def check(case: conformance.Case) -> None:
+    why = problem(case)
+    assert not why, why
+
+
+def test_node_cases(node_batch, request):
+    cases = _node_cases(request.config)
+    first, last = node_batch.split("..")
+    problems = [why for name in sorted(cases) if first <= name <= last and (why := problem(cases[name]))]
+    assert not problems, f"{len(problems)} failing:\n" + "\n".join(problems)
 
 
 def test_model_data_as_shipped(model_dir):
@@ -88,8 +107,6 @@ ZOO = [os.path.basename(p) for p in conformance.zoo_models()]
 # these models run as the others do
 ZOO_WAITING = {"light_bvlc_alexnet.onnx": "LRN", "light_inception_v1.onnx": "LRN", "light_zfnet512.onnx": "LRN",
                "light_resnet50.onnx": "Sum", "light_shufflenet.onnx": "Sum"}
-# the three largest take 10-40 s each on one core: their values are checked by bench/bench_onnx_zoo.py
-ZOO_HEAVY = {"light_vgg19.onnx", "light_bvlc_alexnet.onnx", "light_zfnet512.onnx"}
 
 
 @pytest.mark.parametrize("name", ZOO)
@@ -100,9 +117,6 @@ def test_light_zoo_model(name):
         outcome = conformance.import_outcome(case)
         assert outcome.status == "refused" and {op for op, _ in outcome.ops} == {ZOO_WAITING[name]}, outcome
         assert refusal_reason(outcome.detail, outcome.ops)
-        return
-    if name in ZOO_HEAVY:
-        assert conformance.import_outcome(case).status == "pass"
         return
     outcome = conformance.run_case(case)
     assert outcome.status == "pass", f"{name}: {outcome.status}: {outcome.detail}"

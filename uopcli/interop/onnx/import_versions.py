@@ -26,6 +26,7 @@ class Old(NamedTuple):
     attributes: dict = {}             # the old version's own attributes, with their defaults
     rewrite: Callable | None = None   # (ctx) -> None: the node in the target's form
     note: str = ""                    # the documented difference
+    outputs: Callable | None = None   # (ctx, outputs) -> outputs: the old version's output types
 
 
 # consumed_inputs (versions 1-5): a hint for in-place memory reuse, no meaning for the values
@@ -137,11 +138,11 @@ def cast_type_name(ctx) -> None:
             ctx.refuse(f"to={to!r} is not an ONNX element type")
 
 
-def dropout_without_mask(ctx) -> None:
-    """Dropout-7: the optional mask output had the input's type (bool from 10): refused."""
-    ctx.attrs.pop("ratio", None)
-    if ctx.output_count > 1:
-        ctx.refuse("the mask output of Dropout-7 (of the input's type; bool from 10) is not imported")
+def mask_of_input_type(ctx, outputs):
+    """Dropout before 10: the mask output has the input's type (bool from 10): ones at inference."""
+    if isinstance(outputs, list) and len(outputs) > 1:
+        outputs = [outputs[0], outputs[1].cast(outputs[0].dtype)]
+    return outputs
 
 
 def _unary(target: int = 6) -> Old:
@@ -191,11 +192,13 @@ VERSIONS: dict[tuple[str, int], Old] = {
                                    "is_test and spatial; spatial=0 refused"),
     ("BatchNormalization", 7): Old(9, {"spatial": 1}, batch_norm_spatial, "spatial; spatial=0 refused"),
     ("Dropout", 1): Old(12, {"is_test": 0, "ratio": 0.5, **_CONSUMED},
-                        inference_only("ratio", "consumed_inputs"), "is_test=0 is training; ratio an attribute"),
+                        inference_only("ratio", "consumed_inputs"), "is_test=0 is training; ratio an attribute",
+                        mask_of_input_type),
     ("Dropout", 6): Old(12, {"is_test": 0, "ratio": 0.5}, inference_only("ratio"),
-                        "is_test=0 is training; ratio an attribute"),
-    ("Dropout", 7): Old(12, {"ratio": 0.5}, dropout_without_mask,
-                        "ratio an attribute, the identity at inference; the mask has the input's type"),
+                        "is_test=0 is training; ratio an attribute", mask_of_input_type),
+    ("Dropout", 7): Old(12, {"ratio": 0.5}, ignore_legacy("ratio"),
+                        "ratio an attribute, the identity at inference; the mask of the input's type",
+                        mask_of_input_type),
     ("Dropout", 10): Old(12, {"ratio": 0.5}, ignore_legacy("ratio"),
                          "ratio an attribute, the identity at inference"),
     ("LSTM", 1): Old(7, {"output_sequence": 0}, ignore_legacy("output_sequence"),

@@ -417,6 +417,8 @@ class NodeContext:
         foldable = self.row.folds and self.inputs and all(
             v is None or (v.const is not None and not v.weight) for v in self.inputs)
         result = self.row.build(self)
+        if self.old is not None and self.old.outputs is not None:
+            result = self.old.outputs(self, result)
         results = result if isinstance(result, list) else [result]
         if len(results) < self.output_count:
             self.refuse(f"has {self.output_count} outputs; the importer makes {len(results)}")
@@ -517,8 +519,8 @@ class UnsupportedOps(FormatError):
         for (op, since, what), nodes in missing.items():
             where = f"node {nodes[0]!r}" if len(nodes) == 1 else f"{len(nodes)} nodes, first {nodes[0]!r}"
             parts.append(f"{op if since is None else f'{op}-{since}'}{' ' + what if what else ''} ({where})")
-        super().__init__(f"the importer does not support {len(parts)} of the model's ops, versions or attributes "
-                         f"(opset {opset}): {'; '.join(parts)}", source=source)
+        what = "this op" if len(parts) == 1 else f"{len(parts)} of the model's ops, versions or attributes"
+        super().__init__(f"the importer does not support {what} (opset {opset}): {'; '.join(parts)}", source=source)
 
 
 def _unsupported(op: str, since: int | None, what: str, opset: int) -> str:
