@@ -133,3 +133,38 @@ def test_the_comparison_sees_a_wrong_value_a_zero_sign_and_a_dtype():
                                                  False)
     assert "dtype" in conformance.mismatch(truth.astype(np.float64), truth, 1e-3, 1e-7, False)
     assert "differ" in conformance.mismatch(np.array([3, 5]), np.array([3, 4]), 1e-3, 1e-7, False)
+
+
+def test_light_squeezenet_gradient_equals_pytorchs_and_runs_in_onnxruntime():
+    """The smallest zoo model (bench/bench_onnx_zoo.py does all nine): random weights,
+    float64, the gradient of sum(out * c) with respect to the first and the last Conv
+    weights, against PyTorch's autograd and onnxruntime running uopgrad's gradient."""
+    pytest.importorskip("torch", reason="torch is not installed: the zoo gradient test skips")
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime has no wheel for this Python")
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+    from bench_onnx_zoo import targets, torch_gradient, with_weights
+
+    from uopcli import differentiate, evaluate_graph
+    from uopcli.interop.onnx.exporter import to_onnx
+    from uopcli.interop.onnx.importer import import_model
+    model = with_weights(onnx.load(os.path.join(conformance.onnx_data_dir(), "light", "light_squeezenet.onnx")),
+                         np.float64)
+    wrt = targets(model)
+    feeds = {k: v.astype(np.float64) for k, v in conformance.zoo_inputs(model).items()}
+    out = model.graph.output[0].name
+    cotangent = np.random.default_rng(1).standard_normal(
+        tuple(d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim))
+    graph, weights = import_model(model)
+    grads, _ = differentiate(graph, wrt=wrt, cotangent="input")
+    ours = evaluate_graph(grads, {**weights, **feeds, f"cotangent_{out}": cotangent})
+    truth = torch_gradient(model, feeds, cotangent, wrt)
+    session = ort.InferenceSession(to_onnx(grads, weights=weights).SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    given = {**feeds, f"cotangent_{out}": cotangent}
+    theirs = dict(zip([o.name for o in session.get_outputs()],
+                      session.run(None, {i.name: given[i.name] for i in session.get_inputs()})))
+    for name in wrt:
+        scale = np.abs(truth[name]).max()
+        assert scale > 0 and np.abs(ours[f"grad_{name}"] - truth[name]).max() <= 1e-6 * scale, name
+        assert np.abs(theirs[f"grad_{name}"] - truth[name]).max() <= 1e-6 * scale, name
