@@ -50,7 +50,27 @@ def graph_info(graph: Graph, canonical: bytes | None = None) -> dict:
         "flops": flop_estimate(graph),
         "sha256": hashlib.sha256(canonical).hexdigest(),
         "meta": dict(graph.meta),
+        **({"used_by": users} if (users := input_users(graph, nodes)) else {}),
     }
+
+
+def input_users(graph: Graph, nodes: list[UOp]) -> dict[str, list[str]]:
+    """Each input's users that carry a source location, as `location (name)`: for a model
+    imported from ONNX, the ONNX nodes that read each initializer (`/fc1/Gemm (Gemm)`), so
+    an exporter's renamed weight (`onnx::MatMul_18`) leads to its module."""
+    inputs = {n for n in graph.inputs}
+    users: dict[str, list[str]] = {}
+    for node in nodes:
+        meta = node.meta
+        if meta is None or not meta.loc:
+            continue
+        for src in node.src:
+            if src in inputs:
+                named = f"{meta.loc} ({meta.name})" if meta.name else meta.loc
+                seen = users.setdefault(src.arg, [])
+                if named not in seen:
+                    seen.append(named)
+    return users
 
 
 def depth(nodes: list[UOp]) -> int:
@@ -166,6 +186,7 @@ def info_text(info: dict) -> str:
     lines = [printable(line) for line in lines]
     # a description may span lines; any other control character is shown escaped
     lines += [f"{'meta.' + printable(key):<15} {_printable_lines(value)}" for key, value in info["meta"].items()]
+    lines += [printable(f"{'used by':<15} {name} <- {', '.join(users)}") for name, users in info.get("used_by", {}).items()]
     return "\n".join(lines)
 
 

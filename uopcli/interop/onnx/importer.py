@@ -32,6 +32,7 @@ from uopcli.core.uop import next_serial, valid_name
 
 from .dtypes import CONSTANT_DOC, FROM_ONNX, UNSUPPORTED_NAMES
 from .import_table import TABLE
+from .import_versions import VERSIONS
 
 ONNX_DOMAINS = ("", "ai.onnx")
 
@@ -98,11 +99,13 @@ class _Importer:
         self._weight_source: dict[str, str] = {}  # input name -> initializer name
         self.opset = _onnx_opset(model, source)
         self._since: dict[str, int] = {}
+        self._copied_from: dict[str, str] = {}  # a weight copied by an Identity -> its initializer
 
     def fail(self, message: str, node=None, op=None):
         raise FormatError(message, node=node, op=op, source=self.source)
 
     def run(self):
+        self._refuse_unsupported()
         self._read_initializers()
         self._read_inputs()
         for index, node in enumerate(self.graph.node):
@@ -115,7 +118,8 @@ class _Importer:
             node = self.weight_node(output.name, value) if value.weight else self.data(value)
             outputs[_safe_name(output.name, outputs)] = node
         in_file = {t.name: i for i, t in enumerate(self.graph.initializer)}  # weights in the file's order
-        self.weight_order.sort(key=lambda name: in_file.get(self._weight_source[name], 0))
+        self.weight_order.sort(key=lambda name: in_file.get(self._copied_from.get(self._weight_source[name],
+                                                                                  self._weight_source[name]), 0))
         inputs = self.inputs + [self.values[self._weight_source[name]].node for name in self.weight_order]
         graph = Graph(outputs, inputs=inputs, meta=self._meta())
         return graph, {name: self.weights[name] for name in self.weight_order}
@@ -221,19 +225,38 @@ class _Importer:
         return value.node
 
     # -------------------------------------------------------------- nodes
+    def _refuse_unsupported(self) -> None:
+        """Every op, version and attribute of the model that the importer does not take,
+        refused at once in one line (op-version, how many nodes, the first node)."""
+        missing: dict[tuple, list] = {}
+        for index, node in enumerate(self.graph.node):
+            op = _text(node.op_type)
+            if node.domain not in ONNX_DOMAINS:
+                key = (f"{node.domain}.{op}", None, "")
+            else:
+                since = self._since_version(op, None)
+                found = _row_and_version(op, since)
+                if found is None:
+                    key = (op, since, "")
+                else:
+                    row, old = found
+                    allowed = row.attributes if old is None else {**row.attributes, **old.attributes}
+                    unknown = sorted(_text(a.name) for a in node.attribute if _text(a.name) not in allowed)
+                    if not unknown:
+                        continue
+                    key = (op, since, ", ".join(f"attribute {a!r}" for a in unknown))
+            missing.setdefault(key, []).append(_text(node.name) or f"#{index}")
+        if missing:
+            raise UnsupportedOps(missing, self.opset, self.source)
+
     def _import_node(self, node, index: int) -> None:
         op, name = _text(node.op_type), _text(node.name) or f"#{index}"
         label = repr(name)
-        if node.domain not in ONNX_DOMAINS:
-            self.fail(f"op {node.domain}.{op} is not supported (only the standard ai.onnx ops are)", label, op)
-        row = TABLE.get(op)
-        if row is None:
-            self.fail("this op is not supported by the importer", label, op)
-        since = self._since_version(op, label)
-        if since not in row.versions:
-            self.fail(f"version {since} of {op} (opset {self.opset}) is not supported; supported: "
-                      f"{', '.join(map(str, row.versions))}", label, op)
-        attrs = self._attributes(node, row, label)
+        row, old = _row_and_version(op, self._since_version(op, label))
+        attrs = self._attributes(node, row if old is None else row._replace(attributes={**row.attributes,
+                                                                                        **old.attributes}), label)
+        if op == "Identity" and self._copy_named_weight(node):
+            return
         inputs = []
         for input_name in node.input:
             if not input_name:
@@ -243,9 +266,13 @@ class _Importer:
             if value is None:
                 self.fail(f"input {input_name!r} is made by no earlier node", label, op)
             inputs.append(value)
-        context = NodeContext(self, label, op, attrs, row, since, inputs, node.input, len(node.output))
+        context = NodeContext(self, label, op, attrs, row, self._since[op], inputs, node.input, len(node.output))
         since_serial = next_serial()
         try:
+            if old is not None:  # an older version: rewritten into the row's form (import_versions.py)
+                context.old, context.since = old, old.target
+                if old.rewrite is not None:
+                    old.rewrite(context)
             outputs = context.build_outputs()
         except UOpError as e:
             if isinstance(e, FormatError) and str(e).startswith(f"{self.source}:"):
@@ -260,16 +287,32 @@ class _Importer:
                     _tag(value.node, since_serial, meta)
                 self.values[output_name] = value
 
-    def _since_version(self, op: str, label: str) -> int:
-        since = self._since.get(op)
-        if since is None:
+    def _copy_named_weight(self, node) -> bool:
+        """An Identity of a weight whose output is named like a parameter (`ln2.bias`): the
+        legacy torch exporter's constant folding merges equal initializers into one and
+        reaches the others through such Identities. The output becomes a weight of its own
+        (a copy of the values), so it is an input by its name with its own gradient."""
+        if len(node.input) != 1 or len(node.output) != 1:
+            return False
+        value, output = self.values.get(node.input[0]), _text(node.output[0])
+        if value is None or not value.weight or not _PARAMETER_NAME.match(output):
+            return False
+        self.values[output] = Value(const=value.const, weight=True)
+        self._copied_from[output] = self._copied_from.get(node.input[0], node.input[0])
+        return True
+
+    def _since_version(self, op: str, label: str | None) -> int | None:
+        """The version of `op` that the model's opset picks (None, for the list of
+        refusals, when the op is not in it)."""
+        if op not in self._since:
             import onnx.defs
             try:
-                since = onnx.defs.get_schema(op, self.opset, "").since_version
+                self._since[op] = onnx.defs.get_schema(op, self.opset, "").since_version
             except onnx.defs.SchemaError:
-                self.fail(f"{op} does not exist in opset {self.opset}", label, op)
-            self._since[op] = since
-        return since
+                if label is not None:
+                    self.fail(f"{op} does not exist in opset {self.opset}", label, op)
+                return None
+        return self._since[op]
 
     def _attributes(self, node, row, label: str) -> dict:
         from onnx import AttributeProto, helper
@@ -311,6 +354,7 @@ class NodeContext:
                  inputs: list, input_names, output_count: int):
         self.importer, self.label, self.op, self.attrs, self.row = importer, label, op, attrs, row
         self.since, self.inputs, self.input_names, self.output_count = since, inputs, list(input_names), output_count
+        self.old = None  # the import_versions.Old entry of an older version
 
     # inputs
     @property
@@ -339,6 +383,14 @@ class NodeContext:
                         f"but it is computed from the model's inputs")
         return value.const
 
+    def set_input(self, i: int, value) -> None:
+        """Replace input i (an older version's rewrite): a UOp, an array known at import, or None."""
+        while len(self.inputs) <= i:
+            self.inputs.append(None)
+            self.input_names.append("")
+        self.inputs[i] = None if value is None else Value(node=value) if isinstance(value, UOp) else Value(const=value)
+        self.input_names[i] = ""
+
     def static_if_known(self, i: int):
         value = self.inputs[i] if self.present(i) else None
         return None if value is None or value.weight else value.const
@@ -365,6 +417,8 @@ class NodeContext:
         foldable = self.row.folds and self.inputs and all(
             v is None or (v.const is not None and not v.weight) for v in self.inputs)
         result = self.row.build(self)
+        if self.old is not None and self.old.outputs is not None:
+            result = self.old.outputs(self, result)
         results = result if isinstance(result, list) else [result]
         if len(results) < self.output_count:
             self.refuse(f"has {self.output_count} outputs; the importer makes {len(results)}")
@@ -434,6 +488,53 @@ def _scope(node) -> str | None:
     if name.startswith("/") and name.count("/") > 1:
         return name[1:].rsplit("/", 1)[0]
     return None
+
+
+_PARAMETER_NAME = __import__("re").compile(r"[A-Za-z_]\w*(\.\w+)+\Z")  # module.path.name, as torch names parameters
+
+
+def _row_and_version(op: str, since: int | None):
+    """(row, None) when the row follows version `since`, (row, import_versions.Old) when
+    an older version maps onto it, None when neither."""
+    row = TABLE.get(op)
+    if row is None or since is None:
+        return None
+    if since in row.versions:
+        return row, None
+    old = VERSIONS.get((op, since))
+    return (row, old) if old is not None and old.target in row.versions else None
+
+
+class UnsupportedOps(FormatError):
+    """A model with ops, versions or attributes the importer does not take, all of them in
+    one line; `missing` lists each as (op, version or None, how many nodes)."""
+
+    def __init__(self, missing: dict, opset: int, source: str):
+        self.missing = [(op, since, len(nodes)) for (op, since, _), nodes in missing.items()]
+        if sum(len(nodes) for nodes in missing.values()) == 1:  # one node: named as any refusal names it
+            (op, since, what), (node,) = next(iter(missing.items()))
+            super().__init__(_unsupported(op, since, what, opset), node=repr(node), op=op, source=source)
+            return
+        parts = []
+        for (op, since, what), nodes in missing.items():
+            where = f"node {nodes[0]!r}" if len(nodes) == 1 else f"{len(nodes)} nodes, first {nodes[0]!r}"
+            parts.append(f"{op if since is None else f'{op}-{since}'}{' ' + what if what else ''} ({where})")
+        what = "this op" if len(parts) == 1 else f"{len(parts)} of the model's ops, versions or attributes"
+        super().__init__(f"the importer does not support {what} (opset {opset}): {'; '.join(parts)}", source=source)
+
+
+def _unsupported(op: str, since: int | None, what: str, opset: int) -> str:
+    if what:
+        return f"{what} is not supported" if what.count("attribute") == 1 else f"{what} are not supported"
+    if "." in op:
+        return f"op {op} is not supported (only the standard ai.onnx ops are)"
+    if since is None:
+        return f"{op} does not exist in opset {opset}"
+    if op not in TABLE:
+        return f"this op (version {since}, opset {opset}) is not supported by the importer"
+    known = sorted(set(TABLE[op].versions) | {v for (o, v), old in VERSIONS.items() if o == op
+                                               and old.target in TABLE[op].versions})
+    return f"version {since} of {op} (opset {opset}) is not supported; supported: {', '.join(map(str, known))}"
 
 
 def _text(value) -> str:

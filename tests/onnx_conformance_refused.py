@@ -1,0 +1,111 @@
+"""What uopgrad's ONNX importer refuses of ONNX's conformance data, and why: every
+refused case must be covered here (tests/test_onnx_conformance.py); a case not covered
+that is refused, raises or computes a wrong value fails the test.
+
+Three kinds of keys:
+- BY_OP: "Op" (every version) or "Op-N" (version N, the since_version the model's opset
+  picks): the importer refuses the op as a whole, before building anything (its
+  UnsupportedOps lists every such op of a model). A case whose model uses a listed op
+  and passes fails too ("remove it from the list"): when an op is built, its rows leave
+  this list.
+- BY_DETAIL: (op, text): the op is imported, but a node of it is refused for a reason whose
+  message contains `text` (an attribute value, an output).
+- BY_MESSAGE: text in the refusal of anything but a node (an input's element type, ...).
+"""
+
+from __future__ import annotations
+
+# -- the reasons, one line each (the groups below)
+NOT_YET_ELEMENTWISE = "not yet built: elementwise, activation, reduce and index ops (branch i29b)"
+NOT_YET_LAYERS = "not yet built: layer ops (branch i29c)"
+NOT_YET = "not yet built: no one is on it (issue 29's list of a differentiable model's ops has not reached it)"
+VALUE_SHAPE = "the output's shape depends on the input's values (uopgrad's graphs have static shapes)"
+SEQUENCES = "sequences, optionals, maps and control flow (subgraphs): the format has tensors only"
+RANDOM = "random or training-mode values: not a function of the inputs"
+TRAINING = "training ops (ai.onnx.preview.training) and other domains (ai.onnx.ml): not ai.onnx's"
+DTYPE = "an element type the format has not (string, bfloat16, float8, int4/uint4/float4, complex)"
+QUANTIZED = "quantized and bit-level ops (integer arithmetic on scaled values, BitCast): not differentiable"
+NOT_A_MODEL_OP = "signal processing and image decoding ops outside a differentiable model (DFT, windows, ...)"
+
+_GROUPS: dict[str, tuple[str, ...]] = {
+    NOT_YET_ELEMENTWISE: (
+        "Min", "Sum", "Mean", "ArgMax", "ArgMin", "ReduceMin", "ReduceL1", "ReduceL2", "ReduceLogSum",
+        "ReduceLogSumExp", "ReduceSumSquare", "LessOrEqual", "Clip", "LeakyRelu", "PRelu", "Elu", "Selu",
+        "Celu", "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Mish", "ThresholdedRelu", "Size",
+        "Tile", "OneHot", "CumSum", "DepthToSpace", "SpaceToDepth", "ScatterND", "ScatterElements",
+        # newer versions of ops that are imported
+        "BitShift-28", "Mod-28", "Pad-24", "Pad-25", "Einsum-28", "Range-27", "Sin-22",
+    ),
+    NOT_YET_LAYERS: (
+        "InstanceNormalization", "GroupNormalization", "RMSNormalization", "LRN", "Resize", "Upsample",
+        "ConvTranspose", "GRU", "RNN", "Attention", "NegativeLogLikelihoodLoss", "GridSample",
+    ),
+    NOT_YET: (
+        "Cos", "Tan", "Acos", "Asin", "Atan", "Sinh", "Cosh", "Acosh", "Asinh", "Atanh", "Sign", "Shrink",
+        "Swish", "SwiGLU", "Hardmax", "LpNormalization", "LpPool", "GlobalMaxPool", "MaxUnpool",
+        "MeanVarianceNormalization", "Det", "DeformConv", "Col2Im", "CenterCropPad", "AffineGrid", "RoiAlign",
+        "EyeLike", "TopK", "CumProd", "Scatter", "TensorScatter", "ReverseSequence", "RotaryEmbedding",
+        "LinearAttention", "CausalConvWithState",
+    ),
+    VALUE_SHAPE: ("NonZero", "Unique", "Compress", "NonMaxSuppression"),
+    SEQUENCES: (
+        "SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert", "SequenceLength",
+        "SequenceMap", "SplitToSequence", "ConcatFromSequence", "OptionalGetElement", "OptionalHasElement",
+        "If", "Loop", "Scan",
+    ),
+    RANDOM: ("Bernoulli", "RandomUniformLike"),
+    TRAINING: ("ai.onnx.preview.training.Gradient",),
+    DTYPE: (
+        "StringNormalizer", "StringConcat", "StringSplit", "RegexFullMatch", "TfIdfVectorizer",
+    ),
+    QUANTIZED: (
+        "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
+        "ConvInteger", "MatMulInteger", "BitCast", "ai.onnx.preview.FlexAttention",
+    ),
+    NOT_A_MODEL_OP: ("DFT", "STFT", "BlackmanWindow", "HammingWindow", "HannWindow", "MelWeightMatrix",
+                     "ImageDecoder"),
+}
+
+BY_OP: dict[str, str] = {key: reason for reason, keys in _GROUPS.items() for key in keys}
+
+BY_DETAIL: dict[tuple[str, str], str] = {
+    ("Pad", "mode='reflect'"): NOT_YET_ELEMENTWISE,   # Pad's reflect, edge and wrap modes
+    ("Pad", "mode='edge'"): NOT_YET_ELEMENTWISE,
+    ("Pad", "mode='wrap'"): NOT_YET_ELEMENTWISE,
+    ("MaxPool", "the Indices output"): NOT_YET,       # argmax positions (storage_order)
+    ("Dropout", "training_mode"): RANDOM,             # training_mode=true: a random mask
+    ("Cast", "element type"): DTYPE,                  # casts to float8, int4, ...
+    ("Cast", "attribute 'round_mode'"): DTYPE,        # Cast-28's rounding of casts to float8e8m0
+    ("CastLike", "element type"): DTYPE,
+}
+
+BY_MESSAGE: dict[str, str] = {
+    "is not a tensor (a sequence, map or optional": SEQUENCES,
+    "opset_import has no ai.onnx": TRAINING,          # models of ai.onnx.ml or training ops alone
+    **{f"element type {name} is not supported": DTYPE for name in (
+        "STRING", "BFLOAT16", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4",
+        "INT4", "FLOAT4E2M1", "COMPLEX64", "COMPLEX128", "24", "25", "26")},  # 24-26: FLOAT8E8M0, UINT2, INT2
+    "a sequence input or output": SEQUENCES,
+}
+
+
+def refusal_reason(detail: str, ops: tuple) -> str | None:
+    """The reason a refusal is listed under, None when it is not listed."""
+    for text, reason in BY_MESSAGE.items():
+        if text in detail:
+            return reason
+    reasons = []
+    for op, version in ops:
+        if version is None and not any(o == op for o, _ in BY_DETAIL):
+            reasons.append(BY_OP.get(op))  # another domain's op: no version
+        elif version is None:
+            reasons.append(next((r for (o, text), r in BY_DETAIL.items() if o == op and text in detail), None))
+        else:  # the op, that version, or (for an attribute) a detail
+            reasons.append(BY_OP.get(f"{op}-{version}") or BY_OP.get(op) or next(
+                (r for (o, text), r in BY_DETAIL.items() if o == op and text in detail), None))
+    return reasons[0] if reasons and all(reasons) else None
+
+
+def listed_ops(ops) -> list[str]:
+    """The BY_OP keys that name one of `ops` ((op, version) pairs of a model that passes)."""
+    return [key for op, version in ops for key in (op, f"{op}-{version}") if key in BY_OP]
