@@ -109,12 +109,18 @@ def einsum(ctx):
         ctx.refuse(f"equation {equation!r}: {e}")
 
 
+# Pad's modes -> the builder's pad modes (numpy.pad's reflect, edge and wrap)
+PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "replicate", "wrap": "circular"}
+
+
 def pad(ctx):
-    """Pad-18/19/21 in mode "constant": pads [begin..., end...] (along `axes` when given),
-    the fill a constant_value input (0 without it). Negative pads cut elements off."""
+    """Pad-11..25: pads [begin..., end...] (along `axes` when given, 18+); mode "constant"
+    fills with a constant_value input (0 without it), "reflect", "edge" and "wrap" with
+    the tensor's own elements (numpy.pad's modes; reflect needs pads below the axis' size,
+    wrap at most its size). Negative pads cut elements off."""
     mode = ctx.attr("mode")
-    if mode != "constant":
-        ctx.refuse(f"mode={mode!r}: only 'constant' is supported")
+    if mode not in PAD_MODES:
+        ctx.refuse(f"mode={mode!r} is not one of {', '.join(PAD_MODES)}")
     x = ctx.x(0)
     rank = len(x.shape)
     pads = [int(v) for v in ctx.static(1, "pads").reshape(-1)]
@@ -131,6 +137,8 @@ def pad(ctx):
     pairs: list = [None] * rank
     for k, axis in enumerate(axes):
         pairs[axis] = (pads[k], pads[k + len(axes)])
+    if mode != "constant":
+        return x.pad(pairs, mode=PAD_MODES[mode])
     return x.pad(pairs, value=value)
 
 

@@ -1,0 +1,114 @@
+"""ONNX's reductions beyond ops_tensor.py's ReduceSum/Mean/Max (and ops_exact.py's
+ReduceProd): ReduceMin, the norms and log-sums, ArgMax/ArgMin, and the running sums and
+products CumSum/CumProd. Axes are an attribute before version 18 (ReduceSum: 13) and an
+input after, as ops_tensor._reduce_axes reads them; an empty reduction gives the
+operation's identity (ReduceMin: +inf or the type's largest, ReduceLogSum: -inf).
+Calling conventions as in ops_tensor.py."""
+
+from __future__ import annotations
+
+from uopcli import UOp, dtypes
+
+from . import ops_tensor as t
+
+
+def _reduced(ctx, fold):
+    """`fold(x, axes, keepdim)` over the node's axes (the input itself when
+    noop_with_empty_axes and no axes), in the input's type."""
+    x = ctx.x(0)
+    axes = t._reduce_axes(ctx, len(x.shape), ctx.since >= 18)
+    if axes is None:
+        return x
+    out = fold(x, axes, bool(ctx.attr("keepdims")))
+    return out if out.dtype is x.dtype else out.cast(x.dtype)
+
+
+def _sum(x: UOp, axes, keep: bool) -> UOp:
+    return x.sum(axes, keepdim=keep)
+
+
+def reduce_min(ctx): return _reduced(ctx, lambda x, axes, keep: x.min(axes, keepdim=keep))  # noqa: E704 - ReduceMin-20
+def reduce_l1(ctx): return _reduced(ctx, lambda x, axes, keep: _sum(ctx.call(t.abs_, x), axes, keep))  # noqa: E704 - Σ|x|
+def reduce_sum_square(ctx): return _reduced(ctx, lambda x, axes, keep: _sum(x * x, axes, keep))  # noqa: E704 - Σx²
+
+
+def reduce_l2(ctx):
+    """ReduceL2-18: √Σx² (integers: the root truncated, as the reference's astype)."""
+    return _reduced(ctx, lambda x, axes, keep: _sum(x * x, axes, keep).sqrt())
+
+
+def reduce_log_sum(ctx):
+    """ReduceLogSum-18: log Σx (-inf for an empty set)."""
+    return _reduced(ctx, lambda x, axes, keep: _sum(x, axes, keep).log())
+
+
+def reduce_log_sum_exp(ctx):
+    """ReduceLogSumExp-18: log Σeˣ, computed as m + log Σe^(x - m) with m the (detached)
+    largest value, so neither overflows; m is 0 where it is infinite (an empty set, or an
+    inf among the values), where the shift would make inf - inf."""
+    def fold(x: UOp, axes, keep: bool) -> UOp:
+        top = x.max(axes, keepdim=True).detach()
+        top = top.isinf().where(0.0, top)
+        total = (x - top).exp().sum(axes, keepdim=keep).log()
+        return total + top.reshape(total.shape)
+    return _reduced(ctx, fold)
+
+
+# ----------------------------------------------------------------------------- ArgMax, ArgMin
+
+
+def first_largest(x: UOp, axis: int, keepdim: bool) -> UOp:
+    """The first index (int64) of the largest value along `axis`; a nan counts as the
+    largest (np.argmax). Each place holding the maximum scores size - index; the best
+    score is the first place."""
+    size = x.shape[axis]
+    top = x.max(axis, keepdim=True)
+    at_top = top.isnan().where(x.isnan(), x.eq(top)) if x.dtype.is_float else x.eq(top)
+    scores = UOp.arange(size, 0, -1).reshape((size,) + (1,) * (len(x.shape) - axis - 1))
+    return (size - at_top.where(scores, 0).max(axis, keepdim)).cast(dtypes.int64)
+
+
+def _arg_extreme(ctx, smallest: bool):
+    x = ctx.x(0)
+    rank = len(x.shape)
+    axis = t.axis_of(ctx, ctx.attr("axis"), rank)
+    if x.shape[axis] == 0:
+        ctx.refuse(f"axis {axis} is empty: there is no index to return")
+    if smallest:
+        x = -x if x.dtype.is_float else ~x  # the order reversed (nan stays nan; ~ has no overflow)
+    keep = bool(ctx.attr("keepdims"))
+    if not ctx.attr("select_last_index"):
+        return first_largest(x, axis, keep)
+    last = x.shape[axis] - 1
+    return last - first_largest(x.flip(axis), axis, keep)
+
+
+def arg_max(ctx): return _arg_extreme(ctx, smallest=False)  # noqa: E704 - ArgMax-13
+def arg_min(ctx): return _arg_extreme(ctx, smallest=True)   # noqa: E704 - ArgMin-13
+
+
+# ----------------------------------------------------------------------------- running sums
+
+
+def _running(ctx, product: bool):
+    """CumSum-14 / CumProd-26 along the `axis` input; `exclusive` leaves the element itself
+    out (the first place gets the identity), `reverse` runs from the end."""
+    x = ctx.x(0)
+    axis = t.ints_of(ctx, 1, "axis")
+    if axis is None or len(axis) != 1:
+        ctx.refuse("axis must be one integer")
+    rank = len(x.shape)
+    axis = t.axis_of(ctx, axis[0], rank)
+    if ctx.attr("reverse"):
+        x = x.flip(axis)
+    out = x.cumprod(axis) if product else x.cumsum(axis)
+    out = out if out.dtype is x.dtype else out.cast(x.dtype)
+    if ctx.attr("exclusive") and x.shape[axis]:
+        size = x.shape[axis]
+        moved = out.shrink(tuple((0, size - 1) if a == axis else None for a in range(rank)))
+        out = moved.pad(tuple((1, 0) if a == axis else None for a in range(rank)), value=1 if product else 0)
+    return out.flip(axis) if ctx.attr("reverse") else out
+
+
+def cum_sum(ctx): return _running(ctx, product=False)      # noqa: E704
+def cum_prod(ctx): return _running(ctx, product=True)      # noqa: E704
