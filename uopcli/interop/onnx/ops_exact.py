@@ -130,15 +130,21 @@ def pad(ctx):
         axes = list(axes_of(ctx, ints_of(ctx, 3, "axes"), rank))
     if len(pads) != 2 * len(axes):
         ctx.refuse(f"pads has {len(pads)} values for {len(axes)} axes (2 per axis)")
-    value = 0
-    if len(ctx.inputs) > 2 and ctx.x(2) is not None:
-        fill = ctx.static(2, "constant_value")
-        value = fill.reshape(-1)[0].item() if fill.size else 0
     pairs: list = [None] * rank
     for k, axis in enumerate(axes):
         pairs[axis] = (pads[k], pads[k + len(axes)])
     if mode != "constant":
         return x.pad(pairs, mode=PAD_MODES[mode])
+    value = 0
+    if ctx.present(2):
+        fill = ctx.static_if_known(2)
+        if fill is None:  # computed from the inputs (or a weight): 0s, then the node where the pads are
+            node = ctx.x(2)
+            if node.size != 1:
+                ctx.refuse(f"constant_value has {node.size} elements, not one")
+            inside = UOp.full(x.shape, True).pad(pairs)
+            return inside.where(x.pad(pairs), node.reshape(()).cast(x.dtype))
+        value = fill.reshape(-1)[0].item() if fill.size else 0
     return x.pad(pairs, value=value)
 
 

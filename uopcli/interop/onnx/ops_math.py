@@ -49,8 +49,9 @@ def less_or_equal(ctx):
 
 def clip(ctx):
     """Clip-13: min(max(x, low), high), nan kept; low > high gives high everywhere (as
-    np.clip). Bounds are attributes before 11 (min, max: the float range), optional scalar
-    inputs from 11 (absent: no bound). The gradient passes where low <= x <= high."""
+    np.clip). Bounds are attributes before 11 (min, max: float32's range), optional scalar
+    inputs from 11 (absent: the type's lowest and largest finite values, as the spec's
+    numeric_limits). The gradient passes where low <= x <= high."""
     x = ctx.x(0)
     if ctx.since < 11:  # Clip-6's defaults are float32's range, so ±inf are clipped to it
         low, high = ctx.attr("min", -FLOAT32_MAX), ctx.attr("max", FLOAT32_MAX)
@@ -60,6 +61,10 @@ def clip(ctx):
             if bound is not None and bound.size != 1:
                 ctx.refuse(f"min and max must be scalars (one element), not of shape {list(bound.shape)}")
         low, high = (None if b is None else b.reshape(()) for b in (low, high))
+        if x.dtype.is_float:  # an absent bound is the type's finite limit, so ±inf are clipped to it
+            limit = float(np.finfo(x.dtype.np).max)
+            low = -limit if low is None else low
+            high = limit if high is None else high
     if low is not None:
         x = (x < low).where(low, x)
     if high is not None:
@@ -91,8 +96,15 @@ def _float(x: UOp) -> UOp:
     return x if x.dtype.is_float else x.cast(dtypes.float32)
 
 
-def cos(ctx): return _float(ctx.x(0)).cos()                # noqa: E704 - Cos-22: sin(π/2 - x)
-def tan(ctx): return _float(ctx.x(0)).tan()                # noqa: E704 - Tan-22: sin x / cos x
+def _in_float64(x: UOp, f) -> UOp:
+    """f(x) computed in float64 and rounded back: π/2 - x rounds in float32, which near a
+    pole of tan is a large relative error (tan(x) ≈ 219.6 off by 2e-5)."""
+    x = _float(x)
+    return f(x.cast(dtypes.float64)).cast(x.dtype)
+
+
+def cos(ctx): return _in_float64(ctx.x(0), lambda x: x.cos())  # noqa: E704 - Cos-22: sin(π/2 - x)
+def tan(ctx): return _in_float64(ctx.x(0), lambda x: x.tan())  # noqa: E704 - Tan-22: sin x / cos x
 
 
 _ASIN_TAYLOR = [1.0, 1 / 6, 3 / 40, 5 / 112, 35 / 1152]  # exact to float32 for |x| < 0.125

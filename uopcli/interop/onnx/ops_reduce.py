@@ -13,21 +13,25 @@ from . import ops_tensor as t
 
 
 def _reduced(ctx, fold):
-    """`fold(x, axes, keepdim)` over the node's axes (the input itself when
-    noop_with_empty_axes and no axes), in the input's type."""
+    """`fold(x, axes, keepdim)` over the node's axes, in the input's type. With
+    noop_with_empty_axes and no axes, `axes` is (): nothing is reduced, but the
+    elementwise part still applies (ReduceSumSquare gives x², as onnxruntime and the
+    reference do)."""
     x = ctx.x(0)
     axes = t._reduce_axes(ctx, len(x.shape), ctx.since >= 18)
-    if axes is None:
-        return x
-    out = fold(x, axes, bool(ctx.attr("keepdims")))
+    out = fold(x, () if axes is None else axes, bool(ctx.attr("keepdims")))
     return out if out.dtype is x.dtype else out.cast(x.dtype)
 
 
 def _sum(x: UOp, axes, keep: bool) -> UOp:
-    return x.sum(axes, keepdim=keep)
+    return x.sum(axes, keepdim=keep) if axes else x
 
 
-def reduce_min(ctx): return _reduced(ctx, lambda x, axes, keep: x.min(axes, keepdim=keep))  # noqa: E704 - ReduceMin-20
+def _max(x: UOp, axes, keep: bool) -> UOp:
+    return x.max(axes, keepdim=keep) if axes else x
+
+
+def reduce_min(ctx): return _reduced(ctx, lambda x, axes, keep: x.min(axes, keepdim=keep) if axes else x)  # noqa: E704 - ReduceMin-20
 def reduce_l1(ctx): return _reduced(ctx, lambda x, axes, keep: _sum(ctx.call(t.abs_, x), axes, keep))  # noqa: E704 - Σ|x|
 def reduce_sum_square(ctx): return _reduced(ctx, lambda x, axes, keep: _sum(x * x, axes, keep))  # noqa: E704 - Σx²
 
@@ -47,7 +51,7 @@ def reduce_log_sum_exp(ctx):
     largest value, so neither overflows; m is 0 where it is infinite (an empty set, or an
     inf among the values), where the shift would make inf - inf."""
     def fold(x: UOp, axes, keep: bool) -> UOp:
-        top = x.max(axes, keepdim=True).detach()
+        top = _max(x, axes, True).detach()
         top = top.isinf().where(0.0, top)
         total = (x - top).exp().sum(axes, keepdim=keep).log()
         return total + top.reshape(total.shape)
