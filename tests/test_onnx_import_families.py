@@ -159,8 +159,9 @@ NOT_BY_REFERENCE = {
     # OneHot takes a float index 2.7 as no index (onnxruntime, as we, truncates it to 2);
     # Pad (np.pad) refuses negative pads; Clip-13 without a bound keeps ±inf (the spec's default bound is
     # the type's finite lowest/largest, as onnxruntime's); Sum starts from +0.0, so Sum(-0.0, -0.0) is +0.0;
-    # LogSumExp of inf without reduction is inf - inf
+    # LogSumExp of inf without reduction is inf - inf; LpNormalization p=1 sums x, not |x|; no Scatter at all
     "Clip-min-only", "Clip-max-only", "Clip-no-bounds", "Sum-float64", "ReduceLogSumExp-noop",
+    "LpNormalization", "Scatter",
     "PRelu-edges", "Selu", "Selu-attrs", "Celu", "Celu-alpha", "Hardmax-11-coerced", "ReduceLogSumExp-inf",
     "OneHot-float-indices-axis0", "Pad-wrap"}
 NOT_BY_ONNXRUNTIME = {
@@ -233,6 +234,25 @@ CASES += [  # newer versions of the ops the importer had, and the running produc
     case("Einsum", f32(2, 3), f32(3, 4), equation="ij,jk->ik", opset=28),
     case("Mod", i64([7, -7, 7, -7, 0]), i64([3, 3, -3, -3, 5]), opset=28, types=[I64]),
     case("Sin", f32(20, scale=3), opset=22),
+    case("Trilu", f32(2, 4, 5), np.int64(-1), id="Trilu-computed-k"),
+    case("Trilu", f32(4, 5), np.int64(2), upper=0, id="Trilu-lower-computed-k"),
+]
+
+CASES += [  # sorting, pooling, norms, and the rest of the indexing family
+    case("TopK", f32(3, 5), Init(i64([3])), types=[F, I64]),
+    case("TopK", np.array([[3.0, 1.0, 3.0, 2.0, 1.0]], np.float32), Init(i64([4])), largest=0, types=[F, I64],
+         id="TopK-smallest-ties"),
+    case("TopK", np.array([[3.0, 1.0, 3.0, 2.0, 3.0]], np.float32), Init(i64([2])), axis=-1, types=[F, I64],
+         id="TopK-largest-ties"),
+    case("GlobalMaxPool", f32(2, 3, 4, 5)),
+    case("LpNormalization", f32(3, 4), axis=0, p=1),
+    case("LpNormalization", np.array([[0.0, 3.0], [0.0, -4.0]], np.float32), axis=0, id="LpNormalization-zero-norm"),
+    case("MeanVarianceNormalization", f32(2, 3, 4, 5)),
+    case("EyeLike", f32(3, 5), k=1), case("EyeLike", f32(4, 3), k=-1, dtype=I64, types=[I64], id="EyeLike-int"),
+    case("CenterCropPad", f32(5, 4, 3), Init(i64([2, 7])), axes=[0, 1]),
+    case("ReverseSequence", f32(4, 3, 2), i64([4, 1, 2])),
+    case("ReverseSequence", f32(3, 4), i64([1, 2, 3]), batch_axis=0, time_axis=1, id="ReverseSequence-batch-first"),
+    case("Scatter", f32(3, 4), i64([[1, 0, 2, 0]]), f32(1, 4), opset=10),
 ]
 
 
@@ -313,6 +333,10 @@ GRADIENTS = [
     grad_case("Pad", f32(3, 4), Init(i64([2, 0, 1, 3])), mode="edge", id="Pad-edge"),
     grad_case("Pad", f32(3, 4), Init(i64([1, 3, 2, 1])), mode="wrap", id="Pad-wrap"),
     grad_case("Pad", f32(2, 3), Init(i64([1, 0, 2, 3])), f32(), opset=11, id="Pad-computed-value"),
+    grad_case("Trilu", f32(3, 4), np.int64(1)), grad_case("TopK", f32(3, 5), Init(i64([2]))),
+    grad_case("GlobalMaxPool", f32(1, 2, 3, 3)), grad_case("LpNormalization", f32(3, 4), axis=0, p=1),
+    grad_case("LpNormalization", f32(3, 4), id="LpNormalization-2"), grad_case("MeanVarianceNormalization", f32(2, 3, 2, 2)),
+    grad_case("CenterCropPad", f32(5, 4), Init(i64([2, 7]))), grad_case("ReverseSequence", f32(4, 3), i64([4, 1, 2])),
 ]
 
 

@@ -185,4 +185,12 @@ TABLE.update({
     "SpaceToDepth": _row(ix.space_to_depth, (1, 13, 28), blocksize=None, mode="DCR"),
     "ScatterElements": _row(ix.scatter_elements, (11, 13, 16, 18), axis=0, reduction="none"),
     "ScatterND": _row(ix.scatter_nd, (11, 13, 16, 18), reduction="none"),
+    "Scatter": _row(ix.scatter_elements, (9, 11), axis=0),   # ScatterElements-11 under its old name
+    "EyeLike": _row(ix.eye_like, (9, 22), dtype=None, k=0),   # ones on diagonal k
+    "CenterCropPad": _row(ix.center_crop_pad, (18,), axes=None),  # centred cut or zero pad
+    "ReverseSequence": _row(ix.reverse_sequence, (10, 28), batch_axis=1, time_axis=0),
+    "TopK": _row(red.top_k, (11, 24), axis=-1, largest=1, sorted=1),  # k largest/smallest, indices
+    "GlobalMaxPool": _row(red.global_max_pool, (1, 22)),     # max over the spatial axes
+    "LpNormalization": _row(red.lp_normalization, (1, 22), axis=-1, p=2),  # x / ‖x‖_p
+    "MeanVarianceNormalization": _row(red.mean_variance_normalization, (9, 13), axes=None),
 })

@@ -97,7 +97,7 @@ _REDUCTIONS = {"none": None, "add": "sum", "mul": "prod", "max": "amax", "min": 
 
 
 def _reduction(ctx) -> str | None:
-    reduction = ctx.attr("reduction")
+    reduction = ctx.attr("reduction", "none")  # (Scatter, ScatterElements' old name, has none)
     allowed = ("none",) if ctx.since < 16 else ("none", "add", "mul") if ctx.since < 18 else tuple(_REDUCTIONS)
     if reduction not in allowed:
         ctx.refuse(f"reduction={reduction!r} is not one of {', '.join(allowed)}")
@@ -159,3 +159,51 @@ def range_(ctx):
         count = max(int(math.ceil((limit - start) / delta)), 0)
         out = (start + np.arange(count, dtype=np.float32) * delta).astype(np.float16)
     return out
+
+
+def eye_like(ctx):
+    """EyeLike-22: ones on diagonal k of a 2-D tensor of the input's shape (its type, or
+    `dtype`), zeros elsewhere; a value known at import."""
+    rows_columns = ctx.shape_of(0)
+    if len(rows_columns) != 2:
+        ctx.refuse(f"needs a 2-D input, not of shape {list(rows_columns)}")
+    code = ctx.attr("dtype")
+    if code is None:
+        dtype = ctx.x(0).dtype.np
+    else:
+        dtype = t.dtype_from_code(ctx, code, "dtype").np
+    return np.eye(*rows_columns, k=ctx.attr("k"), dtype=dtype)
+
+
+def center_crop_pad(ctx):
+    """CenterCropPad-18: each of `axes` (all by default) cut or padded with zeros to `shape`,
+    centred: a cut of d elements starts at d // 2, a pad of d puts d // 2 before."""
+    x = ctx.x(0)
+    sizes = t.ints_of(ctx, 1, "shape")
+    rank = len(x.shape)
+    axes = t.axes_of(ctx, ctx.attr("axes") or range(rank), rank)
+    if len(sizes) != len(axes) or any(s < 0 for s in sizes):
+        ctx.refuse(f"shape {sizes} must give one size >= 0 for each of the axes {list(axes)}")
+    pairs: list = [None] * rank
+    for axis, size in zip(axes, sizes):
+        difference = size - x.shape[axis]
+        before = difference // 2 if difference >= 0 else -((-difference) // 2)
+        pairs[axis] = (before, difference - before)
+    return x.pad(pairs)
+
+
+def reverse_sequence(ctx):
+    """ReverseSequence-10: for each batch element b, the first sequence_lens[b] places of
+    the time axis reversed, the rest as they are; as a GatherElements along time of
+    index lens[b] - 1 - t where t < lens[b], else t."""
+    x, lengths = ctx.x(0), ctx.x(1)
+    rank = len(x.shape)
+    time, batch = (t.axis_of(ctx, ctx.attr(name), rank, name) for name in ("time_axis", "batch_axis"))
+    if time == batch or {time, batch} - {0, 1} or lengths.shape != (x.shape[batch],):
+        ctx.refuse(f"time_axis and batch_axis must be 0 and 1, and sequence_lens [{x.shape[batch]}] long")
+    steps = UOp.arange(x.shape[time]).cast(lengths.dtype)
+    steps = steps.reshape(-1, 1) if time == 0 else steps.reshape(1, -1)
+    lengths = lengths.reshape(1, -1) if time == 0 else lengths.reshape(-1, 1)
+    index = (steps < lengths).where(lengths - 1 - steps, steps)
+    index = index.reshape(*index.shape, *(1,) * (rank - 2)).expand(*x.shape)
+    return x.gather(time, index)

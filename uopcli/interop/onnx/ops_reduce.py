@@ -116,3 +116,51 @@ def _running(ctx, product: bool):
 
 def cum_sum(ctx): return _running(ctx, product=False)      # noqa: E704
 def cum_prod(ctx): return _running(ctx, product=True)      # noqa: E704
+
+
+# ----------------------------------------------------------------------------- sorting, pooling, norms
+
+
+def top_k(ctx):
+    """TopK-11: the k largest (or smallest) values along `axis` and their int64 indices,
+    in order; equal values keep the lower index first (the builder's stable sort). An
+    unsorted request gets them sorted, which is one of the orders the spec allows."""
+    x = ctx.x(0)
+    k = t.ints_of(ctx, 1, "k")
+    axis = t.axis_of(ctx, ctx.attr("axis"), len(x.shape))
+    if k is None or len(k) != 1 or not 0 <= k[0] <= x.shape[axis]:
+        ctx.refuse(f"k {k} must be one integer in [0, {x.shape[axis]}]")
+    values, indices = x.topk(k[0], axis, largest=bool(ctx.attr("largest")))
+    return [values, indices.cast(dtypes.int64)]
+
+
+def global_max_pool(ctx):
+    """GlobalMaxPool-22: the largest value over every spatial axis (all after N and C), kept."""
+    x = ctx.x(0)
+    if len(x.shape) < 3:
+        ctx.refuse(f"needs an input [N, C, spatial...], not {list(x.shape)}")
+    return x.max(tuple(range(2, len(x.shape))), keepdim=True)
+
+
+def lp_normalization(ctx):
+    """LpNormalization-22: x / ‖x‖_p along `axis`, p 1 or 2; 0 where the norm is 0."""
+    x = ctx.x(0)
+    axis = t.axis_of(ctx, ctx.attr("axis"), len(x.shape))
+    p = ctx.attr("p")
+    if p == 1:
+        norm = ctx.call(t.abs_, x).sum(axis, keepdim=True)
+    elif p == 2:
+        norm = (x * x).sum(axis, keepdim=True).sqrt()
+    else:
+        ctx.refuse(f"p={p} is not 1 or 2")
+    zero = norm.eq(0)  # all zeros along the axis: the output is 0 (the spec), never 0/0
+    return zero.where(x.const_like(0), x / zero.where(1.0, norm))
+
+
+def mean_variance_normalization(ctx):
+    """MeanVarianceNormalization-13 (its function body): (x - E[x]) / (√(E[x²] - E[x]²) + 1e-9) over `axes`."""
+    x = ctx.x(0)
+    axes = t.axes_of(ctx, ctx.attr("axes") or (0, 2, 3), len(x.shape))
+    mean = x.mean(axes, keepdim=True)
+    spread = ((x * x).mean(axes, keepdim=True) - mean * mean).sqrt()
+    return (x - mean) / (spread + 1e-9)
