@@ -193,4 +193,7 @@ TABLE.update({
     "GlobalMaxPool": _row(red.global_max_pool, (1, 22)),     # max over the spatial axes
     "LpNormalization": _row(red.lp_normalization, (1, 22), axis=-1, p=2),  # x / ‖x‖_p
     "MeanVarianceNormalization": _row(red.mean_variance_normalization, (9, 13), axes=None),
+    "LpPool": _row(red.lp_pool, (11, 18, 22), p=2, ceil_mode=0, **_WINDOW),  # (Σ|x|^p)^(1/p) per window
+    "SwiGLU": _row(act.swiglu, (28,), alpha=1.0),            # A·σ(αA)·B
+    "TensorScatter": _row(ix.tensor_scatter, (24,), axis=-2, mode="linear"),  # KV-cache write
 })

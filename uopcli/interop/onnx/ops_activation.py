@@ -121,3 +121,11 @@ def _hardmax(x, axis: int):
     index = first_largest(x, axis, keepdim=True)
     positions = x.arange(size).reshape((size,) + (1,) * (len(x.shape) - axis - 1)).cast(index.dtype)
     return index.eq(positions).where(x.const_like(1), x.const_like(0))
+
+
+def swiglu(ctx):
+    """SwiGLU-28: Swish_alpha(A)·B = A·σ(alpha·A)·B, A and B of one shape (no broadcasting)."""
+    a, b = ctx.x(0), ctx.x(1)
+    if a.shape != b.shape:
+        ctx.refuse(f"A {list(a.shape)} and B {list(b.shape)} must have one shape")
+    return a * (a * ctx.attr("alpha")).sigmoid() * b

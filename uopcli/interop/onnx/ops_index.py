@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from uopcli import UOp
+from uopcli import UOp, dtypes
 
 from . import ops_tensor as t
 
@@ -207,3 +207,31 @@ def reverse_sequence(ctx):
     index = (steps < lengths).where(lengths - 1 - steps, steps)
     index = index.reshape(*index.shape, *(1,) * (rank - 2)).expand(*x.shape)
     return x.gather(time, index)
+
+
+def tensor_scatter(ctx):
+    """TensorScatter-24: the cache with `update` written along `axis` from each batch
+    element's write index on (0 without write_indices; "circular" wraps modulo the cache's
+    length): place j of batch b takes update[j - w_b] where 0 <= j - w_b < update's
+    length, else the cache's own value. As a GatherElements of the update by j - w_b."""
+    cache, update = ctx.x(0), ctx.x(1)
+    rank = len(cache.shape)
+    axis = t.axis_of(ctx, ctx.attr("axis"), rank)
+    mode = ctx.attr("mode")
+    if axis == 0 or mode not in ("linear", "circular") or len(update.shape) != rank or any(
+            u != c for a, (u, c) in enumerate(zip(update.shape, cache.shape)) if a != axis) \
+            or update.shape[axis] > cache.shape[axis]:
+        ctx.refuse(f"update {list(update.shape)} does not fit the cache {list(cache.shape)} along axis {axis} "
+                   f"(axis 0 is the batch; mode {mode!r} is 'linear' or 'circular')")
+    batch, length, written = cache.shape[0], cache.shape[axis], update.shape[axis]
+    starts = ctx.x(2).cast(dtypes.int64) if ctx.present(2) else UOp.full((batch,), 0, dtypes.int64)
+    places = UOp.arange(length).cast(dtypes.int64)
+    offset = places.reshape(1, length) - starts.reshape(batch, 1)  # [b, j] = j - w_b
+    if mode == "circular":
+        offset = offset % length
+    inside = (offset >= 0) & (offset < written)
+    layout = [1] * rank
+    layout[0], layout[axis] = batch, length
+    index = inside.where(offset, 0).reshape(*layout).expand(*cache.shape[:axis], length, *cache.shape[axis + 1:])
+    gathered = update.gather(axis, index)
+    return inside.reshape(*layout).where(gathered, cache)

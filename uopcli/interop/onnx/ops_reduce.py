@@ -164,3 +164,25 @@ def mean_variance_normalization(ctx):
     mean = x.mean(axes, keepdim=True)
     spread = ((x * x).mean(axes, keepdim=True) - mean * mean).sqrt()
     return (x - mean) / (spread + 1e-9)
+
+
+def lp_pool(ctx):
+    """LpPool-22: (Σ|x|^p)^(1/p) over each window (the padding adds zeros); auto_pad,
+    strides, dilations as Conv's. A ceil_mode that adds a partial last window is refused."""
+    from .ops_nn import _kernel, _window_geometry
+    x = ctx.x(0)
+    kernel = _kernel(ctx, ctx.attr("kernel_shape"))
+    strides, dilations, pairs = _window_geometry(ctx, x, kernel)
+    for size, (before, after), k, s, d in zip(x.shape[2:], pairs, kernel, strides, dilations):
+        span = size + before + after - (k - 1) * d - 1
+        if span < 0:
+            ctx.refuse(f"the kernel {kernel} (dilations {list(dilations)}) is larger than the padded input")
+        if ctx.attr("ceil_mode") and span % s:
+            ctx.refuse("ceil_mode=1 with a partial last window is not supported")
+    p = ctx.attr("p")
+    if p < 1:
+        ctx.refuse(f"p={p} must be at least 1")
+    powered = ctx.call(t.abs_, x) if p == 1 else x * x if p == 2 else ctx.call(t.abs_, x).pow(float(p))
+    windows = powered.pad(((0, 0), (0, 0)) + tuple(pairs))._pool(tuple(kernel), strides, dilations)
+    total = windows.sum(tuple(range(-len(kernel), 0)))
+    return total if p == 1 else total.sqrt() if p == 2 else total.pow(1 / p)
