@@ -12,33 +12,21 @@ import pytest
 onnx = pytest.importorskip("onnx", reason="onnx has no wheel for this Python: the ONNX import tests skip")
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime has no wheel for this Python: the ONNX tests skip")
 
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 from uopcli import FormatError, evaluate_graph  # noqa: E402
 from uopcli.interop.onnx.importer import import_model  # noqa: E402
+import test_onnx_import_ops as ops_test  # noqa: E402 - one-node models, as the ops' own test builds them
+from test_onnx_import_ops import EDGES, Init, i64, ours  # noqa: E402
 
 RNG = np.random.default_rng(29)
 F, F64, I64, I32, I8, B = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64, TensorProto.INT32,
                            TensorProto.INT8, TensorProto.BOOL)
-EDGES = np.array([0.0, -0.0, 1e-30, -1e-30, 1e-4, -3e-3, 0.3, -0.7, 2.5, -12.0, 40.0, -90.0, np.inf, -np.inf, np.nan],
-                 dtype=np.float32)
-FINITE = EDGES[np.isfinite(EDGES)]
-
-
-class Init:
-    """An input given as an initializer (known at import when it is an integer tensor)."""
-
-    def __init__(self, array):
-        self.array = np.asarray(array)
 
 
 def f32(*shape, scale=1.0):
     return (RNG.standard_normal(shape) * scale).astype(np.float32)
-
-
-def i64(values):
-    return np.array(values, dtype=np.int64)
 
 
 def case(op, *inputs, opset=18, types=None, id=None, **attrs):
@@ -147,9 +135,6 @@ CASES = [
     case("Pad", f32(2, 3), Init(i64([1, 0, 2, 3])), f32(), opset=11, id="Pad-11-value-computed"),
 ]
 
-_ONNX_TYPE = {np.dtype(np.float32): F, np.dtype(np.float64): F64, np.dtype(np.int64): I64, np.dtype(np.int32): I32,
-              np.dtype(np.int8): I8, np.dtype(np.uint8): TensorProto.UINT8, np.dtype(bool): B}
-
 # Where a peer does not follow the spec (or has no kernel), the other one is the judge:
 NOT_BY_REFERENCE = {
     # onnx 1.23's reference: PRelu at x = 0 gives 0·slope (nan for a nan slope; the spec: x for x >= 0);
@@ -171,32 +156,7 @@ NOT_BY_ONNXRUNTIME = {
 
 
 def one_node_model(op, inputs, attrs, opset, types):
-    names, graph_inputs, initializers, feeds = [], [], [], {}
-    for i, value in enumerate(inputs):
-        if value is None:
-            names.append("")
-            continue
-        name = f"in{i}"
-        names.append(name)
-        if isinstance(value, Init):
-            initializers.append(numpy_helper.from_array(value.array, name))
-        else:
-            array = np.asarray(value)
-            graph_inputs.append(helper.make_tensor_value_info(name, _ONNX_TYPE[array.dtype], array.shape))
-            feeds[name] = array
-    outputs = [f"out{i}" for i in range(len(types))]
-    node = helper.make_node(op, names, outputs, name=f"/block/{op}", **attrs)
-    graph = helper.make_graph([node], "one", graph_inputs, [helper.make_tensor_value_info(o, t, None)
-                                                             for o, t in zip(outputs, types)], initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8 if opset < 21 else 10
-    return model, feeds
-
-
-def ours(model, feeds):
-    graph, weights = import_model(model)
-    values = evaluate_graph(graph, {**weights, **feeds})
-    return [values[name] for name in graph.output_names]
+    return ops_test.one_node_model(op, inputs, attrs, opset, len(types), types)
 
 
 def assert_same(got, want, what):
