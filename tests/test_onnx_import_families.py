@@ -38,6 +38,12 @@ NANS = np.array([[1.0, 3.0, 3.0, -2.0], [-0.0, 0.0, -1.0, -1.0], [5.0, np.nan, 5
 SPREAD = np.concatenate([f32(30, scale=0.05), f32(30, scale=0.6), np.array([-0.0, 1e-6, -2e-5], np.float32)])
 UNIT = np.concatenate([RNG.uniform(-0.999, 0.999, 40), [0.0, -0.0, 1e-6, -0.05, 0.12]]).astype(np.float32)
 
+# Mod's operands: signs, -0.0, a quotient of 2^250 (3e38 / 1e-37), subnormals, inf, nan, a zero divisor
+MOD_A = np.array([7.5, -7.5, 7.5, -7.5, -0.0, 0.0, 3e38, -3e38, 1e-40, 5.0, 5.0, -5.0, np.inf, 2.0, np.nan, 2.0, 1.0,
+                  -1e-30, 0.1], np.float32)
+MOD_B = np.array([2.0, 2.0, -2.0, -2.0, 3.0, -3.0, 1e-37, 7.1e-38, 3e-41, np.inf, -np.inf, np.inf, 2.0, 0.0, 1.0,
+                  np.nan, 0.1, 1.0, -0.03], np.float32)
+
 CASES = [
     # -- variadic, comparisons, clip, sign (ops_math.py)
     case("Min", f32(3, 4), f32(4)), case("Min", EDGES, EDGES[::-1].copy(), id="Min-edges"),
@@ -193,6 +199,11 @@ CASES += [  # newer versions of the ops the importer had, and the running produc
          types=[TensorProto.FLOAT16], id="Range-27-float16-stash"),
     case("Einsum", f32(2, 3), f32(3, 4), equation="ij,jk->ik", opset=28),
     case("Mod", i64([7, -7, 7, -7, 0]), i64([3, 3, -3, -3, 5]), opset=28, types=[I64]),
+    case("Mod", MOD_A, MOD_B, opset=28, fmod=1, id="Mod-28-float-fmod"),
+    case("Mod", MOD_A, MOD_B, opset=28, id="Mod-28-float-floor"),
+    case("Mod", MOD_A, MOD_B, opset=13, fmod=1, id="Mod-13-float-fmod"),
+    case("Mod", MOD_A.astype(np.float16), MOD_B.astype(np.float16), opset=28, types=[TensorProto.FLOAT16],
+         id="Mod-28-float16-floor"),
     case("Sin", f32(20, scale=3), opset=22),
     case("Trilu", f32(2, 4, 5), np.int64(-1), id="Trilu-computed-k"),
     case("Trilu", f32(4, 5), np.int64(2), upper=0, id="Trilu-lower-computed-k"),
@@ -307,6 +318,8 @@ GRADIENTS = [
     grad_case("LpPool", f32(1, 2, 5, 6), kernel_shape=[2, 3], strides=[1, 2], pads=[1, 0, 0, 1]),
     grad_case("LpPool", f32(1, 2, 7), kernel_shape=[3], p=3, id="LpPool-p3"),
     grad_case("SwiGLU", f32(2, 5), f32(2, 5), opset=28),
+    grad_case("Mod", f32(12, scale=20), np.abs(f32(12)) + 0.5, opset=28, id="Mod-floor"),
+    grad_case("Mod", f32(12, scale=20), -np.abs(f32(12)) - 0.5, opset=28, fmod=1, id="Mod-fmod"),
     grad_case("TensorScatter", f32(2, 6, 3), f32(2, 3, 3), i64([5, 2]), opset=24, axis=1, mode="circular"),
 ]
 
@@ -356,3 +369,18 @@ def test_gradient_matches_finite_differences(op, inputs, attrs, opset):
     graph, weights = import_model(model)
     wrt = [name for name, value in feeds.items() if value.dtype.kind == "f"]
     assert wrt and finite_difference_errors(graph, {**weights, **feeds}, wrt) == []
+
+
+@pytest.mark.parametrize("fmod", [0, 1])
+def test_float_mod_is_exact(fmod):
+    """Mod of float32 is numpy's (np.fmod, np.mod: exact remainders, one rounding) bit for
+    bit, on quotients up to 2^277 and subnormals, not only to a tolerance."""
+    a = np.concatenate([MOD_A, (RNG.standard_normal(300) * 10.0 ** RNG.integers(-40, 38, 300))]).astype(np.float32)
+    b = np.concatenate([MOD_B, (RNG.standard_normal(300) * 10.0 ** RNG.integers(-44, 38, 300))]).astype(np.float32)
+    model, feeds = one_node_model("Mod", (a, b), {"fmod": fmod}, 28, [F])
+    want = np.fmod(a, b) if fmod else np.mod(a, b)
+    if not fmod:  # the spec's cases numpy spells otherwise: nan for an infinite a, a for an infinite b
+        want = np.where(np.isinf(b) & np.isfinite(a) & ((a == 0) | ((a < 0) == (b < 0))), a, want)
+    got, want = ours(model, feeds)[0], want.astype(np.float32)
+    same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))  # (not a nan's sign)
+    assert same.all(), (a[~same], b[~same], got[~same], want[~same])

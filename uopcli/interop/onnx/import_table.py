@@ -113,7 +113,7 @@ TABLE: dict[str, OpRow] = {
     "Round": _row(x.round_, (11, 22)),                        # nearest, halves to even, sign kept
     "IsInf": _row(x.isinf, (10, 20), detect_positive=1, detect_negative=1),
     "Max": _row(x.max_, (8, 12, 13)),                         # elementwise max of n inputs, broadcast
-    "Mod": _row(x.mod, (10, 13, 28), fmod=0),                   # fmod 0: divisor's sign; 1: dividend's
+    "Mod": _row(m.mod, (10, 13, 28), fmod=0),                    # fmod 0: divisor's sign; 1: dividend's
     "Or": _row(x.or_, (7,)),                                  # a or b (bools)
     "Xor": _row(x.xor, (7,)),                                 # a xor b (bools)
     "BitwiseAnd": _row(x.bitwise_and, (18,)),                 # a & b (integers)

@@ -195,3 +195,59 @@ def bit_shift(ctx):
     shifted = x << safe if direction == "LEFT" else x >> safe
     fill = (x < 0).where(x.const_like(-1), x.const_like(0)) if direction == "RIGHT" and x.dtype.kind == "i" else x.const_like(0)
     return inside.where(shifted, fill)
+
+
+# ----------------------------------------------------------------------------- Mod of floats
+
+# float32's quotients |a/b| reach 2^277; each step takes 28 bits of it, exactly (below)
+_FMOD_STEP_BITS, _FMOD_STEPS = 28, 11
+
+
+def _negative(x: UOp) -> UOp:
+    """x < 0, -0.0 included (1/-0.0 is -inf)."""
+    return (x < 0) | (x.eq(0) & (x.reciprocal() < 0))
+
+
+def float_fmod(a: UOp, b: UOp, floor: bool) -> UOp:
+    """C's fmod(a, b) of float32 or float16, exactly, computed in float64: |a| reduced
+    modulo |b|·2^(28k) for k = 10 .. 0. Each quotient is below 2^28, so q·m (24 + 28
+    bits) and r - q·m (a multiple of the smaller lowest bit, below m: at most 24 bits)
+    are exact; a quotient the division rounds up makes r negative by less than m, and
+    adding m back is exact too. The sign is a's (-0.0 kept). `floor` (Mod's fmod=0): a
+    nonzero remainder of the other sign than b gets b added (rounded once to float64,
+    then to the input type), and a zero takes b's sign. Spec 28's special cases: nan for
+    a nan, an infinite a or a zero b; a itself for an infinite b."""
+    wide = dtypes.float64
+    a64, b64 = a.cast(wide), b.cast(wide)
+    invalid = a64.isnan() | b64.isnan() | a64.isinf() | b64.eq(0)
+    passthrough = b64.isinf() & ~invalid
+    rest = (invalid | passthrough).where(0.0, a64.abs())
+    divisor = (invalid | passthrough).where(1.0, b64.abs())
+    for k in reversed(range(_FMOD_STEPS)):
+        step = divisor * float(2 ** (_FMOD_STEP_BITS * k))
+        rest = rest - (rest / step).trunc() * step
+        rest = (rest < 0).where(rest + step, rest)
+    signed = _negative(a64).where(-rest, rest)
+    if floor:
+        other_side = signed.ne(0) & (_negative(signed) ^ _negative(b64))
+        signed = other_side.where(signed + b64, signed.eq(0).where(_negative(b64).where(-0.0, 0.0), signed))
+    out = invalid.where(math.nan, passthrough.where(a64, signed))
+    if floor:  # an infinite b: a when a and b have one sign, else b (the spec's fmod=0 case)
+        out = (passthrough & a64.ne(0) & (_negative(a64) ^ _negative(b64))).where(b64, out)
+    return out.cast(a.dtype)
+
+
+def mod(ctx):
+    """Mod-28 (and 10, 13): integers as ops_exact.mod; float32 and float16 by float_fmod,
+    fmod=1 (C's fmod) or, from version 28, fmod=0 (the divisor's sign). float64 is
+    refused: its remainder would need more than float64 to be exact."""
+    from .ops_exact import mod as integer_mod
+    a, b = ctx.x(0), ctx.x(1)
+    if a.dtype.is_int:
+        return integer_mod(ctx)
+    fmod = ctx.attr("fmod")
+    if fmod not in (0, 1) or (fmod == 0 and ctx.since < 28):
+        ctx.refuse(f"fmod={fmod} on floats (before version 28 floats need fmod=1)")
+    if a.dtype.itemsize > 4 or b.dtype is not a.dtype:
+        ctx.refuse(f"Mod of {a.dtype.name} is not supported (no exact float64 remainder in the format)")
+    return float_fmod(a, b, floor=fmod == 0)
