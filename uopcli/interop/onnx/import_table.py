@@ -16,8 +16,12 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+from . import ops_activation as act
 from . import ops_exact as x
+from . import ops_index as ix
+from . import ops_math as m
 from . import ops_nn as nn
+from . import ops_reduce as red
 from . import ops_tensor as t
 
 
@@ -103,26 +107,93 @@ TABLE: dict[str, OpRow] = {
     "Trilu": _row(t.trilu, (14,), upper=1),
     # -- what uopgrad's exporter writes besides (ops_exact.py), so its files read back
     "Reciprocal": _row(x.reciprocal, (6, 13)),                # 1 / x, IEEE (1/-0.0 = -inf)
-    "Sin": _row(x.sin, (7,)),                                 # sin x
+    "Sin": _row(x.sin, (7, 22)),                               # sin x
     "Floor": _row(x.floor, (6, 13)),                          # ⌊x⌋
     "Ceil": _row(x.ceil, (6, 13)),                            # ⌈x⌉
     "Round": _row(x.round_, (11, 22)),                        # nearest, halves to even, sign kept
     "IsInf": _row(x.isinf, (10, 20), detect_positive=1, detect_negative=1),
     "Max": _row(x.max_, (8, 12, 13)),                         # elementwise max of n inputs, broadcast
-    "Mod": _row(x.mod, (10, 13), fmod=0),                     # fmod 0: divisor's sign; 1: dividend's
+    "Mod": _row(m.mod, (10, 13, 28), fmod=0),                    # fmod 0: divisor's sign; 1: dividend's
     "Or": _row(x.or_, (7,)),                                  # a or b (bools)
     "Xor": _row(x.xor, (7,)),                                 # a xor b (bools)
     "BitwiseAnd": _row(x.bitwise_and, (18,)),                 # a & b (integers)
     "BitwiseOr": _row(x.bitwise_or, (18,)),                   # a | b
     "BitwiseXor": _row(x.bitwise_xor, (18,)),                 # a ^ b
     "BitwiseNot": _row(x.bitwise_not, (18,)),                 # ~a
-    "BitShift": _row(x.bit_shift, (11,), direction=None),     # a << b, a >> b (unsigned)
-    "Einsum": _row(x.einsum, (12,), equation=None),           # Σ over the letters not in the output
-    "Pad": _row(x.pad, (18, 19, 21, 23), mode="constant"),    # constant mode; pads [begins, ends]
+    "BitShift": _row(m.bit_shift, (11, 28), direction=None),  # a << b, a >> b (28: signed too)
+    "Einsum": _row(x.einsum, (12, 28), equation=None),         # Σ over the letters not in the output
+    "Pad": _row(x.pad, (11, 13, 18, 19, 21, 23, 24, 25), mode="constant"),  # pads [begins, ends]; 4 modes
     "ReduceProd": _row(x.reduce_prod, (11, 13, 18), axes=None, **_REDUCE),  # Π over axes
     # -- values known at import
     "Constant": _row(t.constant, (12, 13) + _LATER, value=None, value_float=None, value_floats=None,
                      value_int=None, value_ints=None),
     "ConstantOfShape": _row(t.constant_of_shape, (9, 20) + _LATER[1:], value=None),
-    "Range": _row(t.range_, (11,)),
+    "Range": _row(ix.range_, (11, 27), stash_type=1),
 }
+
+# -- i29b: elementwise maths, activations, reductions and indexing (ops_math.py,
+#    ops_activation.py, ops_reduce.py, ops_index.py); versions after the first listed
+#    differ from it in element types only, unless the function says otherwise
+TABLE.update({
+    "Min": _row(m.min_, (8, 12, 13)),                         # elementwise min of n inputs, broadcast
+    "Sum": _row(m.sum_, (8, 13)),                             # Σ of n inputs, broadcast
+    "Mean": _row(m.mean, (8, 13)),                            # Σ of n inputs / n, broadcast
+    "LessOrEqual": _row(m.less_or_equal, (12, 16)),           # a <= b (false with nan)
+    "Clip": _row(m.clip, (6, 11, 12, 13), min=None, max=None),  # min(max(x, lo), hi); 6: attributes
+    "Sign": _row(m.sign, (9, 13)),                            # -1, 0, 1 (nan kept)
+    "Cos": _row(m.cos, (7, 22)),                              # cos x
+    "Tan": _row(m.tan, (7, 22)),                              # tan x
+    "Asin": _row(m.asin, (7, 22)),                            # arcsin x
+    "Acos": _row(m.acos, (7, 22)),                            # arccos x
+    "Atan": _row(m.atan, (7, 22)),                            # arctan x
+    "Sinh": _row(m.sinh, (9, 22)),                            # sinh x
+    "Cosh": _row(m.cosh, (9, 22)),                            # cosh x
+    "Asinh": _row(m.asinh, (9, 22)),                          # arsinh x
+    "Acosh": _row(m.acosh, (9, 22)),                          # arcosh x
+    "Atanh": _row(m.atanh, (9, 22)),                          # artanh x
+    "Size": _row(m.size, (1, 13) + _LATER),                   # element count (int64 scalar)
+    # activations
+    "LeakyRelu": _row(act.leaky_relu, (6, 16), alpha=0.01),   # x < 0 ? αx : x
+    "PRelu": _row(act.prelu, (7, 9, 16)),                     # x < 0 ? slope·x : x (slope broadcast)
+    "Elu": _row(act.elu, (6, 22), alpha=1.0),                 # x < 0 ? α(eˣ - 1) : x
+    "Selu": _row(act.selu, (6, 22), alpha=act.SELU_ALPHA, gamma=act.SELU_GAMMA),  # γ(x > 0 ? x : α(eˣ - 1))
+    "Celu": _row(act.celu, (12, 28), alpha=1.0),              # max(0, x) + min(0, α(e^(x/α) - 1))
+    "HardSigmoid": _row(act.hard_sigmoid, (6, 22), alpha=0.2, beta=0.5),  # clamp(αx + β, 0, 1)
+    "HardSwish": _row(act.hard_swish, (14, 22)),              # x·clamp(x/6 + 1/2, 0, 1)
+    "Softplus": _row(act.softplus, (1, 22)),                  # log(eˣ + 1)
+    "Softsign": _row(act.softsign, (1, 22)),                  # x / (1 + |x|)
+    "Mish": _row(act.mish, (18, 22)),                         # x·tanh(softplus x)
+    "ThresholdedRelu": _row(act.thresholded_relu, (10, 22), alpha=1.0),  # x > α ? x : 0
+    "Swish": _row(act.swish, (24,), alpha=1.0),               # x·σ(αx)
+    "Shrink": _row(act.shrink, (9,), bias=0.0, lambd=0.5),    # soft/hard shrinkage
+    "Hardmax": _row(act.hardmax, (1, 11, 13), axis=None),     # one-hot of the first argmax
+    # reductions
+    "ReduceMin": _row(red.reduce_min, (11, 12, 13, 18, 20), axes=None, **_REDUCE),          # min over axes
+    "ReduceL1": _row(red.reduce_l1, (11, 13, 18), axes=None, **_REDUCE),                   # Σ|x|
+    "ReduceL2": _row(red.reduce_l2, (11, 13, 18), axes=None, **_REDUCE),                   # √Σx²
+    "ReduceSumSquare": _row(red.reduce_sum_square, (11, 13, 18), axes=None, **_REDUCE),    # Σx²
+    "ReduceLogSum": _row(red.reduce_log_sum, (11, 13, 18, 28), axes=None, **_REDUCE),      # log Σx
+    "ReduceLogSumExp": _row(red.reduce_log_sum_exp, (11, 13, 18, 28), axes=None, **_REDUCE),  # log Σeˣ
+    "ArgMax": _row(red.arg_max, (11, 12, 13), axis=0, keepdims=1, select_last_index=0),    # int64 index
+    "ArgMin": _row(red.arg_min, (11, 12, 13), axis=0, keepdims=1, select_last_index=0),
+    "CumSum": _row(red.cum_sum, (11, 14), exclusive=0, reverse=0),                          # running Σ
+    "CumProd": _row(red.cum_prod, (26,), exclusive=0, reverse=0),                           # running Π
+    # tiling, one-hot, blocks, scatters
+    "Tile": _row(ix.tile, (6, 13)),                           # np.tile
+    "OneHot": _row(ix.one_hot, (9, 11, 28), axis=-1),            # index == place ? on : off
+    "DepthToSpace": _row(ix.depth_to_space, (11, 13, 28), blocksize=None, mode="DCR"),
+    "SpaceToDepth": _row(ix.space_to_depth, (1, 13, 28), blocksize=None, mode="DCR"),
+    "ScatterElements": _row(ix.scatter_elements, (11, 13, 16, 18), axis=0, reduction="none"),
+    "ScatterND": _row(ix.scatter_nd, (11, 13, 16, 18), reduction="none"),
+    "Scatter": _row(ix.scatter_elements, (9, 11), axis=0),   # ScatterElements-11 under its old name
+    "EyeLike": _row(ix.eye_like, (9, 22), dtype=None, k=0),   # ones on diagonal k
+    "CenterCropPad": _row(ix.center_crop_pad, (18,), axes=None),  # centred cut or zero pad
+    "ReverseSequence": _row(ix.reverse_sequence, (10, 28), batch_axis=1, time_axis=0),
+    "TopK": _row(red.top_k, (11, 24), axis=-1, largest=1, sorted=1),  # k largest/smallest, indices
+    "GlobalMaxPool": _row(red.global_max_pool, (1, 22)),     # max over the spatial axes
+    "LpNormalization": _row(red.lp_normalization, (1, 22), axis=-1, p=2),  # x / ‖x‖_p
+    "MeanVarianceNormalization": _row(red.mean_variance_normalization, (9, 13), axes=None),
+    "LpPool": _row(red.lp_pool, (11, 18, 22), p=2, ceil_mode=0, **_WINDOW),  # (Σ|x|^p)^(1/p) per window
+    "SwiGLU": _row(act.swiglu, (28,), alpha=1.0),            # A·σ(αA)·B
+    "TensorScatter": _row(ix.tensor_scatter, (24,), axis=-2, mode="linear"),  # KV-cache write
+})

@@ -109,12 +109,18 @@ def einsum(ctx):
         ctx.refuse(f"equation {equation!r}: {e}")
 
 
+# Pad's modes -> the builder's pad modes (numpy.pad's reflect, edge and wrap)
+PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "replicate", "wrap": "circular"}
+
+
 def pad(ctx):
-    """Pad-18/19/21 in mode "constant": pads [begin..., end...] (along `axes` when given),
-    the fill a constant_value input (0 without it). Negative pads cut elements off."""
+    """Pad-11..25: pads [begin..., end...] (along `axes` when given, 18+); mode "constant"
+    fills with a constant_value input (0 without it), "reflect", "edge" and "wrap" with
+    the tensor's own elements (numpy.pad's modes; reflect needs pads below the axis' size,
+    wrap at most its size). Negative pads cut elements off."""
     mode = ctx.attr("mode")
-    if mode != "constant":
-        ctx.refuse(f"mode={mode!r}: only 'constant' is supported")
+    if mode not in PAD_MODES:
+        ctx.refuse(f"mode={mode!r} is not one of {', '.join(PAD_MODES)}")
     x = ctx.x(0)
     rank = len(x.shape)
     pads = [int(v) for v in ctx.static(1, "pads").reshape(-1)]
@@ -124,13 +130,21 @@ def pad(ctx):
         axes = list(axes_of(ctx, ints_of(ctx, 3, "axes"), rank))
     if len(pads) != 2 * len(axes):
         ctx.refuse(f"pads has {len(pads)} values for {len(axes)} axes (2 per axis)")
-    value = 0
-    if len(ctx.inputs) > 2 and ctx.x(2) is not None:
-        fill = ctx.static(2, "constant_value")
-        value = fill.reshape(-1)[0].item() if fill.size else 0
     pairs: list = [None] * rank
     for k, axis in enumerate(axes):
         pairs[axis] = (pads[k], pads[k + len(axes)])
+    if mode != "constant":
+        return x.pad(pairs, mode=PAD_MODES[mode])
+    value = 0
+    if ctx.present(2):
+        fill = ctx.static_if_known(2)
+        if fill is None:  # computed from the inputs (or a weight): 0s, then the node where the pads are
+            node = ctx.x(2)
+            if node.size != 1:
+                ctx.refuse(f"constant_value has {node.size} elements, not one")
+            inside = UOp.full(x.shape, True).pad(pairs)
+            return inside.where(x.pad(pairs), node.reshape(()).cast(x.dtype))
+        value = fill.reshape(-1)[0].item() if fill.size else 0
     return x.pad(pairs, value=value)
 
 

@@ -430,8 +430,12 @@ def gather_nd(ctx):
 def trilu(ctx):
     """Trilu-14: keep the upper (j - i >= k) or lower (j - i <= k) triangle of the last two axes."""
     x = ctx.x(0)
-    k = ints_of(ctx, 1, "k")
-    k = k[0] if k else 0
+    known = ctx.static_if_known(1) if ctx.present(1) else np.zeros(1, np.int64)
+    if known is not None:
+        k = [int(v) for v in np.asarray(known).reshape(-1)]
+        k = k[0] if k else 0
+    else:  # computed from the inputs: the mask compares with it (the shape does not depend on it)
+        k = ctx.x(1).reshape(())
     return x.triu(k) if ctx.attr("upper") else x.tril(k)
 
 

@@ -1,0 +1,253 @@
+"""ONNX's elementwise maths beyond ops_tensor.py's: the variadic Min/Sum/Mean (Max is in
+ops_exact.py), LessOrEqual, Clip, Sign, the trigonometric and hyperbolic functions, Size,
+and BitShift-28's signed shifts. Calling conventions as in ops_tensor.py; the table rows
+in import_table.py name the spec versions. Each is a small graph of the format's ops, so
+`diff` differentiates it."""
+
+from __future__ import annotations
+
+import math
+from functools import reduce
+
+import numpy as np
+
+from uopcli import UOp, dtypes
+
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _operands(ctx) -> list[UOp]:
+    operands = [ctx.x(i) for i in range(ctx.input_count) if ctx.present(i)]
+    if not operands:
+        ctx.refuse("needs at least one input")
+    return operands
+
+
+def min_(ctx):
+    """Min-13: the elementwise smallest of all inputs, broadcast (nan propagates, as np.minimum)."""
+    return reduce(UOp.minimum, _operands(ctx))
+
+
+def sum_(ctx):
+    """Sum-13: the elementwise sum of all inputs, broadcast, in the inputs' type."""
+    return reduce(UOp.__add__, _operands(ctx))
+
+
+def mean(ctx):
+    """Mean-13: the elementwise sum of all inputs, broadcast, divided by their count."""
+    operands = _operands(ctx)
+    return reduce(UOp.__add__, operands) / len(operands)
+
+
+def less_or_equal(ctx):
+    """LessOrEqual-16: a < b or a == b, so false where either is nan (the builder's `<=`
+    is not(a > b), true there)."""
+    a, b = ctx.x(0), ctx.x(1)
+    return (a < b) | a.eq(b)
+
+
+def clip(ctx):
+    """Clip-13: min(max(x, low), high), nan kept; low > high gives high everywhere (as
+    np.clip). Bounds are attributes before 11 (min, max: float32's range), optional scalar
+    inputs from 11 (absent: the type's lowest and largest finite values, as the spec's
+    numeric_limits). The gradient passes where low <= x <= high."""
+    x = ctx.x(0)
+    if ctx.since < 11:  # Clip-6's defaults are float32's range, so ±inf are clipped to it
+        low, high = ctx.attr("min", -FLOAT32_MAX), ctx.attr("max", FLOAT32_MAX)
+    else:
+        low, high = (ctx.x(i) if ctx.present(i) else None for i in (1, 2))
+        for bound in (low, high):
+            if bound is not None and bound.size != 1:
+                ctx.refuse(f"min and max must be scalars (one element), not of shape {list(bound.shape)}")
+        low, high = (None if b is None else b.reshape(()) for b in (low, high))
+        if x.dtype.is_float:  # an absent bound is the type's finite limit, so ±inf are clipped to it
+            limit = float(np.finfo(x.dtype.np).max)
+            low = -limit if low is None else low
+            high = limit if high is None else high
+    if low is not None:
+        x = (x < low).where(low, x)
+    if high is not None:
+        x = (x > high).where(high, x)
+    return x
+
+
+def sign(ctx):
+    """Sign-13: -1, 0 or 1 by the sign of x; nan stays nan (np.sign), -0.0 gives 0."""
+    x = ctx.x(0)
+    signs = x.sign()
+    return x.isnan().where(x, signs) if x.dtype.is_float else signs
+
+
+# ----------------------------------------------------------------------------- trigonometry
+# The builder's forms, as tinygrad's; where they lose digits near 0 (a difference of two
+# nearly equal values), a short Taylor series takes over, as ops_tensor.py's tanh does.
+
+def _series(x: UOp, small: UOp, coefficients) -> UOp:
+    """x·Σ c_k x^(2k) where `small` holds (0 elsewhere, so the series never overflows)."""
+    xs = small.where(x, 0.0)
+    square, total = xs * xs, xs.const_like(coefficients[-1])
+    for coefficient in reversed(coefficients[:-1]):
+        total = total * square + coefficient
+    return xs * total
+
+
+def _float(x: UOp) -> UOp:
+    return x if x.dtype.is_float else x.cast(dtypes.float32)
+
+
+def _in_float64(x: UOp, f) -> UOp:
+    """f(x) computed in float64 and rounded back: π/2 - x rounds in float32, which near a
+    pole of tan is a large relative error (tan(x) ≈ 219.6 off by 2e-5)."""
+    x = _float(x)
+    return f(x.cast(dtypes.float64)).cast(x.dtype)
+
+
+def cos(ctx): return _in_float64(ctx.x(0), lambda x: x.cos())  # noqa: E704 - Cos-22: sin(π/2 - x)
+def tan(ctx): return _in_float64(ctx.x(0), lambda x: x.tan())  # noqa: E704 - Tan-22: sin x / cos x
+
+
+_ASIN_TAYLOR = [1.0, 1 / 6, 3 / 40, 5 / 112, 35 / 1152]  # exact to float32 for |x| < 0.125
+
+
+def _asin(x: UOp) -> UOp:
+    small = x.abs() < 0.125
+    return small.where(_series(x, small, _ASIN_TAYLOR), x.asin())
+
+
+def asin(ctx): return _asin(_float(ctx.x(0)))              # noqa: E704 - Asin-22 (A&S 4.4.46; series near 0)
+def acos(ctx): return math.pi / 2 - _asin(_float(ctx.x(0)))  # noqa: E704 - Acos-22: π/2 - asin x
+
+
+def atan(ctx):
+    """Atan-22: asin(x / √(1 + x²)) for |x| <= 1; beyond, sign(x)·π/2 - atan(1/x), so that
+    x² never overflows (atan(±inf) = ±π/2)."""
+    x = _float(ctx.x(0))
+    far = x.abs() > 1
+    inner = far.where(x.reciprocal(), x)
+    near = _asin(inner / (1 + inner * inner).sqrt())
+    return far.where((x > 0).where(math.pi / 2, -math.pi / 2) - near, near)
+
+
+_SINH_TAYLOR = [1.0, 1 / 6, 1 / 120, 1 / 5040, 1 / 362880]  # exact to float32 for |x| < 0.5
+
+
+def sinh(ctx):
+    """Sinh-22: (eˣ - e⁻ˣ)/2, the Taylor series for |x| < 0.5 where the difference cancels."""
+    x = _float(ctx.x(0))
+    small = x.abs() < 0.5
+    return small.where(_series(x, small, _SINH_TAYLOR), x.sinh())
+
+
+def cosh(ctx): return _float(ctx.x(0)).cosh()              # noqa: E704 - Cosh-22: (eˣ + e⁻ˣ)/2
+
+
+_ASINH_TAYLOR = [1.0, -1 / 6, 3 / 40, -5 / 112, 35 / 1152]  # exact to float32 for |x| < 0.125
+
+
+def asinh(ctx):
+    """Asinh-22: sign(x)·log(|x| + √(x² + 1)) (odd, so no cancellation for x < 0), the
+    series near 0; x² overflows only where log(2|x|) is the value to float32's precision."""
+    x = _float(ctx.x(0))
+    magnitude = x.abs()
+    small = magnitude < 0.125
+    huge = magnitude > 1e15
+    big = (huge.where(0.0, magnitude)).asinh()
+    far = huge.where((magnitude * 2).log(), big)
+    return small.where(_series(x, small, _ASINH_TAYLOR), (x < 0).where(-far, far))
+
+
+def acosh(ctx): return _float(ctx.x(0)).acosh()            # noqa: E704 - Acosh-22: log(x + √(x² - 1))
+
+
+_ATANH_TAYLOR = [1.0, 1 / 3, 1 / 5, 1 / 7, 1 / 9]  # exact to float32 for |x| < 0.125
+
+
+def atanh(ctx):
+    """Atanh-22: ½·log((1 + x)/(1 - x)), the series near 0."""
+    x = _float(ctx.x(0))
+    small = x.abs() < 0.125
+    return small.where(_series(x, small, _ATANH_TAYLOR), x.atanh())
+
+
+def size(ctx):
+    """Size-13: the number of elements, an int64 scalar known at import."""
+    return np.array(math.prod(ctx.shape_of(0)), dtype=np.int64)
+
+
+def bit_shift(ctx):
+    """BitShift-28: signed types too; a right shift of a signed value is arithmetic, and a
+    shift by a negative amount or by the width or more gives what the sign alone gives
+    (-1 for a right shift of a negative value, else 0)."""
+    if ctx.since < 28:
+        from .ops_exact import bit_shift as unsigned_shift
+        return unsigned_shift(ctx)
+    x, amount = ctx.x(0), ctx.x(1)
+    if not x.dtype.is_int:
+        ctx.refuse(f"BitShift takes integers, not {x.dtype.name}")
+    direction = ctx.attr("direction")
+    if direction not in ("LEFT", "RIGHT"):
+        ctx.refuse(f"direction={direction!r} is not 'LEFT' or 'RIGHT'")
+    amount = amount.cast(x.dtype)
+    width = 8 * x.dtype.itemsize
+    inside = (amount >= 0) & (amount < width) if x.dtype.kind == "i" else amount < width
+    safe = inside.where(amount, 0)
+    shifted = x << safe if direction == "LEFT" else x >> safe
+    fill = (x < 0).where(x.const_like(-1), x.const_like(0)) if direction == "RIGHT" and x.dtype.kind == "i" else x.const_like(0)
+    return inside.where(shifted, fill)
+
+
+# ----------------------------------------------------------------------------- Mod of floats
+
+# float32's quotients |a/b| reach 2^277; each step takes 28 bits of it, exactly (below)
+_FMOD_STEP_BITS, _FMOD_STEPS = 28, 11
+
+
+def _negative(x: UOp) -> UOp:
+    """x < 0, -0.0 included (1/-0.0 is -inf)."""
+    return (x < 0) | (x.eq(0) & (x.reciprocal() < 0))
+
+
+def float_fmod(a: UOp, b: UOp, floor: bool) -> UOp:
+    """C's fmod(a, b) of float32 or float16, exactly, computed in float64: |a| reduced
+    modulo |b|·2^(28k) for k = 10 .. 0. Each quotient is below 2^28, so q·m (24 + 28
+    bits) and r - q·m (a multiple of the smaller lowest bit, below m: at most 24 bits)
+    are exact; a quotient the division rounds up makes r negative by less than m, and
+    adding m back is exact too. The sign is a's (-0.0 kept). `floor` (Mod's fmod=0): a
+    nonzero remainder of the other sign than b gets b added (rounded once to float64,
+    then to the input type), and a zero takes b's sign. Spec 28's special cases: nan for
+    a nan, an infinite a or a zero b; a itself for an infinite b."""
+    wide = dtypes.float64
+    a64, b64 = a.cast(wide), b.cast(wide)
+    invalid = a64.isnan() | b64.isnan() | a64.isinf() | b64.eq(0)
+    passthrough = b64.isinf() & ~invalid
+    rest = (invalid | passthrough).where(0.0, a64.abs())
+    divisor = (invalid | passthrough).where(1.0, b64.abs())
+    for k in reversed(range(_FMOD_STEPS)):
+        step = divisor * float(2 ** (_FMOD_STEP_BITS * k))
+        rest = rest - (rest / step).trunc() * step
+        rest = (rest < 0).where(rest + step, rest)
+    signed = _negative(a64).where(-rest, rest)
+    if floor:
+        other_side = signed.ne(0) & (_negative(signed) ^ _negative(b64))
+        signed = other_side.where(signed + b64, signed.eq(0).where(_negative(b64).where(-0.0, 0.0), signed))
+    out = invalid.where(math.nan, passthrough.where(a64, signed))
+    if floor:  # an infinite b: a when a and b have one sign, else b (the spec's fmod=0 case)
+        out = (passthrough & a64.ne(0) & (_negative(a64) ^ _negative(b64))).where(b64, out)
+    return out.cast(a.dtype)
+
+
+def mod(ctx):
+    """Mod-28 (and 10, 13): integers as ops_exact.mod; float32 and float16 by float_fmod,
+    fmod=1 (C's fmod) or, from version 28, fmod=0 (the divisor's sign). float64 is
+    refused: its remainder would need more than float64 to be exact."""
+    from .ops_exact import mod as integer_mod
+    a, b = ctx.x(0), ctx.x(1)
+    if a.dtype.is_int:
+        return integer_mod(ctx)
+    fmod = ctx.attr("fmod")
+    if fmod not in (0, 1) or (fmod == 0 and ctx.since < 28):
+        ctx.refuse(f"fmod={fmod} on floats (before version 28 floats need fmod=1)")
+    if a.dtype.itemsize > 4 or b.dtype is not a.dtype:
+        ctx.refuse(f"Mod of {a.dtype.name} is not supported (no exact float64 remainder in the format)")
+    return float_fmod(a, b, floor=fmod == 0)

@@ -1,0 +1,188 @@
+"""ONNX's reductions beyond ops_tensor.py's ReduceSum/Mean/Max (and ops_exact.py's
+ReduceProd): ReduceMin, the norms and log-sums, ArgMax/ArgMin, and the running sums and
+products CumSum/CumProd. Axes are an attribute before version 18 (ReduceSum: 13) and an
+input after, as ops_tensor._reduce_axes reads them; an empty reduction gives the
+operation's identity (ReduceMin: +inf or the type's largest, ReduceLogSum: -inf).
+Calling conventions as in ops_tensor.py."""
+
+from __future__ import annotations
+
+from uopcli import UOp, dtypes
+
+from . import ops_tensor as t
+
+
+def _reduced(ctx, fold):
+    """`fold(x, axes, keepdim)` over the node's axes, in the input's type. With
+    noop_with_empty_axes and no axes, `axes` is (): nothing is reduced, but the
+    elementwise part still applies (ReduceSumSquare gives x², as onnxruntime and the
+    reference do)."""
+    x = ctx.x(0)
+    axes = t._reduce_axes(ctx, len(x.shape), ctx.since >= 18)
+    out = fold(x, () if axes is None else axes, bool(ctx.attr("keepdims")))
+    return out if out.dtype is x.dtype else out.cast(x.dtype)
+
+
+def _sum(x: UOp, axes, keep: bool) -> UOp:
+    return x.sum(axes, keepdim=keep) if axes else x
+
+
+def _max(x: UOp, axes, keep: bool) -> UOp:
+    return x.max(axes, keepdim=keep) if axes else x
+
+
+def reduce_min(ctx): return _reduced(ctx, lambda x, axes, keep: x.min(axes, keepdim=keep) if axes else x)  # noqa: E704 - ReduceMin-20
+def reduce_l1(ctx): return _reduced(ctx, lambda x, axes, keep: _sum(ctx.call(t.abs_, x), axes, keep))  # noqa: E704 - Σ|x|
+def reduce_sum_square(ctx): return _reduced(ctx, lambda x, axes, keep: _sum(x * x, axes, keep))  # noqa: E704 - Σx²
+
+
+def reduce_l2(ctx):
+    """ReduceL2-18: √Σx² (integers: the root truncated, as the reference's astype)."""
+    return _reduced(ctx, lambda x, axes, keep: _sum(x * x, axes, keep).sqrt())
+
+
+def reduce_log_sum(ctx):
+    """ReduceLogSum-18: log Σx (-inf for an empty set)."""
+    return _reduced(ctx, lambda x, axes, keep: _sum(x, axes, keep).log())
+
+
+def reduce_log_sum_exp(ctx):
+    """ReduceLogSumExp-18: log Σeˣ, computed as m + log Σe^(x - m) with m the (detached)
+    largest value, so neither overflows; m is 0 where it is infinite (an empty set, or an
+    inf among the values), where the shift would make inf - inf."""
+    def fold(x: UOp, axes, keep: bool) -> UOp:
+        top = _max(x, axes, True).detach()
+        top = top.isinf().where(0.0, top)
+        total = (x - top).exp().sum(axes, keepdim=keep).log()
+        return total + top.reshape(total.shape)
+    return _reduced(ctx, fold)
+
+
+# ----------------------------------------------------------------------------- ArgMax, ArgMin
+
+
+def first_largest(x: UOp, axis: int, keepdim: bool) -> UOp:
+    """The first index (int64) of the largest value along `axis`; a nan counts as the
+    largest (np.argmax). Each place holding the maximum scores size - index; the best
+    score is the first place."""
+    size = x.shape[axis]
+    top = x.max(axis, keepdim=True)
+    at_top = top.isnan().where(x.isnan(), x.eq(top)) if x.dtype.is_float else x.eq(top)
+    scores = UOp.arange(size, 0, -1).reshape((size,) + (1,) * (len(x.shape) - axis - 1))
+    return (size - at_top.where(scores, 0).max(axis, keepdim)).cast(dtypes.int64)
+
+
+def _arg_extreme(ctx, smallest: bool):
+    x = ctx.x(0)
+    rank = len(x.shape)
+    axis = t.axis_of(ctx, ctx.attr("axis"), rank)
+    if x.shape[axis] == 0:
+        ctx.refuse(f"axis {axis} is empty: there is no index to return")
+    if smallest:
+        x = -x if x.dtype.is_float else ~x  # the order reversed (nan stays nan; ~ has no overflow)
+    keep = bool(ctx.attr("keepdims"))
+    if not ctx.attr("select_last_index"):
+        return first_largest(x, axis, keep)
+    last = x.shape[axis] - 1
+    return last - first_largest(x.flip(axis), axis, keep)
+
+
+def arg_max(ctx): return _arg_extreme(ctx, smallest=False)  # noqa: E704 - ArgMax-13
+def arg_min(ctx): return _arg_extreme(ctx, smallest=True)   # noqa: E704 - ArgMin-13
+
+
+# ----------------------------------------------------------------------------- running sums
+
+
+def _running(ctx, product: bool):
+    """CumSum-14 / CumProd-26 along the `axis` input; `exclusive` leaves the element itself
+    out (the first place gets the identity), `reverse` runs from the end."""
+    x = ctx.x(0)
+    axis = t.ints_of(ctx, 1, "axis")
+    if axis is None or len(axis) != 1:
+        ctx.refuse("axis must be one integer")
+    rank = len(x.shape)
+    axis = t.axis_of(ctx, axis[0], rank)
+    if ctx.attr("reverse"):
+        x = x.flip(axis)
+    out = x.cumprod(axis) if product else x.cumsum(axis)
+    out = out if out.dtype is x.dtype else out.cast(x.dtype)
+    if ctx.attr("exclusive") and x.shape[axis]:
+        size = x.shape[axis]
+        moved = out.shrink(tuple((0, size - 1) if a == axis else None for a in range(rank)))
+        out = moved.pad(tuple((1, 0) if a == axis else None for a in range(rank)), value=1 if product else 0)
+    return out.flip(axis) if ctx.attr("reverse") else out
+
+
+def cum_sum(ctx): return _running(ctx, product=False)      # noqa: E704
+def cum_prod(ctx): return _running(ctx, product=True)      # noqa: E704
+
+
+# ----------------------------------------------------------------------------- sorting, pooling, norms
+
+
+def top_k(ctx):
+    """TopK-11: the k largest (or smallest) values along `axis` and their int64 indices,
+    in order; equal values keep the lower index first (the builder's stable sort). An
+    unsorted request gets them sorted, which is one of the orders the spec allows."""
+    x = ctx.x(0)
+    k = t.ints_of(ctx, 1, "k")
+    axis = t.axis_of(ctx, ctx.attr("axis"), len(x.shape))
+    if k is None or len(k) != 1 or not 0 <= k[0] <= x.shape[axis]:
+        ctx.refuse(f"k {k} must be one integer in [0, {x.shape[axis]}]")
+    values, indices = x.topk(k[0], axis, largest=bool(ctx.attr("largest")))
+    return [values, indices.cast(dtypes.int64)]
+
+
+def global_max_pool(ctx):
+    """GlobalMaxPool-22: the largest value over every spatial axis (all after N and C), kept."""
+    x = ctx.x(0)
+    if len(x.shape) < 3:
+        ctx.refuse(f"needs an input [N, C, spatial...], not {list(x.shape)}")
+    return x.max(tuple(range(2, len(x.shape))), keepdim=True)
+
+
+def lp_normalization(ctx):
+    """LpNormalization-22: x / ‖x‖_p along `axis`, p 1 or 2; 0 where the norm is 0."""
+    x = ctx.x(0)
+    axis = t.axis_of(ctx, ctx.attr("axis"), len(x.shape))
+    p = ctx.attr("p")
+    if p == 1:
+        norm = ctx.call(t.abs_, x).sum(axis, keepdim=True)
+    elif p == 2:
+        norm = (x * x).sum(axis, keepdim=True).sqrt()
+    else:
+        ctx.refuse(f"p={p} is not 1 or 2")
+    zero = norm.eq(0)  # all zeros along the axis: the output is 0 (the spec), never 0/0
+    return zero.where(x.const_like(0), x / zero.where(1.0, norm))
+
+
+def mean_variance_normalization(ctx):
+    """MeanVarianceNormalization-13 (its function body): (x - E[x]) / (√(E[x²] - E[x]²) + 1e-9) over `axes`."""
+    x = ctx.x(0)
+    axes = t.axes_of(ctx, ctx.attr("axes") or (0, 2, 3), len(x.shape))
+    mean = x.mean(axes, keepdim=True)
+    spread = ((x * x).mean(axes, keepdim=True) - mean * mean).sqrt()
+    return (x - mean) / (spread + 1e-9)
+
+
+def lp_pool(ctx):
+    """LpPool-22: (Σ|x|^p)^(1/p) over each window (the padding adds zeros); auto_pad,
+    strides, dilations as Conv's. A ceil_mode that adds a partial last window is refused."""
+    from .ops_nn import _kernel, _window_geometry
+    x = ctx.x(0)
+    kernel = _kernel(ctx, ctx.attr("kernel_shape"))
+    strides, dilations, pairs = _window_geometry(ctx, x, kernel)
+    for size, (before, after), k, s, d in zip(x.shape[2:], pairs, kernel, strides, dilations):
+        span = size + before + after - (k - 1) * d - 1
+        if span < 0:
+            ctx.refuse(f"the kernel {kernel} (dilations {list(dilations)}) is larger than the padded input")
+        if ctx.attr("ceil_mode") and span % s:
+            ctx.refuse("ceil_mode=1 with a partial last window is not supported")
+    p = ctx.attr("p")
+    if p < 1:
+        ctx.refuse(f"p={p} must be at least 1")
+    powered = ctx.call(t.abs_, x) if p == 1 else x * x if p == 2 else ctx.call(t.abs_, x).pow(float(p))
+    windows = powered.pad(((0, 0), (0, 0)) + tuple(pairs))._pool(tuple(kernel), strides, dilations)
+    total = windows.sum(tuple(range(-len(kernel), 0)))
+    return total if p == 1 else total.sqrt() if p == 2 else total.pow(1 / p)
