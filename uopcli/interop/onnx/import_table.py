@@ -18,6 +18,7 @@ from typing import Callable, NamedTuple
 
 from . import ops_exact as x
 from . import ops_nn as nn
+from . import ops_norm as norm
 from . import ops_tensor as t
 
 
@@ -125,4 +126,10 @@ TABLE: dict[str, OpRow] = {
                      value_int=None, value_ints=None),
     "ConstantOfShape": _row(t.constant_of_shape, (9, 20) + _LATER[1:], value=None),
     "Range": _row(t.range_, (11,)),
+    # -- layer ops of issue 29 (ops_norm.py, ops_layers.py, ops_recurrent.py, ops_resize.py,
+    #    ops_attention.py); the spec: https://onnx.ai/onnx/operators/onnx__<Op>.html
+    "InstanceNormalization": _row(norm.instance_normalization, (6, 22), epsilon=1e-5),
+    "GroupNormalization": _row(norm.group_normalization, (18, 21), epsilon=1e-5, num_groups=None, stash_type=1),
+    "RMSNormalization": _row(norm.rms_normalization, (23,), axis=-1, epsilon=1e-5, stash_type=1),
+    "LRN": _row(norm.lrn, (1, 13), alpha=1e-4, beta=0.75, bias=1.0, size=None),
 }
