@@ -132,4 +132,7 @@ TABLE: dict[str, OpRow] = {
     "GroupNormalization": _row(norm.group_normalization, (18, 21), epsilon=1e-5, num_groups=None, stash_type=1),
     "RMSNormalization": _row(norm.rms_normalization, (23,), axis=-1, epsilon=1e-5, stash_type=1),
     "LRN": _row(norm.lrn, (1, 13), alpha=1e-4, beta=0.75, bias=1.0, size=None),
+    "ConvTranspose": _row(nn.conv_transpose, (11, 22), group=1, output_padding=None, output_shape=None, **_WINDOW),
+    "NegativeLogLikelihoodLoss": _row(nn.negative_log_likelihood_loss, (12, 13, 22), ignore_index=None,
+                                      reduction="mean"),
 }
