@@ -19,6 +19,7 @@ from typing import Callable, NamedTuple
 from . import ops_exact as x
 from . import ops_nn as nn
 from . import ops_norm as norm
+from . import ops_recurrent as rec
 from . import ops_tensor as t
 
 
@@ -36,6 +37,9 @@ def _row(build, versions, folds=True, **attributes) -> OpRow:
 # the window attributes of Conv, MaxPool and AveragePool
 _WINDOW = dict(auto_pad="NOTSET", kernel_shape=None, pads=None, strides=None, dilations=None)
 _REDUCE = dict(keepdims=1, noop_with_empty_axes=0)
+# the attributes RNN, GRU and LSTM share (ops_recurrent.py)
+_RECURRENT = dict(activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
+                  hidden_size=None, layout=0)
 # Versions after 13 that only widen the element types (bfloat16, float8, int4, ...) keep
 # the meaning; they are listed where the types we import are unchanged.
 _LATER = (19, 21, 23, 24, 25)
@@ -80,8 +84,7 @@ TABLE: dict[str, OpRow] = {
     "GlobalAveragePool": _row(nn.global_average_pool, (1, 22)),
     "BatchNormalization": _row(nn.batch_normalization, (9, 14, 15), epsilon=1e-5, momentum=0.9, training_mode=0),
     "LayerNormalization": _row(nn.layer_normalization, (17,), axis=-1, epsilon=1e-5, stash_type=1),
-    "LSTM": _row(nn.lstm, (7, 14, 22), folds=False, activation_alpha=None, activation_beta=None,
-                 activations=None, clip=None, direction="forward", hidden_size=None, input_forget=0, layout=0),
+    "LSTM": _row(rec.lstm, (7, 14, 22), folds=False, input_forget=0, **_RECURRENT),
     "SoftmaxCrossEntropyLoss": _row(nn.softmax_cross_entropy_loss, (12, 13), ignore_index=None, reduction="mean"),
     # -- reductions: axes an attribute before ReduceMean/Max-18 and ReduceSum-13, an input after
     "ReduceMean": _row(t.reduce_mean, (11, 13, 18), axes=None, **_REDUCE),
@@ -133,6 +136,8 @@ TABLE: dict[str, OpRow] = {
     "RMSNormalization": _row(norm.rms_normalization, (23,), axis=-1, epsilon=1e-5, stash_type=1),
     "LRN": _row(norm.lrn, (1, 13), alpha=1e-4, beta=0.75, bias=1.0, size=None),
     "ConvTranspose": _row(nn.conv_transpose, (11, 22), group=1, output_padding=None, output_shape=None, **_WINDOW),
+    "RNN": _row(rec.rnn, (7, 14, 22), folds=False, **_RECURRENT),      # 14: layout
+    "GRU": _row(rec.gru, (7, 14, 22), folds=False, linear_before_reset=0, **_RECURRENT),
     "NegativeLogLikelihoodLoss": _row(nn.negative_log_likelihood_loss, (12, 13, 22), ignore_index=None,
                                       reduction="mean"),
 }

@@ -1,5 +1,5 @@
-"""ONNX's layer ops as UOp graphs: products, convolution, pooling, normalisation, the LSTM
-(unrolled over its sequence) and the softmax cross-entropy loss. Same contract as
+"""ONNX's layer ops as UOp graphs: products, convolution (and its transpose), pooling,
+normalisation and the losses (the recurrent layers are in ops_recurrent.py). Same contract as
 ops_tensor.py; the table in import_table.py gives versions and attributes."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 
 from uopcli import UOp
 
-from .ops_tensor import axis_of, dtype_from_code, ints_of, tanh
+from .ops_tensor import axis_of, dtype_from_code
 
 # ----------------------------------------------------------------------------- products
 
@@ -245,79 +245,6 @@ def layer_normalization(ctx):
     y = y * scale
     y = y if bias is None else y + bias
     return [y, mean, invstd][:ctx.output_count]
-
-
-# ----------------------------------------------------------------------------- LSTM
-
-_DEFAULT_ACTIVATIONS = ("Sigmoid", "Tanh", "Tanh")
-
-
-def lstm(ctx):
-    """LSTM-14, unrolled over the sequence. Gates in ONNX's order i, o, f, c:
-    i = σ(x·Wiᵀ + h·Riᵀ + Pi⊙c + Wbi + Rbi), f likewise with Pf, ĉ = tanh(x·Wcᵀ + h·Rcᵀ + Wbc + Rbc),
-    c' = f⊙c + i⊙ĉ, o = σ(x·Woᵀ + h·Roᵀ + Po⊙c' + Wbo + Rbo), h' = o⊙tanh(c').
-    Directions forward, reverse and bidirectional; layout 0 ([seq, batch, ...]) or 1."""
-    x, w, r, b, lengths, h0, c0, peep = (ctx.x(i) for i in range(8))
-    direction = ctx.attr("direction")
-    directions = {"forward": ("forward",), "reverse": ("reverse",), "bidirectional": ("forward", "reverse")}
-    if direction not in directions:
-        ctx.refuse(f"direction={direction!r} is not forward, reverse or bidirectional")
-    order = directions[direction]
-    activations = ctx.attr("activations")
-    if activations is not None and tuple(activations) != _DEFAULT_ACTIVATIONS * len(order):
-        ctx.refuse(f"activations {list(activations)}: only the default Sigmoid, Tanh, Tanh are supported")
-    if ctx.attr("clip") is not None or ctx.attr("input_forget"):
-        ctx.refuse("clip and input_forget are not supported")
-    layout = ctx.attr("layout")
-    if layout:
-        x = x.permute(1, 0, 2)
-        h0 = None if h0 is None else h0.permute(1, 0, 2)
-        c0 = None if c0 is None else c0.permute(1, 0, 2)
-    steps, batch, _ = x.shape
-    hidden = r.shape[-1]
-    if ctx.attr("hidden_size") not in (None, hidden) or w.shape[:2] != (len(order), 4 * hidden):
-        ctx.refuse(f"W {list(w.shape)} and R {list(r.shape)} do not fit hidden_size {ctx.attr('hidden_size')}")
-    if lengths is not None:
-        known = ints_of(ctx, 4, "sequence_lens")
-        if any(n != steps for n in known):
-            ctx.refuse(f"sequence_lens {known} differ from the sequence length {steps}: only full sequences")
-    outputs, last_h, last_c = [], [], []
-    for d, name in enumerate(order):
-        ys, h, c = _lstm_direction(ctx, x, w[d], r[d], None if b is None else b[d],
-                                   None if h0 is None else h0[d], None if c0 is None else c0[d],
-                                   None if peep is None else peep[d], reverse=name == "reverse")
-        outputs.append(ys)
-        last_h.append(h)
-        last_c.append(c)
-    y = UOp.stack(*outputs, dim=1) if len(outputs) > 1 else outputs[0].unsqueeze(1)  # [seq, dirs, batch, H]
-    y_h, y_c = UOp.stack(*last_h), UOp.stack(*last_c)                                   # [dirs, batch, H]
-    if layout:
-        y, y_h, y_c = y.permute(2, 0, 1, 3), y_h.permute(1, 0, 2), y_c.permute(1, 0, 2)
-    return [y, y_h, y_c][:ctx.output_count]
-
-
-def _lstm_direction(ctx, x, w, r, b, h, c, peep, reverse: bool):
-    """One direction: every step's h (stacked [seq, batch, H]) and the last h and c."""
-    steps, batch, _ = x.shape
-    hidden = r.shape[-1]
-    projected = x.matmul(w.permute(1, 0))  # every step's x·Wᵀ at once: [seq, batch, 4H]
-    if b is not None:
-        projected = projected + (b[:4 * hidden] + b[4 * hidden:])
-    h = UOp.full((batch, hidden), 0.0, x.dtype) if h is None else h
-    c = UOp.full((batch, hidden), 0.0, x.dtype) if c is None else c
-    r_t = r.permute(1, 0)
-    gate = lambda t, k: t[:, k * hidden:(k + 1) * hidden]  # noqa: E731 - gates i, o, f, c
-    ys = [None] * steps
-    for t in (reversed(range(steps)) if reverse else range(steps)):
-        z = projected[t] + h.matmul(r_t)
-        i_in, f_in = gate(z, 0), gate(z, 2)
-        if peep is not None:
-            i_in, f_in = i_in + peep[:hidden] * c, f_in + peep[2 * hidden:] * c
-        c = f_in.sigmoid() * c + i_in.sigmoid() * ctx.call(tanh, gate(z, 3))
-        o_in = gate(z, 1) if peep is None else gate(z, 1) + peep[hidden:2 * hidden] * c
-        h = o_in.sigmoid() * ctx.call(tanh, c)
-        ys[t] = h
-    return UOp.stack(*ys), h, c
 
 
 # ----------------------------------------------------------------------------- loss
