@@ -54,6 +54,32 @@ LAYER_CASES = [
     case("NegativeLogLikelihoodLoss", f32(3, 4), i64([0, 1, 3]), reduction="sum", id="NegativeLogLikelihoodLoss-sum"),
     case("NegativeLogLikelihoodLoss", f32(3, 4), i64([0, 1, 3]), f32(4), reduction="none",
          id="NegativeLogLikelihoodLoss-none"),
+    # Resize and Upsample: scales, sizes and roi as initializers (known at import)
+    case("Resize", f32(1, 2, 3, 4), None, Init(np.array([1, 1, 2, 1.5], np.float32)), opset=19),
+    case("Resize", f32(1, 1, 4, 5), None, Init(np.array([1, 1, 0.6, 0.8], np.float32)), mode="linear",
+         coordinate_transformation_mode="align_corners", opset=19, id="Resize-linear-align-corners-down"),
+    case("Resize", f32(1, 1, 4, 4), None, None, Init(i64([1, 1, 7, 3])), mode="cubic", cubic_coeff_a=-0.5,
+         exclude_outside=1, opset=19, id="Resize-cubic-sizes-exclude-outside"),
+    case("Resize", f32(2, 3, 5), None, Init(np.array([1.7], np.float32)), mode="nearest", axes=[2],
+         nearest_mode="ceil", coordinate_transformation_mode="asymmetric", opset=19, id="Resize-nearest-ceil-axes"),
+    case("Resize", f32(1, 1, 4, 6), None, None, Init(i64([3, 3])), axes=[2, 3], keep_aspect_ratio_policy="not_larger",
+         nearest_mode="round_prefer_ceil", opset=19, id="Resize-not-larger"),
+    case("Resize", f32(1, 1, 8, 8), None, Init(np.array([1, 1, 0.4, 0.6], np.float32)), mode="linear", antialias=1,
+         opset=19, id="Resize-linear-antialias"),
+    case("Resize", f32(1, 1, 8, 7), None, None, Init(i64([1, 1, 3, 4])), mode="cubic", antialias=1,
+         coordinate_transformation_mode="pytorch_half_pixel", opset=19, id="Resize-cubic-antialias-pytorch"),
+    case("Resize", f32(1, 1, 4, 4), Init(np.array([0, 0, 0.4, 0.6, 1, 1, 1.2, 1.7], np.float32)), None,
+         Init(i64([1, 1, 3, 3])), mode="linear", coordinate_transformation_mode="tf_crop_and_resize",
+         extrapolation_value=-3.0, opset=19, id="Resize-tf-crop-and-resize"),
+    case("Resize", f32(1, 1, 3, 4), None, Init(np.array([1, 1, 1.5, 0.75], np.float32)), mode="linear",
+         coordinate_transformation_mode="half_pixel_symmetric", opset=19, id="Resize-half-pixel-symmetric"),
+    case("Resize", f32(1, 1, 3, 4), Init(np.zeros(0, np.float32)), Init(np.array([1, 1, 2, 0.5], np.float32)),
+         opset=11, coordinate_transformation_mode="tf_half_pixel_for_nn", id="Resize-11-tf-half-pixel-for-nn"),
+    case("Resize", f32(1, 1, 3, 4), Init(np.array([1, 1, 2, 2.5], np.float32)), mode="linear", opset=10, id="Resize-10"),
+    case("Resize", np.arange(12, dtype=np.uint8).reshape(1, 1, 3, 4), None, Init(np.array([1, 1, 1.5, 2], np.float32)),
+         opset=19, types=[TensorProto.UINT8], id="Resize-nearest-uint8"),
+    case("Upsample", f32(1, 2, 2, 3), Init(np.array([1, 1, 2, 3], np.float32)), opset=9),
+    case("Upsample", f32(1, 1, 2, 3), mode="linear", scales=[1.0, 1.0, 2.0, 2.0], opset=7, id="Upsample-7-linear"),
     # recurrences: RNN, GRU (linear_before_reset both ways), LSTM's new attributes
     case("RNN", f32(4, 2, 3), f32(1, 5, 3), f32(1, 5, 5), f32(1, 10), hidden_size=5, outs=2),
     case("RNN", f32(3, 2, 3), f32(2, 4, 3), f32(2, 4, 4), f32(2, 8), None, f32(2, 2, 4), direction="bidirectional",
@@ -75,10 +101,15 @@ NOT_BY_REFERENCE = {  # onnx 1.23's reference LRN loops over the batch axis as i
     "LRN", "LRN-attributes",  # its grouped ConvTranspose reshapes the weight wrongly,
     "ConvTranspose-1d-group-dilated",
     "GRU-bidirectional-activations", "RNN-bidirectional-activations",  # nor reads activations / clip
-    "LSTM-clip-activations"}
+    "LSTM-clip-activations",
+    # nor has Resize-11's tf_half_pixel_for_nn, Resize-10's signature or Upsample-7's attribute
+    "Resize-11-tf-half-pixel-for-nn", "Resize-10", "Upsample-7-linear"}
 NOT_BY_ONNXRUNTIME = {  # onnxruntime's CPU GRU refuses layout=1; it has no GroupNormalization-18 kernel
     "GRU-layout1", "GroupNormalization-18-per-group", "GroupNormalization", "RMSNormalization",
-    "RMSNormalization-axis"}
+    "RMSNormalization-axis",
+    # align_corners: onnxruntime divides by the integer output length less 1, the spec (and the
+    # reference, which made ONNX's node cases) by scale·length less 1 when scales are given
+    "Resize-linear-align-corners-down"}
 
 
 @pytest.mark.parametrize("op, inputs, attrs, opset, outs, types", LAYER_CASES)

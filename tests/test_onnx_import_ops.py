@@ -183,7 +183,7 @@ CASES = [
 ]
 
 _ONNX_TYPE = {np.dtype(np.float32): F, np.dtype(np.int64): I64, np.dtype(bool): B, np.dtype(np.int32): TensorProto.INT32,
-              np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.uint32): TensorProto.UINT32}
+              np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.float64): TensorProto.DOUBLE, np.dtype(np.uint32): TensorProto.UINT32}
 
 
 def one_node_model(op, inputs, attrs, opset, outs, types):

@@ -20,6 +20,7 @@ from . import ops_exact as x
 from . import ops_nn as nn
 from . import ops_norm as norm
 from . import ops_recurrent as rec
+from . import ops_resize as rs
 from . import ops_tensor as t
 
 
@@ -138,6 +139,10 @@ TABLE: dict[str, OpRow] = {
     "ConvTranspose": _row(nn.conv_transpose, (11, 22), group=1, output_padding=None, output_shape=None, **_WINDOW),
     "RNN": _row(rec.rnn, (7, 14, 22), folds=False, **_RECURRENT),      # 14: layout
     "GRU": _row(rec.gru, (7, 14, 22), folds=False, linear_before_reset=0, **_RECURRENT),
+    "Resize": _row(rs.resize, (10, 11, 13, 18, 19), antialias=0, axes=None, coordinate_transformation_mode="half_pixel",
+                   cubic_coeff_a=-0.75, exclude_outside=0, extrapolation_value=0.0, keep_aspect_ratio_policy="stretch",
+                   mode="nearest", nearest_mode="round_prefer_floor"),
+    "Upsample": _row(rs.upsample, (7, 9), mode="nearest", scales=None),
     "NegativeLogLikelihoodLoss": _row(nn.negative_log_likelihood_loss, (12, 13, 22), ignore_index=None,
                                       reduction="mean"),
 }
