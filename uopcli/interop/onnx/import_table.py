@@ -18,6 +18,7 @@ from typing import Callable, NamedTuple
 
 from . import ops_exact as x
 from . import ops_nn as nn
+from . import ops_attention as att
 from . import ops_norm as norm
 from . import ops_recurrent as rec
 from . import ops_resize as rs
@@ -143,6 +144,9 @@ TABLE: dict[str, OpRow] = {
                    cubic_coeff_a=-0.75, exclude_outside=0, extrapolation_value=0.0, keep_aspect_ratio_policy="stretch",
                    mode="nearest", nearest_mode="round_prefer_floor"),
     "Upsample": _row(rs.upsample, (7, 9), mode="nearest", scales=None),
+    "Attention": _row(att.attention, (23, 24, 25), is_causal=0, kv_num_heads=None, q_num_heads=None,
+                      qk_matmul_output_mode=0, scale=None, softcap=0.0, softmax_precision=None,
+                      left_window_size=-1, right_window_size=-1),
     "NegativeLogLikelihoodLoss": _row(nn.negative_log_likelihood_loss, (12, 13, 22), ignore_index=None,
                                       reduction="mean"),
 }
