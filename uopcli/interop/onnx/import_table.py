@@ -19,6 +19,7 @@ from typing import Callable, NamedTuple
 from . import ops_exact as x
 from . import ops_nn as nn
 from . import ops_attention as att
+from . import ops_grid as grid
 from . import ops_norm as norm
 from . import ops_recurrent as rec
 from . import ops_resize as rs
@@ -147,6 +148,7 @@ TABLE: dict[str, OpRow] = {
     "Attention": _row(att.attention, (23, 24, 25), is_causal=0, kv_num_heads=None, q_num_heads=None,
                       qk_matmul_output_mode=0, scale=None, softcap=0.0, softmax_precision=None,
                       left_window_size=-1, right_window_size=-1),
+    "GridSample": _row(grid.grid_sample, (16, 20, 22), align_corners=0, mode=None, padding_mode="zeros"),
     "NegativeLogLikelihoodLoss": _row(nn.negative_log_likelihood_loss, (12, 13, 22), ignore_index=None,
                                       reduction="mean"),
 }
