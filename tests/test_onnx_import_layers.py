@@ -80,6 +80,27 @@ LAYER_CASES = [
          opset=19, types=[TensorProto.UINT8], id="Resize-nearest-uint8"),
     case("Upsample", f32(1, 2, 2, 3), Init(np.array([1, 1, 2, 3], np.float32)), opset=9),
     case("Upsample", f32(1, 1, 2, 3), mode="linear", scales=[1.0, 1.0, 2.0, 2.0], opset=7, id="Upsample-7-linear"),
+    # GridSample: the grid reaches past [-1, 1] so that every padding mode matters
+    case("GridSample", f32(1, 2, 3, 4), g32(1, 5, 2, 2, scale=0.9), opset=20),
+    case("GridSample", f32(2, 1, 4, 3), g32(2, 3, 3, 2, scale=1.3), mode="nearest", padding_mode="border", opset=20,
+         id="GridSample-nearest-border"),
+    case("GridSample", f32(1, 2, 4, 4), g32(1, 3, 2, 2, scale=1.6), mode="cubic", padding_mode="reflection",
+         align_corners=1, opset=20, id="GridSample-cubic-reflection-corners"),
+    case("GridSample", f32(1, 1, 3, 5), g32(1, 4, 3, 2, scale=1.8), mode="bilinear", padding_mode="reflection",
+         opset=16, id="GridSample-16-bilinear-reflection"),
+    case("GridSample", f32(1, 1, 2, 3, 4), g32(1, 2, 2, 2, 3, scale=1.2), padding_mode="border", opset=20,
+         id="GridSample-3d"),
+    # Attention
+    case("Attention", f32(2, 3, 4, 8), f32(2, 3, 6, 8), f32(2, 3, 6, 5), opset=23),
+    case("Attention", f32(2, 4, 12), f32(2, 6, 12), f32(2, 6, 10), q_num_heads=2, kv_num_heads=2, is_causal=1,
+         opset=23, id="Attention-3d-causal"),
+    case("Attention", f32(1, 4, 3, 8), f32(1, 2, 3, 8), f32(1, 2, 3, 8), np.array([[True, False, True, True]] * 3),
+         f32(1, 2, 1, 8), f32(1, 2, 1, 8), scale=0.3, softcap=2.0, outs=4, types=[F, F, F, F],
+         opset=23, id="Attention-gqa-bool-mask-past-softcap"),
+    case("Attention", f32(1, 2, 3, 8), f32(1, 2, 4, 8), f32(1, 2, 4, 8), np.array([[True, False, True, True]] * 3),
+         softcap=2.0, outs=4, types=[F, F, F, F], qk_matmul_output_mode=2, opset=23, id="Attention-qk-with-bias"),
+    case("Attention", f32(1, 2, 3, 4), f32(1, 2, 5, 4), f32(1, 2, 5, 4), f32(3, 5), is_causal=1, outs=4,
+         types=[F, F, F, F], qk_matmul_output_mode=3, opset=23, id="Attention-float-mask-causal-softmax-out"),
     # recurrences: RNN, GRU (linear_before_reset both ways), LSTM's new attributes
     case("RNN", f32(4, 2, 3), f32(1, 5, 3), f32(1, 5, 5), f32(1, 10), hidden_size=5, outs=2),
     case("RNN", f32(3, 2, 3), f32(2, 4, 3), f32(2, 4, 4), f32(2, 8), None, f32(2, 2, 4), direction="bidirectional",
@@ -103,13 +124,16 @@ NOT_BY_REFERENCE = {  # onnx 1.23's reference LRN loops over the batch axis as i
     "GRU-bidirectional-activations", "RNN-bidirectional-activations",  # nor reads activations / clip
     "LSTM-clip-activations",
     # nor has Resize-11's tf_half_pixel_for_nn, Resize-10's signature or Upsample-7's attribute
-    "Resize-11-tf-half-pixel-for-nn", "Resize-10", "Upsample-7-linear"}
+    "Resize-11-tf-half-pixel-for-nn", "Resize-10", "Upsample-7-linear",
+    "GridSample-16-bilinear-reflection",  # nor GridSample-16's mode names; its Attention's
+    "Attention-gqa-bool-mask-past-softcap"}  # qk output 0 is softcapped, the spec's is the raw product
 NOT_BY_ONNXRUNTIME = {  # onnxruntime's CPU GRU refuses layout=1; it has no GroupNormalization-18 kernel
     "GRU-layout1", "GroupNormalization-18-per-group", "GroupNormalization", "RMSNormalization",
     "RMSNormalization-axis",
     # align_corners: onnxruntime divides by the integer output length less 1, the spec (and the
     # reference, which made ONNX's node cases) by scale·length less 1 when scales are given
-    "Resize-linear-align-corners-down"}
+    "Resize-linear-align-corners-down",
+    "Attention-qk-with-bias"}  # onnxruntime's masked scores are -3.4e38 where the spec's are -inf
 
 
 @pytest.mark.parametrize("op, inputs, attrs, opset, outs, types", LAYER_CASES)

@@ -11,8 +11,9 @@ op_attention.py computes it, which made ONNX's node cases:
   sliding window (left/right_window_size, 25) and the padding of nonpad_kv_seqlen (24);
   softmax (in softmax_precision) with rows masked entirely giving 0; Y = softmax·V.
   With fewer key heads than query heads (GQA), each key head serves a group of queries.
-The fourth output is the scores per qk_matmul_output_mode: 0 and 1 after the softcap,
-2 with the bias added, 3 after the softmax.
+The fourth output is the scores per qk_matmul_output_mode: 0 as the product gives them,
+1 after the softcap, 2 with the bias added, 3 after the softmax (the spec's; the reference
+gives the softcapped scores for 0 too).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np
 
 from uopcli import UOp
 
-from .ops_tensor import dtype_from_code
+from .ops_tensor import dtype_from_code, tanh
 
 
 def attention(ctx):
@@ -49,10 +50,10 @@ def attention(ctx):
         k, v = (t.repeat_interleave(heads // kv_heads, dim=1) for t in (k, v))
     scale = ctx.attr("scale")
     root = math.sqrt(1 / math.sqrt(q.shape[3]) if scale is None else scale)
-    scores = (q * root).matmul((k * root).transpose(-2, -1))
+    raw = scores = (q * root).matmul((k * root).transpose(-2, -1))
     softcap = ctx.attr("softcap")
     if softcap > 0:
-        scores = (scores / softcap).tanh() * softcap
+        scores = ctx.call(tanh, scores / softcap) * softcap
     bias = _bias(ctx, q, k, mask, past_key, nonpad)
     biased = scores if bias is None else scores + bias
     mode = ctx.attr("qk_matmul_output_mode")
@@ -62,7 +63,7 @@ def attention(ctx):
     y = weights.matmul(v)
     if rank == 3:
         y = y.permute(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], -1)
-    qk = {0: scores, 1: scores, 2: biased, 3: weights}[mode]
+    qk = {0: raw, 1: scores, 2: biased, 3: weights}[mode]
     return [y, present_key, present_value, qk][:ctx.output_count]
 
 
