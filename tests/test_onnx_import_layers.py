@@ -99,6 +99,10 @@ LAYER_CASES = [
          opset=23, id="Attention-gqa-bool-mask-past-softcap"),
     case("Attention", f32(1, 2, 3, 8), f32(1, 2, 4, 8), f32(1, 2, 4, 8), np.array([[True, False, True, True]] * 3),
          softcap=2.0, outs=4, types=[F, F, F, F], qk_matmul_output_mode=2, opset=23, id="Attention-qk-with-bias"),
+    case("Attention", np.where(np.arange(24).reshape(1, 2, 3, 4) == 4, np.float32(np.inf), f32(1, 2, 3, 4)),
+         f32(1, 2, 4, 4), f32(1, 2, 4, 4), np.array([[True, False, True, True], [False] * 4, [False, False, False, True]]),
+         opset=24,  # row 1 is masked entirely, and its query is inf: nan scores, yet Y's row is 0
+         id="Attention-fully-masked-row"),
     case("Attention", f32(1, 2, 3, 4), f32(1, 2, 5, 4), f32(1, 2, 5, 4), f32(3, 5), is_causal=1, outs=4,
          types=[F, F, F, F], qk_matmul_output_mode=3, opset=23, id="Attention-float-mask-causal-softmax-out"),
     # recurrences: RNN, GRU (linear_before_reset both ways), LSTM's new attributes
@@ -133,7 +137,8 @@ NOT_BY_ONNXRUNTIME = {  # onnxruntime's CPU GRU refuses layout=1; it has no Grou
     # align_corners: onnxruntime divides by the integer output length less 1, the spec (and the
     # reference, which made ONNX's node cases) by scale·length less 1 when scales are given
     "Resize-linear-align-corners-down",
-    "Attention-qk-with-bias"}  # onnxruntime's masked scores are -3.4e38 where the spec's are -inf
+    "Attention-qk-with-bias",  # onnxruntime's masked scores are -3.4e38 where the spec's are -inf,
+    "Attention-fully-masked-row"}  # so its fully masked row averages V where the spec's is 0
 
 
 @pytest.mark.parametrize("op, inputs, attrs, opset, outs, types", LAYER_CASES)
