@@ -260,7 +260,8 @@ def test_op_matches_onnxruntime_and_the_reference(request, op, inputs, attrs, op
 
 
 def test_every_row_of_the_table_is_tested():
-    tested = {p.values[0] for p in CASES} | {"Constant"}  # Constant: in every exported model (test_onnx_import)
+    from test_onnx_import_layers import LAYER_CASES  # issue 29's layer ops
+    tested = {p.values[0] for p in CASES + LAYER_CASES} | {"Constant"}  # Constant: in every exported model (test_onnx_import)
     from test_onnx_import_families import CASES as FAMILY_CASES  # the elementwise, activation, reduce, index ops
     tested |= {p.values[0] for p in FAMILY_CASES}
     assert set(TABLE) <= tested, f"ops without a case: {sorted(set(TABLE) - tested)}"

@@ -22,6 +22,11 @@ from . import ops_index as ix
 from . import ops_math as m
 from . import ops_nn as nn
 from . import ops_reduce as red
+from . import ops_attention as att
+from . import ops_grid as grid
+from . import ops_norm as norm
+from . import ops_recurrent as rec
+from . import ops_resize as rs
 from . import ops_tensor as t
 
 
@@ -39,6 +44,9 @@ def _row(build, versions, folds=True, **attributes) -> OpRow:
 # the window attributes of Conv, MaxPool and AveragePool
 _WINDOW = dict(auto_pad="NOTSET", kernel_shape=None, pads=None, strides=None, dilations=None)
 _REDUCE = dict(keepdims=1, noop_with_empty_axes=0)
+# the attributes RNN, GRU and LSTM share (ops_recurrent.py)
+_RECURRENT = dict(activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
+                  hidden_size=None, layout=0)
 # Versions after 13 that only widen the element types (bfloat16, float8, int4, ...) keep
 # the meaning; they are listed where the types we import are unchanged.
 _LATER = (19, 21, 23, 24, 25)
@@ -83,8 +91,7 @@ TABLE: dict[str, OpRow] = {
     "GlobalAveragePool": _row(nn.global_average_pool, (1, 22)),
     "BatchNormalization": _row(nn.batch_normalization, (9, 14, 15), epsilon=1e-5, momentum=0.9, training_mode=0),
     "LayerNormalization": _row(nn.layer_normalization, (17,), axis=-1, epsilon=1e-5, stash_type=1),
-    "LSTM": _row(nn.lstm, (7, 14, 22), folds=False, activation_alpha=None, activation_beta=None,
-                 activations=None, clip=None, direction="forward", hidden_size=None, input_forget=0, layout=0),
+    "LSTM": _row(rec.lstm, (7, 14, 22), folds=False, input_forget=0, **_RECURRENT),
     "SoftmaxCrossEntropyLoss": _row(nn.softmax_cross_entropy_loss, (12, 13), ignore_index=None, reduction="mean"),
     # -- reductions: axes an attribute before ReduceMean/Max-18 and ReduceSum-13, an input after
     "ReduceMean": _row(t.reduce_mean, (11, 13, 18), axes=None, **_REDUCE),
@@ -129,6 +136,25 @@ TABLE: dict[str, OpRow] = {
                      value_int=None, value_ints=None),
     "ConstantOfShape": _row(t.constant_of_shape, (9, 20) + _LATER[1:], value=None),
     "Range": _row(ix.range_, (11, 27), stash_type=1),
+    # -- layer ops of issue 29 (ops_norm.py, ops_layers.py, ops_recurrent.py, ops_resize.py,
+    #    ops_attention.py); the spec: https://onnx.ai/onnx/operators/onnx__<Op>.html
+    "InstanceNormalization": _row(norm.instance_normalization, (6, 22), epsilon=1e-5),
+    "GroupNormalization": _row(norm.group_normalization, (18, 21), epsilon=1e-5, num_groups=None, stash_type=1),
+    "RMSNormalization": _row(norm.rms_normalization, (23,), axis=-1, epsilon=1e-5, stash_type=1),
+    "LRN": _row(norm.lrn, (1, 13), alpha=1e-4, beta=0.75, bias=1.0, size=None),
+    "ConvTranspose": _row(nn.conv_transpose, (11, 22), group=1, output_padding=None, output_shape=None, **_WINDOW),
+    "RNN": _row(rec.rnn, (7, 14, 22), folds=False, **_RECURRENT),      # 14: layout
+    "GRU": _row(rec.gru, (7, 14, 22), folds=False, linear_before_reset=0, **_RECURRENT),
+    "Resize": _row(rs.resize, (10, 11, 13, 18, 19), antialias=0, axes=None, coordinate_transformation_mode="half_pixel",
+                   cubic_coeff_a=-0.75, exclude_outside=0, extrapolation_value=0.0, keep_aspect_ratio_policy="stretch",
+                   mode="nearest", nearest_mode="round_prefer_floor"),
+    "Upsample": _row(rs.upsample, (7, 9), mode="nearest", scales=None),
+    "Attention": _row(att.attention, (23, 24, 25), is_causal=0, kv_num_heads=None, q_num_heads=None,
+                      qk_matmul_output_mode=0, scale=None, softcap=0.0, softmax_precision=None,
+                      left_window_size=-1, right_window_size=-1),
+    "GridSample": _row(grid.grid_sample, (16, 20, 22), align_corners=0, mode=None, padding_mode="zeros"),
+    "NegativeLogLikelihoodLoss": _row(nn.negative_log_likelihood_loss, (12, 13, 22), ignore_index=None,
+                                      reduction="mean"),
 }
 
 # -- i29b: elementwise maths, activations, reductions and indexing (ops_math.py,

@@ -1,5 +1,5 @@
-"""ONNX's layer ops as UOp graphs: products, convolution, pooling, normalisation, the LSTM
-(unrolled over its sequence) and the softmax cross-entropy loss. Same contract as
+"""ONNX's layer ops as UOp graphs: products, convolution (and its transpose), pooling,
+normalisation and the losses (the recurrent layers are in ops_recurrent.py). Same contract as
 ops_tensor.py; the table in import_table.py gives versions and attributes."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 
 from uopcli import UOp
 
-from .ops_tensor import axis_of, dtype_from_code, ints_of, tanh
+from .ops_tensor import axis_of, dtype_from_code
 
 # ----------------------------------------------------------------------------- products
 
@@ -102,6 +102,70 @@ def conv(ctx):
     return padded.conv2d(w, b, groups=group, stride=strides, dilation=dilations)
 
 
+def conv_transpose(ctx):
+    """ConvTranspose-11/22: X[N, C, *in] with W[C, M/group, *k] (+ B[M]). The full output
+    (every input element's kernel, stride apart, dilated) has s·(in - 1) + d·(k - 1) + 1
+    elements per axis; the result is its window from pads_begin of size
+    full + output_padding - pads_begin - pads_end (zeros beyond the full output). With
+    output_shape (or auto_pad SAME_*: in·s) the pads are total = full + output_padding -
+    output_shape, split with the odd one at the end for SAME_UPPER, at the start otherwise."""
+    x, w, b = ctx.x(0), ctx.x(1), ctx.x(2)
+    spatial = len(w.shape) - 2
+    kernel = _kernel(ctx, ctx.attr("kernel_shape"), w.shape[2:])
+    group = ctx.attr("group")
+    if spatial < 1 or tuple(kernel) != tuple(w.shape[2:]) or len(x.shape) != spatial + 2 \
+            or x.shape[1] != w.shape[0] or w.shape[0] % group:
+        ctx.refuse(f"input {list(x.shape)} does not fit weight {list(w.shape)} with group={group} "
+                   f"and kernel_shape {kernel}")
+    strides = tuple(ctx.attr("strides") or (1,) * spatial)
+    dilations = tuple(ctx.attr("dilations") or (1,) * spatial)
+    extra = tuple(ctx.attr("output_padding") or (0,) * spatial)
+    if len(strides) != spatial or len(dilations) != spatial or len(extra) != spatial \
+            or min(strides + dilations) < 1 or min(extra) < 0:
+        ctx.refuse(f"strides {list(strides)}, dilations {list(dilations)} and output_padding {list(extra)} "
+                   f"need {spatial} values (>= 1, >= 1, >= 0)")
+    full = [s * (i - 1) + d * (k - 1) + 1 for i, s, d, k in zip(x.shape[2:], strides, dilations, kernel)]
+    starts, sizes = _conv_transpose_window(ctx, x, full, extra, strides)
+    y = x.conv_transpose2d(w, None, groups=group, stride=strides, dilation=dilations)
+    for axis, (start, size, n) in enumerate(zip(starts, sizes, full), start=2):
+        y = _window(y, axis, start, size, n)
+    return y if b is None else y + b.reshape(1, -1, *(1,) * spatial)
+
+
+def _conv_transpose_window(ctx, x, full, extra, strides):
+    """(start, size) of ConvTranspose's output window per spatial axis (see conv_transpose)."""
+    spatial, auto_pad, shape = len(full), ctx.attr("auto_pad"), ctx.attr("output_shape")
+    if auto_pad not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+        ctx.refuse(f"auto_pad={auto_pad!r} is not NOTSET, SAME_UPPER, SAME_LOWER or VALID")
+    if shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        shape = list(shape) if shape is not None else [i * s for i, s in zip(x.shape[2:], strides)]
+        shape = shape[-spatial:] if len(shape) == spatial + 2 else shape
+        if len(shape) != spatial or min(shape) < 1:
+            ctx.refuse(f"output_shape {shape} needs {spatial} sizes >= 1")
+        totals = [n + e - o for n, e, o in zip(full, extra, shape)]
+        if auto_pad == "SAME_UPPER":
+            return [t // 2 for t in totals], shape
+        return [t - t // 2 for t in totals], shape
+    pads = [0] * (2 * spatial) if auto_pad == "VALID" else list(ctx.attr("pads") or (0,) * (2 * spatial))
+    if len(pads) != 2 * spatial or min(pads) < 0:
+        ctx.refuse(f"pads {pads} needs {2 * spatial} values >= 0")
+    sizes = [n + e - before - after for n, e, before, after in zip(full, extra, pads[:spatial], pads[spatial:])]
+    if min(sizes) < 1:
+        ctx.refuse(f"pads {pads} leave an empty output")
+    return pads[:spatial], sizes
+
+
+def _window(y, axis: int, start: int, size: int, available: int):
+    """y's elements [start, start + size) along `axis`, zeros where outside [0, available)."""
+    before, after = max(0, -start), max(0, start + size - available)
+    if before or after:
+        y = y.pad(tuple((before, after) if a == axis else (0, 0) for a in range(len(y.shape))))
+        start += before
+    if start or size != y.shape[axis]:
+        y = y.shrink(tuple((start, start + size) if a == axis else None for a in range(len(y.shape))))
+    return y
+
+
 def _pool_arguments(ctx, x: UOp) -> tuple:
     kernel = _kernel(ctx, ctx.attr("kernel_shape"))
     strides, dilations, pairs = _window_geometry(ctx, x, kernel)
@@ -183,109 +247,47 @@ def layer_normalization(ctx):
     return [y, mean, invstd][:ctx.output_count]
 
 
-# ----------------------------------------------------------------------------- LSTM
-
-_DEFAULT_ACTIVATIONS = ("Sigmoid", "Tanh", "Tanh")
-
-
-def lstm(ctx):
-    """LSTM-14, unrolled over the sequence. Gates in ONNX's order i, o, f, c:
-    i = σ(x·Wiᵀ + h·Riᵀ + Pi⊙c + Wbi + Rbi), f likewise with Pf, ĉ = tanh(x·Wcᵀ + h·Rcᵀ + Wbc + Rbc),
-    c' = f⊙c + i⊙ĉ, o = σ(x·Woᵀ + h·Roᵀ + Po⊙c' + Wbo + Rbo), h' = o⊙tanh(c').
-    Directions forward, reverse and bidirectional; layout 0 ([seq, batch, ...]) or 1."""
-    x, w, r, b, lengths, h0, c0, peep = (ctx.x(i) for i in range(8))
-    direction = ctx.attr("direction")
-    directions = {"forward": ("forward",), "reverse": ("reverse",), "bidirectional": ("forward", "reverse")}
-    if direction not in directions:
-        ctx.refuse(f"direction={direction!r} is not forward, reverse or bidirectional")
-    order = directions[direction]
-    activations = ctx.attr("activations")
-    if activations is not None and tuple(activations) != _DEFAULT_ACTIVATIONS * len(order):
-        ctx.refuse(f"activations {list(activations)}: only the default Sigmoid, Tanh, Tanh are supported")
-    if ctx.attr("clip") is not None or ctx.attr("input_forget"):
-        ctx.refuse("clip and input_forget are not supported")
-    layout = ctx.attr("layout")
-    if layout:
-        x = x.permute(1, 0, 2)
-        h0 = None if h0 is None else h0.permute(1, 0, 2)
-        c0 = None if c0 is None else c0.permute(1, 0, 2)
-    steps, batch, _ = x.shape
-    hidden = r.shape[-1]
-    if ctx.attr("hidden_size") not in (None, hidden) or w.shape[:2] != (len(order), 4 * hidden):
-        ctx.refuse(f"W {list(w.shape)} and R {list(r.shape)} do not fit hidden_size {ctx.attr('hidden_size')}")
-    if lengths is not None:
-        known = ints_of(ctx, 4, "sequence_lens")
-        if any(n != steps for n in known):
-            ctx.refuse(f"sequence_lens {known} differ from the sequence length {steps}: only full sequences")
-    outputs, last_h, last_c = [], [], []
-    for d, name in enumerate(order):
-        ys, h, c = _lstm_direction(ctx, x, w[d], r[d], None if b is None else b[d],
-                                   None if h0 is None else h0[d], None if c0 is None else c0[d],
-                                   None if peep is None else peep[d], reverse=name == "reverse")
-        outputs.append(ys)
-        last_h.append(h)
-        last_c.append(c)
-    y = UOp.stack(*outputs, dim=1) if len(outputs) > 1 else outputs[0].unsqueeze(1)  # [seq, dirs, batch, H]
-    y_h, y_c = UOp.stack(*last_h), UOp.stack(*last_c)                                   # [dirs, batch, H]
-    if layout:
-        y, y_h, y_c = y.permute(2, 0, 1, 3), y_h.permute(1, 0, 2), y_c.permute(1, 0, 2)
-    return [y, y_h, y_c][:ctx.output_count]
-
-
-def _lstm_direction(ctx, x, w, r, b, h, c, peep, reverse: bool):
-    """One direction: every step's h (stacked [seq, batch, H]) and the last h and c."""
-    steps, batch, _ = x.shape
-    hidden = r.shape[-1]
-    projected = x.matmul(w.permute(1, 0))  # every step's x·Wᵀ at once: [seq, batch, 4H]
-    if b is not None:
-        projected = projected + (b[:4 * hidden] + b[4 * hidden:])
-    h = UOp.full((batch, hidden), 0.0, x.dtype) if h is None else h
-    c = UOp.full((batch, hidden), 0.0, x.dtype) if c is None else c
-    r_t = r.permute(1, 0)
-    gate = lambda t, k: t[:, k * hidden:(k + 1) * hidden]  # noqa: E731 - gates i, o, f, c
-    ys = [None] * steps
-    for t in (reversed(range(steps)) if reverse else range(steps)):
-        z = projected[t] + h.matmul(r_t)
-        i_in, f_in = gate(z, 0), gate(z, 2)
-        if peep is not None:
-            i_in, f_in = i_in + peep[:hidden] * c, f_in + peep[2 * hidden:] * c
-        c = f_in.sigmoid() * c + i_in.sigmoid() * ctx.call(tanh, gate(z, 3))
-        o_in = gate(z, 1) if peep is None else gate(z, 1) + peep[hidden:2 * hidden] * c
-        h = o_in.sigmoid() * ctx.call(tanh, c)
-        ys[t] = h
-    return UOp.stack(*ys), h, c
-
-
 # ----------------------------------------------------------------------------- loss
 
 
 def softmax_cross_entropy_loss(ctx):
-    """SoftmaxCrossEntropyLoss-13: scores [N, C, d...], labels [N, d...]: loss = -w[label]·
-    log_softmax(scores)[label] along axis 1, zero (and weightless) where label equals
-    ignore_index; reduced by "mean" (over the weights taken part, or the count), "sum" or
-    "none". The second output is log_softmax(scores)."""
-    scores, labels, weights = ctx.x(0), ctx.x(1), ctx.x(2)
-    if len(scores.shape) < 2 or labels.shape != scores.shape[:1] + scores.shape[2:]:
-        ctx.refuse(f"labels {list(labels.shape)} do not fit scores {list(scores.shape)}")
-    classes = scores.shape[1]
-    log_prob = scores.log_softmax(1)
+    """SoftmaxCrossEntropyLoss-13: scores [N, C, d...], labels [N, d...]: the negative log
+    likelihood (below) of log_softmax(scores) along axis 1. The second output is
+    log_softmax(scores)."""
+    scores = ctx.x(0)
+    log_prob = scores.log_softmax(1) if len(scores.shape) >= 2 else scores
+    return [_negative_log_likelihood(ctx, log_prob), log_prob][:ctx.output_count]
+
+
+def negative_log_likelihood_loss(ctx):
+    """NegativeLogLikelihoodLoss-13/22: input [N, C, d...] (log-probabilities), target
+    [N, d...]: loss = -weight[target]·input[target] along axis 1 (below)."""
+    return _negative_log_likelihood(ctx, ctx.x(0))
+
+
+def _negative_log_likelihood(ctx, log_prob):
+    """-w[label]·log_prob[label] along axis 1 for labels ctx.x(1) and weights ctx.x(2), zero
+    (and weightless) where the label equals ignore_index; reduced by "mean" (over the
+    weights taken part, or the count), "sum" or "none"."""
+    labels, weights = ctx.x(1), ctx.x(2)
+    if len(log_prob.shape) < 2 or labels.shape != log_prob.shape[:1] + log_prob.shape[2:]:
+        ctx.refuse(f"labels {list(labels.shape)} do not fit scores {list(log_prob.shape)}")
+    classes = log_prob.shape[1]
     mask = labels._one_hot_mask(classes, 1)  # [N, C, d...]: true at the label
     ignore = ctx.attr("ignore_index")
     if ignore is not None:
         mask = mask & labels.ne(ignore).unsqueeze(1)
     picked = mask.where(log_prob, 0).sum(1)
     if weights is None:
-        taken = mask.where(scores.const_like(1.0), 0.0).sum(1)
+        taken = mask.where(log_prob.const_like(1.0), 0.0).sum(1)
     else:
-        taken = mask.where(weights.reshape(1, classes, *(1,) * (len(scores.shape) - 2)), 0.0).sum(1)
+        taken = mask.where(weights.reshape(1, classes, *(1,) * (len(log_prob.shape) - 2)), 0.0).sum(1)
     loss = -(picked * taken) if weights is not None else -picked
     reduction = ctx.attr("reduction")
     if reduction == "none":
-        out = loss
-    elif reduction == "sum":
-        out = loss.sum()
-    elif reduction == "mean":
-        out = loss.sum() / taken.sum()
-    else:
-        ctx.refuse(f"reduction={reduction!r} is not none, sum or mean")
-    return [out, log_prob][:ctx.output_count]
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "mean":
+        return loss.sum() / taken.sum()
+    ctx.refuse(f"reduction={reduction!r} is not none, sum or mean")

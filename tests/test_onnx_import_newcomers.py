@@ -1,0 +1,98 @@
+"""The models a newcomer tried (issue 29), exported from PyTorch with the legacy exporter
+(do_constant_folding=False, as the README says to export for gradients): a GRU classifier,
+a small U-Net (Conv2d, ConvTranspose2d, nn.Upsample bilinear and nearest, skip
+concatenations) and a GroupNorm block. Through the installed `uopgrad diff` and `eval`,
+their forward values and their gradients equal PyTorch's."""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx", reason="onnx has no wheel for this Python: the ONNX import tests skip")
+torch = pytest.importorskip("torch", reason="PyTorch is not installed: the exported-model tests skip")
+nn = torch.nn
+
+
+class GRUClassifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(5, 8, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x):
+        out, _ = self.gru(x)
+        return self.head(out.mean(1))
+
+
+class UNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.down1 = nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.ReLU())
+        self.down2 = nn.Sequential(nn.Conv2d(4, 8, 3, stride=2, padding=1), nn.ReLU())
+        self.bottom = nn.Sequential(nn.Conv2d(8, 8, 3, stride=2, padding=1), nn.ReLU())
+        self.up1 = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+        self.up2 = nn.ConvTranspose2d(16, 4, 2, stride=2)
+        self.up3 = nn.Upsample(scale_factor=2, mode="nearest")
+        self.out = nn.Conv2d(8, 1, 1)
+
+    def forward(self, x):
+        a = self.down1(x)                                 # [N, 4, 8, 8]
+        b = self.down2(a)                                 # [N, 8, 4, 4]
+        c = self.bottom(b)                                # [N, 8, 2, 2]
+        u = torch.cat([self.up1(c), b], 1)                # [N, 16, 4, 4]
+        u = torch.cat([self.up2(u), a], 1)                # [N, 8, 8, 8]
+        return self.out(u) + self.up3(self.out(u)[:, :, ::2, ::2])
+
+
+class GroupNormBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = nn.GroupNorm(4, 8)
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.norm(self.conv(x))).mean((2, 3)))
+
+
+MODELS = {  # name: (module, input shape, the parameters whose gradients are compared)
+    "gru": (GRUClassifier, (2, 4, 5), ["gru.weight_ih_l0", "gru.weight_hh_l0_reverse", "gru.bias_hh_l0", "head.weight"]),
+    "unet": (UNet, (1, 2, 8, 8), ["down1.0.weight", "up2.weight", "up2.bias", "out.weight"]),
+    "groupnorm": (GroupNormBlock, (2, 3, 5, 5), ["conv.weight", "norm.weight", "norm.bias", "head.bias"]),
+}
+
+
+def uopgrad(*args):
+    run = subprocess.run(["uopgrad", *map(str, args)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    return run
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_the_exported_model_differentiates_as_pytorch_does(name, tmp_path):
+    module_class, shape, targets = MODELS[name]
+    torch.manual_seed(29)
+    model = module_class().eval()
+    x = torch.randn(*shape)
+    path = tmp_path / f"{name}.onnx"
+    torch.onnx.export(model, (x,), str(path), input_names=["x"], output_names=["out"], dynamo=False,
+                      do_constant_folding=False, opset_version=17)
+    out = model(x)
+    out.sum().backward()
+    parameters = dict(model.named_parameters())
+    np.save(tmp_path / "x.npy", x.numpy())
+    uopgrad("eval", path, "-i", f"x={tmp_path / 'x.npy'}", "-o", tmp_path / "out.npz")
+    np.testing.assert_allclose(np.load(tmp_path / "out.npz")["out"], out.detach().numpy(), rtol=1e-4, atol=1e-5,
+                               err_msg=f"{name}: forward")
+    uopgrad("diff", path, "--wrt", ",".join(targets), "--cotangent", "ones", "-o", tmp_path / "grad.uop")
+    uopgrad("eval", tmp_path / "grad.uop", "-i", tmp_path / "grad.npz", "-i", f"x={tmp_path / 'x.npy'}",
+            "-o", tmp_path / "grads.npz")
+    grads = np.load(tmp_path / "grads.npz")
+    for target in targets:
+        want = parameters[target].grad.numpy()
+        assert np.abs(want).max() > 0, f"{name}: PyTorch's gradient of {target} is zero: the comparison would be weak"
+        np.testing.assert_allclose(grads[f"grad_{target}"], want, rtol=1e-4, atol=1e-5,
+                                   err_msg=f"{name}: d out / d {target}")

@@ -1,0 +1,122 @@
+"""ONNX's GridSample (16, 20, 22) as a UOp graph: X [N, C, *in] sampled at the points of
+grid [N, *out, D] (normalised to [-1, 1], the last axis first: x, y, ...), giving
+[N, C, *out]. The grid is data (it may depend on the model's inputs and is differentiated
+like X), so the sampling is built from it: each point's per-axis taps (1 for nearest, 2
+for linear, 4 for cubic, Keys' a = -0.75), their weights, and the flat index of each tap
+combination, gathered from X flattened over its spatial axes. Following the spec
+(https://onnx.ai/onnx/operators/onnx__GridSample.html) as onnx.reference's
+op_grid_sample.py computes it:
+
+  x = (n + 1)/2·(L - 1) with align_corners, else ((n + 1)·L - 1)/2; nearest rounds x half
+  to even; a point outside [-0.5, L - 0.5] ([0, L - 1] with align_corners) is clamped to
+  [0, L - 1] (border) or reflected at those bounds (reflection); a tap outside [0, L)
+  reads 0 (zeros), the nearest edge (border) or is reflected again (reflection).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from uopcli import dtypes
+
+from .ops_exact import round_
+
+_MODES = {16: {"bilinear": "linear", "nearest": "nearest", "bicubic": "cubic"},
+          20: {"linear": "linear", "nearest": "nearest", "cubic": "cubic"}}
+_A = -0.75  # the cubic convolution kernel's coefficient
+
+
+def grid_sample(ctx):
+    x, grid = ctx.x(0), ctx.x(1)
+    spatial = len(x.shape) - 2
+    names = _MODES[16 if ctx.since == 16 else 20]
+    mode = names.get(ctx.attr("mode") or ("bilinear" if ctx.since == 16 else "linear"))
+    padding, corners = ctx.attr("padding_mode"), bool(ctx.attr("align_corners"))
+    if mode is None or padding not in ("zeros", "border", "reflection"):
+        ctx.refuse(f"mode={ctx.attr('mode')!r} is not one of {', '.join(names)}, or padding_mode={padding!r} "
+                   f"is not zeros, border or reflection")
+    if spatial < 1 or (ctx.since == 16 and spatial != 2) or len(grid.shape) != spatial + 2 \
+            or grid.shape[0] != x.shape[0] or grid.shape[-1] != spatial:
+        ctx.refuse(f"input {list(x.shape)} and grid {list(grid.shape)} do not fit: grid [N, *out, {spatial}]")
+    if not x.dtype.is_float or not grid.dtype.is_float:
+        ctx.refuse("X and grid must be floats")
+    if padding == "reflection" and corners and 1 in x.shape[2:]:
+        ctx.refuse("reflection with align_corners along an axis of size 1 (no room to reflect in)")
+    batch, channels, sizes = x.shape[0], x.shape[1], x.shape[2:]
+    outputs = grid.shape[1:-1]
+    points = grid.reshape(batch, -1, spatial).cast(x.dtype)      # [N, O, D]
+    per_axis = []
+    for d, size in enumerate(sizes):  # axis d of X is the grid's coordinate D - 1 - d
+        coordinate = points[:, :, spatial - 1 - d]
+        per_axis.append(_axis_taps(ctx, coordinate, size, mode, padding, corners))
+    flat = x.reshape(batch, channels, -1)
+    strides = [math.prod(sizes[d + 1:]) for d in range(spatial)]
+    out = None
+    for combination in itertools.product(*per_axis):
+        index, weight = None, None
+        for (tap_index, tap_weight), stride in zip(combination, strides):
+            term = tap_index * stride if stride != 1 else tap_index
+            index = term if index is None else index + term
+            weight = tap_weight if weight is None else (weight if tap_weight is None else weight * tap_weight)
+        count = index.shape[1]
+        picked = flat.gather(2, index.reshape(batch, 1, count).expand(batch, channels, count))
+        picked = picked if weight is None else picked * weight.reshape(batch, 1, count)
+        out = picked if out is None else out + picked
+    return out.reshape(batch, channels, *outputs)
+
+
+def _axis_taps(ctx, n, size: int, mode: str, padding: str, corners: bool):
+    """[(index, weight)] of one axis's taps for normalised coordinates n [N, O]: indices
+    int32 within [0, size), weights floats (None: 1), zero where a zeros-padded tap is out."""
+    x = (n + 1) / 2 * (size - 1) if corners else ((n + 1) * size - 1) / 2
+    low, high = (0.0, size - 1.0) if corners else (-0.5, size - 0.5)
+    if mode == "nearest":
+        x = ctx.call(round_, x)
+    outside = (x < low) | (x > high)
+    if padding == "border":
+        x = outside.where(x.maximum(0.0).minimum(size - 1.0), x)
+    elif padding == "reflection":
+        x = outside.where(_reflect(x, low, high), x)
+    if mode == "nearest":
+        return [_tap(x, size, padding, low, high, None)]
+    base = x.floor()
+    t = x - base
+    if mode == "linear":
+        return [_tap(base, size, padding, low, high, 1 - t), _tap(base + 1, size, padding, low, high, t)]
+    weights = [_far(t + 1), _near(t), _near(1 - t), _far(2 - t)]
+    return [_tap(base + (k - 1), size, padding, low, high, w) for k, w in enumerate(weights)]
+
+
+def _near(d):
+    return ((_A + 2) * d - (_A + 3)) * d * d + 1
+
+
+def _far(d):
+    return ((_A * d - 5 * _A) * d + 8 * _A) * d - 4 * _A
+
+
+def _tap(i, size: int, padding: str, low: float, high: float, weight):
+    """A tap at integer-valued float i: its index inside [0, size) and its weight."""
+    if padding == "zeros":
+        inside = (i > -1) & (i < size)
+        weight = inside.where(1.0 if weight is None else weight, 0.0)
+        i = i.maximum(0.0).minimum(size - 1.0)
+    elif padding == "border":
+        i = i.maximum(0.0).minimum(size - 1.0)
+    else:
+        i = _reflect(i, low, high).trunc().maximum(0.0).minimum(size - 1.0)
+    return i.cast(dtypes.int32), weight
+
+
+def _reflect(x, low: float, high: float):
+    """x reflected at low and high until inside (the reference's _gs_reflect)."""
+    span = high - low
+    below, above = low - x, x - high
+    distance = (x < low).where(below, above)
+    folds = (distance / span).floor()
+    rest = distance - folds * span
+    odd = (folds - (folds * 0.5).floor() * 2).eq(1.0)
+    from_low, from_high = low + rest, high - rest
+    reflected = (x < low).where(odd.where(from_high, from_low), odd.where(from_low, from_high))
+    return ((x < low) | (x > high)).where(reflected, x)
