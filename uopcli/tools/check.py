@@ -64,11 +64,11 @@ NUMERIC_EVALUATOR = "reference"    # computes the finite differences (backends/r
 RTOL = 1e-4
 ATOL = 1e-6
 DIRECTION_RTOL = 1e-6
-DIRECTION_ATOL = 1e-8
+DIRECTION_ATOL = 1e-9
 DIRECTIONS = 2
 SAMPLES = 16                # elements a target, by default, while they cost little
 NAMING_SAMPLES = 4          # elements compared at least in a target that fails a direction
-PAIR_BUDGET = 2e8           # element operations the default element samples may cost in all
+PAIR_BUDGET = 2e9           # element operations the default element samples may cost in all
 
 
 @dataclass
