@@ -203,7 +203,7 @@ class _Hunt:
         if meta.name:
             parts.append(f"∇ {meta.name}" if meta.backward else meta.name)
             if meta.backward:
-                twin = _forward_twin(shown)
+                twin = _forward_twin(shown, self.number)
                 if twin is not None:
                     parts[-1] += f" (differentiates {self._name_shown(twin)})"
         elif meta.backward:
@@ -250,16 +250,23 @@ def _hunt_sources(node: UOp) -> tuple:
     return tuple(s for s in scope_sources(node) if s.op not in CALLS)
 
 
-def _forward_twin(node: UOp) -> UOp | None:
+def _forward_twin(node: UOp, everything) -> UOp | None:
     """The forward node a backward node differentiates, as far as metadata tells: the
-    latest forward node it reads with the same function name, scope and loc."""
+    latest forward node it reads with the same function name, scope and loc (not a
+    constant the function made: a node computed from others), else the latest such node
+    of the graph."""
     meta = node.meta
-    best = None
-    for n in scope_toposort([node]):
-        m = n.meta
-        if m is not None and not m.backward and (m.name, m.scope, m.loc) == (meta.name, meta.scope, meta.loc):
-            best = n
-    return best
+    want = (meta.name, meta.scope, meta.loc)
+
+    def latest(nodes):
+        best = None
+        for n in nodes:
+            m = n.meta
+            if n.src and m is not None and not m.backward and (m.name, m.scope, m.loc) == want:
+                best = n
+        return best
+    # one it reads (rules reuse the forward result); else the function's last node anywhere
+    return latest(scope_toposort([node])) or latest(everything)
 
 
 def _leading_inputs(node: UOp, mask) -> dict:
