@@ -3,8 +3,6 @@ statistics and listings, and input values."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
