@@ -318,3 +318,11 @@ def test_check_says_first_that_the_forward_is_not_finite_and_names_a_gradients_n
     assert "note: the analytic gradient of x is not finite" in text
     assert "first inf: %7 FDIV float32[3], backward, in scope model: 1 inf among 3 elements (first made at [1])" in text
     assert "its element [1] depends on: input x[1] = 0.0" in text
+
+
+def test_debug_nans_names_an_input_that_holds_the_nan():
+    x = UOp.param("x", (3,))
+    graph = Graph({"out": (x * 2.0).exp().sum()}, inputs=[x])
+    finding = hunt_nans(graph, {"x": np.array([1.0, np.nan, 0.5], np.float32)})
+    assert finding.kind == "nan" and finding.node == "%0 PARAM float32[3]"
+    assert finding.made == "input x holds 1 nan among 3 elements: given, not made"

@@ -156,7 +156,7 @@ class _Hunt:
     def _culprit(self, roots: list, kind: str) -> Finding | None:
         carries = (lambda s: s.nans) if kind == "nan" else (lambda s: s.infs)
         made = (lambda s: s.made_nan) if kind == "nan" else (lambda s: s.made_inf)
-        found, stack, visited = None, [r for r in roots if r in self.seen], set()
+        found, given, stack, visited = None, None, [r for r in roots if r in self.seen], set()
         while stack:
             node = stack.pop()
             if node in visited:
@@ -165,12 +165,22 @@ class _Hunt:
             record = self.seen[node]
             if made(record) is not None and (found is None or record.order < self.seen[found].order):
                 found = node
+            if node.op in (Ops.PARAM, Ops.BUFFER, Ops.CONST) and (given is None or record.order < self.seen[given].order):
+                given = node
             for s in _hunt_sources(node):
                 if s in self.seen and carries(self.seen[s]):
                     stack.append(s)
         if found is None:
-            return None
+            return None if given is None else self._given(given, kind)
         return self._describe(found, kind)
+
+    def _given(self, node: UOp, kind: str) -> Finding:
+        """No node makes it: an input (or a constant of the file) holds it."""
+        record = self.seen[node]
+        count = record.nans if kind == "nan" else record.infs
+        what = f"input {node.arg}" if node.op == Ops.PARAM else f"a {node.op} of the file"
+        return Finding(kind, self._name(node), self._meta(self.rename.get(node, node), node),
+                       f"{what} holds {_plural(count, kind)} among {_size(node)} elements: given, not made")
 
     def _describe(self, node: UOp, kind: str) -> Finding:
         record = self.seen[node]
