@@ -39,6 +39,34 @@ def timed(args: list[str], cwd: Path) -> dict:
             "stdout": done.stdout}
 
 
+def planted(factors=(2.2, 2.02, 2.002)) -> list[str]:
+    """The default check of every weight (in process, the library call) with a wrong
+    gradient rule planted: d√x = dx / (f·√x) for f ≠ 2 (the layernorms' rsqrt).
+    Table rows: f, caught or not, the directions' relative errors, the targets named."""
+    import numpy as np  # noqa: F401 - the model's values
+    from check_model import values
+    from uopcli.core import gradient
+    from uopcli.core.ops import Ops
+    from uopcli.tools.check import check_gradients
+    graph = transformer()
+    feed = values(graph)
+    right = gradient.GRADIENT_RULES[Ops.SQRT]
+    rows = []
+    try:
+        for f in (2.0, *factors):
+            gradient.GRADIENT_RULES[Ops.SQRT] = (lambda g, y, need, f=f: (gradient._div(
+                g, gradient._mul(y, gradient._const(y, f))),))
+            report = check_gradients(graph, weights(graph), inputs=feed)
+            errors = ", ".join(f"{d.rel_error:.1e}" for d in report.directions)
+            named = [t.name for t in report.targets if not t.passed]
+            rows.append(f"| {f} | {'passed' if report.passed else 'FAILED'} | {errors} | "
+                        f"{len(named)} of {len(report.targets)}: {', '.join(named[:3])}{' ...' if len(named) > 3 else ''} |")
+    finally:
+        gradient.GRADIENT_RULES[Ops.SQRT] = right
+    return ["| rule d√x = dx/(f√x), f | default check | directions' rel err | targets named at fault |",
+            "|---|---|---|---|", *rows]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
@@ -82,6 +110,11 @@ def main() -> int:
         f"**{'met' if wall_ratio <= 15 else 'MISSED'}** |",
         f"| peak memory (max RSS) | {med['eval']['rss_mib']:.0f} MiB | {med['check']['rss_mib']:.0f} MiB | "
         f"{rss_ratio:.2f}x | <= 2x | **{'met' if rss_ratio <= 2 else 'MISSED'}** |",
+        "",
+        "A planted wrong gradient rule against the default check of every weight (the same model, in "
+        "process; f = 2 is the right rule):",
+        "",
+        *planted(),
         "",
         "The report's last lines (what was compared, the step, the budget):",
         "",

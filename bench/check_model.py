@@ -5,7 +5,7 @@ built here, with the builder, in a second.
 
     python bench/check_model.py DIR     # writes DIR/model.uop and DIR/model.npz
 
-Tokens (16 integers below 512) get a learned token and position embedding of width 128, four pre-norm blocks (4-head causal attention, a GELU MLP of width 512), a
+Tokens (16 integers below 512) get a learned token and position embedding of width 128, four pre-norm blocks (4-head causal attention with QK-norm, a GELU MLP of width 512), a
 final norm, a head onto 512 classes, and cross-entropy against class probabilities `y`.
 Every weight is a graph input; `model.npz` holds seeded values for all inputs (what
 `save`/`convert` write beside a model), so `-i model.npz` gives them.
@@ -46,17 +46,19 @@ def transformer(blocks: int = BLOCKS) -> Graph:
         g1, b1 = param(f"{s}.ln1.weight", (DIM,)), param(f"{s}.ln1.bias", (DIM,))
         wqkv, wo = param(f"{s}.attn.qkv.weight", (DIM, 3 * DIM)), param(f"{s}.attn.proj.weight", (DIM, DIM))
         cqkv, co = param(f"{s}.attn.qkv.bias", (3 * DIM,)), param(f"{s}.attn.proj.bias", (DIM,))
+        gq, gk = param(f"{s}.attn.q_norm.weight", (DIM // HEADS,)), param(f"{s}.attn.k_norm.weight", (DIM // HEADS,))
         g2, b2 = param(f"{s}.ln2.weight", (DIM,)), param(f"{s}.ln2.bias", (DIM,))
         w1, c1 = param(f"{s}.mlp.fc.weight", (DIM, HIDDEN)), param(f"{s}.mlp.fc.bias", (HIDDEN,))
         w2, c2 = param(f"{s}.mlp.proj.weight", (HIDDEN, DIM)), param(f"{s}.mlp.proj.bias", (DIM,))
 
-        def attention(h, s=s, g1=g1, b1=b1, wqkv=wqkv, wo=wo, cqkv=cqkv, co=co):
+        def attention(h, s=s, g1=g1, b1=b1, wqkv=wqkv, wo=wo, cqkv=cqkv, co=co, gq=gq, gk=gk):
             normed = scoped(f"{s}/ln1", lambda: h.layernorm() * g1 + b1)
 
             def heads():
                 q, k, v = normed.linear(wqkv, cqkv).chunk(3, dim=-1)
-                split = [t.reshape((TOKENS, HEADS, DIM // HEADS)).permute((1, 0, 2)) for t in (q, k, v)]
-                out = split[0].scaled_dot_product_attention(split[1], split[2], is_causal=True)
+                q, k, v = [t.reshape((TOKENS, HEADS, DIM // HEADS)).permute((1, 0, 2)) for t in (q, k, v)]
+                q, k = q.layernorm() * gq, k.layernorm() * gk  # QK-norm, per head
+                out = q.scaled_dot_product_attention(k, v, is_causal=True)
                 return out.permute((1, 0, 2)).reshape((TOKENS, DIM)).linear(wo, co)
             return scoped(f"{s}/attn", heads)
 
@@ -82,7 +84,7 @@ def values(graph: Graph, seed: int = 0) -> dict:
             logits = rng.standard_normal(shape)
             p = np.exp(logits - logits.max(-1, keepdims=True))
             out[name] = (p / p.sum(-1, keepdims=True)).astype(np.float32)
-        elif name.endswith(("ln1.weight", "ln2.weight", "ln_f.weight")):
+        elif name.endswith(("ln1.weight", "ln2.weight", "ln_f.weight", "norm.weight")):
             out[name] = (1 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
         elif name == "tokens":
             out[name] = rng.integers(0, CLASSES, shape).astype(np.int32)

@@ -152,7 +152,7 @@ class CheckReport:
         out = [f"{'target':<{width}} {'samples':>7} {'max abs err':>12} {'max rel err':>12}  worst at"]
         out += [_target_line(t, width) for t in self.targets]
         if self.directions:
-            errors = ", ".join("kink" if d.kink else f"{d.rel_error:.2e}" for d in self.directions)
+            errors = " / ".join("kink" if d.kink else f"{d.rel_error:.2e}" for d in self.directions)
             ok = all(d.passed for d in self.directions)
             out.append(f"directions: {counted(len(self.directions), 'random direction')} through every target, "
                        f"rel err {errors}  {'ok' if ok else 'FAILED'}")
@@ -193,12 +193,15 @@ def _json_float(x: float):
     return x if math.isfinite(x) else repr(x)
 
 
-def planned_evaluations(graph: Graph, wrt: Sequence[str], samples: int | None, directions: int) -> int:
-    """About how many evaluations check_gradients makes when all goes well (a progress
-    bar's length; failures add their retries)."""
-    per = SAMPLES if samples is None else samples
-    sizes = [_size(graph.input(n)) for n in wrt if n in graph.input_names]
-    return 1 + 2 * directions + 2 * sum(min(s, per) for s in sizes)
+def planned_evaluations(graph: Graph, wrt: Sequence[str], samples: int | None, directions: int,
+                        of: Sequence[str] | None = None) -> int:
+    """How many evaluations check_gradients makes when all goes well (a progress bar's
+    length; failures add their retries)."""
+    names = [n for n in wrt if n in graph.input_names]
+    sizes = {n: _size(graph.input(n)) for n in names}
+    outputs = [graph.outputs[n] for n in (of or graph.outputs) if n in graph.outputs]
+    allocation, _ = _allocation(sizes, samples, outputs, {})
+    return 1 + 2 * directions * (1 if any(sizes.values()) else 0) + 2 * sum(allocation.values())
 
 
 def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None,

@@ -106,12 +106,15 @@ def _explain_inputs(source: str, graph, specs, use_random: bool) -> None:
 
 def _debug_nans(graph, inputs: dict, results: dict) -> int:
     """--debug-nans: exit 1, naming the node that first makes a non-finite output value."""
+    import sys
+
     import numpy as np
     from ...tools.nans import hunt_nans
     arrays = [a for a in _elements(results).values() if a is not None and np.asarray(a).dtype.kind == "f"]
     if all(np.all(np.isfinite(a)) for a in arrays):
         return 0
     finding = hunt_nans(graph, inputs)
+    sys.stdout.flush()  # the values first, then why, also when both go to one pipe
     if finding is None:
         click.echo(f"{PROG}: the outputs are not finite, but the graph as written computes finite values: "
                    f"the rewrites eval runs make them (--literal runs it as written)", err=True)
@@ -188,7 +191,7 @@ def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal):
     graph, _ = _read_graph(source)
     _explain_inputs(source, graph, specs, True)
     given = gather_inputs(graph.inputs, specs, seed, defaults=_onnx_weights())
-    total = planned_evaluations(graph, wrt_names, samples, directions)
+    total = planned_evaluations(graph, wrt_names, samples, directions, of_names or None)
     with _progress_bar(total, "finite differences") as bar:
         report = check_gradients(graph, wrt_names, of_names or None, given, seed, samples, progress=bar.update,
                                  simplify="exact" if literal else "tinygrad", directions=directions)
