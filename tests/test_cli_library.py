@@ -3,8 +3,6 @@ statistics and listings, and input values."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
@@ -182,7 +180,12 @@ def test_check_given_inputs_and_nan():
     ok = check_gradients(graph, ["x"], inputs={"x": np.array(4.0, np.float32)})
     assert ok.passed and ok.targets[0].analytic == pytest.approx(0.25)
     nan = check_gradients(graph, ["x"], inputs={"x": np.array(-1.0, np.float32)})
-    assert not nan.passed and math.isinf(nan.targets[0].max_abs_error)
+    # the forward value itself is nan there: said first, with the node that made it
+    assert not nan.passed and not nan.forward_finite and nan.targets == []
+    lines = nan.lines()
+    assert lines[0] == "the forward value is not finite at these inputs (L = nan): no gradient compared"
+    assert lines[1].startswith("first nan: %1 SQRT float32[]") and "input x[] = -1.0" in lines[3]
+    assert lines[-1] == "FAILED: the forward value is not finite"
 
 
 # ----------------------------------------------------------------------------- inspect

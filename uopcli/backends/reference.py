@@ -3,15 +3,30 @@
     reference_evaluate([loss, grad_w], {"x": x, "w": w})   -> [array, array]
 
 It exists to be the independent second opinion. The numpy backend (backends/numpy) is a
-compiler with fast paths: contractions run as BLAS products, movement chains as strided
-views, results written into dying arrays, and so on. Each of those is a place where a bug
-gives a wrong number that looks right. Here there are none: a node's value is a fresh
-array made from its sources' values by the one numpy call its row names, every view is
-copied, nothing is written in place, nothing is fused. It is slow on large graphs (a
-matmul spelled EXPAND, MUL, REDUCE builds the whole product) and meant for small ones:
-`uopgrad check` computes its finite differences with it, so a fast-path bug in the
-evaluator that computes the analytic side shows up as a failed check instead of cancelling
-out, and the tests compare the two evaluators.
+compiler with fast paths: contractions found through movement chains and run as BLAS
+products in a chosen order, results written into dying arrays, and so on. Each of those is
+a place where a bug gives a wrong number that looks right. Here a node's value is made from
+its sources' values by the one numpy call its row names, nothing is written in place, and
+the walk is plain. `uopgrad check` computes its finite differences with it, so a fast-path
+bug in the evaluator that computes the analytic side shows up as a failed check instead of
+cancelling out, and the tests compare the two evaluators.
+
+Memory stays that of the graph, not of its spelling (check runs it on whole models):
+- movement ops (RESHAPE, EXPAND, PERMUTE, SHRINK, FLIP) give numpy's views where numpy can
+  (an EXPAND is a stride-0 view, never a copy); since nothing is written in place, a view
+  is as good as a copy. The outputs are returned as fresh C-ordered arrays.
+- a REDUCE ADD of a MUL that nothing else reads (a matmul or convolution spelled
+  EXPAND, MUL, REDUCE) is one contraction: the axes along which each factor is only
+  broadcast are dropped, and np.einsum sums the product of what is left (`_contraction`),
+  so the rank-4 product is never built. Integers wrap as the MUL and the sum would; float16
+  factors are multiplied and summed in float32 (the REDUCE's own accumulation), so the
+  products are not rounded to float16 first: within float16 rounding of the unfused value.
+- a value is dropped once its last user is computed.
+
+`known` and `keep` let a caller reuse values across evaluations (check's finite
+differences recompute only what depends on the input they change); `observe` sees every
+main-scope value as it is made (the NaN hunt, tools/nans.py), with `fuse=False` so that
+each product is a value of its own.
 
 The semantics are the format's, with the evaluator's decisions where the format leaves
 room (see backends/numpy): integer division and remainder by zero give 0, integer FDIV is
@@ -22,7 +37,7 @@ is the dtype's lowest value.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -129,13 +144,49 @@ _SAME_VALUE = {Ops.CONTIGUOUS: 0, Ops.CONTIGUOUS_BACKWARD: 0, Ops.DETACH: 0, Ops
                Ops.STORE: 1, Ops.AFTER: 1}  # the value of source i
 
 
-def reference_evaluate(outputs: Sequence, inputs: Mapping[str, object], slots: Sequence = ()) -> list:
+_VIEW_OPS = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP})  # numpy's views kept
+
+
+def reference_evaluate(outputs: Sequence, inputs: Mapping[str, object], slots: Sequence = (), *,
+                       known: Mapping | None = None, keep: dict | None = None,
+                       observe: Callable | None = None, fuse: bool = True) -> list:
     """The values of `outputs`, given {name: array} for the graph inputs (and, inside a
-    call body, the values of its slots). Tuple-valued nodes give tuples."""
-    values: dict = {}
-    for node in _postorder(outputs):
-        values[node] = _value(node, values, inputs, slots)
-    return [values[node] for node in outputs]
+    call body, the values of its slots). Tuple-valued nodes give tuples.
+
+    known: {node: value} taken as they are (their sources are not visited);
+    keep: a dict whose keys are nodes whose values are wanted too: filled in;
+    observe(node, value, source_values): called for every node computed in this scope;
+    fuse: contract a REDUCE ADD of a MUL without building the product (see the module)."""
+    outputs = list(outputs)
+    known = known or {}
+    order = _postorder(outputs, known)
+    reads = _read_counts(order, outputs, keep)
+    fused = _fused_products(order, reads) if fuse else frozenset()
+    values = {node: known[node] for node in known}
+    for node in order:
+        if node in fused:
+            continue  # computed inside the REDUCE that reads it
+        if node.op == Ops.REDUCE and node.src[0] in fused:
+            product = node.src[0]
+            value = _contraction(node, values[product.src[0]], values[product.src[1]])
+            read = (*product.src, product)
+        else:
+            read = _read(node)
+            if node.op == Ops.PARAM:
+                value = _input(node, inputs, slots)
+            else:
+                value = _value(node, values)
+            if observe is not None:
+                observe(node, value, [values[s] for s in node.src] if node.op not in _CALL_OPS else ())
+        values[node] = value
+        for s in set(read):
+            reads[s] -= 1
+            if reads[s] == 0:
+                values.pop(s, None)  # its last reader is done
+    if keep is not None:
+        for node in keep:
+            keep[node] = values[node]
+    return [_fresh(values[node]) for node in outputs]
 
 
 def reference_evaluate_graph(graph, inputs: Mapping[str, object]) -> dict:
@@ -144,10 +195,18 @@ def reference_evaluate_graph(graph, inputs: Mapping[str, object]) -> dict:
     return dict(zip(names, reference_evaluate([graph.outputs[n] for n in names], inputs)))
 
 
-def _postorder(roots) -> list:
+_CALL_OPS = (Ops.FUNCTION, Ops.CALL)
+
+
+def _read(node) -> tuple:
+    """The sources whose values computing `node` reads (a call's body is its own scope)."""
+    return node.src[1:] if node.op in _CALL_OPS else node.src
+
+
+def _postorder(roots, known: Mapping) -> list:
     """Nodes under `roots` sources first, by an explicit stack; a call's body is not
-    entered (it is evaluated per call, with its slots bound)."""
-    order, seen, stack = [], set(), [(root, False) for root in reversed(list(roots))]
+    entered (it is evaluated per call, with its slots bound), nor a known node."""
+    order, seen, stack = [], set(known), [(root, False) for root in reversed(list(roots))]
     while stack:
         node, expanded = stack.pop()
         if expanded:
@@ -157,30 +216,88 @@ def _postorder(roots) -> list:
             continue
         seen.add(node)
         stack.append((node, True))
-        sources = node.src[1:] if node.op in (Ops.FUNCTION, Ops.CALL) else node.src
-        stack.extend((s, False) for s in reversed(sources) if s not in seen)
+        stack.extend((s, False) for s in reversed(_read(node)) if s not in seen)
     return order
 
 
-def _value(node, values: dict, inputs: Mapping, slots: Sequence):
+def _read_counts(order: list, outputs: list, keep) -> dict:
+    """How many times each value is still to be read: once per distinct reader, plus once
+    for being an output or kept (those are never dropped)."""
+    reads = dict.fromkeys(order, 0)
+    for node in order:
+        for s in set(_read(node)):
+            reads[s] = reads.get(s, 0) + 1
+    for node in (*outputs, *(keep or ())):
+        reads[node] = reads.get(node, 0) + 1
+    return reads
+
+
+def _fused_products(order: list, reads: dict) -> frozenset:
+    """The MULs read only by a REDUCE ADD: computed as that REDUCE's contraction."""
+    return frozenset(node.src[0] for node in order
+                     if node.op == Ops.REDUCE and node.arg[0] == "ADD" and node.src[0].op == Ops.MUL
+                     and reads[node.src[0]] == 1 and len(node.src[0].shape) <= len(_LETTERS))
+
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _contraction(node, a, b):
+    """REDUCE ADD over `node.arg` axes of a * b, a and b of the product's shape (or scalars),
+    without the product: each factor keeps only the axes it is not broadcast along (a
+    stride-0 axis of an EXPAND's view holds one value), np.einsum sums over the rest, and an
+    axis summed that neither factor has multiplies by its length."""
+    shape = node.src[0].shape
+    summed = set(node.arg[1])
+    compute = np.dtype(accumulation_np(node.dtype.np))  # float16 products and sums in float32
+
+    def factor(x):
+        x = np.broadcast_to(x, shape)
+        present = [i for i, n in enumerate(shape) if n != 1 and x.strides[i] != 0]
+        part = x[tuple(slice(None) if i in present else 0 for i in range(len(shape)))]
+        return part.astype(compute, copy=False), present
+
+    (fa, pa), (fb, pb) = factor(a), factor(b)
+    kept = [i for i in range(len(shape)) if i not in summed and (i in pa or i in pb)]
+    spec = f"{''.join(_LETTERS[i] for i in pa)},{''.join(_LETTERS[i] for i in pb)}->{''.join(_LETTERS[i] for i in kept)}"
+    with np.errstate(all="ignore"):
+        total = np.einsum(spec, fa, fb, optimize=len(pa) > 0 and len(pb) > 0)
+        repeats = 1
+        for i in summed:
+            if i not in pa and i not in pb:
+                repeats *= shape[i]
+        if repeats != 1:  # a sum of n equal terms (integers wrap as n additions would)
+            total = np.multiply(total, np.array(repeats).astype(compute))
+    total = np.reshape(total, [n if i in kept else 1 for i, n in enumerate(shape)])
+    return np.broadcast_to(total.astype(node.dtype.np), node.shape)
+
+
+def _fresh(value):
+    """An output as its own C-ordered array (a view of an input or of another node's
+    value would let the caller change one through the other)."""
+    if isinstance(value, np.ndarray):
+        return np.array(value, order="C")
+    return value
+
+
+def _value(node, values: dict):
     op = node.op
-    if op == Ops.PARAM:
-        return _input(node, inputs, slots)
     if op in _SAME_VALUE:
         return values[node.src[_SAME_VALUE[op]]]
     if op == Ops.NOOP:
         return None
     if op == Ops.TUPLE:
         return tuple(values[s] for s in node.src)
-    if op in (Ops.FUNCTION, Ops.CALL):
+    if op in _CALL_OPS:
         body = node.src[0]
         return tuple(reference_evaluate(list(body.src), {}, [values[s] for s in node.src[1:]]))
     if op == Ops.GETTUPLE:
         return values[node.src[0]][node.arg]
     with np.errstate(all="ignore"):
         result = RULES[op](node, *(values[s] for s in node.src))
-    # a fresh C-ordered array in the node's dtype: no view of another node's value survives
-    return np.array(result, dtype=node.dtype.np, order="C")
+    if op in _VIEW_OPS:
+        return result  # a view, read only by later nodes: nothing is written in place
+    return np.asarray(result, dtype=node.dtype.np)
 
 
 def _input(node, inputs: Mapping, slots: Sequence):

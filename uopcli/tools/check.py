@@ -1,63 +1,95 @@
 """Gradient check: the gradient graph `differentiate` makes, against central finite differences.
 
-    report = check_gradients(graph, ["w1", "w2"], inputs={"x": x}, seed=0, samples=16)
-    report.passed, report.targets[0].max_abs_error
+    report = check_gradients(graph, ["w1", "w2"], inputs={"x": x}, seed=0)
+    report.passed, report.targets[0].max_abs_error, report.directions[0].passed
 
 How, and why so:
 - The graph is differentiated in its own dtypes, exactly as `uopgrad diff` would; then the
-  gradient graph and the forward graph are both *promoted to float64* (`to_float64`: every
-  float PARAM, CONST, BUFFER and node becomes float64, a float-to-float CAST disappears, a
-  BITCAST keeps its bit-level meaning by casting to its original dtypes around it). So what
-  is checked is the gradient graph's structure (the rules), not float32 rounding, and the
-  finite differences are accurate to ~1e-10 instead of ~1e-3.
+  gradient graph and the forward graph are both promoted to float64 (check_float64), so
+  what is checked is the rules, not float32 rounding.
 - The function differentiated is L = sum over the chosen outputs of sum(cotangent * output),
   cotangent 1 for a scalar output and seeded random values for a non-scalar one (fed to the
-  gradient graph as its `cotangent_<output>` inputs).
-- Inputs not given are seeded random values (values.random_value), in float64 where float.
-- Per target, up to `samples` elements are picked (all when the target is that small;
-  else a seeded random choice); each gets dL/dx_i = (L(x+h) - L(x-h)) / (2h) with
-  h = 6e-6 * max(1, |x_i|) (about eps^(1/3), the step that balances truncation and rounding).
-- DETACH means "a constant, as far as gradients go": the finite differences hold every
-  DETACH value (outside function bodies) fixed at the point checked, by replacing it with
-  a BUFFER of that value, so a stop-gradient is checked as the stop-gradient it is.
+  gradient graph as its `cotangent_<output>` inputs). Inputs not given are seeded random
+  values (values.random_value), in float64 where float.
+- Two kinds of comparison (check_numeric), so that the cost grows with the evaluations,
+  not with the number of weights:
+  * directions: `directions` random directions v through every target at once, each one
+    pair of evaluations: <grad, v> against (L(x + h v) - L(x - h v)) / 2h (PyTorch's
+    gradcheck fast mode, JAX's check_grads). When one fails, each target is tried alone
+    along its part of v, which names the targets at fault.
+  * elements: up to `samples` elements per target (all of a smaller target; a seeded
+    random choice), each its own central difference, which names the worst element.
+    With samples=None, 16 a target while they cost little; on a large model the elements
+    compared are limited by an estimate of an evaluation's cost (PAIR_BUDGET element
+    operations in all), the smallest targets first, and the report says so. A target that
+    fails a direction gets at least NAMING_SAMPLES elements compared, to name one.
+- The step is h = eps^(1/3) · max(1, |x|) for float64 (6.06e-6), reported.
 - Two evaluators, so that neither can hide a bug of its own: the analytic gradient is
   computed by the numpy evaluator (the fast one `uopgrad eval` uses), the finite
-  differences by the reference evaluator (backends/reference: op by op, no fast paths).
-  A fast path that computes a wrong value makes the two sides disagree instead of
-  cancelling out; the report names both. The numpy side runs the gradient graph simplified
-  as `uopgrad eval` does (tinygrad's algebraic rewrites; `simplify="exact"`, --literal, runs
-  it as written), the reference side the forward graph as written; the report says which.
-- An element passes when |analytic - numeric| <= ATOL * max(1, |L|) + RTOL * max(|analytic|, |numeric|);
-  a NaN anywhere fails.
-- A kink (relu's 0, max's tie) within h of the point spoils the central difference, not
-  the gradient: an element that fails is tried again with a step KINK_STEP_FACTOR times
-  smaller, and compared with that when the kink is further away than that. If even then
-  the two one-sided differences disagree, L has no derivative there: the element is not
-  compared (its analytic gradient is one of the one-sided values, or between them, as a
-  subgradient is), and the report counts it as at a kink.
+  differences by the reference evaluator (backends/reference: op by op, no fast paths). The
+  numpy side runs the gradient graph simplified as `uopgrad eval` does (`simplify="exact"`,
+  --literal, runs it as written).
+- An element passes when |analytic - numeric| <= ATOL * max(1, |L|) + RTOL * max(|a|, |n|); a
+  direction when within DIRECTION_ATOL and DIRECTION_RTOL, tighter (one difference of a
+  sum of many terms: a small target's error must show); a NaN anywhere fails.
+- A kink (relu's 0, max's tie) within h of the point spoils a difference, not the
+  gradient: a failure is tried again with a step 1000 times smaller; when even then the
+  one-sided differences disagree, L has no derivative there: not compared, counted.
+- Non-finite values say where they come from: a forward value that is not finite at the
+  point is reported first (no gradient is compared), with the node that made it; a
+  gradient that is not finite names the node of the gradient graph that made it (tools/nans).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+from .check_float64 import freeze_detached, to_float64
+from .check_numeric import (Loss, agree, allocate_samples, difference, direction_move, element_move,
+                            evaluation_work, inner, random_direction, step_base, step_text)
 from .differentiate import differentiate
 from ..errors import EvaluationError
 from ..core.graph import Graph
-from ..core.ops import CALLS, Ops, dtypes
+from ..core.ops import CALLS, Ops
 from .inspect import counted
-from ..core.substitute import substitute
-from ..core.uop import CallArg, UOp
-from ..core.walks import scope_sources, toposort
+from ..core.uop import UOp
+from ..core.walks import toposort
+
+__all__ = ["check_gradients", "CheckReport", "TargetCheck", "DirectionCheck", "to_float64", "freeze_detached"]
 
 ANALYTIC_EVALUATOR = "numpy"       # computes the gradient graph (backends/numpy)
 NUMERIC_EVALUATOR = "reference"    # computes the finite differences (backends/reference)
 RTOL = 1e-4
 ATOL = 1e-6
-STEP = 6e-6
-KINK_STEP_FACTOR = 1e-3  # the second, smaller step after a failure (rounding: ~1e-7 relative)
+DIRECTION_RTOL = 1e-6
+DIRECTION_ATOL = 1e-9
+DIRECTIONS = 2
+SAMPLES = 16                # elements a target, by default, while they cost little
+NAMING_SAMPLES = 4          # elements compared at least in a target that fails a direction
+PAIR_BUDGET = 2e9           # element operations the default element samples may cost in all
+
+
+@dataclass
+class DirectionCheck:
+    targets: list[str]
+    analytic: float          # <grad, v>
+    numeric: float           # (L(x + hv) - L(x - hv)) / 2h
+    passed: bool
+    kink: bool = False
+
+    @property
+    def rel_error(self) -> float:
+        if self.kink:
+            return 0.0
+        err = abs(self.analytic - self.numeric)
+        return math.inf if math.isnan(err) else err / max(abs(self.analytic), abs(self.numeric), 1e-300)
+
+    def to_dict(self) -> dict:
+        return {"targets": len(self.targets), "analytic": _json_float(self.analytic),
+                "numeric": _json_float(self.numeric), "rel_error": _json_float(self.rel_error),
+                "passed": self.passed, "kink": self.kink}
 
 
 @dataclass
@@ -72,12 +104,16 @@ class TargetCheck:
     passed: bool
     note: str = ""               # why a failure may be by design (a CALL's own backward body)
     kinks: int = 0               # sampled elements where L has no derivative (not compared)
+    direction: DirectionCheck | None = None  # this target alone along a failed direction
 
     def to_dict(self) -> dict:
-        return {"target": self.name, "samples": self.samples, "max_abs_error": _json_float(self.max_abs_error),
-                "max_rel_error": _json_float(self.max_rel_error), "worst_index": list(self.worst_index),
-                "analytic": _json_float(self.analytic), "numeric": _json_float(self.numeric), "passed": self.passed,
-                "kinks": self.kinks, **({"note": self.note} if self.note else {})}
+        out = {"target": self.name, "samples": self.samples, "max_abs_error": _json_float(self.max_abs_error),
+               "max_rel_error": _json_float(self.max_rel_error), "worst_index": list(self.worst_index),
+               "analytic": _json_float(self.analytic), "numeric": _json_float(self.numeric), "passed": self.passed,
+               "kinks": self.kinks}
+        if self.direction is not None:
+            out["direction"] = self.direction.to_dict()
+        return {**out, **({"note": self.note} if self.note else {})}
 
 
 @dataclass
@@ -87,32 +123,65 @@ class CheckReport:
     loss: float
     targets: list[TargetCheck]
     simplify: str | None = "tinygrad"  # how the gradient graph was evaluated (evaluate_graph's simplify)
+    directions: list[DirectionCheck] = field(default_factory=list)
+    step: str = ""
+    limited: str = ""            # why fewer elements were compared than asked, if so
+    evaluations: int = 0         # reference evaluations made
+    not_finite: list[str] = field(default_factory=list)  # where non-finite values come from
+    forward_finite: bool = True
 
     @property
     def passed(self) -> bool:
-        return all(t.passed for t in self.targets)
+        return self.forward_finite and all(t.passed for t in self.targets) and all(d.passed for d in self.directions)
 
     def to_dict(self) -> dict:
         return {"of": self.of, "seed": self.seed, "passed": self.passed, "rtol": RTOL, "atol": ATOL,
                 "dtype": "float64", "evaluators": {"analytic": ANALYTIC_EVALUATOR, "numeric": NUMERIC_EVALUATOR},
-                "simplified": self.simplify or "no", "targets": [t.to_dict() for t in self.targets]}
+                "simplified": self.simplify or "no", "loss": _json_float(self.loss), "step": self.step,
+                "forward_finite": self.forward_finite, "evaluations": self.evaluations,
+                "directions": [d.to_dict() for d in self.directions],
+                **({"limited": self.limited} if self.limited else {}),
+                **({"not_finite": self.not_finite} if self.not_finite else {}),
+                "targets": [t.to_dict() for t in self.targets]}
 
     def lines(self) -> list[str]:
-        out = [f"{'target':<12} {'samples':>7} {'max abs err':>12} {'max rel err':>12}  worst at"]
-        for t in self.targets:
-            where = "[" + ",".join(map(str, t.worst_index)) + "]"
-            out.append(f"{t.name:<12} {t.samples:>7} {t.max_abs_error:>12.3e} {t.max_rel_error:>12.3e}  "
-                       f"{where} analytic {t.analytic:.6g} numeric {t.numeric:.6g}  "
-                       f"{'ok' if t.passed else 'FAILED'}")
+        if not self.forward_finite:
+            return [f"the forward value is not finite at these inputs (L = {self.loss}): no gradient compared",
+                    *self.not_finite, "FAILED: the forward value is not finite"]
+        width = max([12, *(len(t.name) for t in self.targets)])
+        out = [f"{'target':<{width}} {'samples':>7} {'max abs err':>12} {'max rel err':>12}  worst at"]
+        out += [_target_line(t, width) for t in self.targets]
+        if self.directions:
+            errors = " / ".join("kink" if d.kink else f"{d.rel_error:.2e}" for d in self.directions)
+            ok = all(d.passed for d in self.directions)
+            out.append(f"directions: {counted(len(self.directions), 'random direction')} through every target, "
+                       f"rel err {errors}  {'ok' if ok else 'FAILED'}")
+        out.append(f"step: {self.step}")
         out += [f"note: {t.name}: {t.note}" for t in self.targets if t.note]
         out += [f"note: {t.name}: {counted(t.kinks, 'sampled element')} at a kink (the one-sided differences "
                 f"disagree), not compared" for t in self.targets if t.kinks]
+        out += [f"note: {self.limited}"] if self.limited else []
+        out += self.not_finite
         out.append(f"evaluators: analytic by the {ANALYTIC_EVALUATOR} evaluator on the gradient graph "
                    f"{_HOW_EVALUATED[self.simplify]}, finite differences by the {NUMERIC_EVALUATOR} evaluator (op by op)")
         failed = [t.name for t in self.targets if not t.passed]
+        if not failed and not self.passed:
+            failed = ["a direction through every target"]
         out.append(f"FAILED: {', '.join(failed)}" if failed else
                    f"ok: gradients of {', '.join(self.of)} match finite differences (float64)")
         return out
+
+
+def _target_line(t: TargetCheck, width: int) -> str:
+    verdict = "ok" if t.passed else "FAILED"
+    along = ""
+    if t.direction is not None:
+        along = f"  alone along the direction: rel err {t.direction.rel_error:.2e}"
+    if not t.samples:
+        return f"{t.name:<{width}} {0:>7} {'-':>12} {'-':>12}  (no element compared){along}  {verdict}"
+    where = "[" + ",".join(map(str, t.worst_index)) + "]"
+    return (f"{t.name:<{width}} {t.samples:>7} {t.max_abs_error:>12.3e} {t.max_rel_error:>12.3e}  "
+            f"{where} analytic {t.analytic:.6g} numeric {t.numeric:.6g}{along}  {verdict}")
 
 
 _HOW_EVALUATED = {"tinygrad": "simplified as tinygrad runs it (--literal: as written)",
@@ -124,44 +193,127 @@ def _json_float(x: float):
     return x if math.isfinite(x) else repr(x)
 
 
+def planned_evaluations(graph: Graph, wrt: Sequence[str], samples: int | None, directions: int,
+                        of: Sequence[str] | None = None) -> int:
+    """How many evaluations check_gradients makes when all goes well (a progress bar's
+    length; failures add their retries)."""
+    names = [n for n in wrt if n in graph.input_names]
+    sizes = {n: _size(graph.input(n)) for n in names}
+    outputs = [graph.outputs[n] for n in (of or graph.outputs) if n in graph.outputs]
+    allocation, _ = _allocation(sizes, samples, outputs, {})
+    return 1 + 2 * directions * (1 if any(sizes.values()) else 0) + 2 * sum(allocation.values())
+
+
 def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None,
-                    inputs: Mapping | None = None, seed: int = 0, samples: int = 16,
-                    progress: Callable[[int], None] | None = None, simplify: str | None = "tinygrad") -> CheckReport:
+                    inputs: Mapping | None = None, seed: int = 0, samples: int | None = None,
+                    progress: Callable[[int], None] | None = None, simplify: str | None = "tinygrad",
+                    directions: int = DIRECTIONS) -> CheckReport:
     """Compare the gradients of `graph` with respect to `wrt` with finite differences.
     `inputs` maps input names to arrays (checked by the caller); missing ones are random.
-    `progress(n)` is called after every n finite-difference evaluations. `simplify` is how
-    the gradient graph is evaluated (as evaluate_graph's: "tinygrad", "exact" or None)."""
+    `samples`: elements compared one by one per target (None: 16 while they cost little).
+    `progress(n)` is called after every n evaluations. `simplify` is how the gradient graph
+    is evaluated (as evaluate_graph's: "tinygrad", "exact" or None)."""
     import numpy as np
-    from ..backends.reference import reference_evaluate
     from ..backends.numpy import evaluate_graph
     from .values import random_value
 
-    if samples < 1:
-        raise EvaluationError(f"samples must be at least 1, got {samples}")
+    if samples is not None and samples < 0:
+        raise EvaluationError(f"samples must be at least 0, got {samples}")
+    if directions < 0:
+        raise EvaluationError(f"directions must be at least 0, got {directions}")
+    if samples == 0 and directions == 0:
+        raise EvaluationError("nothing to compare: give at least one sample or one direction")
     grad_graph, report = differentiate(graph, wrt, of, cotangent="input")
     of = report.of
     given = dict(inputs or {})
     values = {n.arg: np.asarray(given[n.arg]) if n.arg in given else random_value(n, seed) for n in grad_graph.inputs}
     values64 = {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in values.items()}
 
-    grad64 = to_float64(grad_graph)
-    analytic = evaluate_graph(grad64, values64, simplify=simplify)
     forward = to_float64(Graph({name: graph.outputs[name] for name in of}, inputs=graph.inputs))
     outputs = freeze_detached(list(forward.outputs.values()), values64)
     cotangents = [values64.get(f"cotangent_{name}", 1.0) for name in of]
+    targets = list(report.wrt)
+    loss = Loss(outputs, cotangents, values64, targets, progress)
+    h = step_base(np.float64)
+    result = CheckReport(of, seed, loss.base, [], simplify, step=step_text(np.float64))
+    if not math.isfinite(loss.base):
+        result.forward_finite = False
+        result.not_finite = _forward_nans(graph, of, values)
+        result.evaluations = loss.evaluations
+        return result
 
-    def loss(feed) -> float:
-        results = reference_evaluate(outputs, feed)
-        return float(sum(np.sum(c * r) for c, r in zip(cotangents, results)))
+    promoted: dict = {}
+    grad64 = to_float64(grad_graph, promoted)
+    analytic = evaluate_graph(grad64, values64, simplify=simplify)
+    gradients = {name: np.asarray(analytic[f"grad_{name}"], dtype=np.float64) for name in targets}
+    bad = [name for name in targets if not np.all(np.isfinite(gradients[name]))]
+    if bad:
+        result.not_finite = _gradient_nans(grad_graph, grad64, promoted, values64, bad)
 
-    base = loss(values64)
+    scale = ATOL * max(1.0, abs(loss.base))
+    result.directions, attributed = _directions(loss, gradients, values64, targets, h, seed, directions, bad)
+    sizes = {name: int(values64[name].size) for name in targets}
+    allocation, result.limited = _allocation(sizes, samples, outputs, attributed)
     rng = np.random.default_rng(seed)
-    checks = [_check_target(name, analytic[f"grad_{name}"], values64, loss, base, rng, samples, progress)
-              for name in report.wrt]
-    for target in checks:
+    for name in targets:
+        check = _check_target(name, gradients[name], values64, loss, scale, rng, allocation[name], h)
+        check.direction = attributed.get(name)
+        if check.direction is not None and not check.direction.passed:
+            check.passed = False
+        result.targets.append(check)
+    for target in result.targets:
         if not target.passed:
             target.note = _custom_backward_note(graph, of, graph.input(target.name))
-    return CheckReport(of, seed, base, checks, simplify)
+    result.evaluations = loss.evaluations
+    return result
+
+
+def _directions(loss: Loss, gradients: dict, feed: dict, targets: list[str], h: float, seed: int, count: int,
+                bad: list[str]) -> tuple[list[DirectionCheck], dict]:
+    """`count` random directions through every target; on the first that fails, each
+    target alone along its part of it ({target: DirectionCheck})."""
+    import numpy as np
+    rng = np.random.default_rng([seed, 1])
+    checks, attributed = [], {}
+    scale = DIRECTION_ATOL * max(1.0, abs(loss.base))
+    moving = [name for name in targets if feed[name].size]
+    if not moving:
+        return checks, attributed
+    for _ in range(count):
+        v = random_direction(feed, moving, rng)
+        check = _along(loss, gradients, feed, v, h, scale)
+        checks.append(check)
+        if not check.passed and not attributed:
+            for name in moving:
+                if name not in bad:  # a non-finite gradient has failed already
+                    attributed[name] = _along(loss, gradients, feed, {name: v[name]}, h, scale)
+    return checks, attributed
+
+
+def _along(loss: Loss, gradients: dict, feed: dict, v: dict, h: float, scale: float) -> DirectionCheck:
+    analytic, _ = inner(gradients, v)
+    found = difference(loss, direction_move(feed, v), analytic, scale, DIRECTION_RTOL, h)
+    passed = found.kink or agree(analytic, found.numeric, scale, DIRECTION_RTOL)
+    return DirectionCheck(list(v), analytic, found.numeric, passed, found.kink)
+
+
+def _allocation(sizes: dict, samples: int | None, outputs: list, attributed: dict) -> tuple[dict, str]:
+    """{target: elements to compare}, and a note when the default was limited by cost."""
+    if samples is not None:
+        return {name: min(size, samples) for name, size in sizes.items()}, ""
+    work = evaluation_work(outputs)
+    pairs = int(PAIR_BUDGET // work)
+    allocation = allocate_samples(sizes, SAMPLES, pairs)
+    for name, check in attributed.items():  # name the worst element of a target at fault
+        if not check.passed:
+            allocation[name] = max(allocation[name], min(sizes[name], NAMING_SAMPLES))
+    wanted = sum(min(size, SAMPLES) for size in sizes.values())
+    given = sum(allocation.values())
+    if given >= wanted:
+        return allocation, ""
+    return allocation, (f"{given} of {wanted} elements compared one by one ({SAMPLES} a target), as one evaluation "
+                        f"costs about {work:.1e} element operations; the directions cover every element "
+                        f"(--samples N compares up to N a target)")
 
 
 def _custom_backward_note(graph: Graph, of: list[str], target: UOp) -> str:
@@ -188,33 +340,24 @@ def _custom_backward_note(graph: Graph, of: list[str], target: UOp) -> str:
             f"finite differences of the forward need not match it")
 
 
-def _check_target(name, analytic, values64, loss, base, rng, samples, progress) -> TargetCheck:
+def _check_target(name, analytic, feed, loss, scale, rng, count: int, h: float) -> TargetCheck:
     import numpy as np
-    x = values64[name]
-    picks = np.arange(x.size) if x.size <= samples else np.sort(rng.choice(x.size, samples, replace=False))
-    scale = ATOL * max(1.0, abs(base)) if math.isfinite(base) else ATOL
+    x = feed[name]
+    if count == 0:  # an empty target, or one the directions alone cover
+        return TargetCheck(name, 0, 0.0, 0.0, (), math.nan if x.size else 0.0, math.nan if x.size else 0.0, True)
+    picks = np.arange(x.size) if x.size <= count else np.sort(rng.choice(x.size, count, replace=False))
     worst = (-1.0, (), math.nan, math.nan)  # relative error, index, analytic, numeric
-    max_abs, passed = 0.0, True
-    kinks = 0
+    max_abs, passed, kinks = 0.0, True, 0
     for flat in picks:
         index = tuple(int(i) for i in np.unravel_index(int(flat), x.shape))
         a = float(analytic[index])
-
-        def agrees(numeric: float) -> bool:
-            return _agree(a, numeric, scale)
-
-        numeric = _central_difference(name, values64, index, loss)
-        ok = agrees(numeric)
-        if not ok and math.isfinite(numeric) and math.isfinite(a):
-            closer = _central_difference(name, values64, index, loss, KINK_STEP_FACTOR)
-            down, up = _one_sided_differences(name, values64, index, loss, base, KINK_STEP_FACTOR)
-            if agrees(closer):  # the kink was within the first step only
-                numeric, ok = closer, True
-            elif not _agree(down, up, scale) and min(down, up) - scale <= a <= max(down, up) + scale:
-                kinks += 1  # no derivative here: a subgradient is all one can ask
-                if progress is not None:
-                    progress(1)
-                continue
+        step = h * max(1.0, abs(float(x[index]))) if math.isfinite(float(x[index])) else h
+        found = difference(loss, element_move(feed, name, index), a, scale, RTOL, step)
+        if found.kink:
+            kinks += 1
+            continue
+        numeric = found.numeric
+        ok = agree(a, numeric, scale, RTOL)
         abs_err = abs(a - numeric)
         rel_err = abs_err / max(abs(a), abs(numeric), 1e-300)
         if math.isnan(abs_err):
@@ -223,123 +366,40 @@ def _check_target(name, analytic, values64, loss, base, rng, samples, progress) 
         max_abs = max(max_abs, abs_err)
         if rel_err > worst[0]:
             worst = (rel_err, index, a, numeric)
-        if progress is not None:
-            progress(1)
-    if not picks.size:  # an empty target: nothing to compare, nothing wrong
-        return TargetCheck(name, 0, 0.0, 0.0, (), 0.0, 0.0, True)
     if worst[0] < 0:  # every sample at a kink
         worst = (0.0, (), math.nan, math.nan)
     return TargetCheck(name, len(picks) - kinks, max_abs, worst[0], worst[1], worst[2], worst[3], passed,
                        kinks=kinks)
 
 
-def _agree(a: float, b: float, scale: float) -> bool:
-    """The check's tolerance: |a - b| <= scale + RTOL * max(|a|, |b|); False when either is NaN."""
-    return bool(abs(a - b) <= scale + RTOL * max(abs(a), abs(b)))
+def _size(node: UOp) -> int:
+    n = 1
+    for s in node.shape:
+        n *= s
+    return n
 
 
-def _one_sided_differences(name, values64, index, loss, base: float, factor: float) -> tuple[float, float]:
-    """(L(x) - L(x - h)) / h and (L(x + h) - L(x)) / h, h the central step times `factor`."""
-    import numpy as np
-    x = values64[name]
-    original = float(x[index])
-    step = STEP * factor * max(1.0, abs(original))
-    feed = dict(values64)
-    sides = []
-    with np.errstate(all="ignore"):
-        for sign in (-1, 1):
-            shifted = np.array(x, copy=True)
-            shifted[index] = original + sign * step
-            actual = abs(shifted[index] - original)
-            feed[name] = shifted
-            sides.append(sign * (loss(feed) - base) / actual)
-    return sides[0], sides[1]
+# ----------------------------------------------------------------------------- non-finite values
+
+def _forward_nans(graph: Graph, of: list[str], values: Mapping) -> list[str]:
+    """Where the forward's non-finite value comes from, in the file's own dtypes."""
+    from .nans import hunt_nans
+    forward = Graph({name: graph.outputs[name] for name in of}, inputs=graph.inputs)
+    finding = hunt_nans(forward, values)
+    if finding is None:  # finite in the file's dtypes: float64 made it (an overflow of float64 itself)
+        return ["note: in the file's own dtypes the forward value is finite; in float64 it is not"]
+    return finding.lines()
 
 
-def _central_difference(name, values64, index, loss, factor: float = 1.0) -> float:
-    import numpy as np
-    x = values64[name]
-    original = float(x[index])
-    step = STEP * factor * max(1.0, abs(original))
-    feed = dict(values64)
-    with np.errstate(all="ignore"):  # inf or nan inputs give a nan difference, reported as such
-        shifted = np.array(x, copy=True)
-        shifted[index] = original + step
-        up_step = shifted[index] - original
-        feed[name] = shifted
-        up = loss(feed)
-        shifted = np.array(x, copy=True)
-        shifted[index] = original - step
-        down_step = original - shifted[index]
-        feed[name] = shifted
-        down = loss(feed)
-        return float((up - down) / (up_step + down_step))
-
-
-# ----------------------------------------------------------------------------- DETACH
-
-def freeze_detached(outputs: list[UOp], values: Mapping) -> list[UOp]:
-    """`outputs` with every DETACH outside function bodies replaced by a BUFFER of its value
-    for the inputs `values`: the function finite differences must match when gradients do
-    not flow through DETACH. (A DETACH inside a body takes other values at every call, so
-    it stays; that is rare.)"""
-    from ..backends.reference import reference_evaluate
-    detached = [n for n in _main_scope(outputs) if n.op == Ops.DETACH]
-    if not detached:
-        return outputs
-    frozen = {node: UOp.buffer(value) for node, value in zip(detached, reference_evaluate(detached, values))}
-    return substitute(outputs, frozen, into_bodies=True, into_backward=True)
-
-
-def _main_scope(roots: list[UOp]) -> list[UOp]:
-    """The nodes reachable from `roots` without entering a call's body or backward body."""
-    seen, stack, order = set(roots), list(roots), []
-    while stack:
-        node = stack.pop()
-        order.append(node)
-        for s in scope_sources(node):
-            if s not in seen:
-                seen.add(s)
-                stack.append(s)
-    return order
-
-
-# ----------------------------------------------------------------------------- float64
-
-def to_float64(graph: Graph) -> Graph:
-    """The same graph computed in float64: every float node (inputs, constants, buffers,
-    function slots, call bodies and backward bodies) becomes float64. Integer and bool
-    nodes stay; a CAST between floats disappears; a BITCAST casts back to its original
-    source dtype first (and its float result on to float64), so it means what it meant."""
-    promoted: dict[UOp, UOp] = {}
-    for node in toposort([*graph.outputs.values(), *graph.inputs]):
-        promoted[node] = _promote(node, promoted)
-    outputs = [(name, promoted[node]) for name, node in graph.outputs.items()]
-    return Graph(outputs, inputs=[promoted[n] for n in graph.inputs], meta=graph.meta)
-
-
-def _wide(dtype):
-    return dtypes.float64 if dtype.is_float else dtype
-
-
-def _promote(node: UOp, promoted: dict) -> UOp:
-    op, dtype = node.op, node.dtype
-    if op == Ops.PARAM:
-        return UOp.param(node.arg, node.shape, _wide(dtype)) if dtype.is_float else node
-    if op == Ops.CONST:
-        return UOp.const(node.arg, dtypes.float64) if dtype.is_float else node
-    if op == Ops.BUFFER:
-        return UOp.buffer(node.buffer_array().astype("float64")) if dtype.is_float else node
-    if op == Ops.NOOP:
-        return node
-    src = tuple(promoted[s] for s in node.src)
-    if op == Ops.CAST:
-        return src[0] if src[0].dtype is _wide(dtype) else UOp.make(Ops.CAST, _wide(dtype), src)
-    if op == Ops.BITCAST:
-        source_dtype = node.src[0].dtype
-        bits = UOp.make(Ops.BITCAST, dtype, (src[0].cast(source_dtype),))
-        return bits.cast(dtypes.float64) if dtype.is_float else bits
-    arg = node.arg
-    if op == Ops.CALL and arg.grad is not None:
-        arg = CallArg(arg.name, promoted[arg.grad])
-    return UOp.make(op, _wide(dtype), src, arg)
+def _gradient_nans(grad_graph: Graph, grad64: Graph, promoted: dict, values64: Mapping, bad: list[str]) -> list[str]:
+    """Where a non-finite analytic gradient comes from: the node of the gradient graph (as
+    `uopgrad diff` writes it) that first makes one, found in the float64 graph checked."""
+    from .nans import hunt_nans
+    original = {new: old for old, new in promoted.items()}
+    outputs = Graph({f"grad_{n}": grad64.outputs[f"grad_{n}"] for n in bad}, inputs=grad64.inputs)
+    finding = hunt_nans(outputs, values64, shown=(grad_graph, original))
+    head = f"the analytic gradient of {', '.join(bad)} is not finite"
+    if finding is None:
+        return [f"note: {head}; the gradient graph as written is finite (the simplified graph is not: --literal)"]
+    return [f"note: {head} (numbered as in the gradient graph, `uopgrad diff ... | uopgrad print -`):",
+            *finding.lines()]

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import click
 
-from ..app import EXIT_FAILURE, CommandFailed, _command, _given, _names
-from ..io import _check_specs, _onnx_weights, _progress_bar, _read_graph, _refuse_binary_terminal, _Steps, _write
+from ..app import EXIT_FAILURE, PROG, CommandFailed, _command, _given, _names
+from ..io import (_check_specs, _note, _onnx_weights, _progress_bar, _read_graph, _refuse_binary_terminal, _Steps,
+                  _write)
 from ...tools.values import npz_bytes
 from ..output import _elements, _stats_json, _stats_text, _table, _value_json
 
@@ -35,7 +36,11 @@ from ..output import _elements, _stats_json, _stats_text, _table, _value_json
               help="Who computes: the numpy evaluator, or tinygrad (the extra uopgrad[tinygrad]); both run the "
                    "same simplified graph.")
 @click.option("--device", metavar="DEV", help="tinygrad's device (CPU, CUDA, METAL, ...; default: tinygrad's DEV).")
-def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep_intermediates, backend, device):
+@click.option("--debug-nans", is_flag=True, help="When an output holds a nan or inf, name the node that first makes "
+              "one (%index as `print` numbers it, op, metadata, sources, the input elements it depends on) on "
+              "stderr, and exit 1. Costs one more evaluation, only then.")
+def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep_intermediates, backend, device,
+          debug_nans):
     """Evaluate IN's outputs and print them as a table (or --json, or -o OUT.npz).
 
     The graph is simplified first, as tinygrad's compiler would before running it, so the
@@ -55,6 +60,7 @@ def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep
     from ...tools.values import gather_inputs
     with _Steps("reading", "evaluating") as steps:
         graph, _ = _read_graph(source)
+        _explain_inputs(source, graph, specs, use_random)
         inputs = gather_inputs(graph.inputs, specs, seed if use_random else None, defaults=_onnx_weights())
         steps.next()
         eval_stats = EvalStats() if stats else None
@@ -82,6 +88,40 @@ def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep
         click.echo(_table(_elements(results)))
         if eval_stats is not None:
             click.echo(_stats_text(eval_stats))
+    if debug_nans:  # --debug-nans (tools/nans.py)
+        return _debug_nans(graph, inputs, results)
+
+
+def _explain_inputs(source: str, graph, specs, use_random: bool) -> None:
+    """A note when IN's .npz beside it holds values for inputs given none; random values
+    never fill what the file says is a buffer or a statistic (tools/model_inputs.py)."""
+    from ...tools.model_inputs import beside_note, missing_inputs, refuse_random_state
+    missing = missing_inputs(graph.inputs, specs, _onnx_weights())
+    note = beside_note(source, specs, missing)
+    if note:
+        _note(note)
+    if use_random:
+        refuse_random_state(source, missing)
+
+
+def _debug_nans(graph, inputs: dict, results: dict) -> int:
+    """--debug-nans: exit 1, naming the node that first makes a non-finite output value."""
+    import sys
+
+    import numpy as np
+    from ...tools.nans import hunt_nans
+    arrays = [a for a in _elements(results).values() if a is not None and np.asarray(a).dtype.kind == "f"]
+    if all(np.all(np.isfinite(a)) for a in arrays):
+        return 0
+    finding = hunt_nans(graph, inputs)
+    sys.stdout.flush()  # the values first, then why, also when both go to one pipe
+    if finding is None:
+        click.echo(f"{PROG}: the outputs are not finite, but the graph as written computes finite values: "
+                   f"the rewrites eval runs make them (--literal runs it as written)", err=True)
+    else:
+        click.echo("\n".join(f"{PROG}: {line}" if i == 0 else line
+                             for i, line in enumerate(finding.lines())), err=True)
+    return EXIT_FAILURE
 
 
 def _check_backend(backend: str, device: str | None, stats: bool, keep_intermediates: bool) -> None:
@@ -114,48 +154,50 @@ def _evaluate_on_tinygrad(graph, inputs: dict, device: str | None, simplify: str
 # ----------------------------------------------------------------------------- check
 
 @_command("check", short="Compare gradients with finite differences (exit 1 on failure).", example="""\
-  uopgrad check model.uop --wrt w1,w2
+  uopgrad check model.uop --wrt w1,w2 -i model.npz
   uopgrad check model.uop --wrt x -i x=x.npy --samples 50 --seed 3 --json""")
 @click.argument("source", metavar="IN")
 @click.option("--wrt", required=True, metavar="NAMES", help="Inputs whose gradients are checked.")
 @click.option("--of", "of_", metavar="NAMES", help="Outputs to differentiate (default: the only one).")
 @click.option("-i", "--input", "specs", multiple=True, metavar="NAME=VALUE", callback=_check_specs,
               help="An input's value (as for eval; a bare data.npz gives every input its member); inputs not "
-                   "given are seeded random values.")
+                   "given are seeded random values, except what the file says is a buffer or a statistic.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the random inputs, "
-              "cotangents and sampled elements.")
-@click.option("--samples", type=click.IntRange(min=1), default=16, show_default=True,
-              help="Elements compared per target, at most.")
+              "cotangents, directions and sampled elements.")
+@click.option("--samples", type=click.IntRange(min=0), default=None,
+              help="Elements compared one by one per target, at most [default: 16 while they cost little; on a "
+                   "large model fewer, as the report says].")
+@click.option("--directions", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Random directions through every target at once, two evaluations each.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--literal", is_flag=True, help="Evaluate the gradient graph as written (not simplified as eval does).")
-def check(source, wrt, of_, specs, seed, samples, as_json, literal):
+def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal):
     """Differentiate IN, evaluate the gradients in float64 and compare them with central
-    finite differences on up to --samples elements per target.
+    finite differences: along --directions random directions through every target at once
+    (<grad, v> against (L(x+hv) - L(x-hv))/2h), and on up to --samples elements per target.
 
     Non-scalar outputs are weighted by seeded random cotangents; DETACH values are held
-    fixed (gradients do not flow through them). An element fails when
-    |analytic - numeric| > 1e-6*max(1,|L|) + 1e-4*max(|analytic|,|numeric|). Exit status 1
-    when any target fails.
+    fixed (gradients do not flow through them). The step is h = eps^(1/3)·max(1,|x|) in
+    float64. An element fails when |analytic - numeric| > 1e-6*max(1,|L|) +
+    1e-4*max(|analytic|,|numeric|), a direction when it is off by more than 1e-8*max(1,|L|) +
+    1e-6*max(...). A forward value that is not finite is reported first, and a gradient that
+    is not finite names the node that made it. Exit status 1 when anything fails.
     """
-    from ...tools.check import check_gradients
+    from ...tools.check import check_gradients, planned_evaluations
     from ...tools.values import gather_inputs
+    if samples == 0 and directions == 0:
+        raise click.UsageError("--samples 0 and --directions 0 compare nothing: give one of them more")
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     graph, _ = _read_graph(source)
+    _explain_inputs(source, graph, specs, True)
     given = gather_inputs(graph.inputs, specs, seed, defaults=_onnx_weights())
-    total = sum(min(_size(graph, n), samples) for n in wrt_names if n in graph.input_names)
+    total = planned_evaluations(graph, wrt_names, samples, directions, of_names or None)
     with _progress_bar(total, "finite differences") as bar:
         report = check_gradients(graph, wrt_names, of_names or None, given, seed, samples, progress=bar.update,
-                                 simplify="exact" if literal else "tinygrad")
+                                 simplify="exact" if literal else "tinygrad", directions=directions)
     if as_json:
         import json
         click.echo(json.dumps(report.to_dict()))
     else:
         click.echo("\n".join(report.lines()))
     return 0 if report.passed else EXIT_FAILURE
-
-
-def _size(graph, name: str) -> int:
-    n = 1
-    for s in graph.input(name).shape:
-        n *= s
-    return n

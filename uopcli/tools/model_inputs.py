@@ -1,0 +1,114 @@
+"""Inputs that make sense for `eval` and `check`: what the values beside a model hold, and
+which inputs random values must never fill.
+
+- `save`, `convert` and `diff` write a model's values as `model.npz` beside `model.uop`. When
+  that file is there and some inputs are given no value, `beside_note` says so, naming the
+  file (`-i model.npz` gives them theirs), once.
+- Some inputs are not weights or data but state: BatchNorm's running statistics (a random
+  running_var is negative, and its sqrt a nan) and stored tensors such as a causal mask.
+  Filling them with noise gives numbers that mean nothing, so `refuse_random_state` refuses
+  to, naming them. What marks them, one row each (STATE_MARKS):
+  the node's own metadata `name` (a front end that tags an input it made as "buffer" or a
+  statistic), and the names front ends give them: PyTorch's and tinygrad's module state
+  (`bn1.running_mean`, `running_var`, `num_batches_tracked`), Keras' (`moving_mean`,
+  `moving_variance`), and tinygrad's export for stored tensors that have no state_dict
+  name (`buffer_0`, `buffer_1`, ...).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Iterable, Sequence
+
+from ..errors import EvaluationError
+from ..core.uop import UOp
+
+# (pattern on the input's name, or on its PARAM's metadata name; what it is)
+STATE_MARKS = [
+    (re.compile(r"(^|[./])running_(mean|var)$"), "running statistic"),              # torch, tinygrad BatchNorm
+    (re.compile(r"(^|[./])num_batches_tracked$"), "running statistic"),             # torch BatchNorm's counter
+    (re.compile(r"(^|[./])moving_(mean|variance)$"), "running statistic"),          # Keras BatchNormalization
+    (re.compile(r"^buffer_\d+$"), "stored buffer"),                                 # tinygrad export, unnamed data
+]
+META_MARKS = {"buffer": "stored buffer", "statistic": "running statistic"}  # PARAM meta `name`
+
+
+def state_kind(node: UOp) -> str | None:
+    """What the file says input `node` is, when it is state rather than a weight or data."""
+    meta = node.meta
+    if meta is not None and meta.name in META_MARKS:
+        return META_MARKS[meta.name]
+    for pattern, kind in STATE_MARKS:
+        if pattern.search(node.arg):
+            return kind
+    return None
+
+
+def archive_beside(source: str) -> str | None:
+    """`model.npz` beside a `model.uop` IN, when there (not for stdin or an .onnx IN, whose
+    weights are in the file)."""
+    if source == "-" or source.lower().endswith(".onnx"):
+        return None
+    path = os.path.splitext(source)[0] + ".npz"
+    return path if os.path.isfile(path) else None
+
+
+def given_names(specs: Iterable[str]) -> set[str]:
+    """The inputs that -i specs name: NAME=VALUE, and the members of a whole data.npz."""
+    from .values import split_spec
+    names: set[str] = set()
+    for spec in specs:
+        name, value = split_spec(spec)
+        if name is not None:
+            names.add(name)
+        else:
+            names |= set(_members(value))
+    return names
+
+
+def _members(path: str) -> list[str]:
+    import zipfile
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return [n[:-4] for n in archive.namelist() if n.endswith(".npy")]
+    except (OSError, zipfile.BadZipFile):
+        return []  # gather_inputs reads it, and says what is wrong
+
+
+def missing_inputs(inputs: Sequence[UOp], specs: Iterable[str], defaults: dict | None) -> list[UOp]:
+    """The inputs neither -i nor a model's own weights give a value."""
+    given = given_names(specs) | set(defaults or ())
+    return [node for node in inputs if node.arg not in given]
+
+
+def beside_note(source: str, specs: Sequence[str], missing: Sequence[UOp]) -> str | None:
+    """One note when `model.npz` beside IN holds values for inputs given none."""
+    path = archive_beside(source)
+    if path is None or not missing:
+        return None
+    if any(spec == path or os.path.abspath(spec) == os.path.abspath(path) for spec in specs):
+        return None
+    held = [node.arg for node in missing if node.arg in set(_members(path))]
+    if not held:
+        return None
+    shown = ", ".join(held[:4]) + (f", ... ({len(held)} in all)" if len(held) > 4 else "")
+    return f"{path} beside {source} holds values for inputs given none ({shown}): -i {path} gives them theirs"
+
+
+def refuse_random_state(source: str, missing: Sequence[UOp]) -> None:
+    """EvaluationError naming the inputs random values would fill that are state."""
+    kinds: dict[str, list[str]] = {}
+    for node in missing:
+        kind = state_kind(node)
+        if kind:
+            kinds.setdefault(kind, []).append(node.arg)
+    if not kinds:
+        return
+    many = sum(map(len, kinds.values())) > 1
+    listed = "; ".join(f"{', '.join(names)} ({kind + 's' if len(names) > 1 else 'a ' + kind})"
+                       for kind, names in kinds.items())
+    path = archive_beside(source)
+    where = f"-i {path} gives the model's own" if path else "give their values with -i NAME=VALUE"
+    raise EvaluationError(f"not filling {listed} with random values: the file says "
+                          f"{'they are not weights' if many else 'it is not a weight'} or data; {where}")
