@@ -16,8 +16,8 @@ Every node gets one home group. The tree, from the root (the whole graph) down:
   `uopgrad render`); their home is their first user's group.
 - A level never holds more than MAX_ITEMS items: more are split, in canonical order, into
   `part` groups (forward and backward apart), parts of parts if need be.
-- A level of more than FOLD_AT items shows its largest groups (with their ∇ twins) and
-  folds its single nodes and small groups into `other` and `∇ other`.
+- A level (the graph, a scope) of more than FOLD_AT items folds its single nodes and small
+  groups into `other` and `∇ other`.
 
 Every walk is iterative and in canonical order (Graph.nodes()), so the same graph gives the
 same tree.
@@ -36,7 +36,7 @@ from ..graphviz import _children as sources_with_bodies  # sources, and a CALL's
 
 MAX_ITEMS = 500  # items one level may hold: dot lays out 500 boxes in about a second
 FOLD_AT = 30     # items a level shows as boxes before its small ones fold into `other`
-FOLD_SIZE = 3    # a group of at most this many nodes is small: folded first
+FOLD_SIZE = 8    # a group of at most this many nodes is small: folded there
 
 
 def is_copied(node: UOp) -> bool:
@@ -313,32 +313,26 @@ class Grouping:
                 work.append(group)
 
     def _fold_small(self) -> None:
-        """A level of more than FOLD_AT items keeps its largest groups (each with its ∇
-        twin) as boxes, FOLD_AT - 2 at most, and folds the rest, its single nodes and small
-        groups, into an `other` group and a `∇ other` group: a level stays readable at
-        1400x900 (ten-pixel labels) however many loose ops a front end left in it."""
+        """A level (the graph or a scope) of more than FOLD_AT items folds its single nodes
+        and its small groups (FOLD_SIZE nodes at most, with their ∇ twins) into an `other`
+        group and a `∇ other` group: it stays readable at 1400x900 (ten-pixel labels)
+        however many loose ops a front end left in it. A call's group and a body are left
+        as they are: their nodes are what they show."""
         for group in list(self.groups):
-            if group.kind == "other":
+            if group.kind not in ("graph", "scope"):
                 continue
             nodes = [i for i in group.nodes if not is_copied(self.order[i])]
             if len(group.children) + len(nodes) <= FOLD_AT:
                 continue
-            units, seen = [], set()
-            for child in sorted(group.children, key=lambda g: (-g.size, g.first)):
-                if id(child) in seen:
-                    continue
-                unit = [child]
-                if child.twin is not None and child.twin.parent is group:
-                    unit.append(child.twin)
-                seen.update(id(g) for g in unit)
-                units.append(unit)
-            kept: list[Group] = []
-            for unit in units:
-                if len(kept) + len(unit) > FOLD_AT - 2 or sum(g.size for g in unit) <= FOLD_SIZE:
-                    break
-                kept.extend(unit)
-            folded = [child for child in group.children if child not in kept]
-            group.children = kept
+            folded = []
+            for child in group.children:
+                unit = [child] + ([child.twin] if child.twin is not None and child.twin.parent is group else [])
+                if all(g.size <= FOLD_SIZE for g in unit):
+                    folded.append(child)
+            if len(folded) + len(nodes) < 2:
+                continue
+            gone = set(map(id, folded))
+            group.children = [child for child in group.children if id(child) not in gone]
             moved = set(nodes)
             group.nodes = [i for i in group.nodes if i not in moved]
             for backward in (False, True):
