@@ -329,8 +329,8 @@ class Grouping:
                 unit = [child] + ([child.twin] if child.twin is not None and child.twin.parent is group else [])
                 if all(g.size <= FOLD_SIZE for g in unit):
                     folded.append(child)
-            if len(folded) + len(nodes) < 2:
-                continue
+            if len(folded) + len(nodes) < 2 or len(folded) == len(group.children):
+                continue  # nothing would be left beside `other`: the level's nodes are what it shows
             gone = set(map(id, folded))
             group.children = [child for child in group.children if id(child) not in gone]
             moved = set(nodes)
