@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Sequence
 from ..builder.common import named_dtype as _named_dtype, reduce_axes, varargs
 from ..builder.movement import cut_by_negative_padding, flat_padding_pairs, pad_from_inside
 from ..errors import GraphError
-from .ops import FLOAT_UNARY, DType, Ops, accumulation_dtype, dtype_of, dtypes, least_upper_dtype, least_upper_float, \
+from .ops import FLOAT_UNARY, DType, Ops, accumulation_dtype, dtypes, least_upper_dtype, least_upper_float, \
     python_dtype
 from .promotion import (ON_BOOLS, PYTHON_NUMBERS, SHIFTS, describe_operand, floor_div_mod, one_axis,
                         reciprocal_division, true_division, wrapped)
