@@ -170,6 +170,7 @@ def tinygrad_pool():
         (x + 1.5) + 2.25, 1.0 + (x - 1.0), (x - 0.5) + 0.5, (x * 2 - 1) + 1,
         e * ratio, ratio * e, e * (ratio * ratio) * 0.6931471805599453, -(y * (ratio * ratio)) * e,
         (y / ((e + 1) * 0.6931471805599453)) * e, e / (1 + e), x.sigmoid() * (1 - x.sigmoid()) * e,
+        e * (y / (1 + e) - ratio * (1 - ratio)), (y - ratio * x) * e,  # x/(1+x)'s gradient: through a sum
         x.reshape(N, 1).expand(N, 5).r(Ops.ADD, (1,)), m.reshape(3, 1, 4).expand(3, 6, 4).r(Ops.ADD, (1,)),
         m.reshape(1, 3, 4).expand(5, 3, 4).r(Ops.ADD, (0,)),
         (-m).r(Ops.ADD, (1,)), (-x).reshape(3, 4).r(Ops.ADD, (0, 1)),

@@ -223,6 +223,39 @@ def tinygrad_function() -> Case:
     return Case({"loss": _scaled_tanh(x, w).sum()}, {"x": x, "w": w}, {})
 
 
+class _Head:
+    def __init__(self, dim: int, vocab: int):
+        self.norm, self.proj = nn.LayerNorm(dim), nn.Linear(dim, vocab)
+
+    def __call__(self, x):
+        return self.proj(self.norm(x))
+
+
+class _GPT:
+    """A 4-block transformer: state_dict keys embedding.weight, blocks.<i>.attn.q.weight,
+    ..., head.proj.bias (the module paths the export turns into scopes)."""
+
+    def __init__(self, vocab: int = 10, dim: int = 8, blocks: int = 4):
+        self.embedding = nn.Embedding(vocab, dim)
+        self.blocks = [_Block(dim) for _ in range(blocks)]
+        self.head = _Head(dim, vocab)
+
+    def __call__(self, tokens):
+        x = self.embedding(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def gpt_four_blocks() -> Case:
+    """Not in ZOO (its gradient is the viewer's test page, not the CLI's)."""
+    model = _seeded(_GPT())
+    tokens = Tensor([[1, 5, 9], [0, 5, 3]], dtype=dtypes.int32)
+    targets = Tensor([[5, 9, 2], [5, 3, 1]], dtype=dtypes.int32)
+    loss = model(tokens).sparse_categorical_crossentropy(targets)
+    return Case({"loss": loss}, {"tokens": tokens, "targets": targets}, get_state_dict(model))
+
+
 ZOO: dict[str, Callable[[], Case]] = {f.__name__: f for f in (
     mlp_mse, mlp_lazy_weights, conv_avgpool_sparse_xent, conv_maxpool, batchnorm_train, batchnorm_eval,
     layernorm_gelu, embedding_int_tokens, multihead_attention, lstm_unrolled, cross_entropy_smoothing,

@@ -7,6 +7,17 @@ import math
 
 from ..errors import GraphError
 
+
+def named_dtype(dtype):
+    """The DType a builder argument names (a DType, its name, a numpy dtype); an unknown
+    name is the library's GraphError, as every other bad argument."""
+    from ..core.ops import dtype_of
+    try:
+        return dtype_of(dtype)
+    except (ValueError, TypeError) as e:
+        raise GraphError(str(e) if isinstance(e, ValueError) else f"not a dtype: {dtype!r}") from None
+
+
 def varargs(args: tuple):
     """f(2, 3) or f((2, 3)): the ints of a tinygrad-style variadic argument."""
     return args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args

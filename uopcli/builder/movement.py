@@ -121,7 +121,8 @@ class MovementMixin:
         if size == 0:  # (n - 0) // step + 1 empty windows, as torch and tinygrad
             count = self.shape[dim] // step + 1
             empty = self.shrink(tuple((0, 0) if a == dim else None for a in range(len(self.shape))))
-            return empty.unsqueeze(dim).expand(*self.shape[:dim], count, *self.shape[dim + 1:], 0)
+            empty = empty.permute(*order).unsqueeze(dim)  # the empty axis last, the count's axis 1
+            return empty.expand(*self.shape[:dim], count, *self.shape[dim + 1:], 0)
         windows = self.permute(*order)._pool((size,), step)  # (..., count, size)
         back = [order.index(a) for a in range(len(self.shape))]
         return windows.permute(*back, len(self.shape))

@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Sequence
 
-from ..builder.common import reduce_axes, varargs
+from ..builder.common import named_dtype as _named_dtype, reduce_axes, varargs
 from ..builder.movement import cut_by_negative_padding, flat_padding_pairs, pad_from_inside
 from ..errors import GraphError
-from .ops import FLOAT_UNARY, DType, Ops, accumulation_dtype, dtype_of, dtypes, least_upper_dtype, least_upper_float, \
+from .ops import FLOAT_UNARY, DType, Ops, accumulation_dtype, dtypes, least_upper_dtype, least_upper_float, \
     python_dtype
 from .promotion import (ON_BOOLS, PYTHON_NUMBERS, SHIFTS, describe_operand, floor_div_mod, one_axis,
                         reciprocal_division, true_division, wrapped)
@@ -198,11 +198,11 @@ class Primitives:
     def copy_to_device(self, device: str): return UOp.make(Ops.COPY, self.dtype, (self,), device)
 
     def cast(self, dtype) -> "UOp":
-        dtype = dtype_of(dtype)
+        dtype = _named_dtype(dtype)
         return self if dtype is self.dtype else UOp.make(Ops.CAST, dtype, (self,))
 
     def bitcast(self, dtype) -> "UOp":
-        return UOp.make(Ops.BITCAST, dtype_of(dtype), (self,))
+        return UOp.make(Ops.BITCAST, _named_dtype(dtype), (self,))
 
     # ------------------------------------------------------------------ reduce
     def _reduce(self, op: str, axis, keepdim: bool) -> "UOp":

@@ -281,6 +281,32 @@ def note_ratio(node, ctx):
     return None
 
 
+_SUMS = (Ops.ADD, Ops.SUB)
+
+
+@only_when(lambda key: key[0] == Ops.MUL and (key[2] in _SUMS or key[3] in _SUMS), after=_RATIOS_SEEN)
+def ratio_through_sum(node, ctx):
+    """x * (t + y) = x*t + x*y (and -) where the product t holds 1/(1+x) (tinygrad:
+    `x*(d+y) -> (1-d)+x*y`); x*t then loses its ratio to sigmoid_ratio. This is how the
+    gradient of x/(1+x) stays finite where x overflows: it ends in e * (g/(1+e) - y), which
+    is inf * 0 at e = inf, and becomes g*(1 - 1/(1+e)) - e*y. Bound: as sigmoid_ratio's, in
+    ulps of the largest value computed (the distributed sum rounds its two products apart)."""
+    if not node.dtype.is_float:
+        return None
+    for x, total in (node.src, node.src[::-1]):
+        if total.op not in _SUMS:
+            continue
+        t, y = total.src
+        for held, other, first in ((t, y, True), (y, t, False)):
+            if x in _wanted(held, ctx):
+                with_ratio = n.make(Ops.MUL, node, (x, held))
+                rest = n.make(Ops.MUL, node, (x, other))
+                if total.op == Ops.ADD or first:
+                    return n.make(total.op, node, (with_ratio, rest))
+                return n.make(Ops.SUB, node, (rest, with_ratio))
+    return None
+
+
 def _product(factors: list, like):
     out = None
     for f in factors:
@@ -327,6 +353,8 @@ ROWS = [
         "symbolic.py two stage ALU folding `(x+c1)+c2 -> x+(c1+c2)` and `x+0 -> x`", 2.0, "operands"),
     Row(UPat((Ops.MUL, Ops.FDIV), name="node"), sigmoid_ratio,
         "symbolic.py sym `x*(1+x).reciprocal() -> 1-d` and `x*(d*y) -> y*(1-d)`", 2.0, "operands"),
+    Row(UPat(Ops.MUL, name="node"), ratio_through_sum,
+        "symbolic.py sym `x*((1+x).reciprocal()+y) -> (1-d)+x*y`", 2.0, "operands"),
     Row(UPat(Ops.REDUCE, src=(UPat(Ops.EXPAND, src=(x_,), name="e"),), name="node"), sum_of_copies,
         "codegen/simplify.py reduce_unparented", "count"),
     Row(UPat(Ops.REDUCE, src=(UPat(Ops.NEG, src=(x_,)),), name="node"), negated_sum,

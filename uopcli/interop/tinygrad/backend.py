@@ -8,6 +8,16 @@ inlined: each call evaluates its body with the slots bound to the call's argumen
 
 `evaluate_on_tinygrad(graph, inputs, simplify="tinygrad")` is what `uopgrad eval --backend
 tinygrad` runs: the same simplified graph as the numpy evaluator's, computed by tinygrad.
+
+Ops that go to tinygrad as themselves (Tensor.alu) must be ones the device's renderer has
+(its `code_for_op`); where it lacks one, `_SPELLINGS` spells it with ops it has. The one
+such op is FDIV (the format's one-rounding a / b; tinygrad's own `/` is a * (1/b)). The
+PYTHON interpreter has no FDIV: there a float16 or float32 division is computed in float64
+as a * (1/b) and rounded back, which is the correctly rounded quotient (two roundings in
+float64 are within 2^-52 of a / b, relatively, and a quotient of two p-bit floats is
+never a midpoint of the p-bit grid nor within about 2^-(2p+2) of one, p = 24 or 11); a float64 division is a * (1/b),
+within one ulp of a / b (two roundings). A device without float64 does the same in the
+operands' dtype.
 """
 
 from __future__ import annotations
@@ -105,6 +115,7 @@ class _Runner:
         self.tg, self.device = tg, device
         from tinygrad.uop.ops import Ops as TOps
         self.tinygrad_ops = TOps
+        self._renderer = None
 
     def run(self, roots: list[UOp], bound: dict) -> dict:
         values = dict(bound)
@@ -124,8 +135,22 @@ class _Runner:
         """FUNCTION/CALL: the body TUPLE's elements, slot i bound to argument i."""
         body, args = node.src[0], srcs[1:]
         slots = {n: args[n.arg] for n in scope_toposort([body]) if n.op == Ops.PARAM and isinstance(n.arg, int)}
-        values = _Runner(self.tg, self.device).run([body], slots)
-        return values[body]
+        runner = _Runner(self.tg, self.device)
+        runner._renderer = self._renderer
+        return runner.run([body], slots)[body]
+
+    def renderer(self):
+        """The device's renderer: which ops it has (`code_for_op`) and which dtypes."""
+        if self._renderer is None:
+            device = self.tg.Device
+            self._renderer = device[device.canonicalize(self.device) if self.device else device.DEFAULT].renderer
+        return self._renderer
+
+    def has_op(self, op_name: str) -> bool:
+        return getattr(self.tinygrad_ops, op_name) in self.renderer().code_for_op
+
+    def has_dtype(self, tg_dtype) -> bool:
+        return tg_dtype in self.renderer().supported_dtypes()
 
     def const(self, node: UOp):
         return self.tg.Tensor(node.arg, dtype=tinygrad_dtype(node.dtype), device=self.device)
@@ -135,8 +160,27 @@ class _Runner:
 
     def alu(self, op_name: str, a, *rest):
         """Ops whose public functions round differently (a / b is a * (1/b) in tinygrad):
-        the op itself, through Tensor.alu."""
-        return a.alu(getattr(self.tinygrad_ops, op_name), *rest)
+        the op itself, through Tensor.alu, where the device's renderer has it; else its
+        spelling in ops it has (`_SPELLINGS`)."""
+        if self.has_op(op_name):
+            return a.alu(getattr(self.tinygrad_ops, op_name), *rest)
+        return _SPELLINGS[op_name](self, a, *rest)
+
+
+def _divide_without_fdiv(run, a, b):
+    """a / b on a renderer without FDIV: a * (1/b) in float64 rounded back (the correctly
+    rounded quotient for float16 and float32: see the module's docstring); float64, or a
+    device without float64: a * (1/b) in the operands' dtype (within one ulp)."""
+    wide = run.tg.dtypes.float64
+    if a.dtype == wide or not run.has_dtype(wide):
+        return a * b.reciprocal()
+    return (a.cast(wide) * b.cast(wide).reciprocal()).cast(a.dtype)
+
+
+# ops sent as themselves (Runner.alu) -> their spelling where the device's renderer lacks them
+_SPELLINGS = {
+    "FDIV": _divide_without_fdiv,   # a * (1/b), in float64 where the device has it
+}
 
 
 def _reduce(run, node, srcs):

@@ -21,7 +21,8 @@ gradients):
 What has no counterpart (random bits not realized, multi-device ops, custom kernels,
 symbolic shapes) is refused with one line naming the tinygrad op and the Tensor function
 that made it. tinygrad's metadata (the Tensor function that made a node) becomes node
-metadata `name`; tinygrad 0.14 records no source location, so `loc` stays empty.
+metadata `name`; tinygrad 0.14 records no source location, so `loc` stays empty. Each node's
+`scope` comes from the module paths of the state_dict's keys (scopes.py).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ...core.ops import DType, dtypes, least_upper_dtype
 from ...core.uop import Metadata, UOp, next_serial, tag_new_nodes, valid_name
 from ._tinygrad import import_tinygrad, our_dtype
 from .export_rules import _rules
+from .scopes import assign_scopes
 
 
 class ExportError(UOpError):
@@ -81,6 +83,7 @@ def _translated(tg, outputs, inputs, state_dict):
     listed = set(given)
     graph = Graph(graph_outputs, given + [p for p in walk.params if p not in listed],
                   meta={"producer": "uopgrad tinygrad export", "tinygrad": _version()})
+    assign_scopes(graph, {key for key in state_dict or {} if key in named and key not in inputs})
     return graph, walk, named
 
 

@@ -16,6 +16,8 @@ Every node gets one home group. The tree, from the root (the whole graph) down:
   `uopgrad render`); their home is their first user's group.
 - A level never holds more than MAX_ITEMS items: more are split, in canonical order, into
   `part` groups (forward and backward apart), parts of parts if need be.
+- A level (the graph, a scope) of more than FOLD_AT items folds its single nodes and small
+  groups into `other` and `∇ other`.
 
 Every walk is iterative and in canonical order (Graph.nodes()), so the same graph gives the
 same tree.
@@ -33,6 +35,8 @@ from ..graphviz import MAIN, _scope_walk
 from ..graphviz import _children as sources_with_bodies  # sources, and a CALL's backward body
 
 MAX_ITEMS = 500  # items one level may hold: dot lays out 500 boxes in about a second
+FOLD_AT = 30     # items a level shows as boxes before its small ones fold into `other`
+FOLD_SIZE = 8    # a group of at most this many nodes is small: folded there
 
 
 def is_copied(node: UOp) -> bool:
@@ -48,7 +52,7 @@ class Group:
         self.id = gid
         self.parent = parent
         self.label = label
-        self.kind = kind            # graph, body, scope, call, part
+        self.kind = kind            # graph, body, scope, call, part, other
         self.backward = backward
         self.twin: Group | None = None   # a ∇ group's forward group, and back
         self.children: list[Group] = []
@@ -218,9 +222,12 @@ class Grouping:
                 group.nodes.append(i)
         self._totals()
         self._split_large()
+        self._totals()
+        self._fold_small()
         self._place_copies()
         self._totals()
         self._label_duplicates()
+        self._count_calls()
         for group in self.groups:
             group.children.sort(key=lambda g: g.first)
             group.nodes.sort()
@@ -244,7 +251,7 @@ class Grouping:
         group takes its forward twin's number."""
         for group in self.groups:
             for backward in (False, True):
-                kin = sorted((c for c in group.children if c.backward == backward and c.kind != "part"),
+                kin = sorted((c for c in group.children if c.backward == backward and c.kind not in ("part", "other")),
                              key=lambda g: g.first)
                 seen = Counter(child.label for child in kin)
                 count: Counter = Counter()
@@ -254,6 +261,19 @@ class Grouping:
                     elif seen[child.label] > 1:
                         count[child.label] += 1
                         child.label = f"{child.label} #{count[child.label]}"
+
+    def _count_calls(self) -> None:
+        """A call group of a front end that records no source location (tinygrad) holds
+        every call of its function in its scope: its panel says how many, counted as the
+        pieces its nodes make (calls that feed each other count once)."""
+        for group in self.groups:
+            if group.kind != "call" or " at " in group.detail:
+                continue
+            pieces = _pieces([self.order[i] for i in group.nodes])
+            if pieces > 1:
+                name = group.detail.rsplit(" of ", 1)[-1].split(" made")[0]
+                group.detail = (("backward of " if group.backward else "") + f"the nodes {pieces} calls of {name} "
+                                "made here (no source location tells them apart: counted as unconnected pieces)")
 
     def _split_large(self) -> None:
         """Levels of more than MAX_ITEMS items are split into parts, in canonical order: a
@@ -292,6 +312,52 @@ class Grouping:
             if len(group.children) > MAX_ITEMS:
                 work.append(group)
 
+    def _fold_small(self) -> None:
+        """A level (the graph or a scope) of more than FOLD_AT items folds its single nodes
+        and its small groups (FOLD_SIZE nodes at most, with their ∇ twins) into an `other`
+        group and a `∇ other` group: it stays readable at 1400x900 (ten-pixel labels)
+        however many loose ops a front end left in it. A call's group and a body are left
+        as they are: their nodes are what they show."""
+        for group in list(self.groups):
+            if group.kind not in ("graph", "scope"):
+                continue
+            nodes = [i for i in group.nodes if not is_copied(self.order[i])]
+            if len(group.children) + len(nodes) <= FOLD_AT:
+                continue
+            folded = []
+            for child in group.children:
+                unit = [child] + ([child.twin] if child.twin is not None and child.twin.parent is group else [])
+                if all(g.size <= FOLD_SIZE for g in unit):
+                    folded.append(child)
+            if len(folded) + len(nodes) < 2 or len(folded) == len(group.children):
+                continue  # nothing would be left beside `other`: the level's nodes are what it shows
+            gone = set(map(id, folded))
+            group.children = [child for child in group.children if id(child) not in gone]
+            moved = set(nodes)
+            group.nodes = [i for i in group.nodes if i not in moved]
+            for backward in (False, True):
+                items = [g for g in folded if g.backward == backward] + \
+                        [i for i in nodes if _is_backward(self.order[i]) == backward]
+                if items:
+                    self._other(group, items, backward)
+        self._totals()
+
+    def _other(self, parent: Group, items: list, backward: bool) -> Group:
+        groups = sum(1 for item in items if isinstance(item, Group))
+        what = ", ".join(filter(None, [f"{groups} small group{'s' if groups != 1 else ''}" if groups else "",
+                                       f"{len(items) - groups} single node{'s' if len(items) - groups != 1 else ''}"
+                                       if len(items) > groups else ""]))
+        other = self._new(parent, ("∇ " if backward else "") + "other", "other", backward,
+                          f"what {parent.label} holds besides its largest groups: {what}")
+        for item in items:
+            if isinstance(item, Group):
+                item.parent = other
+                other.children.append(item)
+            else:
+                other.nodes.append(item)
+                self.home[item] = other
+        return other
+
     def _item_backward(self, item) -> bool:
         return item.backward if isinstance(item, Group) else _is_backward(self.order[item])
 
@@ -308,6 +374,22 @@ class Grouping:
                 self.home[item] = part
         part.first = min(item.first if isinstance(item, Group) else item for item in items)
         return part
+
+
+def _pieces(nodes: list) -> int:
+    """How many pieces `nodes` make, joined by their edges among themselves."""
+    parent = {node: node for node in nodes}
+
+    def root(node):
+        while parent[node] is not node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return node
+    for node in nodes:
+        for src in node.src:
+            if src in parent:
+                parent[root(src)] = root(node)
+    return sum(1 for node in nodes if parent[node] is node)
 
 
 def _descendants(group: Group):

@@ -240,16 +240,16 @@
     return { x: x0 - 10, y: y0 - 10, w: x1 - x0 + 20, h: y1 - y0 + 20 };
   }
   function setViewBox(vb) { state.vb = vb; svg.setAttribute("viewBox", [vb.x, vb.y, vb.w, vb.h].map((v) => v.toFixed(1)).join(" ")); }
-  function fit(readable) {   // readable: no smaller than 0.45 px per unit, top of the level first
+  const MIN_SCALE = 1;   // labels are 10px at scale 1: neither fit goes below it (pan to see the rest)
+  function fit(readable) {   // readable: the top of the level first where it does not fit
     const box = visibleBox(), cw = svg.clientWidth || 800, ch = svg.clientHeight || 600;
-    let scale = Math.min(cw / box.w, ch / box.h, 1.6);
-    if (readable) scale = Math.max(scale, 0.45);
+    const scale = Math.max(Math.min(cw / box.w, ch / box.h, 1.6), MIN_SCALE);
     const w = cw / scale, h = ch / scale;
     setViewBox({ x: box.x + (box.w - w) / 2, y: box.h * scale > ch ? box.y : box.y + (box.h - h) / 2, w, h });
   }
   function centreOn(k) {
     const [, , x, y, w, h] = drawn.items[k], cw = svg.clientWidth || 800, ch = svg.clientHeight || 600;
-    const scale = Math.max(cw / state.vb.w, 0.8), vw = cw / scale, vh = ch / scale;
+    const scale = Math.max(cw / state.vb.w, MIN_SCALE), vw = cw / scale, vh = ch / scale;
     setViewBox({ x: x + w / 2 - vw / 2, y: y + h / 2 - vh / 2, w: vw, h: vh });
   }
   let drag = null;
@@ -357,6 +357,10 @@
     const row = (k, v) => rows.push("<tr><td>" + k + "</td><td>" + v + "</td></tr>");
     row("what", esc(G.detail[g]));
     row("nodes", String(G.size[g]));
+    const kids = [];
+    for (let k = 0; k < G.p.length; k++) if (G.p[k] === g) kids.push(k);
+    if (kids.length) row("holds", kids.length + " group" + (kids.length === 1 ? "" : "s") + ": "
+      + kids.slice(0, 12).map(groupLink).join(", ") + (kids.length > 12 ? ", …" : ""));
     row("ops", esc(G.mix[g]));
     if (G.twin[g] >= 0) row(G.bw[g] ? "differentiates" : "its gradient", groupLink(G.twin[g]));
     if (G.p[g] >= 0) row("inside", ancestors(G.p[g]).map(groupLink).join(" › "));
