@@ -23,6 +23,7 @@ from ..core.uop import UOp
 from .differentiate import _chosen_outputs, _known_good_graph, _target, _type, _unique
 
 DEFAULT_CHUNK = 256
+DEFAULT_LIMIT = 1 << 26  # elements of one Jacobian or Hessian block (512 MiB of float64)
 
 
 # ----------------------------------------------------------------------------- jvp, hvp

@@ -128,7 +128,9 @@ def _evaluate_on_tinygrad(graph, inputs: dict, device: str | None, simplify: str
               help="Elements compared per target, at most.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--literal", is_flag=True, help="Evaluate the gradient graph as written (not simplified as eval does).")
-def check(source, wrt, of_, specs, seed, samples, as_json, literal):
+@click.option("--transpose", is_flag=True, help="Forward mode: <u, J v> from jvp against <J^T u, v> from diff.")
+@click.option("--hvp", is_flag=True, help="Forward mode: hvp against finite differences of the gradient.")
+def check(source, wrt, of_, specs, seed, samples, as_json, literal, transpose, hvp):
     """Differentiate IN, evaluate the gradients in float64 and compare them with central
     finite differences on up to --samples elements per target.
 
@@ -142,6 +144,9 @@ def check(source, wrt, of_, specs, seed, samples, as_json, literal):
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     graph, _ = _read_graph(source)
     given = gather_inputs(graph.inputs, specs, seed, defaults=_onnx_weights())
+    if transpose or hvp:  # forward mode's checks (tools/forward_check.py)
+        from .forward import forward_check
+        return forward_check(graph, wrt_names, of_names or None, given, seed, as_json, hvp)
     total = sum(min(_size(graph, n), samples) for n in wrt_names if n in graph.input_names)
     with _progress_bar(total, "finite differences") as bar:
         report = check_gradients(graph, wrt_names, of_names or None, given, seed, samples, progress=bar.update,
