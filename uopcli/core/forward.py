@@ -63,8 +63,8 @@ class _Walk(NamedTuple):
 
     def fit(self, t: UOp | None, node: UOp) -> UOp | None:
         """Tangent `t` broadcast to `node`'s tangent shape (from a shape-() source)."""
-        if t is None:
-            return None
+        if t is None or (self.batch is None and t.shape == node.shape):
+            return t
         shape = self.shape(node)
         if t.shape == shape:
             return t
@@ -344,15 +344,24 @@ def _tangents(roots: list[UOp], seeds: dict[UOp, UOp], w: _Walk, since: int) -> 
     tangents = dict(seeds)
     get = tangents.get
     rules = FORWARD_RULES
+    calls = _CALL_OPS
     for node in scope_toposort(roots):
-        if node in seeds:
-            continue
         src = node.src
-        if not src:
+        if not src or node in seeds:
             continue
-        t = (None, *map(get, src[1:])) if node.op in _CALL_OPS else tuple(map(get, src))
-        if t.count(None) == len(t):
-            continue
+        if len(src) == 1:    # unrolled for one and two sources: most nodes, a million in a chain
+            t = get(src[0])
+            if t is None:
+                continue
+            t = (t,)
+        elif len(src) == 2 and node.op not in calls:
+            t = (get(src[0]), get(src[1]))
+            if t[0] is None and t[1] is None:
+                continue
+        else:
+            t = (None, *map(get, src[1:])) if node.op in calls else tuple(map(get, src))
+            if t.count(None) == len(t):
+                continue
         rule = rules.get(node.op)
         if rule is None:
             raise GradientError(f"no forward rule for {node.op}: {node!r}")
