@@ -14,6 +14,7 @@ STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 LINT_STAMP := $(VENV)/.installed-lint
 ONNX_STAMP := $(VENV)/.installed-onnx
+TORCH_STAMP := $(VENV)/.installed-torch
 OUT := out
 BENCH_ARGS ?=  # e.g. make bench BENCH_ARGS=--quick
 PYTEST_ARGS ?=  # e.g. make test PYTEST_ARGS=--runslow (the long fuzz run too)
@@ -101,7 +102,7 @@ demo: setup
 	@echo "Done. The gradient graph is in $(OUT)/mlp-grad.uop; its picture is $(CURDIR)/$(OUT)/mlp-grad.svg"
 
 # pytest exit status 5 means it collected no test: that is a failure here, and says so.
-test: setup chromium $(ONNX_STAMP)
+test: setup chromium $(ONNX_STAMP) $(TORCH_STAMP)
 	@$(RUN) $(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS); status=$$?; \
 		if [ $$status -eq 5 ]; then echo "make test: FAILED: pytest collected no tests" >&2; fi; \
 		exit $$status
@@ -128,6 +129,15 @@ $(ONNX_STAMP): $(STAMP)
 		$(PY) -m pip install "$$package" >>$(VENV)/install.log 2>&1 || \
 		echo "make: $$package cannot be installed for $$($(PY) --version 2>&1): its tests will skip (see $(VENV)/install.log)" >&2; \
 	done
+	@touch $@
+
+# torch==2.13.0 (the [torch-test] extra, a CPU build) for the forward-mode tests against
+# torch.func (tests/test_forward_torch.py); where it cannot be installed they skip, saying why.
+# Pinned: a bare `torch` would fetch a multi-GB CUDA build.
+$(TORCH_STAMP): $(STAMP)
+	@echo "make: installing torch==2.13.0 for the forward-mode tests against torch.func (pip's log: $(VENV)/install.log)"
+	@$(PY) -m pip install 'torch==2.13.0' >>$(VENV)/install.log 2>&1 || \
+		echo "make: torch==2.13.0 cannot be installed for $$($(PY) --version 2>&1): tests/test_forward_torch.py will skip (see $(VENV)/install.log)" >&2
 	@touch $@
 
 samples: venv
