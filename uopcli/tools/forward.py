@@ -20,7 +20,7 @@ from typing import Sequence
 from ..errors import GradientError
 from ..core.graph import Graph
 from ..core.uop import UOp
-from .differentiate import _chosen_outputs, _known_good_graph, _target, _type, _unique
+from .differentiate import COTANGENTS, _chosen_outputs, _known_good_graph, _seeds, _target, _type, _unique
 
 DEFAULT_CHUNK = 256
 DEFAULT_LIMIT = 1 << 26  # elements of one Jacobian or Hessian block (512 MiB of float64)
@@ -45,16 +45,18 @@ def jvp(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None, keep_
                              _meta(graph, jvp_of=",".join(of), jvp_wrt=",".join(_names(wrt))))
 
 
-def hvp(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None) -> Graph:
+def hvp(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None, cotangent: str | None = None) -> Graph:
     """The Hessian-vector products of scalar output `of` along `tangent_<name>` inputs,
-    forward over reverse: the JVP of its gradient. Outputs `hvp_<name>` per `wrt` name."""
+    forward over reverse: the JVP of its gradient. Outputs `hvp_<name>` per `wrt` name.
+    A non-scalar output is weighted as `differentiate` weighs it (`cotangent` "ones", or
+    "input": a new input `cotangent_<output>` before the tangents): H of sum(u * output)."""
     from ..core.forward import compute_jvp
     targets, params = _tangent_inputs(graph, wrt)
-    loss = _scalar_output(graph, of)
-    grads = _gradients(graph, loss, targets)
+    loss = _one_output(graph, of, cotangent)
+    grads, cotangent_inputs = _gradients(graph, loss, targets, cotangent)
     found = compute_jvp(grads, dict(zip(targets, params)))
     outputs = [(f"hvp_{name}", _or_zeros(found[g], g)) for name, g in zip(_names(wrt), grads)]
-    return _known_good_graph(outputs, [*graph.inputs, *params],
+    return _known_good_graph(outputs, [*graph.inputs, *cotangent_inputs, *params],
                              _meta(graph, hvp_of=loss, hvp_wrt=",".join(_names(wrt))))
 
 
@@ -77,18 +79,19 @@ def jacobian(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None, 
 
 
 def hessian(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None, chunk: int = DEFAULT_CHUNK,
-            limit: int | None = None) -> Graph:
+            limit: int | None = None, cotangent: str | None = None) -> Graph:
     """The Hessian blocks of scalar output `of`: `hessian_<a>_<b>` = d2 of / da db, shape
-    a.shape + b.shape, for each pair of `wrt` names (the Jacobian of the gradient)."""
+    a.shape + b.shape, for each pair of `wrt` names (the Jacobian of the gradient); a
+    non-scalar output weighted by `cotangent`, as in `hvp`."""
     targets = [_target(_inputs(graph), name) for name in _unique(list(wrt), "wrt")]
-    loss = _scalar_output(graph, of)
+    loss = _one_output(graph, of, cotangent)
     names = [[f"hessian_{a}_{b}" for b in _names(wrt)] for a in _names(wrt)]
     _check_sizes([(n, a, b) for row, a in zip(names, targets) for n, b in zip(row, targets)], limit)
-    grads = _gradients(graph, loss, targets)
+    grads, cotangent_inputs = _gradients(graph, loss, targets, cotangent)
     columns = [_columns(grads, b, chunk) for b in targets]
     outputs = [(names[i][k], _matrix(columns[k][i], grads[i], b)) for i in range(len(targets))
                for k, b in enumerate(targets)]
-    return _known_good_graph(outputs, list(graph.inputs),
+    return _known_good_graph(outputs, [*graph.inputs, *cotangent_inputs],
                              _meta(graph, hessian_of=loss, hessian_wrt=",".join(_names(wrt))))
 
 
@@ -186,22 +189,26 @@ def _float_outputs(graph: Graph, of: Sequence[str] | None) -> list[str]:
     return of
 
 
-def _scalar_output(graph: Graph, of: Sequence[str] | None) -> str:
+def _one_output(graph: Graph, of: Sequence[str] | None, cotangent: str | None) -> str:
+    if cotangent not in COTANGENTS:
+        raise GradientError(f"cotangent must be 'ones', 'input' or None, got {cotangent!r}")
     chosen = _chosen_outputs(graph, of)
     if len(chosen) != 1:
-        raise GradientError(f"a Hessian is of one scalar output; --of names {len(chosen)}")
+        raise GradientError(f"a Hessian is of one output; --of names {len(chosen)}")
     out = graph.outputs[chosen[0]]
-    if out.shape != () or not out.dtype.is_float:
+    if out.shape is None or not out.dtype.is_float or (out.shape != () and cotangent is None):
         raise GradientError(f"output {chosen[0]!r} is {_type(out)}: a Hessian needs a floating-point scalar "
-                            f"(reduce it to one first, e.g. a loss)")
+                            f"(or a weighting of a float output: --cotangent ones, or input)")
     return chosen[0]
 
 
-def _gradients(graph: Graph, loss: str, targets: list[UOp]) -> list[UOp]:
+def _gradients(graph: Graph, loss: str, targets: list[UOp], cotangent: str | None) -> tuple[list[UOp], list[UOp]]:
+    """The gradients of output `loss` (seeded as differentiate seeds it), and the new
+    cotangent inputs."""
     from ..core.gradient import compute_gradient
-    root = graph.outputs[loss]
-    grads = compute_gradient(root, UOp.const(1.0, root.dtype), targets)
-    return [grads[t] for t in targets]
+    (seed,), new_inputs = _seeds(graph, [loss], cotangent)
+    grads = compute_gradient(graph.outputs[loss], seed, targets)
+    return [grads[t] for t in targets], new_inputs
 
 
 def _or_zeros(t: UOp | None, like: UOp) -> UOp:

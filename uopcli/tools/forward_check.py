@@ -67,7 +67,7 @@ class TransposeReport:
                 f"{'ok' if t.passed else 'FAILED'}" for t in self.trials]
         out.append(f"ok: jvp and diff of {', '.join(self.of)} are each other's transpose (float64, rel tol "
                    f"{REL_TOL:g})" if self.passed else
-                   f"FAILED: <u, J v> and <J^T u, v> differ: a forward or reverse rule is wrong")
+                   "FAILED: <u, J v> and <J^T u, v> differ: a forward or reverse rule is wrong")
         return out
 
 

@@ -20,6 +20,11 @@ def _writing_options(fn):
     return fn
 
 
+def _cotangent_option(fn):
+    return click.option("--cotangent", type=click.Choice(["ones", "input"]), help="Weighting of a non-scalar output "
+                        "(H of sum(u * output)): all ones, or a new input cotangent_<output>.")(fn)
+
+
 def _matrix_options(fn):
     fn = click.option("--chunk", type=click.IntRange(min=1), default=256, show_default=True, metavar="N",
                       help="Basis tangents pushed through the graph at a time (bounds the memory of evaluating it).")(fn)
@@ -81,14 +86,15 @@ def jvp(source, wrt, of_, keep_forward, output, stats, simplify_, opset):
 @click.option("--wrt", required=True, metavar="NAMES", help="Inputs of the Hessian (w,b): outputs hvp_w, hvp_b; "
               "new inputs tangent_w, tangent_b.")
 @click.option("--of", "of_", metavar="NAME", help="The scalar output (default: the only one).")
+@_cotangent_option
 @_writing_options
-def hvp(source, wrt, of_, output, stats, simplify_, opset):
+def hvp(source, wrt, of_, cotangent, output, stats, simplify_, opset):
     """Write H v for scalar output --of: hvp_<name> = sum over the --wrt inputs b of
     d2 of / d<name> db applied to tangent_b, the JVP of the gradient graph. Inputs: IN's,
     then tangent_<name> per --wrt name."""
     from ...tools.forward import hvp as build
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
-    _run(lambda g: build(g, wrt_names, of_names or None), source, output, stats, simplify_, opset)
+    _run(lambda g: build(g, wrt_names, of_names or None, cotangent), source, output, stats, simplify_, opset)
 
 
 @_command("jacobian", short="Full Jacobians, output.shape + input.shape, by batched forward mode.", example="""\
@@ -115,18 +121,18 @@ def jacobian(source, wrt, of_, chunk, output, stats, simplify_, opset):
 @click.argument("source", metavar="IN")
 @click.option("--wrt", required=True, metavar="NAMES", help="Inputs: one hessian_<a>_<b> per pair.")
 @click.option("--of", "of_", metavar="NAME", help="The scalar output (default: the only one).")
+@_cotangent_option
 @_matrix_options
 @_writing_options
-def hessian(source, wrt, of_, chunk, output, stats, simplify_, opset):
+def hessian(source, wrt, of_, cotangent, chunk, output, stats, simplify_, opset):
     """Write hessian_<a>_<b> = d2 of / da db (shape a.shape + b.shape) for each pair of
     --wrt inputs: the Jacobian of the gradient, --chunk basis tangents at a time. A block
     above --limit max_tensor_elements is refused, saying its size."""
     from ...tools.forward import hessian as build
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     limit = _size_limit()
-    _run(lambda g: build(g, wrt_names, of_names or None, chunk, limit), source, output, stats, simplify_, opset)
-
-
+    _run(lambda g: build(g, wrt_names, of_names or None, chunk, limit, cotangent), source, output, stats, simplify_,
+         opset)
 
 
 def forward_check(graph, wrt, of, given, seed, as_json, hvp) -> int:
