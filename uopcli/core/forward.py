@@ -282,7 +282,8 @@ FORWARD_RULES = {
     Ops.NEG: lambda y, t, w: _neg(t[0]),                                  # -dx
     Ops.RECIPROCAL: _unary(lambda y: _neg(_mul(y, y))),                   # -y^2 dx
     Ops.SQRT: lambda y, t, w: _div(t[0], w.lift(_mul(y, _const(y, 2.0)), t[0])),  # dx / (2y)
-    Ops.EXP2: _unary(lambda y: _mul(y, _const(y, LN2))),                  # y ln2 dx
+    Ops.EXP2: lambda y, t, w: _mul(_mul(t[0], _const(y, LN2)), w.lift(y, t[0])),  # (dx ln2) y: ln2 beside dx,
+    # where simplify folds it with dx's own constant factor (exp(x) = 2^(x/ln2): the two cancel)
     Ops.LOG2: lambda y, t, w: _div(t[0], w.lift(_mul(y.src[0], _const(y, LN2)), t[0])),  # dx / (x ln2)
     Ops.SIN: _unary(lambda y: _sin(_sub(_const(y, math.pi / 2), y.src[0]))),  # sin(pi/2 - x) dx
     Ops.TRUNC: _none,                                                     # piecewise constant: 0
@@ -345,6 +346,7 @@ def _tangents(roots: list[UOp], seeds: dict[UOp, UOp], w: _Walk, since: int) -> 
     get = tangents.get
     rules = FORWARD_RULES
     calls = _CALL_OPS
+    metas_get, set_meta = _tangent_metas.get, object.__setattr__
     for node in scope_toposort(roots):
         src = node.src
         if not src or node in seeds:
@@ -370,8 +372,12 @@ def _tangents(roots: list[UOp], seeds: dict[UOp, UOp], w: _Walk, since: int) -> 
             continue
         if node.shape is not None and out.shape != w.shape(node):
             out = w.fit(out, node)
-        if out.serial >= since and out.meta is None:
-            tag_new_nodes(out, since, _tangent_meta(node))
+        if out.serial >= since and out.meta is None:  # new: tag it and what is new under it
+            meta = metas_get(node.meta) or _tangent_meta(node)
+            set_meta(out, "meta", meta)
+            for made in out.src:  # usually tangents tagged already: skip the walk's set-up
+                if made.meta is None and made.serial >= since:
+                    tag_new_nodes(made, since, meta)
         tangents[node] = out
     return tangents
 
