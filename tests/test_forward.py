@@ -78,13 +78,15 @@ def test_every_rule_is_the_transpose_of_its_reverse_rule(case):
     names = ["v"] if case == "AFTER/STORE" else list(inputs)
     lin = linearize([out], [params[k] for k in names])
     u = RNG.uniform(-1, 1, out.shape)
-    back = transpose(lin, [UOp.buffer(u)])
+    reverse = compute_gradient(out, UOp.buffer(u), [params[k] for k in names])   # the reverse table
     v = _tangent_values(inputs, 3)
     feed = {**inputs, **{f"tangent_{k}": v[k] for k in names}}
     (jv,) = evaluate(lin.tangent_outputs, feed)
-    jtu = evaluate(back, feed)
-    left, right = float(np.sum(u * jv)), float(sum(np.sum(g * v[k]) for g, k in zip(jtu, names)))
-    assert abs(left - right) <= 1e-12 * max(1.0, float(np.sum(np.abs(u * jv)))), (left, right)
+    left = float(np.sum(u * jv))
+    for back in (transpose(lin, [UOp.buffer(u)]), [reverse[params[k]] for k in names]):  # and the linear graph's
+        jtu = evaluate(back, feed)
+        right = float(sum(np.sum(g * v[k]) for g, k in zip(jtu, names)))
+        assert abs(left - right) <= 1e-12 * max(1.0, float(np.sum(np.abs(u * jv)))), (left, right)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -123,9 +125,17 @@ def _integer_paths(x):
     return through_int + (x < 1.0).where(x * x, x.sin()) + x.trunc()
 
 
+def _two_site_function(a, b):
+    """A FUNCTION called twice, its args swapped at the second call: tangent bodies both ways."""
+    first = UOp.trace_function("f", lambda p, q: (p * q.sin(), (p - q).exp2()), a, b)
+    second = UOp.trace_function("f", lambda p, q: (p * q.sin(), (p - q).exp2()), b, first[0])
+    return second[0] + second[1] * first[1]
+
+
 @pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.float32, dtypes.float64], ids=lambda d: d.name)
 def test_check_transpose_passes_for_every_op_in_every_float_dtype(dtype):
-    cases = {**{c: CASES[c] for c in DTYPE_CASES}, "integer paths": (_integer_paths, {"x": a3(0.5, 2.5, -3.0)})}
+    cases = {**{c: CASES[c] for c in DTYPE_CASES}, "integer paths": (_integer_paths, {"x": a3(0.5, 2.5, -3.0)}),
+             "FUNCTION": (_two_site_function, {"a": a3(0.5, -1.0, 2.0), "b": a3(1.5, 0.25, -0.75)})}
     failures = []
     for case, (build, inputs) in cases.items():
         params = _params(inputs, dtype)
