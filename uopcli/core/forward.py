@@ -31,7 +31,7 @@ from typing import Iterable, Mapping, NamedTuple
 from ..errors import GradientError
 from .gradient import (LN2, GRADIENT_RULES, _add, _bind, _cast, _closed_body, _const, _div, _eq, _expand, _lt,
                        _mul, _neg, _reduce, _reshape, _sin, _sub, _sum_axes, _where, _zero)
-from .ops import Ops, dtypes
+from .ops import Ops
 from .uop import Metadata, UOp, make_shaped, next_serial, tag_new_nodes
 from .walks import no_gc, on_a_deep_stack, scope_sources, scope_toposort
 
@@ -459,4 +459,4 @@ def transpose(lin: Linearized, cotangents: Iterable[UOp]) -> list[UOp]:
 
 
 __all__ = ["FORWARD_RULES", "TANGENT_SCOPE", "Linearized", "compute_jvp", "is_tangent", "jvp", "linearize",
-           "transpose", "dtypes"]
+           "transpose"]
