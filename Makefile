@@ -14,6 +14,7 @@ STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 LINT_STAMP := $(VENV)/.installed-lint
 ONNX_STAMP := $(VENV)/.installed-onnx
+TORCH_STAMP := $(VENV)/.installed-torch
 OUT := out
 BENCH_ARGS ?=  # e.g. make bench BENCH_ARGS=--quick
 PYTEST_ARGS ?=  # e.g. make test PYTEST_ARGS=--runslow (the long fuzz run too)
@@ -25,7 +26,8 @@ TEST_WORKERS ?= auto
 TOUR_FILES := mlp-grad-small.uop both.uop broken.uop d1.uop d2.uop d3.uop d4.uop d5.uop grad.uop grad_b2.dot \
 	mlp-grad.svg mlp-grad.uop mlp-train.uop poly.json poly.uop rnn.png vjp.uop x.npy attention-grad.svg \
 	model.uop grad.svg model-grad.uop gradient-check.json mlp-grad.html mlp-train.html values.npz \
-	grad.onnx gpt.onnx cnn-grad.onnx back.uop bert-grad.uop bert-grad.npz mlp-dynamic.onnx
+	grad.onnx gpt.onnx cnn-grad.onnx back.uop bert-grad.uop bert-grad.npz mlp-dynamic.onnx \
+	fwd-jvp.uop fwd-hvp.uop fwd-hess.uop mlp-hvp.onnx
 # pip: no prompts, no version nagging; the venv's own bin first so tests find `uopgrad`
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
@@ -102,7 +104,7 @@ demo: setup
 	@echo "Done. The gradient graph is in $(OUT)/mlp-grad.uop; its picture is $(CURDIR)/$(OUT)/mlp-grad.svg"
 
 # pytest exit status 5 means it collected no test: that is a failure here, and says so.
-test: setup chromium $(ONNX_STAMP)
+test: setup chromium $(ONNX_STAMP) $(TORCH_STAMP)
 	@$(RUN) $(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS); status=$$?; \
 		if [ $$status -eq 5 ]; then echo "make test: FAILED: pytest collected no tests" >&2; fi; \
 		exit $$status
@@ -129,6 +131,15 @@ $(ONNX_STAMP): $(STAMP)
 		$(PY) -m pip install "$$package" >>$(VENV)/install.log 2>&1 || \
 		echo "make: $$package cannot be installed for $$($(PY) --version 2>&1): its tests will skip (see $(VENV)/install.log)" >&2; \
 	done
+	@touch $@
+
+# torch==2.13.0 (the [torch-test] extra, a CPU build) for the forward-mode tests against
+# torch.func (tests/test_forward_torch.py); where it cannot be installed they skip, saying why.
+# Pinned: a bare `torch` would fetch a multi-GB CUDA build.
+$(TORCH_STAMP): $(STAMP)
+	@echo "make: installing torch==2.13.0 for the forward-mode tests against torch.func (pip's log: $(VENV)/install.log)"
+	@$(PY) -m pip install 'torch==2.13.0' >>$(VENV)/install.log 2>&1 || \
+		echo "make: torch==2.13.0 cannot be installed for $$($(PY) --version 2>&1): tests/test_forward_torch.py will skip (see $(VENV)/install.log)" >&2
 	@touch $@
 
 samples: venv

@@ -78,6 +78,7 @@ assert set(FAMILY_COLOURS) == set(FAMILY.values()), "every op family has a colou
 
 FORWARD_BORDER = "#4d4d4d"
 BACKWARD_BORDER = "#c0392b"   # red, dashed and thick: differentiation made this node
+TANGENT_BORDER = "#1f78b4"    # blue, dotted and thick: forward mode (jvp, hvp) made this node
 FONT = "Helvetica"
 
 # Ops whose source order changes the result: their edges carry the source index.
@@ -462,17 +463,22 @@ class _Drawing:
     def _node(self, scope, node: UOp, indent: str, node_id: str | None = None, reference: bool = False) -> None:
         self.families.add(FAMILY[node.op])
         backward = node.meta is not None and node.meta.backward
-        meta_colour = BACKWARD_BORDER if backward else "#444444"
+        tangent = _is_tangent(node.meta)  # forward mode's own family: its scope is under ∂
+        meta_colour = TANGENT_BORDER if tangent else BACKWARD_BORDER if backward else "#444444"
         attrs = {"fillcolor": _q(_fill(node)), "tooltip": _q(_tooltip(node))}
         if node in self.inputs and scope is MAIN:
             attrs["label"] = _html_label(node.arg, [(f"input {type_text(node)}", "#222222")])
             attrs.update(shape="invhouse", style='"filled"', penwidth="2.5", color='"#000000"')
         else:
             head = f"{node.op} {arg_text(node)}".rstrip()
-            attrs["label"] = _html_label(head, [(type_text(node), "#222222"), (meta_text(node), meta_colour)])
+            meta_line = f"∂ {meta_text(node)}".rstrip() if tangent else meta_text(node)
+            attrs["label"] = _html_label(head, [(type_text(node), "#222222"), (meta_line, meta_colour)])
             if node.op in CALLS and self.collapse:
                 attrs.update(shape="box3d", style='"filled"', penwidth="1.5")
-        if backward:
+        if tangent:
+            self.families.add("tangent")
+            attrs.update(style='"filled,dotted"', penwidth="2.6", color=f'"{TANGENT_BORDER}"')
+        elif backward:
             attrs.update(style='"filled,dashed"', penwidth="2.2", color=f'"{BACKWARD_BORDER}"')
         if reference:  # a long edge's source, drawn in full above: a small dotted pointer to it
             head = node.arg if node in self.inputs and scope is MAIN else f"{node.op} {arg_text(node)}".rstrip()
@@ -563,7 +569,7 @@ class _Drawing:
 
     def _legend(self) -> None:
         rows = ['<TR><TD COLSPAN="2"><B>legend</B></TD></TR>']
-        for family, (colour, text) in FAMILY_COLOURS.items():
+        for family, (colour, text) in FAMILY_COLOURS.items():  # (the "tangent" mark is no op family)
             if family in self.families:
                 rows.append(f'<TR><TD BGCOLOR="{colour}" WIDTH="18"> </TD><TD ALIGN="LEFT">{_e(text)}</TD></TR>')
         rows.append('<TR><TD BORDER="1" STYLE="rounded" BGCOLOR="#ffffff" WIDTH="18"> </TD>'
@@ -571,6 +577,10 @@ class _Drawing:
         rows.append(f'<TR><TD BORDER="2" COLOR="{BACKWARD_BORDER}" BGCOLOR="#ffffff" WIDTH="18">∇</TD>'
                     f'<TD ALIGN="LEFT"><FONT COLOR="{BACKWARD_BORDER}">backward node (∇ forward fn; '
                     f'dashed red border)</FONT></TD></TR>')
+        if "tangent" in self.families:
+            rows.append(f'<TR><TD BORDER="2" COLOR="{TANGENT_BORDER}" BGCOLOR="#ffffff" WIDTH="18">∂</TD>'
+                        f'<TD ALIGN="LEFT"><FONT COLOR="{TANGENT_BORDER}">tangent node (∂: made by forward mode, '
+                        f'jvp/hvp; dotted blue border)</FONT></TD></TR>')
         rows.append('<TR><TD COLSPAN="2" ALIGN="LEFT">inputs and outputs: named, thick black border</TD></TR>')
         if any(reference for copies in self.copies.values() for _, _, reference in copies):
             rows.append('<TR><TD COLSPAN="2" ALIGN="LEFT">↑ dotted box: that node, drawn higher up</TD></TR>')
@@ -580,6 +590,11 @@ class _Drawing:
         self.lines.append('    label="" style="rounded" color="#bbbbbb";')
         self.lines.append(f'    legend [shape=plaintext style="" label={table}];')
         self.lines.append("  }")
+
+
+def _is_tangent(meta) -> bool:
+    from ..core.forward import is_tangent
+    return is_tangent(meta)
 
 
 def _call_name(call: UOp) -> str:

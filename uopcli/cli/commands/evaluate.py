@@ -171,7 +171,9 @@ def _evaluate_on_tinygrad(graph, inputs: dict, device: str | None, simplify: str
               help="Random directions through every target at once, two evaluations each.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--literal", is_flag=True, help="Evaluate the gradient graph as written (not simplified as eval does).")
-def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal):
+@click.option("--transpose", is_flag=True, help="Forward mode: <u, J v> from jvp against <J^T u, v> from diff.")
+@click.option("--hvp", is_flag=True, help="Forward mode: hvp against finite differences of the gradient.")
+def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal, transpose, hvp):
     """Differentiate IN, evaluate the gradients in float64 and compare them with central
     finite differences: along --directions random directions through every target at once
     (<grad, v> against (L(x+hv) - L(x-hv))/2h), and on up to --samples elements per target.
@@ -191,6 +193,9 @@ def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal):
     graph, _ = _read_graph(source)
     _explain_inputs(source, graph, specs, True)
     given = gather_inputs(graph.inputs, specs, seed, defaults=_onnx_weights())
+    if transpose or hvp:  # forward mode's checks (tools/forward_check.py)
+        from .forward import forward_check
+        return forward_check(graph, wrt_names, of_names or None, given, seed, as_json, hvp)
     total = planned_evaluations(graph, wrt_names, samples, directions, of_names or None)
     with _progress_bar(total, "finite differences") as bar:
         report = check_gradients(graph, wrt_names, of_names or None, given, seed, samples, progress=bar.update,

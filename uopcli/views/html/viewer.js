@@ -30,6 +30,7 @@
   function typeText(i) { const s = N.sh[i]; return s < 0 ? "" : D.dtypes[N.dt[i]] + "[" + D.shapes[s] + "]"; }
   function meta(i) { const m = N.meta[i]; return m < 0 ? null : D.metas[m]; }
   function isBackward(i) { const m = meta(i); return !!(m && m[3]); }
+  function isTangent(i) { const m = meta(i); return !!(m && m[2] && (m[2] === "∂" || m[2].startsWith("∂/"))); }  // forward mode's nodes
   function metaText(i) {
     const m = meta(i);
     if (!m) return "";
@@ -83,6 +84,7 @@
     let css = "text{font:10px Helvetica,Arial,sans-serif;fill:#222}text.h{font-weight:bold}"
       + ".it rect.box{stroke:#4d4d4d;stroke-width:1}.it.bw rect.box{stroke:#c0392b;stroke-width:2;stroke-dasharray:5 3}"
       + ".it.g rect.box{fill:#f6fbfa;stroke:#2a9d8f;stroke-width:1.5}.it.g.bw rect.box{fill:#fdf3f2;stroke:#c0392b}"
+      + ".it.tg rect.box{stroke:#1f78b4;stroke-width:2.5;stroke-dasharray:1 3}"
       + ".it.in rect.box,.it.out rect.box{stroke:#000;stroke-width:2.5}"
       + ".it.c rect.box,.it.r rect.box{fill:#fff;stroke:#888;stroke-dasharray:2 2}.it.c text,.it.r text{fill:#555}"
       + ".it.sel rect.box{stroke:#f39c12;stroke-width:4;stroke-dasharray:none}"
@@ -121,7 +123,8 @@
   function itemSvg(k, kind, ref, x, y, w, h) {
     let cls, body, title;
     if (kind === NODE) {
-      cls = "it n f" + D.opFam[N.op[ref]] + (inputName.has(ref) ? " in" : "") + (outputNames.has(ref) ? " out" : "");
+      cls = "it n f" + D.opFam[N.op[ref]] + (inputName.has(ref) ? " in" : "") + (outputNames.has(ref) ? " out" : "")
+        + (isTangent(ref) ? " tg" : "");
       body = '<rect class="box" width="' + w + '" height="' + h + '" rx="' + (isBackward(ref) ? 0 : 5) + '"/>'
         + textLines(nodeLines(ref), w, true);
       title = shortName(ref);
@@ -496,6 +499,7 @@
   $("legend-body").innerHTML = D.fam.map(([name, colour, text]) => '<div><span class="swatch" style="background:' + colour + '"></span>'
     + esc(text) + "</div>").join("")
     + '<div><span class="swatch" style="border:2px dashed #c0392b"></span>backward (∇): made by differentiation</div>'
+    + '<div><span class="swatch" style="border:2.5px dotted #1f78b4"></span>tangent (∂ scope): made by forward mode (jvp, hvp)</div>'
     + '<div><span class="swatch" style="border:1.5px solid #2a9d8f;background:#f6fbfa"></span>a group: click to open; the bar is its op families</div>'
     + '<div><span class="swatch" style="border:1px dotted #888"></span>a constant beside its user, or ↑ a source drawn higher up</div>';
   window.uopViewer = { state, timing, open, goTo, search, focus, highlightPath, svgText, centre: centreOn, draw: () => drawn };

@@ -1,0 +1,395 @@
+"""Forward mode (core/forward.py, tools/forward.py, tools/forward_check.py): every rule
+against central finite differences in float64 and against the reverse rule (the transpose
+test, in every float dtype), batched tangents against one at a time, zero tangents that
+make no nodes, calls, deep graphs, JAX's linearize/transpose, Jacobians and Hessians."""
+
+import math
+import sys
+
+import numpy as np
+import pytest
+
+from _reference_eval import assert_shapes_as_inferred, evaluate, reference_evaluate
+from test_gradient import ELEMENTWISE_CASES, MOVEMENT_CASES, REDUCE_CASES, a3, nested_functions
+from uopcli import GradientError, Ops, UOp, dtypes
+from uopcli.core.forward import FORWARD_RULES, TANGENT_SCOPE, compute_jvp, is_tangent, jvp, linearize, transpose
+from uopcli.core.gradient import GRADIENT_RULES, compute_gradient
+from uopcli.core.graph import Graph
+from uopcli.core.ops import ALL_OPS, LEAF
+from uopcli.core.walks import no_gc, toposort
+from uopcli.tools import forward as graph_forward
+from uopcli.tools.forward_check import check_hvp, check_transpose
+
+f64 = dtypes.float64
+RNG = np.random.default_rng(11)
+
+CASES = {**{k: v for k, v in ELEMENTWISE_CASES.items()},
+         **{f"reduce {k}": (b, {"x": x}) for k, (b, x) in REDUCE_CASES.items()},
+         **{f"movement {k}": (b, {"x": RNG.normal(size=(2, 3))}) for k, b in MOVEMENT_CASES.items()}}
+
+
+def _params(inputs, dtype=f64):
+    return {k: UOp.param(k, np.shape(v), dtype) for k, v in inputs.items()}
+
+
+def _tangent_values(inputs, seed=0):
+    rng = np.random.default_rng(seed)
+    return {k: rng.uniform(-1, 1, np.shape(v)) for k, v in inputs.items()}
+
+
+def _directional_difference(out, inputs, direction, eps=1e-6):
+    """(f(x + eps v) - f(x - eps v)) / 2 eps by the reference evaluator."""
+    up = {k: np.asarray(v, np.float64) + eps * direction[k] for k, v in inputs.items()}
+    down = {k: np.asarray(v, np.float64) - eps * direction[k] for k, v in inputs.items()}
+    return (reference_evaluate([out], up)[0] - reference_evaluate([out], down)[0]) / (2 * eps)
+
+
+# ----------------------------------------------------------------------------- every rule
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_rule_matches_finite_differences(case):
+    build, inputs = CASES[case]
+    inputs = {k: np.asarray(v, np.float64) for k, v in inputs.items()}
+    params = _params(inputs)
+    out = build(**params)
+    v = _tangent_values(inputs)
+    tangent_params = {params[k]: UOp.param(f"t_{k}", np.shape(x), f64) for k, x in inputs.items()}
+    (tangent,) = compute_jvp([out], tangent_params).values()
+    assert tangent is not None and tangent.shape == out.shape and tangent.dtype is f64
+    assert_shapes_as_inferred([tangent])
+    feed = {**inputs, **{f"t_{k}": v[k] for k in inputs}}
+    (value,) = evaluate([tangent], feed)
+    if case == "AFTER/STORE":   # d's value is overwritten: only v's direction matters
+        v["d"] = np.zeros_like(v["d"])
+        (value,) = evaluate([tangent], {**feed, "t_d": v["d"]})
+    if case == "MAX ties":      # at a tie the central difference is the mean of both slopes: the split rule
+        np.testing.assert_allclose(value, (v["a"] + v["b"]) / 2, rtol=1e-12)
+        return
+    np.testing.assert_allclose(value, _directional_difference(out, inputs, v), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_rule_is_the_transpose_of_its_reverse_rule(case):
+    """<u, J v> from the forward rules equals <J^T u, v> from the reverse rules, to rounding."""
+    build, inputs = CASES[case]
+    inputs = {k: np.asarray(v, np.float64) for k, v in inputs.items()}
+    params = _params(inputs)
+    out = build(**params)
+    names = ["v"] if case == "AFTER/STORE" else list(inputs)
+    lin = linearize([out], [params[k] for k in names])
+    u = RNG.uniform(-1, 1, out.shape)
+    reverse = compute_gradient(out, UOp.buffer(u), [params[k] for k in names])   # the reverse table
+    v = _tangent_values(inputs, 3)
+    feed = {**inputs, **{f"tangent_{k}": v[k] for k in names}}
+    (jv,) = evaluate(lin.tangent_outputs, feed)
+    left = float(np.sum(u * jv))
+    for back in (transpose(lin, [UOp.buffer(u)]), [reverse[params[k]] for k in names]):  # and the linear graph's
+        jtu = evaluate(back, feed)
+        right = float(sum(np.sum(g * v[k]) for g, k in zip(jtu, names)))
+        assert abs(left - right) <= 1e-12 * max(1.0, float(np.sum(np.abs(u * jv)))), (left, right)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_batched_tangents_are_the_tangents_one_at_a_time(case):
+    build, inputs = CASES[case]
+    inputs = {k: np.asarray(v, np.float64) for k, v in inputs.items()}
+    params = _params(inputs)
+    out = build(**params)
+    name = "v" if case == "AFTER/STORE" else next(iter(inputs))
+    x = params[name]
+    directions = RNG.uniform(-1, 1, (3, *x.shape))
+    (batched,) = compute_jvp([out], {x: UOp.buffer(directions)}, batch=3).values()
+    assert batched.shape == (3, *out.shape)
+    assert_shapes_as_inferred([batched])
+    (values,) = evaluate([batched], inputs)
+    for k in range(3):
+        (one,) = compute_jvp([out], {x: UOp.buffer(directions[k])}).values()
+        np.testing.assert_allclose(values[k], evaluate([one], inputs)[0], rtol=1e-13, atol=1e-14)
+
+
+def test_every_op_of_the_format_has_a_forward_row_beside_its_reverse_row():
+    ops = set(ALL_OPS) - LEAF
+    assert ops <= set(FORWARD_RULES)
+    assert {k for k in GRADIENT_RULES if isinstance(k, tuple)} == {k for k in FORWARD_RULES if isinstance(k, tuple)}
+
+
+# the transpose check in every float dtype: the graph built in that dtype, as jvp and diff
+# build it (float16's accumulating casts included), then promoted to float64
+DTYPE_CASES = [c for c in CASES if c not in ("AFTER/STORE",)]
+
+
+def _integer_paths(x):
+    """Comparisons, integer ops and bitcasts on the way: no tangent, no gradient."""
+    bits = {dtypes.float16: dtypes.int16, dtypes.float32: dtypes.int32, dtypes.float64: dtypes.int64}[x.dtype]
+    through_int = (x.cast(dtypes.int32) // 2).cast(x.dtype) + x.bitcast(bits).cast(x.dtype) * 0.0
+    return through_int + (x < 1.0).where(x * x, x.sin()) + x.trunc()
+
+
+def _two_site_function(a, b):
+    """A FUNCTION called twice, its args swapped at the second call: tangent bodies both ways."""
+    first = UOp.trace_function("f", lambda p, q: (p * q.sin(), (p - q).exp2()), a, b)
+    second = UOp.trace_function("f", lambda p, q: (p * q.sin(), (p - q).exp2()), b, first[0])
+    return second[0] + second[1] * first[1]
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.float32, dtypes.float64], ids=lambda d: d.name)
+def test_check_transpose_passes_for_every_op_in_every_float_dtype(dtype):
+    cases = {**{c: CASES[c] for c in DTYPE_CASES}, "integer paths": (_integer_paths, {"x": a3(0.5, 2.5, -3.0)}),
+             "FUNCTION": (_two_site_function, {"a": a3(0.5, -1.0, 2.0), "b": a3(1.5, 0.25, -0.75)})}
+    failures = []
+    for case, (build, inputs) in cases.items():
+        params = _params(inputs, dtype)
+        out = build(**params)
+        graph = Graph({"y": out}, inputs=list(params.values()))
+        given = {k: np.asarray(v).astype(dtype.np) for k, v in inputs.items()}
+        report = check_transpose(graph, list(inputs), inputs=given, seed=1, trials=2)
+        if not report.passed:
+            failures.append((case, report.lines()))
+    assert not failures, failures
+
+
+def test_check_transpose_fails_when_a_forward_rule_is_wrong(monkeypatch):
+    """The check can fail: a SIN rule off by a factor shows at once (no finite differences)."""
+    x = UOp.param("x", (3,), f64)
+    graph = Graph({"y": (x.sin() * x).sum()})
+    assert check_transpose(graph, ["x"]).passed
+    monkeypatch.setitem(FORWARD_RULES, Ops.SIN, lambda y, t, w: t[0] * 1.001)
+    report = check_transpose(graph, ["x"])
+    assert not report.passed and report.lines()[-1].startswith("FAILED")
+
+
+# ----------------------------------------------------------------------------- zeros, detach
+
+def test_zero_tangents_make_no_nodes():
+    x, w = UOp.param("x", (3,), f64), UOp.param("w", (3,), f64)
+    tx = UOp.param("tangent_x", (3,), f64)
+    y = (w.sin() * 3.0).exp2() + x
+    found = compute_jvp([y, w.sin()], {x: tx})
+    assert found[y] is tx                  # d(f(w) + x) = dx: nothing made for w's side
+    assert found[w.sin()] is None          # w has no tangent: a symbolic zero
+
+
+def test_detach_gives_a_zero_tangent():
+    x = UOp.param("x", (3,), f64)
+    tx = UOp.param("tangent_x", (3,), f64)
+    y = x.detach() * x
+    (t,) = compute_jvp([y], {x: tx}).values()
+    inputs = {"x": a3(1, 2, 3), "tangent_x": a3(1, 1, 1)}
+    np.testing.assert_array_equal(evaluate([t], inputs)[0], [1, 2, 3])   # detach(x) * dx only
+    assert compute_jvp([x.detach().sin()], {x: tx})[x.detach().sin()] is None
+
+
+def test_tangent_nodes_carry_their_forward_node_metadata_under_the_tangent_scope():
+    x = UOp.param("x", (3,), f64)
+    y = x.relu() * 2.0
+    (t,) = compute_jvp([y], {x: UOp.param("tangent_x", (3,), f64)}).values()
+    forward = set(toposort([y]))
+    made = [n for n in toposort([t]) if n not in forward and n.op != Ops.PARAM and n.op != Ops.CONST]
+    assert made and all(is_tangent(n.meta) for n in made)
+    assert any(n.meta.name == "relu" and n.meta.scope == TANGENT_SCOPE for n in made)
+    assert not is_tangent(y.meta)
+
+
+def test_a_tangent_that_does_not_fit_is_an_error():
+    x = UOp.param("x", (3,), f64)
+    with pytest.raises(GradientError, match="does not fit"):
+        compute_jvp([x.sin()], {x: UOp.param("t", (2,), f64)})
+
+
+# ----------------------------------------------------------------------------- calls
+
+def _function_of_three():
+    a, b, c = (UOp.param(n, (3,), f64) for n in "abc")
+    fn = UOp.trace_function("f", lambda p, q, r: (p * q, r.sin() * q), a, b, c)
+    return a, b, c, fn
+
+
+def test_a_function_gets_a_tangent_function_reading_only_what_it_needs():
+    a, b, c, fn = _function_of_three()
+    ta = UOp.param("tangent_a", (3,), f64)
+    found = compute_jvp([fn[0], fn[1]], {a: ta})
+    assert found[fn[1]] is None            # sin(c) * b does not depend on a: zero, no output for it
+    tangent = found[fn[0]]
+    call = tangent.src[0]
+    assert tangent.op == Ops.GETTUPLE and call.op == Ops.FUNCTION and call.arg == "f_jvp"
+    assert len(call.src[0].src) == 1 and call.src[1:] == (b, ta)   # d(a*b) = b da: reads b and da
+    inputs = {"a": a3(1, 2, 3), "b": a3(0.5, -1, 2), "c": a3(0, 1, 2), "tangent_a": a3(1, -2, 0.5)}
+    np.testing.assert_allclose(evaluate([tangent], inputs)[0], inputs["b"] * inputs["tangent_a"])
+
+
+def test_a_function_called_at_many_sites_gets_one_tangent_body():
+    h, w = UOp.param("h0", (2,), f64), UOp.param("w", (2,), f64)
+    xs = UOp.param("xs", (4, 2), f64)
+    for i in range(4):
+        h = UOp.trace_function("cell", lambda p, q, r: ((p * q + r).sin(),), h, w, xs[i])[0]
+    tangents = {w: UOp.param("tangent_w", (2,), f64), xs: UOp.param("tangent_xs", (4, 2), f64)}
+    (t,) = compute_jvp([h.sum()], tangents).values()
+    bodies = {n.src[0] for n in toposort([t]) if n.op == Ops.FUNCTION and n.arg == "cell_jvp"}
+    calls = [n for n in toposort([t]) if n.op == Ops.FUNCTION and n.arg == "cell_jvp"]
+    assert len(calls) == 4 and len(bodies) <= 2  # the first site has no tangent of h: one body more
+    inputs = {"h0": a3(0.3, -0.5), "w": a3(1.5, 0.7), "xs": RNG.normal(size=(4, 2))}
+    v = {"h0": np.zeros(2), "w": a3(0.2, -1.0), "xs": RNG.normal(size=(4, 2))}
+    (value,) = evaluate([t], {**inputs, "tangent_w": v["w"], "tangent_xs": v["xs"]})
+    np.testing.assert_allclose(value, _directional_difference(h.sum(), inputs, v), rtol=1e-7)
+
+
+def test_a_call_without_its_own_backward_body_is_differentiated_through_its_body():
+    x = UOp.param("x", (3,), f64)
+    call = UOp.trace_call("kernel", lambda p: p.sin() * p, None, x)
+    (t,) = compute_jvp([call[0]], {x: UOp.param("tangent_x", (3,), f64)}).values()
+    assert any(n.op == Ops.FUNCTION and n.arg == "kernel_jvp" for n in toposort([t]))
+    xs = a3(0.5, -1, 2)
+    np.testing.assert_allclose(evaluate([t], {"x": xs, "tangent_x": a3(1, 1, 1)})[0], np.cos(xs) * xs + np.sin(xs))
+
+
+def test_a_call_with_its_own_backward_body_is_refused_naming_it():
+    x = UOp.param("x", (3,), f64)
+    ste = UOp.trace_call("ste", lambda p: p.trunc(), lambda p, g: g, x)
+    with pytest.raises(GradientError, match="CALL 'ste' has its own backward body.*custom_vjp"):
+        compute_jvp([ste[0] * x], {x: UOp.param("tangent_x", (3,), f64)})
+    # off the tangent's path it is fine
+    w = UOp.param("w", (3,), f64)
+    (t,) = compute_jvp([ste[0] * w], {w: UOp.param("tangent_w", (3,), f64)}).values()
+    np.testing.assert_array_equal(evaluate([t], {"x": a3(1.5, -2.5, 0.2), "w": a3(0, 0, 0),
+                                                 "tangent_w": a3(1, 1, 1)})[0], [1, -2, 0])
+
+
+def test_functions_nested_thousands_deep():
+    from uopcli.backends.numpy import evaluate as production_evaluate
+    x = UOp.param("x", (2,), f64)
+    xs = a3(0.25, 2.0)
+    for levels, scale in ((30, 1.5), (3000, 1.0)):
+        before = sys.getrecursionlimit()
+        (t,) = compute_jvp([nested_functions(levels, x, scale)], {x: UOp.param("tangent_x", (2,), f64)}).values()
+        assert sys.getrecursionlimit() == before
+        np.testing.assert_allclose(production_evaluate([t], {"x": xs, "tangent_x": a3(1, 1)})[0],
+                                   np.cos(xs) * scale ** levels, rtol=1e-12)
+
+
+def test_a_million_node_chain():
+    limit = sys.getrecursionlimit()
+    x = UOp.param("deep", (2,), f64)
+    y = x
+    with no_gc():
+        for _ in range(500_000):  # 1,000,000 forward nodes
+            y = y * 1.000001 + 1e-7
+    (t,) = compute_jvp([y], {x: UOp.param("tangent_deep", (2,), f64)}).values()
+    assert sys.getrecursionlimit() == limit
+    node, factors = t, 0   # d/dx (y * c + d) = c dy: one MUL a step, the adds pass the tangent on
+    while node.op == Ops.MUL:
+        assert node.src[1] is UOp.const(1.000001, f64)
+        node, factors = node.src[0], factors + 1
+    assert factors == 500_000 and node.arg == "tangent_deep"
+
+
+# ----------------------------------------------------------------------------- JAX's three
+
+def test_jvp_linearize_and_transpose_as_jax():
+    x, w = UOp.param("x", (2, 3), f64), UOp.param("w", (3,), f64)
+    y = ((x * w).sin().sum(1) * 2.0).exp2()
+    primals, tangents = jvp([y], {x: UOp.param("tx", (2, 3), f64), w: UOp.param("tw", (3,), f64)})
+    assert primals == [y] and tangents[0].shape == (2,)
+    lin = linearize([y], [x, w])
+    assert [p.arg for p in lin.tangent_inputs] == ["tangent_x", "tangent_w"]
+    assert lin.residuals and not any(is_tangent(r.meta) for r in lin.residuals)
+    assert all(r.op != Ops.PARAM or r.arg in ("x", "w") for r in lin.residuals)
+    u = UOp.param("u", (2,), f64)
+    back = transpose(lin, [u])
+    grads = compute_gradient(y, u, [x, w])
+    inputs = {"x": RNG.normal(size=(2, 3)), "w": RNG.normal(size=3), "u": a3(0.5, -2)}
+    for mine, reverse in zip(evaluate(back, inputs), evaluate([grads[x], grads[w]], inputs)):
+        np.testing.assert_allclose(mine, reverse, rtol=1e-13)
+    # and the linear graph is linear: doubling the tangents doubles the outputs
+    feed = {**inputs, "tangent_x": RNG.normal(size=(2, 3)), "tangent_w": RNG.normal(size=3)}
+    (one,) = evaluate(lin.tangent_outputs, feed)
+    (two,) = evaluate(lin.tangent_outputs, {**feed, "tangent_x": 2 * feed["tangent_x"],
+                                            "tangent_w": 2 * feed["tangent_w"]})
+    np.testing.assert_allclose(two, 2 * one, rtol=1e-14)
+
+
+# ----------------------------------------------------------------------------- graph level
+
+def _mlp_graph():
+    x, w, b = UOp.param("x", (4, 3), f64), UOp.param("w", (3, 2), f64), UOp.param("b", (2,), f64)
+    y = (x @ w + b).tanh()
+    return Graph({"y": y, "loss": (y * y).sum()}, inputs=[x, w, b])
+
+
+def _values(seed=0):
+    rng = np.random.default_rng(seed)
+    return {"x": rng.normal(size=(4, 3)), "w": rng.normal(size=(3, 2)), "b": rng.normal(size=2)}
+
+
+def test_jvp_graph_names_and_keeps_inputs_in_order():
+    graph = _mlp_graph()
+    out = graph_forward.jvp(graph, ["w", "x"], keep_forward=True)
+    assert list(out.outputs) == ["y", "loss", "jvp_y", "jvp_loss"]
+    assert out.input_names == ["x", "w", "b", "tangent_w", "tangent_x"]
+    assert out.meta["jvp_wrt"] == "w,x"
+    assert list(graph_forward.jvp(graph, ["w"], of=["y"]).outputs) == ["jvp_y"]
+    with pytest.raises(GradientError, match="no input named 'nope'"):
+        graph_forward.jvp(graph, ["nope"])
+
+
+def test_jacobian_columns_and_chunks():
+    graph = _mlp_graph()
+    values = _values()
+    results = []
+    for chunk in (1, 4, 256):
+        jac = graph_forward.jacobian(graph, ["w", "b"], of=["y"], chunk=chunk)
+        assert list(jac.outputs) == ["jacobian_y_w", "jacobian_y_b"]
+        assert jac.outputs["jacobian_y_w"].shape == (4, 2, 3, 2)
+        results.append(evaluate(list(jac.outputs.values()), values))
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            np.testing.assert_allclose(a, b, rtol=1e-14)
+    # column (i, j) of d y / d w is the jvp along the basis vector e_ij
+    one = graph_forward.jvp(graph, ["w"], of=["y"])
+    for index in [(0, 0), (2, 1)]:
+        e = np.zeros((3, 2))
+        e[index] = 1.0
+        (column,) = evaluate(list(one.outputs.values()), {**values, "tangent_w": e})
+        np.testing.assert_allclose(results[0][0][(..., *index)], column, rtol=1e-14)
+
+
+def test_hessian_is_symmetric_and_matches_hvps():
+    graph = _mlp_graph()
+    values = _values(1)
+    hess = graph_forward.hessian(graph, ["w", "b"], of=["loss"], chunk=5)
+    assert list(hess.outputs) == ["hessian_w_w", "hessian_w_b", "hessian_b_w", "hessian_b_b"]
+    ww, wb, bw, bb = evaluate(list(hess.outputs.values()), values)
+    assert ww.shape == (3, 2, 3, 2) and wb.shape == (3, 2, 2)
+    full = np.block([[ww.reshape(6, 6), wb.reshape(6, 2)], [bw.reshape(2, 6), bb.reshape(2, 2)]])
+    np.testing.assert_allclose(full, full.T, rtol=1e-10, atol=1e-13)
+    hvp = graph_forward.hvp(graph, ["w", "b"], of=["loss"])
+    assert list(hvp.outputs) == ["hvp_w", "hvp_b"] and hvp.input_names[-2:] == ["tangent_w", "tangent_b"]
+    v = RNG.normal(size=8)
+    hw, hb = evaluate(list(hvp.outputs.values()), {**values, "tangent_w": v[:6].reshape(3, 2), "tangent_b": v[6:]})
+    np.testing.assert_allclose(np.concatenate([hw.ravel(), hb]), full @ v, rtol=1e-10)
+
+
+def test_matrices_above_the_limit_are_refused_with_their_size():
+    graph = _mlp_graph()
+    with pytest.raises(GradientError, match=r"jacobian_y_w would hold 48 elements .* above max_tensor_elements 47"):
+        graph_forward.jacobian(graph, ["w"], of=["y"], limit=47)
+    assert graph_forward.jacobian(graph, ["w"], of=["y"], limit=48)
+    with pytest.raises(GradientError, match=r"hessian_w_w would hold 36 elements"):
+        graph_forward.hessian(graph, ["w"], of=["loss"], limit=35)
+    with pytest.raises(GradientError, match="needs a floating-point scalar"):
+        graph_forward.hessian(graph, ["w"], of=["y"])
+
+
+def test_check_hvp_passes_and_fails_when_the_hvp_is_wrong(monkeypatch):
+    graph = _mlp_graph()
+    assert check_hvp(graph, ["w", "b"], ["loss"]).passed
+    monkeypatch.setitem(FORWARD_RULES, Ops.EXP2, lambda y, t, w: t[0] * w.lift(y, t[0]) * 0.69)  # ln2 to two digits
+    report = check_hvp(graph, ["w", "b"], ["loss"])
+    assert not report.passed and "FAILED" in report.lines()[-1]
+
+
+def test_transpose_check_reads_a_straight_through_cast_in_both_tables_alike():
+    # float -> float16 -> float: each table passes the tangent / gradient through the casts
+    x = UOp.param("x", (4,), f64)
+    graph = Graph({"y": (x.cast(dtypes.float16).cast(f64) * x).sum()})
+    assert check_transpose(graph, ["x"]).passed
+    assert math.isfinite(check_transpose(graph, ["x"]).trials[0].jvp_side)

@@ -1,0 +1,155 @@
+"""The forward-mode commands through the installed `uopgrad`: jvp, hvp, jacobian, hessian
+files and what works on them downstream (eval, check --transpose / --hvp, simplify,
+render with tangent nodes as their own family, export to ONNX run in onnxruntime); bad
+input as one line, exit status 1 and no output file."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from uopcli import UOp, dtypes
+from uopcli.core.graph import Graph
+from uopcli.formats.uop import load, save
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+UOPGRAD = shutil.which("uopgrad", path=os.path.dirname(sys.executable)) or shutil.which("uopgrad")
+pytestmark = pytest.mark.skipif(UOPGRAD is None, reason="the uopgrad console script is not installed")
+
+
+def uopgrad(*args, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([UOPGRAD, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def ok(*args, cwd=None) -> subprocess.CompletedProcess:
+    done = uopgrad(*args, cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def values(path, *specs, cwd=None) -> dict:
+    done = ok("eval", path, *specs, "--json", cwd=cwd)
+    return {k: np.array(v["values"]) for k, v in json.loads(done.stdout)["outputs"].items()}
+
+
+@pytest.fixture
+def work(tmp_path):
+    """m.uop: y = x * x * w (vector) and loss = sum(sin(y)) ; x.npy, w.npy, v.npy."""
+    x, w = UOp.param("x", (3,), dtypes.float64), UOp.param("w", (3,), dtypes.float64)
+    y = x * x * w
+    save(Graph({"y": y, "loss": y.sin().sum()}, inputs=[x, w]), tmp_path / "m.uop")
+    np.save(tmp_path / "x.npy", np.array([1.0, 2.0, 3.0]))
+    np.save(tmp_path / "w.npy", np.array([0.5, -0.25, 0.125]))
+    np.save(tmp_path / "v.npy", np.array([1.0, -1.0, 2.0]))
+    return tmp_path
+
+
+def test_jvp_file_inputs_outputs_and_values(work):
+    ok("jvp", "m.uop", "--wrt", "x", "--keep-forward", "-o", "jvp.uop", cwd=work)
+    graph = load(work / "jvp.uop")
+    assert graph.input_names == ["x", "w", "tangent_x"] and list(graph.outputs) == ["y", "loss", "jvp_y", "jvp_loss"]
+    got = values("jvp.uop", "-i", "x=x.npy", "-i", "w=w.npy", "-i", "tangent_x=v.npy", cwd=work)
+    x, w, v = np.array([1.0, 2.0, 3.0]), np.array([0.5, -0.25, 0.125]), np.array([1.0, -1.0, 2.0])
+    np.testing.assert_allclose(got["jvp_y"], 2 * x * w * v, rtol=1e-14)
+    np.testing.assert_allclose(got["jvp_loss"], np.sum(np.cos(x * x * w) * 2 * x * w * v), rtol=1e-14)
+
+
+def test_hvp_file_and_its_finite_difference_check(work):
+    ok("hvp", "m.uop", "--wrt", "x,w", "--of", "loss", "-o", "hvp.uop", cwd=work)
+    graph = load(work / "hvp.uop")
+    assert graph.input_names == ["x", "w", "tangent_x", "tangent_w"] and list(graph.outputs) == ["hvp_x", "hvp_w"]
+    done = ok("check", "m.uop", "--wrt", "x,w", "--of", "loss", "--hvp", "--json", cwd=work)
+    report = json.loads(done.stdout)
+    assert report["check"] == "hvp" and report["passed"] and [t["target"] for t in report["targets"]] == ["x", "w"]
+    assert all(t["max_rel_error"] < 1e-6 for t in report["targets"])
+
+
+def test_check_transpose_on_the_samples():
+    for sample in ("mlp", "attention", "rnn", "conv2d"):
+        info = ok("info", SAMPLES / f"{sample}.uop").stdout
+        inputs = next(line for line in info.splitlines() if line.startswith("inputs"))[len("inputs"):]
+        floats = [part.split()[0] for part in inputs.split(", ") if " float" in f" {part.split()[1]}"]
+        done = ok("check", SAMPLES / f"{sample}.uop", "--wrt", ",".join(floats), "--transpose")
+        assert done.stdout.strip().splitlines()[-1].startswith("ok: jvp and diff"), done.stdout
+
+
+def test_jacobian_and_hessian_files(work):
+    ok("jacobian", "m.uop", "--wrt", "x,w", "--of", "y", "--chunk", "2", "-o", "jac.uop", cwd=work)
+    got = values("jac.uop", "-i", "x=x.npy", "-i", "w=w.npy", cwd=work)
+    x, w = np.array([1.0, 2.0, 3.0]), np.array([0.5, -0.25, 0.125])
+    np.testing.assert_allclose(got["jacobian_y_x"], np.diag(2 * x * w), rtol=1e-14)
+    np.testing.assert_allclose(got["jacobian_y_w"], np.diag(x * x), rtol=1e-14)
+    ok("hessian", "m.uop", "--wrt", "x", "--of", "loss", "-o", "hess.uop", cwd=work)
+    (hess,) = values("hess.uop", "-i", "x=x.npy", "-i", "w=w.npy", cwd=work).values()
+    y = x * x * w   # d2/dx2 sum(sin(x^2 w)) = diag(2w cos(y) - (2xw)^2 sin(y))
+    np.testing.assert_allclose(hess, np.diag(2 * w * np.cos(y) - (2 * x * w) ** 2 * np.sin(y)), rtol=1e-12)
+
+
+def test_a_matrix_over_the_limit_is_refused_in_one_line_writing_nothing(work):
+    done = uopgrad("jacobian", "m.uop", "--wrt", "x", "--of", "y", "--limit", "max_tensor_elements=8",
+                   "-o", "jac.uop", cwd=work)
+    assert done.returncode == 1 and not (work / "jac.uop").exists()
+    assert done.stderr.count("\n") == 1 and "jacobian_y_x would hold 9 elements (72 bytes of float64)" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_call_with_its_own_backward_body_is_refused_in_one_line(tmp_path):
+    done = uopgrad("jvp", SAMPLES / "ste.uop", "--wrt", "w", "-o", tmp_path / "out.uop")
+    assert done.returncode == 1 and not (tmp_path / "out.uop").exists()
+    assert done.stderr.startswith("uopgrad: error: ") and done.stderr.count("\n") == 1
+    assert "has its own backward body" in done.stderr and "ste.uop" in done.stderr
+
+
+def test_a_non_scalar_hvp_needs_a_cotangent(work):
+    done = uopgrad("hvp", "m.uop", "--wrt", "x", "--of", "y", "-o", "h.uop", cwd=work)
+    assert done.returncode == 1 and "needs a floating-point scalar" in done.stderr and not (work / "h.uop").exists()
+    ok("hvp", "m.uop", "--wrt", "x", "--of", "y", "--cotangent", "input", "-o", "h.uop", cwd=work)
+    assert load(work / "h.uop").input_names == ["x", "w", "cotangent_y", "tangent_x"]
+
+
+def test_simplify_and_render_the_new_files(work):
+    ok("hvp", "m.uop", "--wrt", "x,w", "--of", "loss", "-o", "hvp.uop", cwd=work)
+    ok("hvp", "m.uop", "--wrt", "x,w", "--of", "loss", "--simplify", "-o", "small.uop", cwd=work)
+    assert len(load(work / "small.uop").nodes()) < len(load(work / "hvp.uop").nodes())
+    feed = ["-i", "x=x.npy", "-i", "w=w.npy", "-i", "tangent_x=v.npy", "-i", "tangent_w=v.npy"]
+    for name, value in values("hvp.uop", *feed, cwd=work).items():
+        np.testing.assert_allclose(values("small.uop", *feed, cwd=work)[name], value, rtol=1e-12)
+    ok("render", "hvp.uop", "-o", "hvp.dot", cwd=work)
+    dot = (work / "hvp.dot").read_text()
+    assert 'style="filled,dotted" penwidth=2.6 color="#1f78b4"' in dot and "∂" in dot and "tangent node" in dot
+    ok("render", "m.uop", "-o", "m.dot", cwd=work)
+    assert "#1f78b4" not in (work / "m.dot").read_text()   # a forward graph has no tangent nodes
+    ok("render", "hvp.uop", "-o", "hvp.html", cwd=work)
+    page = (work / "hvp.html").read_text()
+    assert "isTangent" in page and '"∂' in page    # the viewer's tangent class, and the nodes' scope
+
+
+def test_an_hvp_of_an_onnx_model_runs_in_onnxruntime(tmp_path):
+    pytest.importorskip("onnx", reason="onnx is not installed (make test installs it where it can)")
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (make test installs it where it can)")
+    model = SAMPLES / "onnx" / "mlp-dynamo18.onnx"
+    # a ReLU MLP is piecewise linear in each layer: its curvature is in the cross terms
+    ok("hvp", model, "--wrt", "fc1.weight,fc2.weight", "--cotangent", "ones", "-o", tmp_path / "hvp.onnx")
+    ok("hvp", model, "--wrt", "fc1.weight,fc2.weight", "--cotangent", "ones", "-o", tmp_path / "hvp.uop")
+    rng = np.random.default_rng(0)
+    feed = {"x": rng.standard_normal((3, 8)).astype(np.float32),
+            "tangent_fc1.weight": rng.standard_normal((16, 8)).astype(np.float32),
+            "tangent_fc2.weight": rng.standard_normal((4, 16)).astype(np.float32)}
+    session = ort.InferenceSession(str(tmp_path / "hvp.onnx"), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == list(feed)
+    theirs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed)))
+    for name, array in feed.items():
+        np.save(tmp_path / f"{name}.npy", array)
+    ours = values(tmp_path / "hvp.uop", *[f"-i{n}={tmp_path / n}.npy" for n in feed], "-i", f"{tmp_path}/hvp.npz")
+    assert set(theirs) == {"hvp_fc1.weight", "hvp_fc2.weight"}
+    for name in theirs:
+        np.testing.assert_allclose(theirs[name], ours[name], rtol=1e-4, atol=1e-5)
+    assert np.abs(theirs["hvp_fc1.weight"]).max() > 1e-3 and np.abs(theirs["hvp_fc2.weight"]).max() > 1e-3

@@ -1,0 +1,147 @@
+"""`uopgrad jvp`, `hvp`, `jacobian` and `hessian`: forward-mode graphs (tools/forward.py)."""
+
+from __future__ import annotations
+
+import click
+
+from ..app import EXIT_FAILURE, _command, _names
+from ..io import _OPSET_HELP, _check_opset, _graph_data, _read_graph, _refuse_binary_terminal, _Steps, \
+    _uop_form, _with_onnx_weights, _write_together
+from .diff import _simplified
+
+
+def _writing_options(fn):
+    """-o, --simplify, --stats and --opset, as diff has them."""
+    fn = click.option("--opset", type=click.IntRange(min=1), metavar="N", help=_OPSET_HELP)(fn)
+    fn = click.option("--simplify", "simplify_", is_flag=True, help="Simplify the result (as uopgrad simplify does).")(fn)
+    fn = click.option("--stats", is_flag=True, help="Print each step's wall and CPU time on stderr.")(fn)
+    fn = click.option("-o", "--output", default="-", show_default=True, metavar="OUT",
+                      help="Where to write the graph (.json for the JSON form, .onnx for ONNX).")(fn)
+    return fn
+
+
+def _cotangent_option(fn):
+    return click.option("--cotangent", type=click.Choice(["ones", "input"]), help="Weighting of a non-scalar output "
+                        "(H of sum(u * output)): all ones, or a new input cotangent_<output>.")(fn)
+
+
+def _matrix_options(fn):
+    fn = click.option("--chunk", type=click.IntRange(min=1), default=256, show_default=True, metavar="N",
+                      help="Basis tangents pushed through the graph at a time (bounds the memory of evaluating it).")(fn)
+    return fn
+
+
+def _run(build, source: str, output: str, stats: bool, simplify_: bool, opset) -> None:
+    """Read IN, build the result with `build(graph)`, write it (atomically) to OUT."""
+    form = _uop_form(output)
+    _check_opset(form, opset)
+    _refuse_binary_terminal(output, form, "give -o FILE")
+    with _Steps("reading", "differentiating", "encoding", "writing") as steps:
+        graph, _ = _read_graph(source)
+        steps.next()
+        result = build(graph)
+        result = _simplified(result) if simplify_ else result
+        steps.next()
+        data = _graph_data(result, form, opset)
+        steps.next()
+        _write_together(_with_onnx_weights([(output, data)], output, form))
+        steps.next()
+    if stats:
+        click.echo(steps.table(), err=True)
+
+
+def _size_limit() -> int:
+    """The most elements a Jacobian or Hessian block may have: --limit max_tensor_elements=N
+    where given, else tools.forward.DEFAULT_LIMIT (the reader's own default, 2^40, would
+    let a command build a graph no machine can evaluate)."""
+    from ...tools.forward import DEFAULT_LIMIT
+    ctx = click.get_current_context(silent=True)
+    given = (ctx.meta.get("uopgrad.limits") or {}) if ctx else {}
+    return given.get("max_tensor_elements", DEFAULT_LIMIT)
+
+
+@_command("jvp", short="Forward mode: the Jacobian-vector products of outputs along tangent inputs.", example="""\
+  uopgrad jvp model.uop --wrt x,w -o jvp.uop
+  uopgrad jvp model.uop --wrt x --of y --keep-forward | uopgrad eval - --random""")
+@click.argument("source", metavar="IN")
+@click.option("--wrt", required=True, metavar="NAMES", help="Inputs with a tangent (x,w): new inputs tangent_x, "
+              "tangent_w of the same shape and dtype.")
+@click.option("--of", "of_", metavar="NAMES", help="Outputs whose tangents are written (default: every float output).")
+@click.option("--keep-forward", is_flag=True, help="Keep the forward outputs, before the jvp_<output> outputs.")
+@_writing_options
+def jvp(source, wrt, of_, keep_forward, output, stats, simplify_, opset):
+    """Write the directional derivatives of IN's outputs: jvp_<output> = J tangent, the sum
+    over the --wrt inputs of d output / d input applied to tangent_<input>. Inputs: IN's,
+    then tangent_<name> per --wrt name. A CALL with its own backward body is refused (as
+    JAX refuses jvp of a custom_vjp)."""
+    from ...tools.forward import jvp as build
+    wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
+    _run(lambda g: build(g, wrt_names, of_names or None, keep_forward), source, output, stats, simplify_, opset)
+
+
+@_command("hvp", short="Hessian-vector products of a scalar output (forward over reverse).", example="""\
+  uopgrad hvp model.uop --wrt w,b -o hvp.uop
+  uopgrad hvp model.uop --wrt w --of loss | uopgrad eval - --random""")
+@click.argument("source", metavar="IN")
+@click.option("--wrt", required=True, metavar="NAMES", help="Inputs of the Hessian (w,b): outputs hvp_w, hvp_b; "
+              "new inputs tangent_w, tangent_b.")
+@click.option("--of", "of_", metavar="NAME", help="The scalar output (default: the only one).")
+@_cotangent_option
+@_writing_options
+def hvp(source, wrt, of_, cotangent, output, stats, simplify_, opset):
+    """Write H v for scalar output --of: hvp_<name> = sum over the --wrt inputs b of
+    d2 of / d<name> db applied to tangent_b, the JVP of the gradient graph. Inputs: IN's,
+    then tangent_<name> per --wrt name."""
+    from ...tools.forward import hvp as build
+    wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
+    _run(lambda g: build(g, wrt_names, of_names or None, cotangent), source, output, stats, simplify_, opset)
+
+
+@_command("jacobian", short="Full Jacobians, output.shape + input.shape, by batched forward mode.", example="""\
+  uopgrad jacobian model.uop --wrt x --of y -o jac.uop
+  uopgrad jacobian model.uop --wrt x --chunk 64 --limit max_tensor_elements=100000000 -o jac.uop""")
+@click.argument("source", metavar="IN")
+@click.option("--wrt", required=True, metavar="NAMES", help="Inputs (columns): one jacobian_<output>_<input> each.")
+@click.option("--of", "of_", metavar="NAMES", help="Outputs (rows; default: every float output).")
+@_matrix_options
+@_writing_options
+def jacobian(source, wrt, of_, chunk, output, stats, simplify_, opset):
+    """Write jacobian_<output>_<input> (shape output.shape + input.shape) for each output
+    and --wrt input: the JVPs along every basis direction of the input, --chunk at a time.
+    A block above --limit max_tensor_elements is refused, saying its size."""
+    from ...tools.forward import jacobian as build
+    wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
+    limit = _size_limit()
+    _run(lambda g: build(g, wrt_names, of_names or None, chunk, limit), source, output, stats, simplify_, opset)
+
+
+@_command("hessian", short="Full Hessian blocks of a scalar output (forward over reverse).", example="""\
+  uopgrad hessian model.uop --wrt w -o hess.uop
+  uopgrad hessian model.uop --wrt w,b --of loss | uopgrad eval - --random""")
+@click.argument("source", metavar="IN")
+@click.option("--wrt", required=True, metavar="NAMES", help="Inputs: one hessian_<a>_<b> per pair.")
+@click.option("--of", "of_", metavar="NAME", help="The scalar output (default: the only one).")
+@_cotangent_option
+@_matrix_options
+@_writing_options
+def hessian(source, wrt, of_, cotangent, chunk, output, stats, simplify_, opset):
+    """Write hessian_<a>_<b> = d2 of / da db (shape a.shape + b.shape) for each pair of
+    --wrt inputs: the Jacobian of the gradient, --chunk basis tangents at a time. A block
+    above --limit max_tensor_elements is refused, saying its size."""
+    from ...tools.forward import hessian as build
+    wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
+    limit = _size_limit()
+    _run(lambda g: build(g, wrt_names, of_names or None, chunk, limit, cotangent), source, output, stats, simplify_,
+         opset)
+
+
+def forward_check(graph, wrt, of, given, seed, as_json, hvp) -> int:
+    """`uopgrad check --transpose` / `--hvp`: the report, and exit status 1 on failure."""
+    from ...tools.forward_check import check_hvp, check_transpose
+    report = check_hvp(graph, wrt, of, given, seed) if hvp else check_transpose(graph, wrt, of, given, seed)
+    if as_json:
+        import json
+        click.echo(json.dumps(report.to_dict()))
+    else:
+        click.echo("\n".join(report.lines()))
+    return 0 if report.passed else EXIT_FAILURE

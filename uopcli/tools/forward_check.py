@@ -1,0 +1,188 @@
+"""Checks of forward mode: `uopgrad check --transpose` and `uopgrad check --hvp`.
+
+    report = check_transpose(graph, ["x", "w"])      # <u, J v> (jvp) == <J^T u, v> (diff)
+    report = check_hvp(graph, ["w"])                 # H v (hvp) vs finite differences of the gradient
+
+The transpose test: for random u (one per output) and v (one per input), the JVP graph gives
+<u, J v> and the gradient graph <J^T u, v>; the two tables (core/forward.py, core/gradient.py)
+are each other's transpose exactly when these agree, to rounding, for every u and v. No
+finite differences: the tolerance is float64 rounding (REL_TOL of the terms' magnitudes),
+so a wrong rule on either side shows at once. Both graphs are built in the graph's own
+dtypes, as `uopgrad jvp` and `uopgrad diff` build them, then promoted to float64 (as
+`uopgrad check` does: tools/check.to_float64) and evaluated by the numpy evaluator as written.
+
+The HVP check: `hvp` against central differences of the gradient graph along v,
+(g(x + h v) - g(x - h v)) / 2h, the gradient by the reference evaluator (op by op) and the
+HVP by the numpy evaluator, so neither evaluator can hide a bug of its own; tolerances as
+`uopgrad check`'s (tools/check: ATOL, RTOL).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from ..core.graph import Graph
+from .check import ATOL, RTOL, STEP, to_float64
+from .differentiate import differentiate
+from .forward import hvp, jvp
+
+REL_TOL = 1e-10   # the transpose test's tolerance, relative to the sum of |terms|
+TRIALS = 3        # random (u, v) pairs per transpose check
+
+
+@dataclass
+class TransposeTrial:
+    seed: int
+    jvp_side: float        # <u, J v>
+    vjp_side: float        # <J^T u, v>
+    scale: float           # sum of |u_i (J v)_i| and |(J^T u)_j v_j|: what rounding is relative to
+    passed: bool
+
+    @property
+    def rel_error(self) -> float:
+        return abs(self.jvp_side - self.vjp_side) / max(self.scale, 1e-300)
+
+
+@dataclass
+class TransposeReport:
+    of: list[str]
+    wrt: list[str]
+    trials: list[TransposeTrial] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(t.passed for t in self.trials)
+
+    def to_dict(self) -> dict:
+        return {"check": "transpose", "of": self.of, "wrt": self.wrt, "passed": self.passed, "rel_tol": REL_TOL,
+                "dtype": "float64", "trials": [{"seed": t.seed, "jvp": _json(t.jvp_side), "vjp": _json(t.vjp_side),
+                                                "rel_error": _json(t.rel_error), "passed": t.passed}
+                                               for t in self.trials]}
+
+    def lines(self) -> list[str]:
+        out = [f"{'seed':>6} {'<u, J v> (jvp)':>24} {'<J^T u, v> (diff)':>24} {'rel err':>10}"]
+        out += [f"{t.seed:>6} {t.jvp_side:>24.16g} {t.vjp_side:>24.16g} {t.rel_error:>10.2e}  "
+                f"{'ok' if t.passed else 'FAILED'}" for t in self.trials]
+        out.append(f"ok: jvp and diff of {', '.join(self.of)} are each other's transpose (float64, rel tol "
+                   f"{REL_TOL:g})" if self.passed else
+                   "FAILED: <u, J v> and <J^T u, v> differ: a forward or reverse rule is wrong")
+        return out
+
+
+def check_transpose(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None,
+                    inputs: Mapping | None = None, seed: int = 0, trials: int = TRIALS) -> TransposeReport:
+    """<u, J v> from the JVP graph against <J^T u, v> from the gradient graph, for `trials`
+    seeded random u and v (inputs not given: seeded random values too), in float64."""
+    import numpy as np
+    from ..backends.numpy import evaluate_graph
+    from .values import random_value
+
+    forward = jvp(graph, wrt, of)
+    of = forward.meta["jvp_of"].split(",")
+    backward, report = differentiate(graph, wrt, of, cotangent="input")
+    forward64, backward64 = to_float64(forward), to_float64(backward)
+    given = dict(inputs or {})
+    result = TransposeReport(of, list(wrt))
+    for trial in range(trials):
+        s = seed + trial
+        values = {n.arg: np.asarray(given[n.arg]) if n.arg in given else random_value(n, s)
+                  for n in graph.inputs}
+        for node in (*forward64.inputs, *backward64.inputs):  # v: tangent_<x>; u: cotangent_<y>
+            if node.arg not in values:
+                values[node.arg] = random_value(node, s)
+        values = {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in values.items()}
+        tangents = evaluate_graph(forward64, _for(forward64, values))
+        grads = evaluate_graph(backward64, _for(backward64, values))
+        u = {name: values.get(f"cotangent_{name}", 1.0) for name in of}
+        jvp_terms = [np.asarray(u[name] * tangents[f"jvp_{name}"]) for name in of]
+        vjp_terms = [np.asarray(grads[f"grad_{name}"] * values[f"tangent_{name}"]) for name in wrt]
+        left = float(sum(t.sum() for t in jvp_terms))
+        right = float(sum(t.sum() for t in vjp_terms))
+        scale = float(sum(np.abs(t).sum() for t in (*jvp_terms, *vjp_terms)))
+        passed = math.isfinite(left) and math.isfinite(right) and abs(left - right) <= REL_TOL * scale
+        result.trials.append(TransposeTrial(s, left, right, scale, passed))
+    return result
+
+
+def _for(graph: Graph, values: Mapping) -> dict:
+    return {name: values[name] for name in graph.input_names}
+
+
+def _json(x: float):
+    return x if math.isfinite(x) else repr(x)
+
+
+# ----------------------------------------------------------------------------- hvp
+
+@dataclass
+class HvpTarget:
+    name: str
+    max_abs_error: float
+    max_rel_error: float
+    passed: bool
+
+
+@dataclass
+class HvpReport:
+    of: str
+    seed: int
+    targets: list[HvpTarget]
+
+    @property
+    def passed(self) -> bool:
+        return all(t.passed for t in self.targets)
+
+    def to_dict(self) -> dict:
+        return {"check": "hvp", "of": self.of, "seed": self.seed, "passed": self.passed, "rtol": RTOL, "atol": ATOL,
+                "dtype": "float64", "targets": [{"target": t.name, "max_abs_error": _json(t.max_abs_error),
+                                                 "max_rel_error": _json(t.max_rel_error), "passed": t.passed}
+                                                for t in self.targets]}
+
+    def lines(self) -> list[str]:
+        out = [f"{'hvp of':<12} {'max abs err':>12} {'max rel err':>12}"]
+        out += [f"{'hvp_' + t.name:<12} {t.max_abs_error:>12.3e} {t.max_rel_error:>12.3e}  "
+                f"{'ok' if t.passed else 'FAILED'}" for t in self.targets]
+        failed = [t.name for t in self.targets if not t.passed]
+        out.append(f"FAILED: {', '.join(failed)}" if failed else
+                   f"ok: Hessian-vector products of {self.of} match finite differences of its gradient (float64)")
+        return out
+
+
+def check_hvp(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None, inputs: Mapping | None = None,
+              seed: int = 0) -> HvpReport:
+    """H v from the HVP graph (numpy evaluator) against central differences of the
+    gradient graph along v (reference evaluator), v seeded random, in float64."""
+    import numpy as np
+    from ..backends.numpy import evaluate_graph
+    from ..backends.reference import reference_evaluate_graph
+    from .values import random_value
+
+    products = hvp(graph, wrt, of)
+    loss = products.meta["hvp_of"]
+    grads, _ = differentiate(graph, wrt, [loss])
+    products64, grads64 = to_float64(products), to_float64(grads)
+    given = dict(inputs or {})
+    values = {n.arg: np.asarray(given[n.arg]) if n.arg in given else random_value(n, seed) for n in products.inputs}
+    values = {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in values.items()}
+    analytic = evaluate_graph(products64, values)
+    # one step for all directions: h scaled to the inputs moved, as check's per-element step
+    h = STEP * max([1.0] + [float(np.max(np.abs(values[name]), initial=0.0)) for name in wrt])
+    sides = []
+    with np.errstate(all="ignore"):
+        for sign in (1, -1):
+            feed = {n.arg: values[n.arg] for n in graph.inputs}
+            for name in wrt:
+                feed[name] = values[name] + sign * h * values[f"tangent_{name}"]
+            sides.append(reference_evaluate_graph(grads64, feed))
+    targets = []
+    for name in wrt:
+        numeric = (np.asarray(sides[0][f"grad_{name}"]) - np.asarray(sides[1][f"grad_{name}"])) / (2 * h)
+        a = np.asarray(analytic[f"hvp_{name}"])
+        err = np.abs(a - numeric)
+        bound = ATOL * max(1.0, float(np.max(np.abs(a), initial=0.0))) + RTOL * np.maximum(np.abs(a), np.abs(numeric))
+        passed = bool(np.all(err <= bound))  # False with a NaN anywhere
+        rel = err / np.maximum(np.maximum(np.abs(a), np.abs(numeric)), 1e-300)
+        targets.append(HvpTarget(name, float(np.max(err, initial=0.0)), float(np.max(rel, initial=0.0)), passed))
+    return HvpReport(loss, seed, targets)
