@@ -14,6 +14,7 @@ STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 LINT_STAMP := $(VENV)/.installed-lint
 ONNX_STAMP := $(VENV)/.installed-onnx
+DASK_STAMP := $(VENV)/.installed-dask
 OUT := out
 BENCH_ARGS ?=  # e.g. make bench BENCH_ARGS=--quick
 PYTEST_ARGS ?=  # e.g. make test PYTEST_ARGS=--runslow (the long fuzz run too)
@@ -101,8 +102,8 @@ demo: setup
 	@echo "Done. The gradient graph is in $(OUT)/mlp-grad.uop; its picture is $(CURDIR)/$(OUT)/mlp-grad.svg"
 
 # pytest exit status 5 means it collected no test: that is a failure here, and says so.
-test: setup chromium $(ONNX_STAMP)
-	@$(RUN) $(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS); status=$$?; \
+test: setup chromium $(ONNX_STAMP) $(DASK_STAMP)
+	@$(RUN) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
 		if [ $$status -eq 5 ]; then echo "make test: FAILED: pytest collected no tests" >&2; fi; \
 		exit $$status
 
@@ -128,6 +129,14 @@ $(ONNX_STAMP): $(STAMP)
 		$(PY) -m pip install "$$package" >>$(VENV)/install.log 2>&1 || \
 		echo "make: $$package cannot be installed for $$($(PY) --version 2>&1): its tests will skip (see $(VENV)/install.log)" >&2; \
 	done
+	@touch $@
+
+# dask and distributed (the [dask] extra) for `eval --map --dask` and its tests, which start real
+# Dask clusters; where they cannot be installed, those tests skip and say why
+$(DASK_STAMP): $(STAMP)
+	@echo "make: installing dask and distributed for the --dask tests (pip's log: $(VENV)/install.log)"
+	@$(PY) -m pip install 'dask>=2024.1' 'distributed>=2024.1' >>$(VENV)/install.log 2>&1 || \
+		echo "make: dask cannot be installed for $$($(PY) --version 2>&1): the --dask tests will skip (see $(VENV)/install.log)" >&2
 	@touch $@
 
 samples: venv
