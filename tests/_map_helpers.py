@@ -20,39 +20,43 @@ UOPGRAD = shutil.which("uopgrad", path=BIN) or shutil.which("uopgrad")
 IN, HIDDEN, OUT = 5, 7, 3
 
 
-def mlp_gradient(batch: int, dtype=dtypes.float64) -> Graph:
+def mlp_gradient(batch: int, dtype=dtypes.float64, sizes: tuple = (IN, HIDDEN, OUT)) -> Graph:
     """The gradient of a summed squared error of a tanh MLP over `batch` rows, with respect
     to its weights w1 and w2: over shards, the sum of the shards' gradients is the whole
-    batch's. Inputs x, y (the data) and w1, w2 (the weights)."""
-    x, y = UOp.param("x", (batch, IN), dtype), UOp.param("y", (batch, OUT), dtype)
-    w1, w2 = UOp.param("w1", (IN, HIDDEN), dtype), UOp.param("w2", (HIDDEN, OUT), dtype)
+    batch's. Inputs x, y (the data) and w1, w2 (the weights); `sizes` (in, hidden, out)."""
+    n_in, hidden, n_out = sizes
+    x, y = UOp.param("x", (batch, n_in), dtype), UOp.param("y", (batch, n_out), dtype)
+    w1, w2 = UOp.param("w1", (n_in, hidden), dtype), UOp.param("w2", (hidden, n_out), dtype)
     error = (x @ w1).tanh() @ w2 - y
     loss = (error * error).sum()
     grad, _ = differentiate(Graph({"loss": loss}, inputs=[x, y, w1, w2]), ["w1", "w2"], keep_forward=True)
     return grad
 
 
-def write_gradient(path: Path, batch: int) -> Path:
-    save(mlp_gradient(batch), path)
+def write_gradient(path: Path, batch: int, sizes: tuple = (IN, HIDDEN, OUT)) -> Path:
+    save(mlp_gradient(batch, sizes=sizes), path)
     return path
 
 
-def write_weights(directory: Path, seed: int = 1) -> list[str]:
+def write_weights(directory: Path, seed: int = 1, sizes: tuple = (IN, HIDDEN, OUT)) -> list[str]:
     """w1.npy and w2.npy in `directory`; the -i specs that give them."""
     rng = np.random.default_rng(seed)
-    np.save(directory / "w1.npy", rng.standard_normal((IN, HIDDEN)))
-    np.save(directory / "w2.npy", rng.standard_normal((HIDDEN, OUT)))
+    n_in, hidden, n_out = sizes
+    np.save(directory / "w1.npy", rng.standard_normal((n_in, hidden)) / np.sqrt(n_in))
+    np.save(directory / "w2.npy", rng.standard_normal((hidden, n_out)) / np.sqrt(hidden))
     return [f"w1={directory / 'w1.npy'}", f"w2={directory / 'w2.npy'}"]
 
 
-def write_shards(directory: Path, count: int, batch: int, seed: int = 0) -> tuple[list[Path], dict]:
+def write_shards(directory: Path, count: int, batch: int, seed: int = 0,
+                 sizes: tuple = (IN, HIDDEN, OUT)) -> tuple[list[Path], dict]:
     """`count` shards part-00.npz, ... of `batch` rows each (x, y); their paths and the whole
     data set, concatenated in the shards' order."""
     directory.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     xs, ys, paths = [], [], []
+    n_in, _, n_out = sizes
     for i in range(count):
-        x, y = rng.standard_normal((batch, IN)), rng.standard_normal((batch, OUT))
+        x, y = rng.standard_normal((batch, n_in)), rng.standard_normal((batch, n_out))
         path = directory / f"part-{i:02d}.npz"
         np.savez(path, x=x, y=y)
         xs.append(x)

@@ -332,3 +332,14 @@ def test_neither_import_uopcli_nor_eval_map_without_dask_imports_dask(tmp_path):
     done = subprocess.run([sys.executable, "-c", script, str(grad)], cwd=tmp_path, capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout.decode().split("\n")[0] == "0 [] ['part-00.npz', 'part-01.npz']"
+
+
+def test_dask_missing_says_how_to_install_it(tmp_path):
+    grad = write_gradient(tmp_path / "grad.uop", 2)
+    script = ("import sys; sys.modules['distributed'] = None\n"
+              "from uopcli.cli.app import main\n"
+              "sys.exit(main.main(sys.argv[1:], standalone_mode=False))\n")
+    done = subprocess.run([sys.executable, "-c", script, "eval", grad, "--map", "shards/*.npz", "--dask", "local:2"],
+                          cwd=tmp_path, capture_output=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.decode().strip().endswith("pip install 'uopgrad[dask]'"), done.stderr.decode()

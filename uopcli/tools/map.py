@@ -19,7 +19,12 @@ the graph and the fixed inputs, is one `Work` object, sent to each worker once.
   member is one line naming the shard and the member, and nothing runs or is written.
 - Outputs are all-or-nothing: a directory of per-shard files is built beside its target
   and renamed into place at the end (StagedDirectory).
-- Dask is imported only for `dask=...` (map_dask.py); this module needs numpy alone.
+- Each shard runs its BLAS calls (the matrix products) on one thread, here and on every
+  worker: OpenBLAS splits a product's sum differently for another thread count, which
+  changes the last bits (a weight gradient sums over the batch). The parallelism is the
+  shards'. The same bits hold between machines with the same BLAS and kind of CPU.
+- Dask is imported only for `dask=...` (map_dask.py); this module needs numpy and
+  threadpoolctl.
 """
 
 from __future__ import annotations
@@ -41,7 +46,12 @@ from .values import ZIP_MAGIC, _starts_with, npz_bytes, read_archive, type_text
 REDUCTIONS = ("sum", "mean", "none")
 
 
-class ShardError(EvaluationError):
+class MapError(EvaluationError):
+    """A run over shards failed for something other than the graph (a shard, the cluster):
+    one line that names what failed."""
+
+
+class ShardError(MapError):
     """A shard that does not fit the graph: one line naming the shard (and the member)."""
 
 
@@ -139,9 +149,18 @@ class Work:
         self.shard_inputs = list(shard_inputs)
         self.limits = limits
         self._graph: Graph | None = None
+        self._blas = None
 
     def __getstate__(self):
-        return {**self.__dict__, "_graph": None}
+        return {**self.__dict__, "_graph": None, "_blas": None}
+
+    def one_blas_thread(self):
+        """A context in which BLAS runs on one thread (threadpoolctl; the controller, which
+        finds the loaded BLAS libraries, is made once per process)."""
+        if self._blas is None:
+            from threadpoolctl import ThreadpoolController
+            self._blas = ThreadpoolController()
+        return self._blas.limit(limits=1, user_api="blas")
 
     def graph(self) -> Graph:
         if self._graph is None:
@@ -182,7 +201,8 @@ def run_shard(work: Work, path: str) -> ShardResult:
     try:
         inputs = {**work.fixed, **read_archive(path, nodes)}
         read = time.perf_counter()
-        outputs = _flat(evaluate_graph(graph, inputs))
+        with work.one_blas_thread():
+            outputs = _flat(evaluate_graph(graph, inputs))
     except EvaluationError as e:
         message = str(e)
         raise ShardError(message if message.startswith(path) else f"{path}: {message}") from None

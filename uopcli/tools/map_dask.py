@@ -15,15 +15,18 @@ import os
 import time
 import uuid
 
-from ..errors import EvaluationError, UOpError
-from .map import MapReport, ShardError, SumTree, Work, add_results, finish, run_shard
+from ..errors import UOpError
+from .map import MapError, MapReport, ShardError, SumTree, Work, add_results, finish, run_shard
 
-CONNECT_TIMEOUT = 10   # seconds to reach a scheduler
 WORKERS_TIMEOUT = 60   # seconds to wait for a scheduler's first worker
 
 
-class DaskMissing(EvaluationError):
+class DaskMissing(MapError):
     """dask or distributed is not installed."""
+
+
+class ClusterError(MapError):
+    """The cluster cannot be reached, or has no worker."""
 
 
 def require() -> None:
@@ -42,7 +45,7 @@ def parse_target(target: str) -> tuple[str, int | None]:
     if target.startswith("local:"):
         count = target[len("local:"):]
         if not count.isdigit() or int(count) < 1:
-            raise EvaluationError(f"--dask {target}: give local:N with N a number of workers >= 1")
+            raise ClusterError(f"--dask {target}: give local:N with N a number of workers >= 1")
         return "local", int(count)
     return "address", None
 
@@ -69,14 +72,14 @@ def client_for(target):
             client = stack.enter_context(distributed.Client(cluster))
         else:
             try:
-                client = stack.enter_context(distributed.Client(target, timeout=CONNECT_TIMEOUT))
+                client = stack.enter_context(distributed.Client(target))  # dask's connect timeout
             except (OSError, TimeoutError, ValueError) as e:
-                raise EvaluationError(f"cannot reach the Dask scheduler at {target}: {' '.join(str(e).split())}") \
+                raise ClusterError(f"cannot reach the Dask scheduler at {target}: {' '.join(str(e).split())}") \
                     from None
             try:
                 client.wait_for_workers(1, timeout=WORKERS_TIMEOUT)
             except TimeoutError:
-                raise EvaluationError(f"the Dask scheduler at {target} has had no worker for {WORKERS_TIMEOUT} s: "
+                raise ClusterError(f"the Dask scheduler at {target} has had no worker for {WORKERS_TIMEOUT} s: "
                                       f"start some (dask worker {target})") from None
         yield client, time.perf_counter() - start
 

@@ -54,7 +54,7 @@ def eval_map(source, specs, use_random, seed, output, as_json, stats, literal, k
         shard_inputs = mapping.check_shards(graph, paths, _named_by(specs))
         if reduction == "none":
             mapping.output_names(paths)
-    except mapping.ShardError as e:  # names its shard and member: no need of IN's name in front
+    except mapping.MapError as e:  # names its shard and member: no need of IN's name in front
         raise CommandFailed(str(e)) from None
     fixed = _fixed_inputs(graph, shard_inputs, specs, seed if use_random else None)
     with _progress_bar(len(paths), "shards") as bar:
@@ -62,7 +62,7 @@ def eval_map(source, specs, use_random, seed, output, as_json, stats, literal, k
             report = mapping.map_graph(graph, paths, fixed, reduce=reduction, out_dir=output if reduction == "none"
                                        else None, dask=dask_target, simplify="exact" if literal else "tinygrad",
                                        progress=bar.update, shard_inputs=shard_inputs)
-        except mapping.ShardError as e:
+        except mapping.MapError as e:  # a shard, or the cluster
             raise CommandFailed(str(e)) from None
     if stats:
         click.echo("\n".join(report.lines()), err=True)
