@@ -43,13 +43,14 @@ pip_install = $(PY) -m pip install $(1) >>$(VENV)/install.log 2>&1 || { cat $(VE
 editable_install = $(PY) -m pip install -e '.[$(1)]' --config-settings editable_mode=compat >>$(VENV)/install.log 2>&1 \
 	|| $(call pip_install,-e '.[$(1)]')
 
-.PHONY: help setup venv dot clang chromium demo test bench bench-html samples samples-check lint clean distclean
+.PHONY: help setup venv dot clang chromium demo test bench bench-html bench-map samples samples-check lint clean distclean
 
 help:
 	@echo "make demo      set up, then diff -> eval -> check -> render samples/mlp.uop (picture in $(OUT)/)"
 	@echo "make test      set up, then run the whole test suite"
 	@echo "make bench     run the benchmarks (installs the [bench] extra; BENCH_ARGS=--quick for a smoke run)"
 	@echo "make bench-html  time the HTML viewer: writing pages, and drawing them in headless Chromium"
+	@echo "make bench-map   time eval --map over 16 shards: sequential against --dask local:2"
 	@echo "make samples   rebuild samples/*.uop from samples/build.py (make samples-check: compare only)"
 	@echo "make lint      ruff over the package, tests, samples, tools and bench"
 	@echo "make clean     remove $(OUT)/ and caches; make distclean also removes $(VENV)/"
@@ -114,6 +115,10 @@ bench: setup $(BENCH_STAMP) $(ONNX_STAMP)
 # the HTML viewer's timings (bench/bench_html.py): writes bench/RESULTS-html.md
 bench-html: setup chromium
 	$(RUN) $(PY) bench/bench_html.py $(BENCH_ARGS)
+
+# eval --map over a data set, sequential and on a local Dask cluster: writes bench/RESULTS-map.md
+bench-map: setup $(DASK_STAMP)
+	$(RUN) $(PY) bench/bench_map.py $(BENCH_ARGS)
 
 $(BENCH_STAMP): $(STAMP)
 	@echo "make: installing the benchmarks' extra packages (pip's log: $(VENV)/install.log)"

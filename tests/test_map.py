@@ -174,7 +174,7 @@ def test_cli_mean_json_table_and_stats(tmp_path):
     stats = done.stderr.decode().splitlines()
     assert [line.split()[0] for line in stats[1:4]] == ["part-00.npz", "part-01.npz", "part-02.npz"]
     assert stats[4].startswith("3 shards on 1 worker: start-up 0.000 s")
-    assert stats[5].startswith("scheduling overhead per shard: ") and "over 2 gaps" in stats[5]
+    assert stats[5].startswith("overhead per shard: ") and "(2 gaps: " in stats[5]
     table = uopgrad("eval", grad, "--map", "shards/*.npz", *inputs, cwd=tmp_path)
     assert [line.split()[0] for line in table.stdout.decode().splitlines()] == ["name", "loss", "grad_w1", "grad_w2"]
 

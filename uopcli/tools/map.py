@@ -288,8 +288,9 @@ class MapReport:
     run_seconds: float      # from the first shard submitted to the last result in
 
     def scheduling_gaps(self) -> list[float]:
-        """Each worker thread's idle time between one shard's end and its next shard's start
-        (on one clock: the worker's own): scheduling, data movement and the sum's additions."""
+        """Each worker thread's time between one shard's end and its next shard's start (on
+        one clock: the worker's own): the overhead of running shards one task each
+        (scheduling, moving data, the sum's additions; here, writing a shard's outputs)."""
         by_thread: dict[tuple[str, int], list[ShardStats]] = {}
         for stats in self.shards:
             by_thread.setdefault((stats.worker, stats.thread), []).append(stats)
@@ -314,8 +315,9 @@ class MapReport:
                      f"{self.send_seconds:.3f} s, run {self.run_seconds:.3f} s, mean shard {task:.3f} s")
         if gaps:
             gap = sum(gaps) / len(gaps)
-            lines.append(f"scheduling overhead per shard: {gap * 1e3:.2f} ms ({100 * gap / task:.1f}% of a shard), "
-                         f"the mean gap between shards on a worker over {len(gaps)} gaps")
+            lines.append(f"overhead per shard: {gap * 1e3:.2f} ms ({100 * gap / task:.1f}% of a shard's time), the mean "
+                         f"gap between a shard's end and the next one's start on a worker ({len(gaps)} gaps: "
+                         f"scheduling, moving, adding or writing outputs)")
         return lines
 
 

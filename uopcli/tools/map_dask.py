@@ -66,10 +66,19 @@ def client_for(target):
     with contextlib.ExitStack() as stack:
         if kind == "local":
             import logging
-            cluster = stack.enter_context(distributed.LocalCluster(
-                n_workers=count or os.cpu_count() or 1, threads_per_worker=1, processes=True, host="127.0.0.1",
-                dashboard_address=None, silence_logs=logging.ERROR))
+
+            import dask
+            # workers forked from this process (where fork exists) start in a fraction of the
+            # time of fresh interpreters (1.5 s against 13.5 s for two on a busy two-core
+            # machine): they have numpy, uopcli and distributed imported already
+            method = "fork" if hasattr(os, "fork") else "spawn"
+            with dask.config.set({"distributed.worker.multiprocessing-method": method}):
+                cluster = stack.enter_context(distributed.LocalCluster(
+                    n_workers=count or os.cpu_count() or 1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                    dashboard_address=None, silence_logs=logging.ERROR))
             client = stack.enter_context(distributed.Client(cluster))
+            if method == "fork":
+                client.run(_as_a_fresh_process)
         else:
             try:
                 client = stack.enter_context(distributed.Client(target))  # dask's connect timeout
@@ -82,6 +91,17 @@ def client_for(target):
                 raise ClusterError(f"the Dask scheduler at {target} has had no worker for {WORKERS_TIMEOUT} s: "
                                       f"start some (dask worker {target})") from None
         yield client, time.perf_counter() - start
+
+
+def _as_a_fresh_process() -> None:
+    """In a forked worker: undo what the uopgrad command set in its own process, the cyclic
+    garbage collector paused and SIGTERM/SIGHUP raised as exceptions (cli.app), which a
+    long-lived worker needs as a fresh interpreter has them."""
+    import gc
+    import signal
+    gc.enable()
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def run_on_dask(work: Work, paths: list, reduce: str, sink, progress, target) -> MapReport:
