@@ -72,6 +72,7 @@ def client_for(target):
             # time of fresh interpreters (1.5 s against 13.5 s for two on a busy two-core
             # machine): they have numpy, uopcli and distributed imported already
             method = "fork" if hasattr(os, "fork") else "spawn"
+            import threadpoolctl  # noqa: F401 - imported once, here, for the forked workers' first shard
             with dask.config.set({"distributed.worker.multiprocessing-method": method}):
                 cluster = stack.enter_context(distributed.LocalCluster(
                     n_workers=count or os.cpu_count() or 1, threads_per_worker=1, processes=True, host="127.0.0.1",
