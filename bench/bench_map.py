@@ -166,6 +166,22 @@ def whole_batch_error(directory: Path, fixed: dict, shards: int, batch: int) -> 
         return max(float(np.max(np.abs(summed[k] - v)) / np.max(np.abs(v))) for k, v in whole.items())
 
 
+def break_even(shards: int, sequential: list, local: list) -> str:
+    """From this run's fixed costs (a process's wall time beyond its shards) and per-shard
+    times: how many such shards make the whole local:2 process 1.6x faster (an estimate)."""
+    median = lambda rows, key: statistics.median(r[key] for r in rows)
+    fixed_seq = median(sequential, "wall") - median(sequential, "run")
+    fixed_dask = median(local, "wall") - median(local, "run")
+    per_seq, per_dask = median(sequential, "run") / shards, median(local, "run") / shards
+    if per_seq <= 1.6 * per_dask:
+        return (f"start-up included, no number of shards reaches 1.6x here: a shard costs {per_dask:.3f} s on "
+                f"the cluster against {per_seq:.3f} s in one process")
+    needed = (1.6 * fixed_dask - fixed_seq) / (per_seq - 1.6 * per_dask)
+    return (f"start-up included, 1.6x takes about {max(needed, 0):.0f} shards of this size (an estimate from this "
+            f"run: fixed costs {fixed_seq:.2f} s in one process and {fixed_dask:.2f} s with the cluster, "
+            f"{per_seq:.3f} s against {per_dask:.3f} s a shard)")
+
+
 def report(shards, batch, shard_seconds, sequential, local, warm, same, error) -> str:
     median = lambda rows, key: statistics.median(r[key] for r in rows)
     seq_wall, dask_wall = median(sequential, "wall"), median(local, "wall")
@@ -197,6 +213,7 @@ def report(shards, batch, shard_seconds, sequential, local, warm, same, error) -
         f"- speed-up of running the shards (start-up reported above): **{seq_run / dask_run:.2f}x**",
         f"- the shards' time on a warm cluster (started once, {len(warm)} runs): {warm_run:.2f} s, "
         f"{seq_run / warm_run:.2f}x the sequential run",
+        f"- {break_even(shards, sequential, local)}",
         "",
         "## Scheduling overhead per shard (warm cluster)",
         "",

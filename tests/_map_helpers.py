@@ -98,3 +98,26 @@ def session_processes(session: int) -> list[int]:
 
 def relative_error(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+def on_terminal(args: list, cwd: Path) -> tuple[int, bytes, bytes]:
+    """The installed uopgrad with stderr on a pseudo-terminal: (exit status, what the
+    terminal showed, stdout)."""
+    import pty
+    leader, follower = pty.openpty()
+    try:
+        process = subprocess.Popen([UOPGRAD, *map(str, args)], cwd=cwd, stdout=subprocess.PIPE, stderr=follower)
+        os.close(follower)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+        out, _ = process.communicate(timeout=120)
+        return process.returncode, shown, out
+    finally:
+        os.close(leader)

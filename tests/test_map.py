@@ -25,8 +25,8 @@ from uopcli.errors import EvaluationError
 from uopcli.formats.uop import save
 from uopcli.tools.map import ShardError, SumTree, check_shards, map_graph, read_members
 
-from _map_helpers import (UOPGRAD, mlp_gradient, relative_error, uopgrad, uopgrad_process, write_gradient,
-                          write_shards, write_weights)
+from _map_helpers import (UOPGRAD, mlp_gradient, on_terminal, relative_error, uopgrad, uopgrad_process,
+                          write_gradient, write_shards, write_weights)
 
 needs_cli = pytest.mark.skipif(UOPGRAD is None, reason="the uopgrad console script is not installed")
 
@@ -177,6 +177,15 @@ def test_cli_mean_json_table_and_stats(tmp_path):
     assert stats[5].startswith("overhead per shard: ") and "(2 gaps: " in stats[5]
     table = uopgrad("eval", grad, "--map", "shards/*.npz", *inputs, cwd=tmp_path)
     assert [line.split()[0] for line in table.stdout.decode().splitlines()] == ["name", "loss", "grad_w1", "grad_w2"]
+
+
+@needs_cli
+def test_a_progress_bar_of_shards_on_a_terminal(tmp_path):
+    grad = write_gradient(tmp_path / "grad.uop", 2)
+    write_shards(tmp_path / "shards", 3, 2)
+    status, shown, out = on_terminal(["eval", grad, "--map", "shards/*.npz", "--random", "-o", "-"], tmp_path)
+    assert status == 0 and out.startswith(b"PK")
+    assert b"shards" in shown and b"100%" in shown, shown
 
 
 @needs_cli

@@ -236,10 +236,14 @@ def mean_of(total: ShardResult, count: int) -> dict:
     means = {}
     for name, value in total.outputs.items():
         if value.dtype.kind not in "fc":
-            raise EvaluationError(f"--reduce mean: output {name!r} is {value.dtype.name}, and a mean of whole "
-                                  f"numbers is not one: use --reduce sum")
+            _not_a_mean(name, value.dtype.name)
         means[name] = np.divide(value, np.asarray(count, value.dtype))
     return means
+
+
+def _not_a_mean(name: str, dtype: str):
+    raise EvaluationError(f"--reduce mean: output {name!r} is {dtype}, and a mean of whole numbers is not one: "
+                          f"use --reduce sum")
 
 
 # ----------------------------------------------------------------------------- the sum tree
@@ -342,6 +346,10 @@ def map_graph(graph: Graph, paths: Sequence[str], fixed: Mapping | None = None, 
         output_names(paths)
     paths = [os.path.abspath(p) for p in paths]  # as the workers, started elsewhere, find them
     _check_fixed(graph, fixed, shard_inputs)
+    if reduce == "mean":  # refused before the shards run (mean_of checks tuple elements after)
+        for name, node in graph.outputs.items():
+            if node.dtype.is_int or node.dtype.is_bool:
+                _not_a_mean(name, node.dtype.name)
     if simplify is not None:
         from ..backends.numpy import _simplified
         graph = _simplified(graph, simplify)
