@@ -237,9 +237,7 @@ def test_dask_local_starts_and_stops_its_own_cluster(data):
     summary = [line for line in err.decode().splitlines() if line.startswith("16 shards on")]
     assert summary and summary[0].startswith("16 shards on 2 workers: start-up ")
     assert float(summary[0].split("start-up ")[1].split()[0]) > 0
-    deadline = time.monotonic() + 30
-    while session_processes(process.pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    time.sleep(1)  # the workers were stopped before the command ended: nothing of its session is left
     assert session_processes(process.pid) == []
 
 
