@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from ..app import CommandFailed
+from ..app import CommandFailed, _given
 from ..io import _onnx_weights, _progress_bar, _read_graph, _refuse_binary_terminal, _write
 from ..output import _table, _value_json
 
@@ -42,7 +42,7 @@ def eval_map(source, specs, use_random, seed, output, as_json, stats, literal, k
              map_pattern, reduction, dask_target):
     """`eval --map`: check every shard, gather the fixed inputs, run, write."""
     reduction = reduction or "sum"
-    _check_usage(output, as_json, keep_intermediates, backend, device, reduction)
+    _check_usage(output, as_json, keep_intermediates, backend, device, reduction, use_random)
     from ...tools import map as mapping
     try:
         if dask_target is not None:
@@ -78,7 +78,9 @@ def eval_map(source, specs, use_random, seed, output, as_json, stats, literal, k
         click.echo(_table(report.outputs))
 
 
-def _check_usage(output, as_json, keep_intermediates, backend, device, reduction) -> None:
+def _check_usage(output, as_json, keep_intermediates, backend, device, reduction, use_random) -> None:
+    if _given("seed") and not use_random:
+        raise click.UsageError("--seed is the seed of --random: give --random too")
     if keep_intermediates:
         raise click.UsageError("--keep-intermediates is for one evaluation, not --map")
     if backend != "numpy" or device is not None:
