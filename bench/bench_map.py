@@ -67,6 +67,13 @@ def write_data(directory: Path, shards: int, batch: int) -> dict:
     return fixed
 
 
+def autogroup() -> str:
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
 def load() -> float:
     return os.getloadavg()[0]
 
@@ -126,7 +133,11 @@ def warm_cluster(directory: Path, fixed: dict, batch: int, repeats: int) -> list
             gaps = report.scheduling_gaps()
             shard = statistics.mean(s.read_seconds + s.eval_seconds + s.prepare_seconds for s in report.shards)
             rows.append({"run": report.run_seconds, "send": report.send_seconds, "gap": statistics.mean(gaps),
-                         "gap_max": max(gaps), "shard": shard, "load": (before + load()) / 2})
+                         "gap_max": max(gaps), "shard": shard, "load": (before + load()) / 2,
+                         "cpu": statistics.mean(s.cpu_seconds for s in report.shards)})
+        here = map_graph(graph, paths, fixed)  # the same shards in this process, for their CPU time
+        rows[-1]["cpu_here"] = statistics.mean(s.cpu_seconds for s in here.shards)
+        rows[-1]["wall_here"] = statistics.mean(s.read_seconds + s.eval_seconds for s in here.shards)
     return rows
 
 
@@ -221,6 +232,16 @@ def report(shards, batch, shard_seconds, sequential, local, warm, same, error) -
         f"{100 * warm_gap / warm_shard:.2f}% of a mean shard of {warm_shard:.3f} s (target: under 5% of a 0.2 s "
         f"shard, 10 ms); largest gap {max(r['gap_max'] for r in warm) * 1e3:.1f} ms. Sending the graph and "
         f"weights to both workers once: {median(warm, 'send') * 1e3:.1f} ms.",
+        "",
+        "## CPU time against wall time",
+        "",
+        f"A shard's own CPU time (its thread's, reading and evaluating): {warm[-1]['cpu']:.3f} s on a worker, "
+        f"{warm[-1]['cpu_here']:.3f} s in one process (whose shards took {warm[-1]['wall_here']:.3f} s of wall "
+        f"time each, against {warm_shard:.3f} s on a worker). A shard's wall time is its CPU time plus the "
+        f"time its thread waited for a core. This machine's kernel groups processes by "
+        f"session for CPU fairness (sched_autogroup_enabled = {autogroup()}): under other sessions' load, the "
+        f"two workers and their parent share one session's share, as the sequential run has one to itself, so a "
+        f"speed-up shows only on a machine whose load average stays below its core count.",
         "",
         "## Results",
         "",

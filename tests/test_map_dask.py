@@ -141,7 +141,7 @@ def test_a_cluster_started_as_a_user_does_gives_the_sequential_bits(cluster, dat
     stats = done.stderr.decode().splitlines()
     shard_lines = [line for line in stats if line.startswith("part-")]
     assert len(shard_lines) == 16 and "16 shards on 2 workers" in stats[17]
-    workers = {line.split()[5] for line in shard_lines}
+    workers = {line.split()[7] for line in shard_lines}
     assert workers <= {f"{h}:{pid}" for h, pid in ((os.uname().nodename, p) for p in cluster.worker_pids().values())}
     # the graph and weights went to each worker once: parsed once per worker, not per shard
     assert sum("parsing the graph" in line for line in shard_lines) == len(workers) == 2

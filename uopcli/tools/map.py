@@ -181,6 +181,7 @@ class ShardStats:
     read_seconds: float
     eval_seconds: float
     prepare_seconds: float = 0.0
+    cpu_seconds: float = 0.0  # this thread's CPU time reading and evaluating: below the wall time, others ran
 
 
 @dataclass
@@ -196,7 +197,7 @@ def run_shard(work: Work, path: str) -> ShardResult:
     started, clock = time.time(), time.perf_counter()
     prepared = work._graph is not None
     graph = work.graph()
-    parsed = time.perf_counter()
+    parsed, cpu_parsed = time.perf_counter(), time.thread_time()
     nodes = {node.arg: node for node in graph.inputs if node.arg in work.shard_inputs}
     try:
         inputs = {**work.fixed, **read_archive(path, nodes)}
@@ -208,7 +209,7 @@ def run_shard(work: Work, path: str) -> ShardResult:
         raise ShardError(message if message.startswith(path) else f"{path}: {message}") from None
     done = time.perf_counter()
     stats = ShardStats(path, f"{socket.gethostname()}:{os.getpid()}", threading.get_ident(), started, time.time(),
-                       read - parsed, done - read, 0.0 if prepared else parsed - clock)
+                       read - parsed, done - read, 0.0 if prepared else parsed - clock, time.thread_time() - cpu_parsed)
     return ShardResult(outputs, [stats])
 
 
@@ -307,11 +308,11 @@ class MapReport:
     def lines(self) -> list[str]:
         """--stats: a line per shard, then the totals and the overhead per shard."""
         width = max(len(os.path.basename(s.shard)) for s in self.shards)
-        lines = [f"{'shard':<{width}}  {'read':>9}  {'eval':>9}  worker"]
+        lines = [f"{'shard':<{width}}  {'read':>9}  {'eval':>9}  {'CPU':>9}  worker"]
         for s in sorted(self.shards, key=lambda s: s.shard):
             prepare = f" (+{s.prepare_seconds:.3f} s parsing the graph)" if s.prepare_seconds else ""
             lines.append(f"{os.path.basename(s.shard):<{width}}  {s.read_seconds:7.3f} s  {s.eval_seconds:7.3f} s  "
-                         f"{s.worker}{prepare}")
+                         f"{s.cpu_seconds:7.3f} s  {s.worker}{prepare}")
         task = sum(s.read_seconds + s.eval_seconds + s.prepare_seconds for s in self.shards) / len(self.shards)
         gaps = self.scheduling_gaps()
         lines.append(f"{len(self.shards)} shards on {self.workers} worker{'s' if self.workers != 1 else ''}: "
