@@ -15,6 +15,7 @@ BENCH_STAMP := $(VENV)/.installed-bench
 LINT_STAMP := $(VENV)/.installed-lint
 ONNX_STAMP := $(VENV)/.installed-onnx
 TORCH_STAMP := $(VENV)/.installed-torch
+DASK_STAMP := $(VENV)/.installed-dask
 OUT := out
 BENCH_ARGS ?=  # e.g. make bench BENCH_ARGS=--quick
 PYTEST_ARGS ?=  # e.g. make test PYTEST_ARGS=--runslow (the long fuzz run too)
@@ -44,13 +45,15 @@ pip_install = $(PY) -m pip install $(1) >>$(VENV)/install.log 2>&1 || { cat $(VE
 editable_install = $(PY) -m pip install -e '.[$(1)]' --config-settings editable_mode=compat >>$(VENV)/install.log 2>&1 \
 	|| $(call pip_install,-e '.[$(1)]')
 
-.PHONY: help setup venv dot clang chromium demo test bench bench-html samples samples-check lint clean distclean mutation
+.PHONY: help setup venv dot clang chromium demo test bench bench-html bench-map samples samples-check lint clean distclean \
+	mutation
 
 help:
 	@echo "make demo      set up, then diff -> eval -> check -> render samples/mlp.uop (picture in $(OUT)/)"
 	@echo "make test      set up, then run the whole test suite"
 	@echo "make bench     run the benchmarks (installs the [bench] extra; BENCH_ARGS=--quick for a smoke run)"
 	@echo "make bench-html  time the HTML viewer: writing pages, and drawing them in headless Chromium"
+	@echo "make bench-map   time eval --map over 16 shards: sequential against --dask local:2"
 	@echo "make samples   rebuild samples/*.uop from samples/build.py (make samples-check: compare only)"
 	@echo "make lint      ruff over the package, tests, samples, tools and bench"
 	@echo "make mutation TARGET=uopcli/core/simplify  mutation testing of one module or folder with its mapped tests"
@@ -104,8 +107,8 @@ demo: setup
 	@echo "Done. The gradient graph is in $(OUT)/mlp-grad.uop; its picture is $(CURDIR)/$(OUT)/mlp-grad.svg"
 
 # pytest exit status 5 means it collected no test: that is a failure here, and says so.
-test: setup chromium $(ONNX_STAMP) $(TORCH_STAMP)
-	@$(RUN) $(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS); status=$$?; \
+test: setup chromium $(ONNX_STAMP) $(TORCH_STAMP) $(DASK_STAMP)
+	@$(RUN) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
 		if [ $$status -eq 5 ]; then echo "make test: FAILED: pytest collected no tests" >&2; fi; \
 		exit $$status
 
@@ -116,6 +119,10 @@ bench: setup $(BENCH_STAMP) $(ONNX_STAMP)
 # the HTML viewer's timings (bench/bench_html.py): writes bench/RESULTS-html.md
 bench-html: setup chromium
 	$(RUN) $(PY) bench/bench_html.py $(BENCH_ARGS)
+
+# eval --map over a data set, sequential and on a local Dask cluster: writes bench/RESULTS-map.md
+bench-map: setup $(DASK_STAMP)
+	$(RUN) $(PY) bench/bench_map.py $(BENCH_ARGS)
 
 $(BENCH_STAMP): $(STAMP)
 	@echo "make: installing the benchmarks' extra packages (pip's log: $(VENV)/install.log)"
@@ -140,6 +147,14 @@ $(TORCH_STAMP): $(STAMP)
 	@echo "make: installing torch==2.13.0 for the forward-mode tests against torch.func (pip's log: $(VENV)/install.log)"
 	@$(PY) -m pip install 'torch==2.13.0' >>$(VENV)/install.log 2>&1 || \
 		echo "make: torch==2.13.0 cannot be installed for $$($(PY) --version 2>&1): tests/test_forward_torch.py will skip (see $(VENV)/install.log)" >&2
+	@touch $@
+
+# dask and distributed (the [dask] extra) for `eval --map --dask` and its tests, which start real
+# Dask clusters; where they cannot be installed, those tests skip and say why
+$(DASK_STAMP): $(STAMP)
+	@echo "make: installing dask and distributed for the --dask tests (pip's log: $(VENV)/install.log)"
+	@$(PY) -m pip install 'dask>=2024.1' 'distributed>=2024.1' >>$(VENV)/install.log 2>&1 || \
+		echo "make: dask cannot be installed for $$($(PY) --version 2>&1): the --dask tests will skip (see $(VENV)/install.log)" >&2
 	@touch $@
 
 samples: venv

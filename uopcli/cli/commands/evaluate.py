@@ -10,6 +10,7 @@ from ..io import (_check_specs, _note, _onnx_weights, _progress_bar, _read_graph
                   _write)
 from ...tools.values import npz_bytes
 from ..output import _elements, _stats_json, _stats_text, _table, _value_json
+from .evaluate_map import check_map_usage, eval_map, map_options
 
 
 # ----------------------------------------------------------------------------- eval
@@ -17,7 +18,8 @@ from ..output import _elements, _stats_json, _stats_text, _table, _value_json
 @_command("eval", short="Evaluate a graph on given or random inputs.", example="""\
   uopgrad eval model.uop -i x=x.npy -i w=weights.npz -i b=0.1
   uopgrad eval grad.uop --random --seed 1 --stats
-  uopgrad eval grad.uop -i x=data.npz:features --random -o grads.npz""")
+  uopgrad eval grad.uop -i x=data.npz:features --random -o grads.npz
+  uopgrad eval grad.uop --map 'shards/*.npz' -i w=w.npy --reduce sum --dask local:2 -o grads.npz""")
 @click.argument("source", metavar="IN")
 @click.option("-i", "--input", "specs", multiple=True, metavar="NAME=VALUE", callback=_check_specs,
               help="An input's value: x.npy, data.npz (member NAME), data.npz:key, or a number filled to its shape; "
@@ -39,14 +41,20 @@ from ..output import _elements, _stats_json, _stats_text, _table, _value_json
 @click.option("--debug-nans", is_flag=True, help="When an output holds a nan or inf, name the node that first makes "
               "one (%index as `print` numbers it, op, metadata, sources, the input elements it depends on) on "
               "stderr, and exit 1. Costs one more evaluation, only then.")
+@map_options
 def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep_intermediates, backend, device,
-          debug_nans):
+          debug_nans, map_pattern, reduction, dask_target):
     """Evaluate IN's outputs and print them as a table (or --json, or -o OUT.npz).
 
     The graph is simplified first, as tinygrad's compiler would before running it, so the
     values are what tinygrad computes (the gradient of sigmoid at -1000 is 0, not 0*inf);
     --literal runs it as written.
     """
+    if check_map_usage(map_pattern, reduction, dask_target):  # over a data set's shards (issue 34)
+        if debug_nans:
+            raise click.UsageError("--debug-nans runs one evaluation: give it without --map (on one shard's -i)")
+        return eval_map(source, specs, use_random, seed, output, as_json, stats, literal, keep_intermediates,
+                        backend, device, map_pattern, reduction, dask_target)
     _check_backend(backend, device, stats, keep_intermediates)  # tinygrad backend (issue 22)
     if output and as_json:
         raise click.UsageError("give either -o OUT.npz or --json, not both")

@@ -1,0 +1,256 @@
+"""`uopgrad eval --map --dask` on real Dask clusters: a scheduler and two workers started as
+separate processes on 127.0.0.1 (`dask scheduler`, `dask worker`, as a user starts them),
+shared by this module's tests, and a local cluster that `--dask local:2` starts itself. The
+results are the sequential run's, bit for bit, also when a worker is killed mid-run; every
+process the tests start is stopped by them.
+
+Dask's start-up is slow (seconds): one cluster serves the module (its tests run on one
+pytest-xdist worker: the xdist_group, with make test's --dist loadgroup)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import zipfile
+
+import numpy as np
+import pytest
+
+from uopcli.backends.numpy import evaluate_graph
+from uopcli.tools.map import ShardError, map_graph
+from uopcli.tools.values import npz_bytes
+
+from _map_helpers import (BIN, UOPGRAD, mlp_gradient, relative_error, session_processes, uopgrad, uopgrad_process,
+                          write_gradient, write_shards, write_weights)
+
+distributed = pytest.importorskip("distributed", reason="dask and distributed (the extra uopgrad[dask]) are not "
+                                  "installed: make test installs them")
+DASK = shutil.which("dask", path=BIN) or shutil.which("dask")
+pytestmark = [pytest.mark.xdist_group("dask"),
+              pytest.mark.skipif(UOPGRAD is None or DASK is None, reason="the uopgrad or dask console script "
+                                 "is not installed")]
+SIZES = (40, 300, 8)   # a gradient of a few tens of ms a shard: long enough to kill a worker mid-run
+BATCH = 1000
+
+
+class Cluster:
+    """A scheduler and two single-threaded workers, each its own process (and session), on
+    random free ports of 127.0.0.1; `client` is this test process's own connection."""
+
+    def __init__(self, directory):
+        self.directory = directory
+        self.processes: list[subprocess.Popen] = []
+        scheduler_file = directory / "scheduler.json"
+        self._start("scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                    "--scheduler-file", scheduler_file)
+        deadline = time.monotonic() + 120
+        while not scheduler_file.exists() or not scheduler_file.read_text().strip():
+            assert self.processes[0].poll() is None, (directory / "scheduler.log").read_text()
+            assert time.monotonic() < deadline, "dask scheduler did not start in 120 s"
+            time.sleep(0.1)
+        self.address = json.loads(scheduler_file.read_text())["address"]
+        for i in range(2):
+            self._start("worker", self.address, "--host", "127.0.0.1", "--nthreads", "1", "--nworkers", "1",
+                        "--no-dashboard", "--death-timeout", "60", "--local-directory", directory / f"w{i}",
+                        log=f"worker{i}")
+        self.client = distributed.Client(self.address, timeout=60)
+        self.wait_for_workers(2)
+
+    def _start(self, kind: str, *args, log: str | None = None) -> None:
+        with open(self.directory / f"{log or kind}.log", "wb") as out:
+            self.processes.append(subprocess.Popen([DASK, kind, *map(str, args)], stdout=out, stderr=subprocess.STDOUT,
+                                                   start_new_session=True, cwd=self.directory))
+
+    def wait_for_workers(self, count: int) -> None:
+        self.client.wait_for_workers(count, timeout=120)
+
+    def worker_pids(self) -> dict[str, int]:
+        return self.client.run(os.getpid)
+
+    def stop(self) -> None:
+        """Workers first, then the scheduler: SIGTERM to each session, SIGKILL for what is
+        still there after 30 s; then nothing may be left in those sessions."""
+        self.client.close()
+        for process in [*self.processes[1:], self.processes[0]]:
+            _stop_session(process.pid)
+            process.wait(timeout=30)
+        left = {p.pid: session_processes(p.pid) for p in self.processes}
+        assert not any(left.values()), f"processes left behind: {left}"
+
+
+def _stop_session(session: int) -> None:
+    try:
+        os.killpg(session, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 30
+    while session_processes(session) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if session_processes(session):
+        os.killpg(session, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    started = Cluster(tmp_path_factory.mktemp("dask-cluster"))
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """16 shards of the gradient, its weights, and the sequential run's outputs: the sum in
+    seq.npz, one file per shard in seq/ (the bytes the CLI writes, tests/test_map.py)."""
+    directory = tmp_path_factory.mktemp("dask-data")
+    write_gradient(directory / "grad.uop", BATCH, SIZES)
+    specs = write_weights(directory, sizes=SIZES)
+    paths, whole = write_shards(directory / "shards", 16, BATCH, sizes=SIZES)
+    fixed = {"w1": np.load(directory / "w1.npy"), "w2": np.load(directory / "w2.npy")}
+    graph = mlp_gradient(BATCH, sizes=SIZES)
+    (directory / "seq.npz").write_bytes(npz_bytes(map_graph(graph, paths, fixed).outputs))
+    map_graph(graph, paths, fixed, reduce="none", out_dir=str(directory / "seq"))
+    return {"dir": directory, "inputs": [a for spec in specs for a in ("-i", spec)], "paths": paths,
+            "whole": whole, "fixed": fixed}
+
+
+def same_files(a, b) -> bool:
+    return sorted(os.listdir(a)) == sorted(os.listdir(b)) and all(
+        (a / name).read_bytes() == (b / name).read_bytes() for name in os.listdir(a))
+
+
+def test_a_cluster_started_as_a_user_does_gives_the_sequential_bits(cluster, data):
+    """Sum, mean and one file per shard through a scheduler and two workers started as
+    separate processes: the sequential run's bytes; the sum is the whole batch's gradient."""
+    directory, inputs = data["dir"], data["inputs"]
+    done = uopgrad("eval", "grad.uop", "--map", "shards/*.npz", *inputs, "--dask", cluster.address, "--stats",
+                   "-o", "dask.npz", cwd=directory)
+    assert done.returncode == 0, done.stderr.decode()
+    assert (directory / "dask.npz").read_bytes() == (directory / "seq.npz").read_bytes()
+    whole = evaluate_graph(mlp_gradient(16 * BATCH, sizes=SIZES), {**data["whole"], **data["fixed"]},
+                           simplify="tinygrad")
+    with np.load(directory / "dask.npz") as summed:
+        for name, value in whole.items():
+            assert relative_error(summed[name], value) < 1e-12, name
+    stats = done.stderr.decode().splitlines()
+    shard_lines = [line for line in stats if line.startswith("part-")]
+    assert len(shard_lines) == 16 and "16 shards on 2 workers" in stats[17]
+    workers = {line.split()[7] for line in shard_lines}
+    assert workers <= {f"{h}:{pid}" for h, pid in ((os.uname().nodename, p) for p in cluster.worker_pids().values())}
+    # the graph and weights went to each worker once: parsed once per worker, not per shard
+    assert sum("parsing the graph" in line for line in shard_lines) == len(workers) == 2
+    assert stats[18].startswith("overhead per shard: ")
+
+    done = uopgrad("eval", "grad.uop", "--map", "shards/*.npz", *inputs, "--dask", cluster.address,
+                   "--reduce", "none", "-o", "each", cwd=directory)
+    assert done.returncode == 0, done.stderr.decode()
+    assert same_files(directory / "each", directory / "seq")
+    mean = map_graph(mlp_gradient(BATCH, sizes=SIZES), data["paths"], data["fixed"], reduce="mean",
+                     dask=cluster.address).outputs
+    with np.load(directory / "seq.npz") as total:
+        for name in total.files:
+            assert mean[name].tobytes() == (total[name] / 16).tobytes()
+
+
+def test_a_worker_killed_mid_run_has_its_shards_rerun(cluster, data):
+    """SIGKILL to a worker while it runs a shard: the scheduler reruns that shard (and the
+    sums it held) on a worker alive, and the result is the sequential run's, bit for bit."""
+    directory, fixed = data["dir"], data["fixed"]
+    pids = cluster.worker_pids()
+    killed = {}
+
+    def kill_one_busy_worker(_):
+        if killed:
+            return
+        busy = {w: keys for w, keys in cluster.client.processing().items() if keys and w in pids}
+        worker = sorted(busy)[0]
+        killed.update(pid=pids[worker], keys=[k for k in busy[worker] if "shard" in str(k)])
+        os.kill(killed["pid"], signal.SIGKILL)
+
+    report = map_graph(mlp_gradient(BATCH, sizes=SIZES), data["paths"], fixed, dask=cluster.address,
+                       progress=kill_one_busy_worker)
+    assert killed["keys"], "the worker killed was running no shard"
+    with np.load(directory / "seq.npz") as expected:
+        assert list(report.outputs) == expected.files
+        for name in expected.files:
+            assert report.outputs[name].tobytes() == expected[name].tobytes()
+    assert not os.path.exists(f"/proc/{killed['pid']}")
+    rerun = {data["paths"][int(str(key).rsplit("-", 1)[1])].name for key in killed["keys"]}
+    ran_on = {os.path.basename(s.shard): s.worker for s in report.shards}
+    assert sorted(ran_on) == [p.name for p in data["paths"]]
+    for shard in rerun:
+        assert not ran_on[shard].endswith(f":{killed['pid']}")
+    cluster.wait_for_workers(2)  # the nanny starts a new worker in its place
+
+
+def test_a_shard_failing_on_a_worker_is_one_line_and_writes_nothing(cluster, data, tmp_path):
+    """A shard whose headers pass the check but whose data is cut short fails on its worker:
+    one line naming it, exit status 1, no OUT."""
+    shards = tmp_path / "shards"
+    shutil.copytree(data["dir"] / "shards", shards)
+    with zipfile.ZipFile(shards / "part-03.npz") as source:
+        members = [(info.filename, source.read(info)) for info in source.infolist()]
+    with zipfile.ZipFile(shards / "part-03.npz", "w") as target:
+        for name, content in members:
+            target.writestr(name, content[:-8])
+    done = uopgrad("eval", data["dir"] / "grad.uop", "--map", "shards/*.npz", *data["inputs"], "--dask",
+                   cluster.address, "-o", "out.npz", cwd=tmp_path)
+    lines = done.stderr.decode().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, lines
+    assert lines[0].startswith(f"uopgrad: error: {shards / 'part-03.npz'}: cannot read"), lines
+    with pytest.raises(ShardError, match=f"^{shards / 'part-03.npz'}: cannot read"):
+        map_graph(mlp_gradient(BATCH, sizes=SIZES), sorted(shards.glob("*.npz")), data["fixed"], reduce="none",
+                  out_dir=str(tmp_path / "out"), dask=cluster.address)
+    assert sorted(os.listdir(tmp_path)) == ["shards"]
+
+
+def test_an_interrupted_cluster_run_leaves_no_partial_output(cluster, data):
+    directory = data["dir"]
+    process = uopgrad_process("eval", "grad.uop", "--map", "shards/*.npz", *data["inputs"], "--dask",
+                              cluster.address, "--reduce", "none", "-o", "stopped", cwd=directory)
+    deadline = time.monotonic() + 120
+    while not any(os.listdir(d) for d in glob.glob(str(directory / ".stopped.*.tmp"))):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.01)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 1 and err.decode().strip() == "uopgrad: error: interrupted"
+    assert not glob.glob(str(directory / "*stopped*")) and not glob.glob(str(directory / ".stopped*"))
+    assert session_processes(process.pid) == []
+
+
+def test_dask_local_starts_and_stops_its_own_cluster(data):
+    """--dask local:2: two worker processes for the run, the sequential bits, and nothing
+    left running after it (every process of its session is gone)."""
+    directory = data["dir"]
+    process = uopgrad_process("eval", "grad.uop", "--map", "shards/*.npz", *data["inputs"], "--dask", "local:2",
+                              "--stats", "-o", "local.npz", cwd=directory)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err.decode()
+    assert (directory / "local.npz").read_bytes() == (directory / "seq.npz").read_bytes()
+    summary = [line for line in err.decode().splitlines() if line.startswith("16 shards on")]
+    assert summary and summary[0].startswith("16 shards on 2 workers: start-up ")
+    assert float(summary[0].split("start-up ")[1].split()[0]) > 0
+    time.sleep(1)  # the workers were stopped before the command ended: nothing of its session is left
+    assert session_processes(process.pid) == []
+
+
+def test_an_unreachable_scheduler_is_one_line(tmp_path, data):
+    env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"}
+    import socket
+    with socket.socket() as probe:  # a free port no scheduler listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = subprocess.run([UOPGRAD, "eval", data["dir"] / "grad.uop", "--map", str(data["dir"] / "shards/*.npz"),
+                           *data["inputs"], "--dask", f"tcp://127.0.0.1:{port}", "-o", "out.npz"],
+                          cwd=tmp_path, env=env, capture_output=True, timeout=120)
+    lines = done.stderr.decode().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, lines
+    assert lines[0].startswith(f"uopgrad: error: cannot reach the Dask scheduler at tcp://127.0.0.1:{port}: ")
+    assert os.listdir(tmp_path) == []

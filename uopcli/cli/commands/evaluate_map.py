@@ -1,0 +1,114 @@
+"""`uopgrad eval IN --map 'shards/*.npz'`: the graph over a data set's shards, reduced or one
+file per shard, in this process or on a Dask cluster (`--dask`). A thin layer over
+uopcli.tools.map; dask is imported only for --dask (uopcli.tools.map_dask)."""
+
+from __future__ import annotations
+
+import click
+
+from ..app import CommandFailed, _given
+from ..io import _onnx_weights, _progress_bar, _read_graph, _refuse_binary_terminal, _write
+from ..output import _table, _value_json
+
+
+def map_options(fn):
+    """--map, --reduce and --dask, for `eval`."""
+    fn = click.option("--dask", "dask_target", metavar="ADDRESS|local[:N]",
+                      help="With --map: run the shards on a Dask cluster: local:N starts N worker processes here "
+                           "for the run; tcp://HOST:8786 uses a running scheduler (`dask scheduler`, "
+                           "`dask worker`). The extra uopgrad[dask].")(fn)
+    fn = click.option("--reduce", "reduction", type=click.Choice(["sum", "mean", "none"]), default=None,
+                      help="With --map: add each output over the shards (sum, the default), divide that by "
+                           "their number (mean), or write one .npz per shard into the directory -o OUT, named "
+                           "after the shard (none).")(fn)
+    fn = click.option("--map", "map_pattern", metavar="'SHARDS/*.npz'",
+                      help="Evaluate once per shard: each .npz the pattern matches gives the inputs its members "
+                           "name (the graph's shapes and dtypes); -i inputs are the same for every shard. "
+                           "--stats then times each shard.")(fn)
+    return fn
+
+
+def check_map_usage(map_pattern, reduction, dask_target) -> bool:
+    """Whether this is a --map run; --reduce and --dask only with --map."""
+    if map_pattern is None:
+        for value, option in ((reduction, "--reduce"), (dask_target, "--dask")):
+            if value is not None:
+                raise click.UsageError(f"{option} is for a run over shards: give --map 'SHARDS/*.npz' too")
+        return False
+    return True
+
+
+def eval_map(source, specs, use_random, seed, output, as_json, stats, literal, keep_intermediates, backend, device,
+             map_pattern, reduction, dask_target):
+    """`eval --map`: check every shard, gather the fixed inputs, run, write."""
+    reduction = reduction or "sum"
+    _check_usage(output, as_json, keep_intermediates, backend, device, reduction, use_random)
+    from ...tools import map as mapping
+    try:
+        if dask_target is not None:
+            from ...tools.map_dask import parse_target, require
+            require()
+            parse_target(dask_target)
+        graph, _ = _read_graph(source)
+        paths = mapping.shard_paths(map_pattern)
+        shard_inputs = mapping.check_shards(graph, paths, _named_by(specs))
+        if reduction == "none":
+            mapping.output_names(paths)
+    except mapping.MapError as e:  # names its shard and member: no need of IN's name in front
+        raise CommandFailed(str(e)) from None
+    fixed = _fixed_inputs(graph, shard_inputs, specs, seed if use_random else None)
+    with _progress_bar(len(paths), "shards") as bar:
+        try:
+            report = mapping.map_graph(graph, paths, fixed, reduce=reduction, out_dir=output if reduction == "none"
+                                       else None, dask=dask_target, simplify="exact" if literal else "tinygrad",
+                                       progress=bar.update, shard_inputs=shard_inputs)
+        except mapping.MapError as e:  # a shard, or the cluster
+            raise CommandFailed(str(e)) from None
+    if stats:
+        click.echo("\n".join(report.lines()), err=True)
+    if reduction == "none":
+        return
+    if output:
+        from ...tools.values import npz_bytes
+        _write(output, npz_bytes(report.outputs))
+    elif as_json:
+        import json
+        click.echo(json.dumps({"outputs": {name: _value_json(a) for name, a in report.outputs.items()}}))
+    else:
+        click.echo(_table(report.outputs))
+
+
+def _check_usage(output, as_json, keep_intermediates, backend, device, reduction, use_random) -> None:
+    if _given("seed") and not use_random:
+        raise click.UsageError("--seed is the seed of --random: give --random too")
+    if keep_intermediates:
+        raise click.UsageError("--keep-intermediates is for one evaluation, not --map")
+    if backend != "numpy" or device is not None:
+        raise click.UsageError("--map evaluates with the numpy evaluator: not with --backend tinygrad or --device")
+    if reduction == "none":
+        if not output or output == "-":
+            raise click.UsageError("--reduce none writes one .npz per shard into a directory: give -o DIR")
+        if as_json:
+            raise click.UsageError("--reduce none writes files: not --json")
+    elif output:
+        if as_json:
+            raise click.UsageError("give either -o OUT.npz or --json, not both")
+        _refuse_binary_terminal(output, "npz", "give -o OUT.npz")
+
+
+def _named_by(specs) -> list[str]:
+    """The inputs the -i specs give: NAME of NAME=VALUE, every member of a bare data.npz."""
+    from ...tools.map import read_members
+    from ...tools.values import split_spec
+    names = []
+    for spec in specs:
+        name, value = split_spec(spec)
+        names += [name] if name is not None else list(read_members(value))
+    return names
+
+
+def _fixed_inputs(graph, shard_inputs, specs, random_seed) -> dict:
+    """The inputs the shards do not give: -i, an ONNX model's own weights, or --random."""
+    from ...tools.values import gather_inputs
+    others = [node for node in graph.inputs if node.arg not in shard_inputs]
+    return gather_inputs(others, specs, random_seed, defaults=_onnx_weights())

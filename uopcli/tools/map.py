@@ -1,0 +1,454 @@
+"""One graph over a data set: the data set is a list of shards, .npz files whose members are
+inputs of the graph with the graph's own shapes and dtypes (its batch shape); the other
+inputs (the weights) are fixed, the same for every shard.
+
+    paths = shard_paths("shards/*.npz")
+    report = map_graph(graph, paths, fixed={"w": w}, reduce="sum")            # in this process
+    report = map_graph(graph, paths, fixed={"w": w}, dask="local:2")          # on a Dask cluster
+    report.outputs   -> {output name: the sum over the shards}
+
+The unit of work is a shard: one task runs the whole graph on one worker (a task per op
+would cost more in scheduling than the arithmetic). What every task needs besides its file,
+the graph and the fixed inputs, is one `Work` object, sent to each worker once.
+
+- `reduce="sum"` adds the shards' outputs in a binary tree whose shape depends only on the
+  number of shards (SumTree): the result never depends on which shard finished first, and
+  the sequential run and a cluster's give the same bits. "mean" divides that sum by the
+  number of shards; "none" writes one .npz per shard into a directory, named after it.
+- Every shard's member headers are checked before any shard runs (check_shards): a wrong
+  member is one line naming the shard and the member, and nothing runs or is written.
+- Outputs are all-or-nothing: a directory of per-shard files is built beside its target
+  and renamed into place at the end (StagedDirectory).
+- Each shard runs its BLAS calls (the matrix products) on one thread, here and on every
+  worker: OpenBLAS splits a product's sum differently for another thread count, which
+  changes the last bits (a weight gradient sums over the batch). The parallelism is the
+  shards'. The same bits hold between machines with the same BLAS and kind of CPU.
+- Dask is imported only for `dask=...` (map_dask.py); this module needs numpy and
+  threadpoolctl.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+from ..errors import EvaluationError
+from ..core.graph import Graph
+from ..core.uop import UOp
+from .values import ZIP_MAGIC, _starts_with, npz_bytes, read_archive, type_text
+
+REDUCTIONS = ("sum", "mean", "none")
+
+
+class MapError(EvaluationError):
+    """A run over shards failed for something other than the graph (a shard, the cluster):
+    one line that names what failed."""
+
+
+class ShardError(MapError):
+    """A shard that does not fit the graph: one line naming the shard (and the member)."""
+
+
+# ----------------------------------------------------------------------------- the shards
+
+def shard_paths(pattern: str) -> list[str]:
+    """The files `pattern` (a glob: `shards/*.npz`) matches, sorted by path: the shards'
+    order, which fixes the order of the sums."""
+    paths = sorted(p for p in glob.glob(pattern) if not os.path.isdir(p))
+    if not paths:
+        raise ShardError(f"--map {pattern!r} matches no file")
+    return paths
+
+
+def read_members(path: str) -> dict[str, tuple[tuple[int, ...], object]]:
+    """{member: (shape, dtype)} of the .npz at `path`, from each member's .npy header alone:
+    np.load of an .npz reads only the zip directory, and a member's header is its first bytes,
+    so checking a large data set reads almost none of it."""
+    import numpy as np
+    headers = {}
+    try:
+        with np.load(_starts_with(path, ZIP_MAGIC, ".npz", "a zip archive's"), allow_pickle=False) as archive:
+            stored = set(archive.zip.namelist())
+            for name in archive.files:
+                with archive.zip.open(f"{name}.npy" if f"{name}.npy" in stored else name) as member:
+                    version = np.lib.format.read_magic(member)
+                    read = np.lib.format.read_array_header_1_0 if version == (1, 0) \
+                        else np.lib.format.read_array_header_2_0
+                    shape, _, dtype = read(member)
+                headers[name] = (tuple(shape), dtype)
+    except OSError as e:
+        raise ShardError(f"cannot read {e.filename or path}: {e.strerror or e}") from None
+    except Exception as e:  # noqa: BLE001 - zipfile's and numpy's refusals of a damaged file
+        raise ShardError(f"cannot read {path}: {' '.join(str(e).split())}") from None
+    return headers
+
+
+def check_shards(graph: Graph, paths: Sequence[str], fixed_names: Sequence[str] = ()) -> list[str]:
+    """The names of the inputs the shards give (every shard the same ones), once every
+    shard's headers fit the graph: each member names an input not among `fixed_names`, with
+    its shape and dtype; ShardError naming the first shard and member that does not."""
+    nodes = {node.arg: node for node in graph.inputs}
+    fixed = set(fixed_names)
+    members = {path: read_members(path) for path in paths}
+    for path, headers in members.items():
+        for name, (shape, dtype) in headers.items():
+            _check_member(path, name, shape, dtype, nodes, fixed)
+    given = [name for name in nodes if any(name in headers for headers in members.values())]
+    for path, headers in members.items():
+        for name in given:
+            if name not in headers:
+                having = next(p for p, h in members.items() if name in h)
+                raise ShardError(f"{path}: no member {name!r} (input {type_text(nodes[name])}); {having} has one, "
+                                 f"and every shard must give the same inputs")
+    return given
+
+
+def _check_member(path: str, name: str, shape: tuple, dtype, nodes: Mapping[str, UOp], fixed: set) -> None:
+    node = nodes.get(name)
+    if node is None:
+        raise ShardError(f"{path}: member {name!r} names no input; inputs: {', '.join(nodes) or 'none'}")
+    if name in fixed:
+        raise ShardError(f"{path}: member {name!r} is an input given once for every shard (-i): "
+                         f"give it in one place")
+    native = dtype.newbyteorder("=") if not dtype.isnative else dtype
+    if shape != node.shape or native != node.dtype.np:
+        raise ShardError(f"{path}: member {name!r} is {dtype.name}[{','.join(map(str, shape))}] but input "
+                         f"{name!r} is {type_text(node)}")
+
+
+def output_names(paths: Sequence[str]) -> list[str]:
+    """The per-shard files' names (reduce="none"): each shard's own file name, which must
+    differ between shards."""
+    seen: dict[str, str] = {}
+    for path in paths:
+        base = os.path.basename(path)
+        if base in seen:
+            raise ShardError(f"{seen[base]} and {path} would both be written as {base}: --reduce none names "
+                             f"each output after its shard")
+        seen[base] = path
+    return list(seen)
+
+
+# ----------------------------------------------------------------------------- one shard
+
+class Work:
+    """What every shard's task needs besides its file: the (already simplified) graph as
+    .uop bytes, the fixed inputs, the reader limits. One object, sent to each worker once;
+    the graph is parsed on first use in each process and kept on the object (not pickled)."""
+
+    def __init__(self, graph: Graph, fixed: Mapping, shard_inputs: Sequence[str], limits=None):
+        from ..formats.uop import dumps
+        self.graph_bytes = dumps(graph)
+        self.fixed = dict(fixed)
+        self.shard_inputs = list(shard_inputs)
+        self.limits = limits
+        self._graph: Graph | None = None
+        self._blas = None
+
+    def __getstate__(self):
+        return {**self.__dict__, "_graph": None, "_blas": None}
+
+    def one_blas_thread(self):
+        """A context in which BLAS runs on one thread (threadpoolctl; the controller, which
+        finds the loaded BLAS libraries, is made once per process)."""
+        if self._blas is None:
+            from threadpoolctl import ThreadpoolController
+            self._blas = ThreadpoolController()
+        return self._blas.limit(limits=1, user_api="blas")
+
+    def graph(self) -> Graph:
+        if self._graph is None:
+            from ..formats.uop import loads
+            self._graph = loads(self.graph_bytes, limits=self.limits, name="<the mapped graph>")
+        return self._graph
+
+
+@dataclass
+class ShardStats:
+    """Where and when one shard ran: `started` and `ended` are wall-clock times (time.time())
+    on the worker; `prepare_seconds` is parsing the graph, on a worker's first shard only."""
+    shard: str
+    worker: str
+    thread: int
+    started: float
+    ended: float
+    read_seconds: float
+    eval_seconds: float
+    prepare_seconds: float = 0.0
+    cpu_seconds: float = 0.0  # this thread's CPU time reading and evaluating: below the wall time, others ran
+
+
+@dataclass
+class ShardResult:
+    """A shard's outputs (or a sum of several shards'), with the stats of those shards."""
+    outputs: dict
+    stats: list = field(default_factory=list)
+
+
+def run_shard(work: Work, path: str) -> ShardResult:
+    """Evaluate the graph on one shard's inputs and the fixed ones (the task of a worker)."""
+    from ..backends.numpy import evaluate_graph
+    started, clock = time.time(), time.perf_counter()
+    prepared = work._graph is not None
+    graph = work.graph()
+    parsed, cpu_parsed = time.perf_counter(), time.thread_time()
+    nodes = {node.arg: node for node in graph.inputs if node.arg in work.shard_inputs}
+    try:
+        inputs = {**work.fixed, **read_archive(path, nodes)}
+        read = time.perf_counter()
+        with work.one_blas_thread():
+            outputs = _flat(evaluate_graph(graph, inputs))
+    except EvaluationError as e:
+        message = str(e)
+        raise ShardError(message if message.startswith(path) else f"{path}: {message}") from None
+    done = time.perf_counter()
+    stats = ShardStats(path, f"{socket.gethostname()}:{os.getpid()}", threading.get_ident(), started, time.time(),
+                       read - parsed, done - read, 0.0 if prepared else parsed - clock, time.thread_time() - cpu_parsed)
+    return ShardResult(outputs, [stats])
+
+
+def _flat(results: dict) -> dict:
+    """One array per name, as `eval -o` stores them: a tuple output's elements are `t[0]`,
+    `t[1]`, ...; a NOOP element (None) is left out."""
+    flat = {}
+    for name, value in results.items():
+        items = [(f"{name}[{i}]", v) for i, v in enumerate(value)] if isinstance(value, tuple) else [(name, value)]
+        flat.update((key, v) for key, v in items if v is not None)
+    return flat
+
+
+def add_results(left: ShardResult, right: ShardResult) -> ShardResult:
+    """Each output of `left` plus the same output of `right`, in the output's dtype (numpy's
+    addition: integers wrap, as the graph's own ADD does)."""
+    import numpy as np
+    outputs = {name: np.add(value, right.outputs[name]) for name, value in left.outputs.items()}
+    return ShardResult(outputs, left.stats + right.stats)
+
+
+def mean_of(total: ShardResult, count: int) -> dict:
+    """The sum divided by the number of shards, in each output's floating dtype."""
+    import numpy as np
+    means = {}
+    for name, value in total.outputs.items():
+        if value.dtype.kind not in "fc":
+            _not_a_mean(name, value.dtype.name)
+        means[name] = np.divide(value, np.asarray(count, value.dtype))
+    return means
+
+
+def _not_a_mean(name: str, dtype: str):
+    raise EvaluationError(f"--reduce mean: output {name!r} is {dtype}, and a mean of whole numbers is not one: "
+                          f"use --reduce sum")
+
+
+# ----------------------------------------------------------------------------- the sum tree
+
+class SumTree:
+    """A sum over `count` leaves in a fixed binary tree, fed in any order: leaf i and leaf
+    i+1 (i even) are added first, then those sums pairwise, level by level; an odd last node
+    of a level is carried up alone. `combine(left, right)` adds two nodes (numbers, arrays,
+    or Dask futures). Only nodes waiting for their sibling are held."""
+
+    def __init__(self, count: int, combine: Callable):
+        if count < 1:
+            raise ValueError("a sum needs at least one leaf")
+        self.widths = [count]  # nodes at each level, the root's level last
+        while self.widths[-1] > 1:
+            self.widths.append((self.widths[-1] + 1) // 2)
+        self.combine = combine
+        self.waiting: dict[tuple[int, int], object] = {}
+        self.root = None
+
+    def add(self, index: int, value) -> None:
+        level = 0
+        while level < len(self.widths) - 1:
+            sibling = index ^ 1
+            if sibling < self.widths[level]:
+                if (level, sibling) not in self.waiting:
+                    self.waiting[(level, index)] = value
+                    return
+                other = self.waiting.pop((level, sibling))
+                value = self.combine(other, value) if sibling < index else self.combine(value, other)
+            level, index = level + 1, index // 2
+        self.root = value
+
+
+# ----------------------------------------------------------------------------- the whole run
+
+@dataclass
+class MapReport:
+    """What map_graph did: the reduced outputs (None for reduce="none"), each shard's stats,
+    and the times of the steps around the shards (seconds)."""
+    outputs: dict | None
+    shards: list
+    workers: int
+    startup_seconds: float  # starting (or reaching) the cluster; 0 in this process
+    send_seconds: float     # sending the Work to every worker once
+    run_seconds: float      # from the first shard submitted to the last result in
+
+    def scheduling_gaps(self) -> list[float]:
+        """Each worker thread's time between one shard's end and its next shard's start (on
+        one clock: the worker's own): the overhead of running shards one task each
+        (scheduling, moving data, the sum's additions; here, writing a shard's outputs)."""
+        by_thread: dict[tuple[str, int], list[ShardStats]] = {}
+        for stats in self.shards:
+            by_thread.setdefault((stats.worker, stats.thread), []).append(stats)
+        gaps = []
+        for runs in by_thread.values():
+            runs.sort(key=lambda s: s.started)
+            gaps += [max(0.0, b.started - a.ended) for a, b in zip(runs, runs[1:])]
+        return gaps
+
+    def lines(self) -> list[str]:
+        """--stats: a line per shard, then the totals and the overhead per shard."""
+        width = max(len(os.path.basename(s.shard)) for s in self.shards)
+        lines = [f"{'shard':<{width}}  {'read':>9}  {'eval':>9}  {'CPU':>9}  worker"]
+        for s in sorted(self.shards, key=lambda s: s.shard):
+            prepare = f" (+{s.prepare_seconds:.3f} s parsing the graph)" if s.prepare_seconds else ""
+            lines.append(f"{os.path.basename(s.shard):<{width}}  {s.read_seconds:7.3f} s  {s.eval_seconds:7.3f} s  "
+                         f"{s.cpu_seconds:7.3f} s  {s.worker}{prepare}")
+        task = sum(s.read_seconds + s.eval_seconds + s.prepare_seconds for s in self.shards) / len(self.shards)
+        gaps = self.scheduling_gaps()
+        lines.append(f"{len(self.shards)} shards on {self.workers} worker{'s' if self.workers != 1 else ''}: "
+                     f"start-up {self.startup_seconds:.3f} s, sending the graph and fixed inputs "
+                     f"{self.send_seconds:.3f} s, run {self.run_seconds:.3f} s, mean shard {task:.3f} s")
+        if gaps:
+            gap = sum(gaps) / len(gaps)
+            lines.append(f"overhead per shard: {gap * 1e3:.2f} ms ({100 * gap / task:.1f}% of a shard's time), the mean "
+                         f"gap between a shard's end and the next one's start on a worker ({len(gaps)} gaps: "
+                         f"scheduling, moving, adding or writing outputs)")
+        return lines
+
+
+def map_graph(graph: Graph, paths: Sequence[str], fixed: Mapping | None = None, *, reduce: str = "sum",
+              out_dir: str | None = None, dask=None, simplify: str | None = "tinygrad", limits=None,
+              progress: Callable[[int], None] | None = None, shard_inputs: Sequence[str] | None = None) -> MapReport:
+    """Evaluate `graph` on every shard in `paths` with the `fixed` inputs; reduce the
+    outputs ("sum", "mean") or write each shard's into `out_dir` ("none", all or nothing).
+    `dask`: None runs the shards here, one after another; "local" or "local:N" starts a
+    local cluster of N worker processes for the run; any other text is a scheduler's
+    address (tcp://host:8786); a distributed.Client is used as it is. `simplify` as for
+    evaluate_graph (done once, here). `progress(1)` is called as each shard finishes.
+    `shard_inputs`: what check_shards returned, if the caller has run it (else it runs here)."""
+    if reduce not in REDUCTIONS:
+        raise EvaluationError(f"reduce must be one of {', '.join(REDUCTIONS)}, got {reduce!r}")
+    if (reduce == "none") != (out_dir is not None):
+        raise EvaluationError("reduce='none' writes the shards' outputs into out_dir: give both or neither")
+    fixed = dict(fixed or {})
+    if shard_inputs is None:
+        shard_inputs = check_shards(graph, paths, list(fixed))
+    if reduce == "none":
+        output_names(paths)
+    paths = [os.path.abspath(p) for p in paths]  # as the workers, started elsewhere, find them
+    _check_fixed(graph, fixed, shard_inputs)
+    if reduce == "mean":  # refused before the shards run (mean_of checks tuple elements after)
+        for name, node in graph.outputs.items():
+            if node.dtype.is_int or node.dtype.is_bool:
+                _not_a_mean(name, node.dtype.name)
+    if simplify is not None:
+        from ..backends.numpy import _simplified
+        graph = _simplified(graph, simplify)
+    work = Work(graph, fixed, shard_inputs, limits)
+    staged = StagedDirectory(out_dir) if out_dir is not None else None
+    sink = staged.write if staged is not None else None
+    try:
+        if dask is None:
+            report = _run_here(work, paths, reduce, sink, progress or _ignore)
+        else:
+            from .map_dask import run_on_dask
+            report = run_on_dask(work, paths, reduce, sink, progress or _ignore, dask)
+        if staged is not None:
+            staged.commit()
+    finally:
+        if staged is not None:
+            staged.discard()
+    return report
+
+
+def _check_fixed(graph: Graph, fixed: Mapping, shard_inputs: Sequence[str]) -> None:
+    """Every input is given by the shards or by `fixed`, and `fixed` fits the graph."""
+    from .values import check_value
+    nodes = {node.arg: node for node in graph.inputs}
+    for name, array in fixed.items():
+        if name not in nodes:
+            raise EvaluationError(f"fixed input {name!r} names no input; inputs: {', '.join(nodes) or 'none'}")
+        check_value(name, nodes[name], array)
+    missing = [node for name, node in nodes.items() if name not in fixed and name not in shard_inputs]
+    if missing:
+        listed = ", ".join(f"{n.arg} {type_text(n)}" for n in missing)
+        raise EvaluationError(f"missing input value{'s' if len(missing) > 1 else ''}: {listed} (neither a member "
+                              f"of the shards nor given with -i)")
+
+
+def _ignore(_: int) -> None:
+    pass
+
+
+def _run_here(work: Work, paths: Sequence[str], reduce: str, sink, progress) -> MapReport:
+    """The shards one after another in this process, reduced by the same tree as on a cluster."""
+    tree = SumTree(len(paths), add_results) if reduce != "none" else None
+    shards = []
+    start = time.perf_counter()
+    for index, path in enumerate(paths):
+        result = run_shard(work, path)
+        shards += result.stats
+        if tree is not None:
+            tree.add(index, result)
+        else:
+            sink(path, result.outputs)
+        progress(1)
+    run = time.perf_counter() - start
+    return MapReport(finish(tree.root, reduce, len(paths)) if tree else None, shards, 1, 0.0, 0.0, run)
+
+
+def finish(total: ShardResult, reduce: str, count: int) -> dict:
+    return mean_of(total, count) if reduce == "mean" else total.outputs
+
+
+# ----------------------------------------------------------------------------- a directory, all or nothing
+
+class StagedDirectory:
+    """The directory `target` built beside itself (`.NAME.<pid>.<random>.tmp`) and renamed
+    into place by commit(); discard() removes what commit() did not place (an error, ^C,
+    SIGTERM: no partial `target`). An existing `target` is replaced only if it holds
+    nothing but .npz files (an earlier run's outputs), never a directory of other files."""
+
+    def __init__(self, target: str):
+        self.target = os.path.abspath(target)
+        if os.path.lexists(self.target):
+            if not os.path.isdir(self.target) or os.path.islink(self.target):
+                raise EvaluationError(f"{target}: exists and is not a directory: --reduce none writes a directory "
+                                      f"of .npz files there")
+            others = [name for name in os.listdir(self.target) if not name.endswith(".npz")]
+            if others:
+                raise EvaluationError(f"{target}: holds {others[0]!r}, which this run did not write: refusing to "
+                                      f"replace a directory that holds anything but .npz files")
+        parent, base = os.path.split(self.target)
+        self.temp = os.path.join(parent, f".{base}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        os.mkdir(self.temp)
+        self.old: str | None = None
+
+    def write(self, shard: str, arrays: Mapping) -> None:
+        from ..formats.atomic import write_atomically
+        write_atomically(os.path.join(self.temp, os.path.basename(shard)), npz_bytes(arrays))
+
+    def commit(self) -> None:
+        from ..formats.atomic import _stop_signals_held
+        with _stop_signals_held():  # both renames or, for a stop before them, neither
+            if os.path.isdir(self.target):
+                self.old = self.temp + ".old"
+                os.rename(self.target, self.old)
+            os.rename(self.temp, self.target)
+            self.temp = None
+
+    def discard(self) -> None:
+        for leftover in (self.temp, self.old):
+            if leftover is not None:
+                shutil.rmtree(leftover, ignore_errors=True)
+        self.temp = self.old = None
