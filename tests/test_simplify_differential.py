@@ -234,7 +234,15 @@ def _flips_composed():
     return roots, {"p0": np.arange(6, dtype=np.float32).reshape(2, 3)}
 
 
+def _scalar_condition_mask():
+    """c ? 1 : 0 with a shape-() c broadcast to (N,): CAST(c) would have c's shape, not N."""
+    c = UOp.param("p0", (), dtypes.bool)
+    one, zero = UOp.full((N,), 1.0), UOp.full((N,), 0.0)
+    return [UOp.make(Ops.WHERE, dtypes.float32, (c, one, zero))], {"p0": np.array(True)}
+
+
 PINNED = {
+    "c ? 1 : 0 with a scalar c": _scalar_condition_mask,
     "x - (-0.0) and x - (+0.0)": _minus_minus_zero,
     "flips composed": _flips_composed,
     "float16 -0.0 cast to float32, plus +0.0": _f16_zero_cast_plus_zero,
