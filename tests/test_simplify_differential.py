@@ -218,7 +218,33 @@ def _max_of_expanded_over_kept_axes():
         {"p0": array_of(dtypes.float32, [-0.0, math.nan, 2.0, -math.inf])}
 
 
+def _minus_minus_zero():
+    """x - (-0.0) is x + 0.0: +0.0 for x = -0.0, so it is not x (x - (+0.0) is)."""
+    x = UOp.param("p0", (N,))
+    return [UOp.make(Ops.SUB, dtypes.float32, (x, UOp.const(-0.0))), UOp.make(Ops.SUB, dtypes.float32, (x, UOp.const(0.0)))], \
+        {"p0": array_of(dtypes.float32, [-0.0, 0.0, math.nan, -2.5])}
+
+
+def _flips_composed():
+    """flip(flip(x, a), b) is flip(x, a xor b): axes flipped twice are not flipped."""
+    m = UOp.param("p0", (2, 3))
+    roots = []
+    for a, b in (((True, False), (False, True)), ((True, True), (True, False)), ((False, True), (False, True))):
+        roots.append(UOp.make(Ops.FLIP, dtypes.float32, (UOp.make(Ops.FLIP, dtypes.float32, (m,), a),), b))
+    return roots, {"p0": np.arange(6, dtype=np.float32).reshape(2, 3)}
+
+
+def _scalar_condition_mask():
+    """c ? 1 : 0 with a shape-() c broadcast to (N,): CAST(c) would have c's shape, not N."""
+    c = UOp.param("p0", (), dtypes.bool)
+    one, zero = UOp.full((N,), 1.0), UOp.full((N,), 0.0)
+    return [UOp.make(Ops.WHERE, dtypes.float32, (c, one, zero))], {"p0": np.array(True)}
+
+
 PINNED = {
+    "c ? 1 : 0 with a scalar c": _scalar_condition_mask,
+    "x - (-0.0) and x - (+0.0)": _minus_minus_zero,
+    "flips composed": _flips_composed,
     "float16 -0.0 cast to float32, plus +0.0": _f16_zero_cast_plus_zero,
     "int16 3001 through float16 and back": _int16_through_float16,
     "max(1, nan) folded": _const_max(1.0, math.nan),

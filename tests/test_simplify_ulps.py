@@ -90,6 +90,9 @@ def _sum_forms(rng, dtype):
             e = base.expand(*shape)
             for axes in ((grown,), (0, 1), (grown, 2), (0, 1, 2)):
                 yield e.r(Ops.ADD, tuple(sorted(axes)))
+    both = UOp.param("k", (1, 1, 4), dtype)  # two grown axes summed: count is their product
+    for a, b in ((2, 3), (5, 7)):
+        yield both.expand(a, b, 4).r(Ops.ADD, (0, 1))
 
 
 def _negated_sum_forms(rng, dtype):
@@ -107,7 +110,7 @@ def _feed(rng, dtype, name):
     if name == "sigmoid_ratio":  # e = 2^(-x/ln2) stays normal: |x| up to 8
         return {"x": _values(rng, dtype, low=-4, high=3), "y": _values(rng, dtype)}
     return {"x": _values(rng, dtype), "y": _values(rng, dtype), "m": _values(rng, dtype, (3, 1, 4)),
-            "n": _values(rng, dtype, (1, 3, 4))}
+            "n": _values(rng, dtype, (1, 3, 4)), "k": _values(rng, dtype, (1, 1, 4))}
 
 
 def _ulps(literal, rewritten, scale):
