@@ -58,7 +58,9 @@ def input_users(graph: Graph, nodes: list[UOp]) -> dict[str, list[str]]:
     """Each input's users that carry a source location, as `location (name)`: for a model
     imported from ONNX, the ONNX nodes that read each initializer (`/fc1/Gemm (Gemm)`), so
     an exporter's renamed weight (`onnx::MatMul_18`) leads to its module."""
-    inputs = {n for n in graph.inputs}
+    if "onnx.opset" not in graph.meta:  # only an imported model's locations are its node names
+        return {}
+    inputs = set(graph.inputs)
     users: dict[str, list[str]] = {}
     for node in nodes:
         meta = node.meta
