@@ -210,10 +210,11 @@ def _negative(x: UOp) -> UOp:
 
 def float_fmod(a: UOp, b: UOp, floor: bool) -> UOp:
     """C's fmod(a, b) of float32 or float16, exactly, computed in float64: |a| reduced
-    modulo |b|·2^(28k) for k = 10 .. 0. Each quotient is below 2^28, so q·m (24 + 28
-    bits) and r - q·m (a multiple of the smaller lowest bit, below m: at most 24 bits)
-    are exact; a quotient the division rounds up makes r negative by less than m, and
-    adding m back is exact too. The sign is a's (-0.0 kept). `floor` (Mod's fmod=0): a
+    modulo m = |b|·2^(28k) for k = 10 .. 0. Each quotient is below 2^28, so q·m (24 + 28
+    bits) and r - q·m (below m, a multiple of the smaller of a's and m's lowest bits: at
+    most 24 bits) are exact. The division never rounds up to the next integer: r/m is at
+    least 2^-23 below it, float64's rounding of a quotient below 2^28 at most 2^-25. The
+    sign is a's (-0.0 kept). `floor` (Mod's fmod=0): a
     nonzero remainder of the other sign than b gets b added (rounded once to float64,
     then to the input type), and a zero takes b's sign. Spec 28's special cases: nan for
     a nan, an infinite a or a zero b; a itself for an infinite b."""
@@ -226,7 +227,6 @@ def float_fmod(a: UOp, b: UOp, floor: bool) -> UOp:
     for k in reversed(range(_FMOD_STEPS)):
         step = divisor * float(2 ** (_FMOD_STEP_BITS * k))
         rest = rest - (rest / step).trunc() * step
-        rest = (rest < 0).where(rest + step, rest)
     signed = _negative(a64).where(-rest, rest)
     if floor:
         other_side = signed.ne(0) & (_negative(signed) ^ _negative(b64))
