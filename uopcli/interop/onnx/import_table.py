@@ -136,25 +136,28 @@ TABLE: dict[str, OpRow] = {
                      value_int=None, value_ints=None),
     "ConstantOfShape": _row(t.constant_of_shape, (9, 20) + _LATER[1:], value=None),
     "Range": _row(ix.range_, (11, 27), stash_type=1),
-    # -- layer ops of issue 29 (ops_norm.py, ops_layers.py, ops_recurrent.py, ops_resize.py,
-    #    ops_attention.py); the spec: https://onnx.ai/onnx/operators/onnx__<Op>.html
-    "InstanceNormalization": _row(norm.instance_normalization, (6, 22), epsilon=1e-5),
-    "GroupNormalization": _row(norm.group_normalization, (18, 21), epsilon=1e-5, num_groups=None, stash_type=1),
-    "RMSNormalization": _row(norm.rms_normalization, (23,), axis=-1, epsilon=1e-5, stash_type=1),
-    "LRN": _row(norm.lrn, (1, 13), alpha=1e-4, beta=0.75, bias=1.0, size=None),
-    "ConvTranspose": _row(nn.conv_transpose, (11, 22), group=1, output_padding=None, output_shape=None, **_WINDOW),
-    "RNN": _row(rec.rnn, (7, 14, 22), folds=False, **_RECURRENT),      # 14: layout
-    "GRU": _row(rec.gru, (7, 14, 22), folds=False, linear_before_reset=0, **_RECURRENT),
+    # -- layer ops of issue 29 (ops_norm.py, ops_nn.py, ops_recurrent.py, ops_resize.py, ops_grid.py,
+    #    ops_attention.py); the spec of each: https://onnx.ai/onnx/operators/onnx__<Op>.html
+    "InstanceNormalization": _row(norm.instance_normalization, (6, 22), epsilon=1e-5),  # per instance and channel
+    "GroupNormalization": _row(norm.group_normalization, (18, 21), epsilon=1e-5, num_groups=None,
+                               stash_type=1),                 # 18: scale per group; 21: per channel
+    "RMSNormalization": _row(norm.rms_normalization, (23,), axis=-1, epsilon=1e-5, stash_type=1),  # x/√(mean x²+ε)·s
+    "LRN": _row(norm.lrn, (1, 13), alpha=1e-4, beta=0.75, bias=1.0, size=None),  # x/(bias + α/n·Σ x²)^β
+    "ConvTranspose": _row(nn.conv_transpose, (11, 22), group=1, output_padding=None, output_shape=None,
+                          **_WINDOW),                         # conv's gradient wrt its input, windowed
+    "RNN": _row(rec.rnn, (7, 14, 22), folds=False, **_RECURRENT),  # h' = f(xWᵀ + hRᵀ + b); 14: layout
+    "GRU": _row(rec.gru, (7, 14, 22), folds=False, linear_before_reset=0, **_RECURRENT),  # gates z, r, h
     "Resize": _row(rs.resize, (10, 11, 13, 18, 19), antialias=0, axes=None, coordinate_transformation_mode="half_pixel",
                    cubic_coeff_a=-0.75, exclude_outside=0, extrapolation_value=0.0, keep_aspect_ratio_policy="stretch",
-                   mode="nearest", nearest_mode="round_prefer_floor"),
-    "Upsample": _row(rs.upsample, (7, 9), mode="nearest", scales=None),
+                   mode="nearest", nearest_mode="round_prefer_floor"),  # scales/sizes known at import
+    "Upsample": _row(rs.upsample, (7, 9), mode="nearest", scales=None),  # Resize-10's asymmetric resampling
     "Attention": _row(att.attention, (23, 24, 25), is_causal=0, kv_num_heads=None, q_num_heads=None,
                       qk_matmul_output_mode=0, scale=None, softcap=0.0, softmax_precision=None,
-                      left_window_size=-1, right_window_size=-1),
-    "GridSample": _row(grid.grid_sample, (16, 20, 22), align_corners=0, mode=None, padding_mode="zeros"),
+                      left_window_size=-1, right_window_size=-1),  # 24: nonpad_kv_seqlen; 25: windows
+    "GridSample": _row(grid.grid_sample, (16, 20, 22), align_corners=0, mode=None,
+                       padding_mode="zeros"),                 # 16: 2-D, bilinear/bicubic; 20: N-D, linear/cubic
     "NegativeLogLikelihoodLoss": _row(nn.negative_log_likelihood_loss, (12, 13, 22), ignore_index=None,
-                                      reduction="mean"),
+                                      reduction="mean"),      # -w[t]·x[t] along axis 1
 }
 
 # -- i29b: elementwise maths, activations, reductions and indexing (ops_math.py,

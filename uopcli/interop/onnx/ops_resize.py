@@ -55,7 +55,7 @@ def resize(ctx):
 
 
 def upsample(ctx):
-    """Upsample-7/9 (deprecated for Resize-10): nearest or linear with scales (an attribute
+    """Upsample-7/9 (deprecated in 10, for Resize-10): nearest or linear with scales (an attribute
     in 7, an input in 9), the asymmetric coordinate x = o / scale."""
     x = ctx.x(0)
     scales = ctx.attr("scales") if ctx.since < 9 else _static_floats(ctx, 1, "scales")

@@ -1,0 +1,156 @@
+"""The gradients of the layer ops of issue 29 (test_onnx_import_layers.py has their values)
+equal PyTorch's autograd in float64: one-node models with a weighted-sum loss,
+differentiated by uopgrad's library."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx", reason="onnx has no wheel for this Python: the ONNX import tests skip")
+torch = pytest.importorskip("torch", reason="PyTorch is not installed: the gradient comparisons skip")
+
+from onnx import TensorProto  # noqa: E402
+
+Fn = torch.nn.functional
+D, B = TensorProto.DOUBLE, TensorProto.BOOL
+RNG = np.random.default_rng(29)
+
+def d64(*shape, scale=1.0):
+    return RNG.standard_normal(shape) * scale
+
+
+def loss_model(op, inputs: dict, attrs: dict, opset: int, out_shape: tuple):
+    """One op node, then loss = Σ out·w (w a fixed input, so that every output element's
+    gradient matters), as a float64 model; integer inputs are initializers (known at import)."""
+    from onnx import helper, numpy_helper
+    names = list(inputs)
+    node = helper.make_node(op, [n if inputs[n] is not None else "" for n in names], ["out"], **attrs)
+    weigh = helper.make_node("Mul", ["out", "w_loss"], ["weighed"])
+    total = helper.make_node("ReduceSum", ["weighed"], ["loss"], keepdims=0)
+    graph_inputs = [helper.make_tensor_value_info(n, D if a.dtype == np.float64 else B, a.shape)
+                    for n, a in inputs.items() if a is not None and a.dtype != np.int64]
+    graph_inputs.append(helper.make_tensor_value_info("w_loss", D, out_shape))
+    known = [numpy_helper.from_array(a, n) for n, a in inputs.items() if a is not None and a.dtype == np.int64]
+    graph = helper.make_graph([node, weigh, total], "loss", graph_inputs, [helper.make_tensor_value_info("loss", D, [])],
+                              known)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def our_gradients(op, inputs: dict, attrs: dict, opset: int, wrt: list[str], w_loss: np.ndarray) -> dict:
+    from uopcli import differentiate, evaluate_graph
+    from uopcli.interop.onnx.importer import import_model
+    graph, _ = import_model(loss_model(op, inputs, attrs, opset, w_loss.shape))
+    grad, _ = differentiate(graph, wrt, cotangent="ones")
+    feeds = {n: a for n, a in inputs.items() if a is not None and a.dtype != np.int64}
+    values = evaluate_graph(grad, {**feeds, "w_loss": w_loss})
+    return {name: values[f"grad_{name}"] for name in wrt}
+
+
+def torch_gradients(function, inputs: dict, wrt: list[str], w_loss: np.ndarray) -> dict:
+    tensors = {n: torch.tensor(a, requires_grad=n in wrt) for n, a in inputs.items() if a is not None}
+    (function(**tensors) * torch.tensor(w_loss)).sum().backward()
+    return {name: tensors[name].grad.numpy() for name in wrt}
+
+
+def compare(op, inputs, attrs, opset, wrt, function, out_shape, ours_to_torch=None):
+    w_loss = d64(*out_shape)
+    mine = our_gradients(op, inputs, attrs, opset, wrt, w_loss)
+    torch_inputs = ours_to_torch(inputs) if ours_to_torch else inputs
+    theirs = torch_gradients(function, torch_inputs, wrt, w_loss)
+    for name in wrt:
+        np.testing.assert_allclose(mine[name], theirs[name], rtol=1e-7, atol=1e-8, err_msg=f"{op}: d loss / d {name}")
+
+
+def test_normalisation_gradients_equal_pytorch():
+    x, scale, bias = d64(2, 6, 3, 4), d64(6), d64(6)
+    compare("GroupNormalization", dict(x=x, scale=scale, bias=bias), dict(num_groups=3, epsilon=1e-3, stash_type=11),
+            21, ["x", "scale", "bias"], lambda x, scale, bias: Fn.group_norm(x, 3, scale, bias, 1e-3), x.shape)
+    compare("InstanceNormalization", dict(x=x, scale=scale, bias=bias), dict(epsilon=1e-2), 22, ["x", "scale", "bias"],
+            lambda x, scale, bias: Fn.instance_norm(x, weight=scale, bias=bias, eps=1e-2), x.shape)
+    compare("RMSNormalization", dict(x=x, scale=d64(3, 4)), dict(axis=-2, epsilon=1e-3, stash_type=11), 23, ["x", "scale"],
+            lambda x, scale: Fn.rms_norm(x, (3, 4), scale, 1e-3), x.shape)
+    compare("LRN", dict(x=x), dict(size=3, alpha=0.3, beta=0.7, bias=1.5), 13, ["x"],
+            lambda x: Fn.local_response_norm(x, 3, 0.3, 0.7, 1.5), x.shape)
+
+
+def test_conv_transpose_gradients_equal_pytorch():
+    x, w, b = d64(2, 4, 3, 4), d64(4, 3, 3, 2), d64(6)
+    attrs = dict(strides=[2, 3], pads=[1, 0, 0, 1], output_padding=[1, 2], group=2, dilations=[1, 2])
+    # torch pads both sides alike: ONNX's pads (1, 0) and (0, 1) as torch's padding 1 / 0 then a cut
+    def reference(x, w, b):
+        full = Fn.conv_transpose2d(x, w, b, stride=(2, 3), padding=0, output_padding=(1, 2), groups=2, dilation=(1, 2))
+        return full[:, :, 1:, :-1]
+    out_shape = (2, 6, (3 - 1) * 2 + 2 + 1 + 1 - 1, (4 - 1) * 3 + 2 * 1 + 1 + 2 - 1)
+    compare("ConvTranspose", dict(x=x, w=w, b=b), attrs, 22, ["x", "w", "b"], reference, out_shape)
+
+
+def test_negative_log_likelihood_gradient_equals_pytorch():
+    scores, target, weight = d64(5, 4, 3), RNG.integers(0, 4, (5, 3)), np.abs(d64(4)) + 0.1
+    target[1, 2] = target[3, 0] = -7
+    compare("NegativeLogLikelihoodLoss", dict(scores=scores, target=target, weight=weight),
+            dict(ignore_index=-7), 22, ["scores"],
+            lambda scores, target, weight: Fn.nll_loss(scores, target, weight, ignore_index=-7), ())
+
+
+def test_gru_and_rnn_gradients_equal_pytorch():
+    steps, batch, size, hidden = 4, 2, 3, 5
+    x, h0 = d64(steps, batch, size), d64(1, batch, hidden)
+    w, r, b = d64(1, 3 * hidden, size), d64(1, 3 * hidden, hidden), d64(1, 6 * hidden)
+
+    def gru(x, w, r, b, h0):  # torch's GRU is ONNX's with linear_before_reset, gates r, z, n for z, r, h
+        layer = torch.nn.GRU(size, hidden).double()
+        wb, rb = b[0, :3 * hidden], b[0, 3 * hidden:]
+        perm = torch.tensor(np.concatenate([np.arange(hidden, 2 * hidden), np.arange(hidden), np.arange(2 * hidden, 3 * hidden)]))
+        params = {"weight_ih_l0": w[0][perm], "weight_hh_l0": r[0][perm], "bias_ih_l0": wb[perm], "bias_hh_l0": rb[perm]}
+        y, _ = torch.func.functional_call(layer, params, (x, h0))
+        return y.unsqueeze(1)
+    compare("GRU", dict(x=x, w=w, r=r, b=b, lengths=None, h0=h0), dict(hidden_size=hidden, linear_before_reset=1), 22,
+            ["x", "w", "r", "b", "h0"], lambda x, w, r, b, lengths=None, h0=None: gru(x, w, r, b, h0),
+            (steps, 1, batch, hidden))
+    w, r, b = d64(1, hidden, size), d64(1, hidden, hidden), d64(1, 2 * hidden)
+
+    def rnn(x, w, r, b, h0, lengths=None):
+        layer = torch.nn.RNN(size, hidden).double()
+        params = {"weight_ih_l0": w[0], "weight_hh_l0": r[0], "bias_ih_l0": b[0, :hidden], "bias_hh_l0": b[0, hidden:]}
+        y, _ = torch.func.functional_call(layer, params, (x, h0))
+        return y.unsqueeze(1)
+    compare("RNN", dict(x=x, w=w, r=r, b=b, lengths=None, h0=h0), dict(hidden_size=hidden), 22,
+            ["x", "w", "r", "b", "h0"], rnn, (steps, 1, batch, hidden))
+
+
+def test_resize_gradients_equal_pytorch():
+    x = d64(2, 3, 4, 5)
+    sizes = np.array([2, 3, 7, 3], np.int64)
+    for mode, torch_mode in (("linear", "bilinear"), ("cubic", "bicubic")):
+        compare("Resize", dict(x=x, roi=None, scales=None, sizes=sizes), dict(mode=mode), 19, ["x"],
+                lambda x, sizes, roi=None, scales=None, torch_mode=torch_mode:
+                Fn.interpolate(x, size=(7, 3), mode=torch_mode, align_corners=False), (2, 3, 7, 3))
+    compare("Resize", dict(x=x, roi=None, scales=None, sizes=sizes), dict(mode="linear",
+            coordinate_transformation_mode="align_corners"), 19, ["x"],
+            lambda x, sizes, roi=None, scales=None: Fn.interpolate(x, size=(7, 3), mode="bilinear", align_corners=True),
+            (2, 3, 7, 3))
+    compare("Resize", dict(x=x, roi=None, scales=None, sizes=sizes), dict(mode="nearest", nearest_mode="floor",
+            coordinate_transformation_mode="asymmetric"), 19, ["x"],
+            lambda x, sizes, roi=None, scales=None: Fn.interpolate(x, size=(7, 3), mode="nearest"), (2, 3, 7, 3))
+
+
+def test_grid_sample_gradients_equal_pytorch():
+    x, grid = d64(2, 3, 4, 5), d64(2, 3, 6, 2, scale=0.8)
+    for mode, torch_mode, padding, corners in (("linear", "bilinear", "zeros", 0), ("linear", "bilinear", "reflection", 0),
+                                               ("linear", "bilinear", "border", 1), ("cubic", "bicubic", "zeros", 0),
+                                               ("nearest", "nearest", "zeros", 1)):
+        compare("GridSample", dict(x=x, grid=grid), dict(mode=mode, padding_mode=padding, align_corners=corners), 22,
+                ["x", "grid"] if mode != "nearest" else ["x"],
+                lambda x, grid, m=torch_mode, p=padding, c=corners: Fn.grid_sample(x, grid, m, p, bool(c)), (2, 3, 3, 6))
+
+
+def test_attention_gradients_equal_pytorch():
+    q, k, v = d64(2, 4, 3, 8), d64(2, 2, 5, 8), d64(2, 2, 5, 6)
+    mask = RNG.random((3, 5)) > 0.3
+    mask[:, 0] = True
+    compare("Attention", dict(q=q, k=k, v=v, mask=mask), dict(scale=0.2), 23, ["q", "k", "v"],
+            lambda q, k, v, mask: Fn.scaled_dot_product_attention(q, k, v, mask, scale=0.2, enable_gqa=True),
+            (2, 4, 3, 6))
+    compare("Attention", dict(q=q, k=k, v=v), dict(is_causal=1), 23, ["q", "k", "v"],
+            lambda q, k, v: Fn.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True), (2, 4, 3, 6))
