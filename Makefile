@@ -49,6 +49,7 @@ help:
 	@echo "make test      set up, then run the whole test suite"
 	@echo "make bench     run the benchmarks (installs the [bench] extra; BENCH_ARGS=--quick for a smoke run)"
 	@echo "make bench-html  time the HTML viewer: writing pages, and drawing them in headless Chromium"
+	@echo "make bench-check  time uopgrad check of a 900-node transformer against eval of its gradient"
 	@echo "make samples   rebuild samples/*.uop from samples/build.py (make samples-check: compare only)"
 	@echo "make lint      ruff over the package, tests, samples, tools and bench"
 	@echo "make clean     remove $(OUT)/ and caches; make distclean also removes $(VENV)/"
@@ -113,6 +114,12 @@ bench: setup $(BENCH_STAMP) $(ONNX_STAMP)
 # the HTML viewer's timings (bench/bench_html.py): writes bench/RESULTS-html.md
 bench-html: setup chromium
 	$(RUN) $(PY) bench/bench_html.py $(BENCH_ARGS)
+
+# `uopgrad check` of every weight of a 900-node transformer against `eval` of its gradient
+# (bench/bench_check.py): writes bench/RESULTS-check.md
+.PHONY: bench-check
+bench-check: setup
+	$(RUN) $(PY) bench/bench_check.py
 
 $(BENCH_STAMP): $(STAMP)
 	@echo "make: installing the benchmarks' extra packages (pip's log: $(VENV)/install.log)"
