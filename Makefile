@@ -54,6 +54,7 @@ help:
 	@echo "make bench     run the benchmarks (installs the [bench] extra; BENCH_ARGS=--quick for a smoke run)"
 	@echo "make bench-html  time the HTML viewer: writing pages, and drawing them in headless Chromium"
 	@echo "make bench-map   time eval --map over 16 shards: sequential against --dask local:2"
+	@echo "make bench-check  time uopgrad check of a 900-node transformer against eval of its gradient"
 	@echo "make samples   rebuild samples/*.uop from samples/build.py (make samples-check: compare only)"
 	@echo "make lint      ruff over the package, tests, samples, tools and bench"
 	@echo "make mutation TARGET=uopcli/core/simplify  mutation testing of one module or folder with its mapped tests"
@@ -123,6 +124,12 @@ bench-html: setup chromium
 # eval --map over a data set, sequential and on a local Dask cluster: writes bench/RESULTS-map.md
 bench-map: setup $(DASK_STAMP)
 	$(RUN) $(PY) bench/bench_map.py $(BENCH_ARGS)
+
+# `uopgrad check` of every weight of a 900-node transformer against `eval` of its gradient
+# (bench/bench_check.py): writes bench/RESULTS-check.md
+.PHONY: bench-check
+bench-check: setup
+	$(RUN) $(PY) bench/bench_check.py
 
 $(BENCH_STAMP): $(STAMP)
 	@echo "make: installing the benchmarks' extra packages (pip's log: $(VENV)/install.log)"

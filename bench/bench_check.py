@@ -39,7 +39,7 @@ def timed(args: list[str], cwd: Path) -> dict:
             "stdout": done.stdout}
 
 
-def planted(factors=(2.2, 2.02, 2.002)) -> list[str]:
+def planted(factors=(2.2, 2.02, 2.002, 2.0002)) -> list[str]:
     """The default check of every weight (in process, the library call) with a wrong
     gradient rule planted: d√x = dx / (f·√x) for f ≠ 2 (the layernorms' rsqrt).
     Table rows: f, caught or not, the directions' relative errors, the targets named."""

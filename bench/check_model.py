@@ -23,7 +23,6 @@ from scoped_gpt import scoped  # noqa: E402 - the bench folder's helper, not a p
 
 import uopcli  # noqa: E402
 from uopcli import Graph, UOp, dtypes  # noqa: E402
-from uopcli.tools.values import npz_bytes  # noqa: E402
 
 TOKENS, DIM, HEADS, HIDDEN, CLASSES, BLOCKS = 16, 128, 4, 512, 512, 4
 
@@ -104,7 +103,7 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     graph = transformer()
     (out / "model.uop").write_bytes(uopcli.save(graph))
-    (out / "model.npz").write_bytes(npz_bytes(values(graph)))
+    np.savez(out / "model.npz", **values(graph))
     count = sum(int(np.prod(n.shape)) for n in graph.inputs if n.arg not in ("tokens", "y"))
     print(f"{out / 'model.uop'}: {len(graph.nodes())} nodes, {len(weights(graph))} weight inputs, {count:,} weights")
     return 0

@@ -150,6 +150,23 @@ def test_directions_alone_pass_a_right_gradient_and_catch_a_planted_wrong_rule(m
     assert bad.lines()[-1].startswith("FAILED: ln1.weight")
 
 
+def test_the_benchmarks_transformer_is_the_size_the_issue_asks_for():
+    """bench/check_model.py's model (what bench/bench_check.py times): about 900 forward
+    nodes and about a million weights, with scopes; its default check compares few
+    elements one by one and says so."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from check_model import transformer, weights
+    finally:
+        sys.path.pop(0)
+    graph = transformer()
+    count = sum(int(np.prod(graph.input(name).shape)) for name in weights(graph))
+    assert 850 <= len(graph.nodes()) <= 950 and 900_000 <= count <= 1_100_000
+    assert {n.meta.scope for n in graph.nodes() if n.meta and n.meta.scope} >= {"blocks.3/attn", "head", "loss"}
+    from uopcli.tools.check import planned_evaluations
+    assert planned_evaluations(graph, weights(graph), None, 2) < 80  # not 16 an element of 61 targets
+
+
 def test_default_check_compares_elements_while_they_are_cheap():
     graph = _transformer()
     report = check_gradients(graph, WEIGHTS, seed=0)

@@ -233,10 +233,12 @@ def _read_counts(order: list, outputs: list, keep) -> dict:
 
 
 def _fused_products(order: list, reads: dict) -> frozenset:
-    """The MULs read only by a REDUCE ADD: computed as that REDUCE's contraction."""
+    """The MULs read only by a REDUCE ADD: computed as that REDUCE's contraction (not a
+    known one: its sources are not evaluated)."""
+    walked = set(order)
     return frozenset(node.src[0] for node in order
                      if node.op == Ops.REDUCE and node.arg[0] == "ADD" and node.src[0].op == Ops.MUL
-                     and reads[node.src[0]] == 1 and len(node.src[0].shape) <= len(_LETTERS))
+                     and node.src[0] in walked and reads[node.src[0]] == 1 and len(node.src[0].shape) <= len(_LETTERS))
 
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
