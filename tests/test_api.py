@@ -56,4 +56,4 @@ def test_the_command_package_registers_every_command_and_leaves_numpy_to_their_b
     code = ("import sys, uopcli.cli; print(' '.join(sorted(uopcli.cli.main.commands))); "
             "print(sorted(m for m in ('numpy', 'graphviz', 'onnx', 'tinygrad') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.splitlines() == ["check convert diff eval info print render simplify validate view", "[]"]
+    assert out.splitlines() == ["check convert diff eval hessian hvp info jacobian jvp print render simplify validate view", "[]"]
