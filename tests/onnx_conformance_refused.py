@@ -16,35 +16,22 @@ Three kinds of keys:
 from __future__ import annotations
 
 # -- the reasons, one line each (the groups below)
-NOT_YET_ELEMENTWISE = "not yet built: elementwise, activation, reduce and index ops (branch i29b)"
-NOT_YET_LAYERS = "not yet built: layer ops (branch i29c)"
-NOT_YET = "not yet built: no one is on it (issue 29's list of a differentiable model's ops has not reached it)"
+NOT_YET = "not yet built (not on issue 29's list of the ops a differentiable model uses)"
 VALUE_SHAPE = "the output's shape depends on the input's values (uopgrad's graphs have static shapes)"
 SEQUENCES = "sequences, optionals, maps and control flow (subgraphs): the format has tensors only"
 RANDOM = "random or training-mode values: not a function of the inputs"
 TRAINING = "training ops (ai.onnx.preview.training) and other domains (ai.onnx.ml): not ai.onnx's"
 DTYPE = "an element type the format has not (string, bfloat16, float8, int4/uint4/float4, complex)"
 QUANTIZED = "quantized and bit-level ops (integer arithmetic on scaled values, BitCast): not differentiable"
+AT_IMPORT = ("an input that sets the output's shape or the sampling positions (OneHot's depth, a float "
+             "Range, Resize's scales/sizes/roi) given at run time: uopgrad's graphs have static shapes")
+CONVERTER = ("onnx.version_converter keeps PRelu-6's per-channel slope [C] where PRelu-7 broadcasts from the "
+             "right: the converted model is not valid (as shipped, at opset 6, it passes)")
 NOT_A_MODEL_OP = "signal processing and image decoding ops outside a differentiable model (DFT, windows, ...)"
 
 _GROUPS: dict[str, tuple[str, ...]] = {
-    NOT_YET_ELEMENTWISE: (
-        "Min", "Sum", "Mean", "ArgMax", "ArgMin", "ReduceMin", "ReduceL1", "ReduceL2", "ReduceLogSum",
-        "ReduceLogSumExp", "ReduceSumSquare", "LessOrEqual", "Clip", "LeakyRelu", "PRelu", "Elu", "Selu",
-        "Celu", "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Mish", "ThresholdedRelu", "Size",
-        "Tile", "OneHot", "CumSum", "DepthToSpace", "SpaceToDepth", "ScatterND", "ScatterElements",
-        # newer versions of ops that are imported
-        "BitShift-28", "Mod-28", "Pad-24", "Pad-25", "Einsum-28", "Range-27", "Sin-22",
-    ),
-    NOT_YET_LAYERS: (
-        "InstanceNormalization", "GroupNormalization", "RMSNormalization", "LRN", "Resize", "Upsample",
-        "ConvTranspose", "GRU", "RNN", "Attention", "NegativeLogLikelihoodLoss", "GridSample",
-    ),
     NOT_YET: (
-        "Cos", "Tan", "Acos", "Asin", "Atan", "Sinh", "Cosh", "Acosh", "Asinh", "Atanh", "Sign", "Shrink",
-        "Swish", "SwiGLU", "Hardmax", "LpNormalization", "LpPool", "GlobalMaxPool", "MaxUnpool",
-        "MeanVarianceNormalization", "Det", "DeformConv", "Col2Im", "CenterCropPad", "AffineGrid", "RoiAlign",
-        "EyeLike", "TopK", "CumProd", "Scatter", "TensorScatter", "ReverseSequence", "RotaryEmbedding",
+        "MaxUnpool", "Det", "DeformConv", "Col2Im", "AffineGrid", "RoiAlign", "RotaryEmbedding",
         "LinearAttention", "CausalConvWithState",
     ),
     VALUE_SHAPE: ("NonZero", "Unique", "Compress", "NonMaxSuppression"),
@@ -69,11 +56,10 @@ _GROUPS: dict[str, tuple[str, ...]] = {
 BY_OP: dict[str, str] = {key: reason for reason, keys in _GROUPS.items() for key in keys}
 
 BY_DETAIL: dict[tuple[str, str], str] = {
-    ("Pad", "mode='reflect'"): NOT_YET_ELEMENTWISE,   # Pad's reflect, edge and wrap modes
-    ("Pad", "mode='edge'"): NOT_YET_ELEMENTWISE,
-    ("Pad", "mode='wrap'"): NOT_YET_ELEMENTWISE,
     ("MaxPool", "the Indices output"): NOT_YET,       # argmax positions (storage_order)
     ("Dropout", "training_mode"): RANDOM,             # training_mode=true: a random mask
+    ("Mod", "Mod of float64 is not supported"): NOT_YET,  # no exact float64 remainder from the format's ops
+    ("PRelu", "do not broadcast"): CONVERTER,
     ("Cast", "element type"): DTYPE,                  # casts to float8, int4, ...
     ("Cast", "attribute 'round_mode'"): DTYPE,        # Cast-28's rounding of casts to float8e8m0
     ("CastLike", "element type"): DTYPE,
@@ -86,6 +72,7 @@ BY_MESSAGE: dict[str, str] = {
         "STRING", "BFLOAT16", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4",
         "INT4", "FLOAT4E2M1", "COMPLEX64", "COMPLEX128", "24", "25", "26")},  # 24-26: FLOAT8E8M0, UINT2, INT2
     "a sequence input or output": SEQUENCES,
+    "must be known when importing (a constant or a shape), but it is computed": AT_IMPORT,
 }
 
 

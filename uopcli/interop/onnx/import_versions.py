@@ -145,6 +145,15 @@ def mask_of_input_type(ctx, outputs):
     return outputs
 
 
+def channel_slope(ctx) -> None:
+    """PRelu-1/6: a slope of shape [C] (or [1]) is per channel, on axis 1; PRelu-7 broadcasts
+    it from the right, so a [C] slope becomes [C, 1, ..., 1]."""
+    _drop_consumed(ctx)
+    x, slope = ctx.x(0), ctx.x(1)
+    if len(slope.shape) == 1 and slope.shape[0] != 1 and len(x.shape) > 2:
+        ctx.set_input(1, slope.reshape(slope.shape + (1,) * (len(x.shape) - 2)))
+
+
 def _unary(target: int = 6) -> Old:
     return Old(target, _CONSUMED, _drop_consumed, "consumed_inputs (no meaning) before 6")
 
@@ -172,6 +181,14 @@ VERSIONS: dict[tuple[str, int], Old] = {
     ("Greater", 7): Old(9, note=_WIDER),
     ("Max", 1): Old(8, _CONSUMED, _drop_consumed, "consumed_inputs; equal shapes before 8"),
     ("Max", 6): Old(8, note="equal shapes before 8 (a case of broadcasting)"),
+    ("Min", 1): Old(8, _CONSUMED, _drop_consumed, "consumed_inputs; equal shapes before 8"),
+    ("Min", 6): Old(8, note="equal shapes before 8 (a case of broadcasting)"),
+    ("Sum", 1): Old(8, _CONSUMED, _drop_consumed, "consumed_inputs; equal shapes before 8"),
+    ("Sum", 6): Old(8, note="equal shapes before 8 (a case of broadcasting)"),
+    ("Mean", 1): Old(8, _CONSUMED, _drop_consumed, "consumed_inputs; equal shapes before 8"),
+    ("Mean", 6): Old(8, note="equal shapes before 8 (a case of broadcasting)"),
+    ("PRelu", 1): Old(7, _CONSUMED, channel_slope, "consumed_inputs; a [C] slope is per channel before 7"),
+    ("PRelu", 6): Old(7, rewrite=channel_slope, note="a [C] slope is per channel (axis 1) before 7"),
     ("Cast", 1): Old(6, rewrite=cast_type_name, note="`to` a type name before 6"),
     # -- products, windows, normalisation
     ("MatMul", 1): Old(9, note=_WIDER),
@@ -181,6 +198,7 @@ VERSIONS: dict[tuple[str, int], Old] = {
     ("Gemm", 7): Old(11, note="C required before 11"),
     ("Gemm", 9): Old(11, note="C required before 11; 9 widens the types"),
     ("Conv", 1): Old(11, note="the same meaning (11 rewords auto_pad)"),
+    ("ConvTranspose", 1): Old(11, note="the same meaning (11 rewords auto_pad and output_shape)"),
     ("MaxPool", 1): Old(12, note="no storage_order, ceil_mode or dilations before 8/10"),
     ("MaxPool", 8): Old(12, note="storage_order orders the Indices output, which is not imported"),
     ("AveragePool", 1): Old(11, note="no count_include_pad (0) before 7, no ceil_mode before 10"),
