@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from _reference_eval import assert_shapes_as_inferred, evaluate, reference_evaluate
+from _reference_eval import assert_shapes_as_inferred, reference_evaluate
+from uopcli.backends.numpy import evaluate
 from test_gradient import ELEMENTWISE_CASES, MOVEMENT_CASES, REDUCE_CASES, a3, nested_functions
 from uopcli import GradientError, Ops, UOp, dtypes
 from uopcli.core.forward import FORWARD_RULES, TANGENT_SCOPE, compute_jvp, is_tangent, jvp, linearize, transpose

@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from ..core.graph import Graph
-from .check import ATOL, RTOL, STEP, to_float64
+from .check import ATOL, RTOL
+from .check_float64 import to_float64
+from .check_numeric import step_base
 from .differentiate import differentiate
 from .forward import hvp, jvp
 
@@ -168,7 +170,7 @@ def check_hvp(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None,
     values = {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in values.items()}
     analytic = evaluate_graph(products64, values)
     # one step for all directions: h scaled to the inputs moved, as check's per-element step
-    h = STEP * max([1.0] + [float(np.max(np.abs(values[name]), initial=0.0)) for name in wrt])
+    h = step_base(np.float64) * max([1.0] + [float(np.max(np.abs(values[name]), initial=0.0)) for name in wrt])
     sides = []
     with np.errstate(all="ignore"):
         for sign in (1, -1):

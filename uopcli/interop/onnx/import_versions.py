@@ -241,8 +241,6 @@ VERSIONS: dict[tuple[str, int], Old] = {
     ("Shape", 1): Old(13, note=_WIDER),
     ("Pad", 1): Old(18, {"paddings": None, "value": 0.0}, pad_attributes, "paddings and value attributes"),
     ("Pad", 2): Old(18, {"pads": None, "value": 0.0}, pad_attributes, "pads and value attributes"),
-    ("Pad", 11): Old(18, note="no axes input before 18"),
-    ("Pad", 13): Old(18, note="no axes input before 18"),
     # -- values known at import
     ("Constant", 1): Old(12, note="value only; 9 widens the types"),
     ("Constant", 9): Old(12, note="value only"),
