@@ -19,8 +19,10 @@ DASK_STAMP := $(VENV)/.installed-dask
 OUT := out
 BENCH_ARGS ?=  # e.g. make bench BENCH_ARGS=--quick
 PYTEST_ARGS ?=  # e.g. make test PYTEST_ARGS=--runslow (the long fuzz run too)
-# the suite runs on every core (pytest-xdist): 5 min instead of 11 on a two-core machine;
-# make test TEST_WORKERS=0 runs it in one process (pdb, -x)
+# the suite runs on every core (pytest-xdist), a test file's tests on one worker (--dist
+# loadfile), so that a module's costly fixture (the tinygrad zoo compiled by clang, a Dask
+# cluster, Chromium) is set up once; --dist loadgroup's xdist_group marks are ignored with
+# pytest 9. make test TEST_WORKERS=0 runs it in one process (pdb, -x)
 TEST_WORKERS ?= auto
 # what the tours of README.md and samples/README.md write in the root, by name: make clean
 # removes exactly these, never other files of yours that happen to sit there
@@ -109,7 +111,7 @@ demo: setup
 
 # pytest exit status 5 means it collected no test: that is a failure here, and says so.
 test: setup chromium $(ONNX_STAMP) $(TORCH_STAMP) $(DASK_STAMP)
-	@$(RUN) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); status=$$?; \
+	@$(RUN) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); status=$$?; \
 		if [ $$status -eq 5 ]; then echo "make test: FAILED: pytest collected no tests" >&2; fi; \
 		exit $$status
 

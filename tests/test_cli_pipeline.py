@@ -280,20 +280,29 @@ def test_stdin_stdout_conversion_round_trip(work):
 
 
 def test_the_library_and_the_cli_write_the_same_gradient_bytes(work):
-    """The gradient graph depends only on the forward graph, not on what the process built
-    before: here the model is built in an order unlike the file's (the sigmoid before the
-    first sum), then saved, read back and differentiated in this process, and the bytes
-    are those of `uopgrad diff` in a fresh one."""
-    from uopcli import differentiate
-    from uopcli.formats.uop import dumps
-    x, w = UOp.param("x", (4, 3)), UOp.param("w", (3, 2))
-    hidden = x @ w
-    squashed = hidden.sigmoid()
-    save(Graph({"l": hidden.sum() + squashed.sum()}, inputs=[x, w]), work / "r.uop")
-    in_process, _ = differentiate(load(work / "r.uop"), ["w"])
+    """The gradient graph depends only on the forward graph, not on the order in which the
+    process built it: a process builds the model in an order unlike the file's (the
+    sigmoid before the first sum), saves it, reads it back and differentiates it, and the
+    bytes are those of `uopgrad diff` in a fresh one. That process is a new one too: nodes
+    are shared process-wide and the first tag wins, so nodes other tests keep alive (a
+    constant made by log_softmax) would carry their tags into this graph."""
+    library = """
+import sys
+from uopcli import UOp, differentiate
+from uopcli.core.graph import Graph
+from uopcli.formats.uop import dumps, load, save
+x, w = UOp.param("x", (4, 3)), UOp.param("w", (3, 2))
+hidden = x @ w
+squashed = hidden.sigmoid()
+save(Graph({"l": hidden.sum() + squashed.sum()}, inputs=[x, w]), "r.uop")
+in_process, _ = differentiate(load("r.uop"), ["w"])
+sys.stdout.buffer.write(dumps(in_process))
+"""
+    in_process = subprocess.run([sys.executable, "-c", library], cwd=work, capture_output=True)
+    assert in_process.returncode == 0, in_process.stderr.decode()
     done = sh("uopgrad diff r.uop --wrt w", work)
     assert done.returncode == 0, done.stderr.decode()
-    assert dumps(in_process) == done.stdout
+    assert in_process.stdout == done.stdout
 
 
 def test_broken_pipe_is_quiet(work):

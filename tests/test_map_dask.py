@@ -5,7 +5,7 @@ results are the sequential run's, bit for bit, also when a worker is killed mid-
 process the tests start is stopped by them.
 
 Dask's start-up is slow (seconds): one cluster serves the module (its tests run on one
-pytest-xdist worker: the xdist_group, with make test's --dist loadgroup)."""
+pytest-xdist worker: make test's --dist loadfile)."""
 
 from __future__ import annotations
 
@@ -31,8 +31,7 @@ from _map_helpers import (BIN, UOPGRAD, mlp_gradient, relative_error, session_pr
 distributed = pytest.importorskip("distributed", reason="dask and distributed (the extra uopgrad[dask]) are not "
                                   "installed: make test installs them")
 DASK = shutil.which("dask", path=BIN) or shutil.which("dask")
-pytestmark = [pytest.mark.xdist_group("dask"),
-              pytest.mark.skipif(UOPGRAD is None or DASK is None, reason="the uopgrad or dask console script "
+pytestmark = [pytest.mark.skipif(UOPGRAD is None or DASK is None, reason="the uopgrad or dask console script "
                                  "is not installed")]
 SIZES = (40, 300, 8)   # a gradient of a few tens of ms a shard: long enough to kill a worker mid-run
 BATCH = 1000

@@ -110,14 +110,22 @@ class Exported:
         self.roundtrip_values = {name: t.numpy() for name, t in self.roundtrip.items()}
 
 
+_ZOO: dict[str, Exported] = {}  # built once per process: see the fixture
+
+
 @pytest.fixture(scope="module")
 def zoo(tmp_path_factory) -> dict[str, Exported]:
-    folder = tmp_path_factory.mktemp("zoo")
-    models = {name: Exported(name, folder) for name in ZOO}
-    Tensor.realize(*(t for m in models.values() for t in m.tensors()))  # one schedule: compiled together
-    for model in models.values():
-        model.fetch()
-    return models
+    """The zoo, exported and run by tinygrad, once per process: pytest-xdist tears module
+    fixtures down whenever a worker's queue runs dry mid-module and sets them up again,
+    and building the zoo (tinygrad compiling every kernel with clang) is 1-2 minutes."""
+    if not _ZOO:
+        folder = tmp_path_factory.mktemp("zoo")  # a session's folder: it outlives the module
+        models = {name: Exported(name, folder) for name in ZOO}
+        Tensor.realize(*(t for m in models.values() for t in m.tensors()))  # one schedule: compiled together
+        for model in models.values():
+            model.fetch()
+        _ZOO.update(models)
+    return _ZOO
 
 
 def test_the_zoo_is_big_enough():
