@@ -101,7 +101,7 @@ class Calls:
                 decided = [(piece, self._best(key, piece, unit, near, users)[0]) for key, piece in ready]
             else:
                 scored = [(self._best(key, piece, unit, near, users), piece) for key, piece in todo]
-                (number, strength), piece = max(scored, key=lambda item: item[0][1])
+                (number, _), piece = max(scored, key=lambda item: item[0][1])
                 if number is None:
                     break
                 decided = [(piece, number)]
