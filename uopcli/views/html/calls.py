@@ -52,10 +52,13 @@ class Calls:
             meta = node.meta
             if meta is not None and meta.name and not meta.loc:
                 keyed.setdefault(call_key(meta), []).append(node)
+        joined: dict[str, dict] = {}  # function name -> node -> its piece (one walk per name)
         for key, members in keyed.items():
             if key[3] or len(members) < 2:
                 continue
-            found = _calls(members, nodes, key)
+            if key[1] not in joined:
+                joined[key[1]] = _joined(nodes, key[1])
+            found = _split(members, joined[key[1]])
             if len(found) > 1 and len({tuple(sorted(Counter(n.op for n in piece).items())) for piece in found}) > 1:
                 self.parts[key] = len(found)  # pieces of unlike ops: one call in parts, or several
             elif len(found) > 1:
@@ -160,16 +163,21 @@ class Calls:
             return None
         return self._key(meta._replace(backward=False)), number
 
-def _calls(members: list[UOp], nodes: list[UOp], key: tuple) -> list[list[UOp]]:
-    """The calls of forward key `key`'s `members`: the pieces they make joined by edges
-    among themselves and through the context's other forward nodes of the same function
-    (the scope assignment may have put part of a call elsewhere) or of none (not an input):
-    a call of another function is what parts two calls."""
-    name = key[1]
+def _joined(nodes: list[UOp], name: str) -> dict:
+    """node -> a number naming its piece, for the context's forward nodes of function
+    `name` or of none (not an input), joined by their edges: the scope assignment may have
+    put part of a call elsewhere, and a call of another function is what parts two calls."""
     joins = [node for node in nodes if not _is_backward(node) and node.op not in _LEAVES
              and (node.meta is None or node.meta.name is None or node.meta.name == name)]
-    mine = set(members)
-    return [[node for node in piece if node in mine] for piece in components(joins) if any(n in mine for n in piece)]
+    return {node: number for number, piece in enumerate(components(joins)) for node in piece}
+
+
+def _split(members: list[UOp], joined: dict) -> list[list[UOp]]:
+    """One key's `members` as its calls, ordered by their first node."""
+    found: dict[int, list[UOp]] = {}
+    for node in members:
+        found.setdefault(joined[node], []).append(node)
+    return list(found.values())
 
 
 def components(nodes: list[UOp]) -> list[list[UOp]]:
