@@ -2,7 +2,10 @@
 a body shared by calls from two scopes sits in their common scope (not under the first
 caller), a body called from inside another body sits in that body's group, scope paths
 nest, a node without metadata joins the deepest group holding its users, and backward
-nodes get ∇ twins beside their forward groups."""
+nodes get ∇ twins beside their forward groups. Where no source location tells calls apart
+(tinygrad), a function's unconnected calls in one scope are numbered apart and each ∇ twin
+holds what the gradient made for its call (checked against locs planted before
+differentiating); what cannot be told apart stays one group whose panel says why."""
 
 from __future__ import annotations
 
@@ -296,3 +299,35 @@ def test_calls_a_source_location_tells_apart_keep_their_builder_groups():
     first, second = _one(grouping, "softmax #1"), _one(grouping, "softmax #2")
     assert first.detail == "the nodes one call of softmax made at model.py:3"
     assert second.detail == "the nodes one call of softmax made at model.py:4"
+
+
+def test_a_tinygrad_gpts_numbered_gradients_are_what_the_gradient_made_for_those_calls():
+    """The 4-block GPT of tests/tinygrad_zoo.py: each forward call the grouping numbers gets a
+    loc before differentiating, so each backward node says which call it was made for; with
+    the locs taken away again, every node of a numbered ∇ group was made for that call."""
+    import sys
+
+    import pytest
+    limit = sys.getrecursionlimit()
+    pytest.importorskip("tinygrad", reason="tinygrad is not installed for this Python (make test installs it)")
+    sys.setrecursionlimit(limit)
+    from tinygrad_zoo import gpt_four_blocks
+    from uopcli.interop.tinygrad import to_graph
+    case = gpt_four_blocks()
+    forward = to_graph(case.outputs, case.inputs, case.state_dict)
+    numbered = {}
+    for group in Grouping(forward).groups:
+        if group.kind == "call" and " #" in group.label:
+            numbered[f"{group.label}@{group.parent.label}"] = {forward.nodes()[i] for i in group.nodes}
+    assert len(numbered) == 12, sorted(numbered)  # linear #1..#3 in each block
+    wrt = [p.arg for p in forward.inputs if p.dtype.is_float]
+    graph, made_for = _differentiate_knowing_calls(forward, wrt, {k: _own(v) for k, v in numbered.items()})
+    grouping = Grouping(graph)
+    twins = 0
+    for group in grouping.groups:
+        if group.kind == "call" and group.backward and " #" in group.label:
+            twin = group.twin
+            assert twin is not None and twin.label == group.label[2:]
+            assert _group_nodes(grouping, group) <= made_for[f"{twin.label}@{twin.parent.label}"], group.label
+            twins += 1
+    assert twins == 12
