@@ -2,7 +2,10 @@
 a body shared by calls from two scopes sits in their common scope (not under the first
 caller), a body called from inside another body sits in that body's group, scope paths
 nest, a node without metadata joins the deepest group holding its users, and backward
-nodes get ∇ twins beside their forward groups."""
+nodes get ∇ twins beside their forward groups. Where no source location tells calls apart
+(tinygrad), a function's unconnected calls in one scope are numbered apart and each ∇ twin
+holds what the gradient made for its call (checked against locs planted before
+differentiating); what cannot be told apart stays one group whose panel says why."""
 
 from __future__ import annotations
 
@@ -145,3 +148,186 @@ def test_backward_nodes_get_twins_beside_their_forward_groups():
     assert backward, "the gradient made no scoped backward node"
     for i in backward:
         assert grouping.home[i].backward and grouping.home[i].label.startswith("∇")
+
+
+# ---------------------------------------------------------------- calls told apart without a loc
+
+def tagged(name: str, path: str, fn, loc: str | None = None):
+    """fn(), with every node it made given metadata name `name` and scope `path` (and `loc`):
+    what tinygrad's export records (a function's name and a module's scope, no location).
+    Nodes are shared by structure: each test names its params apart, so no node it tags
+    is another test's."""
+    since = next_serial()
+    result = fn()
+    stack = [result]
+    while stack:
+        node = stack.pop()
+        if node.serial < since or (node.meta is not None and node.meta.scope == path):
+            continue
+        node.set_meta(Metadata(name=name, loc=loc, scope=path))
+        stack.extend(node.src)
+    return result
+
+
+def _made(fn) -> set:
+    """The nodes fn() made (by serial), with its result."""
+    since = next_serial()
+    out = fn()
+    found, stack = set(), [out]
+    while stack:
+        node = stack.pop()
+        if node.serial >= since and node not in found:
+            found.add(node)
+            stack.extend(node.src)
+    return out, found
+
+
+def _differentiate_knowing_calls(forward: Graph, wrt: list[str], calls: dict[str, set]) -> tuple[Graph, dict]:
+    """The gradient of `forward`, and which call each backward node was made for: each call's
+    nodes get loc <call> while differentiating (backward nodes inherit it), then every loc is
+    taken away again, as tinygrad records none."""
+    for loc, nodes in calls.items():
+        for node in nodes:
+            node.set_meta(node.meta._replace(loc=loc))
+    graph, _ = differentiate(forward, wrt, keep_forward=True)
+    made_for: dict[str, set] = {loc: set() for loc in calls}
+    for node in graph.nodes():
+        if node.meta is not None and node.meta.loc in calls:
+            if node.meta.backward:
+                made_for[node.meta.loc].add(node)
+            node.set_meta(node.meta._replace(loc=None))
+    return graph, made_for
+
+
+def _told_apart(name: str, number: int, calls: int) -> str:
+    return (f"the nodes call #{number} of {name} here made: one of {calls} calls told apart as unconnected pieces "
+            "of like ops, numbered in graph order (no source location tells them apart)")
+
+
+def _group_nodes(grouping: Grouping, group) -> set:
+    return {grouping.order[i] for i in group.nodes}
+
+
+def _own(nodes: set) -> set:
+    return {node for node in nodes if node.op not in (Ops.CONST, Ops.PARAM, Ops.BUFFER)}
+
+
+def test_unconnected_calls_of_one_function_in_one_scope_are_numbered_apart_with_their_gradients():
+    x1, x2 = UOp.param("nx1", (4,)), UOp.param("nx2", (4,))
+    w1, w2 = UOp.param("nw1", (4,)), UOp.param("nw2", (4,))
+    a, made_a = _made(lambda: tagged("linear", "net", lambda: (x1 * w1 + 1.0).sum()))
+    b, made_b = _made(lambda: tagged("linear", "net", lambda: (x2 * w2 + 2.0).sum()))
+    forward = Graph({"loss": tagged("__mul__", "net", lambda: a * b)}, inputs=[x1, x2, w1, w2])
+    # the gradient of call A reads A's input x1: that ties it to A (and B's to B)
+    graph, made_for = _differentiate_knowing_calls(forward, ["nw1", "nw2"], {"A": made_a, "B": made_b})
+    grouping = Grouping(graph)
+    assert min(grouping.index[n] for n in made_a) < min(grouping.index[n] for n in made_b)  # graph order: A first
+    net = _one(grouping, "net")
+    assert {c.label for c in net.children} == {"linear #1", "linear #2"}  # __mul__ made one node: no group
+    for number, call, backward in ((1, made_a, made_for["A"]), (2, made_b, made_for["B"])):
+        group, twin = _one(grouping, f"linear #{number}"), _one(grouping, f"∇ linear #{number}")
+        assert group.kind == "call" and group.twin is twin and twin.twin is group
+        assert _own(_group_nodes(grouping, group)) == _own(call)
+        assert backward and _group_nodes(grouping, twin) == backward  # what the gradient made for this call
+        assert group.detail == _told_apart("linear", number, 2)
+        assert twin.detail == "backward of " + _told_apart("linear", number, 2)
+    assert _path(_one(grouping, "∇ linear #2")) == ["graph", "∇ net", "∇ linear #2"]
+
+
+def test_calls_that_feed_each_other_stay_one_group_that_says_so():
+    x, w1, w2 = UOp.param("fx", (4,)), UOp.param("fw1", (4,)), UOp.param("fw2", (4,))
+    inner, made_inner = _made(lambda: tagged("linear", "net", lambda: x * w1 + 1.0))
+    outer, made_outer = _made(lambda: tagged("linear", "net", lambda: (inner * w2 + 1.0).sum()))
+    graph, _ = differentiate(Graph({"loss": outer}, inputs=[x, w1, w2]), ["fw1", "fw2"], keep_forward=True)
+    grouping = Grouping(graph)
+    group, twin = _one(grouping, "linear"), _one(grouping, "∇ linear")
+    assert not _groups(grouping, "linear #1") and group.twin is twin
+    assert _own(_group_nodes(grouping, group)) == _own(made_inner | made_outer)
+    said = ("the nodes linear made here: one connected piece, so one call or several calls that feed each other "
+            "(no source location tells calls apart)")
+    assert group.detail == said and twin.detail == "backward of " + said
+
+
+def test_a_gradient_two_calls_share_is_one_group_that_says_no_call_made_it_alone():
+    x1, x2, w = UOp.param("x1", (4,)), UOp.param("x2", (4,)), UOp.param("w", (4,))
+    a, made_a = _made(lambda: tagged("linear", "net", lambda: (x1 * w + 1.0).sum()))
+    b, made_b = _made(lambda: tagged("linear", "net", lambda: (x2 * w + 1.0).sum()))
+    forward = Graph({"loss": tagged("__mul__", "net", lambda: a * b)}, inputs=[x1, x2, w])
+    graph, made_for = _differentiate_knowing_calls(forward, ["w"], {"A": made_a, "B": made_b})
+    grouping = Grouping(graph)
+    # dw = dA/dw + dB/dw: the gradient of each call, summed into one piece
+    shared = _one(grouping, "∇ linear")
+    assert _group_nodes(grouping, shared) == made_for["A"] | made_for["B"] and shared.twin is None
+    assert shared.detail == ("backward of the nodes of the 2 calls of linear here that no one call can be said to "
+                             "have made (gradients of several calls summed in one piece, or nothing ties them to one "
+                             "call)")
+    assert _own(_group_nodes(grouping, _one(grouping, "linear #1"))) == _own(made_a)
+    assert _own(_group_nodes(grouping, _one(grouping, "linear #2"))) == _own(made_b)
+
+
+def test_gradients_nothing_ties_to_one_call_stay_unmatched():
+    x, w1, w2 = UOp.param("mx", (4,)), UOp.param("mw1", (4,)), UOp.param("mw2", (4,))
+    a = tagged("linear", "net", lambda: (x * w1 + 1.0).sum())
+    b = tagged("linear", "net", lambda: (x * w2 + 1.0).sum())
+    forward = Graph({"loss": tagged("__mul__", "net", lambda: a * b)}, inputs=[x, w1, w2])
+    graph, _ = differentiate(forward, ["mw1", "mw2"], keep_forward=True)
+    grouping = Grouping(graph)
+    # each call's gradient reads x (both calls' input) and a gradient of a * b (next to both)
+    assert {g.label for g in _one(grouping, "∇ net").children} == {"∇ linear", "∇ __mul__"}
+    assert _one(grouping, "∇ linear").detail.startswith("backward of the nodes of the 2 calls of linear here that no")
+    assert _one(grouping, "linear #1").twin is None and _one(grouping, "linear #2").twin is None
+
+
+def test_pieces_of_unlike_ops_stay_one_group_that_says_so():
+    x, t = UOp.param("ux", (4,)), UOp.param("ut", (4,))
+    logits = tagged("xent", "loss", lambda: (x * 2.0).exp())
+    target = tagged("xent", "loss", lambda: t.relu() + 1.0)
+    joined = tagged("__mul__", "loss", lambda: logits * target)
+    graph = Graph({"y": tagged("xent", "loss", lambda: joined.sum())}, inputs=[x, t])
+    grouping = Grouping(graph)
+    group = _one(grouping, "xent")
+    assert not _groups(grouping, "xent #1")
+    assert group.detail == ("the nodes xent made here: 3 unconnected pieces of unlike ops, so one call in parts or "
+                            "several calls (no source location tells calls apart)")
+
+
+def test_calls_a_source_location_tells_apart_keep_their_builder_groups():
+    x = UOp.param("sx", (4,))
+    a = tagged("softmax", "net", lambda: (x * 2.0).exp() + 1.0, loc="model.py:3")
+    b = tagged("softmax", "net", lambda: (a * 3.0).exp() + 1.0, loc="model.py:4")
+    grouping = Grouping(Graph({"y": b.sum()}, inputs=[x]))
+    first, second = _one(grouping, "softmax #1"), _one(grouping, "softmax #2")
+    assert first.detail == "the nodes one call of softmax made at model.py:3"
+    assert second.detail == "the nodes one call of softmax made at model.py:4"
+
+
+def test_a_tinygrad_gpts_numbered_gradients_are_what_the_gradient_made_for_those_calls():
+    """The 4-block GPT of tests/tinygrad_zoo.py: each forward call the grouping numbers gets a
+    loc before differentiating, so each backward node says which call it was made for; with
+    the locs taken away again, every node of a numbered ∇ group was made for that call."""
+    import sys
+
+    import pytest
+    limit = sys.getrecursionlimit()
+    pytest.importorskip("tinygrad", reason="tinygrad is not installed for this Python (make test installs it)")
+    sys.setrecursionlimit(limit)
+    from tinygrad_zoo import gpt_four_blocks
+    from uopcli.interop.tinygrad import to_graph
+    case = gpt_four_blocks()
+    forward = to_graph(case.outputs, case.inputs, case.state_dict)
+    numbered = {}
+    for group in Grouping(forward).groups:
+        if group.kind == "call" and " #" in group.label:
+            numbered[f"{group.label}@{group.parent.label}"] = {forward.nodes()[i] for i in group.nodes}
+    assert len(numbered) == 12, sorted(numbered)  # linear #1..#3 in each block
+    wrt = [p.arg for p in forward.inputs if p.dtype.is_float]
+    graph, made_for = _differentiate_knowing_calls(forward, wrt, {k: _own(v) for k, v in numbered.items()})
+    grouping = Grouping(graph)
+    twins = 0
+    for group in grouping.groups:
+        if group.kind == "call" and group.backward and " #" in group.label:
+            twin = group.twin
+            assert twin is not None and twin.label == group.label[2:]
+            assert _group_nodes(grouping, group) <= made_for[f"{twin.label}@{twin.parent.label}"], group.label
+            twins += 1
+    assert twins == 12

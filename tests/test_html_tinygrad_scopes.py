@@ -2,7 +2,8 @@
 exported (scopes from its state_dict's module paths), differentiated and drawn by the
 installed `uopgrad`, then opened in headless Chromium at 1400x900. The top level is the
 model's modules, each beside its ∇ twin; no label is drawn under 10 px; a block opens as
-its sub-modules. UOPGRAD_SHOTS=<dir> also writes the three screenshots of docs/."""
+its sub-modules, and its calls of `linear` are numbered apart, each beside its numbered ∇
+twin. UOPGRAD_SHOTS=<dir> also writes the three screenshots of docs/."""
 
 from __future__ import annotations
 
@@ -115,6 +116,24 @@ def test_a_block_opens_as_its_sub_modules_and_its_gradient_as_theirs(tab):
     details = tab.inner_text("#details")
     assert "differentiates" in details and "blocks.1" in details
     _shot(tab, "tinygrad-gpt-grad-backward-block.png")
+
+
+def test_a_blocks_several_calls_of_linear_are_numbered_apart_and_so_are_their_gradients(tab):
+    """Three calls of `linear` that tinygrad tags alike in one block (no source location):
+    numbered apart in graph order, each beside its ∇ twin numbered alike; a panel says which."""
+    calls = ["linear #1", "linear #2", "linear #3"]
+    for label, twin in ((None, "∇ blocks.2"), ("blocks.2", None)):
+        tab.evaluate("window.uopViewer.open(0)")
+        level = _open(tab, label or twin)
+        labels = {label for label, _ in level["kids"]}
+        numbered = calls if label else ["∇ " + call for call in calls]
+        assert set(numbered) <= labels and "linear" not in labels and "∇ linear" not in labels, labels
+        if label:
+            assert [level["twin"][dict(level["kids"])[call]] for call in calls] == ["∇ " + call for call in calls]
+        _open(tab, numbered[1])
+        details = tab.inner_text("#details")
+        assert "call #2 of linear here made: one of 3 calls told apart" in details, details
+        assert ("backward of" in details) == (label is None)
 
 
 def test_the_page_data_names_every_scope_from_the_state_dict(page):

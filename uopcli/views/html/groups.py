@@ -6,7 +6,11 @@ Every node gets one home group. The tree, from the root (the whole graph) down:
   it, its own nodes group as below.
 - The node metadata `scope` ("encoder/layer.0/attention") is split on `/` into nested groups.
 - Inside its scope, the nodes one front-end call made (same metadata name, loc and scope:
-  `softmax`, `layernorm`) are a group when there are two or more of them.
+  `softmax`, `layernorm`) are a group when there are two or more of them. Where no source
+  location tells calls apart (tinygrad), the unconnected pieces of one function's nodes in
+  one scope are its calls, numbered apart (`linear #1`, `linear #2`; calls.py), and each
+  backward piece joins the call it is matched to (its ∇ group numbered alike) or, matched
+  to none, one `∇ linear` group that says so.
 - Backward nodes (metadata `backward`) get a parallel tree of `∇` groups: the nodes made for
   forward scope `layer.0` sit in group `∇ layer.0`, beside `layer.0` (its `twin`).
 - A node with neither a name nor a scope (a graph input, an op written by hand, a gradient
@@ -32,6 +36,7 @@ from ...core.ops import Ops
 from ...core.uop import UOp
 from ...core.walks import scope_sources
 from ..graphviz import MAIN, _scope_walk
+from .calls import UNMATCHED, Calls
 from ..graphviz import _children as sources_with_bodies  # sources, and a CALL's backward body
 
 MAX_ITEMS = 500  # items one level may hold: dot lays out 500 boxes in about a second
@@ -133,6 +138,9 @@ class Grouping:
         name or scope) by their users, in reverse canonical order so users come first."""
         nodes = [n for n in self.members[scope] if not is_copied(n) and self.home[self.index[n]] is None]
         calls = Counter(_call_key(n.meta) for n in nodes if n.meta is not None and n.meta.name)
+        self._calls = Calls(nodes, _call_key)
+        made = Counter((_call_key(n.meta._replace(backward=False)), p, n.meta.backward)
+                       for n, p in self._calls.piece.items())
         self._forward = Counter()  # scope path prefix -> forward nodes under it, () the context
         for node in nodes:
             if not _is_backward(node):
@@ -146,12 +154,18 @@ class Grouping:
         for node in reversed(nodes):
             meta = node.meta
             if meta is not None and (meta.name or meta.scope):
-                group = self._meta_group(top, meta, calls[_call_key(meta)] > 1)
+                piece = self._calls.piece.get(node)
+                if piece is None:
+                    own = calls[_call_key(meta)] > 1
+                else:  # one call of several told apart: a group when either side made two nodes
+                    key = _call_key(meta._replace(backward=False))
+                    own = max(made[key, piece, False], made[key, piece, True]) > 1
+                group = self._meta_group(top, meta, own, piece)
             else:
                 group = self._users_group(top, node, users.get(node, ()))
             self.home[self.index[node]] = group
 
-    def _meta_group(self, top: Group, meta, own_group: bool) -> Group:
+    def _meta_group(self, top: Group, meta, own_group: bool, piece: int | None = None) -> Group:
         parts = _scope_parts(meta)
         backward = bool(meta.backward)
         branch = self._branch_depth(parts) if backward else len(parts)
@@ -162,9 +176,11 @@ class Grouping:
             group = self._keyed_group(group, (top.id, apart, path), part, "scope", apart,
                                       "scope " + "/".join(path))
         if own_group and meta.name:
-            key = (top.id, backward, path, meta.name, meta.loc)
-            detail = f"the nodes one call of {meta.name} made" + (f" at {meta.loc}" if meta.loc else "")
-            group = self._keyed_group(group, key, meta.name, "call", backward, detail)
+            key = (top.id, backward, path, meta.name, meta.loc, piece)
+            forward_key = _call_key(meta._replace(backward=False))
+            label, detail = _call_text(meta, piece, self._calls.count.get(forward_key),
+                                       self._calls.parts.get(forward_key))
+            group = self._keyed_group(group, key, label, "call", backward, detail)
         return group
 
     def _branch_depth(self, parts: list[str]) -> int:
@@ -227,7 +243,6 @@ class Grouping:
         self._place_copies()
         self._totals()
         self._label_duplicates()
-        self._count_calls()
         for group in self.groups:
             group.children.sort(key=lambda g: g.first)
             group.nodes.sort()
@@ -261,19 +276,6 @@ class Grouping:
                     elif seen[child.label] > 1:
                         count[child.label] += 1
                         child.label = f"{child.label} #{count[child.label]}"
-
-    def _count_calls(self) -> None:
-        """A call group of a front end that records no source location (tinygrad) holds
-        every call of its function in its scope: its panel says how many, counted as the
-        pieces its nodes make (calls that feed each other count once)."""
-        for group in self.groups:
-            if group.kind != "call" or " at " in group.detail:
-                continue
-            pieces = _pieces([self.order[i] for i in group.nodes])
-            if pieces > 1:
-                name = group.detail.rsplit(" of ", 1)[-1].split(" made")[0]
-                group.detail = (("backward of " if group.backward else "") + f"the nodes {pieces} calls of {name} "
-                                "made here (no source location tells them apart: counted as unconnected pieces)")
 
     def _split_large(self) -> None:
         """Levels of more than MAX_ITEMS items are split into parts, in canonical order: a
@@ -376,22 +378,6 @@ class Grouping:
         return part
 
 
-def _pieces(nodes: list) -> int:
-    """How many pieces `nodes` make, joined by their edges among themselves."""
-    parent = {node: node for node in nodes}
-
-    def root(node):
-        while parent[node] is not node:
-            parent[node] = parent[parent[node]]
-            node = parent[node]
-        return node
-    for node in nodes:
-        for src in node.src:
-            if src in parent:
-                parent[root(src)] = root(node)
-    return sum(1 for node in nodes if parent[node] is node)
-
-
 def _descendants(group: Group):
     stack = [group]
     while stack:
@@ -431,3 +417,24 @@ def _call_key(meta) -> tuple:
 
 def _is_backward(node: UOp) -> bool:
     return node.meta is not None and bool(node.meta.backward)
+
+
+def _call_text(meta, piece: int | None, calls: int | None, parts: int | None) -> tuple[str, str]:
+    """The label and panel text of a call's group: `relu` (one call, calls that feed each
+    other, or unlike pieces), `relu #2` (one of several calls told apart), and the panel
+    says which."""
+    name = meta.name
+    if meta.loc:
+        return name, f"the nodes one call of {name} made at {meta.loc}"
+    if piece is None and parts:
+        return name, (f"the nodes {name} made here: {parts} unconnected pieces of unlike ops, so one call in "
+                      "parts or several calls (no source location tells calls apart)")
+    if piece is None:
+        return name, (f"the nodes {name} made here: one connected piece, so one call or several calls "
+                      "that feed each other (no source location tells calls apart)")
+    if piece == UNMATCHED:
+        return name, (f"the nodes of the {calls} calls of {name} here that no one call can be said to have "
+                      "made (gradients of several calls summed in one piece, or nothing ties them to one call)")
+    return f"{name} #{piece + 1}", (f"the nodes call #{piece + 1} of {name} here made: one of {calls} calls told "
+                                    "apart as unconnected pieces of like ops, numbered in graph order (no source "
+                                    "location tells them apart)")
