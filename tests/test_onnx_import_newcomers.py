@@ -1,8 +1,9 @@
 """The models a newcomer tried (issue 29), exported from PyTorch with the legacy exporter
 (do_constant_folding=False, as the README says to export for gradients): a GRU classifier,
 a small U-Net (Conv2d, ConvTranspose2d, nn.Upsample bilinear and nearest, skip
-concatenations) and a GroupNorm block. Through the installed `uopgrad diff` and `eval`,
-their forward values and their gradients equal PyTorch's."""
+concatenations) and a GroupNorm block; and a ViT exported with the legacy exporter's
+defaults (constant folding on). Through the installed `uopgrad diff` and `eval`, their
+forward values and their gradients equal PyTorch's."""
 
 from __future__ import annotations
 
@@ -96,3 +97,101 @@ def test_the_exported_model_differentiates_as_pytorch_does(name, tmp_path):
         assert np.abs(want).max() > 0, f"{name}: PyTorch's gradient of {target} is zero: the comparison would be weak"
         np.testing.assert_allclose(grads[f"grad_{target}"], want, rtol=1e-4, atol=1e-5,
                                    err_msg=f"{name}: d out / d {target}")
+
+
+# ----------------------------------------------------------------------------- a ViT, legacy defaults
+
+class ViT(nn.Module):
+    """A small vision transformer as a newcomer writes one: patches by a strided Conv2d, a
+    class token, learned positions, nn.TransformerEncoder (pre-norm, GELU), a head."""
+
+    def __init__(self):
+        super().__init__()
+        self.patch = nn.Conv2d(3, 16, 4, stride=4)
+        self.cls = nn.Parameter(torch.zeros(1, 1, 16))
+        self.pos = nn.Parameter(torch.randn(1, 5, 16) * 0.02)
+        layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, activation="gelu", batch_first=True,
+                                           norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(16)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x):
+        patches = self.patch(x).flatten(2).transpose(1, 2)
+        tokens = torch.cat([self.cls.expand(x.shape[0], -1, -1), patches], 1) + self.pos
+        return self.head(self.norm(self.encoder(tokens))[:, 0])
+
+
+def _parameter_behind(user: str) -> str:
+    """The PyTorch parameter an exporter's folded `onnx::MatMul_N` is the transpose of,
+    from the ONNX node that reads it (`uopgrad info`'s used-by line)."""
+    module = user.split(" ")[0].rsplit("/", 1)[0].strip("/").replace("/", ".")
+    return module.replace("self_attn", "self_attn.in_proj_weight") if module.endswith("self_attn") \
+        else f"{module}.weight"
+
+
+def _export_vit(tmp_path, trained: bool):
+    torch.manual_seed(29)
+    model = ViT().eval()
+    if trained:  # every weight its own value, as after training (at initialisation the layers are copies)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 0.1)
+    x = torch.randn(2, 3, 8, 8)
+    path = tmp_path / "vit.onnx"
+    torch.onnx.export(model, (x,), str(path), input_names=["x"], output_names=["out"], dynamo=False)  # defaults
+    np.save(tmp_path / "x.npy", x.numpy())
+    out = model(x)
+    out.sum().backward()
+    info = __import__("json").loads(uopgrad("info", path, "--json").stdout)
+    return model, out, path, info
+
+
+def _vit_gradients(path, tmp_path, info) -> dict:
+    weights = [i["name"] for i in info["inputs"] if i["name"] != "x"]
+    uopgrad("diff", path, "--wrt", ",".join(weights), "--cotangent", "ones", "-o", tmp_path / "grad.uop")
+    uopgrad("eval", tmp_path / "grad.uop", "-i", tmp_path / "grad.npz", "-i", f"x={tmp_path / 'x.npy'}",
+            "-o", tmp_path / "grads.npz")
+    grads = np.load(tmp_path / "grads.npz")
+    return {name: grads[f"grad_{name}"] for name in weights}
+
+
+def test_a_vit_exported_with_the_legacy_defaults_differentiates_as_pytorch_does(tmp_path):
+    """Constant folding on (the legacy exporter's default): every parameter is an input by
+    its own name, except the transposed MatMul weights the exporter folded into
+    `onnx::MatMul_N`, which `uopgrad info` leads back to their module; each gradient,
+    under either name, is PyTorch's."""
+    model, out, path, info = _export_vit(tmp_path, trained=True)
+    uopgrad("eval", path, "-i", f"x={tmp_path / 'x.npy'}", "-o", tmp_path / "out.npz")
+    np.testing.assert_allclose(np.load(tmp_path / "out.npz")["out"], out.detach().numpy(), rtol=1e-4, atol=1e-5)
+    grads = _vit_gradients(path, tmp_path, info)
+    parameters = dict(model.named_parameters())
+    compared = set()
+    for name, ours in grads.items():
+        if name in parameters:
+            want = parameters[name].grad.numpy()
+        else:
+            (user,) = info["used_by"][name]  # one reader: a folded copy of one parameter
+            want = parameters[_parameter_behind(user)].grad.numpy().T
+            name = _parameter_behind(user)
+        assert np.abs(want).max() > 0, name
+        np.testing.assert_allclose(ours, want, rtol=1e-4, atol=1e-5, err_msg=f"d out / d {name}")
+        compared.add(name)
+    assert compared == set(parameters)  # every parameter, under its name or its folded copy's
+
+
+def test_a_fresh_vits_merged_layers_are_shown_and_get_the_sum_of_their_gradients(tmp_path):
+    """At initialisation nn.TransformerEncoder's layers are copies: constant folding then
+    keeps one transposed weight for both layers. `uopgrad info` names both readers (the
+    README says to export with do_constant_folding=False), and the one gradient is the sum
+    of the two layers' gradients, which is what the merged graph computes."""
+    model, _, path, info = _export_vit(tmp_path, trained=False)
+    merged = {name: users for name, users in info["used_by"].items() if name.startswith("onnx::")}
+    assert len(merged) == 3 and all(len(users) == 2 for users in merged.values()), merged
+    grads = _vit_gradients(path, tmp_path, info)
+    parameters = dict(model.named_parameters())
+    for name, users in merged.items():
+        behind = [_parameter_behind(user) for user in users]
+        assert [b.split(".")[2] for b in behind] == ["0", "1"], behind  # layers.0 and layers.1
+        want = sum(parameters[b].grad.numpy() for b in behind).T
+        np.testing.assert_allclose(grads[name], want, rtol=1e-4, atol=1e-5, err_msg=name)

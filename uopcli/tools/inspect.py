@@ -13,8 +13,10 @@ from collections import Counter
 from typing import Iterator
 
 from ..core.graph import Graph
-from ..core.ops import CALLS, Ops
+from ..core.ops import CALLS, MOVEMENT, Ops
 from ..core.uop import UOp, printable
+
+_VIEWS = MOVEMENT | {Ops.CAST, Ops.DETACH, Ops.CONTIGUOUS}  # what reads a weight without computing on it
 
 # FLOP estimate: floating-point operations per output element, one row per op. Ops not
 # listed cost nothing (leaves, movement, identity, calls, memory, integer and bool ops).
@@ -57,21 +59,34 @@ def graph_info(graph: Graph, canonical: bytes | None = None) -> dict:
 def input_users(graph: Graph, nodes: list[UOp]) -> dict[str, list[str]]:
     """Each input's users that carry a source location, as `location (name)`: for a model
     imported from ONNX, the ONNX nodes that read each initializer (`/fc1/Gemm (Gemm)`), so
-    an exporter's renamed weight (`onnx::MatMul_18`) leads to its module."""
+    an exporter's renamed weight (`onnx::MatMul_18`) leads to its module.
+
+    Users are found through views of the input (movement ops, casts): two ONNX nodes that
+    read one weight the same way share that view's node (hash-consing), which carries the
+    first one's location only; an exporter that merged equal weights of two modules into
+    one initializer then shows both."""
     if "onnx.opset" not in graph.meta:  # only an imported model's locations are its node names
         return {}
-    inputs = set(graph.inputs)
-    users: dict[str, list[str]] = {}
+    readers: dict[UOp, list[UOp]] = {}
     for node in nodes:
-        meta = node.meta
-        if meta is None or not meta.loc:
-            continue
-        for src in node.src:
-            if src in inputs:
-                named = f"{meta.loc} ({meta.name})" if meta.name else meta.loc
-                seen = users.setdefault(src.arg, [])
-                if named not in seen:
-                    seen.append(named)
+        for src in dict.fromkeys(node.src):
+            readers.setdefault(src, []).append(node)
+    users: dict[str, list[str]] = {}
+    for param in graph.inputs:
+        seen: list[str] = []
+        stack, visited = [param], {param}
+        while stack:
+            for node in readers.get(stack.pop(), ()):
+                meta = node.meta
+                if meta is not None and meta.loc:
+                    named = f"{meta.loc} ({meta.name})" if meta.name else meta.loc
+                    if named not in seen:
+                        seen.append(named)
+                if node.op in _VIEWS and node not in visited:
+                    visited.add(node)
+                    stack.append(node)
+        if seen:
+            users[param.arg] = seen
     return users
 
 
