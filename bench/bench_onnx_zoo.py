@@ -7,7 +7,9 @@ onnxruntime.
 
 The light models carry no weights: each weight is a ConstantOfShape of 0.02. Here every
 such weight becomes an initializer of seeded random values (He-scaled for Conv and Gemm
-weights, near 1 for BatchNormalization's scale and variance), the model is copied in
+weights, near 1 for BatchNormalization's scale), each BatchNormalization's mean and variance are
+set to its input's statistics on the runner's inputs (`calibrate`: else ResNet-50's and
+ShuffleNet's Softmax saturates and both gradients are exactly 0), the model is copied in
 float64 (the "float64 copies"), and the loss is sum(output * c) for a fixed random c
 (`--cotangent input`). For each model:
 
@@ -95,16 +97,46 @@ def with_weights(model, dtype, seed: int = 0):
 
 
 def targets(model) -> list[str]:
-    """The first Conv's weight and the last layer's (the last Conv or Gemm)."""
+    """The first Conv's weight and the last layer's (the last Conv or Gemm), each the
+    initializer itself where the layer reads it through a Reshape (inception_v1's Gemm)."""
+    made_by = {out: node for node in model.graph.node for out in node.output}
+    weights = {t.name for t in model.graph.initializer}
+
+    def weight(name: str) -> str:
+        while name not in weights and name in made_by and made_by[name].op_type == "Reshape":
+            name = made_by[name].input[0]
+        return name
+
     layers = [n for n in model.graph.node if n.op_type in ("Conv", "Gemm")]
-    return [layers[0].input[1], layers[-1].input[1]]
+    return [weight(layers[0].input[1]), weight(layers[-1].input[1])]
+
+
+def calibrate(model, feeds: dict) -> int:
+    """Each BatchNormalization's mean and variance set to the statistics of its input on
+    `feeds` (as a trained model's running statistics would be), in place; the number set.
+    With random ones, a residual network's activations grow block by block (ResNet-50's
+    logits reach 1.8e5), Softmax saturates to exactly one-hot in float64 and both
+    gradients are exactly 0: nothing would be compared."""
+    import torch
+    from onnx import numpy_helper
+    if not any(n.op_type == "BatchNormalization" for n in model.graph.node):
+        return 0
+    stats: dict = {}
+    with torch.no_grad():
+        torch_forward(model, {k: torch.from_numpy(v) for k, v in feeds.items()}, stats)
+    for i, t in enumerate(model.graph.initializer):
+        if t.name in stats:
+            model.graph.initializer[i].CopyFrom(numpy_helper.from_array(stats[t.name].numpy(), t.name))
+    return len(stats) // 2
 
 
 # ----------------------------------------------------------------------------- PyTorch's side
 
 
-def torch_forward(model, values: dict):
-    """The ONNX graph (the zoo's ops at opset 9) run with torch ops; `values` {name: tensor}."""
+def torch_forward(model, values: dict, batch_stats: dict | None = None):
+    """The ONNX graph (the zoo's ops at opset 9) run with torch ops; `values` {name: tensor}.
+    With `batch_stats`, BatchNormalization normalizes by its input's own per-channel mean
+    and variance and records them there under the names of its mean and variance inputs."""
     import torch
     import torch.nn.functional as F
     from onnx import helper, numpy_helper
@@ -138,6 +170,10 @@ def torch_forward(model, values: dict):
             y = x[0].mean(dim=(2, 3), keepdim=True)
         elif op == "BatchNormalization":
             shape = (1, -1) + (1,) * (x[0].dim() - 2)
+            if batch_stats is not None:
+                dims = [0] + list(range(2, x[0].dim()))
+                x[3] = batch_stats[node.input[3]] = x[0].mean(dim=dims)
+                x[4] = batch_stats[node.input[4]] = x[0].var(dim=dims, unbiased=False)
             y = (x[0] - x[3].reshape(shape)) / torch.sqrt(x[4].reshape(shape) + a.get("epsilon", 1e-5)) \
                 * x[1].reshape(shape) + x[2].reshape(shape)
         elif op == "Unsqueeze":
@@ -246,9 +282,10 @@ def zoo_model(path: str, work: str) -> dict:
     name = os.path.basename(path)[len("light_"):-len(".onnx")]
     model64 = with_weights(onnx.load(path), np.float64)
     wrt = targets(model64)
+    feeds64 = {k: v.astype(np.float64) for k, v in conformance.zoo_inputs(model64).items()}
+    calibrated = calibrate(model64, feeds64)
     p64 = os.path.join(work, "model64.onnx")
     onnx.save(model64, p64)
-    feeds64 = {k: v.astype(np.float64) for k, v in conformance.zoo_inputs(model64).items()}
     out_shape = tuple(d.dim_value for d in model64.graph.output[0].type.tensor_type.shape.dim)
     cotangent = np.random.default_rng(1).standard_normal(out_shape)
     out_name = model64.graph.output[0].name
@@ -257,7 +294,7 @@ def zoo_model(path: str, work: str) -> dict:
     np.savez(inputs, **feeds64, **{f"cotangent_{out_name}": cotangent})
     with open(os.path.join(work, "meta.json"), "w") as f:
         json.dump({"wrt": wrt, "output": out_name}, f)
-    row = {"model": name, "wrt": wrt, "steps": {}}
+    row = {"model": name, "wrt": wrt, "steps": {}, "calibrated": calibrated}
     me = [sys.executable, os.path.abspath(__file__)]
     plan = [
         ("diff", [UOPGRAD, "diff", p64, "--wrt", ",".join(wrt), "--cotangent", "input",
@@ -273,7 +310,7 @@ def zoo_model(path: str, work: str) -> dict:
         if label == "ort" and not row["steps"]["export"].ok:
             break
         done = row["steps"][label] = step(cmd)
-        print(f"  {name} {label}: {done.seconds:.1f} s, peak {done.peak_bytes / 1e9:.2f} GB {done.error}",
+        print(f"  {name} {label}: {done.seconds:.1f} s, peak {done.peak_bytes / 1e9:.2f} GB {done.error[:300]}",
               file=sys.stderr)
         if label == "diff" and not done.ok:
             row["refused"] = done.error.split(": ", 2)[-1]
@@ -283,6 +320,9 @@ def zoo_model(path: str, work: str) -> dict:
     if not steps["torch"].ok:
         return row
     truth = dict(np.load(os.path.join(work, "torch.npz")))
+    row["largest"] = [float(np.abs(truth[n]).max()) for n in wrt]
+    if not all(row["largest"]):  # an all-zero gradient compares nothing: a failure of the setup
+        return row
 
     def error(got: dict) -> float:
         return max(float(np.abs(got[n] - truth[n]).max() / np.abs(truth[n]).max()) for n in wrt)
@@ -300,6 +340,8 @@ def _cell(row: dict, key: str, *labels: str) -> str:
     """The error, or why there is none (the step that failed and how)."""
     if key in row:
         return f"{row[key]:.1e}"
+    if "largest" in row and not all(row["largest"]):
+        return "PyTorch's gradient is all zeros: nothing compared"
     for label in labels:
         done = row["steps"].get(label)
         if done is not None and not done.ok:
@@ -321,7 +363,10 @@ def markdown(rows: list[dict], stamp: str, notes: str = "") -> str:
              "gradient of sum(output * c) with respect to the first Conv weight and the last layer's weight by "
              "`uopgrad diff` + `uopgrad eval` (the installed CLI) against PyTorch's autograd on the same graph; "
              "then the same gradient written as .onnx by `uopgrad diff` and run by onnxruntime. Errors are the "
-             "largest difference relative to the gradient's largest magnitude (target: 1e-6). Each step runs in "
+             "largest difference relative to the gradient's largest magnitude (target: 1e-6). BatchNormalization's "
+             "mean and variance are its input's statistics on the runner's input (as a trained model's would be; "
+             "random ones saturate ResNet-50's and ShuffleNet's Softmax, and every gradient is exactly 0). "
+             "Each step runs in "
              f"its own process under a {MEMORY_CAP / 1e9:.0f} GB address-space cap; its wall time and peak "
              "resident memory (ru_maxrss) are listed per side: uopgrad's diff + eval, PyTorch's forward + "
              "backward, and uopgrad's .onnx export + onnxruntime's session and run (the peak is the larger of "
