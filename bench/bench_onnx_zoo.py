@@ -234,26 +234,38 @@ class Step(NamedTuple):
 
 def step(cmd, cap: int = MEMORY_CAP) -> Step:
     """`cmd` in its own process under the address-space cap, timed, with its peak memory
-    (each side measured apart: the uopgrad CLI, PyTorch, onnxruntime)."""
+    (each side measured apart: the uopgrad CLI, PyTorch, onnxruntime).
+
+    The peak is GNU time's %M for `cmd` where /usr/bin/time exists: a process forked from
+    this one starts with this one's resident set (the weights it holds, torch once
+    `calibrate` ran) and Linux keeps that in its ru_maxrss across exec, so wait4's number
+    would count the bench's own memory too; forked from the small `time` process instead,
+    it counts `cmd` alone."""
     import resource
 
     def limit():
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
     start = time.perf_counter()
-    with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.DEVNULL, stderr=err, preexec_fn=limit)
+    with tempfile.TemporaryFile() as err, tempfile.NamedTemporaryFile("r") as peak:
+        timer = ["/usr/bin/time", "-f", "%M", "-o", peak.name] if os.path.exists("/usr/bin/time") else []
+        proc = subprocess.Popen(timer + [str(c) for c in cmd], stdout=subprocess.DEVNULL, stderr=err,
+                                preexec_fn=limit)
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         err.seek(0)
         lines = [line for line in err.read().decode(errors="replace").splitlines() if line.strip()]
+        report = peak.read().splitlines()  # time's: a status line where cmd failed, then %M
     seconds = time.perf_counter() - start
+    measured = [line for line in report if line.strip().isdigit()]
+    peak_bytes = int(measured[-1]) * 1024 if measured else usage.ru_maxrss * 1024
+    signal = next((line.partition("signal ")[2] for line in report if "terminated by signal" in line), "")
     error = ""
-    if proc.returncode < 0:
-        error = f"killed by signal {-proc.returncode}"
+    if proc.returncode < 0 or signal:
+        error = f"killed by signal {signal or -proc.returncode}"
     elif proc.returncode:
         error = lines[-1] if lines else f"exit status {proc.returncode}"
-    return Step(proc.returncode == 0, seconds, usage.ru_maxrss * 1024, error)
+    return Step(proc.returncode == 0, seconds, peak_bytes, error)
 
 
 def side(which: str, work: str) -> None:
