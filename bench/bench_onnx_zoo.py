@@ -380,7 +380,7 @@ def markdown(rows: list[dict], stamp: str, notes: str = "") -> str:
              "random ones saturate ResNet-50's and ShuffleNet's Softmax, and every gradient is exactly 0). "
              "Each step runs in "
              f"its own process under a {MEMORY_CAP / 1e9:.0f} GB address-space cap; its wall time and peak "
-             "resident memory (ru_maxrss) are listed per side: uopgrad's diff + eval, PyTorch's forward + "
+             "resident memory (GNU time's maximum resident set of that process alone) are listed per side: uopgrad's diff + eval, PyTorch's forward + "
              "backward, and uopgrad's .onnx export + onnxruntime's session and run (the peak is the larger of "
              "the two processes).", "",
              "| model | with respect to | uopgrad vs PyTorch | onnxruntime (uopgrad's grad.onnx) vs PyTorch | "
@@ -412,12 +412,12 @@ def main() -> None:
     if args.models:
         paths = [p for p in paths if any(f"light_{m}.onnx" == os.path.basename(p) or m in p
                                          for m in args.models.split(","))]
-    rows = []
+    rows, load = [], os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as work:
         for path in paths:
             rows.append(zoo_model(path, work))
             print(rows[-1], file=sys.stderr)
-    stamp = f"{time.strftime('%Y-%m-%d')}; wall times on a shared 2-core machine (load {os.getloadavg()[0]:.0f})"
+    stamp = f"{time.strftime('%Y-%m-%d')}; wall times on a shared 2-core machine (load {load:.0f} at the start, {os.getloadavg()[0]:.0f} at the end)"
     text = markdown(rows, stamp, args.notes)
     print(text)
     if args.write:
