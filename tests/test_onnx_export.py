@@ -322,3 +322,33 @@ def test_products_that_are_not_contractions_run_node_by_node():
     graph = Graph({"s": product.r("ADD", (1,))})
     assert not any(n.op_type == "Einsum" for n in to_onnx(graph).graph.node)
     check_against_eval(graph)
+
+
+def test_convolutions_and_their_gradients_are_einsums_and_never_build_the_product():
+    """conv2d as tinygrad spells it: one factor a PERMUTE of an EXPAND (the windows moved
+    beside the weight's axes), and its weight gradient a PERMUTE between the MUL and the
+    REDUCE. Both relabel the product's axes only, so the Einsum takes the un-broadcast
+    factors: no value of the model is as large as the product (before, each was built:
+    0.9 GB per 3x3 convolution of DenseNet-121's gradient, which onnxruntime could not
+    hold). The values equal PyTorch's float64 gradients."""
+    torch = pytest.importorskip("torch")
+    n, groups, c_in, c_out, size, k = 2, 2, 6, 64, 9, 3  # the product: 32 times the windows
+    x, w = UOp.param("x", (n, c_in, size, size), dtypes.float64), UOp.param("w", (c_out, c_in // groups, k, k),
+                                                                            dtypes.float64)
+    c = UOp.param("c", (n, c_out, 5, 5), dtypes.float64)
+    loss = (x.conv2d(w, groups=groups, stride=2, padding=1) * c).sum()
+    gradient, _ = differentiate(Graph({"loss": loss}, inputs=[x, w, c]), ["x", "w"], keep_forward=True)
+    model = to_onnx(gradient)
+    inferred = onnx.shape_inference.infer_shapes(model)
+    sizes = [int(np.prod([d.dim_value for d in v.type.tensor_type.shape.dim])) for v in inferred.graph.value_info]
+    product = n * c_out * (c_in // groups) * 5 * 5 * k * k
+    assert sum(node.op_type == "Einsum" for node in model.graph.node) >= 3
+    assert max(sizes) < product, (max(sizes), product)
+    inputs = gather_inputs(gradient.inputs, [], 0)
+    ours = run_onnx(gradient, inputs)
+    tx, tw = (torch.from_numpy(inputs[name]).requires_grad_() for name in ("x", "w"))
+    tloss = (torch.nn.functional.conv2d(tx, tw, groups=groups, stride=2, padding=1) * torch.from_numpy(inputs["c"])).sum()
+    tloss.backward()
+    for name, truth in (("grad_x", tx.grad.numpy()), ("grad_w", tw.grad.numpy())):
+        np.testing.assert_allclose(ours[name], truth, rtol=1e-12, atol=1e-12 * np.abs(truth).max(), err_msg=name)
+    check_against_eval(gradient)
