@@ -31,7 +31,7 @@ NOT_A_MODEL_OP = "signal processing and image decoding ops outside a differentia
 
 _GROUPS: dict[str, tuple[str, ...]] = {
     NOT_YET: (
-        "MaxUnpool", "Det", "DeformConv", "Col2Im", "AffineGrid", "RoiAlign",
+        "MaxUnpool", "Det", "DeformConv", "AffineGrid", "RoiAlign",
         "LinearAttention", "CausalConvWithState",
     ),
     VALUE_SHAPE: ("NonZero", "Unique", "Compress", "NonMaxSuppression"),

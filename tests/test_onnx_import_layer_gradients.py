@@ -186,3 +186,12 @@ def test_rotary_embedding_gradients_equal_pytorch():
     compare("RotaryEmbedding", dict(x=flat, cos=cos, sin=sin), dict(num_heads=3), 23, ["x", "cos", "sin"],
             lambda x, cos, sin: _rope(x.reshape(2, 4, 3, 6).transpose(1, 2), cos, sin, False, 6)
             .transpose(1, 2).reshape(2, 4, 18), flat.shape)
+
+
+def test_col2im_gradient_equals_pytorch_fold():
+    # image 5x6, blocks 2x3 every (2, 1), dilated (1, 2), padded 1: 3x4 = 12 blocks of 2 channels
+    image, block = np.array([5, 6], np.int64), np.array([2, 3], np.int64)
+    x = d64(2, 2 * 6, 12)
+    compare("Col2Im", dict(x=x, image=image, block=block), dict(strides=[2, 1], dilations=[1, 2], pads=[1, 1, 1, 1]),
+            18, ["x"], lambda x, image, block: Fn.fold(x, (5, 6), (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)),
+            (2, 2, 5, 6))

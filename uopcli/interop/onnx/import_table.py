@@ -145,6 +145,7 @@ TABLE: dict[str, OpRow] = {
     "LRN": _row(norm.lrn, (1, 13), alpha=1e-4, beta=0.75, bias=1.0, size=None),  # x/(bias + α/n·Σ x²)^β
     "ConvTranspose": _row(nn.conv_transpose, (11, 22), group=1, output_padding=None, output_shape=None,
                           **_WINDOW),                         # conv's gradient wrt its input, windowed
+    "Col2Im": _row(nn.col2im, (18,), dilations=None, pads=None, strides=None),  # blocks summed back: fold
     "RNN": _row(rec.rnn, (7, 14, 22), folds=False, **_RECURRENT),  # h' = f(xWᵀ + hRᵀ + b); 14: layout
     "GRU": _row(rec.gru, (7, 14, 22), folds=False, linear_before_reset=0, **_RECURRENT),  # gates z, r, h
     "Resize": _row(rs.resize, (10, 11, 13, 18, 19), antialias=0, axes=None, coordinate_transformation_mode="half_pixel",

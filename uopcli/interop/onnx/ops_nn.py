@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from uopcli import UOp
 
-from .ops_tensor import axis_of, dtype_from_code
+from .ops_tensor import axis_of, dtype_from_code, ints_of
 
 # ----------------------------------------------------------------------------- products
 
@@ -163,6 +165,37 @@ def _window(y, axis: int, start: int, size: int, available: int):
         start += before
     if start or size != y.shape[axis]:
         y = y.shrink(tuple((start, start + size) if a == axis else None for a in range(len(y.shape))))
+    return y
+
+
+def col2im(ctx):
+    """Col2Im-18 (https://onnx.ai/onnx/operators/onnx__Col2Im.html): input [N, C·Πblock, L]
+    holds the L blocks of an image [N, C, *image_shape] (L in row-major order of the block
+    positions), each block's elements summed back at their places (torch's fold). That is a
+    transposed convolution of [N, C·Πblock, *counts] with a one-hot weight (one block
+    element per channel, groups C) whose padded output is cut to the image."""
+    x = ctx.x(0)
+    image = ints_of(ctx, 1, "image_shape")
+    block = ints_of(ctx, 2, "block_shape")
+    spatial = len(image)
+    strides = list(ctx.attr("strides") or [1] * spatial)
+    dilations = list(ctx.attr("dilations") or [1] * spatial)
+    pads = list(ctx.attr("pads") or [0] * (2 * spatial))
+    if len(x.shape) != 3 or len(block) != spatial or len(strides) != spatial or len(dilations) != spatial \
+            or len(pads) != 2 * spatial or min(block + strides + dilations) < 1 or min(pads) < 0:
+        ctx.refuse(f"input {list(x.shape)} [N, C·Πblock, L], image_shape {image}, block_shape {block}, strides "
+                   f"{strides}, dilations {dilations} and pads {pads} do not fit")
+    size = math.prod(block)
+    counts = [(i + before + after - d * (b - 1) - 1) // s + 1
+              for i, b, s, d, before, after in zip(image, block, strides, dilations, pads[:spatial], pads[spatial:])]
+    if x.shape[1] % size or min(counts) < 1 or math.prod(counts) != x.shape[2]:
+        ctx.refuse(f"input {list(x.shape)} does not hold {size}-element blocks at {counts} positions")
+    channels = x.shape[1] // size
+    one_hot = np.tile(np.eye(size, dtype=x.dtype.np).reshape(size, 1, *block), (channels,) + (1,) * (spatial + 1))
+    y = x.reshape(x.shape[0], x.shape[1], *counts).conv_transpose2d(
+        UOp.buffer(one_hot), None, groups=channels, stride=tuple(strides), dilation=tuple(dilations))
+    for axis, (start, length, n) in enumerate(zip(pads[:spatial], image, y.shape[2:]), start=2):
+        y = _window(y, axis, start, length, n)  # zeros where the blocks leave the padded image uncovered
     return y
 
 
