@@ -87,6 +87,7 @@ TABLE: dict[str, OpRow] = {
     "Gemm": _row(nn.gemm, (11, 13), alpha=1.0, beta=1.0, transA=0, transB=0),
     "Conv": _row(nn.conv, (11, 22), group=1, **_WINDOW),
     "MaxPool": _row(nn.max_pool, (10, 11, 12, 22), ceil_mode=0, storage_order=0, **_WINDOW),
+    "MaxUnpool": _row(nn.max_unpool, (9, 11, 22), kernel_shape=None, pads=None, strides=None),  # MaxPool's inverse
     "AveragePool": _row(nn.average_pool, (11, 19, 22), ceil_mode=0, count_include_pad=0, **_WINDOW),
     "GlobalAveragePool": _row(nn.global_average_pool, (1, 22)),
     "BatchNormalization": _row(nn.batch_normalization, (9, 14, 15), epsilon=1e-5, momentum=0.9, training_mode=0),
