@@ -31,7 +31,7 @@ NOT_A_MODEL_OP = "signal processing and image decoding ops outside a differentia
 
 _GROUPS: dict[str, tuple[str, ...]] = {
     NOT_YET: (
-        "MaxUnpool", "Det", "DeformConv", "Col2Im", "AffineGrid", "RoiAlign", "RotaryEmbedding",
+        "Det", "DeformConv", "AffineGrid", "RoiAlign",
         "LinearAttention", "CausalConvWithState",
     ),
     VALUE_SHAPE: ("NonZero", "Unique", "Compress", "NonMaxSuppression"),
@@ -56,7 +56,6 @@ _GROUPS: dict[str, tuple[str, ...]] = {
 BY_OP: dict[str, str] = {key: reason for reason, keys in _GROUPS.items() for key in keys}
 
 BY_DETAIL: dict[tuple[str, str], str] = {
-    ("MaxPool", "the Indices output"): NOT_YET,       # argmax positions (storage_order)
     ("Dropout", "training_mode"): RANDOM,             # training_mode=true: a random mask
     ("Mod", "Mod of float64 is not supported"): NOT_YET,  # no exact float64 remainder from the format's ops
     ("PRelu", "do not broadcast"): CONVERTER,

@@ -154,3 +154,44 @@ def test_attention_gradients_equal_pytorch():
             (2, 4, 3, 6))
     compare("Attention", dict(q=q, k=k, v=v), dict(is_causal=1), 23, ["q", "k", "v"],
             lambda q, k, v: Fn.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True), (2, 4, 3, 6))
+
+
+def _rope(x, cos, sin, interleaved: bool, rotated: int):
+    """RoPE on [batch, heads, seq, size] the LLMs' ways, not ONNX's: interleaved pairs as
+    complex numbers times e^(iθ), halves as x·cos + rotate_half(x)·sin (LLaMA's)."""
+    part, rest = x[..., :rotated], x[..., rotated:]
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    if interleaved:
+        turned = torch.view_as_real(torch.view_as_complex(part.reshape(*part.shape[:-1], -1, 2).contiguous())
+                                    * torch.complex(cos, sin)).reshape(part.shape)
+    else:
+        half = rotated // 2
+        turned = part * torch.cat([cos, cos], -1) + torch.cat([-part[..., half:], part[..., :half]], -1) * \
+            torch.cat([sin, sin], -1)
+    return torch.cat([turned, rest], -1)
+
+
+def test_rotary_embedding_gradients_equal_pytorch():
+    x = d64(2, 3, 4, 10)
+    angles = d64(7, 3)  # 7 positions, rotary_embedding_dim 6: three angles each
+    positions = np.array([[0, 3, 6, 2], [5, 1, 1, 4]], np.int64)
+    cos, sin = np.cos(angles), np.sin(angles)
+    for interleaved in (0, 1):
+        compare("RotaryEmbedding", dict(x=x, cos=cos, sin=sin, positions=positions),
+                dict(interleaved=interleaved, rotary_embedding_dim=6), 23, ["x", "cos", "sin"],
+                lambda x, cos, sin, positions, i=interleaved: _rope(x, cos[positions], sin[positions], bool(i), 6),
+                x.shape)
+    # 3-D [batch, seq, heads·size], cos/sin per batch and position, the whole head turned
+    flat, cos, sin = d64(2, 4, 3 * 6), d64(2, 4, 3), d64(2, 4, 3)
+    compare("RotaryEmbedding", dict(x=flat, cos=cos, sin=sin), dict(num_heads=3), 23, ["x", "cos", "sin"],
+            lambda x, cos, sin: _rope(x.reshape(2, 4, 3, 6).transpose(1, 2), cos, sin, False, 6)
+            .transpose(1, 2).reshape(2, 4, 18), flat.shape)
+
+
+def test_col2im_gradient_equals_pytorch_fold():
+    # image 5x6, blocks 2x3 every (2, 1), dilated (1, 2), padded 1: 3x4 = 12 blocks of 2 channels
+    image, block = np.array([5, 6], np.int64), np.array([2, 3], np.int64)
+    x = d64(2, 2 * 6, 12)
+    compare("Col2Im", dict(x=x, image=image, block=block), dict(strides=[2, 1], dilations=[1, 2], pads=[1, 1, 1, 1]),
+            18, ["x"], lambda x, image, block: Fn.fold(x, (5, 6), (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)),
+            (2, 2, 5, 6))

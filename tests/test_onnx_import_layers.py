@@ -105,6 +105,27 @@ LAYER_CASES = [
          id="Attention-fully-masked-row"),
     case("Attention", f32(1, 2, 3, 4), f32(1, 2, 5, 4), f32(1, 2, 5, 4), f32(3, 5), is_causal=1, outs=4,
          types=[F, F, F, F], qk_matmul_output_mode=3, opset=23, id="Attention-float-mask-causal-softmax-out"),
+    # RotaryEmbedding: halves or interleaved pairs, partial, position_ids or per-batch caches, 3-D
+    case("RotaryEmbedding", f32(2, 3, 4, 8), f32(6, 4), f32(6, 4), Init(i64([[0, 5, 2, 1], [3, 3, 4, 0]])), opset=23),
+    case("RotaryEmbedding", f32(2, 3, 4, 8), f32(6, 2), f32(6, 2), Init(i64([[0, 5, 2, 1], [3, 3, 4, 0]])),
+         interleaved=1, rotary_embedding_dim=4, opset=23, id="RotaryEmbedding-interleaved-partial"),
+    case("RotaryEmbedding", f32(2, 4, 12), f32(2, 4, 3), f32(2, 4, 3), num_heads=2, opset=23, id="RotaryEmbedding-3d"),
+    # Col2Im: torch's fold, N-D, asymmetric pads
+    case("Col2Im", f32(2, 3 * 6, 12), Init(i64([5, 6])), Init(i64([2, 3])), strides=[2, 1], dilations=[1, 2],
+         pads=[1, 1, 1, 1]),
+    case("Col2Im", f32(1, 2 * 4, 36), Init(i64([3, 4, 3])), Init(i64([1, 2, 2])), pads=[0, 1, 0, 0, 0, 1],
+         id="Col2Im-3d-asymmetric-pads"),
+    # MaxPool's Indices (row-major, column-major, padded, 3-D) and MaxUnpool putting them back
+    case("MaxPool", f32(2, 3, 5, 6), kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1], outs=2, types=[F, I64],
+         id="MaxPool-indices-pads"),
+    case("MaxPool", f32(2, 2, 5, 6), kernel_shape=[2, 3], strides=[1, 2], storage_order=1, outs=2, types=[F, I64],
+         id="MaxPool-indices-column-major"),
+    case("MaxPool", f32(1, 2, 4, 5, 3), kernel_shape=[2, 2, 2], dilations=[1, 2, 1], storage_order=1, outs=2,
+         types=[F, I64], opset=12, id="MaxPool-indices-3d-dilated-column-major"),
+    case("MaxUnpool", f32(2, 2, 2, 3), i64(np.array([[0, 3, 10], [13, 22, 24]]) + 25 * np.arange(4).reshape(2, 2, 1, 1)),
+         kernel_shape=[2, 2], strides=[3, 2], pads=[0, 1, 0, 0]),
+    case("MaxUnpool", f32(1, 2, 2, 2), i64([[[[0, 3], [8, 15]], [[16, 19], [24, 31]]]]), Init(i64([1, 2, 4, 5])),
+         kernel_shape=[2, 2], strides=[2, 2], id="MaxUnpool-output-shape"),
     # recurrences: RNN, GRU (linear_before_reset both ways), LSTM's new attributes
     case("RNN", f32(4, 2, 3), f32(1, 5, 3), f32(1, 5, 5), f32(1, 10), hidden_size=5, outs=2),
     case("RNN", f32(3, 2, 3), f32(2, 4, 3), f32(2, 4, 4), f32(2, 8), None, f32(2, 2, 4), direction="bidirectional",
@@ -138,7 +159,10 @@ NOT_BY_ONNXRUNTIME = {  # onnxruntime's CPU GRU refuses layout=1; it has no Grou
     # reference, which made ONNX's node cases) by scale·length less 1 when scales are given
     "Resize-linear-align-corners-down",
     "Attention-qk-with-bias",  # onnxruntime's masked scores are -3.4e38 where the spec's are -inf,
-    "Attention-fully-masked-row"}  # so its fully masked row averages V where the spec's is 0
+    "Attention-fully-masked-row",  # so its fully masked row averages V where the spec's is 0
+    # onnxruntime reads MaxUnpool's indices in output_shape (as PyTorch); onnx.reference, whose
+    # node case test_maxunpool_export_with_output_shape says so, in the pool's own shape, padded after
+    "MaxUnpool-output-shape"}
 
 
 @pytest.mark.parametrize("op, inputs, attrs, opset, outs, types", LAYER_CASES)
@@ -192,7 +216,8 @@ def test_recurrence_refusals_name_the_reason():
 
 # ----------------------------------------------------------------------------- gradients, finite differences
 
-FINITE_DIFFERENCE_CASES = ["GroupNormalization", "LRN-attributes", "ConvTranspose-strides-pads-output_padding",
+FINITE_DIFFERENCE_CASES = ["RotaryEmbedding-interleaved-partial", "Col2Im-3d-asymmetric-pads", "MaxUnpool",
+                           "GroupNormalization", "LRN-attributes", "ConvTranspose-strides-pads-output_padding",
                            "NegativeLogLikelihoodLoss-weights-ignore", "RNN", "GRU-linear-before-reset-reverse",
                            "Resize-cubic-sizes-exclude-outside", "Resize-linear-antialias", "GridSample",
                            "GridSample-cubic-reflection-corners", "Attention-gqa-bool-mask-past-softcap"]

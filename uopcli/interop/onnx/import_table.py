@@ -87,6 +87,7 @@ TABLE: dict[str, OpRow] = {
     "Gemm": _row(nn.gemm, (11, 13), alpha=1.0, beta=1.0, transA=0, transB=0),
     "Conv": _row(nn.conv, (11, 22), group=1, **_WINDOW),
     "MaxPool": _row(nn.max_pool, (10, 11, 12, 22), ceil_mode=0, storage_order=0, **_WINDOW),
+    "MaxUnpool": _row(nn.max_unpool, (9, 11, 22), kernel_shape=None, pads=None, strides=None),  # MaxPool's inverse
     "AveragePool": _row(nn.average_pool, (11, 19, 22), ceil_mode=0, count_include_pad=0, **_WINDOW),
     "GlobalAveragePool": _row(nn.global_average_pool, (1, 22)),
     "BatchNormalization": _row(nn.batch_normalization, (9, 14, 15), epsilon=1e-5, momentum=0.9, training_mode=0),
@@ -145,6 +146,7 @@ TABLE: dict[str, OpRow] = {
     "LRN": _row(norm.lrn, (1, 13), alpha=1e-4, beta=0.75, bias=1.0, size=None),  # x/(bias + α/n·Σ x²)^β
     "ConvTranspose": _row(nn.conv_transpose, (11, 22), group=1, output_padding=None, output_shape=None,
                           **_WINDOW),                         # conv's gradient wrt its input, windowed
+    "Col2Im": _row(nn.col2im, (18,), dilations=None, pads=None, strides=None),  # blocks summed back: fold
     "RNN": _row(rec.rnn, (7, 14, 22), folds=False, **_RECURRENT),  # h' = f(xWᵀ + hRᵀ + b); 14: layout
     "GRU": _row(rec.gru, (7, 14, 22), folds=False, linear_before_reset=0, **_RECURRENT),  # gates z, r, h
     "Resize": _row(rs.resize, (10, 11, 13, 18, 19), antialias=0, axes=None, coordinate_transformation_mode="half_pixel",
@@ -154,6 +156,8 @@ TABLE: dict[str, OpRow] = {
     "Attention": _row(att.attention, (23, 24, 25), is_causal=0, kv_num_heads=None, q_num_heads=None,
                       qk_matmul_output_mode=0, scale=None, softcap=0.0, softmax_precision=None,
                       left_window_size=-1, right_window_size=-1),  # 24: nonpad_kv_seqlen; 25: windows
+    "RotaryEmbedding": _row(att.rotary_embedding, (23,), interleaved=0, num_heads=None,
+                            rotary_embedding_dim=0),    # RoPE: feature pairs turned by cos/sin
     "GridSample": _row(grid.grid_sample, (16, 20, 22), align_corners=0, mode=None,
                        padding_mode="zeros"),                 # 16: 2-D, bilinear/bicubic; 20: N-D, linear/cubic
     "NegativeLogLikelihoodLoss": _row(nn.negative_log_likelihood_loss, (12, 13, 22), ignore_index=None,

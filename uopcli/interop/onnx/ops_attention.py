@@ -24,7 +24,7 @@ import numpy as np
 
 from uopcli import UOp
 
-from .ops_tensor import dtype_from_code, tanh
+from .ops_tensor import dtype_from_code, gather, tanh
 
 
 def attention(ctx):
@@ -158,3 +158,47 @@ def _masked_softmax(ctx, scores, bias):
     if bias is not None:
         weights = bias.max(-1, keepdim=True).eq(-math.inf).where(0.0, weights)
     return weights.cast(scores.dtype) if weights.dtype is not scores.dtype else weights
+
+
+def rotary_embedding(ctx):
+    """RotaryEmbedding-23 (https://onnx.ai/onnx/operators/onnx__RotaryEmbedding.html): the
+    first rotary_embedding_dim (R; 0: all) features of each head are R/2 pairs (x1, x2),
+    the two halves or, interleaved, the even and odd features, each turned by its angle:
+    (cos·x1 - sin·x2, sin·x1 + cos·x2); the rest pass. cos/sin [batch, seq, R/2], or
+    [positions, R/2] picked by position_ids [batch, seq]. X is [batch, heads, seq, size],
+    or 3-D [batch, seq, heads·size] with num_heads."""
+    x, cos, sin, positions = ctx.x(0), ctx.x(1), ctx.x(2), ctx.x(3)
+    shape = x.shape
+    if len(shape) == 3:
+        heads = ctx.attr("num_heads")
+        if not heads or shape[2] % heads:
+            ctx.refuse(f"a 3-D input {list(shape)} needs num_heads dividing its last axis, got {heads}")
+        x = x.reshape(shape[0], shape[1], heads, shape[2] // heads)
+    elif len(shape) != 4:
+        ctx.refuse(f"input {list(shape)} is neither 3-D nor 4-D")
+    size = x.shape[3]
+    rotated = ctx.attr("rotary_embedding_dim") or size
+    if rotated % 2 or rotated > size:
+        ctx.refuse(f"rotary_embedding_dim {rotated} must be even and at most the head size {size}")
+    if positions is not None:  # cache rows by position: [batch, seq, R/2]
+        cos, sin = (ctx.call(gather, cache, positions, attrs={"axis": 0}) for cache in (cos, sin))
+    batch, seq = (shape[0], shape[2]) if len(shape) == 4 else shape[:2]
+    if cos.shape != (batch, seq, rotated // 2) or sin.shape != cos.shape:
+        ctx.refuse(f"cos_cache {list(cos.shape)} and sin_cache {list(sin.shape)} (after position_ids) are not "
+                   f"[{batch}, {seq}, {rotated // 2}]")
+    # broadcast over the heads: axis 1 of [batch, heads, seq, R/2], axis 2 of [batch, seq, heads, R/2]
+    heads_axis = 1 if len(shape) == 4 else 2
+    cos, sin = cos.unsqueeze(heads_axis).cast(x.dtype), sin.unsqueeze(heads_axis).cast(x.dtype)
+    part, rest = x.split([rotated, size - rotated], dim=3)
+    if ctx.attr("interleaved"):
+        pairs = part.reshape(*part.shape[:3], rotated // 2, 2)
+        x1, x2 = (pairs.shrink((None,) * 4 + ((k, k + 1),)).squeeze(4) for k in (0, 1))
+    else:
+        x1, x2 = part.split(rotated // 2, dim=3)
+    real, imag = cos * x1 - sin * x2, sin * x1 + cos * x2
+    if ctx.attr("interleaved"):
+        part = real.unsqueeze(4).cat(imag.unsqueeze(4), dim=4).reshape(part.shape)
+    else:
+        part = real.cat(imag, dim=3)
+    out = part if rotated == size else part.cat(rest, dim=3)
+    return out.reshape(shape)

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import math
 
-from uopcli import UOp
+import numpy as np
 
-from .ops_tensor import axis_of, dtype_from_code
+from uopcli import UOp, dtypes
+
+from .ops_tensor import axis_of, dtype_from_code, ints_of
 
 # ----------------------------------------------------------------------------- products
 
@@ -166,6 +168,37 @@ def _window(y, axis: int, start: int, size: int, available: int):
     return y
 
 
+def col2im(ctx):
+    """Col2Im-18 (https://onnx.ai/onnx/operators/onnx__Col2Im.html): input [N, C·Πblock, L]
+    holds the L blocks of an image [N, C, *image_shape] (L in row-major order of the block
+    positions), each block's elements summed back at their places (torch's fold). That is a
+    transposed convolution of [N, C·Πblock, *counts] with a one-hot weight (one block
+    element per channel, groups C) whose padded output is cut to the image."""
+    x = ctx.x(0)
+    image = ints_of(ctx, 1, "image_shape")
+    block = ints_of(ctx, 2, "block_shape")
+    spatial = len(image)
+    strides = list(ctx.attr("strides") or [1] * spatial)
+    dilations = list(ctx.attr("dilations") or [1] * spatial)
+    pads = list(ctx.attr("pads") or [0] * (2 * spatial))
+    if len(x.shape) != 3 or len(block) != spatial or len(strides) != spatial or len(dilations) != spatial \
+            or len(pads) != 2 * spatial or min(block + strides + dilations) < 1 or min(pads) < 0:
+        ctx.refuse(f"input {list(x.shape)} [N, C·Πblock, L], image_shape {image}, block_shape {block}, strides "
+                   f"{strides}, dilations {dilations} and pads {pads} do not fit")
+    size = math.prod(block)
+    counts = [(i + before + after - d * (b - 1) - 1) // s + 1
+              for i, b, s, d, before, after in zip(image, block, strides, dilations, pads[:spatial], pads[spatial:])]
+    if x.shape[1] % size or min(counts) < 1 or math.prod(counts) != x.shape[2]:
+        ctx.refuse(f"input {list(x.shape)} does not hold {size}-element blocks at {counts} positions")
+    channels = x.shape[1] // size
+    one_hot = np.tile(np.eye(size, dtype=x.dtype.np).reshape(size, 1, *block), (channels,) + (1,) * (spatial + 1))
+    y = x.reshape(x.shape[0], x.shape[1], *counts).conv_transpose2d(
+        UOp.buffer(one_hot), None, groups=channels, stride=tuple(strides), dilation=tuple(dilations))
+    for axis, (start, length, n) in enumerate(zip(pads[:spatial], image, y.shape[2:]), start=2):
+        y = _window(y, axis, start, length, n)  # zeros where the blocks leave the padded image uncovered
+    return y
+
+
 def _pool_arguments(ctx, x: UOp) -> tuple:
     kernel = _kernel(ctx, ctx.attr("kernel_shape"))
     strides, dilations, pairs = _window_geometry(ctx, x, kernel)
@@ -180,12 +213,56 @@ def _pool_arguments(ctx, x: UOp) -> tuple:
 
 def max_pool(ctx):
     """MaxPool-12: the padding never wins; ceil_mode adds a last, partial window (none that
-    would start in the padding after the input). The Indices output is not imported."""
-    if ctx.output_count > 1:
-        ctx.refuse("the Indices output (argmax positions) is not supported")
+    would start in the padding after the input). Indices (int64, not differentiable): where
+    each window's first maximum is, flat in X [N, C, *spatial] without the padding; the
+    spatial axes row-major (storage_order 0) or column-major (1: the first axis fastest)."""
     x = ctx.x(0)
     kernel, strides, dilations, padding, ceil_mode = _pool_arguments(ctx, x)
-    return x.max_pool2d(kernel, strides, dilations, padding, ceil_mode)
+    if ctx.output_count == 1:
+        return x.max_pool2d(kernel, strides, dilations, padding, ceil_mode)
+    order = ctx.attr("storage_order")
+    if order not in (0, 1):
+        ctx.refuse(f"storage_order={order} is not 0 (row-major) or 1 (column-major)")
+    y, where = x.max_pool2d(kernel, strides, dilations, padding, ceil_mode, return_indices=True)
+    sizes = x.shape[2:]
+    if order == 1:  # the row-major position's coordinates, weighed column-major
+        column = None
+        for axis, size in enumerate(sizes):
+            coordinate = where.cdiv(math.prod(sizes[axis + 1:])).cmod(size)
+            term = coordinate * math.prod(sizes[:axis]) if axis else coordinate
+            column = term if column is None else column + term
+        where = column
+    planes = np.arange(x.shape[0] * x.shape[1], dtype=np.int64).reshape(x.shape[:2] + (1,) * len(sizes))
+    return [y, where.cast(dtypes.int64) + UOp.buffer(planes * math.prod(sizes))]
+
+
+def max_unpool(ctx):
+    """MaxUnpool-9/11/22 (https://onnx.ai/onnx/operators/onnx__MaxUnpool.html): X[N, C, *in]
+    put at its Indices (MaxPool's: flat in [N, C, *out]) of a zero tensor of the pool's input
+    shape, out = (in - 1)·stride - pads + kernel; with output_shape that tensor is then
+    padded at the end to it (onnx.reference's reading, which made the node cases;
+    onnxruntime's and PyTorch's read the indices in output_shape). An index is taken within
+    its own (n, c) plane, as MaxPool's always are."""
+    x, indices = ctx.x(0), ctx.x(1)
+    kernel = _kernel(ctx, ctx.attr("kernel_shape"))
+    spatial = len(kernel)
+    strides = list(ctx.attr("strides") or [1] * spatial)
+    pads = list(ctx.attr("pads") or [0] * (2 * spatial))
+    if len(x.shape) != spatial + 2 or indices.shape != x.shape or len(strides) != spatial \
+            or len(pads) != 2 * spatial or min(strides) < 1 or min(pads) < 0:
+        ctx.refuse(f"X {list(x.shape)} and I {list(indices.shape)} [N, C, *{spatial} axes], strides {strides} "
+                   f"and pads {pads} do not fit kernel_shape {kernel}")
+    sizes = [(i - 1) * s - before - after + k for i, s, k, before, after
+             in zip(x.shape[2:], strides, kernel, pads[:spatial], pads[spatial:])]
+    shape = ints_of(ctx, 2, "output_shape")
+    shape = sizes if shape is None else shape[-spatial:]
+    if min(sizes) < 1 or len(shape) != spatial or any(n < m for n, m in zip(shape, sizes)):
+        ctx.refuse(f"the unpooled sizes {sizes} are empty, or larger than output_shape {shape}")
+    planes = np.arange(x.shape[0] * x.shape[1], dtype=np.int64).reshape(x.shape[:2] + (1,) * spatial)
+    within = indices.cast(dtypes.int64) - UOp.buffer(planes * math.prod(sizes))
+    y = x.max_unpool2d(within, kernel, strides, output_size=sizes)
+    grow = [m - n for n, m in zip(sizes, shape)]
+    return y.pad(((0, 0), (0, 0)) + tuple((0, g) for g in grow)) if any(grow) else y
 
 
 def average_pool(ctx):
