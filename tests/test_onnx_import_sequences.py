@@ -149,6 +149,13 @@ def test_a_position_computed_at_run_time_is_refused_naming_the_node():
     assert "'at' (SequenceAt)" in message and "so its positions must be constants" in message
 
 
+def test_split_sizes_computed_at_run_time_are_refused_as_any_shape_setting_input():
+    nodes = [("arg", "ArgMax", ["x"], ["k"], {"keepdims": 0}), ("split", "SplitToSequence", ["x", "k"], ["s"], {}),
+             ("len", "SequenceLength", ["s"], ["length"], {})]
+    message = refusal(model(nodes, {"x": [4]}, ["length"]))
+    assert "'split' (SplitToSequence)" in message and "must be known when importing" in message
+
+
 def test_out_of_range_positions_and_a_sequence_fed_to_a_tensor_op_are_refused():
     for p, last in ((3, "SequenceAt"), (-4, "SequenceAt")):
         message = refusal(model(abc_nodes(("at", last, ["s", "p"], ["out"], {})), ABC, ["out"], pos("p", p)))

@@ -10,6 +10,9 @@
 - Each node is built by its row of import_table.TABLE. A node whose inputs are all known at
   import (constants, shapes, integer initializers; never weights) is computed then, so
   shape subgraphs (Shape, Gather, Concat, ... of sizes) fold to constants.
+- Sequences (SequenceConstruct, SplitToSequence, ...) are unrolled: while importing, a
+  sequence is a list of its tensors and each sequence op rewrites the list
+  (ops_sequence.py); one at a graph input or output is refused.
 - Every node made for an ONNX node carries Metadata(name=<op type>, loc=<ONNX node name>,
   scope=<module path>): the exporters' module path (`/encoder/layer.0/attention/MatMul`
   -> `encoder/layer.0/attention`) or the dynamo exporter's name scopes.
