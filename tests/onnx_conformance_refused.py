@@ -36,8 +36,7 @@ _GROUPS: dict[str, tuple[str, ...]] = {
     ),
     VALUE_SHAPE: ("NonZero", "Unique", "Compress", "NonMaxSuppression"),
     SEQUENCES: (
-        "SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert", "SequenceLength",
-        "SequenceMap", "SplitToSequence", "ConcatFromSequence", "OptionalGetElement", "OptionalHasElement",
+        "SequenceMap", "OptionalGetElement", "OptionalHasElement",  # (the other sequence ops: BY_MESSAGE)
         "If", "Loop", "Scan",
     ),
     RANDOM: ("Bernoulli", "RandomUniformLike"),
@@ -71,6 +70,8 @@ BY_MESSAGE: dict[str, str] = {
         "STRING", "BFLOAT16", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4",
         "INT4", "FLOAT4E2M1", "COMPLEX64", "COMPLEX128", "24", "25", "26")},  # 24-26: FLOAT8E8M0, UINT2, INT2
     "a sequence input or output": SEQUENCES,
+    "is a sequence: the format has tensors only": SEQUENCES,   # a sequence as the graph's output
+    "so its positions must be constants": SEQUENCES,           # a position computed at run time
     "must be known when importing (a constant or a shape), but it is computed": AT_IMPORT,
 }
 

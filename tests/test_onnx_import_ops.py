@@ -264,6 +264,8 @@ def test_every_row_of_the_table_is_tested():
     tested = {p.values[0] for p in CASES + LAYER_CASES} | {"Constant"}  # Constant: in every exported model (test_onnx_import)
     from test_onnx_import_families import CASES as FAMILY_CASES  # the elementwise, activation, reduce, index ops
     tested |= {p.values[0] for p in FAMILY_CASES}
+    from test_onnx_import_sequences import TESTED_OPS as SEQUENCE_OPS  # unrolled at import
+    tested |= SEQUENCE_OPS
     assert set(TABLE) <= tested, f"ops without a case: {sorted(set(TABLE) - tested)}"
 
 

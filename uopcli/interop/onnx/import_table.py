@@ -27,6 +27,7 @@ from . import ops_grid as grid
 from . import ops_norm as norm
 from . import ops_recurrent as rec
 from . import ops_resize as rs
+from . import ops_sequence as sq
 from . import ops_tensor as t
 
 
@@ -229,4 +230,18 @@ TABLE.update({
     "LpPool": _row(red.lp_pool, (11, 18, 22), p=2, ceil_mode=0, **_WINDOW),  # (Σ|x|^p)^(1/p) per window
     "SwiGLU": _row(act.swiglu, (28,), alpha=1.0),            # A·σ(αA)·B
     "TensorScatter": _row(ix.tensor_scatter, (24,), axis=-2, mode="linear"),  # KV-cache write
+})
+
+# -- sequences, unrolled when importing (ops_sequence.py): a list of tensors while the model
+#    is read; positions and split sizes known at import
+TABLE.update({
+    "SequenceEmpty": _row(sq.sequence_empty, (11,), folds=False, dtype=None),          # []
+    "SequenceConstruct": _row(sq.sequence_construct, (11,), folds=False),               # [x0, x1, ...]
+    "SplitToSequence": _row(sq.split_to_sequence, (11, 24), folds=False, axis=0, keepdims=1),  # pieces along axis
+    "SequenceInsert": _row(sq.sequence_insert, (11,), folds=False),   # before position (default: at the end)
+    "SequenceErase": _row(sq.sequence_erase, (11,), folds=False),     # at position (default: the last)
+    "SequenceAt": _row(sq.sequence_at, (11,), folds=False),           # s[position], negative from the back
+    "SequenceLength": _row(sq.sequence_length, (11,), folds=False),   # len(s), int64 scalar
+    "ConcatFromSequence": _row(sq.concat_from_sequence, (11,), folds=False, axis=None,
+                               new_axis=0),                           # concatenated, or stacked (new_axis)
 })

@@ -10,6 +10,9 @@
 - Each node is built by its row of import_table.TABLE. A node whose inputs are all known at
   import (constants, shapes, integer initializers; never weights) is computed then, so
   shape subgraphs (Shape, Gather, Concat, ... of sizes) fold to constants.
+- Sequences (SequenceConstruct, SplitToSequence, ...) are unrolled: while importing, a
+  sequence is a list of its tensors and each sequence op rewrites the list
+  (ops_sequence.py); one at a graph input or output is refused.
 - Every node made for an ONNX node carries Metadata(name=<op type>, loc=<ONNX node name>,
   scope=<module path>): the exporters' module path (`/encoder/layer.0/attention/MatMul`
   -> `encoder/layer.0/attention`) or the dynamo exporter's name scopes.
@@ -33,18 +36,20 @@ from uopcli.core.uop import next_serial, valid_name
 from .dtypes import CONSTANT_DOC, FROM_ONNX, UNSUPPORTED_NAMES
 from .import_table import TABLE
 from .import_versions import VERSIONS
+from .ops_sequence import TAKE_A_SEQUENCE, Sequence
 
 ONNX_DOMAINS = ("", "ai.onnx")
 
 
 class Value:
     """An ONNX value while importing: its node (made on first use as data), its array when
-    known at import, and whether it is a weight (an input that must never be folded)."""
+    known at import, and whether it is a weight (an input that must never be folded); or a
+    sequence: `seq`, the list of its elements (Values), never in the graph (ops_sequence.py)."""
 
-    __slots__ = ("node", "const", "weight")
+    __slots__ = ("node", "const", "weight", "seq")
 
-    def __init__(self, node: UOp | None = None, const=None, weight: bool = False):
-        self.node, self.const, self.weight = node, const, weight
+    def __init__(self, node: UOp | None = None, const=None, weight: bool = False, seq: list | None = None):
+        self.node, self.const, self.weight, self.seq = node, const, weight, seq
 
 
 def load_onnx(path: str, shapes: Mapping[str, tuple[int, ...]] | None = None):
@@ -100,6 +105,7 @@ class _Importer:
         self.opset = _onnx_opset(model, source)
         self._since: dict[str, int] = {}
         self._copied_from: dict[str, str] = {}  # a weight copied by an Identity -> its initializer
+        self._made_by: dict[str, tuple[str, str]] = {}  # a sequence's name -> (node label, op) that made it
 
     def fail(self, message: str, node=None, op=None):
         raise FormatError(message, node=node, op=op, source=self.source)
@@ -115,6 +121,9 @@ class _Importer:
             value = self.values.get(output.name)
             if value is None:
                 self.fail(f"output {output.name!r} is made by no node")
+            if value.seq is not None:
+                self.fail(f"output {output.name!r} is a sequence: the format has tensors only",
+                          *self._made_by[output.name])
             node = self.weight_node(output.name, value) if value.weight else self.data(value)
             outputs[_safe_name(output.name, outputs)] = node
         in_file = {t.name: i for i, t in enumerate(self.graph.initializer)}  # weights in the file's order
@@ -158,8 +167,11 @@ class _Importer:
 
     def _input_type(self, inp):
         tensor_type = inp.type.tensor_type if inp.type.HasField("tensor_type") else None
-        if tensor_type is None:
-            self.fail(f"input {inp.name!r} is not a tensor (a sequence, map or optional is not supported)")
+        if tensor_type is None:  # named with the first node that takes it
+            user = next(((_text(n.name) or f"#{i}", _text(n.op_type)) for i, n in enumerate(self.graph.node)
+                         if inp.name in n.input), (None, None))
+            self.fail(f"input {inp.name!r} is not a tensor (a sequence, map or optional is not supported)",
+                      repr(user[0]) if user[0] else None, user[1])
         dtype = FROM_ONNX.get(tensor_type.elem_type)
         if dtype is None:
             self.fail(f"input {inp.name!r}: element type "
@@ -265,7 +277,13 @@ class _Importer:
             value = self.values.get(input_name)
             if value is None:
                 self.fail(f"input {input_name!r} is made by no earlier node", label, op)
+            if value.seq is not None and (len(inputs) or op not in TAKE_A_SEQUENCE):
+                self.fail(f"input {len(inputs)} {input_name!r} is a sequence; only input 0 of a sequence op "
+                          f"takes one", label, op)
             inputs.append(value)
+        if op == "Identity" and inputs and inputs[0] is not None and inputs[0].seq is not None:
+            self.values[node.output[0]], self._made_by[node.output[0]] = inputs[0], (label, op)
+            return
         context = NodeContext(self, label, op, attrs, row, self._since[op], inputs, node.input, len(node.output))
         since_serial = next_serial()
         try:
@@ -285,6 +303,11 @@ class _Importer:
             if output_name:
                 if value.node is not None:
                     _tag(value.node, since_serial, meta)
+                for element in value.seq or ():
+                    if element.node is not None:
+                        _tag(element.node, since_serial, meta)
+                if value.seq is not None:
+                    self._made_by[output_name] = (label, op)
                 self.values[output_name] = value
 
     def _copy_named_weight(self, node) -> bool:
@@ -383,6 +406,26 @@ class NodeContext:
                         f"but it is computed from the model's inputs")
         return value.const
 
+    def sequence(self, i: int) -> list:
+        """Input i's elements (importer Values), refused when it is not a sequence."""
+        if not self.present(i) or self.inputs[i].seq is None:
+            self.refuse(f"input {i} must be a sequence")
+        return list(self.inputs[i].seq)
+
+    def element(self, i: int) -> Value:
+        """Input i as a sequence's element (a weight by its node, so it stays an input)."""
+        if not self.present(i):
+            self.refuse(f"input {i} is missing: a sequence's element must be a tensor")
+        value = self.inputs[i]
+        return Value(node=self.x(i)) if value.weight else value
+
+    @staticmethod
+    def as_element(node: UOp) -> Value:
+        return Value(node=node)
+
+    def node_of(self, element: Value) -> UOp:
+        return self.importer.data(element)
+
     def set_input(self, i: int, value) -> None:
         """Replace input i (an older version's rewrite): a UOp, an array known at import, or None."""
         while len(self.inputs) <= i:
@@ -424,7 +467,8 @@ class NodeContext:
             self.refuse(f"has {self.output_count} outputs; the importer makes {len(results)}")
         if foldable and any(isinstance(r, UOp) for r in results):
             results = _evaluated(results)
-        return [Value(const=r) if isinstance(r, np.ndarray) else Value(node=r) for r in results]
+        return [Value(const=r) if isinstance(r, np.ndarray) else Value(seq=r.items) if isinstance(r, Sequence)
+                else Value(node=r) for r in results]
 
     def call(self, build, *inputs: UOp, attrs: dict | None = None):
         """Another op's function on these nodes (GatherND through Gather, Gelu through Erf)."""
