@@ -1,7 +1,8 @@
 """The models a newcomer tried (issue 29), exported from PyTorch with the legacy exporter
 (do_constant_folding=False, as the README says to export for gradients): a GRU classifier,
 a small U-Net (Conv2d, ConvTranspose2d, nn.Upsample bilinear and nearest, skip
-concatenations) and a GroupNorm block; and a ViT exported with the legacy exporter's
+concatenations), a GroupNorm block, a stack of the activations (LeakyReLU, ReLU6,
+Hardswish, Softplus, ELU, Mish); and a ViT exported with the legacy exporter's
 defaults (constant folding on). Through the installed `uopgrad diff` and `eval`, their
 forward values and their gradients equal PyTorch's."""
 
@@ -59,7 +60,21 @@ class GroupNormBlock(nn.Module):
         return self.head(torch.relu(self.norm(self.conv(x))).mean((2, 3)))
 
 
+class Activations(nn.Module):
+    """The activations a newcomer met refused one per run: each between two layers."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.Sequential(
+            nn.Linear(6, 8), nn.LeakyReLU(0.1), nn.Linear(8, 8), nn.ReLU6(), nn.Linear(8, 8), nn.Hardswish(),
+            nn.Linear(8, 8), nn.Softplus(), nn.Linear(8, 8), nn.ELU(), nn.Linear(8, 8), nn.Mish(), nn.Linear(8, 2))
+
+    def forward(self, x):
+        return self.layers(x * 3.0)  # wide enough to reach each activation's bends and flat parts
+
+
 MODELS = {  # name: (module, input shape, the parameters whose gradients are compared)
+    "activations": (Activations, (16, 6), [f"layers.{i}.weight" for i in (0, 2, 4, 6, 8, 10, 12)]),
     "gru": (GRUClassifier, (2, 4, 5), ["gru.weight_ih_l0", "gru.weight_hh_l0_reverse", "gru.bias_hh_l0", "head.weight"]),
     "unet": (UNet, (1, 2, 8, 8), ["down1.0.weight", "up2.weight", "up2.bias", "out.weight"]),
     "groupnorm": (GroupNormBlock, (2, 3, 5, 5), ["conv.weight", "norm.weight", "norm.bias", "head.bias"]),
