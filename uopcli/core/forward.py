@@ -155,6 +155,17 @@ def _where_rule(y, t, w):                   # c ? da : db
     return _where(w.lift(y.src[0], like), _zeros_as(da, like), _zeros_as(db, like))
 
 
+def _cos(x: UOp) -> UOp:
+    """cos x, written sin(pi/2 - x) as the reverse SIN row writes it. Of x = pi/2 - z (a
+    cosine: the reverse row's slope, or the builder's cos) it is sin z, cos(pi/2 - z) =
+    sin z: in a forward-over-reverse graph the forward node sin z itself (hash-consing
+    finds it), where sin(pi/2 - (pi/2 - z)) would make two nodes per SIN and round twice."""
+    half_pi = _const(x, math.pi / 2)
+    if x.op == Ops.SUB and x.src[0] is half_pi and x.src[1].shape == x.shape:
+        return _sin(x.src[1])
+    return _sin(_sub(half_pi, x))
+
+
 def _unary(slope):
     """The rule of an elementwise op whose derivative is `slope(y)`: tangent * slope."""
     return lambda y, t, w: _scaled(t[0], slope(y), w)
@@ -285,7 +296,7 @@ FORWARD_RULES = {
     Ops.EXP2: lambda y, t, w: _mul(_mul(t[0], _const(y, LN2)), w.lift(y, t[0])),  # (dx ln2) y: ln2 beside dx,
     # where simplify folds it with dx's own constant factor (exp(x) = 2^(x/ln2): the two cancel)
     Ops.LOG2: lambda y, t, w: _div(t[0], w.lift(_mul(y.src[0], _const(y, LN2)), t[0])),  # dx / (x ln2)
-    Ops.SIN: _unary(lambda y: _sin(_sub(_const(y, math.pi / 2), y.src[0]))),  # sin(pi/2 - x) dx
+    Ops.SIN: _unary(lambda y: _cos(y.src[0])),                            # cos(x) dx = sin(pi/2 - x) dx
     Ops.TRUNC: _none,                                                     # piecewise constant: 0
     Ops.CAST: _cast_rule,                                                 # dx cast to y's dtype
     Ops.BITCAST: _none,                                                   # bits, not values: 0
