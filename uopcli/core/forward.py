@@ -79,7 +79,11 @@ def _plus(a: UOp | None, b: UOp | None) -> UOp | None:
 
 def _scaled(t: UOp | None, factor: UOp, w: _Walk) -> UOp | None:
     """t * factor (factor a primal value, broadcast to t); None stays None."""
-    return None if t is None else _mul(t, w.lift(factor, t))
+    if t is None:
+        return None
+    if factor.shape != t.shape and factor.shape != ():  # lift's own test, without its call
+        factor = w.lift(factor, t)
+    return _mul(t, factor)
 
 
 def _zeros_as(t: UOp | None, like: UOp | None) -> UOp:
@@ -96,19 +100,30 @@ def _move(op: str, t: UOp, arg, shape: tuple) -> UOp:
 # zero). Unbatched, a shape-() source's tangent may reach an elementwise op as it is
 # (implicit scalar broadcast); the walk fits the result to y's shape.
 
+# (w.fit(None, y) is None: the hot rows skip the call for a zero tangent)
+
 def _add_rule(y, t, w):                     # d(a+b) = da + db
-    a, b = w.fit(t[0], y), w.fit(t[1], y)
-    return _plus(a, b)
+    a, b = t
+    if a is None:
+        return w.fit(b, y)
+    return a if b is None else _add(w.fit(a, y), w.fit(b, y))
 
 
 def _sub_rule(y, t, w):                     # d(a-b) = da - db
-    a, b = w.fit(t[0], y), w.fit(t[1], y)
-    return a if b is None else _neg(b) if a is None else _sub(a, b)
+    a, b = t
+    if b is None:
+        return a
+    b = w.fit(b, y)
+    return _neg(b) if a is None else _sub(w.fit(a, y), b)
 
 
 def _mul_rule(y, t, w):                     # d(ab) = b da + a db
     a, b = y.src
-    return _plus(_scaled(w.fit(t[0], y), b, w), _scaled(w.fit(t[1], y), a, w))
+    da, db = t
+    if da is None:
+        return _scaled(w.fit(db, y), a, w)
+    da = _scaled(w.fit(da, y), b, w)
+    return da if db is None else _add(da, _scaled(w.fit(db, y), a, w))
 
 
 def _fdiv_rule(y, t, w):                    # d(a/b) = (da - y db) / b
@@ -160,10 +175,19 @@ def _cos(x: UOp) -> UOp:
     cosine: the reverse row's slope, or the builder's cos) it is sin z, cos(pi/2 - z) =
     sin z: in a forward-over-reverse graph the forward node sin z itself (hash-consing
     finds it), where sin(pi/2 - (pi/2 - z)) would make two nodes per SIN and round twice."""
-    half_pi = _const(x, math.pi / 2)
-    if x.op == Ops.SUB and x.src[0] is half_pi and x.src[1].shape == x.shape:
+    half_pi = _half_pis.get(x.dtype) or _half_pi(x)
+    if x.op == _SUB and x.src[0] is half_pi and x.src[1].shape == x.shape:
         return _sin(x.src[1])
     return _sin(_sub(half_pi, x))
+
+
+_half_pis: dict = {}  # dtype -> CONST pi/2 (const_like builds a key per call)
+_SUB = Ops.SUB
+
+
+def _half_pi(x: UOp) -> UOp:
+    found = _half_pis[x.dtype] = _const(x, math.pi / 2)
+    return found
 
 
 def _unary(slope):
@@ -366,6 +390,7 @@ def _tangents_tagged(roots: list[UOp], seeds: dict[UOp, UOp], w: _Walk) -> dict[
     rules = FORWARD_RULES
     calls = _CALL_OPS
     metas_get, cell = _tangent_metas.get, made_for
+    batch = w.batch
     for node in scope_toposort(roots):
         src = node.src
         if not src or node in seeds:
@@ -390,7 +415,8 @@ def _tangents_tagged(roots: list[UOp], seeds: dict[UOp, UOp], w: _Walk) -> dict[
         out = rule(node, t, w)
         if out is None:
             continue
-        if node.shape is not None and out.shape != w.shape(node):
+        shape = node.shape
+        if shape is not None and out.shape != (shape if batch is None else (batch, *shape)):  # w.shape(node)
             out = w.fit(out, node)
         tangents[node] = out
     return tangents
