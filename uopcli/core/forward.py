@@ -10,6 +10,11 @@ its reverse row in gradient.py, so that each is the other's transpose (`uopgrad 
 ops multiply by their derivative, reusing the forward result `y` as the reverse rules do;
 MUL is bilinear; MAX and REDUCE MAX split ties evenly, as the reverse rules do. A zero
 tangent is None, never a node: only nodes that depend on an input with a tangent get one.
+A negated tangent is a sign, `_Neg(t)`, until something needs the NEG node: the rows of
+SIGNED_OPS take it (a sum folds it into a SUB, a product or a slope keeps it outside),
+every other row gets the node. So d(c - x) = -dx, met by the tangent of the reverse SIN
+row's cosine on every SIN, costs no node of its own (IEEE negation is exact: the values
+are those of the NEG node, the same bits).
 
 Batched tangents (`batch=B`): every tangent has a leading axis of B directions, so that one
 walk computes B Jacobian-vector products (the columns of a Jacobian, `jacobian`/`hessian`):
@@ -68,8 +73,39 @@ class _Walk(NamedTuple):
         shape = self.shape(node)
         if t.shape == shape:
             return t
+        if t.__class__ is _Neg:
+            return _Neg(self.fit(t.t, node))
         lead = len(t.shape)  # () or (B,): the scalar source's tangent
         return _expand(_reshape(t, t.shape + (1,) * (len(shape) - lead)), shape)
+
+
+class _Neg:
+    """The tangent -t, not made yet (see the module's docstring): its shape is t's."""
+    __slots__ = ("t", "shape")
+
+    def __init__(self, t: UOp):
+        self.t, self.shape = t, t.shape
+
+
+def _negated(t: UOp | _Neg) -> UOp | _Neg:
+    """-t, as a sign: -(-t) is t."""
+    return t.t if t.__class__ is _Neg else _Neg(t)
+
+
+def _made(t: UOp | _Neg | None) -> UOp | None:
+    """t as a node: a negated tangent becomes its NEG node."""
+    return _neg(t.t) if t.__class__ is _Neg else t
+
+
+def _sum(a: UOp | _Neg, b: UOp | _Neg) -> UOp:
+    """a + b of two nonzero tangents, with their signs: a + (-b) = a - b and (-a) + b = b - a
+    (IEEE defines x - y as x + (-y), and addition commutes: the same values); (-a) + (-b)
+    makes -a's node (as (-a) - b: -(a + b) would turn a +0 sum into -0)."""
+    if b.__class__ is _Neg:
+        return _sub(_made(a), b.t)
+    if a.__class__ is _Neg:
+        return _sub(b, a.t)
+    return _add(a, b)
 
 
 def _plus(a: UOp | None, b: UOp | None) -> UOp | None:
@@ -83,6 +119,8 @@ def _scaled(t: UOp | None, factor: UOp, w: _Walk) -> UOp | None:
         return None
     if factor.shape != t.shape and factor.shape != ():  # lift's own test, without its call
         factor = w.lift(factor, t)
+    if t.__class__ is _Neg:  # (-t) f = -(t f), exactly: the sign stays outside
+        return _Neg(_mul(t.t, factor))
     return _mul(t, factor)
 
 
@@ -106,15 +144,15 @@ def _add_rule(y, t, w):                     # d(a+b) = da + db
     a, b = t
     if a is None:
         return w.fit(b, y)
-    return a if b is None else _add(w.fit(a, y), w.fit(b, y))
+    return a if b is None else _sum(w.fit(a, y), w.fit(b, y))
 
 
 def _sub_rule(y, t, w):                     # d(a-b) = da - db
     a, b = t
     if b is None:
         return a
-    b = w.fit(b, y)
-    return _neg(b) if a is None else _sub(w.fit(a, y), b)
+    b = _negated(w.fit(b, y))
+    return b if a is None else _sum(w.fit(a, y), b)
 
 
 def _mul_rule(y, t, w):                     # d(ab) = b da + a db
@@ -123,7 +161,7 @@ def _mul_rule(y, t, w):                     # d(ab) = b da + a db
     if da is None:
         return _scaled(w.fit(db, y), a, w)
     da = _scaled(w.fit(da, y), b, w)
-    return da if db is None else _add(da, _scaled(w.fit(db, y), a, w))
+    return da if db is None else _sum(da, _scaled(w.fit(db, y), a, w))
 
 
 def _fdiv_rule(y, t, w):                    # d(a/b) = (da - y db) / b
@@ -313,7 +351,7 @@ FORWARD_RULES = {
     Ops.MULACC: _mulacc_rule,                                             # b da + a db + dc
     Ops.WHERE: _where_rule,                                               # c ? da : db (c has none)
     # elementwise unary: tangent * derivative (EXP2, SQRT, RECIPROCAL reuse y itself)
-    Ops.NEG: lambda y, t, w: _neg(t[0]),                                  # -dx
+    Ops.NEG: lambda y, t, w: _negated(t[0]),                              # -dx (a sign: no node)
     Ops.RECIPROCAL: _unary(lambda y: _neg(_mul(y, y))),                   # -y^2 dx
     Ops.SQRT: lambda y, t, w: _div(t[0], w.lift(_mul(y, _const(y, 2.0)), t[0])),  # dx / (2y)
     Ops.EXP2: lambda y, t, w: _mul(_mul(t[0], _const(y, LN2)), w.lift(y, t[0])),  # (dx ln2) y: ln2 beside dx,
@@ -347,6 +385,8 @@ FORWARD_RULES = {
     Ops.FUNCTION: _function_rule,                                         # via `<name>_jvp`
     Ops.CALL: _call_rule,                                                 # as FUNCTION; refused with a backward body
 }
+# the rows that take a negated tangent (_Neg) as it is; every other row gets its NEG node
+SIGNED_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.SIN, Ops.RECIPROCAL})
 
 
 # ----------------------------------------------------------------------------- the walk
@@ -391,6 +431,7 @@ def _tangents_tagged(roots: list[UOp], seeds: dict[UOp, UOp], w: _Walk) -> dict[
     calls = _CALL_OPS
     metas_get, cell = _tangent_metas.get, made_for
     batch = w.batch
+    neg, signed = _Neg, SIGNED_OPS
     for node in scope_toposort(roots):
         src = node.src
         if not src or node in seeds:
@@ -399,19 +440,24 @@ def _tangents_tagged(roots: list[UOp], seeds: dict[UOp, UOp], w: _Walk) -> dict[
             t = get(src[0])
             if t is None:
                 continue
+            negated = t.__class__ is neg
             t = (t,)
         elif len(src) == 2 and node.op not in calls:
             t = (get(src[0]), get(src[1]))
             if t[0] is None and t[1] is None:
                 continue
+            negated = t[0].__class__ is neg or t[1].__class__ is neg
         else:
             t = (None, *map(get, src[1:])) if node.op in calls else tuple(map(get, src))
             if t.count(None) == len(t):
                 continue
+            negated = any(e.__class__ is neg for e in t)
         rule = rules.get(node.op)
         if rule is None:
             raise GradientError(f"no forward rule for {node.op}: {node!r}")
         cell[0] = metas_get(node.meta) or _tangent_meta(node)
+        if negated and node.op not in signed:
+            t = tuple(map(_made, t))
         out = rule(node, t, w)
         if out is None:
             continue
@@ -419,6 +465,11 @@ def _tangents_tagged(roots: list[UOp], seeds: dict[UOp, UOp], w: _Walk) -> dict[
         if shape is not None and out.shape != (shape if batch is None else (batch, *shape)):  # w.shape(node)
             out = w.fit(out, node)
         tangents[node] = out
+    for root in roots:  # what the caller reads: nodes
+        out = tangents.get(root)
+        if out.__class__ is neg:
+            cell[0] = metas_get(root.meta) or _tangent_meta(root)
+            tangents[root] = _neg(out.t)
     return tangents
 
 
