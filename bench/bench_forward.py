@@ -115,6 +115,10 @@ def _t(seconds: float) -> str:
     return f"{seconds * 1e3:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
+def _load(averages: tuple) -> str:
+    return " / ".join(f"{a:.2f}" for a in averages) + " over 1 / 5 / 15 min"
+
+
 def _mark(ratio: float, limit: float) -> str:
     return f"{ratio:.2f}× {'✓' if ratio <= limit else '✗'}"
 
@@ -128,6 +132,7 @@ def main() -> None:
     node_counts = (1_000, 10_000) if args.quick else (10_000, 100_000)
     repeats = 1 if args.quick else args.repeats
     size_rows, speed_rows, met = [], [], True
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as folder:
         for family in FAMILIES:
             for nodes in node_counts:
@@ -148,7 +153,8 @@ def main() -> None:
                                   f"{_t(p['grad_eval'])} | {_t(p['hvp_eval'])} | {_mark(run, EVAL_LIMIT)} |")
     text = "\n".join([
         "# Forward mode (bench/bench_forward.py)", "",
-        f"Written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {os.cpu_count()} cores, shared. "
+        f"Written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {os.cpu_count()} cores, shared "
+        f"(load average {_load(load_before)} at the start, {_load(os.getloadavg())} at the end). "
         f"All targets met: {'yes' if met else 'NO'}.", "",
         "## Sizes: the JVP graph against the forward graph and the double-VJP route", "",
         "Forward graph: the family's last activation (before its sum), as a non-scalar output; "

@@ -283,6 +283,71 @@ def test_a_million_node_chain():
     assert factors == 500_000 and node.arg == "tangent_deep"
 
 
+def _chain(steps):
+    """The bench's chain family in float64: y = sin(1.0001 y + 0.5), `steps` times."""
+    x = UOp.param("x", (8,), f64)
+    y = x
+    for _ in range(steps):
+        y = (y * 1.0001 + 0.5).sin()
+    return Graph({"loss": y.sum()}, inputs=[x])
+
+
+def _chain_second_derivative(xs, steps):
+    """d2 y / dx2 of the chain per element, by a dual-of-dual recurrence in numpy."""
+    y, dy, ddy = xs, np.ones_like(xs), np.zeros_like(xs)
+    for _ in range(steps):
+        a = y * 1.0001 + 0.5
+        y, dy, ddy = np.sin(a), np.cos(a) * 1.0001 * dy, np.cos(a) * 1.0001 * ddy - np.sin(a) * (1.0001 * dy) ** 2
+    return ddy
+
+
+@pytest.mark.parametrize("steps", [3, 40])
+def test_the_hvp_of_a_chain_has_twice_the_gradients_nodes(steps):
+    # forward over reverse: per step the gradient has 7 nodes (mul, add, sin; the cosine
+    # pi/2 - a and its sin, two muls) and the HVP 7 more: the forward tangent (2), the
+    # cosine's tangent -da sin(a) reading the forward sin itself (1, its sign kept for
+    # the sum), the product's tangent (3: a SUB), the last mul's (1). It had 17 a step:
+    # sin(pi/2 - (pi/2 - a)) rebuilt (2) and a NEG node (1).
+    graph = _chain(steps)
+    x = graph.inputs[0]
+    gradient = compute_gradient(graph.outputs["loss"], UOp.const(1.0, f64), [x])[x]
+    hvp = graph_forward.hvp(graph, ["x"])
+    assert len(Graph({"g": gradient})) == 7 * steps + 6
+    assert len(hvp) == 14 * steps + 4
+    ops = [n.op for n in hvp.nodes()]
+    assert ops.count(Ops.NEG) == 1 and ops.count(Ops.SIN) == 2 * steps  # only the forward's and the cosines'
+    xs, v = RNG.normal(size=8), RNG.normal(size=8)
+    (out,) = evaluate(list(hvp.outputs.values()), {"x": xs, "tangent_x": v})
+    np.testing.assert_allclose(out, _chain_second_derivative(xs, steps) * v, rtol=1e-11, atol=1e-14)
+
+
+def test_a_negated_tangent_is_a_sign_until_a_row_needs_its_node():
+    x, w = UOp.param("x", (3,), f64), UOp.param("w", (3,), f64)
+    tx, tw = UOp.param("tangent_x", (3,), f64), UOp.param("tangent_w", (3,), f64)
+    summed = (1.5 - x) * w + (-(w * 2.0))   # d = -dx w + (1.5 - x) dw - 2 dw: SUBs, no NEG
+    needs_node = (0.5 - x * w).exp2()       # EXP2's row gets d(0.5 - x w) as a NEG node
+    root = 2.0 - x * w                      # a negated root tangent: its NEG node
+    found = compute_jvp([summed, needs_node, root], {x: tx, w: tw})
+    assert Ops.NEG not in {n.op for n in toposort([found[summed]])}
+    assert Ops.NEG in {n.op for n in toposort([found[needs_node]])} and found[root].op == Ops.NEG
+    inputs = {"x": a3(0.3, -1.2, 2.0), "w": a3(1.1, 0.4, -0.7)}
+    direction = {"x": a3(0.5, -0.25, 1.0), "w": a3(-1.0, 0.75, 0.2)}
+    values = {**inputs, "tangent_x": direction["x"], "tangent_w": direction["w"]}
+    for out in (summed, needs_node, root):
+        np.testing.assert_allclose(evaluate([found[out]], values)[0],
+                                   _directional_difference(out, inputs, direction), rtol=1e-8)
+
+
+def test_the_tangent_of_a_cosine_reads_the_sin_itself():
+    # cos x is sin(pi/2 - x): its slope cos(pi/2 - x) is sin x, not sin(pi/2 - (pi/2 - x))
+    x = UOp.param("x", (4,), f64)
+    y = x.cos()
+    (t,) = compute_jvp([y], {x: UOp.param("tangent_x", (4,), f64)}).values()
+    assert x.sin() in set(toposort([t]))
+    xs, v = RNG.normal(size=4), RNG.normal(size=4)
+    np.testing.assert_array_equal(evaluate([t], {"x": xs, "tangent_x": v})[0], -(v * np.sin(xs)))
+
+
 # ----------------------------------------------------------------------------- JAX's three
 
 def test_jvp_linearize_and_transpose_as_jax():

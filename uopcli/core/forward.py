@@ -10,6 +10,11 @@ its reverse row in gradient.py, so that each is the other's transpose (`uopgrad 
 ops multiply by their derivative, reusing the forward result `y` as the reverse rules do;
 MUL is bilinear; MAX and REDUCE MAX split ties evenly, as the reverse rules do. A zero
 tangent is None, never a node: only nodes that depend on an input with a tangent get one.
+A negated tangent is a sign, `_Neg(t)`, until something needs the NEG node: the rows of
+SIGNED_OPS take it (a sum folds it into a SUB, a product or a slope keeps it outside),
+every other row gets the node. So d(c - x) = -dx, met by the tangent of the reverse SIN
+row's cosine on every SIN, costs no node of its own (IEEE negation is exact: the values
+are those of the NEG node, the same bits).
 
 Batched tangents (`batch=B`): every tangent has a leading axis of B directions, so that one
 walk computes B Jacobian-vector products (the columns of a Jacobian, `jacobian`/`hessian`):
@@ -32,7 +37,7 @@ from ..errors import GradientError
 from .gradient import (LN2, GRADIENT_RULES, _add, _bind, _cast, _closed_body, _const, _div, _eq, _expand, _lt,
                        _mul, _neg, _reduce, _reshape, _sin, _sub, _sum_axes, _where, _zero)
 from .ops import Ops
-from .uop import Metadata, UOp, make_shaped, next_serial, tag_new_nodes
+from .uop import Metadata, UOp, made_for, make_shaped
 from .walks import no_gc, on_a_deep_stack, scope_sources, scope_toposort
 
 TANGENT_SCOPE = "∂"  # the scope every tangent node sits under (its forward node's scope below it)
@@ -68,8 +73,39 @@ class _Walk(NamedTuple):
         shape = self.shape(node)
         if t.shape == shape:
             return t
+        if t.__class__ is _Neg:
+            return _Neg(self.fit(t.t, node))
         lead = len(t.shape)  # () or (B,): the scalar source's tangent
         return _expand(_reshape(t, t.shape + (1,) * (len(shape) - lead)), shape)
+
+
+class _Neg:
+    """The tangent -t, not made yet (see the module's docstring): its shape is t's."""
+    __slots__ = ("t", "shape")
+
+    def __init__(self, t: UOp):
+        self.t, self.shape = t, t.shape
+
+
+def _negated(t: UOp | _Neg) -> UOp | _Neg:
+    """-t, as a sign: -(-t) is t."""
+    return t.t if t.__class__ is _Neg else _Neg(t)
+
+
+def _made(t: UOp | _Neg | None) -> UOp | None:
+    """t as a node: a negated tangent becomes its NEG node."""
+    return _neg(t.t) if t.__class__ is _Neg else t
+
+
+def _sum(a: UOp | _Neg, b: UOp | _Neg) -> UOp:
+    """a + b of two nonzero tangents, with their signs: a + (-b) = a - b and (-a) + b = b - a
+    (IEEE defines x - y as x + (-y), and addition commutes: the same values); (-a) + (-b)
+    makes -a's node (as (-a) - b: -(a + b) would turn a +0 sum into -0)."""
+    if b.__class__ is _Neg:
+        return _sub(_made(a), b.t)
+    if a.__class__ is _Neg:
+        return _sub(b, a.t)
+    return _add(a, b)
 
 
 def _plus(a: UOp | None, b: UOp | None) -> UOp | None:
@@ -79,7 +115,13 @@ def _plus(a: UOp | None, b: UOp | None) -> UOp | None:
 
 def _scaled(t: UOp | None, factor: UOp, w: _Walk) -> UOp | None:
     """t * factor (factor a primal value, broadcast to t); None stays None."""
-    return None if t is None else _mul(t, w.lift(factor, t))
+    if t is None:
+        return None
+    if factor.shape != t.shape and factor.shape != ():  # lift's own test, without its call
+        factor = w.lift(factor, t)
+    if t.__class__ is _Neg:  # (-t) f = -(t f), exactly: the sign stays outside
+        return _Neg(_mul(t.t, factor))
+    return _mul(t, factor)
 
 
 def _zeros_as(t: UOp | None, like: UOp | None) -> UOp:
@@ -96,19 +138,30 @@ def _move(op: str, t: UOp, arg, shape: tuple) -> UOp:
 # zero). Unbatched, a shape-() source's tangent may reach an elementwise op as it is
 # (implicit scalar broadcast); the walk fits the result to y's shape.
 
+# (w.fit(None, y) is None: the hot rows skip the call for a zero tangent)
+
 def _add_rule(y, t, w):                     # d(a+b) = da + db
-    a, b = w.fit(t[0], y), w.fit(t[1], y)
-    return _plus(a, b)
+    a, b = t
+    if a is None:
+        return w.fit(b, y)
+    return a if b is None else _sum(w.fit(a, y), w.fit(b, y))
 
 
 def _sub_rule(y, t, w):                     # d(a-b) = da - db
-    a, b = w.fit(t[0], y), w.fit(t[1], y)
-    return a if b is None else _neg(b) if a is None else _sub(a, b)
+    a, b = t
+    if b is None:
+        return a
+    b = _negated(w.fit(b, y))
+    return b if a is None else _sum(w.fit(a, y), b)
 
 
 def _mul_rule(y, t, w):                     # d(ab) = b da + a db
     a, b = y.src
-    return _plus(_scaled(w.fit(t[0], y), b, w), _scaled(w.fit(t[1], y), a, w))
+    da, db = t
+    if da is None:
+        return _scaled(w.fit(db, y), a, w)
+    da = _scaled(w.fit(da, y), b, w)
+    return da if db is None else _sum(da, _scaled(w.fit(db, y), a, w))
 
 
 def _fdiv_rule(y, t, w):                    # d(a/b) = (da - y db) / b
@@ -153,6 +206,26 @@ def _where_rule(y, t, w):                   # c ? da : db
     da, db = w.fit(t[1], y), w.fit(t[2], y)
     like = da if da is not None else db
     return _where(w.lift(y.src[0], like), _zeros_as(da, like), _zeros_as(db, like))
+
+
+def _cos(x: UOp) -> UOp:
+    """cos x, written sin(pi/2 - x) as the reverse SIN row writes it. Of x = pi/2 - z (a
+    cosine: the reverse row's slope, or the builder's cos) it is sin z, cos(pi/2 - z) =
+    sin z: in a forward-over-reverse graph the forward node sin z itself (hash-consing
+    finds it), where sin(pi/2 - (pi/2 - z)) would make two nodes per SIN and round twice."""
+    half_pi = _half_pis.get(x.dtype) or _half_pi(x)
+    if x.op == _SUB and x.src[0] is half_pi and x.src[1].shape == x.shape:
+        return _sin(x.src[1])
+    return _sin(_sub(half_pi, x))
+
+
+_half_pis: dict = {}  # dtype -> CONST pi/2 (const_like builds a key per call)
+_SUB = Ops.SUB
+
+
+def _half_pi(x: UOp) -> UOp:
+    found = _half_pis[x.dtype] = _const(x, math.pi / 2)
+    return found
 
 
 def _unary(slope):
@@ -246,10 +319,9 @@ def _function_rule(y, t, w, name=None):
     found = w.bodies.get(key)
     if found is None:
         n = len(args)
-        since = next_serial()
         slots = {UOp.slot(i, args[i].shape, args[i].dtype): UOp.slot(n + k, w.shape(args[i]), args[i].dtype)
                  for k, i in enumerate(active)}
-        inner = _tangents(list(body.src), slots, w, since)
+        inner = _tangents(list(body.src), slots, w)
         present = tuple(j for j, out in enumerate(body.src) if inner.get(out) is not None)
         found = w.bodies[key] = (present, _closed_body([w.fit(inner[body.src[j]], body.src[j]) for j in present])
                                  if present else None)
@@ -279,13 +351,13 @@ FORWARD_RULES = {
     Ops.MULACC: _mulacc_rule,                                             # b da + a db + dc
     Ops.WHERE: _where_rule,                                               # c ? da : db (c has none)
     # elementwise unary: tangent * derivative (EXP2, SQRT, RECIPROCAL reuse y itself)
-    Ops.NEG: lambda y, t, w: _neg(t[0]),                                  # -dx
+    Ops.NEG: lambda y, t, w: _negated(t[0]),                              # -dx (a sign: no node)
     Ops.RECIPROCAL: _unary(lambda y: _neg(_mul(y, y))),                   # -y^2 dx
     Ops.SQRT: lambda y, t, w: _div(t[0], w.lift(_mul(y, _const(y, 2.0)), t[0])),  # dx / (2y)
     Ops.EXP2: lambda y, t, w: _mul(_mul(t[0], _const(y, LN2)), w.lift(y, t[0])),  # (dx ln2) y: ln2 beside dx,
     # where simplify folds it with dx's own constant factor (exp(x) = 2^(x/ln2): the two cancel)
     Ops.LOG2: lambda y, t, w: _div(t[0], w.lift(_mul(y.src[0], _const(y, LN2)), t[0])),  # dx / (x ln2)
-    Ops.SIN: _unary(lambda y: _sin(_sub(_const(y, math.pi / 2), y.src[0]))),  # sin(pi/2 - x) dx
+    Ops.SIN: _unary(lambda y: _cos(y.src[0])),                            # cos(x) dx = sin(pi/2 - x) dx
     Ops.TRUNC: _none,                                                     # piecewise constant: 0
     Ops.CAST: _cast_rule,                                                 # dx cast to y's dtype
     Ops.BITCAST: _none,                                                   # bits, not values: 0
@@ -313,6 +385,8 @@ FORWARD_RULES = {
     Ops.FUNCTION: _function_rule,                                         # via `<name>_jvp`
     Ops.CALL: _call_rule,                                                 # as FUNCTION; refused with a backward body
 }
+# the rows that take a negated tangent (_Neg) as it is; every other row gets its NEG node
+SIGNED_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.SIN, Ops.RECIPROCAL})
 
 
 # ----------------------------------------------------------------------------- the walk
@@ -329,24 +403,35 @@ def compute_jvp(roots: Iterable[UOp], tangents: Mapping[UOp, UOp], batch: int | 
         if t.shape != w.shape(node) or t.dtype is not node.dtype:
             raise GradientError(f"tangent {t.dtype.name}{list(t.shape or ())} does not fit "
                                 f"{node.dtype.name}{list(w.shape(node))} of {node!r}")
-    since = next_serial()
     with no_gc():
         try:
-            found = _tangents(roots, dict(tangents), w, since)
+            found = _tangents(roots, dict(tangents), w)
         except RecursionError:  # functions nested hundreds deep: once more, on a deep stack
-            found = on_a_deep_stack(_tangents, roots, dict(tangents), w, since)
+            found = on_a_deep_stack(_tangents, roots, dict(tangents), w)
     return {r: w.fit(found.get(r), r) if r.shape is not None else found.get(r) for r in roots}
 
 
-def _tangents(roots: list[UOp], seeds: dict[UOp, UOp], w: _Walk, since: int) -> dict[UOp, UOp]:
+def _tangents(roots: list[UOp], seeds: dict[UOp, UOp], w: _Walk) -> dict[UOp, UOp]:
     """Every node's nonzero tangent, sources first, over the roots' scope (call bodies are
-    walked by the call rows). Nodes made here are tagged with their forward node's
-    metadata, under TANGENT_SCOPE."""
+    walked by the call rows). Nodes made here carry their forward node's metadata, under
+    TANGENT_SCOPE: made_for holds it while the node's rule runs, so each new node is
+    tagged as it is made (a walk over each result to tag it afterwards was a sixth of
+    forward mode's time)."""
+    outer = made_for[0]  # a call row's walk of its body runs inside the call's own rule
+    try:
+        return _tangents_tagged(roots, seeds, w)
+    finally:
+        made_for[0] = outer
+
+
+def _tangents_tagged(roots: list[UOp], seeds: dict[UOp, UOp], w: _Walk) -> dict[UOp, UOp]:
     tangents = dict(seeds)
     get = tangents.get
     rules = FORWARD_RULES
     calls = _CALL_OPS
-    metas_get, set_meta = _tangent_metas.get, object.__setattr__
+    metas_get, cell = _tangent_metas.get, made_for
+    batch = w.batch
+    neg, signed = _Neg, SIGNED_OPS
     for node in scope_toposort(roots):
         src = node.src
         if not src or node in seeds:
@@ -355,30 +440,36 @@ def _tangents(roots: list[UOp], seeds: dict[UOp, UOp], w: _Walk, since: int) -> 
             t = get(src[0])
             if t is None:
                 continue
+            negated = t.__class__ is neg
             t = (t,)
         elif len(src) == 2 and node.op not in calls:
             t = (get(src[0]), get(src[1]))
             if t[0] is None and t[1] is None:
                 continue
+            negated = t[0].__class__ is neg or t[1].__class__ is neg
         else:
             t = (None, *map(get, src[1:])) if node.op in calls else tuple(map(get, src))
             if t.count(None) == len(t):
                 continue
+            negated = any(e.__class__ is neg for e in t)
         rule = rules.get(node.op)
         if rule is None:
             raise GradientError(f"no forward rule for {node.op}: {node!r}")
+        cell[0] = metas_get(node.meta) or _tangent_meta(node)
+        if negated and node.op not in signed:
+            t = tuple(map(_made, t))
         out = rule(node, t, w)
         if out is None:
             continue
-        if node.shape is not None and out.shape != w.shape(node):
+        shape = node.shape
+        if shape is not None and out.shape != (shape if batch is None else (batch, *shape)):  # w.shape(node)
             out = w.fit(out, node)
-        if out.serial >= since and out.meta is None:  # new: tag it and what is new under it
-            meta = metas_get(node.meta) or _tangent_meta(node)
-            set_meta(out, "meta", meta)
-            for made in out.src:  # usually tangents tagged already: skip the walk's set-up
-                if made.meta is None and made.serial >= since:
-                    tag_new_nodes(made, since, meta)
         tangents[node] = out
+    for root in roots:  # what the caller reads: nodes
+        out = tangents.get(root)
+        if out.__class__ is neg:
+            cell[0] = metas_get(root.meta) or _tangent_meta(root)
+            tangents[root] = _neg(out.t)
     return tangents
 
 

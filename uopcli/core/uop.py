@@ -423,6 +423,13 @@ _SWEEP_MIN = 1 << 16
 _sweep_at = _SWEEP_MIN
 
 
+# made_for[0]: the metadata every node gets as it is made (None, but while a walk that
+# tags what it makes by the node it was made for holds it: forward mode sets it to the
+# tangent metadata of each forward node while that node's rule runs, so its new nodes
+# carry it with no tagging walk afterwards). Whoever sets it puts the old value back.
+made_for: list = [None]
+
+
 def _new(table: dict, key, op: str, dtype: DType, src: tuple, arg, shape) -> UOp:
     global _node_count
     node = _new_node(_Slots)
@@ -431,7 +438,7 @@ def _new(table: dict, key, op: str, dtype: DType, src: tuple, arg, shape) -> UOp
     node.src = src
     node.arg = arg
     node.shape = shape
-    node.meta = None
+    node.meta = made_for[0]
     node.serial = next(_serials)
     node.__class__ = UOp  # from here on the node is immutable
     table[key] = node
