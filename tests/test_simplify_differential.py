@@ -218,6 +218,16 @@ def _max_of_expanded_over_kept_axes():
         {"p0": array_of(dtypes.float32, [-0.0, math.nan, 2.0, -math.inf])}
 
 
+def _max_of_copies_on_a_grown_axis_kept():
+    """max over one grown axis of an EXPAND that grew two: the copied value, expanded along
+    the other grown axis (not the copied value itself, which lacks that axis)."""
+    x = UOp.param("p0", (N, 1, 1))
+    e = UOp.make(Ops.EXPAND, dtypes.float32, (x,), (N, 3, 2))
+    return [UOp.make(Ops.REDUCE, dtypes.float32, (e,), ("MAX", (1,))),
+            UOp.make(Ops.REDUCE, dtypes.float32, (e,), ("MAX", (2,)))], \
+        {"p0": array_of(dtypes.float32, [-0.0, math.nan, 2.0, -math.inf]).reshape(N, 1, 1)}
+
+
 def _minus_minus_zero():
     """x - (-0.0) is x + 0.0: +0.0 for x = -0.0, so it is not x (x - (+0.0) is)."""
     x = UOp.param("p0", (N,))
@@ -252,6 +262,7 @@ PINNED = {
     "max(-0.0, 0.0) folded": _const_max(-0.0, 0.0),
     "max(0.0, -0.0) folded": _const_max(0.0, -0.0),
     "max over grown and kept axes": _max_of_expanded_over_kept_axes,
+    "max over one of two grown axes": _max_of_copies_on_a_grown_axis_kept,
 }
 
 

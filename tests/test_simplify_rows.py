@@ -105,7 +105,10 @@ def _describe(row) -> str:
     return f"{getattr(fn, '__name__', 'row')} {row[0]!r}"
 
 
-@pytest.fixture(scope="module")
+# Function scope, not module: the rows run inside each test that uses the fixture, so
+# `make mutation` (mutmut runs only the tests that reached a mutated function) runs the
+# test that compares values too, not only the first test that built the fixture.
+@pytest.fixture
 def exact_results():
     """For every EXACT row, the expressions it rewrote: (before, after) pairs."""
     pool = exact_pool()
@@ -201,7 +204,10 @@ def _bound(row, before, after) -> float:
     return float(row.ulps)
 
 
-@pytest.fixture(scope="module")
+# Function scope here too, not module: the rows run inside each test that uses the fixture, so
+# `make mutation` (mutmut runs only the tests that reached a mutated function) runs the
+# test that compares values too, not only the first test that built the fixture.
+@pytest.fixture
 def tinygrad_results():
     pool = tinygrad_pool()
     rewritten = {}
