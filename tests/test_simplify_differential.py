@@ -440,3 +440,17 @@ def test_folding_raises_no_numpy_warning():
         warnings.simplefilter("error")
         out = simplify_nodes(roots, exact=True)
     assert all(o.op in (Ops.CONST, Ops.BUFFER) for o in out), [o.op for o in out]
+
+
+def test_round_trips_through_a_dtype_that_holds_every_value_are_removed():
+    """CAST(CAST(x, a), x's dtype) is x where `a` holds every value of x's dtype (exact.py,
+    _holds): bool through anything, integers through a wider integer that keeps the sign
+    (a signed one, or unsigned to unsigned) or a float whose mantissa holds them, a float
+    through a wider float. Their values are checked in the every-pair test above."""
+    for narrow, wide in ((dtypes.bool, dtypes.float32), (dtypes.bool, dtypes.int8), (dtypes.int8, dtypes.int16),
+                         (dtypes.uint8, dtypes.int16), (dtypes.uint8, dtypes.uint16), (dtypes.uint32, dtypes.uint64),
+                         (dtypes.int16, dtypes.float32), (dtypes.uint16, dtypes.float32), (dtypes.int32, dtypes.float64),
+                         (dtypes.int8, dtypes.float16), (dtypes.uint8, dtypes.float16), (dtypes.float16, dtypes.float32)):
+        x = UOp.param("p0", (N,), narrow)
+        trip = UOp.make(Ops.CAST, narrow, (UOp.make(Ops.CAST, wide, (x,)),))
+        assert simplify_nodes([trip], exact=True)[0] is x, f"{narrow.name} through {wide.name} was kept"
