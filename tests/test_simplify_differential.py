@@ -228,6 +228,16 @@ def _max_of_copies_on_a_grown_axis_kept():
         {"p0": array_of(dtypes.float32, [-0.0, math.nan, 2.0, -math.inf]).reshape(N, 1, 1)}
 
 
+def _sums_that_can_be_negative_zero_plus_zero():
+    """(a + b) + 0.0 and (a * 0.0) + 0.0: a + b is -0.0 where both are, a * 0.0 where a < 0,
+    so adding +0.0 (which makes them +0.0) is not nothing."""
+    a, b = UOp.param("p0", (N,)), UOp.param("p1", (N,))
+    zero = UOp.const(0.0)
+    add = lambda u, v: UOp.make(Ops.ADD, dtypes.float32, (u, v))  # noqa: E731
+    return [add(add(a, b), zero), add(UOp.make(Ops.MUL, dtypes.float32, (a, zero)), zero)], \
+        {"p0": array_of(dtypes.float32, [-0.0, -1.0, 2.0, math.nan]), "p1": array_of(dtypes.float32, [-0.0, -0.0, 0.0, 1.0])}
+
+
 def _minus_minus_zero():
     """x - (-0.0) is x + 0.0: +0.0 for x = -0.0, so it is not x (x - (+0.0) is)."""
     x = UOp.param("p0", (N,))
@@ -263,6 +273,7 @@ PINNED = {
     "max(0.0, -0.0) folded": _const_max(0.0, -0.0),
     "max over grown and kept axes": _max_of_expanded_over_kept_axes,
     "max over one of two grown axes": _max_of_copies_on_a_grown_axis_kept,
+    "sums that can be -0.0, plus +0.0": _sums_that_can_be_negative_zero_plus_zero,
 }
 
 
@@ -454,3 +465,20 @@ def test_round_trips_through_a_dtype_that_holds_every_value_are_removed():
         x = UOp.param("p0", (N,), narrow)
         trip = UOp.make(Ops.CAST, narrow, (UOp.make(Ops.CAST, wide, (x,)),))
         assert simplify_nodes([trip], exact=True)[0] is x, f"{narrow.name} through {wide.name} was kept"
+
+
+def test_what_exact_rows_remove():
+    """Rewrites whose values are equal either way, pinned as rewrites: x + (+0.0) is x where x
+    is never -0.0 (a cast of a bool, 2^y, a sum with +0.0); movements composed to the
+    identity are nothing."""
+    x, c = UOp.param("p0", (N,)), UOp.param("p1", (N,), dtypes.bool)
+    zero = UOp.const(0.0)
+    add = lambda u, v: UOp.make(Ops.ADD, dtypes.float32, (u, v))  # noqa: E731
+    for kept in (c.cast(dtypes.float32), x.exp2(), add(x, zero)):
+        assert simplify_nodes([add(kept, zero)], exact=True)[0] is kept, f"{kept.op} + 0.0 was kept"
+    m = UOp.param("p2", (2, 3))
+    for twice in (UOp.make(Ops.PERMUTE, dtypes.float32, (UOp.make(Ops.PERMUTE, dtypes.float32, (m,), (1, 0)),), (1, 0)),
+                  UOp.make(Ops.RESHAPE, dtypes.float32, (UOp.make(Ops.RESHAPE, dtypes.float32, (m,), (6,)),), (2, 3)),
+                  UOp.make(Ops.FLIP, dtypes.float32, (UOp.make(Ops.FLIP, dtypes.float32, (m,), (True, False)),),
+                           (True, False))):
+        assert simplify_nodes([twice], exact=True)[0] is m, f"{twice.op} twice was kept"
