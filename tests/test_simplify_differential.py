@@ -238,6 +238,20 @@ def _sums_that_can_be_negative_zero_plus_zero():
         {"p0": array_of(dtypes.float32, [-0.0, -1.0, 2.0, math.nan]), "p1": array_of(dtypes.float32, [-0.0, -0.0, 0.0, 1.0])}
 
 
+def _algebraic_rows_left_alone():
+    """Where the algebraic rows must not go (each case is left as written by every row, so
+    it keeps every bit with exact=False too): max(-x) is -min(x), not -max(x); x/(y*0.0)
+    has no 1/c to move out; integer x/(y*3) is C division, not x/y times a rounded 1/3."""
+    x, y = UOp.param("p0", (N,)), UOp.param("p1", (N,))
+    i, j = UOp.param("i0", (N,), dtypes.int32), UOp.param("i1", (N,), dtypes.int32)
+    negated = UOp.make(Ops.NEG, dtypes.float32, (x.reshape(2, 2),))
+    roots = [UOp.make(Ops.REDUCE, dtypes.float32, (negated,), ("MAX", (1,))),
+             UOp.make(Ops.FDIV, dtypes.float32, (x, UOp.make(Ops.MUL, dtypes.float32, (y, UOp.const(0.0))))),
+             UOp.make(Ops.FDIV, dtypes.int32, (i, UOp.make(Ops.MUL, dtypes.int32, (j, UOp.const(3, dtypes.int32)))))]
+    return roots, {"p0": array_of(dtypes.float32, [1.0, 2.0, -3.0, 4.0]), "p1": array_of(dtypes.float32, [1.0, -2.0, 0.5, 3.0]),
+                   "i0": array_of(dtypes.int32, [7, -7, 100, 2 ** 31 - 1]), "i1": array_of(dtypes.int32, [1, 2, -3, 5])}
+
+
 def _minus_minus_zero():
     """x - (-0.0) is x + 0.0: +0.0 for x = -0.0, so it is not x (x - (+0.0) is)."""
     x = UOp.param("p0", (N,))
@@ -274,6 +288,7 @@ PINNED = {
     "max over grown and kept axes": _max_of_expanded_over_kept_axes,
     "max over one of two grown axes": _max_of_copies_on_a_grown_axis_kept,
     "sums that can be -0.0, plus +0.0": _sums_that_can_be_negative_zero_plus_zero,
+    "max(-x), x/(y*0.0), integer x/(y*3) left alone": _algebraic_rows_left_alone,
 }
 
 
