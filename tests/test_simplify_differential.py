@@ -252,6 +252,15 @@ def _algebraic_rows_left_alone():
                    "i0": array_of(dtypes.int32, [7, -7, 100, 2 ** 31 - 1]), "i1": array_of(dtypes.int32, [1, 2, -3, 5])}
 
 
+def _ratio_over_a_zero_constant():
+    """(x/0.0)/(1+x): a product with a ratio that sigmoid_ratio leaves alone, since it divides
+    by a zero constant (taking it apart would divide its constant by zero)."""
+    x = UOp.param("p0", (N,))
+    over_zero = UOp.make(Ops.FDIV, dtypes.float32, (x, UOp.const(0.0)))
+    return [UOp.make(Ops.FDIV, dtypes.float32, (over_zero, UOp.make(Ops.ADD, dtypes.float32, (UOp.const(1.0), x))))], \
+        {"p0": array_of(dtypes.float32, [1.0, -0.0, -1.0, 2.5])}
+
+
 def _minus_minus_zero():
     """x - (-0.0) is x + 0.0: +0.0 for x = -0.0, so it is not x (x - (+0.0) is)."""
     x = UOp.param("p0", (N,))
@@ -289,6 +298,7 @@ PINNED = {
     "max over one of two grown axes": _max_of_copies_on_a_grown_axis_kept,
     "sums that can be -0.0, plus +0.0": _sums_that_can_be_negative_zero_plus_zero,
     "max(-x), x/(y*0.0), integer x/(y*3) left alone": _algebraic_rows_left_alone,
+    "(x/0.0)/(1+x) left alone": _ratio_over_a_zero_constant,
 }
 
 
