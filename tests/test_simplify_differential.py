@@ -261,6 +261,15 @@ def _ratio_over_a_zero_constant():
         {"p0": array_of(dtypes.float32, [1.0, -0.0, -1.0, 2.5])}
 
 
+def _constant_condition_picks_a_scalar():
+    """A constant condition picking a shape-() operand of a WHERE whose other operand is
+    (N,): the pick keeps the node's shape (the scalar broadcast), not the scalar's ()."""
+    s, x = UOp.param("p0", ()), UOp.param("p1", (N,))
+    return [UOp.make(Ops.WHERE, dtypes.float32, (UOp.const(True), s, x)),
+            UOp.make(Ops.WHERE, dtypes.float32, (UOp.const(False), x, s))], \
+        {"p0": np.array(-0.0, np.float32), "p1": array_of(dtypes.float32, [1.0, math.nan, -2.0, 0.0])}
+
+
 def _minus_minus_zero():
     """x - (-0.0) is x + 0.0: +0.0 for x = -0.0, so it is not x (x - (+0.0) is)."""
     x = UOp.param("p0", (N,))
@@ -299,6 +308,7 @@ PINNED = {
     "sums that can be -0.0, plus +0.0": _sums_that_can_be_negative_zero_plus_zero,
     "max(-x), x/(y*0.0), integer x/(y*3) left alone": _algebraic_rows_left_alone,
     "(x/0.0)/(1+x) left alone": _ratio_over_a_zero_constant,
+    "a constant condition picks a scalar": _constant_condition_picks_a_scalar,
 }
 
 
