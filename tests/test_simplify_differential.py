@@ -218,6 +218,58 @@ def _max_of_expanded_over_kept_axes():
         {"p0": array_of(dtypes.float32, [-0.0, math.nan, 2.0, -math.inf])}
 
 
+def _max_of_copies_on_a_grown_axis_kept():
+    """max over one grown axis of an EXPAND that grew two: the copied value, expanded along
+    the other grown axis (not the copied value itself, which lacks that axis)."""
+    x = UOp.param("p0", (N, 1, 1))
+    e = UOp.make(Ops.EXPAND, dtypes.float32, (x,), (N, 3, 2))
+    return [UOp.make(Ops.REDUCE, dtypes.float32, (e,), ("MAX", (1,))),
+            UOp.make(Ops.REDUCE, dtypes.float32, (e,), ("MAX", (2,)))], \
+        {"p0": array_of(dtypes.float32, [-0.0, math.nan, 2.0, -math.inf]).reshape(N, 1, 1)}
+
+
+def _sums_that_can_be_negative_zero_plus_zero():
+    """(a + b) + 0.0 and (a * 0.0) + 0.0: a + b is -0.0 where both are, a * 0.0 where a < 0,
+    so adding +0.0 (which makes them +0.0) is not nothing."""
+    a, b = UOp.param("p0", (N,)), UOp.param("p1", (N,))
+    zero = UOp.const(0.0)
+    add = lambda u, v: UOp.make(Ops.ADD, dtypes.float32, (u, v))  # noqa: E731
+    return [add(add(a, b), zero), add(UOp.make(Ops.MUL, dtypes.float32, (a, zero)), zero)], \
+        {"p0": array_of(dtypes.float32, [-0.0, -1.0, 2.0, math.nan]), "p1": array_of(dtypes.float32, [-0.0, -0.0, 0.0, 1.0])}
+
+
+def _algebraic_rows_left_alone():
+    """Where the algebraic rows must not go (each case is left as written by every row, so
+    it keeps every bit with exact=False too): max(-x) is -min(x), not -max(x); x/(y*0.0)
+    has no 1/c to move out; integer x/(y*3) is C division, not x/y times a rounded 1/3."""
+    x, y = UOp.param("p0", (N,)), UOp.param("p1", (N,))
+    i, j = UOp.param("i0", (N,), dtypes.int32), UOp.param("i1", (N,), dtypes.int32)
+    negated = UOp.make(Ops.NEG, dtypes.float32, (x.reshape(2, 2),))
+    roots = [UOp.make(Ops.REDUCE, dtypes.float32, (negated,), ("MAX", (1,))),
+             UOp.make(Ops.FDIV, dtypes.float32, (x, UOp.make(Ops.MUL, dtypes.float32, (y, UOp.const(0.0))))),
+             UOp.make(Ops.FDIV, dtypes.int32, (i, UOp.make(Ops.MUL, dtypes.int32, (j, UOp.const(3, dtypes.int32)))))]
+    return roots, {"p0": array_of(dtypes.float32, [1.0, 2.0, -3.0, 4.0]), "p1": array_of(dtypes.float32, [1.0, -2.0, 0.5, 3.0]),
+                   "i0": array_of(dtypes.int32, [7, -7, 100, 2 ** 31 - 1]), "i1": array_of(dtypes.int32, [1, 2, -3, 5])}
+
+
+def _ratio_over_a_zero_constant():
+    """(x/0.0)/(1+x): a product with a ratio that sigmoid_ratio leaves alone, since it divides
+    by a zero constant (taking it apart would divide its constant by zero)."""
+    x = UOp.param("p0", (N,))
+    over_zero = UOp.make(Ops.FDIV, dtypes.float32, (x, UOp.const(0.0)))
+    return [UOp.make(Ops.FDIV, dtypes.float32, (over_zero, UOp.make(Ops.ADD, dtypes.float32, (UOp.const(1.0), x))))], \
+        {"p0": array_of(dtypes.float32, [1.0, -0.0, -1.0, 2.5])}
+
+
+def _constant_condition_picks_a_scalar():
+    """A constant condition picking a shape-() operand of a WHERE whose other operand is
+    (N,): the pick keeps the node's shape (the scalar broadcast), not the scalar's ()."""
+    s, x = UOp.param("p0", ()), UOp.param("p1", (N,))
+    return [UOp.make(Ops.WHERE, dtypes.float32, (UOp.const(True), s, x)),
+            UOp.make(Ops.WHERE, dtypes.float32, (UOp.const(False), x, s))], \
+        {"p0": np.array(-0.0, np.float32), "p1": array_of(dtypes.float32, [1.0, math.nan, -2.0, 0.0])}
+
+
 def _minus_minus_zero():
     """x - (-0.0) is x + 0.0: +0.0 for x = -0.0, so it is not x (x - (+0.0) is)."""
     x = UOp.param("p0", (N,))
@@ -252,6 +304,11 @@ PINNED = {
     "max(-0.0, 0.0) folded": _const_max(-0.0, 0.0),
     "max(0.0, -0.0) folded": _const_max(0.0, -0.0),
     "max over grown and kept axes": _max_of_expanded_over_kept_axes,
+    "max over one of two grown axes": _max_of_copies_on_a_grown_axis_kept,
+    "sums that can be -0.0, plus +0.0": _sums_that_can_be_negative_zero_plus_zero,
+    "max(-x), x/(y*0.0), integer x/(y*3) left alone": _algebraic_rows_left_alone,
+    "(x/0.0)/(1+x) left alone": _ratio_over_a_zero_constant,
+    "a constant condition picks a scalar": _constant_condition_picks_a_scalar,
 }
 
 
@@ -303,3 +360,160 @@ def test_random_graphs_simplified_keep_every_bit(graph):
 def test_random_graphs_simplified_keep_every_bit_long(graph):
     roots, inputs = graph
     assert_simplified_keeps_every_bit(roots, inputs)
+
+
+# ----------------------------------------------------------------------------- constant folding (fold.py), pinned
+# Each case is a graph of constants only, so the whole of it goes through fold.py; the
+# simplified graph is run by the numpy evaluator and compared with the graph as written
+# under the reference evaluator, bit for bit (assert_simplified_keeps_every_bit).
+
+def _make(op, dtype, src, arg=None):
+    return UOp.make(op, dtype, tuple(src), arg)
+
+
+def _int64_past_float64():
+    """Integers above 2^53 folded through a float64 would lose their last bit: the sum of two
+    int64 CONSTs and a cast of one to uint64 must stay 2^53 + 1."""
+    big, one = UOp.const(2 ** 53, dtypes.int64), UOp.const(1, dtypes.int64)
+    x = UOp.param("p0", (N,), dtypes.int64)
+    total = _make(Ops.ADD, dtypes.int64, (big, one))
+    as_unsigned = _make(Ops.CAST, dtypes.uint64, (UOp.const(2 ** 53 + 1, dtypes.int64),))
+    return [_make(Ops.ADD, dtypes.int64, (x, total)), _make(Ops.ADD, dtypes.uint64, (x.cast(dtypes.uint64), as_unsigned))], \
+        {"p0": array_of(dtypes.int64, [0, 1, -1, 7])}
+
+
+def _float_to_int_casts_of_constants():
+    """CAST of a nan, inf, huge or boundary float CONST (or BUFFER) to an integer: left to the
+    evaluator where C leaves it undefined, folded where it is not; never an exception."""
+    x = UOp.param("p0", (N,), dtypes.int32)
+    roots = []
+    for value, dtype in ((math.nan, dtypes.float32), (math.inf, dtypes.float32), (-math.inf, dtypes.float64),
+                         (1e10, dtypes.float64), (-2147483648.0, dtypes.float64), (2147483647.0, dtypes.float64),
+                         (-2.75, dtypes.float32)):
+        roots.append(_make(Ops.ADD, dtypes.int32, (x, _make(Ops.CAST, dtypes.int32, (UOp.const(value, dtype),)))))
+    floats = UOp.buffer(np.array([1.5, -2.5, 7.0], np.float32))
+    roots.append(_make(Ops.CAST, dtypes.int32, (floats,)))
+    return roots, {"p0": array_of(dtypes.int32, [0, 1, -1, 7])}
+
+
+def _constant_movements():
+    """Movements of BUFFERs, folded: a PERMUTE that is not a reversal, a FLIP of one axis of
+    two, a PAD of int64 values above 2^53 (zeros of the buffer's dtype, not float64)."""
+    cube = UOp.buffer(np.arange(24, dtype=np.int32).reshape(2, 3, 4))
+    grid = UOp.buffer(np.arange(6, dtype=np.float32).reshape(2, 3))
+    big = UOp.buffer(np.array([2 ** 53 + 1, -(2 ** 62) - 1], np.int64))
+    permuted = _make(Ops.PERMUTE, dtypes.int32, (cube,), (1, 0, 2))
+    flipped = _make(Ops.FLIP, dtypes.float32, (grid,), (True, False))
+    flipped_other = _make(Ops.FLIP, dtypes.float32, (grid,), (False, True))
+    padded = _make(Ops.PAD, dtypes.int64, (big,), ((1, 1),))
+    ones = UOp.buffer(np.ones(4, np.int64))
+    return [permuted * 3, flipped + 1.0, flipped_other * 2.0, _make(Ops.MUL, dtypes.int64, (padded, ones))], {}
+
+
+def _constant_reductions():
+    """REDUCEs of BUFFERs, folded: over one axis of two (kept as size 1), integer products and
+    sums that wrap, MAX of floats, and MAX over an axis of size 0 (left to the evaluator)."""
+    grid = UOp.buffer(np.array([[3, -2, 100], [7, 127, 5]], np.int8))
+    floats = UOp.buffer(np.array([[1.5, -0.0, math.nan], [2.0, -7.0, 0.0]], np.float32))
+    empty = UOp.buffer(np.zeros((0, 3), np.float32))
+    roots = [_make(Ops.REDUCE, dtypes.int8, (grid,), (op, axes)) for op in ("ADD", "MUL", "MAX") for axes in ((0,), (1,))]
+    roots += [_make(Ops.REDUCE, dtypes.float32, (floats,), ("MAX", axes)) for axes in ((0,), (1,))]
+    roots.append(_make(Ops.REDUCE, dtypes.float32, (empty,), ("MAX", (0,))))
+    roots.append(_make(Ops.REDUCE, dtypes.float32, (empty,), ("ADD", (0,))))
+    return roots, {}
+
+
+FOLDED = {
+    "int64 above 2^53 folded": _int64_past_float64,
+    "float-to-int casts of constants": _float_to_int_casts_of_constants,
+    "movements of buffers folded": _constant_movements,
+    "reductions of buffers folded": _constant_reductions,
+}
+
+
+@pytest.mark.parametrize("case", list(FOLDED), ids=list(FOLDED))
+def test_folded_constants_keep_every_bit(case):
+    roots, inputs = FOLDED[case]()
+    assert_simplified_keeps_every_bit(roots, inputs)
+
+
+def _ops_of(roots) -> set:
+    return {n.op for r in roots for n in r.toposort()}
+
+
+def test_what_fold_leaves_and_what_it_folds():
+    """fold.py's contract beside the values: a float-to-int cast of nan, inf or a value out of
+    the target's range stays a CAST (C leaves it undefined: the evaluator decides at run
+    time); in-range ones, the range's ends included, fold; a float-to-int cast of a BUFFER
+    stays; integer sums and products, and float MAX, of BUFFERs fold; a float sum does not;
+    a result of FOLD_LIMIT elements folds, one more does not."""
+    from uopcli.core.simplify.fold import FOLD_LIMIT
+    def simplified(node):
+        return simplify_nodes([node], exact=True)[0]
+
+    for value, dtype, target in ((math.nan, dtypes.float32, dtypes.int32), (math.inf, dtypes.float32, dtypes.int32),
+                                 (1e10, dtypes.float64, dtypes.int32), (128.0, dtypes.float32, dtypes.int8),
+                                 (-129.0, dtypes.float32, dtypes.int8)):
+        out = simplified(_make(Ops.CAST, target, (UOp.const(value, dtype),)))
+        assert out.op == Ops.CAST, f"CAST({value}) to {target.name} was folded"
+    for value, dtype, target in ((-2147483648.0, dtypes.float64, dtypes.int32), (2147483647.0, dtypes.float64, dtypes.int32),
+                                 (127.9, dtypes.float32, dtypes.int8), (-128.5, dtypes.float32, dtypes.int8)):
+        out = simplified(_make(Ops.CAST, target, (UOp.const(value, dtype),)))
+        assert out.op == Ops.CONST and out.arg == math.trunc(value), f"CAST({value}) to {target.name}: {out}"
+    floats = UOp.buffer(np.array([1.5, -2.5], np.float32))
+    assert simplified(_make(Ops.CAST, dtypes.int32, (floats,))).op == Ops.CAST
+    ints = UOp.buffer(np.arange(6, dtype=np.int32).reshape(2, 3))
+    for op in ("ADD", "MUL", "MAX"):
+        assert simplified(_make(Ops.REDUCE, dtypes.int32, (ints,), (op, (1,)))).op == Ops.BUFFER, op
+    grid = UOp.buffer(np.arange(6, dtype=np.float32).reshape(2, 3))
+    assert simplified(_make(Ops.REDUCE, dtypes.float32, (grid,), ("MAX", (1,)))).op == Ops.BUFFER
+    assert simplified(_make(Ops.REDUCE, dtypes.float32, (grid,), ("ADD", (1,)))).op == Ops.REDUCE
+    for size, folds in ((FOLD_LIMIT, True), (FOLD_LIMIT + 1, False)):
+        a = UOp.buffer(np.arange(size, dtype=np.int32))
+        out = simplified(_make(Ops.MUL, dtypes.int32, (a, a)))
+        assert (out.op == Ops.BUFFER) is folds, f"{size} elements"
+
+
+def test_folding_raises_no_numpy_warning():
+    """Folding computes under np.errstate(all="ignore"): 1/0, inf - inf, overflow and
+    invalid casts fold (or are left) without a RuntimeWarning (uopgrad eval prints none)."""
+    import warnings
+    zero, one, big = UOp.const(0.0), UOp.const(1.0), UOp.const(3e38)
+    pair = UOp.buffer(np.array([0.0, 3e38], np.float32))
+    roots = [_make(Ops.FDIV, dtypes.float32, (one, zero)), _make(Ops.MUL, dtypes.float32, (big, big)),
+             _make(Ops.FDIV, dtypes.float32, (pair, pair)), _make(Ops.MUL, dtypes.float32, (pair, pair))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = simplify_nodes(roots, exact=True)
+    assert all(o.op in (Ops.CONST, Ops.BUFFER) for o in out), [o.op for o in out]
+
+
+def test_round_trips_through_a_dtype_that_holds_every_value_are_removed():
+    """CAST(CAST(x, a), x's dtype) is x where `a` holds every value of x's dtype (exact.py,
+    _holds): bool through anything, integers through a wider integer that keeps the sign
+    (a signed one, or unsigned to unsigned) or a float whose mantissa holds them, a float
+    through a wider float. Their values are checked in the every-pair test above."""
+    for narrow, wide in ((dtypes.bool, dtypes.float32), (dtypes.bool, dtypes.int8), (dtypes.int8, dtypes.int16),
+                         (dtypes.uint8, dtypes.int16), (dtypes.uint8, dtypes.uint16), (dtypes.uint32, dtypes.uint64),
+                         (dtypes.int16, dtypes.float32), (dtypes.uint16, dtypes.float32), (dtypes.int32, dtypes.float64),
+                         (dtypes.int8, dtypes.float16), (dtypes.uint8, dtypes.float16), (dtypes.float16, dtypes.float32)):
+        x = UOp.param("p0", (N,), narrow)
+        trip = UOp.make(Ops.CAST, narrow, (UOp.make(Ops.CAST, wide, (x,)),))
+        assert simplify_nodes([trip], exact=True)[0] is x, f"{narrow.name} through {wide.name} was kept"
+
+
+def test_what_exact_rows_remove():
+    """Rewrites whose values are equal either way, pinned as rewrites: x + (+0.0) is x where x
+    is never -0.0 (a cast of a bool, 2^y, a sum with +0.0); movements composed to the
+    identity are nothing."""
+    x, c = UOp.param("p0", (N,)), UOp.param("p1", (N,), dtypes.bool)
+    zero = UOp.const(0.0)
+    add = lambda u, v: UOp.make(Ops.ADD, dtypes.float32, (u, v))  # noqa: E731
+    for kept in (c.cast(dtypes.float32), x.exp2(), add(x, zero)):
+        assert simplify_nodes([add(kept, zero)], exact=True)[0] is kept, f"{kept.op} + 0.0 was kept"
+    m = UOp.param("p2", (2, 3))
+    for twice in (UOp.make(Ops.PERMUTE, dtypes.float32, (UOp.make(Ops.PERMUTE, dtypes.float32, (m,), (1, 0)),), (1, 0)),
+                  UOp.make(Ops.RESHAPE, dtypes.float32, (UOp.make(Ops.RESHAPE, dtypes.float32, (m,), (6,)),), (2, 3)),
+                  UOp.make(Ops.FLIP, dtypes.float32, (UOp.make(Ops.FLIP, dtypes.float32, (m,), (True, False)),),
+                           (True, False))):
+        assert simplify_nodes([twice], exact=True)[0] is m, f"{twice.op} twice was kept"

@@ -11,7 +11,7 @@ import pytest
 
 from uopcli import Ops, UOp, dtypes, evaluate
 from uopcli.core.pattern import PatternMatcher
-from uopcli.core.simplify import EXACT, TINYGRAD_ROWS
+from uopcli.core.simplify import EXACT, TINYGRAD_ROWS, simplify_nodes
 from uopcli.core.simplify.walk import Rewriter
 
 EDGES = [-0.0, 0.0, math.inf, -math.inf, math.nan, 1.5, -2.25, 3e-39, 3e38, -7.0, 0.1, 1e-3]
@@ -105,7 +105,10 @@ def _describe(row) -> str:
     return f"{getattr(fn, '__name__', 'row')} {row[0]!r}"
 
 
-@pytest.fixture(scope="module")
+# Function scope, not module: the rows run inside each test that uses the fixture, so
+# `make mutation` (mutmut runs only the tests that reached a mutated function) runs the
+# test that compares values too, not only the first test that built the fixture.
+@pytest.fixture
 def exact_results():
     """For every EXACT row, the expressions it rewrote: (before, after) pairs."""
     pool = exact_pool()
@@ -201,7 +204,10 @@ def _bound(row, before, after) -> float:
     return float(row.ulps)
 
 
-@pytest.fixture(scope="module")
+# Function scope here too, not module: the rows run inside each test that uses the fixture, so
+# `make mutation` (mutmut runs only the tests that reached a mutated function) runs the
+# test that compares values too, not only the first test that built the fixture.
+@pytest.fixture
 def tinygrad_results():
     pool = tinygrad_pool()
     rewritten = {}
@@ -233,10 +239,12 @@ def test_every_tinygrad_row_stays_within_its_ulps(tinygrad_results):
                 f"{row.fn.__name__} ({row.follows}) moved a value by {ulps.max()} ulps: {a} -> {b}"
 
 
-def test_the_ratio_row_makes_sigmoid_gradient_finite_where_the_literal_is_nan():
+@pytest.mark.parametrize("one_side", ["e + 1", "1 + e"])
+def test_the_ratio_row_makes_sigmoid_gradient_finite_where_the_literal_is_nan(one_side):
     x = UOp.param("x", (4,))
     e = (x * -1.4426950408889634).exp2()
-    y = (e + 1).reciprocal()
+    one = UOp.const(1.0)
+    y = UOp.make(Ops.RECIPROCAL, dtypes.float32, (UOp.make(Ops.ADD, dtypes.float32, (e, one) if one_side == "e + 1" else (one, e)),))
     grad = -(y * y) * e  # sigmoid's gradient as the rules write it
     out = Rewriter(EXACT, PatternMatcher([(r.pattern, r.fn) for r in TINYGRAD_ROWS])).rewrite_roots([grad])[0]
     values = np.array([-1000.0, -100.0, 0.0, 100.0], np.float32)
@@ -245,3 +253,16 @@ def test_the_ratio_row_makes_sigmoid_gradient_finite_where_the_literal_is_nan():
     with np.errstate(over="ignore"):  # exp(1000) is inf in float64 too: sigmoid is exactly 0 there
         sigmoid = 1 / (1 + np.exp(-values.astype(np.float64)))
     np.testing.assert_allclose(simplified, -sigmoid * (1 - sigmoid), atol=1e-7)
+
+
+def test_the_ratio_row_needs_the_constant_one():
+    """e * 1/(e + k) is 1 - 1/(e + k) only for k the CONST 1: not for another constant, nor
+    for a PARAM whose name is the number 1 (a slot); those are left as written."""
+    x, slot = UOp.param("x", (4,)), UOp.param(1, (4,))
+    e = (x * -1.4426950408889634).exp2()
+    values = {x: np.array([-2.0, 0.0, 0.5, 3.0], np.float32), slot: np.full(4, 3.0, np.float32)}
+    for k in (UOp.const(2.0), slot):
+        expr = e * UOp.make(Ops.ADD, dtypes.float32, (e, k)).reciprocal()
+        out = simplify_nodes([expr])[0]
+        literal, simplified = evaluate([expr, out], values)
+        assert _bits(literal) == _bits(simplified), f"e * 1/(e + {k.op} {k.arg}) was rewritten: {literal} -> {simplified}"

@@ -78,7 +78,9 @@ def _ratio_forms(rng, dtype):
     ratio = (e + 1).reciprocal()
     k = _constant(rng, dtype)
     yield from (e * ratio, ratio * e, e * (ratio * ratio) * k, -(y * (ratio * ratio)) * e, (y / ((e + 1) * k)) * e,
-                e / (1 + e), (e * y) * ratio, y * (e * ratio), e / (e + 1) * y)
+                e / (1 + e), (e * y) * ratio, y * (e * ratio), e / (e + 1) * y,
+                ratio * ((e / y) * y),  # a quotient taken apart with a factor still to come
+                (e / UOp.const(4.0, dtype)) / (1 + e))  # a constant in the denominator: divided, not multiplied
 
 
 def _ratio_sum_forms(rng, dtype):
