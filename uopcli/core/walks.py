@@ -73,23 +73,32 @@ def toposort(roots: Iterable[UOp], with_call_grads: bool = True) -> list[UOp]:
 
     With `with_call_grads`, a CALL's backward body is walked after its sources and before
     the CALL itself (the file format's canonical order)."""
-    return _postorder(roots, _children_with_call_grads if with_call_grads else _sources)
+    return _postorder(roots, _WITH_CALL_GRADS if with_call_grads else _SOURCES)
 
 
 def scope_toposort(roots: Iterable[UOp]) -> list[UOp]:
     """Like toposort, but a FUNCTION or CALL contributes only its args: its body (and a
-    CALL's backward body) is a scope of its own, with its own slot PARAMs.
+    CALL's backward body) is a scope of its own, with its own slot PARAMs."""
+    return _postorder(roots, _SCOPE)
 
-    The same post-order as _postorder(roots, scope_sources), walked as the file writer
-    walks (formats/uop/writer.py's _canonical_nodes): a node is expanded when popped, goes
-    back on the stack under an _EMIT marker with its sources on top (the first on top),
-    and is placed when the marker comes up; a second copy of a node still on the stack
-    is skipped. No iterator and no call per node: forward mode walks whole gradient
-    graphs with it (a third of `uopgrad hvp`'s walk over the gradient was _postorder)."""
+
+# what _postorder walks under a node: its sources; plus a CALL's backward body; or, in a
+# scope, a FUNCTION's or CALL's args only (scope_sources)
+_SOURCES, _WITH_CALL_GRADS, _SCOPE = "sources", "with call grads", "scope"
+
+
+def _postorder(roots: Iterable[UOp], children: str) -> list[UOp]:
+    """The post-order of a depth-first walk, walked as the file writer walks
+    (formats/uop/writer.py's _canonical_nodes): a node is expanded when popped, goes back
+    on the stack under an _EMIT marker with its children on top (the first on top), and is
+    placed when the marker comes up; a second copy of a node still on the stack is
+    skipped. No iterator and no call per node: forward mode and every Graph.nodes() walk
+    whole gradient graphs with it (an iterator per node was a third of the walk)."""
     order: list[UOp] = []
     expanded: set[UOp] = set()
     place, expand = order.append, expanded.add
     function, call, emit = Ops.FUNCTION, Ops.CALL, _EMIT
+    plain, scoped = children == _SOURCES, children == _SCOPE
     for root in roots:
         if root in expanded:
             continue
@@ -104,9 +113,12 @@ def scope_toposort(roots: Iterable[UOp]) -> list[UOp]:
                 continue
             expand(node)
             src = node.src
-            if node.op == function or node.op == call:
-                src = src[1:]
-            count = len(src)  # unrolled for none, one and two sources: most nodes
+            if not plain and (node.op == function or node.op == call):
+                if scoped:
+                    src = src[1:]
+                elif node.op == call and node.arg.grad is not None:
+                    src = (*src, node.arg.grad)
+            count = len(src)  # unrolled for none, one and two children: most nodes
             if not count:
                 place(node)
                 continue
@@ -128,7 +140,7 @@ def scope_toposort(roots: Iterable[UOp]) -> list[UOp]:
     return order
 
 
-_EMIT = None  # the stack marker "all sources of the node below are placed": never a UOp
+_EMIT = None  # the stack marker "all children of the node below are placed": never a UOp
 
 
 def creation_order(roots: Iterable[UOp]) -> list[UOp]:
@@ -173,37 +185,6 @@ def memoised_fold(root: UOp, memo: dict, children, combine):
         stack.pop()
         memo[node] = combine(node, [memo[child] for child in below])
     return memo[root]
-
-
-def _postorder(roots: Iterable[UOp], children) -> list[UOp]:
-    order: list[UOp] = []
-    seen: set[UOp] = set()
-    for root in roots:
-        if root in seen:
-            continue
-        seen.add(root)
-        stack = [(root, iter(children(root)))]
-        while stack:
-            node, pending = stack[-1]
-            for child in pending:
-                if child not in seen:
-                    seen.add(child)
-                    stack.append((child, iter(children(child))))
-                    break
-            else:
-                stack.pop()
-                order.append(node)
-    return order
-
-
-def _sources(node: UOp) -> tuple[UOp, ...]:
-    return node.src
-
-
-def _children_with_call_grads(node: UOp) -> tuple[UOp, ...]:
-    if node.op == Ops.CALL and node.arg.grad is not None:
-        return (*node.src, node.arg.grad)
-    return node.src
 
 
 def scope_sources(node: UOp) -> tuple[UOp, ...]:
