@@ -14,6 +14,8 @@ from uopcli.core.pattern import PatternMatcher
 from uopcli.core.simplify import EXACT, TINYGRAD_ROWS, simplify_nodes
 from uopcli.core.simplify.walk import Rewriter
 
+from _row_scale import row_scale
+
 EDGES = [-0.0, 0.0, math.inf, -math.inf, math.nan, 1.5, -2.25, 3e-39, 3e38, -7.0, 0.1, 1e-3]
 N = len(EDGES)
 
@@ -185,18 +187,6 @@ def _ulps(a, b, scale):
     return np.abs(a.astype(np.float64) - b.astype(np.float64)) / spacing.astype(np.float64)
 
 
-def _scale(row, expr, before, feed):
-    """What the row's ulps are counted in: the result, 1.0, or the largest value in the
-    expression (any intermediate)."""
-    if row.scale == "one":
-        return np.ones_like(before)
-    if row.scale == "operands":
-        nodes = [n for n in expr.toposort() if n.shape == expr.shape and n.dtype is expr.dtype]
-        values = evaluate(nodes, feed)
-        return np.max(np.abs(np.stack([np.broadcast_to(v, expr.shape) for v in values])), axis=0)
-    return before
-
-
 def _bound(row, before, after) -> float:
     if row.ulps == "count":  # the number of copies summed: the grown axes' sizes
         e = before.src[0]
@@ -234,7 +224,7 @@ def test_every_tinygrad_row_stays_within_its_ulps(tinygrad_results):
             feed = {name: feed_all[name] for name in used}
             a, b = (np.asarray(v) for v in evaluate([before, after], feed))
             assert np.all(np.isfinite(a)) and np.all(np.isfinite(b))
-            ulps = _ulps(a, b, _scale(row, before, a, feed))
+            ulps = _ulps(a, b, row_scale(row, before, a, after, feed))
             assert ulps.max() <= _bound(row, before, after), \
                 f"{row.fn.__name__} ({row.follows}) moved a value by {ulps.max()} ulps: {a} -> {b}"
 

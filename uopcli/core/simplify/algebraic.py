@@ -33,7 +33,9 @@ class Row(NamedTuple):
     fn: Callable
     follows: str     # the tinygrad rule
     ulps: float | str  # how far the result may move, in ulps; "count": the number of values summed
-    scale: str = "result"  # ulps of: "result"; "one" (1.0: an absolute bound); "operands" (the largest)
+    # ulps of: "result"; "one" (1.0: an absolute bound); "operands" (the largest value on the
+    # way); "factors" (that, or the product's other factors, with 1 - 1/(1+x) taken as 1)
+    scale: str = "result"
 
 
 # ----------------------------------------------------------------------------- constants
@@ -246,10 +248,12 @@ def sigmoid_ratio(node, ctx):
     """x * 1/(1+x) = 1 - 1/(1+x) inside a product (tinygrad: `x*(1+x).reciprocal() -> 1-d`,
     `x*(d*y) -> y*(1-d)`, with its constants moved to the end and folded as in
     `(x*c1)*y -> (x*y)*c1`). The product is rebuilt left to right, numerator over
-    denominator, times one constant. Bound: at most 2 ulps of the largest value the
-    product computes on the way (1 - d is off by an ulp of 1 times the other factors: it
-    cancels where x/(1+x) is tiny, and tinygrad's kernels give the same 0 there; the
-    reassociation adds rounding of the same order)."""
+    denominator, times one constant. Bound: at most 3 ulps of the largest of the values the
+    product computes on the way and the product of its other factors (1 - d is off by an
+    ulp of 1, and the factors it is multiplied by scale that, however small the values on
+    the way are: `ratio * ((e/y) * k)` with y small; it cancels where x/(1+x) is tiny, and
+    tinygrad's kernels give the same 0 there; the reassociation adds rounding of the same
+    order)."""
     if not node.dtype.is_float or not _wanted(node, ctx):
         return None
     taken = _factors(node)
@@ -289,8 +293,9 @@ def ratio_through_sum(node, ctx):
     """x * (t + y) = x*t + x*y (and -) where the product t holds 1/(1+x) (tinygrad:
     `x*(d+y) -> (1-d)+x*y`); x*t then loses its ratio to sigmoid_ratio. This is how the
     gradient of x/(1+x) stays finite where x overflows: it ends in e * (g/(1+e) - y), which
-    is inf * 0 at e = inf, and becomes g*(1 - 1/(1+e)) - e*y. Bound: as sigmoid_ratio's, in
-    ulps of the largest value computed (the distributed sum rounds its two products apart)."""
+    is inf * 0 at e = inf, and becomes g*(1 - 1/(1+e)) - e*y. Bound: 2 ulps of the largest
+    value computed on the way (the distributed sum rounds its two products apart; the
+    sigmoid_ratio that follows is bounded on its own)."""
     if not node.dtype.is_float:
         return None
     for x, total in (node.src, node.src[::-1]):
@@ -352,7 +357,7 @@ ROWS = [
     Row(UPat((Ops.ADD, Ops.SUB), name="node"), fold_constant_terms,
         "symbolic.py two stage ALU folding `(x+c1)+c2 -> x+(c1+c2)` and `x+0 -> x`", 2.0, "operands"),
     Row(UPat((Ops.MUL, Ops.FDIV), name="node"), sigmoid_ratio,
-        "symbolic.py sym `x*(1+x).reciprocal() -> 1-d` and `x*(d*y) -> y*(1-d)`", 2.0, "operands"),
+        "symbolic.py sym `x*(1+x).reciprocal() -> 1-d` and `x*(d*y) -> y*(1-d)`", 3.0, "factors"),
     Row(UPat(Ops.MUL, name="node"), ratio_through_sum,
         "symbolic.py sym `x*((1+x).reciprocal()+y) -> (1-d)+x*y`", 2.0, "operands"),
     Row(UPat(Ops.REDUCE, src=(UPat(Ops.EXPAND, src=(x_,), name="e"),), name="node"), sum_of_copies,
