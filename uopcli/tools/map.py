@@ -149,24 +149,32 @@ class Work:
         self.shard_inputs = list(shard_inputs)
         self.limits = limits
         self._graph: Graph | None = None
-        self._blas = None
 
     def __getstate__(self):
-        return {**self.__dict__, "_graph": None, "_blas": None}
+        return {**self.__dict__, "_graph": None}
 
-    def one_blas_thread(self):
-        """A context in which BLAS runs on one thread (threadpoolctl; the controller, which
-        finds the loaded BLAS libraries, is made once per process)."""
-        if self._blas is None:
-            from threadpoolctl import ThreadpoolController
-            self._blas = ThreadpoolController()
-        return self._blas.limit(limits=1, user_api="blas")
+    @staticmethod
+    def one_blas_thread():
+        """A context in which BLAS runs on one thread (threadpoolctl)."""
+        return _blas_controller().limit(limits=1, user_api="blas")
 
     def graph(self) -> Graph:
         if self._graph is None:
             from ..formats.uop import loads
             self._graph = loads(self.graph_bytes, limits=self.limits, name="<the mapped graph>")
         return self._graph
+
+
+_BLAS: list = []  # this process's threadpoolctl controller, made on first use
+
+
+def _blas_controller():
+    """One ThreadpoolController per process: making one finds the loaded BLAS libraries
+    (about 80 ms here), which a Work made per run paid again on each worker's first shard."""
+    if not _BLAS:
+        from threadpoolctl import ThreadpoolController
+        _BLAS.append(ThreadpoolController())
+    return _BLAS[0]
 
 
 @dataclass
