@@ -253,3 +253,21 @@ def test_an_unreachable_scheduler_is_one_line(tmp_path, data):
     assert done.returncode == 1 and len(lines) == 1, lines
     assert lines[0].startswith(f"uopgrad: error: cannot reach the Dask scheduler at tcp://127.0.0.1:{port}: ")
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="local workers are spawned where fork does not exist")
+def test_local_workers_are_forked_from_a_frozen_heap_and_the_caller_is_left_unfrozen():
+    """`local:N` forks its workers with this process's objects frozen (gc.freeze), so that a
+    worker's collector never scans, and so copies, the heap it shares with its parent; the
+    caller's own collector is as it was after the cluster starts."""
+    import gc
+
+    from uopcli.tools.map_dask import client_for
+    before = gc.get_freeze_count()
+    with client_for("local:1") as (client, startup):
+        assert gc.get_freeze_count() == before
+        counts = client.run(gc.get_freeze_count)
+        assert len(counts) == 1 and all(count > 10_000 for count in counts.values()), counts
+        assert all(client.run(gc.isenabled).values())  # a fresh interpreter's collector, running
+        assert startup > 0
+    assert gc.get_freeze_count() == before
