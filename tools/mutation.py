@@ -29,11 +29,15 @@ TESTS = [
     ("uopcli/core/gradient.py", ["tests/test_gradient.py", "tests/test_gradient_properties.py",
                                  "tests/test_gradient_higher_order.py",
                                  "tests/test_gradient_second_order_properties.py"]),
+    # ONNX's own node cases (test_onnx_conformance.py) reach every import row with the spec's values
     ("uopcli/interop/onnx", ["tests/test_onnx_bridge.py", "tests/test_onnx_export.py", "tests/test_onnx_export_ops.py",
                              "tests/test_onnx_import_ops.py", "tests/test_onnx_import_models.py",
-                             "tests/test_onnx_edges.py"]),
+                             "tests/test_onnx_edges.py", "tests/test_onnx_conformance.py",
+                             "tests/test_onnx_import_families.py", "tests/test_onnx_import_layers.py",
+                             "tests/test_onnx_import_layer_gradients.py", "tests/test_onnx_import_sequences.py",
+                             "tests/test_onnx_import_versions.py"]),
     ("uopcli/interop/tinygrad", ["tests/test_tinygrad_bridge.py", "tests/test_tinygrad_meaning.py",
-                                 "tests/test_tinygrad_export_rules.py"]),
+                                 "tests/test_tinygrad_export_rules.py", "tests/test_tinygrad_scopes.py"]),
     ("uopcli/views/html", ["tests/test_html_viewer.py", "tests/test_html_groups.py"]),
 ]
 
