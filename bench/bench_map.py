@@ -115,6 +115,19 @@ def one_shard_seconds(directory: Path, fixed: dict, batch: int) -> float:
     return statistics.median(times)
 
 
+SHARD_SECONDS = 0.2  # the issue's shard: "a gradient whose evaluation takes about 0.2 s"
+
+
+def calibrated_batch(probe: int = 2000) -> int:
+    """Rows per shard that make one shard's evaluation take about SHARD_SECONDS on this
+    machine now (a shard's time grows linearly with its rows)."""
+    with tempfile.TemporaryDirectory(prefix="bench-map-probe-") as scratch:
+        directory = Path(scratch)
+        fixed = write_data(directory, 1, probe)
+        seconds = one_shard_seconds(directory, fixed, probe)
+    return max(256, round(probe * SHARD_SECONDS / seconds / 100) * 100)
+
+
 def warm_cluster(directory: Path, fixed: dict, batch: int, repeats: int) -> list:
     """map_graph on one LocalCluster of two workers, started once: run times and the gaps."""
     import logging
@@ -146,9 +159,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="4 small shards, one repeat: a smoke run")
     parser.add_argument("--no-write", action="store_true", help=f"print only (do not write {RESULTS.name})")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--batch", type=int, default=7600, help="rows per shard (7600: about 0.2 s a shard here)")
+    parser.add_argument("--batch", type=int, default=0, help="rows per shard (default: as many as make a shard "
+                        f"take about {SHARD_SECONDS} s here, measured first)")
     args = parser.parse_args()
-    shards, batch, repeats = (4, 256, 1) if args.quick else (16, args.batch, args.repeats)
+    shards, batch, repeats = (4, 256, 1) if args.quick else (16, args.batch or calibrated_batch(), args.repeats)
     with tempfile.TemporaryDirectory(prefix="bench-map-") as scratch:
         directory = Path(scratch)
         fixed = write_data(directory, shards, batch)

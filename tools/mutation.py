@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -84,12 +85,41 @@ def score(where: Path) -> dict:
     return stats
 
 
+def recheck(where: Path, survivors: list[str], jobs: int) -> dict[str, bool]:
+    """Each survivor run again in a fresh interpreter (mutant name -> still survives).
+
+    mutmut forks each mutant's test run from a process that ran the whole mapped suite on
+    the unmutated code, so the module-level caches that process filled (hash-consed nodes,
+    memo tables keyed by shapes or metadata) answer before a mutated line runs: a mutant
+    there survives whatever the tests check. A fresh interpreter has only what importing
+    fills, so a survivor here is the tests' miss."""
+    from concurrent.futures import ThreadPoolExecutor
+    stats = json.loads((where / "mutants" / "mutmut-stats.json").read_text())
+    tests_of = stats["tests_by_mangled_function_name"]
+
+    def run(name: str) -> tuple[str, bool]:
+        tests = sorted(tests_of.get(name.rsplit("__mutmut_", 1)[0], []))
+        if not tests:
+            return name, True
+        env = {**os.environ, "MUTANT_UNDER_TEST": name, "PYTHONPATH": "."}
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:randomly", "-p", "no:cacheprovider",
+                               "--timeout=600", *tests], cwd=where / "mutants", env=env, capture_output=True)
+        return name, done.returncode == 0
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return dict(pool.map(run, survivors))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("targets", nargs="+", help="modules or folders, e.g. uopcli/core/simplify")
     parser.add_argument("--tests", help="comma-separated test files instead of the mapped ones")
     parser.add_argument("--max-children", type=int, default=2, help="mutants run at once (default 2)")
+    parser.add_argument("--recheck", metavar="DIR", help="only run the survivors of an earlier run in DIR "
+                        "(out/mutation/<target>) again, each in a fresh interpreter")
     args = parser.parse_args()
+    if args.recheck:
+        return report_rechecked(Path(args.recheck), args.max_children)
     missing = [t for t in args.targets if not (ROOT / t).exists()]
     if missing:
         raise SystemExit(f"mutation: {' '.join(missing)} does not exist")
@@ -115,6 +145,23 @@ def main() -> int:
     print(f"mutation score for {target}: {killed}/{ran} killed ({100 * killed / max(ran, 1):.1f}%); "
           f"{stats.get('no_tests', 0)} mutants no mapped test reaches; diffs: cd {where.relative_to(ROOT)} && "
           "mutmut show NAME")
+    if stats["survivors"]:
+        report_rechecked(where, args.max_children, ran=ran, killed=killed)
+    return 0
+
+
+def report_rechecked(where: Path, jobs: int, ran: int | None = None, killed: int | None = None) -> int:
+    """Print which survivors a fresh interpreter kills, and the score counted with them."""
+    stats = score(where)
+    if ran is None:
+        ran = stats["killed"] + stats["survived"] + stats.get("timeout", 0) + stats.get("segfault", 0)
+        killed = ran - stats["survived"]
+    alive = recheck(where, stats["survivors"], jobs)
+    for name, survives in sorted(alive.items()):
+        print(f"{'survived fresh' if survives else 'killed fresh'}: {name}")
+    fresh = killed + sum(not survives for survives in alive.values())
+    print(f"mutation score with the survivors rerun in fresh interpreters: {fresh}/{ran} killed "
+          f"({100 * fresh / max(ran, 1):.1f}%)")
     return 0
 
 
