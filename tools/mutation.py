@@ -112,7 +112,7 @@ def recheck(where: Path, survivors: list[str], jobs: int) -> dict[str, bool]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("targets", nargs="+", help="modules or folders, e.g. uopcli/core/simplify")
+    parser.add_argument("targets", nargs="*", help="modules or folders, e.g. uopcli/core/simplify")
     parser.add_argument("--tests", help="comma-separated test files instead of the mapped ones")
     parser.add_argument("--max-children", type=int, default=2, help="mutants run at once (default 2)")
     parser.add_argument("--recheck", metavar="DIR", help="only run the survivors of an earlier run in DIR "
@@ -120,6 +120,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.recheck:
         return report_rechecked(Path(args.recheck), args.max_children)
+    if not args.targets:
+        parser.error("give a module or folder to mutate (or --recheck DIR)")
     missing = [t for t in args.targets if not (ROOT / t).exists()]
     if missing:
         raise SystemExit(f"mutation: {' '.join(missing)} does not exist")
