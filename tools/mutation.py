@@ -64,7 +64,7 @@ def scratch_copy(targets: list[str], tests: list[str]) -> Path:
             shutil.copy2(source, where / name)
     only = [f"{t.rstrip('/')}/*" if (ROOT / t).is_dir() else t for t in targets]
     settings = {
-        "source_paths": ["uopcli"], "only_mutate": only, "also_copy": ["samples", "schemas", "docs"],
+        "source_paths": ["uopcli"], "only_mutate": only, "also_copy": ["samples", "schemas", "docs", "tools", "bench", "README.md"],
         "pytest_add_cli_args_test_selection": tests,
         "pytest_add_cli_args": ["-p", "no:randomly", "-q", "-x", "--timeout=600"],
     }
