@@ -12,7 +12,7 @@ import pytest
 from _reference_eval import assert_shapes_as_inferred, reference_evaluate
 from uopcli.backends.numpy import evaluate
 from test_gradient import ELEMENTWISE_CASES, MOVEMENT_CASES, REDUCE_CASES, a3, nested_functions
-from uopcli import GradientError, Ops, UOp, dtypes
+from uopcli import GradientError, Metadata, Ops, UOp, dtypes
 from uopcli.core.forward import FORWARD_RULES, TANGENT_SCOPE, compute_jvp, is_tangent, jvp, linearize, transpose
 from uopcli.core.gradient import GRADIENT_RULES, compute_gradient
 from uopcli.core.graph import Graph
@@ -189,6 +189,16 @@ def test_tangent_nodes_carry_their_forward_node_metadata_under_the_tangent_scope
     assert made and all(is_tangent(n.meta) for n in made)
     assert any(n.meta.name == "relu" and n.meta.scope == TANGENT_SCOPE for n in made)
     assert not is_tangent(y.meta)
+
+
+def test_each_tangent_node_is_tagged_by_the_node_it_was_made_for_not_by_a_neighbour():
+    x = UOp.param("x", (3,), f64)
+    y = (x.relu() * 2.0).sin()  # relu's nodes, then two untagged ones: the walk's tag changes
+    t = compute_jvp([y], {x: UOp.param("tangent_x", (3,), f64)})[y]
+    untagged = Metadata(None, None, False, TANGENT_SCOPE)
+    assert t.meta == untagged                                   # the SIN's tangent (slope * d(2 relu))
+    assert t.src[0].meta == untagged                            # the MUL's: d(relu) * 2
+    assert t.src[0].src[0].meta == Metadata("relu", y.src[0].src[0].meta.loc, False, TANGENT_SCOPE)
 
 
 def test_a_tangent_that_does_not_fit_is_an_error():

@@ -120,8 +120,9 @@ def _scaled(t: UOp | None, factor: UOp, w: _Walk) -> UOp | None:
     if factor.shape != t.shape and factor.shape != ():  # lift's own test, without its call
         factor = w.lift(factor, t)
     if t.__class__ is _Neg:  # (-t) f = -(t f), exactly: the sign stays outside
-        return _Neg(_mul(t.t, factor))
-    return _mul(t, factor)
+        t = t.t
+        return _Neg(make_shaped(_MUL, t.dtype, (t, factor), None, t.shape))
+    return make_shaped(_MUL, t.dtype, (t, factor), None, t.shape)  # _mul without its call: t has the shape
 
 
 def _zeros_as(t: UOp | None, like: UOp | None) -> UOp:
@@ -138,7 +139,8 @@ def _move(op: str, t: UOp, arg, shape: tuple) -> UOp:
 # zero). Unbatched, a shape-() source's tangent may reach an elementwise op as it is
 # (implicit scalar broadcast); the walk fits the result to y's shape.
 
-# (w.fit(None, y) is None: the hot rows skip the call for a zero tangent)
+# (w.fit(None, y) is None: the hot rows skip the call for a zero tangent, and for a source
+# of y's own shape, whose tangent has y's tangent shape already, batched or not)
 
 def _add_rule(y, t, w):                     # d(a+b) = da + db
     a, b = t
@@ -151,8 +153,8 @@ def _sub_rule(y, t, w):                     # d(a-b) = da - db
     a, b = t
     if b is None:
         return a
-    b = _negated(w.fit(b, y))
-    return b if a is None else _sum(w.fit(a, y), b)
+    b = _negated(b if y.src[1].shape == y.shape else w.fit(b, y))
+    return b if a is None else _sum(a if y.src[0].shape == y.shape else w.fit(a, y), b)
 
 
 def _mul_rule(y, t, w):                     # d(ab) = b da + a db
@@ -160,8 +162,8 @@ def _mul_rule(y, t, w):                     # d(ab) = b da + a db
     da, db = t
     if da is None:
         return _scaled(w.fit(db, y), a, w)
-    da = _scaled(w.fit(da, y), b, w)
-    return da if db is None else _sum(da, _scaled(w.fit(db, y), a, w))
+    da = _scaled(da if a.shape == y.shape else w.fit(da, y), b, w)
+    return da if db is None else _sum(da, _scaled(db if b.shape == y.shape else w.fit(db, y), a, w))
 
 
 def _fdiv_rule(y, t, w):                    # d(a/b) = (da - y db) / b
@@ -219,8 +221,12 @@ def _cos(x: UOp) -> UOp:
     return _sin(_sub(half_pi, x))
 
 
+def _sin_rule(y, t, w):                     # cos(x) dx, as _unary would write it without its two calls
+    return _scaled(t[0], _cos(y.src[0]), w)
+
+
 _half_pis: dict = {}  # dtype -> CONST pi/2 (const_like builds a key per call)
-_SUB = Ops.SUB
+_SUB, _MUL = Ops.SUB, Ops.MUL
 
 
 def _half_pi(x: UOp) -> UOp:
@@ -357,7 +363,7 @@ FORWARD_RULES = {
     Ops.EXP2: lambda y, t, w: _mul(_mul(t[0], _const(y, LN2)), w.lift(y, t[0])),  # (dx ln2) y: ln2 beside dx,
     # where simplify folds it with dx's own constant factor (exp(x) = 2^(x/ln2): the two cancel)
     Ops.LOG2: lambda y, t, w: _div(t[0], w.lift(_mul(y.src[0], _const(y, LN2)), t[0])),  # dx / (x ln2)
-    Ops.SIN: _unary(lambda y: _cos(y.src[0])),                            # cos(x) dx = sin(pi/2 - x) dx
+    Ops.SIN: _sin_rule,                                                   # cos(x) dx = sin(pi/2 - x) dx
     Ops.TRUNC: _none,                                                     # piecewise constant: 0
     Ops.CAST: _cast_rule,                                                 # dx cast to y's dtype
     Ops.BITCAST: _none,                                                   # bits, not values: 0
@@ -432,6 +438,7 @@ def _tangents_tagged(roots: list[UOp], seeds: dict[UOp, UOp], w: _Walk) -> dict[
     metas_get, cell = _tangent_metas.get, made_for
     batch = w.batch
     neg, signed = _Neg, SIGNED_OPS
+    last_meta = cell  # never a node's metadata
     for node in scope_toposort(roots):
         src = node.src
         if not src or node in seeds:
@@ -455,7 +462,9 @@ def _tangents_tagged(roots: list[UOp], seeds: dict[UOp, UOp], w: _Walk) -> dict[
         rule = rules.get(node.op)
         if rule is None:
             raise GradientError(f"no forward rule for {node.op}: {node!r}")
-        cell[0] = metas_get(node.meta) or _tangent_meta(node)
+        if node.meta is not last_meta:  # neighbours share metadata objects: one look-up per run
+            last_meta = node.meta
+            cell[0] = metas_get(last_meta) or _tangent_meta(node)
         if negated and node.op not in signed:
             t = tuple(map(_made, t))
         out = rule(node, t, w)
