@@ -97,14 +97,23 @@ def recheck(where: Path, survivors: list[str], jobs: int) -> dict[str, bool]:
     stats = json.loads((where / "mutants" / "mutmut-stats.json").read_text())
     tests_of = stats["tests_by_mangled_function_name"]
 
+    def tests_for(name: str) -> list[str]:
+        return sorted(tests_of.get(name.rsplit("__mutmut_", 1)[0], []))
+
+    def passes(mutant: str, tests: list[str]) -> subprocess.CompletedProcess:
+        env = {**os.environ, "MUTANT_UNDER_TEST": mutant, "PYTHONPATH": "."}  # "": the unmutated code
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:randomly", "-p", "no:cacheprovider",
+                               "--timeout=600", *tests], cwd=where / "mutants", env=env, capture_output=True, text=True)
+
+    # the same tests pass fresh on the unmutated code, or a failure here would say nothing of a mutant
+    baseline = passes("", sorted({t for name in survivors for t in tests_for(name)}))
+    if baseline.returncode != 0:
+        print(baseline.stdout[-3000:], file=sys.stderr)
+        raise SystemExit("mutation: the survivors' tests fail in a fresh interpreter without a mutant (above)")
+
     def run(name: str) -> tuple[str, bool]:
-        tests = sorted(tests_of.get(name.rsplit("__mutmut_", 1)[0], []))
-        if not tests:
-            return name, True
-        env = {**os.environ, "MUTANT_UNDER_TEST": name, "PYTHONPATH": "."}
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:randomly", "-p", "no:cacheprovider",
-                               "--timeout=600", *tests], cwd=where / "mutants", env=env, capture_output=True)
-        return name, done.returncode == 0
+        tests = tests_for(name)
+        return name, not tests or passes(name, tests).returncode == 0
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         return dict(pool.map(run, survivors))
