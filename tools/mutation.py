@@ -29,7 +29,8 @@ TESTS = [
                               "tests/test_simplify_differential.py", "tests/test_simplify_ulps.py"]),
     ("uopcli/core/gradient.py", ["tests/test_gradient.py", "tests/test_gradient_properties.py",
                                  "tests/test_gradient_higher_order.py",
-                                 "tests/test_gradient_second_order_properties.py"]),
+                                 "tests/test_gradient_second_order_properties.py",
+                                 "tests/test_gradient_rules_edges.py"]),
     # ONNX's own node cases (test_onnx_conformance.py) reach every import row with the spec's values
     ("uopcli/interop/onnx", ["tests/test_onnx_bridge.py", "tests/test_onnx_export.py", "tests/test_onnx_export_ops.py",
                              "tests/test_onnx_import_ops.py", "tests/test_onnx_import_models.py",
