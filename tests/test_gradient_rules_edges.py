@@ -216,6 +216,16 @@ def test_root_and_root_grad_errors():
         with pytest.raises(GradientError) as raised:
             compute_gradient(pair, seed, [x])
         assert str(raised.value) == "the gradient of a TUPLE of 2 must be a TUPLE of as many"
+    # each element's seed fits its element (a scalar seed was broadcast, with no error), or is NOOP
+    ones = UOp.full((3,), 1.0, f64)
+    for seed, message in ((UOp.tuple(UOp.const(1.0, f64), ones), "root_grad float64[] does not fit root float64[3]"),
+                          (UOp.tuple(ones, UOp.full((3,), 1.0, dtypes.float32)),
+                           "root_grad float32[3] does not fit root float64[3]")):
+        with pytest.raises(GradientError) as raised:
+            compute_gradient(pair, seed, [x])
+        assert str(raised.value) == message
+    (grad,) = compute_gradient(pair, UOp.tuple(ones, UOp.noop()), [x]).values()
+    np.testing.assert_allclose(evaluate([grad], {"ex": np.array([0.5, -1.0, 2.0])})[0], np.cos([0.5, -1.0, 2.0]))
 
 
 def test_a_target_that_is_not_a_value_is_an_error():

@@ -422,6 +422,9 @@ def _check_root_grad(root: UOp, root_grad: UOp) -> None:
     if root.op == Ops.TUPLE:
         if root_grad.op != Ops.TUPLE or len(root_grad.src) != len(root.src):
             raise GradientError(f"the gradient of a TUPLE of {len(root.src)} must be a TUPLE of as many")
+        for element, grad in zip(root.src, root_grad.src):  # each fits its element, or is NOOP (none)
+            if grad.op != _NOOP_OP:
+                _check_root_grad(element, grad)
     elif root_grad.shape != root.shape or root_grad.dtype is not root.dtype:
         raise GradientError(f"root_grad {root_grad.dtype.name}{list(root_grad.shape or ())} does not fit "
                             f"root {root.dtype.name}{list(root.shape or ())}")
