@@ -126,6 +126,13 @@ LAYER_CASES = [
          kernel_shape=[2, 2], strides=[3, 2], pads=[0, 1, 0, 0]),
     case("MaxUnpool", f32(1, 2, 2, 2), i64([[[[0, 3], [8, 15]], [[16, 19], [24, 31]]]]), Init(i64([1, 2, 4, 5])),
          kernel_shape=[2, 2], strides=[2, 2], id="MaxUnpool-output-shape"),
+    # strides left out (1), pads at the end (out = (in - 1)·s - before - after + k), a size of 1,
+    # and a 1-D output_shape ([N, C, L]: its last axis is the one spatial size)
+    case("MaxUnpool", f32(1, 2, 3), i64([[[2, 0, 1], [3, 5, 4]]]), kernel_shape=[2], pads=[0, 1],
+         id="MaxUnpool-1d-default-strides-end-pad"),
+    case("MaxUnpool", f32(1, 1, 1, 2), i64([[[[2, 0]]]]), kernel_shape=[1, 2], id="MaxUnpool-default-strides-size-1"),
+    case("MaxUnpool", f32(1, 2, 2), i64([[[1, 2], [4, 7]]]), Init(i64([1, 2, 4])), kernel_shape=[2], strides=[2],
+         id="MaxUnpool-1d-output-shape"),
     # recurrences: RNN, GRU (linear_before_reset both ways), LSTM's new attributes
     case("RNN", f32(4, 2, 3), f32(1, 5, 3), f32(1, 5, 5), f32(1, 10), hidden_size=5, outs=2),
     case("RNN", f32(3, 2, 3), f32(2, 4, 3), f32(2, 4, 4), f32(2, 8), None, f32(2, 2, 4), direction="bidirectional",
@@ -212,6 +219,43 @@ def test_recurrence_refusals_name_the_reason():
                               {}, 18, 1, [F])
     with pytest.raises(FormatError, match="only full sequences"):
         ours(model, {})
+
+
+def _refused(op, *inputs, opset=18, **attrs) -> str:
+    """The one-line refusal of a one-node model, which names the node."""
+    model, _ = one_node_model(op, inputs, attrs, opset, 1, [F])
+    with pytest.raises(FormatError) as caught:
+        ours(model, {})
+    message = str(caught.value)
+    assert "\n" not in message and f"node '/block/{op}' ({op})" in message, message
+    return message
+
+
+ZEROS = np.zeros((1, 1, 2, 2), np.int64)
+
+
+@pytest.mark.parametrize("inputs, attrs, why", [
+    ((f32(1, 1, 2, 2), ZEROS), dict(kernel_shape=[0, 2]), "kernel_shape [0, 2] needs sizes >= 1"),
+    ((f32(1, 2, 4), np.zeros((1, 2, 4), np.int64)), dict(kernel_shape=[2, 2], strides=[2, 2]),
+     "X [1, 2, 4] and I [1, 2, 4] [N, C, *2 axes], strides [2, 2] and pads [0, 0, 0, 0] do not fit kernel_shape [2, 2]"),
+    ((f32(1, 1, 2, 2), np.zeros((1, 1, 2, 1), np.int64)), dict(kernel_shape=[2, 2]),
+     "X [1, 1, 2, 2] and I [1, 1, 2, 1] [N, C, *2 axes], strides [1, 1] and pads [0, 0, 0, 0] do not fit"),
+    ((f32(1, 1, 2, 2), ZEROS), dict(kernel_shape=[2, 2], strides=[2]),
+     "X [1, 1, 2, 2] and I [1, 1, 2, 2] [N, C, *2 axes], strides [2] and pads [0, 0, 0, 0] do not fit"),
+    ((f32(1, 1, 2, 2), ZEROS), dict(kernel_shape=[2, 2], pads=[0, 0]),
+     "strides [1, 1] and pads [0, 0] do not fit kernel_shape [2, 2]"),
+    ((f32(1, 1, 2, 2), ZEROS), dict(kernel_shape=[2, 2], pads=[0, -1, 0, 0]),
+     "strides [1, 1] and pads [0, -1, 0, 0] do not fit kernel_shape [2, 2]"),
+    ((f32(1, 1, 1, 1), np.zeros((1, 1, 1, 1), np.int64)), dict(kernel_shape=[1, 1], pads=[1, 0, 0, 0]),
+     "the unpooled sizes [0, 1] are empty, or larger than output_shape [0, 1]"),
+    ((f32(1, 1, 1, 2), np.zeros((1, 1, 1, 2), np.int64), Init(i64([1, 1, 2, 3]))), dict(kernel_shape=[2, 2], strides=[2, 2]),
+     "the unpooled sizes [2, 4] are empty, or larger than output_shape [2, 3]"),
+    ((f32(1, 1, 1, 2), np.zeros((1, 1, 1, 2), np.int64), i64([1, 1, 2, 4])), dict(kernel_shape=[2, 2], strides=[2, 2]),
+     "output_shape (input 2) must be known when importing"),
+], ids=["kernel", "rank", "indices-shape", "strides-count", "pads-count", "negative-pad", "empty", "output-shape-smaller",
+        "output-shape-computed"])
+def test_max_unpool_refusals_name_the_reason(inputs, attrs, why):
+    assert why in _refused("MaxUnpool", *inputs, **attrs)
 
 
 # ----------------------------------------------------------------------------- gradients, finite differences
