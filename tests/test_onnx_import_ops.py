@@ -16,7 +16,7 @@ ort = pytest.importorskip("onnxruntime", reason="onnxruntime has no wheel for th
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
-from uopcli import evaluate_graph  # noqa: E402
+from uopcli import FormatError, evaluate_graph  # noqa: E402
 from uopcli.interop.onnx.importer import import_model  # noqa: E402
 from uopcli.interop.onnx.import_table import TABLE  # noqa: E402
 
@@ -132,6 +132,11 @@ CASES = [
     case("GatherElements", f32(3, 4), i64([[0, 2], [1, -1], [3, 0]]), axis=1),
     case("GatherND", f32(3, 4, 2), i64([[0, 1], [2, -1]])),
     case("GatherND", f32(2, 3, 4), i64([[1], [0]]), batch_dims=1, id="GatherND-batch"),
+    # one index vector (1-D indices); three batch elements (each one's offset), with an axis
+    # between the batch and the index vector; empty index vectors (each picks all of data)
+    case("GatherND", f32(3, 4, 2), i64([2, 1]), id="GatherND-1d-indices"),
+    case("GatherND", f32(3, 4, 5), i64([[[1], [3]], [[0], [0]], [[2], [-1]]]), batch_dims=1, id="GatherND-batch-3"),
+    case("GatherND", f32(3, 4), np.zeros((2, 0), np.int64), id="GatherND-empty-index"),
     case("Expand", f32(3, 1), Init(i64([2, 1, 4]))),
     case("Trilu", f32(4, 5)), case("Trilu", f32(2, 4, 5), Init(i64(-1)), upper=0, id="Trilu-lower"),
     # constants
@@ -235,7 +240,8 @@ def assert_same(got, want, what, zero_signs=True):
 
 # Where one of the two peers does not implement the spec, the other one is the judge:
 NOT_BY_REFERENCE = {  # onnx 1.23's reference normalises Softmax-11 along the last axis only,
-    "Softmax-11-coerced", "Pad-value-negative"}  # and its Pad (np.pad) refuses negative pads
+    "Softmax-11-coerced", "Pad-value-negative",  # and its Pad (np.pad) refuses negative pads,
+    "GatherND-empty-index"}  # and its GatherND cannot reshape indices whose last axis is 0
 # onnxruntime's Relu keeps -0.0 (x >= 0 ? x : 0); onnx.reference's, np.maximum(x, 0), gives
 # +0.0, and the spec (max(0, x)) does not say: ours follows the reference, so the sign of a
 # zero is compared with onnx.reference only
@@ -257,6 +263,20 @@ def test_op_matches_onnxruntime_and_the_reference(request, op, inputs, attrs, op
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     for i, (mine, theirs) in enumerate(zip(got, session.run(None, feeds))):
         assert_same(mine, theirs, f"{op} output {i} against onnxruntime", case_id not in ZERO_SIGN_BY_REFERENCE_ONLY)
+
+
+@pytest.mark.parametrize("data, indices, batch_dims, why", [
+    (f32(3, 4), np.int64(1), 0, "indices [] do not fit data [3, 4] with batch_dims=0"),
+    (f32(3, 4), i64([[0, 1, 2]]), 0, "indices [1, 3] do not fit data [3, 4] with batch_dims=0"),
+    (f32(2, 3, 4), i64([[0, 1, 2], [1, 0, 0]]), 1, "indices [2, 3] do not fit data [2, 3, 4] with batch_dims=1"),
+    (f32(2, 3, 4), i64([[0], [1], [2]]), 1, "indices [3, 1] do not fit data [2, 3, 4] with batch_dims=1"),
+], ids=["scalar-indices", "index-too-long", "index-too-long-after-batch", "batch-differs"])
+def test_gather_nd_refusals_name_the_shapes(data, indices, batch_dims, why):
+    model, _ = one_node_model("GatherND", [data, indices], dict(batch_dims=batch_dims), 18, 1, [F])
+    with pytest.raises(FormatError) as caught:
+        ours(model, {})
+    message = str(caught.value)
+    assert "\n" not in message and "node '/block/GatherND' (GatherND)" in message and why in message, message
 
 
 def test_every_row_of_the_table_is_tested():
