@@ -11,6 +11,7 @@ Every tinygrad op the table has must be reached by some case (`test_every_rule_h
 
 from __future__ import annotations
 
+import re
 import sys
 
 import numpy as np
@@ -26,7 +27,7 @@ from tinygrad.uop.ops import Ops as T  # noqa: E402
 from tinygrad.uop.ops import UOp as TinyUOp  # noqa: E402
 
 from uopcli import evaluate_graph  # noqa: E402
-from uopcli.interop.tinygrad import export  # noqa: E402
+from uopcli.interop.tinygrad import ExportError, export  # noqa: E402
 from uopcli.interop.tinygrad.export_rules import _rules  # noqa: E402
 
 
@@ -236,3 +237,14 @@ def test_every_rule_has_a_case(results):
     reached = set().union(*(ops for _, _, ops in results.values()))
     missing = rules - reached - set(NOT_REACHED)
     assert not missing, f"rules no case reaches: {sorted(op.name for op in missing)}"
+
+
+def test_a_bitcast_that_changes_the_item_size_is_refused_by_name():
+    """BITCAST's rule keeps the item size: float32 read as int16 (tinygrad doubles the last
+    axis) is refused in one line naming the op, the output and both dtypes."""
+    x = Tensor(F32)
+    with pytest.raises(ExportError) as caught:
+        export({"y": x.bitcast(dtypes.int16)}, {"x": x})
+    assert re.fullmatch(r"cannot export tinygrad BITCAST( \(made by Tensor\.\w+\))?, reached from output 'y': "
+                        r"reinterprets float32 as int16: only equal item sizes have a counterpart", str(caught.value)), \
+        str(caught.value)
