@@ -253,7 +253,9 @@ def test_cast_every_pair(src):
     if src.is_float:
         with np.errstate(over="ignore"):
             extra = np.array([2.0 ** 31, 2.0 ** 32 - 256, 2.0 ** 32, -2.0 ** 31, 2.0 ** 63, 1e19, -1e19, 4e9, -3e9,
-                              2.0 ** 64, 1e10], dtype=src.np)
+                              2.0 ** 64, 1e10,
+                              # within int32 / int64 but past half their range (the conversion's own limits)
+                              1.5e9, -1.5e9, 2.0 ** 31 - 128, 5e18, -5e18, 2.0 ** 63 - 2048], dtype=src.np)
         x = np.concatenate([x, extra])
     for dst in ALL:
         params = [UOp.param("x", x.shape, src)]
@@ -279,6 +281,10 @@ def test_bitcast(pair):
         rng = np.random.default_rng(3)
         x = np.concatenate([x, rng.integers(np.iinfo(src.np).min, np.iinfo(src.np).max, 300, dtype=src.np,
                                             endpoint=True)]) if src.is_int else x
+        if dst.is_float:  # the bits of +-inf and of nans (quiet, signalling, sign set) of the float it becomes
+            special = np.array([np.inf, -np.inf, np.nan, -np.nan], dst.np).view(src.np)
+            signalling = (np.array([np.inf], dst.np).view(f"u{src.itemsize}") + 1).view(src.np)
+            x = np.concatenate([x, special, signalling])
     if src is dtypes.bool or dst is dtypes.bool:
         x = x if src is not dtypes.uint8 and src is not dtypes.int8 else np.array([0, 1], src.np)
     check_op(lambda v: v.bitcast(dst), {"x": x})
