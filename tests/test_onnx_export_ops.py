@@ -221,6 +221,39 @@ def test_shifts(op, dtype):
     check_op(binary(op), {"a": a, "b": b})
 
 
+def _c_bit_shift():
+    """onnx.reference's BitShift as C on x86-64 shifts: the count taken mod the width (C
+    leaves a shift by the width or more undefined; the spec does not say)."""
+    from onnx.reference.ops._op import OpRunBinaryNum
+
+    class BitShift(OpRunBinaryNum):
+        op_domain = ""
+
+        def _run(self, a, b):
+            width = np.iinfo(a.dtype).bits
+            b = (b % width).astype(a.dtype)
+            return (np.left_shift(a, b) if self.direction == "LEFT" else np.right_shift(a, b)).astype(a.dtype),
+
+    return BitShift
+
+
+@pytest.mark.parametrize("dtype", INTS, ids=str)
+@pytest.mark.parametrize("op", [Ops.SHL, Ops.SHR])
+def test_shifts_never_shift_by_the_width_or_more(op, dtype):
+    """exact.shift_left/shift_right give BitShift counts below the width only: run where
+    a wider count wraps, as in C on x86-64, the values are still the evaluator's."""
+    from onnx.reference import ReferenceEvaluator
+    from uopcli.interop.onnx.exporter import to_onnx
+    width, info = dtype.itemsize * 8, np.iinfo(dtype.np)
+    amounts = [v for v in [info.min, -width - 1, -1, 0, 1, width - 1, width, width + 1, 2 * width + 1, info.max]
+               if info.min <= v <= info.max]
+    a, b = (np.array(v, dtype=dtype.np) for v in zip(*itertools.product(edge_values(dtype), amounts)))
+    params = [UOp.param("a", a.shape, dtype), UOp.param("b", b.shape, dtype)]
+    graph = Graph({"out": binary(op)(*params)}, inputs=params)
+    (ours,) = ReferenceEvaluator(to_onnx(graph), new_ops=[_c_bit_shift()]).run(None, {"a": a, "b": b})
+    assert_exact(ours, evaluated(graph, {"a": a, "b": b})["out"], f"{op} {dtype.name}")
+
+
 @pytest.mark.parametrize("dtype", ALL, ids=str)
 @pytest.mark.parametrize("op", [Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ])
 def test_comparisons(op, dtype):
