@@ -323,6 +323,21 @@ def test_bitcast(pair):
     check_op(lambda v: v.bitcast(dst), {"x": x})
 
 
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_bitcast_of_every_power_of_two_and_its_neighbours(dtype):
+    """The exponent field of every binade (subnormals too): 2^k and the floats either side,
+    where floor(log2 x) from Log is most easily one off."""
+    info = np.finfo(dtype.np)
+    powers = np.ldexp(1.0, np.arange(info.minexp - info.nmant, info.maxexp)).astype(dtype.np)
+    with np.errstate(over="ignore"):
+        x = np.concatenate([powers, np.nextafter(powers, np.inf), np.nextafter(powers, 0), -powers])
+    ours, _ = check_op(lambda v: v.bitcast(_UNSIGNED_OF[dtype]), {"x": x})
+    assert ours.tolist() == x.view(_UNSIGNED_OF[dtype].np).tolist()
+
+
+_UNSIGNED_OF = {dtypes.float16: dtypes.uint16, dtypes.float32: dtypes.uint32, dtypes.float64: dtypes.uint64}
+
+
 def test_bitcast_float_fields_by_hand():
     x = np.array([0.0, -0.0, 1.0, -2.5, np.inf, -np.inf, 1e-45, -1e-40, 3.4e38], np.float32)
     ours, _ = check_op(lambda v: v.bitcast(dtypes.uint32), {"x": x})
