@@ -189,7 +189,8 @@ def test_integer_pow(dtype):
     """C-style: wrapping products, b < 0 gives 1, +-1 or 0; exponents past the width."""
     info = np.iinfo(dtype.np)
     bases = [v for v in [info.min, -3, -2, -1, 0, 1, 2, 3, 7, info.max] if info.min <= v <= info.max]
-    exps = [v for v in [info.min, -3, -2, -1, 0, 1, 2, 3, 5, 8, 15, 31, 33, 63, 64, info.max] if info.min <= v <= info.max]
+    exps = [v for v in [info.min, info.min + 1, -(2 ** 53) - 1, -3, -2, -1, 0, 1, 2, 3, 5, 8, 15, 31, 33, 63, 64, info.max]
+            if info.min <= v <= info.max]  # odd negative exponents past 2^53: (-1)^b by b's exact parity
     a, b = (np.array(v, dtype=dtype.np) for v in zip(*itertools.product(bases, exps)))
     check_op(binary(Ops.POW), {"a": a, "b": b})
 
@@ -336,6 +337,11 @@ def test_bitcast_of_every_power_of_two_and_its_neighbours(dtype):
 
 
 _UNSIGNED_OF = {dtypes.float16: dtypes.uint16, dtypes.float32: dtypes.uint32, dtypes.float64: dtypes.uint64}
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=str)
+def test_bitcast_to_its_own_dtype(dtype):
+    check_op(lambda v: UOp.make(Ops.BITCAST, v.dtype, (v,)), {"x": edge_values(dtype)})
 
 
 def test_bitcast_float_fields_by_hand():

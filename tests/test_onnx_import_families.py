@@ -268,6 +268,15 @@ def test_what_cannot_be_imported_exactly_is_refused_in_one_line():
     assert "repeats" in refusal("Tile", f32(2, 3), Init(i64([2])))
 
 
+def test_refusals_name_the_input_or_attribute_at_fault():
+    two = [F, F]
+    assert "split (input 1) must be known when importing" in refusal("Split", f32(4, 2), i64([1, 3]), types=two)
+    assert "split sizes [1, 2] do not add up to the axis' 4" in refusal("Split", f32(4, 2), Init(i64([1, 2])), types=two)
+    assert "axis 2 is out of range for rank 2" in refusal("GatherElements", f32(3, 4), i64([[0]]), axis=2)
+    assert "approximate='exact' is not 'none' or 'tanh'" in refusal("Gelu", f32(3), opset=20, approximate="exact")
+    assert "labels [1] do not fit scores [4]" in refusal("SoftmaxCrossEntropyLoss", f32(4), i64([0]))
+
+
 # ----------------------------------------------------------------------------- gradients
 
 AWAY = np.array([-2.3, -1.1, -0.45, 0.35, 0.8, 1.7, 2.9], np.float32)  # no kink (0, ±1, ±3) within reach
