@@ -277,6 +277,12 @@ def test_refusals_name_the_input_or_attribute_at_fault():
     assert "labels [1] do not fit scores [4]" in refusal("SoftmaxCrossEntropyLoss", f32(4), i64([0]))
 
 
+def test_gather_names_the_indices_outside_the_axis_as_the_model_gives_them():
+    """Only the indices at fault, and negative ones as written (-4, not -4 + 3)."""
+    assert "an index of [-4] is outside the axis' 3" in refusal("Gather", f32(3), Init(i64([-4])))
+    assert "an index of [5, -7] is outside the axis' 3" in refusal("Gather", f32(3), Init(i64([0, 5, -1, -7])))
+
+
 # ----------------------------------------------------------------------------- gradients
 
 AWAY = np.array([-2.3, -1.1, -0.45, 0.35, 0.8, 1.7, 2.9], np.float32)  # no kink (0, ±1, ±3) within reach
