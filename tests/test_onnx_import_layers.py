@@ -122,6 +122,11 @@ LAYER_CASES = [
          id="MaxPool-indices-column-major"),
     case("MaxPool", f32(1, 2, 4, 5, 3), kernel_shape=[2, 2, 2], dilations=[1, 2, 1], storage_order=1, outs=2,
          types=[F, I64], opset=12, id="MaxPool-indices-3d-dilated-column-major"),
+    # windows that fit only with the padding on both sides of an axis, or dilated, padded as far as they allow
+    case("MaxPool", f32(1, 1, 2, 2), kernel_shape=[3, 3], pads=[1, 0, 0, 1], id="MaxPool-fits-by-the-padding"),
+    case("MaxPool", f32(1, 1, 4, 4), kernel_shape=[3, 3], dilations=[2, 2], pads=[2, 2, 2, 2], id="MaxPool-dilated-padded"),
+    case("MaxPool", f32(1, 1, 4, 4), kernel_shape=[2, 2], dilations=[3, 3], pads=[1, 0, 0, 1],
+         id="MaxPool-dilated-kernel-2-padded"),
     case("MaxUnpool", f32(2, 2, 2, 3), i64(np.array([[0, 3, 10], [13, 22, 24]]) + 25 * np.arange(4).reshape(2, 2, 1, 1)),
          kernel_shape=[2, 2], strides=[3, 2], pads=[0, 1, 0, 0]),
     case("MaxUnpool", f32(1, 2, 2, 2), i64([[[[0, 3], [8, 15]], [[16, 19], [24, 31]]]]), Init(i64([1, 2, 4, 5])),

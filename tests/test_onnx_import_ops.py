@@ -79,6 +79,7 @@ CASES = [
     case("Gemm", f32(3, 4), f32(4, 5), f32(5)),
     case("Gemm", f32(4, 3), f32(5, 4), f32(3, 1), transA=1, transB=1, alpha=0.5, beta=-2.0, id="Gemm-trans"),
     case("Conv", f32(1, 2, 6, 6), f32(3, 2, 3, 3), f32(3)),
+    case("Conv", f32(1, 1, 3, 2), f32(2, 1, 3, 2), id="Conv-kernel-as-large-as-the-input"),
     case("Conv", f32(2, 4, 7, 6), f32(4, 2, 3, 2), pads=[1, 0, 2, 1], strides=[2, 1], dilations=[1, 2], group=2,
          id="Conv-pads-strides-dilations-groups"),
     case("Conv", f32(1, 2, 7, 7), f32(2, 2, 3, 3), auto_pad="SAME_UPPER", strides=[2, 2], id="Conv-same-upper"),
