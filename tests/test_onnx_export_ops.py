@@ -189,8 +189,10 @@ def test_integer_pow(dtype):
     """C-style: wrapping products, b < 0 gives 1, +-1 or 0; exponents past the width."""
     info = np.iinfo(dtype.np)
     bases = [v for v in [info.min, -3, -2, -1, 0, 1, 2, 3, 7, info.max] if info.min <= v <= info.max]
-    exps = [v for v in [info.min, info.min + 1, -(2 ** 53) - 1, -3, -2, -1, 0, 1, 2, 3, 5, 8, 15, 31, 33, 63, 64, info.max]
-            if info.min <= v <= info.max]  # odd negative exponents past 2^53: (-1)^b by b's exact parity
+    exps = [v for v in [info.min, info.min + 1, -(2 ** 53) - 1, -3, -2, -1, 0, 1, 2, 3, 5, 8, 15, 31, 33, 63, 64,
+                        info.max // 2 + 1, info.max]
+            if info.min <= v <= info.max]  # odd negative exponents past 2^53: (-1)^b by b's exact parity;
+    # the exponent's top bit alone (2^(n-1) for unsigned: an even base gives 0, not 1)
     a, b = (np.array(v, dtype=dtype.np) for v in zip(*itertools.product(bases, exps)))
     check_op(binary(Ops.POW), {"a": a, "b": b})
 
@@ -253,6 +255,22 @@ def test_shifts_never_shift_by_the_width_or_more(op, dtype):
     graph = Graph({"out": binary(op)(*params)}, inputs=params)
     (ours,) = ReferenceEvaluator(to_onnx(graph), new_ops=[_c_bit_shift()]).run(None, {"a": a, "b": b})
     assert_exact(ours, evaluated(graph, {"a": a, "b": b})["out"], f"{op} {dtype.name}")
+
+
+@pytest.mark.parametrize("dtype", [dtypes.int64, dtypes.uint64], ids=str)
+def test_integer_pow_never_shifts_by_the_width_or_more(dtype):
+    """Integer POW reads the exponent's bits by BitShift: counts below 64 only (see
+    test_shifts_never_shift_by_the_width_or_more)."""
+    from onnx.reference import ReferenceEvaluator
+    from uopcli.interop.onnx.exporter import to_onnx
+    info = np.iinfo(dtype.np)
+    a, b = (np.array(v, dtype=dtype.np) for v in zip(*itertools.product([-3, 0, 1, 2, 3, 7] if dtype.kind == "i" else
+                                                                         [0, 1, 2, 3, 7, info.max],
+                                                                         [0, 1, 2, 5, 63, 64, info.max])))
+    params = [UOp.param("a", a.shape, dtype), UOp.param("b", b.shape, dtype)]
+    graph = Graph({"out": binary(Ops.POW)(*params)}, inputs=params)
+    (ours,) = ReferenceEvaluator(to_onnx(graph), new_ops=[_c_bit_shift()]).run(None, {"a": a, "b": b})
+    assert_exact(ours, evaluated(graph, {"a": a, "b": b})["out"], f"POW {dtype.name}")
 
 
 @pytest.mark.parametrize("dtype", ALL, ids=str)
