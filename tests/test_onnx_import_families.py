@@ -283,6 +283,7 @@ def test_gather_names_the_indices_outside_the_axis_as_the_model_gives_them():
     assert "an index of [5, -7] is outside the axis' 3" in refusal("Gather", f32(3), Init(i64([0, 5, -1, -7])))
 
 
+COMPUTED = "must be known when importing (a constant or a shape), but it is computed from the model's inputs"
 # every refusal of ops_nn.py and ops_tensor.py that no other test reads, by its message:
 # (op, inputs, attributes, output types or None for one float, what the message says)
 REFUSALS = [
@@ -365,6 +366,11 @@ REFUSALS = [
     ("Range", (Init(np.array([1.0, 2.0], np.float32)), Init(np.float32(3)), Init(np.float32(1))), {}, None,
      "start, limit and delta must be scalars"),
     ("Range", (Init(np.float32(1)), Init(np.float32(3)), Init(np.float32(0))), {}, None, "delta is 0"),
+    ("Unsqueeze", (f32(2), Init(i64([3]))), {}, None, "axes 3 is out of range for rank 2"),
+    ("Range", (np.float32(1), Init(np.float32(3)), Init(np.float32(1))), {}, None, "start (input 0) " + COMPUTED),
+    ("Range", (Init(np.float32(1)), np.float32(3), Init(np.float32(1))), {}, None, "limit (input 1) " + COMPUTED),
+    ("Range", (Init(np.float32(1)), Init(np.float32(3)), np.float32(1)), {}, None, "delta (input 2) " + COMPUTED),
+    ("Dropout", (f32(3), None, np.array(True)), {}, None, "training_mode (input 2) " + COMPUTED),
     ("Dropout", (f32(3), None, Init(np.array(True))), {}, None,
      "training_mode=true is random: only inference Dropout is imported"),
 ]

@@ -284,6 +284,18 @@ def test_gather_nd_refusals_name_the_shapes(data, indices, batch_dims, why):
     assert "\n" not in message and "node '/block/GatherND' (GatherND)" in message and why in message, message
 
 
+def test_constant_from_value_floats_and_value_int():
+    nodes = [helper.make_node("Constant", [], ["a"], value_floats=[1.5, -2.0, 0.25]),
+             helper.make_node("Constant", [], ["b"], value_int=3),
+             helper.make_node("Cast", ["b"], ["bf"], to=F),
+             helper.make_node("Add", ["a", "bf"], ["out"])]
+    graph = helper.make_graph(nodes, "constants", [], [helper.make_tensor_value_info("out", F, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    (got,) = ours(model, {})
+    assert_same(got, ReferenceEvaluator(model).run(None, {})[0], "Constant value_floats + value_int")
+    assert got.tolist() == [4.5, 1.0, 3.25]
+
+
 def test_every_row_of_the_table_is_tested():
     from test_onnx_import_layers import LAYER_CASES  # issue 29's layer ops
     tested = {p.values[0] for p in CASES + LAYER_CASES} | {"Constant"}  # Constant: in every exported model (test_onnx_import)
