@@ -358,6 +358,7 @@ REFUSALS = [
     ("Slice", (f32(5), Init(i64([0])), Init(i64([1, 2]))), {}, None, "starts, ends, axes and steps differ in length"),
     ("Slice", (f32(5), Init(i64([0])), Init(i64([3])), Init(i64([0])), Init(i64([0]))), {}, None, "a step of 0"),
     ("Expand", (f32(2, 3), Init(i64([4, 3]))), {}, None, "shape [4, 3] does not broadcast with the input [2, 3]"),
+    ("Expand", (f32(2, 3), Init(i64([4, 5]))), {}, None, "shape [4, 5] does not broadcast with the input [2, 3]"),
     ("Gather", (f32(3), Init(i64([3]))), {}, None, "an index of [3] is outside the axis' 3"),
     ("Constant", (), {}, None, "needs exactly one of value, value_float(s), value_int(s); has none"),
     ("Constant", (), dict(value_float=1.0, value_int=2), None,
