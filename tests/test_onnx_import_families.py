@@ -311,6 +311,8 @@ REFUSALS = [
     ("ConvTranspose", (n32(1, 1, 3, 3), n32(1, 1, 2, 2)), dict(auto_pad="SAME"), None,
      "auto_pad='SAME' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID"),
     ("ConvTranspose", (n32(1, 1, 3, 3), n32(1, 1, 2, 2)), dict(pads=[1, 1]), None, "pads [1, 1] needs 4 values >= 0"),
+    ("ConvTranspose", (n32(1, 1, 3, 3), n32(1, 1, 2, 2)), dict(output_shape=[0, 4]), None,
+     "output_shape [0, 4] needs 2 sizes >= 1"),
     ("ConvTranspose", (n32(1, 1, 3, 3), n32(1, 1, 2, 2)), dict(pads=[2, 2, 2, 2]), None,
      "pads [2, 2, 2, 2] leave an empty output"),
     ("Col2Im", (n32(1, 4, 4), Init(i64([3, 3])), Init(i64([2]))), {}, None,

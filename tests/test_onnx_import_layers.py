@@ -42,6 +42,12 @@ LAYER_CASES = [
          id="ConvTranspose-strides-pads-output_padding"),
     case("ConvTranspose", f32(1, 1, 3, 3), f32(1, 2, 3, 3), strides=[3, 2], output_shape=[10, 8],
          id="ConvTranspose-output_shape"),
+    case("ConvTranspose", n32(1, 1, 3, 3), n32(1, 2, 3, 3), strides=[3, 2], output_shape=[1, 7],
+         id="ConvTranspose-output_shape-size-1"),
+    case("ConvTranspose", n32(1, 1, 3, 3), n32(1, 2, 2, 2), strides=[2, 2], auto_pad="SAME_LOWER",
+         id="ConvTranspose-same-lower"),
+    case("ConvTranspose", n32(1, 1, 2, 3), n32(1, 1, 2, 2), auto_pad="VALID", id="ConvTranspose-valid"),
+    case("ConvTranspose", n32(1, 1, 1, 3), n32(1, 1, 1, 2), id="ConvTranspose-size-1"),
     case("ConvTranspose", f32(1, 1, 3, 3), f32(1, 2, 3, 3), strides=[2, 2], auto_pad="SAME_UPPER",
          id="ConvTranspose-same-upper"),
     case("ConvTranspose", f32(2, 4, 5), f32(4, 3, 2), f32(6), group=2, dilations=[2], strides=[2],
@@ -158,6 +164,7 @@ LAYER_CASES = [
 NOT_BY_REFERENCE = {  # onnx 1.23's reference LRN loops over the batch axis as if it were the channels,
     "LRN", "LRN-attributes",  # its grouped ConvTranspose reshapes the weight wrongly,
     "ConvTranspose-1d-group-dilated",
+    "ConvTranspose-output_shape-size-1",  # its ConvTranspose fails on an output_shape cutting into the kernel (ValueError)
     "GRU-bidirectional-activations", "RNN-bidirectional-activations",  # nor reads activations / clip
     "LSTM-clip-activations",
     # nor has Resize-11's tf_half_pixel_for_nn, Resize-10's signature or Upsample-7's attribute
