@@ -189,7 +189,10 @@ def test_integer_pow(dtype):
     """C-style: wrapping products, b < 0 gives 1, +-1 or 0; exponents past the width."""
     info = np.iinfo(dtype.np)
     bases = [v for v in [info.min, -3, -2, -1, 0, 1, 2, 3, 7, info.max] if info.min <= v <= info.max]
-    exps = [v for v in [info.min, -3, -2, -1, 0, 1, 2, 3, 5, 8, 15, 31, 33, 63, 64, info.max] if info.min <= v <= info.max]
+    exps = [v for v in [info.min, info.min + 1, -(2 ** 53) - 1, -3, -2, -1, 0, 1, 2, 3, 5, 8, 15, 31, 33, 63, 64,
+                        info.max // 2 + 1, info.max]
+            if info.min <= v <= info.max]  # odd negative exponents past 2^53: (-1)^b by b's exact parity;
+    # the exponent's top bit alone (2^(n-1) for unsigned: an even base gives 0, not 1)
     a, b = (np.array(v, dtype=dtype.np) for v in zip(*itertools.product(bases, exps)))
     check_op(binary(Ops.POW), {"a": a, "b": b})
 
@@ -219,6 +222,55 @@ def test_shifts(op, dtype):
         amounts = [False, True]
     a, b = (np.array(v, dtype=dtype.np) for v in zip(*itertools.product(values, amounts)))
     check_op(binary(op), {"a": a, "b": b})
+
+
+def _c_bit_shift():
+    """onnx.reference's BitShift as C on x86-64 shifts: the count taken mod the width (C
+    leaves a shift by the width or more undefined; the spec does not say)."""
+    from onnx.reference.ops._op import OpRunBinaryNum
+
+    class BitShift(OpRunBinaryNum):
+        op_domain = ""
+
+        def _run(self, a, b):
+            width = np.iinfo(a.dtype).bits
+            b = (b % width).astype(a.dtype)
+            return (np.left_shift(a, b) if self.direction == "LEFT" else np.right_shift(a, b)).astype(a.dtype),
+
+    return BitShift
+
+
+@pytest.mark.parametrize("dtype", INTS, ids=str)
+@pytest.mark.parametrize("op", [Ops.SHL, Ops.SHR])
+def test_shifts_never_shift_by_the_width_or_more(op, dtype):
+    """exact.shift_left/shift_right give BitShift counts below the width only: run where
+    a wider count wraps, as in C on x86-64, the values are still the evaluator's."""
+    from onnx.reference import ReferenceEvaluator
+    from uopcli.interop.onnx.exporter import to_onnx
+    width, info = dtype.itemsize * 8, np.iinfo(dtype.np)
+    amounts = [v for v in [info.min, -width - 1, -1, 0, 1, width - 1, width, width + 1, 2 * width + 1, info.max]
+               if info.min <= v <= info.max]
+    a, b = (np.array(v, dtype=dtype.np) for v in zip(*itertools.product(edge_values(dtype), amounts)))
+    params = [UOp.param("a", a.shape, dtype), UOp.param("b", b.shape, dtype)]
+    graph = Graph({"out": binary(op)(*params)}, inputs=params)
+    (ours,) = ReferenceEvaluator(to_onnx(graph), new_ops=[_c_bit_shift()]).run(None, {"a": a, "b": b})
+    assert_exact(ours, evaluated(graph, {"a": a, "b": b})["out"], f"{op} {dtype.name}")
+
+
+@pytest.mark.parametrize("dtype", [dtypes.int64, dtypes.uint64], ids=str)
+def test_integer_pow_never_shifts_by_the_width_or_more(dtype):
+    """Integer POW reads the exponent's bits by BitShift: counts below 64 only (see
+    test_shifts_never_shift_by_the_width_or_more)."""
+    from onnx.reference import ReferenceEvaluator
+    from uopcli.interop.onnx.exporter import to_onnx
+    info = np.iinfo(dtype.np)
+    a, b = (np.array(v, dtype=dtype.np) for v in zip(*itertools.product([-3, 0, 1, 2, 3, 7] if dtype.kind == "i" else
+                                                                         [0, 1, 2, 3, 7, info.max],
+                                                                         [0, 1, 2, 5, 63, 64, info.max])))
+    params = [UOp.param("a", a.shape, dtype), UOp.param("b", b.shape, dtype)]
+    graph = Graph({"out": binary(Ops.POW)(*params)}, inputs=params)
+    (ours,) = ReferenceEvaluator(to_onnx(graph), new_ops=[_c_bit_shift()]).run(None, {"a": a, "b": b})
+    assert_exact(ours, evaluated(graph, {"a": a, "b": b})["out"], f"POW {dtype.name}")
 
 
 @pytest.mark.parametrize("dtype", ALL, ids=str)
@@ -253,7 +305,9 @@ def test_cast_every_pair(src):
     if src.is_float:
         with np.errstate(over="ignore"):
             extra = np.array([2.0 ** 31, 2.0 ** 32 - 256, 2.0 ** 32, -2.0 ** 31, 2.0 ** 63, 1e19, -1e19, 4e9, -3e9,
-                              2.0 ** 64, 1e10], dtype=src.np)
+                              2.0 ** 64, 1e10,
+                              # within int32 / int64 but past half their range (the conversion's own limits)
+                              1.5e9, -1.5e9, 2.0 ** 31 - 128, 5e18, -5e18, 2.0 ** 63 - 2048], dtype=src.np)
         x = np.concatenate([x, extra])
     for dst in ALL:
         params = [UOp.param("x", x.shape, src)]
@@ -279,9 +333,33 @@ def test_bitcast(pair):
         rng = np.random.default_rng(3)
         x = np.concatenate([x, rng.integers(np.iinfo(src.np).min, np.iinfo(src.np).max, 300, dtype=src.np,
                                             endpoint=True)]) if src.is_int else x
+        if dst.is_float:  # the bits of +-inf and of nans (quiet, signalling, sign set) of the float it becomes
+            special = np.array([np.inf, -np.inf, np.nan, -np.nan], dst.np).view(src.np)
+            signalling = (np.array([np.inf], dst.np).view(f"u{src.itemsize}") + 1).view(src.np)
+            x = np.concatenate([x, special, signalling])
     if src is dtypes.bool or dst is dtypes.bool:
         x = x if src is not dtypes.uint8 and src is not dtypes.int8 else np.array([0, 1], src.np)
     check_op(lambda v: v.bitcast(dst), {"x": x})
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_bitcast_of_every_power_of_two_and_its_neighbours(dtype):
+    """The exponent field of every binade (subnormals too): 2^k and the floats either side,
+    where floor(log2 x) from Log is most easily one off."""
+    info = np.finfo(dtype.np)
+    powers = np.ldexp(1.0, np.arange(info.minexp - info.nmant, info.maxexp)).astype(dtype.np)
+    with np.errstate(over="ignore"):
+        x = np.concatenate([powers, np.nextafter(powers, np.inf), np.nextafter(powers, 0), -powers])
+    ours, _ = check_op(lambda v: v.bitcast(_UNSIGNED_OF[dtype]), {"x": x})
+    assert ours.tolist() == x.view(_UNSIGNED_OF[dtype].np).tolist()
+
+
+_UNSIGNED_OF = {dtypes.float16: dtypes.uint16, dtypes.float32: dtypes.uint32, dtypes.float64: dtypes.uint64}
+
+
+@pytest.mark.parametrize("dtype", ALL, ids=str)
+def test_bitcast_to_its_own_dtype(dtype):
+    check_op(lambda v: UOp.make(Ops.BITCAST, v.dtype, (v,)), {"x": edge_values(dtype)})
 
 
 def test_bitcast_float_fields_by_hand():

@@ -18,7 +18,7 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 from uopcli import FormatError, evaluate_graph  # noqa: E402
 from uopcli.interop.onnx.importer import import_model  # noqa: E402
 import test_onnx_import_ops as ops_test  # noqa: E402 - one-node models, as the ops' own test builds them
-from test_onnx_import_ops import EDGES, Init, i64, ours  # noqa: E402
+from test_onnx_import_ops import EDGES, Init, i64, n32, ours  # noqa: E402
 
 RNG = np.random.default_rng(29)
 F, F64, I64, I32, I8, B = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64, TensorProto.INT32,
@@ -266,6 +266,124 @@ def test_what_cannot_be_imported_exactly_is_refused_in_one_line():
                                                         opset=28, types=[TensorProto.DOUBLE])
     assert "mode='XYZ'" in refusal("DepthToSpace", f32(1, 4, 2, 2), blocksize=2, mode="XYZ")
     assert "repeats" in refusal("Tile", f32(2, 3), Init(i64([2])))
+
+
+def test_refusals_name_the_input_or_attribute_at_fault():
+    two = [F, F]
+    assert "split (input 1) must be known when importing" in refusal("Split", n32(4, 2), i64([1, 3]), types=two)
+    assert "split sizes [1, 2] do not add up to the axis' 4" in refusal("Split", n32(4, 2), Init(i64([1, 2])), types=two)
+    assert "axis 2 is out of range for rank 2" in refusal("GatherElements", n32(3, 4), i64([[0]]), axis=2)
+    assert "approximate='exact' is not 'none' or 'tanh'" in refusal("Gelu", n32(3), opset=20, approximate="exact")
+    assert "labels [1] do not fit scores [4]" in refusal("SoftmaxCrossEntropyLoss", n32(4), i64([0]))
+
+
+def test_gather_names_the_indices_outside_the_axis_as_the_model_gives_them():
+    """Only the indices at fault, and negative ones as written (-4, not -4 + 3)."""
+    assert "an index of [-4] is outside the axis' 3" in refusal("Gather", n32(3), Init(i64([-4])))
+    assert "an index of [5, -7] is outside the axis' 3" in refusal("Gather", n32(3), Init(i64([0, 5, -1, -7])))
+
+
+COMPUTED = "must be known when importing (a constant or a shape), but it is computed from the model's inputs"
+# every refusal of ops_nn.py and ops_tensor.py that no other test reads, by its message:
+# (op, inputs, attributes, output types or None for one float, what the message says)
+REFUSALS = [
+    # ops_nn.py: products
+    ("MatMul", (np.float32(2.0), n32(3)), {}, None, "an operand of rank 0"),
+    ("MatMul", (n32(2, 3), n32(4, 5)), {}, None, "inner sizes differ: [2, 3] @ [4, 5]"),
+    ("Gemm", (n32(2, 3, 1), n32(3, 2)), {}, None, "A and B must be matrices, got [2, 3, 1] and [3, 2]"),
+    ("Gemm", (n32(2, 3), n32(2, 4)), dict(transB=1), None, "inner sizes differ: [2, 3] @ [4, 2] after transA/transB"),
+    # windows: Conv, ConvTranspose, Col2Im, pools
+    ("Conv", (n32(1, 2, 5), n32(3, 2, 2, 2)), {}, None, "input [1, 2, 5] does not have N, C and 2 spatial axes"),
+    ("Conv", (n32(1, 2, 5, 5), n32(3, 2, 2, 2)), dict(strides=[0, 1]), None,
+     "strides [0, 1] and dilations [1, 1] need 2 values >= 1"),
+    ("Conv", (n32(1, 2, 5, 5), n32(3, 2, 2, 2)), dict(dilations=[1]), None,
+     "strides [1, 1] and dilations [1] need 2 values >= 1"),
+    ("Conv", (n32(1, 2, 5, 5), n32(3, 2, 2, 2)), dict(auto_pad="SAME"), None,
+     "auto_pad='SAME' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID"),
+    ("Conv", (n32(1, 2, 5, 5), n32(3, 2, 2, 2)), dict(pads=[1, 1]), None, "pads [1, 1] needs 4 values >= 0"),
+    ("Conv", (n32(1, 2, 5, 5), n32(3, 2, 2, 2)), dict(pads=[0, 0, -1, 0]), None, "pads [0, 0, -1, 0] needs 4 values >= 0"),
+    ("Conv", (n32(1, 2, 5, 5), n32(3, 2, 2, 2)), dict(kernel_shape=[3, 3]), None,
+     "kernel_shape [3, 3] differs from the weight's [2, 2]"),
+    ("Conv", (n32(1, 3, 5, 5), n32(2, 2, 2, 2)), {}, None, "input [1, 3, 5, 5] does not fit weight [2, 2, 2, 2] with group=1"),
+    ("Conv", (n32(1, 4, 5, 5), n32(3, 2, 2, 2)), dict(group=2), None,
+     "input [1, 4, 5, 5] does not fit weight [3, 2, 2, 2] with group=2"),
+    ("Conv", (n32(1, 2, 2, 2), n32(3, 2, 3, 3)), {}, None, "the kernel [3, 3] (dilations [1, 1]) is larger than the padded input"),
+    ("ConvTranspose", (n32(1, 1, 3, 3), n32(1, 1, 2, 2)), dict(auto_pad="SAME"), None,
+     "auto_pad='SAME' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID"),
+    ("ConvTranspose", (n32(1, 1, 3, 3), n32(1, 1, 2, 2)), dict(pads=[1, 1]), None, "pads [1, 1] needs 4 values >= 0"),
+    ("ConvTranspose", (n32(1, 1, 3, 3), n32(1, 1, 2, 2)), dict(output_shape=[0, 4]), None,
+     "output_shape [0, 4] needs 2 sizes >= 1"),
+    ("ConvTranspose", (n32(1, 1, 3, 3), n32(1, 1, 2, 2)), dict(pads=[2, 2, 2, 2]), None,
+     "pads [2, 2, 2, 2] leave an empty output"),
+    ("Col2Im", (n32(1, 4, 4), Init(i64([3, 3])), Init(i64([2]))), {}, None,
+     "input [1, 4, 4] [N, C·Πblock, L], image_shape [3, 3], block_shape [2], strides [1, 1], dilations [1, 1] and "
+     "pads [0, 0, 0, 0] do not fit"),
+    ("Col2Im", (n32(1, 5, 4), Init(i64([3, 3])), Init(i64([2, 2]))), {}, None,
+     "input [1, 5, 4] does not hold 4-element blocks at [2, 2] positions"),
+    ("MaxPool", (n32(1, 1, 2, 2),), dict(kernel_shape=[3, 3]), None,
+     "the kernel [3, 3] (dilations [1, 1]) is larger than the padded input"),
+    ("MaxPool", (n32(1, 1, 2, 5),), dict(kernel_shape=[3, 3]), None,
+     "the kernel [3, 3] (dilations [1, 1]) is larger than the padded input"),
+    ("MaxPool", (n32(1, 1, 4, 4),), dict(kernel_shape=[3, 3], dilations=[2, 2]), None,
+     "the kernel [3, 3] (dilations [2, 2]) is larger than the padded input"),
+    ("MaxPool", (n32(1, 1, 4, 4),), {}, None, "kernel_shape [] needs sizes >= 1"),
+    ("MaxPool", (n32(1, 1, 4, 4),), dict(kernel_shape=[2, 2], pads=[2, 0, 0, 0]), None,
+     "a padding of 2 is as large as the window: a window in the padding alone"),
+    ("MaxPool", (n32(1, 1, 4, 4),), dict(kernel_shape=[2, 2], storage_order=2), [F, TensorProto.INT64],
+     "storage_order=2 is not 0 (row-major) or 1 (column-major)"),
+    ("GlobalAveragePool", (n32(2, 3),), {}, None, "input [2, 3] has no spatial axes"),
+    # normalisation, losses
+    ("BatchNormalization", (n32(3), n32(3), n32(3), n32(3), n32(3)), {}, None, "input [3] has no channel axis"),
+    ("BatchNormalization", (n32(2, 3), n32(3), n32(3), n32(3), n32(3)), {}, [F, F, F],
+     "running_mean and running_var are outputs only in training_mode"),
+    ("BatchNormalization", (n32(2, 3), n32(3), n32(3), n32(3), n32(3)), {}, [F, F],
+     "running_mean and running_var are outputs only in training_mode"),
+    ("LayerNormalization", (n32(2, 3), n32(3)), dict(stash_type=I32), None, "stash_type int32 is not a float type"),
+    ("NegativeLogLikelihoodLoss", (n32(3, 4), i64([0, 1, 2])), dict(reduction="max"), None,
+     "reduction='max' is not none, sum or mean"),
+    # ops_tensor.py
+    ("Unsqueeze", (n32(2), Init(i64([0, 0]))), {}, None, "axes [0, 0] repeat an axis"),
+    ("Cast", (n32(2),), {}, None, "needs the attribute to"),
+    ("Reshape", (n32(2, 3), Init(i64([2, 3, 0]))), {}, None,
+     "shape [2, 3, 0]: a 0 at position 2 copies a size the input [2, 3] does not have"),
+    ("Reshape", (n32(2, 3), Init(i64([-1, -1]))), {}, None,
+     "shape [-1, -1] is not a shape (more than one -1, or a size below -1)"),
+    ("Reshape", (n32(2, 3), Init(i64([-2, 3]))), {}, None,
+     "shape [-2, 3] is not a shape (more than one -1, or a size below -1)"),
+    ("Reshape", (n32(2, 3), Init(i64([4, -1]))), {}, None, "shape [4, -1] does not fit the input's 6 elements"),
+    ("Reshape", (n32(2, 3), Init(i64([5]))), {}, None, "shape [5] does not fit the input [2, 3]"),
+    ("Transpose", (n32(2, 3),), dict(perm=[0, 0]), None, "perm [0, 0] repeat an axis"),
+    ("Transpose", (n32(2, 3),), dict(perm=[1]), None, "perm [1] does not list the 2 axes"),
+    ("Squeeze", (n32(2, 3), Init(i64([0]))), {}, None, "axes [0] name an axis whose size is not 1 (shape [2, 3])"),
+    ("Concat", (n32(2),), {}, None, "needs the attribute axis and at least one input"),
+    ("Split", (n32(1, 2),), dict(num_outputs=3), [F, F, F], "3 outputs do not split an axis of 1"),
+    ("Slice", (n32(5), Init(i64([0])), Init(i64([1, 2]))), {}, None, "starts, ends, axes and steps differ in length"),
+    ("Slice", (n32(5), Init(i64([0])), Init(i64([3])), Init(i64([0])), Init(i64([0]))), {}, None, "a step of 0"),
+    ("Expand", (n32(2, 3), Init(i64([4, 3]))), {}, None, "shape [4, 3] does not broadcast with the input [2, 3]"),
+    ("Expand", (n32(2, 3), Init(i64([4, 5]))), {}, None, "shape [4, 5] does not broadcast with the input [2, 3]"),
+    ("Gather", (n32(3), Init(i64([3]))), {}, None, "an index of [3] is outside the axis' 3"),
+    ("Constant", (), {}, None, "needs exactly one of value, value_float(s), value_int(s); has none"),
+    ("Constant", (), dict(value_float=1.0, value_int=2), None,
+     "needs exactly one of value, value_float(s), value_int(s); has ['value_float', 'value_int']"),
+    ("ConstantOfShape", (Init(i64([2, -1])),), {}, None, "value must hold one element and the shape sizes be >= 0"),
+    ("Range", (Init(np.array([1.0, 2.0], np.float32)), Init(np.float32(3)), Init(np.float32(1))), {}, None,
+     "start, limit and delta must be scalars"),
+    ("Range", (Init(np.float32(1)), Init(np.float32(3)), Init(np.float32(0))), {}, None, "delta is 0"),
+    ("Unsqueeze", (n32(2), Init(i64([3]))), {}, None, "axes 3 is out of range for rank 2"),
+    ("Range", (np.float32(1), Init(np.float32(3)), Init(np.float32(1))), {}, None, "start (input 0) " + COMPUTED),
+    ("Range", (Init(np.float32(1)), np.float32(3), Init(np.float32(1))), {}, None, "limit (input 1) " + COMPUTED),
+    ("Range", (Init(np.float32(1)), Init(np.float32(3)), np.float32(1)), {}, None, "delta (input 2) " + COMPUTED),
+    ("Dropout", (n32(3), None, np.array(True)), {}, None, "training_mode (input 2) " + COMPUTED),
+    ("Dropout", (n32(3), None, Init(np.array(True))), {}, None,
+     "training_mode=true is random: only inference Dropout is imported"),
+]
+
+
+@pytest.mark.parametrize("op, inputs, attrs, types, why", REFUSALS,
+                         ids=[f"{r[0]}-{i}" for i, r in enumerate(REFUSALS)])
+def test_layer_and_tensor_refusals_say_what_is_wrong(op, inputs, attrs, types, why):
+    message = refusal(op, *inputs, types=types, **attrs)
+    assert message.endswith(f"({op}): {why}"), message  # the whole reason, nothing around it
 
 
 # ----------------------------------------------------------------------------- gradients

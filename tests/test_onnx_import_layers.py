@@ -14,7 +14,7 @@ ort = pytest.importorskip("onnxruntime", reason="onnxruntime has no wheel for th
 
 from onnx import TensorProto  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
-from test_onnx_import_ops import Init, assert_same, case, f32, i64, one_node_model, ours  # noqa: E402
+from test_onnx_import_ops import Init, assert_same, case, f32, i64, n32, one_node_model, ours  # noqa: E402
 
 from uopcli import FormatError  # noqa: E402
 
@@ -42,6 +42,12 @@ LAYER_CASES = [
          id="ConvTranspose-strides-pads-output_padding"),
     case("ConvTranspose", f32(1, 1, 3, 3), f32(1, 2, 3, 3), strides=[3, 2], output_shape=[10, 8],
          id="ConvTranspose-output_shape"),
+    case("ConvTranspose", n32(1, 1, 3, 3), n32(1, 2, 3, 3), strides=[3, 2], output_shape=[1, 7],
+         id="ConvTranspose-output_shape-size-1"),
+    case("ConvTranspose", n32(1, 1, 3, 3), n32(1, 2, 2, 2), strides=[2, 2], auto_pad="SAME_LOWER",
+         id="ConvTranspose-same-lower"),
+    case("ConvTranspose", n32(1, 1, 2, 3), n32(1, 1, 2, 2), auto_pad="VALID", id="ConvTranspose-valid"),
+    case("ConvTranspose", n32(1, 1, 1, 3), n32(1, 1, 1, 2), id="ConvTranspose-size-1"),
     case("ConvTranspose", f32(1, 1, 3, 3), f32(1, 2, 3, 3), strides=[2, 2], auto_pad="SAME_UPPER",
          id="ConvTranspose-same-upper"),
     case("ConvTranspose", f32(2, 4, 5), f32(4, 3, 2), f32(6), group=2, dilations=[2], strides=[2],
@@ -122,10 +128,22 @@ LAYER_CASES = [
          id="MaxPool-indices-column-major"),
     case("MaxPool", f32(1, 2, 4, 5, 3), kernel_shape=[2, 2, 2], dilations=[1, 2, 1], storage_order=1, outs=2,
          types=[F, I64], opset=12, id="MaxPool-indices-3d-dilated-column-major"),
+    # windows that fit only with the padding on both sides of an axis, or dilated, padded as far as they allow
+    case("MaxPool", n32(1, 1, 2, 2), kernel_shape=[3, 3], pads=[1, 0, 0, 1], id="MaxPool-fits-by-the-padding"),
+    case("MaxPool", n32(1, 1, 4, 4), kernel_shape=[3, 3], dilations=[2, 2], pads=[2, 2, 2, 2], id="MaxPool-dilated-padded"),
+    case("MaxPool", n32(1, 1, 4, 4), kernel_shape=[2, 2], dilations=[3, 3], pads=[1, 0, 0, 1],
+         id="MaxPool-dilated-kernel-2-padded"),
     case("MaxUnpool", f32(2, 2, 2, 3), i64(np.array([[0, 3, 10], [13, 22, 24]]) + 25 * np.arange(4).reshape(2, 2, 1, 1)),
          kernel_shape=[2, 2], strides=[3, 2], pads=[0, 1, 0, 0]),
     case("MaxUnpool", f32(1, 2, 2, 2), i64([[[[0, 3], [8, 15]], [[16, 19], [24, 31]]]]), Init(i64([1, 2, 4, 5])),
          kernel_shape=[2, 2], strides=[2, 2], id="MaxUnpool-output-shape"),
+    # strides left out (1), pads at the end (out = (in - 1)·s - before - after + k), a size of 1,
+    # and a 1-D output_shape ([N, C, L]: its last axis is the one spatial size)
+    case("MaxUnpool", n32(1, 2, 3), i64([[[2, 0, 1], [3, 5, 4]]]), kernel_shape=[2], pads=[0, 1],
+         id="MaxUnpool-1d-default-strides-end-pad"),
+    case("MaxUnpool", n32(1, 1, 1, 2), i64([[[[2, 0]]]]), kernel_shape=[1, 2], id="MaxUnpool-default-strides-size-1"),
+    case("MaxUnpool", n32(1, 2, 2), i64([[[1, 2], [4, 7]]]), Init(i64([1, 2, 4])), kernel_shape=[2], strides=[2],
+         id="MaxUnpool-1d-output-shape"),
     # recurrences: RNN, GRU (linear_before_reset both ways), LSTM's new attributes
     case("RNN", f32(4, 2, 3), f32(1, 5, 3), f32(1, 5, 5), f32(1, 10), hidden_size=5, outs=2),
     case("RNN", f32(3, 2, 3), f32(2, 4, 3), f32(2, 4, 4), f32(2, 8), None, f32(2, 2, 4), direction="bidirectional",
@@ -146,6 +164,7 @@ LAYER_CASES = [
 NOT_BY_REFERENCE = {  # onnx 1.23's reference LRN loops over the batch axis as if it were the channels,
     "LRN", "LRN-attributes",  # its grouped ConvTranspose reshapes the weight wrongly,
     "ConvTranspose-1d-group-dilated",
+    "ConvTranspose-output_shape-size-1",  # its ConvTranspose fails on an output_shape cutting into the kernel (ValueError)
     "GRU-bidirectional-activations", "RNN-bidirectional-activations",  # nor reads activations / clip
     "LSTM-clip-activations",
     # nor has Resize-11's tf_half_pixel_for_nn, Resize-10's signature or Upsample-7's attribute
@@ -212,6 +231,43 @@ def test_recurrence_refusals_name_the_reason():
                               {}, 18, 1, [F])
     with pytest.raises(FormatError, match="only full sequences"):
         ours(model, {})
+
+
+def _refused(op, *inputs, opset=18, **attrs) -> str:
+    """The one-line refusal of a one-node model, which names the node."""
+    model, _ = one_node_model(op, inputs, attrs, opset, 1, [F])
+    with pytest.raises(FormatError) as caught:
+        ours(model, {})
+    message = str(caught.value)
+    assert "\n" not in message and f"node '/block/{op}' ({op})" in message, message
+    return message
+
+
+ZEROS = np.zeros((1, 1, 2, 2), np.int64)
+
+
+@pytest.mark.parametrize("inputs, attrs, why", [
+    ((n32(1, 1, 2, 2), ZEROS), dict(kernel_shape=[0, 2]), "kernel_shape [0, 2] needs sizes >= 1"),
+    ((n32(1, 2, 4), np.zeros((1, 2, 4), np.int64)), dict(kernel_shape=[2, 2], strides=[2, 2]),
+     "X [1, 2, 4] and I [1, 2, 4] [N, C, *2 axes], strides [2, 2] and pads [0, 0, 0, 0] do not fit kernel_shape [2, 2]"),
+    ((n32(1, 1, 2, 2), np.zeros((1, 1, 2, 1), np.int64)), dict(kernel_shape=[2, 2]),
+     "X [1, 1, 2, 2] and I [1, 1, 2, 1] [N, C, *2 axes], strides [1, 1] and pads [0, 0, 0, 0] do not fit"),
+    ((n32(1, 1, 2, 2), ZEROS), dict(kernel_shape=[2, 2], strides=[2]),
+     "X [1, 1, 2, 2] and I [1, 1, 2, 2] [N, C, *2 axes], strides [2] and pads [0, 0, 0, 0] do not fit"),
+    ((n32(1, 1, 2, 2), ZEROS), dict(kernel_shape=[2, 2], pads=[0, 0]),
+     "strides [1, 1] and pads [0, 0] do not fit kernel_shape [2, 2]"),
+    ((n32(1, 1, 2, 2), ZEROS), dict(kernel_shape=[2, 2], pads=[0, -1, 0, 0]),
+     "strides [1, 1] and pads [0, -1, 0, 0] do not fit kernel_shape [2, 2]"),
+    ((n32(1, 1, 1, 1), np.zeros((1, 1, 1, 1), np.int64)), dict(kernel_shape=[1, 1], pads=[1, 0, 0, 0]),
+     "the unpooled sizes [0, 1] are empty, or larger than output_shape [0, 1]"),
+    ((n32(1, 1, 1, 2), np.zeros((1, 1, 1, 2), np.int64), Init(i64([1, 1, 2, 3]))), dict(kernel_shape=[2, 2], strides=[2, 2]),
+     "the unpooled sizes [2, 4] are empty, or larger than output_shape [2, 3]"),
+    ((n32(1, 1, 1, 2), np.zeros((1, 1, 1, 2), np.int64), i64([1, 1, 2, 4])), dict(kernel_shape=[2, 2], strides=[2, 2]),
+     "output_shape (input 2) must be known when importing"),
+], ids=["kernel", "rank", "indices-shape", "strides-count", "pads-count", "negative-pad", "empty", "output-shape-smaller",
+        "output-shape-computed"])
+def test_max_unpool_refusals_name_the_reason(inputs, attrs, why):
+    assert why in _refused("MaxUnpool", *inputs, **attrs)
 
 
 # ----------------------------------------------------------------------------- gradients, finite differences

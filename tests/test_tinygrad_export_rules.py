@@ -11,6 +11,7 @@ Every tinygrad op the table has must be reached by some case (`test_every_rule_h
 
 from __future__ import annotations
 
+import re
 import sys
 
 import numpy as np
@@ -26,7 +27,7 @@ from tinygrad.uop.ops import Ops as T  # noqa: E402
 from tinygrad.uop.ops import UOp as TinyUOp  # noqa: E402
 
 from uopcli import evaluate_graph  # noqa: E402
-from uopcli.interop.tinygrad import export  # noqa: E402
+from uopcli.interop.tinygrad import ExportError, export  # noqa: E402
 from uopcli.interop.tinygrad.export_rules import _rules  # noqa: E402
 
 
@@ -222,8 +223,10 @@ def test_order_sensitive_cases_see_order(results):
 # ops the table has that no tensor-level case above can reach on this device, and why
 NOT_REACHED = {
     T.MULACC: "tinygrad's Tensor API never builds a MULACC before scheduling (its kernels fuse one later)",
-    T.COPY: "a copy to another device: this machine has one device; test_tinygrad_bridge reaches it",
-    T.AFTER: "an assignment's result: the zoo's batchnorm_train reaches it (test_tinygrad_bridge)",
+    T.COPY: "a copy to another device, which the cases' one schedule does not mix: "
+            "test_a_copy_to_another_device_exports_its_value reaches it",
+    T.AFTER: "an assignment's result (the assigned buffer must be realized apart): "
+             "test_a_whole_buffer_assignment_exports_the_stored_value reaches it",
     T.PARAM: "a function's slot: the zoo's tinygrad_function (test_tinygrad_bridge)",
     T.FUNCTION: "the zoo's tinygrad_function (test_tinygrad_bridge)",
     T.TUPLE: "the zoo's tinygrad_function (test_tinygrad_bridge)",
@@ -236,3 +239,51 @@ def test_every_rule_has_a_case(results):
     reached = set().union(*(ops for _, _, ops in results.values()))
     missing = rules - reached - set(NOT_REACHED)
     assert not missing, f"rules no case reaches: {sorted(op.name for op in missing)}"
+
+
+def test_a_bitcast_that_changes_the_item_size_is_refused_by_name():
+    """BITCAST's rule keeps the item size: float32 read as int16 (tinygrad doubles the last
+    axis) is refused in one line naming the op, the output and both dtypes."""
+    x = Tensor(F32)
+    with pytest.raises(ExportError) as caught:
+        export({"y": x.bitcast(dtypes.int16)}, {"x": x})
+    assert re.fullmatch(r"cannot export tinygrad BITCAST( \(made by Tensor\.\w+\))?, reached from output 'y': "
+                        r"reinterprets float32 as int16: only equal item sizes have a counterpart", str(caught.value)), \
+        str(caught.value)
+
+
+def _exported_values(outputs: dict, inputs: dict) -> dict:
+    exported = export(outputs, inputs)
+    return evaluate_graph(exported.graph, exported.values)
+
+
+def test_a_whole_buffer_assignment_exports_the_stored_value():
+    """AFTER(buffer, STORE(buffer, value)), an assign's result read later: the value stored,
+    with tinygrad's bits and shape."""
+    x = Tensor(M)
+    w = Tensor(np.where(np.arange(24).reshape(2, 3, 4) % 5 == 0, np.float32(-0.0), M[::-1].copy())).realize()
+    w.assign(w * 2 + x)
+    y = w * 3
+    ours = np.asarray(_exported_values({"y": y}, {"x": x})["y"])
+    theirs = y.numpy()
+    assert ours.dtype == theirs.dtype and ours.shape == theirs.shape and (_bits(ours) == _bits(theirs)).all()
+
+
+def test_an_assignment_to_part_of_a_buffer_is_refused_by_name():
+    x = Tensor(F32)
+    v = Tensor(np.arange(6, dtype=np.float32)).realize()
+    v[1:3].assign(x[:2])
+    with pytest.raises(ExportError) as caught:
+        export({"y": v * 1}, {"x": x})
+    assert re.fullmatch(r"cannot export tinygrad AFTER( \(made by Tensor\.\w+\))?, reached from output 'y': an "
+                        r"assignment to part of a buffer \(or to a view of it\) has no counterpart", str(caught.value)), \
+        str(caught.value)
+
+
+def test_a_copy_to_another_device_exports_its_value():
+    """COPY (here to tinygrad's PYTHON device, which any install has) is the same value."""
+    x = Tensor(F32)
+    y = (x * 2 + 1).to("PYTHON") * 3
+    ours = np.asarray(_exported_values({"y": y}, {"x": x})["y"])
+    theirs = y.numpy()
+    assert ours.dtype == theirs.dtype and ours.shape == theirs.shape and (_bits(ours) == _bits(theirs)).all()

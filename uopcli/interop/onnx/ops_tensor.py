@@ -382,9 +382,10 @@ def gather(ctx):
     size = data.shape[axis]
     known = ctx.static_if_known(1)
     if known is not None:
-        known = np.where(known < 0, known + size, known)
-        if known.size and (known.min() < 0 or known.max() >= size):
-            ctx.refuse(f"an index of {known.reshape(-1).tolist()} is outside the axis' {size}")
+        given, known = known, np.where(known < 0, known + size, known)
+        outside = (known < 0) | (known >= size)
+        if outside.any():  # named as the model gives them (-4, not -4 + size)
+            ctx.refuse(f"an index of {np.asarray(given)[outside].reshape(-1).tolist()} is outside the axis' {size}")
         if known.ndim == 0:
             return data.shrink(tuple((int(known), int(known) + 1) if a == axis else None
                                      for a in range(len(data.shape)))).squeeze(axis)
