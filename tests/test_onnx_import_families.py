@@ -272,6 +272,9 @@ def test_refusals_name_the_input_or_attribute_at_fault():
     two = [F, F]
     assert "split (input 1) must be known when importing" in refusal("Split", n32(4, 2), i64([1, 3]), types=two)
     assert "split sizes [1, 2] do not add up to the axis' 4" in refusal("Split", n32(4, 2), Init(i64([1, 2])), types=two)
+    # the parts are the outputs, one each: a count that differs was accepted, and parts dropped
+    assert "3 parts [1, 1, 2] for the node's 2 outputs" in refusal("Split", n32(4, 2), Init(i64([1, 1, 2])), types=two)
+    assert "2 parts [2, 2] for the node's 3 outputs" in refusal("Split", n32(4, 2), num_outputs=2, types=[F, F, F])
     assert "axis 2 is out of range for rank 2" in refusal("GatherElements", n32(3, 4), i64([[0]]), axis=2)
     assert "approximate='exact' is not 'none' or 'tanh'" in refusal("Gelu", n32(3), opset=20, approximate="exact")
     assert "labels [1] do not fit scores [4]" in refusal("SoftmaxCrossEntropyLoss", n32(4), i64([0]))

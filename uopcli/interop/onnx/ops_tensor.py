@@ -323,6 +323,8 @@ def split(ctx):
             ctx.refuse(f"{count} outputs do not split an axis of {length}")
     if sum(sizes) != length or any(s < 0 for s in sizes):
         ctx.refuse(f"split sizes {list(sizes)} do not add up to the axis' {length}")
+    if len(sizes) != ctx.output_count:  # the spec's outputs are the parts, one each (onnxruntime refuses too)
+        ctx.refuse(f"{len(sizes)} parts {list(sizes)} for the node's {ctx.output_count} outputs")
     return list(x.split(list(sizes), axis))
 
 
