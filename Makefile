@@ -48,7 +48,7 @@ editable_install = $(PY) -m pip install -e '.[$(1)]' --config-settings editable_
 	|| $(call pip_install,-e '.[$(1)]')
 
 .PHONY: help setup venv dot clang chromium demo test bench bench-html bench-map samples samples-check lint clean distclean \
-	mutation
+	mutation plants
 
 help:
 	@echo "make demo      set up, then diff -> eval -> check -> render samples/mlp.uop (picture in $(OUT)/)"
@@ -60,6 +60,7 @@ help:
 	@echo "make samples   rebuild samples/*.uop from samples/build.py (make samples-check: compare only)"
 	@echo "make lint      ruff over the package, tests, samples, tools and bench"
 	@echo "make mutation TARGET=uopcli/core/simplify  mutation testing of one module or folder with its mapped tests"
+	@echo "make plants    plant issue 30's 13 bugs again one at a time (tools/plants.py): each must fail a test"
 	@echo "make clean     remove $(OUT)/ and caches; make distclean also removes $(VENV)/"
 
 setup: venv dot clang
@@ -200,3 +201,8 @@ mutation: setup $(MUTATION_STAMP) $(ONNX_STAMP)
 $(MUTATION_STAMP): $(STAMP)
 	@$(call editable_install,test$(comma)mutation)
 	@touch $@
+
+# Issue 30's plants (tools/plants.py): each bug planted again in a scratch copy under
+# out/plants/ must fail one of its tests; a few minutes on two cores
+plants: setup $(ONNX_STAMP)
+	@$(RUN) $(PY) tools/plants.py
