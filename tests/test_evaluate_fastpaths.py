@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from uopcli import UOp, compute_gradient, dtypes, evaluate
+from uopcli.backends.numpy import EvalStats
 from uopcli.backends.reference import reference_evaluate
 
 F32 = dtypes.float32
@@ -149,6 +150,41 @@ def test_pool_gradient_scatter_add_matches_the_literal_sum_of_negative_zeros(poo
     feed = {"px": np.arange(72, dtype=np.float32).reshape(1, 2, 6, 6) % 7,
             "pc": np.full(pooled.shape, -0.0, np.float32)}
     assert_like_reference([gradient], feed)
+
+
+def _exact_gather(x: UOp, dim: int, index: UOp, fill: float) -> UOp:
+    """The builder's gather (a one-hot mask against the axis, summed), with `fill` where the
+    mask is false: -0.0 makes the sum the selected value exactly (x + -0.0 is x)."""
+    kept = x.shrink(tuple(None if d == dim else (0, i) for d, i in enumerate(index.shape)))
+    kept = kept.unsqueeze(-1).transpose(-1, dim)
+    return index._one_hot_mask(x.shape[dim], len(index.shape)).where(kept, fill).sum(-1, dtype=x.dtype)
+
+
+@pytest.mark.parametrize("fill", [-0.0, 0.0])
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.float32, dtypes.float64])
+def test_a_one_hot_selection_keeps_each_value_as_its_fill_says(fill, dtype):
+    """A selection summed along its class axis, and its scatter-add along another axis, run
+    as take_along_axis and np.add.at (a contraction, no n-times mask): with a -0.0 fill the
+    selected -0.0 stays -0.0 and an index outside the axis gives -0.0; with +0.0, both +0.0
+    (the masked-out +0.0s added), as the graph as written says. nan and inf are picked as
+    they are."""
+    x = UOp.param("sx", (3, 4), dtype)
+    index = UOp.param("si", (3, 6), dtypes.int32)
+    picked = _exact_gather(x, 1, index, fill)
+    # the same mask summed along the index's axis: how often each class was picked, as values
+    scattered = index._one_hot_mask(4, 2).where(x.unsqueeze(1).expand(3, 6, 4), fill).sum(1, dtype=dtype)
+    values = np.array([[-0.0, 1.5, -np.inf, np.nan], [0.0, -0.0, 2.0, -3.0], [-0.0, -0.0, -0.0, -0.0]], dtype.np)
+    rows = np.array([[0, 1, 2, 3, 0, 7], [1, 0, 1, 3, -1, 2], [3, 3, 3, 3, 3, 3]], np.int32)
+    stats = EvalStats()
+    evaluate([picked, scattered], {"sx": values, "si": rows}, stats=stats)
+    assert stats.contractions == 2
+    got, summed = assert_like_reference([picked, scattered], {"sx": values, "si": rows})
+    neg = bool(np.signbit(fill))  # a picked -0.0, and an index outside the axis (7, -1), give the fill's sign
+    assert np.signbit(got[0]).tolist() == [neg, False, True, False, neg, neg]
+    assert np.isnan(got[0][3]) and np.isneginf(got[0][2])
+    assert np.signbit(got[1]).tolist() == [neg, False, neg, True, neg, False]
+    assert np.signbit(got[2]).tolist() == [neg] * 6
+    assert np.signbit(summed[2]).tolist() == [neg, neg, neg, True]  # class 3 picked by all six: no fill in its sum
 
 
 def test_sum_of_negative_zeros_is_negative_zero():

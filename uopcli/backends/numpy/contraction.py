@@ -87,12 +87,15 @@ def _masked_sum(contraction: Contraction, node, *sources):
     from it only where some value is not finite (inf * 0 is nan, where the WHERE gives 0:
     then the WHEREs are run as written) or in the sign of a zero (a negative value times 0
     is -0.0, the WHERE's 0 is +0.0: adding +0.0 to each sum with a masked-out element
-    restores it); sums of several selected values round as any contraction's."""
+    restores it); sums of several selected values round as any contraction's. A WHERE whose
+    masked-out elements are -0.0 (an exact selection) runs as written: a product cannot
+    tell a selected -0.0 from a masked-out one."""
     full_shape = node.src[0].shape
     reduced = node.arg[1]
     pairs = [sources[i:i + 2] for i in range(0, len(sources), 2)]  # (mask, values) per WHERE
     float_values = node.dtype.is_float
-    if float_values and not all(np.isfinite(_factor_view(values, full_shape)[0]).all() for _, values in pairs):
+    if float_values and (any(_negative_fill(where) for where in contraction.masked)
+                         or not all(np.isfinite(_factor_view(values, full_shape)[0]).all() for _, values in pairs)):
         selected = [IMPL[Ops.WHERE](where, mask, values, const_value(where.src[2]))
                     for where, (mask, values) in zip(contraction.masked, pairs)]
         return reduce_values(node, selected[0] if len(selected) == 1 else np.add(*selected))
@@ -136,9 +139,16 @@ def _select_sum(contraction: Contraction, node, left, right, values):
     picked = np.take_along_axis(values, clipped, axis=axis)
     contraction.scratch_bytes = picked.nbytes
     summed = node.arg[1][0]
+    negative = node.dtype.is_float and _negative_fill(contraction.masked[0])
     if summed == axis:
-        return _selected(node, picked, inside, n)
-    return _scattered(node, picked, clipped, inside, axis, summed)
+        return _selected(node, picked, inside, n, negative)
+    return _scattered(node, picked, clipped, inside, axis, summed, negative)
+
+
+def _negative_fill(where) -> bool:
+    """The WHERE gives -0.0 where its mask is false: a sum over it is the one selected value
+    exactly (x + -0.0 is x for every x, -0.0 included), and -0.0 where none is."""
+    return math.copysign(1.0, where.src[2].arg) < 0
 
 
 def _selection_axis(left, right, full_shape, result_size: int):
@@ -156,20 +166,21 @@ def _selection_axis(left, right, full_shape, result_size: int):
     return None
 
 
-def _selected(node, picked, inside, n: int):
-    """The sum along the class axis: the value picked (or +0.0 where the index is outside
-    the axis), turned from -0.0 to +0.0 when n > 1, as adding the masked-out +0.0s does."""
-    zero = picked.dtype.type(0)
+def _selected(node, picked, inside, n: int, negative: bool = False):
+    """The sum along the class axis: the value picked (or the fill where the index is
+    outside the axis), turned from -0.0 to +0.0 when n > 1 and the fill is +0.0, as adding
+    the masked-out +0.0s does; with a -0.0 fill the value picked as it is."""
+    zero = picked.dtype.type(-0.0 if negative else 0)
     result = np.where(inside, picked, zero)
-    if n > 1 and node.dtype.is_float:
+    if n > 1 and node.dtype.is_float and not negative:
         np.add(result, zero, out=result)
     return result if result.dtype == node.dtype.np else result.astype(node.dtype.np)
 
 
-def _scattered(node, picked, classes, inside, axis: int, summed: int):
+def _scattered(node, picked, classes, inside, axis: int, summed: int, negative: bool = False):
     """The sum along another axis o (gather's gradient): each picked value added at its
-    class, np.add.at into a -0.0 start (so a sum of only -0.0 stays -0.0), then +0.0 added
-    where some masked-out element was summed; float16 accumulates in float32, as REDUCE
+    class, np.add.at into a -0.0 start (so a sum of only -0.0 stays -0.0), then, for a +0.0
+    fill, +0.0 added where some masked-out element was summed; float16 accumulates in float32, as REDUCE
     ADD does. Values summed at one class round in index order, as any contraction's."""
     compute = accumulation_dtype(node.dtype).np
     out = np.full(node.shape, -0.0 if node.dtype.is_float else 0, dtype=compute)
@@ -183,7 +194,7 @@ def _scattered(node, picked, classes, inside, axis: int, summed: int):
         step *= node.shape[a]
     flat, hits = np.broadcast_to(place, picked.shape)[inside], picked[inside]
     np.add.at(out.reshape(-1), flat, hits.astype(compute, copy=False))
-    if node.dtype.is_float:
+    if node.dtype.is_float and not negative:
         counts = np.bincount(flat, minlength=out.size).reshape(node.shape)
         out = np.where(counts < picked.shape[summed], out + out.dtype.type(0), out)
     return out if out.dtype == node.dtype.np else out.astype(node.dtype.np)

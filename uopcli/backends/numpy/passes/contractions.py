@@ -7,7 +7,6 @@ first: the strided pass turns the factors' movement chains into views afterwards
 
 from __future__ import annotations
 
-import math
 
 from ....core.ops import Ops, accumulation_dtype
 from ..contraction import LETTERS, Contraction
@@ -63,7 +62,8 @@ def _zero_wheres(root: int, producer: dict, reads: list):
     """(ids of the steps absorbed, the WHERE steps) for register `root` holding
     WHERE(mask, a, 0) or the sum of two (gather's selection; the gradient of lerp's two
     gathers), each value read only there; else None. A number (not bool) result, the
-    else-branch the CONST +0."""
+    else-branch a CONST zero: +0, or -0.0 (an exact selection, as ONNX's gathers copy -0.0;
+    the Contraction reads the sign from the WHERE)."""
     step = producer.get(root)
     if step is None or reads[root] != 1:
         return None
@@ -92,7 +92,7 @@ def _zero_where(reg: int, producer: dict, reads: list):
         return None
     node = step.node
     mask, values, zero = node.src
-    if node.dtype.is_bool or zero.op != Ops.CONST or zero.arg != 0 or math.copysign(1.0, zero.arg) < 0 \
+    if node.dtype.is_bool or zero.op != Ops.CONST or zero.arg != 0 \
             or mask.shape != node.shape or values.shape != node.shape:
         return None
     return step
