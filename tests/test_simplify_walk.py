@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from uopcli import Graph, Ops, UOp, dtypes, evaluate, load
+from uopcli import Graph, Metadata, Ops, UOp, dtypes, evaluate, load
 from uopcli.core.simplify import EXACT, TINYGRAD
 from uopcli.core.simplify import nodes as n
 from uopcli.core.simplify.walk import Rewriter
@@ -160,3 +160,35 @@ def test_rows_that_never_settle_are_refused_with_one_line():
     growing = PatternMatcher([(UPat(Ops.SIN, src=(UPat.var("x"),)), lambda x: (x * 1.0).sin())])
     with pytest.raises(UOpError, match="do not reach a fixpoint at a SIN node"):
         Rewriter(growing).rewrite_roots([UOp.param("x", (2,)).sin()])
+
+
+# ----------------------------------------------------------------------------- metadata
+# A rebuilt node keeps the metadata of the node it rebuilds; a node that was already in the
+# graph keeps its own (the first tag wins). Fresh PARAM names: nodes are interned, and a tag
+# set by another test would be the "first" one here.
+
+def _metadata_case(n_src: int, name: str):
+    x, y = UOp.param(f"{name}_x", (3,)), UOp.param(f"{name}_y", (3,))
+    op = (lambda u: u.sin()) if n_src == 1 else (lambda u: u + y)
+    return op(x), op(x * 1.0)  # the second, x*1 -> x, is rebuilt as the first
+
+
+@pytest.mark.parametrize("n_src", [1, 2])
+def test_a_rebuilt_node_takes_the_metadata_of_the_node_it_rebuilds(n_src):
+    _, literal = _metadata_case(n_src, f"meta_new{n_src}")
+    literal.set_meta(Metadata("written", "model.py:3"))
+    (out,) = Rewriter(EXACT).rewrite_roots([literal])
+    assert out is not literal and out.src[0].op == Ops.PARAM
+    assert out.meta == Metadata("written", "model.py:3")
+
+
+@pytest.mark.parametrize("n_src", [1, 2])
+def test_a_node_already_in_the_graph_keeps_its_own_metadata(n_src):
+    """sin(x) tagged "first" and sin(x*1) tagged "second": the second's rebuild is the first
+    node itself, which must keep "first" (and so must the graph the caller passed)."""
+    first, second = _metadata_case(n_src, f"meta_old{n_src}")
+    first.set_meta(Metadata("first"))
+    second.set_meta(Metadata("second"))
+    out = Rewriter(EXACT).rewrite_roots([first, second])
+    assert out[0] is first and out[1] is first
+    assert first.meta == Metadata("first")
