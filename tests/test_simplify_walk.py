@@ -162,6 +162,31 @@ def test_rows_that_never_settle_are_refused_with_one_line():
         Rewriter(growing).rewrite_roots([UOp.param("x", (2,)).sin()])
 
 
+def test_the_chain_limit_allows_max_chain_rewrites_of_one_node_and_refuses_one_more():
+    """x + n rewritten to x + (n-1) until n is 0: n successive rewrites of one node. The
+    limit is a count, so a table that needs exactly _MAX_CHAIN steps settles."""
+    from uopcli.core.pattern import PatternMatcher, UPat
+    from uopcli.core.simplify.walk import _MAX_CHAIN
+    from uopcli.errors import UOpError
+    countdown = PatternMatcher([(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c"))),
+                                 lambda x, c: x + (c.arg - 1.0) if c.arg > 0 else None)])
+    x = UOp.param("chain_x", ())
+    (out,) = Rewriter(countdown).rewrite_roots([x + float(_MAX_CHAIN)])
+    assert out.src[0] is x and out.src[1].arg == 0.0
+    with pytest.raises(UOpError, match="do not reach a fixpoint at a ADD node"):
+        Rewriter(countdown).rewrite_roots([x + float(_MAX_CHAIN + 1)])
+
+
+def test_rows_that_loop_through_new_sources_are_refused_with_one_line():
+    """-x -> -(-x), whose new source -x is rewritten again before it is final: the depth
+    counts down the nested sources too, so this is the walk's error, not a RecursionError."""
+    from uopcli.core.pattern import PatternMatcher, UPat
+    from uopcli.errors import UOpError
+    nesting = PatternMatcher([(UPat(Ops.NEG, name="n"), lambda n: UOp.make(Ops.NEG, n.dtype, (n,)))])
+    with pytest.raises(UOpError, match="do not reach a fixpoint at a NEG node"):
+        Rewriter(nesting).rewrite_roots([-UOp.param("nest_x", ())])
+
+
 # ----------------------------------------------------------------------------- metadata
 # A rebuilt node keeps the metadata of the node it rebuilds; a node that was already in the
 # graph keeps its own (the first tag wins). Fresh PARAM names: nodes are interned, and a tag
