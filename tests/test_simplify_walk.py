@@ -217,3 +217,47 @@ def test_a_node_already_in_the_graph_keeps_its_own_metadata(n_src):
     out = Rewriter(EXACT).rewrite_roots([first, second])
     assert out[0] is first and out[1] is first
     assert first.meta == Metadata("first")
+
+
+# ----------------------------------------------------------------------------- what the gates see
+# The gating is the walk's speed (a node no row can match costs a dictionary lookup); the
+# tests above show it loses no rewrite, these that it gates: the facts a signature test is
+# given, rows kept out until their test or flag admits them, each signature tested once.
+
+def _facts_seen(root, op=Ops.CAST, rows=()):
+    """The source facts a signature test sees for `op` nodes (a row that rewrites nothing)."""
+    from uopcli.core.pattern import PatternMatcher, UPat
+    from uopcli.core.simplify.walk import only_when
+    seen = []
+    probe = only_when(lambda key: seen.append((key[1], key.facts)) and False)(lambda node: None)
+    Rewriter(PatternMatcher([(UPat(op, name="node"), probe), *rows])).rewrite_roots([root])
+    return seen
+
+
+def test_the_facts_a_signature_test_is_given():
+    from uopcli.core.simplify.walk import CONSTANT, MOVED_NEG, SCALAR
+    x, y, s = UOp.param("facts_x", (2, 3)), UOp.param("facts_y", (2, 3)), UOp.param("facts_s", ())
+    table = UOp.buffer(np.arange(6, dtype=np.float32).reshape(2, 3))
+    cases = {  # a source of a CAST -> the facts its user's signature carries
+        "a PARAM": (x, 0), "a shape-() PARAM": (s, SCALAR), "a CONST": (UOp.const(2.0), SCALAR | CONSTANT),
+        "a broadcast CONST": (UOp.const(2.0).reshape(1, 1).expand(2, 3), SCALAR | CONSTANT),
+        "a BUFFER": (table, CONSTANT), "a padded BUFFER": (table.pad(((1, 0), (0, 0))), CONSTANT),
+        "a permuted BUFFER": (table.permute(1, 0), CONSTANT), "a moved NEG": ((-x).permute(1, 0), MOVED_NEG),
+        "a padded NEG": ((-x).pad(((1, 0), (0, 0))), 0), "a NEG": (-x, 0), "a sum to ()": (x.sum(), SCALAR),
+        "a broadcast sum": (x.sum().reshape(1, 1).expand(2, 3), SCALAR), "an ADD": (x + y, 0),
+        "a scalar ADD": (s + s, SCALAR), "a permuted ADD": ((x + y).permute(1, 0), 0),
+        "an EXP2 of a BUFFER": (table.exp2(), 0), "a reshaped PARAM": (x.reshape(3, 2), 0),
+    }
+    seen = {name: _facts_seen(source.cast(dtypes.int32)) for name, (source, _) in cases.items()}
+    assert seen == {name: [(dtypes.int32, (facts,))] for name, (_, facts) in cases.items()}
+
+
+@pytest.mark.parametrize("shape, scalar", [((2, 3), False), ((), True)])
+def test_the_facts_of_a_source_a_row_made(shape, scalar):
+    """SQRT(x) -> CAST(CAST(x)): the new inner CAST's signature is computed on the way to its
+    fixpoint, and a shape-() source is SCALAR there too (and only there)."""
+    from uopcli.core.pattern import UPat
+    from uopcli.core.simplify.walk import SCALAR
+    twice = (UPat(Ops.SQRT, src=(UPat.var("x"),)), lambda x: x.cast(dtypes.float64).cast(dtypes.float32))
+    seen = _facts_seen(UOp.param(f"made_x{len(shape)}", shape).sqrt(), rows=[twice])
+    assert (dtypes.float64, (SCALAR if scalar else 0,)) in seen and len(seen) == 2
