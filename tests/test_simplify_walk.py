@@ -261,3 +261,63 @@ def test_the_facts_of_a_source_a_row_made(shape, scalar):
     twice = (UPat(Ops.SQRT, src=(UPat.var("x"),)), lambda x: x.cast(dtypes.float64).cast(dtypes.float32))
     seen = _facts_seen(UOp.param(f"made_x{len(shape)}", shape).sqrt(), rows=[twice])
     assert (dtypes.float64, (SCALAR if scalar else 0,)) in seen and len(seen) == 2
+
+
+def test_a_row_is_tried_only_where_its_test_and_its_flag_admit_it():
+    """A row gated on a CONST source meets only the SIN of a CONST; a row admitted after a
+    flag meets the node that raised it and the nodes after, not the one before."""
+    from uopcli.core.pattern import PatternMatcher, UPat
+    from uopcli.core.simplify.walk import only_when
+    tried = []
+
+    def note(node, ctx):
+        if node.src[0].op == Ops.CONST:
+            ctx["a constant was seen"] = True
+
+    on_constants = only_when(lambda key: key[2] == Ops.CONST)(lambda node: tried.append(("constants", node)))
+    flagged = only_when(lambda key: True, after="a constant was seen")(lambda node: tried.append(("flagged", node)))
+    sin = UPat(Ops.SIN, name="node")
+    x, y = UOp.param("gate_x", (3,)), UOp.param("gate_y", (3,))
+    before, constant, after = x.sin(), UOp.const(123.25).sin(), y.sin()  # walked in this order (creation)
+    Rewriter(PatternMatcher([(sin, note), (sin, on_constants), (sin, flagged)])).rewrite_roots([before, constant, after])
+    assert {node for kind, node in tried if kind == "constants"} == {constant}
+    assert {node for kind, node in tried if kind == "flagged"} == {constant, after}
+
+
+def _odd_sin_table(tested: list, tried: list):
+    """sin(-x) -> -sin(x) and -(-x) -> x, recording each signature tested and each SIN tried."""
+    from uopcli.core.pattern import PatternMatcher, UPat
+    from uopcli.core.simplify.walk import only_when
+
+    @only_when(lambda key: tested.append(tuple(key)) or True)
+    def odd(node):
+        tried.append(node)
+        inner = node.src[0]
+        return -(inner.src[0].sin()) if inner.op == Ops.NEG else None
+
+    def double_negation(node):
+        return node.src[0].src[0] if node.src[0].op == Ops.NEG else None
+
+    return PatternMatcher([(UPat(Ops.SIN, name="node"), odd), (UPat(Ops.NEG, name="node"), double_negation)])
+
+
+def test_each_signature_is_tested_once_per_rewriter():
+    """Four sin(-x) over two walks: SIN of a NEG (the walk's own nodes) and SIN of a PARAM
+    (the sin(x) a row made) are each tested once; then their rows come from the cache."""
+    tested = []
+    rewriter = Rewriter(_odd_sin_table(tested, []))
+    xs = [UOp.param(f"once_x{i}", (3,)) for i in range(4)]
+    for pair in (xs[:2], xs[2:]):
+        out = rewriter.rewrite_roots([(-x).sin() for x in pair])
+        assert out == [-(x.sin()) for x in pair]
+    assert len(tested) == 2 and set(tested) == {(Ops.SIN, dtypes.float32, Ops.NEG), (Ops.SIN, dtypes.float32, Ops.PARAM)}
+
+
+def test_a_final_node_is_not_tried_again():
+    """-(sin(-x)) -> -(-(sin x)) -> sin x: the sin(x) the first rewrite made is final when
+    the second rewrite arrives at it, and is returned as it is, not tried again."""
+    tried = []
+    x = UOp.param("final_x", (3,))
+    (out,) = Rewriter(_odd_sin_table([], tried)).rewrite_roots([-((-x).sin())])
+    assert out is x.sin()
+    assert tried == [(-x).sin(), x.sin()]
