@@ -321,3 +321,32 @@ def test_a_final_node_is_not_tried_again():
     (out,) = Rewriter(_odd_sin_table([], tried)).rewrite_roots([-((-x).sin())])
     assert out is x.sin()
     assert tried == [(-x).sin(), x.sin()]
+
+
+def test_a_row_is_matched_only_where_its_signature_cannot_tell():
+    """A pattern that asks no more than the signature holds (ops, a CONST's value, names)
+    binds without matching; a dtype on a source or a name bound twice needs the match; a
+    pattern for every source is not matched on a node whose sources' ops it excludes."""
+    from uopcli.core.pattern import PatternMatcher, UPat
+    matched = []
+
+    class Counting(UPat):
+        __slots__ = ()
+
+        def match(self, node, bindings):
+            matched.append(node)
+            return super().match(node, bindings)
+
+    x, y = UOp.param("bound_x", (3,)), UOp.param("bound_y", (3,))
+    patterns = {"direct": Counting(Ops.ADD, src=(UPat.var("x"), UPat.cvar("c", 0.0)), name="node"),
+                "a source dtype": Counting(Ops.ADD, src=(UPat.var("x", dtypes.float32), UPat.cvar("c", 0.0)), name="node"),
+                "a name twice": Counting(Ops.ADD, src=(UPat.var("x"), UPat.var("x")), name="node"),
+                "every source a CONST": Counting(Ops.ADD, src=UPat(Ops.CONST), name="node")}
+    roots = {"direct": x + 0.0, "a source dtype": x + 0.0, "a name twice": x + x, "every source a CONST": x + y}
+    seen = {}
+    for name, pattern in patterns.items():
+        matched.clear()
+        (out,) = Rewriter(PatternMatcher([(pattern, lambda node, **_: node.src[0])])).rewrite_roots([roots[name]])
+        seen[name] = (list(matched), out)
+    assert seen == {"direct": ([], x), "a source dtype": ([x + 0.0], x), "a name twice": ([x + x], x),
+                    "every source a CONST": ([], x + y)}
