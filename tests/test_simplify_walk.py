@@ -323,6 +323,16 @@ def test_a_final_node_is_not_tried_again():
     assert tried == [(-x).sin(), x.sin()]
 
 
+def test_a_rebuilt_final_node_is_not_tried_again():
+    """sin(-(-x)) is rebuilt as sin(x), final as it is; the later sin(-x) -> -(sin x) makes
+    a node over that very sin(x), which is known final, not tried again."""
+    tried = []
+    x = UOp.param("rebuilt_x", (3,))
+    out = Rewriter(_odd_sin_table([], tried)).rewrite_roots([(-(-x)).sin(), -((-x).sin())])
+    assert out == [x.sin(), x.sin()]
+    assert tried == [x.sin(), (-x).sin()]
+
+
 def test_a_row_is_matched_only_where_its_signature_cannot_tell():
     """A pattern that asks no more than the signature holds (ops, a CONST's value, names)
     binds without matching; a dtype on a source or a name bound twice needs the match; a
