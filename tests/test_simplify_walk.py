@@ -179,12 +179,21 @@ def test_the_chain_limit_allows_max_chain_rewrites_of_one_node_and_refuses_one_m
 
 def test_rows_that_loop_through_new_sources_are_refused_with_one_line():
     """-x -> -(-x), whose new source -x is rewritten again before it is final: the depth
-    counts down the nested sources too, so this is the walk's error, not a RecursionError."""
+    counts the nested sources too, so this is the walk's error, not a RecursionError. The
+    walk recurses once per nested new source (a few frames each, 100 levels before the limit
+    here; mutmut's trampolines triple the frames): the stack is given room for that, not for
+    a walk that never stops counting."""
+    import sys
     from uopcli.core.pattern import PatternMatcher, UPat
     from uopcli.errors import UOpError
     nesting = PatternMatcher([(UPat(Ops.NEG, name="n"), lambda n: UOp.make(Ops.NEG, n.dtype, (n,)))])
-    with pytest.raises(UOpError, match="do not reach a fixpoint at a NEG node"):
-        Rewriter(nesting).rewrite_roots([-UOp.param("nest_x", ())])
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 5000))
+    try:
+        with pytest.raises(UOpError, match="do not reach a fixpoint at a NEG node"):
+            Rewriter(nesting).rewrite_roots([-UOp.param("nest_x", ())])
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 # ----------------------------------------------------------------------------- metadata
