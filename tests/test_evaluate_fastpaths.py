@@ -152,14 +152,6 @@ def test_pool_gradient_scatter_add_matches_the_literal_sum_of_negative_zeros(poo
     assert_like_reference([gradient], feed)
 
 
-def _exact_gather(x: UOp, dim: int, index: UOp, fill: float) -> UOp:
-    """The builder's gather (a one-hot mask against the axis, summed), with `fill` where the
-    mask is false: -0.0 makes the sum the selected value exactly (x + -0.0 is x)."""
-    kept = x.shrink(tuple(None if d == dim else (0, i) for d, i in enumerate(index.shape)))
-    kept = kept.unsqueeze(-1).transpose(-1, dim)
-    return index._one_hot_mask(x.shape[dim], len(index.shape)).where(kept, fill).sum(-1, dtype=x.dtype)
-
-
 @pytest.mark.parametrize("fill", [-0.0, 0.0])
 @pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.float32, dtypes.float64])
 def test_a_one_hot_selection_keeps_each_value_as_its_fill_says(fill, dtype):
@@ -170,7 +162,7 @@ def test_a_one_hot_selection_keeps_each_value_as_its_fill_says(fill, dtype):
     they are."""
     x = UOp.param("sx", (3, 4), dtype)
     index = UOp.param("si", (3, 6), dtypes.int32)
-    picked = _exact_gather(x, 1, index, fill)
+    picked = x._gather(1, index, fill)  # gather with `fill` where the one-hot mask is false
     # the same mask summed along the index's axis: how often each class was picked, as values
     scattered = index._one_hot_mask(4, 2).where(x.unsqueeze(1).expand(3, 6, 4), fill).sum(1, dtype=dtype)
     values = np.array([[-0.0, 1.5, -np.inf, np.nan], [0.0, -0.0, 2.0, -3.0], [-0.0, -0.0, -0.0, -0.0]], dtype.np)

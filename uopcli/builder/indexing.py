@@ -92,6 +92,12 @@ class IndexingMixin:
     def gather(self, dim: int, index):
         """out[..., i, ...] = x[..., index[..., i, ...], ...] along `dim` (index: same rank),
         as a one-hot mask of the index against the axis, multiplied in and summed."""
+        return self._gather(dim, index, 0)
+
+    def _gather(self, dim: int, index, fill: float):
+        """gather with `fill` where the mask is false: tinygrad's 0, whose sum makes a picked
+        -0.0 +0.0; or -0.0, whose sum is the picked value exactly (x + -0.0 is x for every x),
+        as ONNX's gathers copy it (the numpy evaluator runs both as a selection)."""
         if not index.dtype.is_int:
             raise GraphError(f"gather: the index must be integers, got {index.dtype.name}")
         if len(index.shape) != len(self.shape):
@@ -102,7 +108,7 @@ class IndexingMixin:
                              f"off axis {dim}")
         kept = self.shrink(tuple(None if d == dim else (0, i) for d, i in enumerate(index.shape)))
         kept = kept.unsqueeze(-1).transpose(-1, dim)  # the gathered axis last, beside the index's
-        return index._one_hot_mask(self.shape[dim], len(index.shape)).where(kept, 0).sum(-1, dtype=self.dtype)  # no widening: a uint8 stays uint8, as tinygrad
+        return index._one_hot_mask(self.shape[dim], len(index.shape)).where(kept, fill).sum(-1, dtype=self.dtype)  # no widening: a uint8 stays uint8, as tinygrad
 
     def scatter(self, dim: int, index, src, reduce: str | None = None):
         """A copy with src[..., i, ...] written at index[..., i, ...] along `dim` (index of the
