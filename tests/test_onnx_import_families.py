@@ -316,6 +316,9 @@ REFUSALS = [
     ("ConvTranspose", (n32(1, 1, 3, 3), n32(1, 1, 2, 2)), dict(pads=[1, 1]), None, "pads [1, 1] needs 4 values >= 0"),
     ("ConvTranspose", (n32(1, 1, 3, 3), n32(1, 1, 2, 2)), dict(output_shape=[0, 4]), None,
      "output_shape [0, 4] needs 2 sizes >= 1"),
+    # onnxruntime refuses an output_shape with N and C ("incorrect size"): the spec's is spatial only
+    ("ConvTranspose", (n32(1, 1, 3, 3), n32(1, 1, 2, 2)), dict(output_shape=[1, 1, 4, 4]), None,
+     "output_shape [1, 1, 4, 4] has N and C: it gives the 2 spatial sizes only"),
     ("ConvTranspose", (n32(1, 1, 3, 3), n32(1, 1, 2, 2)), dict(pads=[2, 2, 2, 2]), None,
      "pads [2, 2, 2, 2] leave an empty output"),
     ("Col2Im", (n32(1, 4, 4), Init(i64([3, 3])), Init(i64([2]))), {}, None,
