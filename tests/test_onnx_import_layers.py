@@ -270,6 +270,25 @@ def test_max_unpool_refusals_name_the_reason(inputs, attrs, why):
     assert why in _refused("MaxUnpool", *inputs, **attrs)
 
 
+# X with -0.0, inf and nan; points inside, on a -0.0 pixel, and outside (where zeros padding
+# reads 0, not the clamped pixel times 0: nan for nan or inf)
+GRID_EDGE_X = np.array([[[[-1.0, -2.0, np.inf], [-3.0, -0.0, np.nan]]]], np.float32)
+GRID_EDGE_POINTS = np.array([[[[-3.0, 0.0], [0.0, 4.0], [-1.0, -1.0], [2.0, 2.0], [0.0, -1.0], [-1 / 3, -0.5],
+                               [1 / 3, 0.5]]]], np.float32)
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest", "cubic"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+def test_grid_sample_edge_values_match_the_reference_bit_for_bit(mode, padding):
+    """Where nan is, and the sign of every zero: the spec's linear and cubic sums are dot
+    products from +0.0, its nearest is the pixel itself (-0.0 kept), its zeros padding a 0."""
+    model, feeds = one_node_model("GridSample", [GRID_EDGE_X, GRID_EDGE_POINTS],
+                                  dict(mode=mode, padding_mode=padding), 20, 1, [F])
+    with np.errstate(invalid="ignore"):  # the reference's dot products of inf and nan
+        (want,) = ReferenceEvaluator(model).run(None, feeds)
+    assert_same(ours(model, feeds)[0], want, f"GridSample {mode} {padding}")
+
+
 # ----------------------------------------------------------------------------- gradients, finite differences
 
 FINITE_DIFFERENCE_CASES = ["RotaryEmbedding-interleaved-partial", "Col2Im-3d-asymmetric-pads", "MaxUnpool",
