@@ -21,6 +21,7 @@ import math
 from uopcli import dtypes
 
 from .ops_exact import round_
+from .ops_tensor import take
 
 _MODES = {16: {"bilinear": "linear", "nearest": "nearest", "bicubic": "cubic"},
           20: {"linear": "linear", "nearest": "nearest", "cubic": "cubic"}}
@@ -62,9 +63,8 @@ def grid_sample(ctx):
             inside = tap_inside if inside is None else (inside if tap_inside is None else inside & tap_inside)
         count = index.shape[1]
         spread = index.reshape(batch, 1, count).expand(batch, channels, count)
-        picked = flat.gather(2, spread)
-        if mode == "nearest":  # the pixel itself: the gather's one-hot sum gives -0.0 as +0.0
-            picked = (flat.eq(0) & (flat.reciprocal() < 0)).cast(x.dtype).gather(2, spread).eq(1).where(-0.0, picked)
+        # nearest gives the pixel itself, -0.0 kept (linear and cubic add +0.0 below anyway)
+        picked = take(flat, 2, spread) if mode == "nearest" else flat.gather(2, spread)
         if inside is not None:  # a tap outside reads 0, not 0 times the clamped pixel (nan for nan or inf)
             picked = inside.reshape(batch, 1, count).where(picked, 0.0)
         picked = picked if weight is None else picked * weight.reshape(batch, 1, count)
