@@ -380,6 +380,8 @@ REFUSALS = [
     ("Range", (Init(np.float32(1)), np.float32(3), Init(np.float32(1))), {}, None, "limit (input 1) " + COMPUTED),
     ("Range", (Init(np.float32(1)), Init(np.float32(3)), np.float32(1)), {}, None, "delta (input 2) " + COMPUTED),
     ("Dropout", (n32(3), None, np.array(True)), {}, None, "training_mode (input 2) " + COMPUTED),
+    ("OneHot", (i64([1, 2]), Init(i64(3)), Init(np.array([0.0, 1.0], np.float32))), dict(axis=2), None,
+     "axis 2 is out of range for an output of rank 2"),
     ("Dropout", (n32(3), None, Init(np.array(True))), {}, None,
      "training_mode=true is random: only inference Dropout is imported"),
 ]

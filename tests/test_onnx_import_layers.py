@@ -148,6 +148,8 @@ LAYER_CASES = [
     case("RNN", f32(4, 2, 3), f32(1, 5, 3), f32(1, 5, 5), f32(1, 10), hidden_size=5, outs=2),
     case("RNN", f32(3, 2, 3), f32(2, 4, 3), f32(2, 4, 4), f32(2, 8), None, f32(2, 2, 4), direction="bidirectional",
          hidden_size=4, activations=["Relu", "LeakyRelu"], activation_alpha=[0.3], clip=2.0, outs=2, id="RNN-bidirectional-activations"),
+    case("RNN", f32(3, 2, 3), f32(1, 4, 3), f32(1, 4, 4), hidden_size=4, activations=["ThresholdedRelu"],
+         activation_alpha=[0.2], outs=2, id="RNN-thresholded-relu"),
     case("GRU", f32(4, 2, 3), f32(1, 15, 3), f32(1, 15, 5), f32(1, 30), hidden_size=5, outs=2),
     case("GRU", f32(3, 2, 3), f32(1, 12, 3), f32(1, 12, 4), f32(1, 24), None, f32(1, 2, 4), linear_before_reset=1,
          hidden_size=4, direction="reverse", outs=2, id="GRU-linear-before-reset-reverse"),
@@ -166,6 +168,7 @@ NOT_BY_REFERENCE = {  # onnx 1.23's reference LRN loops over the batch axis as i
     "ConvTranspose-1d-group-dilated",
     "ConvTranspose-output_shape-size-1",  # its ConvTranspose fails on an output_shape cutting into the kernel (ValueError)
     "GRU-bidirectional-activations", "RNN-bidirectional-activations",  # nor reads activations / clip
+    "RNN-thresholded-relu",
     "LSTM-clip-activations",
     # nor has Resize-11's tf_half_pixel_for_nn, Resize-10's signature or Upsample-7's attribute
     "Resize-11-tf-half-pixel-for-nn", "Resize-10", "Upsample-7-linear",
@@ -268,6 +271,10 @@ ZEROS = np.zeros((1, 1, 2, 2), np.int64)
         "output-shape-computed"])
 def test_max_unpool_refusals_name_the_reason(inputs, attrs, why):
     assert why in _refused("MaxUnpool", *inputs, **attrs)
+
+
+def test_upsample_9_refuses_scales_computed_from_the_inputs():
+    assert "scales (input 1) must be known when importing" in _refused("Upsample", n32(1, 1, 2, 2), n32(4), opset=9)
 
 
 # X with -0.0, inf and nan; points inside, on a -0.0 pixel, and outside (where zeros padding

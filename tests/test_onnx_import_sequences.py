@@ -156,6 +156,13 @@ def test_split_sizes_computed_at_run_time_are_refused_as_any_shape_setting_input
     assert "'split' (SplitToSequence)" in message and "must be known when importing" in message
 
 
+def test_an_empty_sequence_of_an_unsupported_type_is_refused_naming_its_attribute():
+    nodes = [("empty", "SequenceEmpty", [], ["e"], {"dtype": TensorProto.STRING}),
+             ("len", "SequenceLength", ["e"], ["length"], {})]
+    message = refusal(model(nodes, {}, ["length"]))
+    assert message.endswith("'empty' (SequenceEmpty): dtype: element type STRING is not supported"), message
+
+
 def test_out_of_range_positions_and_a_sequence_fed_to_a_tensor_op_are_refused():
     for p, last in ((3, "SequenceAt"), (-4, "SequenceAt")):
         message = refusal(model(abc_nodes(("at", last, ["s", "p"], ["out"], {})), ABC, ["out"], pos("p", p)))
