@@ -132,6 +132,10 @@ CASES = [
          id="ScatterElements-max"),
     case("ScatterElements", f32(3, 4), i64([[1, 1], [2, 2], [0, 1]]), f32(3, 2), axis=1, reduction="min",
          id="ScatterElements-min"),
+    # blocksize 1 (a copy) is valid; reduction="add" is in ScatterElements-16 already
+    case("DepthToSpace", f32(1, 3, 2, 2), blocksize=1, id="DepthToSpace-blocksize-1"),
+    case("ScatterElements", f32(3, 4), i64([[1, -1], [1, 1], [0, 1]]), f32(3, 2), axis=1, reduction="add", opset=16,
+         id="ScatterElements-16-add"),
     case("ScatterND", f32(4, 3), i64([[1], [3]]), f32(2, 3)),
     case("ScatterND", f32(2, 3, 2), i64([[1, 2], [1, 2], [0, -1]]), f32(3, 2), reduction="add", id="ScatterND-add-dup"),
     case("ScatterND", f32(2, 3), i64([[0, 1], [0, 1]]), f32(2), reduction="max", id="ScatterND-max"),
@@ -221,6 +225,7 @@ CASES += [  # sorting, pooling, norms, and the rest of the indexing family
     case("MeanVarianceNormalization", f32(2, 3, 4, 5)),
     case("EyeLike", f32(3, 5), k=1), case("EyeLike", f32(4, 3), k=-1, dtype=I64, types=[I64], id="EyeLike-int"),
     case("CenterCropPad", f32(5, 4, 3), Init(i64([2, 7])), axes=[0, 1]),
+    case("CenterCropPad", f32(5, 4, 3), Init(i64([0, 7])), axes=[0, 1], id="CenterCropPad-to-size-0"),
     case("ReverseSequence", f32(4, 3, 2), i64([4, 1, 2])),
     case("ReverseSequence", f32(3, 4), i64([1, 2, 3]), batch_axis=0, time_axis=1, id="ReverseSequence-batch-first"),
     case("Scatter", f32(3, 4), i64([[1, 0, 2, 0]]), f32(1, 4), opset=10),
@@ -382,6 +387,9 @@ REFUSALS = [
     ("Dropout", (n32(3), None, np.array(True)), {}, None, "training_mode (input 2) " + COMPUTED),
     ("OneHot", (i64([1, 2]), Init(i64(3)), Init(np.array([0.0, 1.0], np.float32))), dict(axis=2), None,
      "axis 2 is out of range for an output of rank 2"),
+    ("OneHot", (i64([1, 2]), Init(i64([3, 4])), Init(np.array([0.0, 1.0], np.float32))), {}, None,
+     "depth must be a scalar and values two elements [off_value, on_value]"),
+    ("ReverseSequence", (n32(3, 4), i64([1, 2, 3])), dict(time_axis=2), None, "time_axis 2 is out of range for rank 2"),
     ("Dropout", (n32(3), None, Init(np.array(True))), {}, None,
      "training_mode=true is random: only inference Dropout is imported"),
 ]
