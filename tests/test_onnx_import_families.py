@@ -137,6 +137,7 @@ CASES = [
     case("ScatterElements", f32(3, 4), i64([[1, -1], [1, 1], [0, 1]]), f32(3, 2), axis=1, reduction="add", opset=16,
          id="ScatterElements-16-add"),
     case("ScatterND", f32(4, 3), i64([[1], [3]]), f32(2, 3)),
+    case("ScatterND", f32(6, 3), i64([[[1], [3], [5]], [[0], [2], [4]]]), f32(2, 3, 3), id="ScatterND-3d-indices"),
     case("ScatterND", f32(2, 3, 2), i64([[1, 2], [1, 2], [0, -1]]), f32(3, 2), reduction="add", id="ScatterND-add-dup"),
     case("ScatterND", f32(2, 3), i64([[0, 1], [0, 1]]), f32(2), reduction="max", id="ScatterND-max"),
     case("Pad", f32(3, 4), Init(i64([1, 2, 2, 1])), mode="reflect", opset=13, id="Pad-13-reflect"),
@@ -236,6 +237,7 @@ CASES += [  # sorting, pooling, norms, and the rest of the indexing family
     case("TensorScatter", f32(2, 3, 6, 4), f32(2, 3, 2, 4), i64([1, 4]), opset=24),
     case("TensorScatter", f32(2, 6, 3), f32(2, 3, 3), i64([5, 2]), opset=24, axis=1, mode="circular",
          id="TensorScatter-circular"),
+    case("TensorScatter", f32(2, 5, 3), f32(2, 2, 3), opset=24, id="TensorScatter-no-write-indices"),
 ]
 
 
@@ -393,6 +395,16 @@ REFUSALS = [
     ("Dropout", (n32(3), None, Init(np.array(True))), {}, None,
      "training_mode=true is random: only inference Dropout is imported"),
 ]
+
+
+def test_tensor_scatter_refuses_the_batch_axis_and_an_unknown_mode():
+    # each model is at fault only there: along axis 0 the shapes would fit
+    message = refusal("TensorScatter", n32(2, 5, 3), n32(1, 5, 3), opset=24, axis=0)
+    assert message.endswith("update [1, 5, 3] does not fit the cache [2, 5, 3] along axis 0 (axis 0 is the batch; "
+                            "mode 'linear' is 'linear' or 'circular')"), message
+    message = refusal("TensorScatter", n32(2, 5, 3), n32(2, 2, 3), opset=24, mode="ring")
+    assert message.endswith("update [2, 2, 3] does not fit the cache [2, 5, 3] along axis 1 (axis 0 is the batch; "
+                            "mode 'ring' is 'linear' or 'circular')"), message
 
 
 @pytest.mark.parametrize("op, inputs, attrs, types, why", REFUSALS,
