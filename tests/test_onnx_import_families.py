@@ -84,6 +84,7 @@ CASES = [
     case("Swish", EDGES, opset=24, alpha=0.7), case("Shrink", EDGES, lambd=1.0, bias=0.5),
     case("Hardmax", TIES), case("Hardmax", NANS, id="Hardmax-nan"),
     case("Hardmax", f32(2, 3, 4), opset=11, axis=1, id="Hardmax-11-coerced"),
+    case("Hardmax", f32(2, 3, 4), opset=11, axis=2, id="Hardmax-11-axis-2"),  # not the default 1
     # -- reductions (ops_reduce.py)
     case("ReduceMin", f32(2, 3, 4), Init(i64([1]))), case("ReduceMin", f32(2, 3, 4), opset=13, axes=[0, 2],
                                                            keepdims=0, id="ReduceMin-13"),
@@ -157,7 +158,7 @@ NOT_BY_REFERENCE = {
     # LogSumExp of inf without reduction is inf - inf; LpNormalization p=1 sums x, not |x|; no Scatter at all
     "Clip-min-only", "Clip-max-only", "Clip-no-bounds", "Sum-float64", "ReduceLogSumExp-noop",
     "LpNormalization", "Scatter",
-    "PRelu-edges", "Selu", "Selu-attrs", "Celu", "Celu-alpha", "Hardmax-11-coerced", "ReduceLogSumExp-inf",
+    "PRelu-edges", "Selu", "Selu-attrs", "Celu", "Celu-alpha", "Hardmax-11-coerced", "Hardmax-11-axis-2", "ReduceLogSumExp-inf",
     "OneHot-float-indices-axis0", "Pad-wrap"}
 NOT_BY_ONNXRUNTIME = {
     # onnxruntime 1.32's CPU kernels: ArgMax/ArgMin, Hardmax and ReduceMin pass over a nan
