@@ -398,6 +398,12 @@ REFUSALS = [
 ]
 
 
+def test_bit_shift_refuses_floats_in_either_version():
+    for opset, which in ((18, "unsigned integers"), (28, "integers")):  # 28 takes signed types too
+        message = refusal("BitShift", n32(3), n32(3), opset=opset, direction="LEFT")
+        assert message.endswith(f"(BitShift): BitShift takes {which}, not float32"), message
+
+
 def test_tensor_scatter_refuses_the_batch_axis_and_an_unknown_mode():
     # each model is at fault only there: along axis 0 the shapes would fit
     message = refusal("TensorScatter", n32(2, 5, 3), n32(1, 5, 3), opset=24, axis=0)
