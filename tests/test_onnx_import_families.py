@@ -61,6 +61,7 @@ CASES = [
     case("Clip", EDGES, opset=11, id="Clip-no-bounds"),
     case("Clip", i64([-7, 0, 3, 9]), Init(i64(-2)), Init(i64(4)), opset=12, types=[I64], id="Clip-int"),
     case("Clip", EDGES, opset=6, min=-0.5, id="Clip-6"),
+    case("Clip", EDGES, Init(np.float32(-1.0)), Init(np.float32(2.0)), opset=11, id="Clip-11-bounds"),  # inputs from 11
     case("Sign", EDGES), case("Sign", i64([-3, 0, 8]), types=[I64], id="Sign-int"),
     case("Cos", f32(40, scale=4)), case("Tan", f32(40)), case("Asin", UNIT), case("Acos", UNIT),
     case("Atan", np.concatenate([SPREAD, [1e30, -1e30, np.inf, -np.inf, 3.0]]).astype(np.float32)),
@@ -393,6 +394,7 @@ REFUSALS = [
     ("OneHot", (i64([1, 2]), Init(i64([3, 4])), Init(np.array([0.0, 1.0], np.float32))), {}, None,
      "depth must be a scalar and values two elements [off_value, on_value]"),
     ("ReverseSequence", (n32(3, 4), i64([1, 2, 3])), dict(time_axis=2), None, "time_axis 2 is out of range for rank 2"),
+    ("CumSum", (n32(3, 4), Init(i64([0, 1]))), {}, None, "axis must be one integer"),
     ("Dropout", (n32(3), None, Init(np.array(True))), {}, None,
      "training_mode=true is random: only inference Dropout is imported"),
 ]
@@ -402,6 +404,11 @@ def test_bit_shift_refuses_floats_in_either_version():
     for opset, which in ((18, "unsigned integers"), (28, "integers")):  # 28 takes signed types too
         message = refusal("BitShift", n32(3), n32(3), opset=opset, direction="LEFT")
         assert message.endswith(f"(BitShift): BitShift takes {which}, not float32"), message
+
+
+def test_mod_of_floats_before_28_needs_fmod_1():
+    message = refusal("Mod", n32(3), n32(3), opset=13)
+    assert message.endswith("(Mod): fmod=0 on floats (before version 28 floats need fmod=1)"), message
 
 
 def test_tensor_scatter_refuses_the_batch_axis_and_an_unknown_mode():
