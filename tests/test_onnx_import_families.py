@@ -235,6 +235,7 @@ CASES += [  # sorting, pooling, norms, and the rest of the indexing family
     case("LpPool", f32(1, 2, 5, 6), kernel_shape=[2, 3], strides=[1, 2], pads=[1, 0, 0, 1]),
     case("LpPool", f32(1, 2, 7), kernel_shape=[3], p=1, dilations=[2], id="LpPool-p1-dilated"),
     case("LpPool", f32(1, 1, 4, 4), kernel_shape=[2, 2], p=3, auto_pad="SAME_UPPER", opset=22, id="LpPool-p3-same"),
+    case("LpPool", f32(1, 1, 2, 4), kernel_shape=[3, 1], pads=[0, 0, 1, 0], id="LpPool-fits-by-the-end-pad"),
     case("SwiGLU", f32(2, 5), f32(2, 5), opset=28, alpha=1.5),
     case("TensorScatter", f32(2, 3, 6, 4), f32(2, 3, 2, 4), i64([1, 4]), opset=24),
     case("TensorScatter", f32(2, 6, 3), f32(2, 3, 3), i64([5, 2]), opset=24, axis=1, mode="circular",
@@ -395,6 +396,11 @@ REFUSALS = [
      "depth must be a scalar and values two elements [off_value, on_value]"),
     ("ReverseSequence", (n32(3, 4), i64([1, 2, 3])), dict(time_axis=2), None, "time_axis 2 is out of range for rank 2"),
     ("CumSum", (n32(3, 4), Init(i64([0, 1]))), {}, None, "axis must be one integer"),
+    # LpPool: each at fault on the first spatial axis only
+    ("LpPool", (n32(1, 1, 2, 5),), dict(kernel_shape=[3, 2]), None,
+     "the kernel [3, 2] (dilations [1, 1]) is larger than the padded input"),
+    ("LpPool", (n32(1, 1, 5, 4),), dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1), None,
+     "ceil_mode=1 with a partial last window is not supported"),
     ("Dropout", (n32(3), None, Init(np.array(True))), {}, None,
      "training_mode=true is random: only inference Dropout is imported"),
 ]
