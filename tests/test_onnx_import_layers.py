@@ -164,6 +164,11 @@ LAYER_CASES = [
     # cell going into h
     case("LSTM", n32(3, 2, 3), n32(1, 16, 3), n32(1, 16, 4), None, None, None, n32(1, 2, 4) * 4, clip=0.5,
          hidden_size=4, outs=3, id="LSTM-clip-below-the-cell"),
+    # Attention-25's sliding windows, 0 (only the query's own key on that side) included
+    case("Attention", n32(1, 2, 4, 4), n32(1, 2, 5, 4), n32(1, 2, 5, 4), left_window_size=0, opset=25,
+         id="Attention-25-left-window-0"),
+    case("Attention", n32(1, 2, 4, 4), n32(1, 2, 5, 4), n32(1, 2, 5, 4), left_window_size=2, right_window_size=0,
+         opset=25, id="Attention-25-windows"),
 ]
 
 # Where a peer does not follow the spec, the other is the judge:
