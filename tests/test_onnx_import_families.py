@@ -406,23 +406,28 @@ REFUSALS = [
 ]
 
 
+def ones(*shape):
+    """float32 ones: a refusal's inputs, drawn from no generator (the cases' values stay put)."""
+    return np.ones(shape, np.float32)
+
+
 def test_bit_shift_refuses_floats_in_either_version():
     for opset, which in ((18, "unsigned integers"), (28, "integers")):  # 28 takes signed types too
-        message = refusal("BitShift", n32(3), n32(3), opset=opset, direction="LEFT")
+        message = refusal("BitShift", ones(3), ones(3), opset=opset, direction="LEFT")
         assert message.endswith(f"(BitShift): BitShift takes {which}, not float32"), message
 
 
 def test_mod_of_floats_before_28_needs_fmod_1():
-    message = refusal("Mod", n32(3), n32(3), opset=13)
+    message = refusal("Mod", ones(3), ones(3), opset=13)
     assert message.endswith("(Mod): fmod=0 on floats (before version 28 floats need fmod=1)"), message
 
 
 def test_tensor_scatter_refuses_the_batch_axis_and_an_unknown_mode():
     # each model is at fault only there: along axis 0 the shapes would fit
-    message = refusal("TensorScatter", n32(2, 5, 3), n32(1, 5, 3), opset=24, axis=0)
+    message = refusal("TensorScatter", ones(2, 5, 3), ones(1, 5, 3), opset=24, axis=0)
     assert message.endswith("update [1, 5, 3] does not fit the cache [2, 5, 3] along axis 0 (axis 0 is the batch; "
                             "mode 'linear' is 'linear' or 'circular')"), message
-    message = refusal("TensorScatter", n32(2, 5, 3), n32(2, 2, 3), opset=24, mode="ring")
+    message = refusal("TensorScatter", ones(2, 5, 3), ones(2, 2, 3), opset=24, mode="ring")
     assert message.endswith("update [2, 2, 3] does not fit the cache [2, 5, 3] along axis 1 (axis 0 is the batch; "
                             "mode 'ring' is 'linear' or 'circular')"), message
 

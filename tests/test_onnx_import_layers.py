@@ -282,6 +282,12 @@ def test_max_unpool_refusals_name_the_reason(inputs, attrs, why):
     assert why in _refused("MaxUnpool", *inputs, **attrs)
 
 
+def test_attention_refuses_a_softmax_precision_it_cannot_compute_in():
+    qkv = np.ones((1, 2, 3, 4), np.float32)
+    message = _refused("Attention", qkv, qkv, qkv, opset=23, softmax_precision=TensorProto.STRING)
+    assert message.endswith("(Attention): softmax_precision: element type STRING is not supported"), message
+
+
 def test_upsample_9_refuses_scales_computed_from_the_inputs():
     assert "scales (input 1) must be known when importing" in _refused("Upsample", n32(1, 1, 2, 2), n32(4), opset=9)
 
