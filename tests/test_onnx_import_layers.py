@@ -169,6 +169,9 @@ LAYER_CASES = [
          id="Attention-25-left-window-0"),
     case("Attention", n32(1, 2, 4, 4), n32(1, 2, 5, 4), n32(1, 2, 5, 4), left_window_size=2, right_window_size=0,
          opset=25, id="Attention-25-windows"),
+    # float16 in, worked out in stash_type's float32 from version 21 (as onnx.reference does)
+    case("GroupNormalization", n32(2, 6, 3, 2).astype(np.float16) * 8, n32(6).astype(np.float16),
+         n32(6).astype(np.float16), num_groups=3, opset=21, types=[TensorProto.FLOAT16], id="GroupNormalization-21-float16"),
 ]
 
 # Where a peer does not follow the spec, the other is the judge:
@@ -185,6 +188,7 @@ NOT_BY_REFERENCE = {  # onnx 1.23's reference LRN loops over the batch axis as i
     "Attention-gqa-bool-mask-past-softcap"}  # qk output 0 is softcapped, the spec's is the raw product
 NOT_BY_ONNXRUNTIME = {  # onnxruntime's CPU GRU refuses layout=1; it has no GroupNormalization-18 kernel
     "GRU-layout1", "GroupNormalization-18-per-group", "GroupNormalization", "RMSNormalization",
+    "GroupNormalization-21-float16",  # (its float16 kernel rounds the float32 statistics: 1 ulp off)
     "RMSNormalization-axis",
     # align_corners: onnxruntime divides by the integer output length less 1, the spec (and the
     # reference, which made ONNX's node cases) by scale·length less 1 when scales are given
@@ -286,6 +290,17 @@ def test_attention_refuses_a_softmax_precision_it_cannot_compute_in():
     qkv = np.ones((1, 2, 3, 4), np.float32)
     message = _refused("Attention", qkv, qkv, qkv, opset=23, softmax_precision=TensorProto.STRING)
     assert message.endswith("(Attention): softmax_precision: element type STRING is not supported"), message
+
+
+def test_attention_refusals_name_the_reason():
+    q4 = np.ones((1, 3, 2, 4), np.float32)
+    assert _refused("Attention", q4, np.ones((1, 2, 2, 4), np.float32), np.ones((1, 2, 2, 4), np.float32),
+                    opset=23).endswith("(Attention): 3 query heads are not a multiple of 2 key and value heads")
+    past = np.ones((1, 3, 1, 4), np.float32)
+    assert _refused("Attention", q4, q4, q4, None, past, opset=23).endswith(
+        "(Attention): past_key and past_value come together, and not with nonpad_kv_seqlen")
+    assert _refused("Attention", q4, q4, q4, opset=25, q_num_heads=3).endswith(
+        "(Attention): q_num_heads and kv_num_heads are for 3-D inputs only")
 
 
 def test_upsample_9_refuses_scales_computed_from_the_inputs():
