@@ -303,6 +303,15 @@ def test_attention_refusals_name_the_reason():
         "(Attention): q_num_heads and kv_num_heads are for 3-D inputs only")
 
 
+def test_lrn_and_resize_refusals_name_the_reason():
+    x = np.ones((1, 3, 2), np.float32)
+    assert _refused("LRN", x, size=0).endswith(
+        "(LRN): size=0 must be >= 1, and input [1, 3, 2] needs [N, C, spatial...]")
+    assert _refused("Resize", x, None, Init(np.array([1, 1, 2], np.float32)), mode="nearest",
+                    nearest_mode="up").endswith(
+        "(Resize): nearest_mode='up' is not one of round_prefer_floor, round_prefer_ceil, floor, ceil")
+
+
 def test_upsample_9_refuses_scales_computed_from_the_inputs():
     assert "scales (input 1) must be known when importing" in _refused("Upsample", n32(1, 1, 2, 2), n32(4), opset=9)
 
