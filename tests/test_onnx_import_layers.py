@@ -313,7 +313,10 @@ def test_lrn_and_resize_refusals_name_the_reason():
 
 
 def test_upsample_9_refuses_scales_computed_from_the_inputs():
-    assert "scales (input 1) must be known when importing" in _refused("Upsample", n32(1, 1, 2, 2), n32(4), opset=9)
+    assert "scales (input 1) must be known when importing" in _refused("Upsample", np.ones((1, 1, 2, 2), np.float32), np.ones(4, np.float32), opset=9)
+    scales = Init(np.array([1, 1, 2, 2], np.float32))
+    assert _refused("Upsample", np.ones((1, 1, 2, 2), np.float32), scales, opset=9, mode="cubic").endswith(
+        "(Upsample): mode='cubic' is not nearest, linear")  # Resize's cubic is not Upsample's
 
 
 # X with -0.0, inf and nan; points inside, on a -0.0 pixel, and outside (where zeros padding
