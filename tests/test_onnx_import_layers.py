@@ -312,10 +312,10 @@ def test_lrn_and_resize_refusals_name_the_reason():
         "(Resize): nearest_mode='up' is not one of round_prefer_floor, round_prefer_ceil, floor, ceil")
 
 
-def test_upsample_9_refuses_scales_computed_from_the_inputs():
-    assert "scales (input 1) must be known when importing" in _refused("Upsample", np.ones((1, 1, 2, 2), np.float32), np.ones(4, np.float32), opset=9)
-    scales = Init(np.array([1, 1, 2, 2], np.float32))
-    assert _refused("Upsample", np.ones((1, 1, 2, 2), np.float32), scales, opset=9, mode="cubic").endswith(
+def test_upsample_9_refuses_computed_scales_and_resizes_cubic_mode():
+    x = np.ones((1, 1, 2, 2), np.float32)
+    assert "scales (input 1) must be known when importing" in _refused("Upsample", x, np.ones(4, np.float32), opset=9)
+    assert _refused("Upsample", x, Init(np.array([1, 1, 2, 2], np.float32)), opset=9, mode="cubic").endswith(
         "(Upsample): mode='cubic' is not nearest, linear")  # Resize's cubic is not Upsample's
 
 
