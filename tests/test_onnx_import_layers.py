@@ -169,6 +169,9 @@ LAYER_CASES = [
          id="Attention-25-left-window-0"),
     case("Attention", n32(1, 2, 4, 4), n32(1, 2, 5, 4), n32(1, 2, 5, 4), left_window_size=2, right_window_size=0,
          opset=25, id="Attention-25-windows"),
+    # axes left as they are are not resampled: inf and nan would spread through 0-weights, -0.0 turn +0.0
+    case("Resize", np.array([[[[1.0, -0.0, np.inf], [np.nan, 2.0, -3.0]]]], np.float32), None,
+         Init(np.array([1, 1, 1, 1], np.float32)), mode="linear", id="Resize-identity-axis-edges"),
     # float16 in, worked out in stash_type's float32 from version 21 (as onnx.reference does)
     case("GroupNormalization", n32(2, 6, 3, 2).astype(np.float16) * 8, n32(6).astype(np.float16),
          n32(6).astype(np.float16), num_groups=3, opset=21, types=[TensorProto.FLOAT16], id="GroupNormalization-21-float16"),
@@ -185,7 +188,8 @@ NOT_BY_REFERENCE = {  # onnx 1.23's reference LRN loops over the batch axis as i
     # nor has Resize-11's tf_half_pixel_for_nn, Resize-10's signature or Upsample-7's attribute
     "Resize-11-tf-half-pixel-for-nn", "Resize-10", "Upsample-7-linear",
     "GridSample-16-bilinear-reflection",  # nor GridSample-16's mode names; its Attention's
-    "Attention-gqa-bool-mask-past-softcap"}  # qk output 0 is softcapped, the spec's is the raw product
+    "Attention-gqa-bool-mask-past-softcap",  # qk output 0 is softcapped, the spec's is the raw product
+    "Resize-identity-axis-edges"}  # its Resize gives inf as float32's largest, even where nothing is resized
 NOT_BY_ONNXRUNTIME = {  # onnxruntime's CPU GRU refuses layout=1; it has no GroupNormalization-18 kernel
     "GRU-layout1", "GroupNormalization-18-per-group", "GroupNormalization", "RMSNormalization",
     "GroupNormalization-21-float16",  # (its float16 kernel rounds the float32 statistics: 1 ulp off)
@@ -317,6 +321,8 @@ def test_upsample_9_refuses_computed_scales_and_resizes_cubic_mode():
     assert "scales (input 1) must be known when importing" in _refused("Upsample", x, np.ones(4, np.float32), opset=9)
     assert _refused("Upsample", x, Init(np.array([1, 1, 2, 2], np.float32)), opset=9, mode="cubic").endswith(
         "(Upsample): mode='cubic' is not nearest, linear")  # Resize's cubic is not Upsample's
+    assert _refused("Upsample", x, Init(np.array([1, 2, 2], np.float32)), opset=9).endswith(
+        "(Upsample): 3 scales or sizes for input [1, 1, 2, 2]")
 
 
 # X with -0.0, inf and nan; points inside, on a -0.0 pixel, and outside (where zeros padding
