@@ -411,6 +411,17 @@ def ones(*shape):
     return np.ones(shape, np.float32)
 
 
+def test_a_pad_value_given_as_a_weight_stays_a_weight():
+    """A float initializer is a weight the user may feed anew: Pad's constant_value from one is
+    read when the graph runs, not baked in at import."""
+    x = ones(2, 2)
+    model, _ = one_node_model("Pad", (x, Init(i64([1, 0, 0, 0])), Init(np.float32(2.5))), {}, 18, [F])
+    graph, weights = import_model(model)
+    (name,) = [n for n, w in weights.items() if w.dtype == np.float32]
+    padded = evaluate_graph(graph, {**weights, name: np.float32(-4.0), "in0": x})[graph.output_names[0]]
+    np.testing.assert_array_equal(padded, np.pad(x, ((1, 0), (0, 0)), constant_values=-4.0))
+
+
 def test_bit_shift_refuses_floats_in_either_version():
     for opset, which in ((18, "unsigned integers"), (28, "integers")):  # 28 takes signed types too
         message = refusal("BitShift", ones(3), ones(3), opset=opset, direction="LEFT")
