@@ -169,6 +169,13 @@ LAYER_CASES = [
          id="Attention-25-left-window-0"),
     case("Attention", n32(1, 2, 4, 4), n32(1, 2, 5, 4), n32(1, 2, 5, 4), left_window_size=2, right_window_size=0,
          opset=25, id="Attention-25-windows"),
+    # Resize-11's tf_crop_and_resize (tf_half_pixel_for_nn is 11's alone, and not this), and
+    # align_corners down to one output element (x = 0)
+    case("Resize", n32(1, 1, 3, 4), Init(np.array([0, 0, 0.2, 0.1, 1, 1, 0.9, 0.8], np.float32)),
+         Init(np.array([1, 1, 2, 0.5], np.float32)), mode="linear", coordinate_transformation_mode="tf_crop_and_resize",
+         opset=11, id="Resize-11-crop-and-resize"),
+    case("Resize", n32(1, 1, 2, 4), None, Init(np.array([1, 1, 0.5, 1], np.float32)), mode="linear",
+         coordinate_transformation_mode="align_corners", id="Resize-align-corners-to-1"),
     # axes left as they are are not resampled: inf and nan would spread through 0-weights, -0.0 turn +0.0
     case("Resize", np.array([[[[1.0, -0.0, np.inf], [np.nan, 2.0, -3.0]]]], np.float32), None,
          Init(np.array([1, 1, 1, 1], np.float32)), mode="linear", id="Resize-identity-axis-edges"),
