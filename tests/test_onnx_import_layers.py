@@ -174,6 +174,9 @@ LAYER_CASES = [
     case("Resize", n32(1, 1, 3, 4), Init(np.array([0, 0, 0.2, 0.1, 1, 1, 0.9, 0.8], np.float32)),
          Init(np.array([1, 1, 2, 0.5], np.float32)), mode="linear", coordinate_transformation_mode="tf_crop_and_resize",
          opset=11, id="Resize-11-crop-and-resize"),
+    case("Resize", n32(1, 1, 4, 3), Init(np.array([0, 0, 0.2, 0, 1, 1, 0.9, 1], np.float32)),
+         Init(np.array([1, 1, 0.25, 1], np.float32)), mode="linear", coordinate_transformation_mode="tf_crop_and_resize",
+         id="Resize-crop-and-resize-to-1"),
     case("Resize", n32(1, 1, 2, 4), None, Init(np.array([1, 1, 0.5, 1], np.float32)), mode="linear",
          coordinate_transformation_mode="align_corners", id="Resize-align-corners-to-1"),
     # axes left as they are are not resampled: inf and nan would spread through 0-weights, -0.0 turn +0.0
