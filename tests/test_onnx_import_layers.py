@@ -326,6 +326,8 @@ def test_lrn_and_resize_refusals_name_the_reason():
         "(Resize): nearest_mode='up' is not one of round_prefer_floor, round_prefer_ceil, floor, ceil")
     assert _refused("Resize", x, None, Init(np.array([1, 1, 0.25], np.float32))).endswith(
         "(Resize): scales [1.0, 1.0, 0.25] leave an empty output for input [1, 3, 2]")
+    assert _refused("Resize", x, None, Init(np.array([1, 2, 2], np.float32)), axes=[1, 2]).endswith(
+        "(Resize): 3 scales or sizes for 2 axes")
 
 
 def test_upsample_9_refuses_computed_scales_and_resizes_cubic_mode():
