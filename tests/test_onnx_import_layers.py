@@ -330,6 +330,15 @@ def test_lrn_and_resize_refusals_name_the_reason():
         "(Resize): 3 scales or sizes for 2 axes")
 
 
+def test_grid_sample_refusals_name_the_reason():
+    x, grid = np.ones((1, 1, 2, 3), np.float32), np.zeros((1, 4, 2), np.float32)
+    assert _refused("GridSample", x, grid, opset=20).endswith(
+        "(GridSample): input [1, 1, 2, 3] and grid [1, 4, 2] do not fit: grid [N, *out, 2]")
+    assert _refused("GridSample", x, grid.reshape(1, 2, 2, 2), opset=20, mode="bilinear").endswith(
+        "(GridSample): mode='bilinear' is not one of linear, nearest, cubic, or padding_mode='zeros' is not zeros, "
+        "border or reflection")  # 16's name for linear
+
+
 def test_upsample_9_refuses_computed_scales_and_resizes_cubic_mode():
     x = np.ones((1, 1, 2, 2), np.float32)
     assert "scales (input 1) must be known when importing" in _refused("Upsample", x, np.ones(4, np.float32), opset=9)
