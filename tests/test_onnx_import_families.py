@@ -297,6 +297,11 @@ def test_gather_names_the_indices_outside_the_axis_as_the_model_gives_them():
 
 
 COMPUTED = "must be known when importing (a constant or a shape), but it is computed from the model's inputs"
+def ones(*shape):
+    """float32 ones: a refusal's inputs, drawn from no generator (the cases' values stay put)."""
+    return np.ones(shape, np.float32)
+
+
 # every refusal of ops_nn.py and ops_tensor.py that no other test reads, by its message:
 # (op, inputs, attributes, output types or None for one float, what the message says)
 REFUSALS = [
@@ -327,7 +332,7 @@ REFUSALS = [
     ("ConvTranspose", (n32(1, 1, 3, 3), n32(1, 1, 2, 2)), dict(output_shape=[0, 4]), None,
      "output_shape [0, 4] needs 2 sizes >= 1"),
     # onnxruntime refuses an output_shape with N and C ("incorrect size"): the spec's is spatial only
-    ("ConvTranspose", (n32(1, 1, 3, 3), n32(1, 1, 2, 2)), dict(output_shape=[1, 1, 4, 4]), None,
+    ("ConvTranspose", (ones(1, 1, 3, 3), ones(1, 1, 2, 2)), dict(output_shape=[1, 1, 4, 4]), None,
      "output_shape [1, 1, 4, 4] has N and C: it gives the 2 spatial sizes only"),
     ("ConvTranspose", (n32(1, 1, 3, 3), n32(1, 1, 2, 2)), dict(pads=[2, 2, 2, 2]), None,
      "pads [2, 2, 2, 2] leave an empty output"),
@@ -394,21 +399,22 @@ REFUSALS = [
      "axis 2 is out of range for an output of rank 2"),
     ("OneHot", (i64([1, 2]), Init(i64([3, 4])), Init(np.array([0.0, 1.0], np.float32))), {}, None,
      "depth must be a scalar and values two elements [off_value, on_value]"),
-    ("ReverseSequence", (n32(3, 4), i64([1, 2, 3])), dict(time_axis=2), None, "time_axis 2 is out of range for rank 2"),
-    ("CumSum", (n32(3, 4), Init(i64([0, 1]))), {}, None, "axis must be one integer"),
+    ("ReverseSequence", (ones(3, 4), i64([1, 2, 3])), dict(time_axis=2), None, "time_axis 2 is out of range for rank 2"),
+    ("CumSum", (ones(3, 4), Init(i64([0, 1]))), {}, None, "axis must be one integer"),
     # LpPool: each at fault on the first spatial axis only
-    ("LpPool", (n32(1, 1, 2, 5),), dict(kernel_shape=[3, 2]), None,
+    ("LpPool", (ones(1, 1, 2, 5),), dict(kernel_shape=[3, 2]), None,
      "the kernel [3, 2] (dilations [1, 1]) is larger than the padded input"),
-    ("LpPool", (n32(1, 1, 5, 4),), dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1), None,
+    ("LpPool", (ones(1, 1, 5, 4),), dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1), None,
      "ceil_mode=1 with a partial last window is not supported"),
+    ("BitwiseNot", (ones(3),), {}, None, "BitwiseNot takes integers"),
+    ("Einsum", (ones(3), ones(3)), {}, None, "the equation attribute is missing"),
+    ("Pad", (ones(3, 4), Init(i64([1, 0, 2])), None, Init(i64([0, 1]))), {}, None,
+     "pads has 3 values for 2 axes (2 per axis)"),
+    ("Pad", (ones(3, 4), Init(i64([1, 2])), None, i64([1])), {}, None,
+     "axes (input 3) must be known when importing (a constant or a shape), but it is computed from the model's inputs"),
     ("Dropout", (n32(3), None, Init(np.array(True))), {}, None,
      "training_mode=true is random: only inference Dropout is imported"),
 ]
-
-
-def ones(*shape):
-    """float32 ones: a refusal's inputs, drawn from no generator (the cases' values stay put)."""
-    return np.ones(shape, np.float32)
 
 
 def test_a_pad_value_given_as_a_weight_stays_a_weight():
