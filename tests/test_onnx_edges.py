@@ -21,6 +21,7 @@ onnx, ort = need_onnx_and_runtime()
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
+import test_onnx_import_ops as import_ops  # noqa: E402 - its one-node models
 from test_onnx_export_ops import ALL, FLOATS, INTS, NUMERIC, edge_values, grid  # noqa: E402
 from uopcli.interop.onnx.exporter import to_onnx  # noqa: E402
 from uopcli.interop.onnx.importer import import_model  # noqa: E402
@@ -191,3 +192,33 @@ def test_exported_flip_reads_back_bit_for_bit():
     graph = Graph({"out": UOp.make(Ops.FLIP, p.dtype, (p,), (True, True))}, inputs=[p])
     back, weights = import_model(to_onnx(graph))
     assert_exact(np.asarray(evaluate_graph(back, {**weights, "x": x})["out"]), x[::-1, ::-1], "FLIP read back")
+
+
+# The gathers copy a value, -0.0 and nan included; the builder's one-hot sum alone gives +0.0
+# for -0.0. (op, inputs, attributes, opset, judged by onnx.reference, by onnxruntime)
+_SIGNED = np.array([[0.0, -0.0, np.nan], [-0.0, np.inf, -2.5]], np.float32)
+Init = import_ops.Init  # an input given as an initializer, known at import
+GATHERS = [
+    ("Gather", [_SIGNED, np.array([1, 0, 1])], {}, 18, True, True),
+    ("Gather", [_SIGNED, Init(np.array([[1, 0], [2, 0]]))], {"axis": 1}, 18, True, True),
+    ("GatherElements", [_SIGNED, np.array([[1, 0, 2], [0, 0, 1]])], {"axis": 1}, 18, True, True),
+    ("GatherND", [_SIGNED, np.array([[1, 0], [0, 1], [0, 0]])], {}, 18, True, True),
+    ("ReverseSequence", [_SIGNED, np.array([2, 1, 2])], {"time_axis": 0, "batch_axis": 1}, 18, True, True),
+    # onnx.reference's nearest Resize is a weighted sum (+0.0); onnxruntime copies, as the spec's nearest
+    ("Resize", [_SIGNED.reshape(1, 1, 2, 3), None, Init(np.array([1, 1, 2, 1.5], np.float32))],
+     {"mode": "nearest"}, 18, False, True),
+    ("TensorScatter", [np.ones((2, 4, 3), np.float32), np.stack([_SIGNED, _SIGNED[::-1]], 1), np.array([2, 0])], {"axis": 1},
+     24, True, True),
+]
+
+
+@pytest.mark.parametrize("op, inputs, attrs, opset, by_reference, by_runtime", GATHERS,
+                         ids=[f"{g[0]}-{i}" for i, g in enumerate(GATHERS)])
+def test_gathers_copy_minus_zero_and_nan(op, inputs, attrs, opset, by_reference, by_runtime):
+    model, feeds = import_ops.one_node_model(op, inputs, attrs, opset, 1, [TensorProto.FLOAT])
+    (got,) = import_ops.ours(model, feeds)
+    if by_reference:
+        assert_exact(got, ReferenceEvaluator(model).run(None, feeds)[0], f"{op} against onnx.reference")
+    if by_runtime:
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        assert_exact(got, session.run(None, feeds)[0], f"{op} against onnxruntime")

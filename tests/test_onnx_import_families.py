@@ -61,6 +61,7 @@ CASES = [
     case("Clip", EDGES, opset=11, id="Clip-no-bounds"),
     case("Clip", i64([-7, 0, 3, 9]), Init(i64(-2)), Init(i64(4)), opset=12, types=[I64], id="Clip-int"),
     case("Clip", EDGES, opset=6, min=-0.5, id="Clip-6"),
+    case("Clip", EDGES, Init(np.float32(-1.0)), Init(np.float32(2.0)), opset=11, id="Clip-11-bounds"),  # inputs from 11
     case("Sign", EDGES), case("Sign", i64([-3, 0, 8]), types=[I64], id="Sign-int"),
     case("Cos", f32(40, scale=4)), case("Tan", f32(40)), case("Asin", UNIT), case("Acos", UNIT),
     case("Atan", np.concatenate([SPREAD, [1e30, -1e30, np.inf, -np.inf, 3.0]]).astype(np.float32)),
@@ -84,6 +85,7 @@ CASES = [
     case("Swish", EDGES, opset=24, alpha=0.7), case("Shrink", EDGES, lambd=1.0, bias=0.5),
     case("Hardmax", TIES), case("Hardmax", NANS, id="Hardmax-nan"),
     case("Hardmax", f32(2, 3, 4), opset=11, axis=1, id="Hardmax-11-coerced"),
+    case("Hardmax", f32(2, 3, 4), opset=11, axis=2, id="Hardmax-11-axis-2"),  # not the default 1
     # -- reductions (ops_reduce.py)
     case("ReduceMin", f32(2, 3, 4), Init(i64([1]))), case("ReduceMin", f32(2, 3, 4), opset=13, axes=[0, 2],
                                                            keepdims=0, id="ReduceMin-13"),
@@ -132,7 +134,12 @@ CASES = [
          id="ScatterElements-max"),
     case("ScatterElements", f32(3, 4), i64([[1, 1], [2, 2], [0, 1]]), f32(3, 2), axis=1, reduction="min",
          id="ScatterElements-min"),
+    # blocksize 1 (a copy) is valid; reduction="add" is in ScatterElements-16 already
+    case("DepthToSpace", f32(1, 3, 2, 2), blocksize=1, id="DepthToSpace-blocksize-1"),
+    case("ScatterElements", f32(3, 4), i64([[1, -1], [1, 1], [0, 1]]), f32(3, 2), axis=1, reduction="add", opset=16,
+         id="ScatterElements-16-add"),
     case("ScatterND", f32(4, 3), i64([[1], [3]]), f32(2, 3)),
+    case("ScatterND", f32(6, 3), i64([[[1], [3], [5]], [[0], [2], [4]]]), f32(2, 3, 3), id="ScatterND-3d-indices"),
     case("ScatterND", f32(2, 3, 2), i64([[1, 2], [1, 2], [0, -1]]), f32(3, 2), reduction="add", id="ScatterND-add-dup"),
     case("ScatterND", f32(2, 3), i64([[0, 1], [0, 1]]), f32(2), reduction="max", id="ScatterND-max"),
     case("Pad", f32(3, 4), Init(i64([1, 2, 2, 1])), mode="reflect", opset=13, id="Pad-13-reflect"),
@@ -152,7 +159,7 @@ NOT_BY_REFERENCE = {
     # LogSumExp of inf without reduction is inf - inf; LpNormalization p=1 sums x, not |x|; no Scatter at all
     "Clip-min-only", "Clip-max-only", "Clip-no-bounds", "Sum-float64", "ReduceLogSumExp-noop",
     "LpNormalization", "Scatter",
-    "PRelu-edges", "Selu", "Selu-attrs", "Celu", "Celu-alpha", "Hardmax-11-coerced", "ReduceLogSumExp-inf",
+    "PRelu-edges", "Selu", "Selu-attrs", "Celu", "Celu-alpha", "Hardmax-11-coerced", "Hardmax-11-axis-2", "ReduceLogSumExp-inf",
     "OneHot-float-indices-axis0", "Pad-wrap"}
 NOT_BY_ONNXRUNTIME = {
     # onnxruntime 1.32's CPU kernels: ArgMax/ArgMin, Hardmax and ReduceMin pass over a nan
@@ -221,16 +228,19 @@ CASES += [  # sorting, pooling, norms, and the rest of the indexing family
     case("MeanVarianceNormalization", f32(2, 3, 4, 5)),
     case("EyeLike", f32(3, 5), k=1), case("EyeLike", f32(4, 3), k=-1, dtype=I64, types=[I64], id="EyeLike-int"),
     case("CenterCropPad", f32(5, 4, 3), Init(i64([2, 7])), axes=[0, 1]),
+    case("CenterCropPad", f32(5, 4, 3), Init(i64([0, 7])), axes=[0, 1], id="CenterCropPad-to-size-0"),
     case("ReverseSequence", f32(4, 3, 2), i64([4, 1, 2])),
     case("ReverseSequence", f32(3, 4), i64([1, 2, 3]), batch_axis=0, time_axis=1, id="ReverseSequence-batch-first"),
     case("Scatter", f32(3, 4), i64([[1, 0, 2, 0]]), f32(1, 4), opset=10),
     case("LpPool", f32(1, 2, 5, 6), kernel_shape=[2, 3], strides=[1, 2], pads=[1, 0, 0, 1]),
     case("LpPool", f32(1, 2, 7), kernel_shape=[3], p=1, dilations=[2], id="LpPool-p1-dilated"),
     case("LpPool", f32(1, 1, 4, 4), kernel_shape=[2, 2], p=3, auto_pad="SAME_UPPER", opset=22, id="LpPool-p3-same"),
+    case("LpPool", f32(1, 1, 2, 4), kernel_shape=[3, 1], pads=[0, 0, 1, 0], id="LpPool-fits-by-the-end-pad"),
     case("SwiGLU", f32(2, 5), f32(2, 5), opset=28, alpha=1.5),
     case("TensorScatter", f32(2, 3, 6, 4), f32(2, 3, 2, 4), i64([1, 4]), opset=24),
     case("TensorScatter", f32(2, 6, 3), f32(2, 3, 3), i64([5, 2]), opset=24, axis=1, mode="circular",
          id="TensorScatter-circular"),
+    case("TensorScatter", f32(2, 5, 3), f32(2, 2, 3), opset=24, id="TensorScatter-no-write-indices"),
 ]
 
 
@@ -287,6 +297,11 @@ def test_gather_names_the_indices_outside_the_axis_as_the_model_gives_them():
 
 
 COMPUTED = "must be known when importing (a constant or a shape), but it is computed from the model's inputs"
+def ones(*shape):
+    """float32 ones: a refusal's inputs, drawn from no generator (the cases' values stay put)."""
+    return np.ones(shape, np.float32)
+
+
 # every refusal of ops_nn.py and ops_tensor.py that no other test reads, by its message:
 # (op, inputs, attributes, output types or None for one float, what the message says)
 REFUSALS = [
@@ -316,6 +331,9 @@ REFUSALS = [
     ("ConvTranspose", (n32(1, 1, 3, 3), n32(1, 1, 2, 2)), dict(pads=[1, 1]), None, "pads [1, 1] needs 4 values >= 0"),
     ("ConvTranspose", (n32(1, 1, 3, 3), n32(1, 1, 2, 2)), dict(output_shape=[0, 4]), None,
      "output_shape [0, 4] needs 2 sizes >= 1"),
+    # onnxruntime refuses an output_shape with N and C ("incorrect size"): the spec's is spatial only
+    ("ConvTranspose", (ones(1, 1, 3, 3), ones(1, 1, 2, 2)), dict(output_shape=[1, 1, 4, 4]), None,
+     "output_shape [1, 1, 4, 4] has N and C: it gives the 2 spatial sizes only"),
     ("ConvTranspose", (n32(1, 1, 3, 3), n32(1, 1, 2, 2)), dict(pads=[2, 2, 2, 2]), None,
      "pads [2, 2, 2, 2] leave an empty output"),
     ("Col2Im", (n32(1, 4, 4), Init(i64([3, 3])), Init(i64([2]))), {}, None,
@@ -377,9 +395,58 @@ REFUSALS = [
     ("Range", (Init(np.float32(1)), np.float32(3), Init(np.float32(1))), {}, None, "limit (input 1) " + COMPUTED),
     ("Range", (Init(np.float32(1)), Init(np.float32(3)), np.float32(1)), {}, None, "delta (input 2) " + COMPUTED),
     ("Dropout", (n32(3), None, np.array(True)), {}, None, "training_mode (input 2) " + COMPUTED),
+    ("OneHot", (i64([1, 2]), Init(i64(3)), Init(np.array([0.0, 1.0], np.float32))), dict(axis=2), None,
+     "axis 2 is out of range for an output of rank 2"),
+    ("OneHot", (i64([1, 2]), Init(i64([3, 4])), Init(np.array([0.0, 1.0], np.float32))), {}, None,
+     "depth must be a scalar and values two elements [off_value, on_value]"),
+    ("ReverseSequence", (ones(3, 4), i64([1, 2, 3])), dict(time_axis=2), None, "time_axis 2 is out of range for rank 2"),
+    ("CumSum", (ones(3, 4), Init(i64([0, 1]))), {}, None, "axis must be one integer"),
+    # LpPool: each at fault on the first spatial axis only
+    ("LpPool", (ones(1, 1, 2, 5),), dict(kernel_shape=[3, 2]), None,
+     "the kernel [3, 2] (dilations [1, 1]) is larger than the padded input"),
+    ("LpPool", (ones(1, 1, 5, 4),), dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1), None,
+     "ceil_mode=1 with a partial last window is not supported"),
+    ("BitwiseNot", (ones(3),), {}, None, "BitwiseNot takes integers"),
+    ("Einsum", (ones(3), ones(3)), {}, None, "the equation attribute is missing"),
+    ("Pad", (ones(3, 4), Init(i64([1, 0, 2])), None, Init(i64([0, 1]))), {}, None,
+     "pads has 3 values for 2 axes (2 per axis)"),
+    ("Pad", (ones(3, 4), Init(i64([1, 2])), None, i64([1])), {}, None,
+     "axes (input 3) must be known when importing (a constant or a shape), but it is computed from the model's inputs"),
     ("Dropout", (n32(3), None, Init(np.array(True))), {}, None,
      "training_mode=true is random: only inference Dropout is imported"),
 ]
+
+
+def test_a_pad_value_given_as_a_weight_stays_a_weight():
+    """A float initializer is a weight the user may feed anew: Pad's constant_value from one is
+    read when the graph runs, not baked in at import."""
+    x = ones(2, 2)
+    model, _ = one_node_model("Pad", (x, Init(i64([1, 0, 0, 0])), Init(np.float32(2.5))), {}, 18, [F])
+    graph, weights = import_model(model)
+    (name,) = [n for n, w in weights.items() if w.dtype == np.float32]
+    padded = evaluate_graph(graph, {**weights, name: np.float32(-4.0), "in0": x})[graph.output_names[0]]
+    np.testing.assert_array_equal(padded, np.pad(x, ((1, 0), (0, 0)), constant_values=-4.0))
+
+
+def test_bit_shift_refuses_floats_in_either_version():
+    for opset, which in ((18, "unsigned integers"), (28, "integers")):  # 28 takes signed types too
+        message = refusal("BitShift", ones(3), ones(3), opset=opset, direction="LEFT")
+        assert message.endswith(f"(BitShift): BitShift takes {which}, not float32"), message
+
+
+def test_mod_of_floats_before_28_needs_fmod_1():
+    message = refusal("Mod", ones(3), ones(3), opset=13)
+    assert message.endswith("(Mod): fmod=0 on floats (before version 28 floats need fmod=1)"), message
+
+
+def test_tensor_scatter_refuses_the_batch_axis_and_an_unknown_mode():
+    # each model is at fault only there: along axis 0 the shapes would fit
+    message = refusal("TensorScatter", ones(2, 5, 3), ones(1, 5, 3), opset=24, axis=0)
+    assert message.endswith("update [1, 5, 3] does not fit the cache [2, 5, 3] along axis 0 (axis 0 is the batch; "
+                            "mode 'linear' is 'linear' or 'circular')"), message
+    message = refusal("TensorScatter", ones(2, 5, 3), ones(2, 2, 3), opset=24, mode="ring")
+    assert message.endswith("update [2, 2, 3] does not fit the cache [2, 5, 3] along axis 1 (axis 0 is the batch; "
+                            "mode 'ring' is 'linear' or 'circular')"), message
 
 
 @pytest.mark.parametrize("op, inputs, attrs, types, why", REFUSALS,

@@ -158,6 +158,33 @@ LAYER_CASES = [
     case("LSTM", f32(3, 2, 3), f32(1, 16, 3), f32(1, 16, 4), f32(1, 32), clip=0.5, hidden_size=4,
          activations=["Sigmoid", "Elu", "Affine"],
          activation_alpha=[0.8, 2.0], activation_beta=[0.1], outs=3, id="LSTM-clip-activations"),
+    case("RNN", n32(3, 2, 3), n32(1, 4, 3), n32(1, 4, 4), hidden_size=4, activations=["ThresholdedRelu"],
+         activation_alpha=[0.2], outs=2, id="RNN-thresholded-relu"),
+    # a cell (from initial_c) well beyond clip: onnxruntime clips the gates' inputs, not the
+    # cell going into h
+    case("LSTM", n32(3, 2, 3), n32(1, 16, 3), n32(1, 16, 4), None, None, None, n32(1, 2, 4) * 4, clip=0.5,
+         hidden_size=4, outs=3, id="LSTM-clip-below-the-cell"),
+    # Attention-25's sliding windows, 0 (only the query's own key on that side) included
+    case("Attention", n32(1, 2, 4, 4), n32(1, 2, 5, 4), n32(1, 2, 5, 4), left_window_size=0, opset=25,
+         id="Attention-25-left-window-0"),
+    case("Attention", n32(1, 2, 4, 4), n32(1, 2, 5, 4), n32(1, 2, 5, 4), left_window_size=2, right_window_size=0,
+         opset=25, id="Attention-25-windows"),
+    # Resize-11's tf_crop_and_resize (tf_half_pixel_for_nn is 11's alone, and not this), and
+    # align_corners down to one output element (x = 0)
+    case("Resize", n32(1, 1, 3, 4), Init(np.array([0, 0, 0.2, 0.1, 1, 1, 0.9, 0.8], np.float32)),
+         Init(np.array([1, 1, 2, 0.5], np.float32)), mode="linear", coordinate_transformation_mode="tf_crop_and_resize",
+         opset=11, id="Resize-11-crop-and-resize"),
+    case("Resize", n32(1, 1, 4, 3), Init(np.array([0, 0, 0.2, 0, 1, 1, 0.9, 1], np.float32)),
+         Init(np.array([1, 1, 0.25, 1], np.float32)), mode="linear", coordinate_transformation_mode="tf_crop_and_resize",
+         id="Resize-crop-and-resize-to-1"),
+    case("Resize", n32(1, 1, 2, 4), None, Init(np.array([1, 1, 0.5, 1], np.float32)), mode="linear",
+         coordinate_transformation_mode="align_corners", id="Resize-align-corners-to-1"),
+    # axes left as they are are not resampled: inf and nan would spread through 0-weights, -0.0 turn +0.0
+    case("Resize", np.array([[[[1.0, -0.0, np.inf], [np.nan, 2.0, -3.0]]]], np.float32), None,
+         Init(np.array([1, 1, 1, 1], np.float32)), mode="linear", id="Resize-identity-axis-edges"),
+    # float16 in, worked out in stash_type's float32 from version 21 (as onnx.reference does)
+    case("GroupNormalization", n32(2, 6, 3, 2).astype(np.float16) * 8, n32(6).astype(np.float16),
+         n32(6).astype(np.float16), num_groups=3, opset=21, types=[TensorProto.FLOAT16], id="GroupNormalization-21-float16"),
 ]
 
 # Where a peer does not follow the spec, the other is the judge:
@@ -166,13 +193,16 @@ NOT_BY_REFERENCE = {  # onnx 1.23's reference LRN loops over the batch axis as i
     "ConvTranspose-1d-group-dilated",
     "ConvTranspose-output_shape-size-1",  # its ConvTranspose fails on an output_shape cutting into the kernel (ValueError)
     "GRU-bidirectional-activations", "RNN-bidirectional-activations",  # nor reads activations / clip
+    "RNN-thresholded-relu", "LSTM-clip-below-the-cell",
     "LSTM-clip-activations",
     # nor has Resize-11's tf_half_pixel_for_nn, Resize-10's signature or Upsample-7's attribute
     "Resize-11-tf-half-pixel-for-nn", "Resize-10", "Upsample-7-linear",
     "GridSample-16-bilinear-reflection",  # nor GridSample-16's mode names; its Attention's
-    "Attention-gqa-bool-mask-past-softcap"}  # qk output 0 is softcapped, the spec's is the raw product
+    "Attention-gqa-bool-mask-past-softcap",  # qk output 0 is softcapped, the spec's is the raw product
+    "Resize-identity-axis-edges"}  # its Resize gives inf as float32's largest, even where nothing is resized
 NOT_BY_ONNXRUNTIME = {  # onnxruntime's CPU GRU refuses layout=1; it has no GroupNormalization-18 kernel
     "GRU-layout1", "GroupNormalization-18-per-group", "GroupNormalization", "RMSNormalization",
+    "GroupNormalization-21-float16",  # (its float16 kernel rounds the float32 statistics: 1 ulp off)
     "RMSNormalization-axis",
     # align_corners: onnxruntime divides by the integer output length less 1, the spec (and the
     # reference, which made ONNX's node cases) by scale·length less 1 when scales are given
@@ -268,6 +298,73 @@ ZEROS = np.zeros((1, 1, 2, 2), np.int64)
         "output-shape-computed"])
 def test_max_unpool_refusals_name_the_reason(inputs, attrs, why):
     assert why in _refused("MaxUnpool", *inputs, **attrs)
+
+
+def test_attention_refuses_a_softmax_precision_it_cannot_compute_in():
+    qkv = np.ones((1, 2, 3, 4), np.float32)
+    message = _refused("Attention", qkv, qkv, qkv, opset=23, softmax_precision=TensorProto.STRING)
+    assert message.endswith("(Attention): softmax_precision: element type STRING is not supported"), message
+
+
+def test_attention_refusals_name_the_reason():
+    q4 = np.ones((1, 3, 2, 4), np.float32)
+    assert _refused("Attention", q4, np.ones((1, 2, 2, 4), np.float32), np.ones((1, 2, 2, 4), np.float32),
+                    opset=23).endswith("(Attention): 3 query heads are not a multiple of 2 key and value heads")
+    past = np.ones((1, 3, 1, 4), np.float32)
+    assert _refused("Attention", q4, q4, q4, None, past, opset=23).endswith(
+        "(Attention): past_key and past_value come together, and not with nonpad_kv_seqlen")
+    assert _refused("Attention", q4, q4, q4, opset=25, q_num_heads=3).endswith(
+        "(Attention): q_num_heads and kv_num_heads are for 3-D inputs only")
+
+
+def test_lrn_and_resize_refusals_name_the_reason():
+    x = np.ones((1, 3, 2), np.float32)
+    assert _refused("LRN", x, size=0).endswith(
+        "(LRN): size=0 must be >= 1, and input [1, 3, 2] needs [N, C, spatial...]")
+    assert _refused("Resize", x, None, Init(np.array([1, 1, 2], np.float32)), mode="nearest",
+                    nearest_mode="up").endswith(
+        "(Resize): nearest_mode='up' is not one of round_prefer_floor, round_prefer_ceil, floor, ceil")
+    assert _refused("Resize", x, None, Init(np.array([1, 1, 0.25], np.float32))).endswith(
+        "(Resize): scales [1.0, 1.0, 0.25] leave an empty output for input [1, 3, 2]")
+    assert _refused("Resize", x, None, Init(np.array([1, 2, 2], np.float32)), axes=[1, 2]).endswith(
+        "(Resize): 3 scales or sizes for 2 axes")
+
+
+def test_grid_sample_refusals_name_the_reason():
+    x, grid = np.ones((1, 1, 2, 3), np.float32), np.zeros((1, 4, 2), np.float32)
+    assert _refused("GridSample", x, grid, opset=20).endswith(
+        "(GridSample): input [1, 1, 2, 3] and grid [1, 4, 2] do not fit: grid [N, *out, 2]")
+    assert _refused("GridSample", x, grid.reshape(1, 2, 2, 2), opset=20, mode="bilinear").endswith(
+        "(GridSample): mode='bilinear' is not one of linear, nearest, cubic, or padding_mode='zeros' is not zeros, "
+        "border or reflection")  # 16's name for linear
+
+
+def test_upsample_9_refuses_computed_scales_and_resizes_cubic_mode():
+    x = np.ones((1, 1, 2, 2), np.float32)
+    assert "scales (input 1) must be known when importing" in _refused("Upsample", x, np.ones(4, np.float32), opset=9)
+    assert _refused("Upsample", x, Init(np.array([1, 1, 2, 2], np.float32)), opset=9, mode="cubic").endswith(
+        "(Upsample): mode='cubic' is not nearest, linear")  # Resize's cubic is not Upsample's
+    assert _refused("Upsample", x, Init(np.array([1, 2, 2], np.float32)), opset=9).endswith(
+        "(Upsample): 3 scales or sizes for input [1, 1, 2, 2]")
+
+
+# X with -0.0, inf and nan; points inside, on a -0.0 pixel, and outside (where zeros padding
+# reads 0, not the clamped pixel times 0: nan for nan or inf)
+GRID_EDGE_X = np.array([[[[-1.0, -2.0, np.inf], [-3.0, -0.0, np.nan]]]], np.float32)
+GRID_EDGE_POINTS = np.array([[[[-3.0, 0.0], [0.0, 4.0], [-1.0, -1.0], [2.0, 2.0], [0.0, -1.0], [-1 / 3, -0.5],
+                               [1 / 3, 0.5]]]], np.float32)
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest", "cubic"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+def test_grid_sample_edge_values_match_the_reference_bit_for_bit(mode, padding):
+    """Where nan is, and the sign of every zero: the spec's linear and cubic sums are dot
+    products from +0.0, its nearest is the pixel itself (-0.0 kept), its zeros padding a 0."""
+    model, feeds = one_node_model("GridSample", [GRID_EDGE_X, GRID_EDGE_POINTS],
+                                  dict(mode=mode, padding_mode=padding), 20, 1, [F])
+    with np.errstate(invalid="ignore"):  # the reference's dot products of inf and nan
+        (want,) = ReferenceEvaluator(model).run(None, feeds)
+    assert_same(ours(model, feeds)[0], want, f"GridSample {mode} {padding}")
 
 
 # ----------------------------------------------------------------------------- gradients, finite differences

@@ -136,6 +136,25 @@ def test_convert_writes_the_graph_and_its_weights_beside(tmp_path):
     assert "# Conv" in listing or "Conv" in listing
 
 
+def test_a_nodes_scope_from_dynamos_nested_names_or_else_from_its_legacy_name():
+    from uopcli.interop.onnx.importer import _scope
+
+    def node(name, scopes=None):
+        made = helper.make_node("MatMul", ["a", "b"], ["c"], name=name)
+        if scopes is not None:
+            made.metadata_props.add(key="pkg.torch.onnx.name_scopes", value=scopes)
+        return made
+    # each dynamo scope is relative to the one before; the last part is the op
+    assert _scope(node("x", "['', 'encoder.0', 'encoder.0.attention', 'matmul']")) == "encoder.0/attention"
+    assert _scope(node("/encoder/layer.0/MatMul", "['', 'enc")) == "encoder/layer.0"  # unreadable: the name's
+    assert _scope(node("/MatMul")) is None and _scope(node("MatMul")) is None
+
+
+def test_the_graph_says_where_it_was_imported_from():
+    graph, _ = load_onnx(str(SAMPLES / "mlp-legacy14.onnx"))
+    assert graph.meta == {"onnx.opset": "14", "onnx.producer": "pytorch 2.13.0", "imported_from": "mlp-legacy14.onnx"}
+
+
 def test_module_paths_become_the_scope_of_the_nodes():
     for name in ("gpt2-legacy17.onnx", "gpt2-dynamo18.onnx"):
         graph, _ = load_onnx(str(SAMPLES / name))

@@ -64,6 +64,9 @@ CASES = [
     ("split by a scalar: the last piece smaller", [
         ("split", "SplitToSequence", ["x", "k"], ["s"], {"axis": 1}), ("at", "SequenceAt", ["s", "p"], ["out"], {})],
      {"x": [2, 5]}, {**pos("k", 2), **pos("p", -1)}),
+    ("split by a scalar: its length", [  # the last piece alone is the same for a step of 1
+        ("split", "SplitToSequence", ["x", "k"], ["s"], {"axis": 1}), ("len", "SequenceLength", ["s"], ["length"], {})],
+     {"x": [2, 5]}, pos("k", 2)),
     ("split by sizes, stacked on a new last axis", [
         ("split", "SplitToSequence", ["x", "k"], ["s"], {}),
         ("cat", "ConcatFromSequence", ["s"], ["out"], {"axis": -1, "new_axis": 1})],
@@ -154,6 +157,18 @@ def test_split_sizes_computed_at_run_time_are_refused_as_any_shape_setting_input
              ("len", "SequenceLength", ["s"], ["length"], {})]
     message = refusal(model(nodes, {"x": [4]}, ["length"]))
     assert "'split' (SplitToSequence)" in message and "must be known when importing" in message
+
+
+def test_a_concat_axis_out_of_range_is_refused_naming_the_node():
+    message = refusal(model(abc_nodes(("cat", "ConcatFromSequence", ["s"], ["out"], {"axis": 2})), ABC, ["out"]))
+    assert message.endswith("'cat' (ConcatFromSequence): axis 2 is out of range for rank 2"), message
+
+
+def test_an_empty_sequence_of_an_unsupported_type_is_refused_naming_its_attribute():
+    nodes = [("empty", "SequenceEmpty", [], ["e"], {"dtype": TensorProto.STRING}),
+             ("len", "SequenceLength", ["e"], ["length"], {})]
+    message = refusal(model(nodes, {}, ["length"]))
+    assert message.endswith("'empty' (SequenceEmpty): dtype: element type STRING is not supported"), message
 
 
 def test_out_of_range_positions_and_a_sequence_fed_to_a_tensor_op_are_refused():

@@ -86,6 +86,16 @@ def test_attributes_that_became_inputs():
     np.testing.assert_array_equal(y, np.concatenate(parts, axis=1))  # Concat-1: axis 1 by default
 
 
+def test_pad_1_reads_paddings_and_prelu_before_7_slopes_per_channel():
+    x = f32(3, 6)
+    (y,) = run(one_node("Pad", {"x": x}, 1, paddings=[1, 0, 0, 2], value=2.5), {"x": x})  # Pad-1's name for pads
+    np.testing.assert_array_equal(y, np.pad(x, ((1, 0), (0, 2)), constant_values=2.5))
+    x, slope = f32(2, 3, 4, 5), np.array([0.5, -2.0, 3.0], np.float32)
+    for version in (1, 6):  # a [C] slope is per channel (axis 1), not lined up with the last axis as from 7
+        (y,) = run(one_node("PRelu", {"x": x}, version, initializers={"slope": slope}), {"x": x})
+        np.testing.assert_array_equal(y, np.where(x < 0, x * slope[:, None, None], x))
+
+
 def test_batch_norm_and_dropout_before_7_are_inference_only():
     x, scale, bias, mean = f32(2, 3, 4), f32(3), f32(3), f32(3)
     var = np.abs(f32(3)) + 0.5

@@ -21,6 +21,7 @@ import math
 from uopcli import dtypes
 
 from .ops_exact import round_
+from .ops_tensor import take
 
 _MODES = {16: {"bilinear": "linear", "nearest": "nearest", "bicubic": "cubic"},
           20: {"linear": "linear", "nearest": "nearest", "cubic": "cubic"}}
@@ -54,21 +55,29 @@ def grid_sample(ctx):
     strides = [math.prod(sizes[d + 1:]) for d in range(spatial)]
     out = None
     for combination in itertools.product(*per_axis):
-        index, weight = None, None
-        for (tap_index, tap_weight), stride in zip(combination, strides):
+        index, weight, inside = None, None, None
+        for (tap_index, tap_weight, tap_inside), stride in zip(combination, strides):
             term = tap_index * stride if stride != 1 else tap_index
             index = term if index is None else index + term
             weight = tap_weight if weight is None else (weight if tap_weight is None else weight * tap_weight)
+            inside = tap_inside if inside is None else (inside if tap_inside is None else inside & tap_inside)
         count = index.shape[1]
-        picked = flat.gather(2, index.reshape(batch, 1, count).expand(batch, channels, count))
+        spread = index.reshape(batch, 1, count).expand(batch, channels, count)
+        # nearest gives the pixel itself, -0.0 kept (linear and cubic add +0.0 below anyway)
+        picked = take(flat, 2, spread) if mode == "nearest" else flat.gather(2, spread)
+        if inside is not None:  # a tap outside reads 0, not 0 times the clamped pixel (nan for nan or inf)
+            picked = inside.reshape(batch, 1, count).where(picked, 0.0)
         picked = picked if weight is None else picked * weight.reshape(batch, 1, count)
         out = picked if out is None else out + picked
+    # linear and cubic: the spec's dot products start from +0.0, so an exact zero is +0.0
+    out = out if mode == "nearest" else out + 0.0
     return out.reshape(batch, channels, *outputs)
 
 
 def _axis_taps(ctx, n, size: int, mode: str, padding: str, corners: bool):
-    """[(index, weight)] of one axis's taps for normalised coordinates n [N, O]: indices
-    int32 within [0, size), weights floats (None: 1), zero where a zeros-padded tap is out."""
+    """[(index, weight, inside)] of one axis's taps for normalised coordinates n [N, O]:
+    indices int32 within [0, size), weights floats (None: 1), and for zeros padding whether
+    the tap is inside (None otherwise)."""
     x = (n + 1) / 2 * (size - 1) if corners else ((n + 1) * size - 1) / 2
     low, high = (0.0, size - 1.0) if corners else (-0.5, size - 0.5)
     if mode == "nearest":
@@ -97,16 +106,17 @@ def _far(d):
 
 
 def _tap(i, size: int, padding: str, low: float, high: float, weight):
-    """A tap at integer-valued float i: its index inside [0, size) and its weight."""
+    """A tap at integer-valued float i: its index inside [0, size), its weight, and whether
+    it is inside (zeros padding only: the caller reads 0 there)."""
+    inside = None
     if padding == "zeros":
         inside = (i > -1) & (i < size)
-        weight = inside.where(1.0 if weight is None else weight, 0.0)
         i = i.maximum(0.0).minimum(size - 1.0)
     elif padding == "border":
         i = i.maximum(0.0).minimum(size - 1.0)
     else:
         i = _reflect(i, low, high).trunc().maximum(0.0).minimum(size - 1.0)
-    return i.cast(dtypes.int32), weight
+    return i.cast(dtypes.int32), weight, inside
 
 
 def _reflect(x, low: float, high: float):

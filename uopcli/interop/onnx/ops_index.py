@@ -206,7 +206,7 @@ def reverse_sequence(ctx):
     lengths = lengths.reshape(1, -1) if time == 0 else lengths.reshape(-1, 1)
     index = (steps < lengths).where(lengths - 1 - steps, steps)
     index = index.reshape(*index.shape, *(1,) * (rank - 2)).expand(*x.shape)
-    return x.gather(time, index)
+    return t.take(x, time, index)
 
 
 def tensor_scatter(ctx):
@@ -233,5 +233,5 @@ def tensor_scatter(ctx):
     layout = [1] * rank
     layout[0], layout[axis] = batch, length
     index = inside.where(offset, 0).reshape(*layout).expand(*cache.shape[:axis], length, *cache.shape[axis + 1:])
-    gathered = update.gather(axis, index)
+    gathered = t.take(update, axis, index)
     return inside.reshape(*layout).where(gathered, cache)

@@ -141,7 +141,10 @@ def _conv_transpose_window(ctx, x, full, extra, strides):
         ctx.refuse(f"auto_pad={auto_pad!r} is not NOTSET, SAME_UPPER, SAME_LOWER or VALID")
     if shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         shape = list(shape) if shape is not None else [i * s for i, s in zip(x.shape[2:], strides)]
-        shape = shape[-spatial:] if len(shape) == spatial + 2 else shape
+        # the spec: output_shape holds the spatial sizes only (onnxruntime refuses [N, C, *spatial],
+        # onnx.reference fails on it), so a model that gives N and C is not a valid model
+        if len(shape) == spatial + 2:
+            ctx.refuse(f"output_shape {shape} has N and C: it gives the {spatial} spatial sizes only")
         if len(shape) != spatial or min(shape) < 1:
             ctx.refuse(f"output_shape {shape} needs {spatial} sizes >= 1")
         totals = [n + e - o for n, e, o in zip(full, extra, shape)]

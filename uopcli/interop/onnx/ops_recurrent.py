@@ -7,7 +7,8 @@ B [dirs, 2·gates·H] (Wb then Rb), sequence_lens (only full lengths here), init
 reversed); outputs Y [seq, dirs, batch, H] (layout 1: [batch, seq, dirs, H]) and Y_h
 [dirs, batch, H] (layout 1: [batch, dirs, H]), for LSTM also Y_c. `activations` names the
 functions per direction (f, g, h) with their alpha and beta; `clip` bounds every
-activation's input to [-clip, clip]. Same contract as ops_tensor.py.
+activation's input to [-clip, clip] except LSTM's cell going into h, as onnxruntime's.
+Same contract as ops_tensor.py.
 """
 
 from __future__ import annotations
@@ -93,10 +94,11 @@ class _Frame:
             ctx.refuse(f"activation_alpha/beta have values left over for activations {names}")
         return [chosen[d * per_direction:(d + 1) * per_direction] for d in range(len(defaults) // per_direction)]
 
-    def act(self, direction: int, k: int, x):
-        """The direction's k-th activation of x (clipped first with clip)."""
+    def act(self, direction: int, k: int, x, clip: bool = True):
+        """The direction's k-th activation of x (clipped first with clip, unless `clip` is
+        False: LSTM's h(C), whose input is the cell, not a gate's)."""
         function, alpha, beta = self.activations[direction][k]
-        if self.clip is not None:
+        if clip and self.clip is not None:
             x = x.maximum(-self.clip).minimum(self.clip)
         return function(self.ctx, x, alpha, beta)
 
@@ -201,7 +203,9 @@ def lstm(ctx):
             f = 1 - i if coupled else frame.act(d, 0, f_in)
             c = f * c + i * frame.act(d, 1, _gate(z, 3, hidden))
             o_in = _gate(z, 1, hidden) if peep is None else _gate(z, 1, hidden) + peep[hidden:2 * hidden] * c
-            h = frame.act(d, 0, o_in) * frame.act(d, 2, c)
+            # the cell is not clipped on its way into h: onnxruntime clips the gates' inputs
+            # only (the spec's "input of activations"; onnx.reference ignores clip)
+            h = frame.act(d, 0, o_in) * frame.act(d, 2, c, clip=False)
             out[t] = h
         ys.append(UOp.stack(*out))
         last_h.append(h)

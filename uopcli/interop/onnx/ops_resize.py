@@ -20,7 +20,7 @@ import numpy as np
 
 from uopcli import UOp
 
-from .ops_tensor import axes_of
+from .ops_tensor import axes_of, take
 
 _MODES = ("nearest", "linear", "cubic")
 _NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
@@ -205,7 +205,8 @@ def _gathered(x, axis: int, indices: np.ndarray, weights: np.ndarray):
     along = tuple(m if a == axis else 1 for a in range(len(x.shape)))
     out = None
     for k in range(taps):
-        picked = x.gather(axis, UOp.buffer(indices[:, k].astype(np.int32).reshape(along)).expand(grown))
+        index = UOp.buffer(indices[:, k].astype(np.int32).reshape(along)).expand(grown)
+        picked = take(x, axis, index) if taps == 1 else x.gather(axis, index)  # -0.0 copied too
         if not (weights[:, k] == 1).all():
             picked = picked * UOp.buffer(weights[:, k].astype(_numpy_dtype(x)).reshape(along))
         out = picked if out is None else out + picked

@@ -375,6 +375,21 @@ def _nonnegative_index(index: UOp, size: int) -> UOp:
     return (index < 0).where(index + size, index)
 
 
+def _negative_zero(x: UOp) -> UOp:
+    """Where x is -0.0 (1/-0.0 is -inf), as 1 or 0 in x's dtype, to be gathered beside x."""
+    return (x.eq(0) & (x.reciprocal() < 0)).cast(x.dtype)
+
+
+def take(x: UOp, dim: int, index: UOp) -> UOp:
+    """x.gather(dim, index), -0.0 kept: the builder's gather sums a one-hot selection, which
+    makes -0.0 +0.0, while ONNX's gathers copy the value (onnxruntime and onnx.reference
+    alike). So for floats where x is -0.0 is gathered too, and written back."""
+    picked = x.gather(dim, index)
+    if not x.dtype.is_float:
+        return picked
+    return _negative_zero(x).gather(dim, index).eq(1).where(-0.0, picked)
+
+
 def gather(ctx):
     """Gather-13: data[..., indices, ...] along `axis`: out.shape = data.shape[:axis] +
     indices.shape + data.shape[axis + 1:]. Indices known at import are cut out
@@ -397,14 +412,19 @@ def gather(ctx):
     spread = data.reshape(*before, *(1,) * len(index.shape), size, *after)
     mask = index._one_hot_mask(size, len(index.shape)).reshape(
         *(1,) * len(before), *index.shape, size, *(1,) * len(after))
-    return mask.where(spread, 0).sum(len(before) + len(index.shape))
+    picked = mask.where(spread, 0).sum(len(before) + len(index.shape))
+    if not data.dtype.is_float:
+        return picked
+    # the one-hot sum makes -0.0 +0.0 (see take)
+    negative_zero = mask.where(_negative_zero(spread), 0).sum(len(before) + len(index.shape))
+    return negative_zero.eq(1).where(-0.0, picked)
 
 
 def gather_elements(ctx):
     """GatherElements-13: out[i][j][k] = data[index[i][j][k]][j][k] along `axis` (same rank)."""
     data, index = ctx.x(0), ctx.x(1)
     axis = axis_of(ctx, ctx.attr("axis"), len(data.shape))
-    return data.gather(axis, _nonnegative_index(index, data.shape[axis]))
+    return take(data, axis, _nonnegative_index(index, data.shape[axis]))
 
 
 def gather_nd(ctx):
