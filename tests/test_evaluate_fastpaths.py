@@ -179,6 +179,37 @@ def test_a_one_hot_selection_keeps_each_value_as_its_fill_says(fill, dtype):
     assert np.signbit(summed[2]).tolist() == [neg, neg, neg, True]  # class 3 picked by all six: no fill in its sum
 
 
+# per row of x: what the mask selects, and so the sign of a zero sum as written
+MASKED_ROWS = [
+    ([-0.0, -0.0, 2.0, 3.0, 4.0], [1, 1, 0, 0, 0]),    # only -0.0s selected: -0.0 (+0.0 with a +0.0 fill)
+    ([-0.0, 0.0, 2.0, 3.0, 4.0], [1, 1, 0, 0, 0]),     # -0.0 and +0.0: +0.0
+    ([1.0, -1.0, -0.0, 3.0, 4.0], [1, 1, 1, 0, 0]),    # 1 + -1 + -0.0: +0.0
+    ([5.0, 6.0, 7.0, 8.0, -0.0], [0, 0, 0, 0, 0]),     # nothing selected: the fill
+    ([-0.0, -0.0, -0.0, -0.0, -0.0], [1, 1, 1, 1, 1]),  # everything selected, all -0.0: -0.0
+    ([-2.5, 6.0, -0.0, 8.0, 9.0], [1, 0, 0, 0, 0]),    # a value: itself
+]
+
+
+@pytest.mark.parametrize("fill", [-0.0, 0.0])
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.float32, dtypes.float64])
+def test_a_masked_sum_signs_its_zeros_as_the_graph_does(fill, dtype):
+    """A sum of WHERE(mask, x, fill) under a mask that is no one-hot comparison runs as a
+    product with the mask (BLAS, whose zeros are unsigned); its zeros are signed afterwards
+    as the graph as written signs them, whatever the fill."""
+    x = UOp.param("mx", (6, 5), dtype)
+    mask = UOp.param("mm", (6, 5), dtypes.bool)
+    rows = mask.where(x, fill).sum(1, dtype=dtype)
+    feed = {"mx": np.array([v for v, _ in MASKED_ROWS], dtype.np), "mm": np.array([m for _, m in MASKED_ROWS], bool)}
+    stats = EvalStats()
+    evaluate([rows], feed, stats=stats)
+    assert stats.contractions == 1
+    got, = assert_like_reference([rows], feed)
+    neg = bool(np.signbit(fill))
+    assert np.signbit(got).tolist() == [neg, False, False, neg, True, True]
+    feed["mx"][2, 4] = np.inf  # a value that is not finite, masked out: the WHEREs run as written
+    assert np.signbit(assert_like_reference([rows], feed)[0]).tolist() == [neg, False, False, neg, True, True]
+
+
 def test_sum_of_negative_zeros_is_negative_zero():
     x = UOp.param("zx", (4, 5))
     feed = {"zx": np.full((4, 5), -0.0, np.float32)}

@@ -87,14 +87,15 @@ def _masked_sum(contraction: Contraction, node, *sources):
     from it only where some value is not finite (inf * 0 is nan, where the WHERE gives 0:
     then the WHEREs are run as written) or in the sign of a zero (a negative value times 0
     is -0.0, the WHERE's 0 is +0.0: adding +0.0 to each sum with a masked-out element
-    restores it); sums of several selected values round as any contraction's. A WHERE whose
-    masked-out elements are -0.0 (an exact selection) runs as written: a product cannot
-    tell a selected -0.0 from a masked-out one."""
+    restores it); sums of several selected values round as any contraction's. WHEREs whose
+    masked-out elements are -0.0 (an exact selection): see _signed_zeros; one of each
+    kind runs as written."""
     full_shape = node.src[0].shape
     reduced = node.arg[1]
     pairs = [sources[i:i + 2] for i in range(0, len(sources), 2)]  # (mask, values) per WHERE
     float_values = node.dtype.is_float
-    if float_values and (any(_negative_fill(where) for where in contraction.masked)
+    negative = [_negative_fill(where) for where in contraction.masked] if float_values else [False]
+    if float_values and (len(set(negative)) > 1
                          or not all(np.isfinite(_factor_view(values, full_shape)[0]).all() for _, values in pairs)):
         selected = [IMPL[Ops.WHERE](where, mask, values, const_value(where.src[2]))
                     for where, (mask, values) in zip(contraction.masked, pairs)]
@@ -106,15 +107,32 @@ def _masked_sum(contraction: Contraction, node, *sources):
         total = part if total is None else np.add(total, part)
     contraction.scratch_bytes = sum(scratch)
     if float_values:
-        everything_selected = functools.reduce(
-            np.logical_and, [np.all(_unbroadcast(mask), axis=reduced, keepdims=True) for mask, _ in pairs])
-        if everything_selected.any():
-            total = np.where(everything_selected, total, total + total.dtype.type(0))
-        elif total.flags.writeable:
-            np.add(total, total.dtype.type(0), out=total)
-        else:
-            total = total + total.dtype.type(0)
+        total = _signed_zeros(total, pairs, full_shape, frozenset(reduced), node, negative[0])
     return total
+
+
+def _signed_zeros(total, pairs, full_shape, reduced, node, negative_fill: bool):
+    """The products' sum with each zero signed as the WHEREs' sum has it. A sum is -0.0 only
+    where every term is (IEEE, rounding to nearest): with -0.0 fills, where every selected
+    value is -0.0 (or none is selected); with +0.0 fills, where moreover every element is
+    selected (a masked-out +0.0 makes it +0.0). A product's zero and BLAS's +0.0 start
+    cannot tell, so where such a zero sum may be -0.0, a count of the selected values that
+    are not -0.0 decides, contracted as the values were (flags computed unbroadcast)."""
+    zero = total == 0
+    if not negative_fill:
+        everything_selected = functools.reduce(
+            np.logical_and, [np.all(_unbroadcast(mask), axis=tuple(reduced), keepdims=True) for mask, _ in pairs])
+        zero = zero & everything_selected
+    if not zero.any():
+        return total if negative_fill else total + total.dtype.type(0)  # +0.0 for a masked-out +0.0 in the sum
+    count = None
+    for mask, values in pairs:
+        plain = _unbroadcast(values)
+        flags = ((plain != 0) | ~np.signbit(plain)).astype(plain.dtype)
+        part = _contract_term([mask, np.broadcast_to(flags, values.shape)], full_shape, reduced, node, [])
+        count = part if count is None else count + part
+    signed = np.where(count > 0, total.dtype.type(0), total.dtype.type(-0.0))
+    return np.where(zero, signed, total if negative_fill else total + total.dtype.type(0))
 
 
 def _select_sum(contraction: Contraction, node, left, right, values):

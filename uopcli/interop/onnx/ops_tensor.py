@@ -375,19 +375,19 @@ def _nonnegative_index(index: UOp, size: int) -> UOp:
     return (index < 0).where(index + size, index)
 
 
-def _negative_zero(x: UOp) -> UOp:
-    """Where x is -0.0 (1/-0.0 is -inf), as 1 or 0 in x's dtype, to be gathered beside x."""
-    return (x.eq(0) & (x.reciprocal() < 0)).cast(x.dtype)
-
-
 def take(x: UOp, dim: int, index: UOp) -> UOp:
-    """x.gather(dim, index), -0.0 kept: the builder's gather sums a one-hot selection, which
-    makes -0.0 +0.0, while ONNX's gathers copy the value (onnxruntime and onnx.reference
-    alike). So for floats where x is -0.0 is gathered too, and written back."""
-    picked = x.gather(dim, index)
-    if not x.dtype.is_float:
-        return picked
-    return _negative_zero(x).gather(dim, index).eq(1).where(-0.0, picked)
+    """x.gather(dim, index) as ONNX's gathers mean it: the value copied, -0.0 included
+    (onnxruntime and onnx.reference alike). The builder's gather sums a one-hot selection
+    whose masked-out elements are +0.0, which makes a picked -0.0 +0.0; with -0.0 there
+    the sum is the picked value exactly, and the numpy evaluator still runs it as a
+    selection, at a gather's cost."""
+    return x._gather(dim, index, _exact_fill(x))
+
+
+def _exact_fill(x: UOp) -> float:
+    """What a one-hot selection of x sums with where its mask is false: -0.0 for floats
+    (x + -0.0 is x for every x), 0 for integers and bools."""
+    return -0.0 if x.dtype.is_float else 0
 
 
 def gather(ctx):
@@ -412,12 +412,7 @@ def gather(ctx):
     spread = data.reshape(*before, *(1,) * len(index.shape), size, *after)
     mask = index._one_hot_mask(size, len(index.shape)).reshape(
         *(1,) * len(before), *index.shape, size, *(1,) * len(after))
-    picked = mask.where(spread, 0).sum(len(before) + len(index.shape))
-    if not data.dtype.is_float:
-        return picked
-    # the one-hot sum makes -0.0 +0.0 (see take)
-    negative_zero = mask.where(_negative_zero(spread), 0).sum(len(before) + len(index.shape))
-    return negative_zero.eq(1).where(-0.0, picked)
+    return mask.where(spread, _exact_fill(data)).sum(len(before) + len(index.shape))  # -0.0 copied (see take)
 
 
 def gather_elements(ctx):
