@@ -211,6 +211,31 @@ def test_both_backends_run_the_simplified_graph(tmp_path):
         evaluate_on_tinygrad(graph, {"x": np.zeros(3, np.float32)}, "CPU", simplify="fast")
 
 
+def test_evaluate_on_tinygrad_in_process_gives_the_evaluators_values(monkeypatch):
+    """What `eval --backend tinygrad` calls (the CLI tests run it in a subprocess, where
+    mutation testing cannot see it): a tuple output with a NOOP element and a plain one,
+    with each simplify mode, bit for bit the numpy evaluator's (a division included);
+    tinygrad's own failure to realize is one line naming it."""
+    from uopcli import Graph, UOp, evaluate_graph
+    from uopcli.errors import EvaluationError
+    from uopcli.interop.tinygrad import evaluate_on_tinygrad
+    x, n = UOp.param("x", (4,)), UOp.param("n", (4,), "int32")
+    quotient = x / (x + 3.0)  # FDIV, which CPU's renderer has: sent as itself (Tensor.alu)
+    graph = Graph({"t": UOp.tuple(x * 2.0, UOp.noop(), n + 1), "y": (x - 1.5).maximum(0.0) + quotient}, [x, n])
+    inputs = {"x": np.array([-0.0, 1.5, -3.25, 1e30], np.float32), "n": np.array([-1, 0, 7, 2 ** 31 - 1], np.int32)}
+    for mode in (None, "exact", "tinygrad"):
+        ours, truth = evaluate_on_tinygrad(graph, inputs, "CPU", simplify=mode), evaluate_graph(graph, inputs)
+        assert ours["t"][1] is None and list(ours) == ["t", "y"], mode
+        for got, want in ((ours["t"][0], truth["t"][0]), (ours["t"][2], truth["t"][2]), (ours["y"], truth["y"])):
+            assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), (mode, got, want)
+
+    def fails(*tensors):
+        raise RuntimeError("no compiler\n   for CPU")
+    monkeypatch.setattr(Tensor, "realize", fails)
+    with pytest.raises(EvaluationError, match=r"^tinygrad could not run the graph: RuntimeError: no compiler for CPU$"):
+        evaluate_on_tinygrad(graph, inputs, "CPU")
+
+
 def test_metadata_names_the_tensor_functions(zoo):
     """tinygrad's metadata (the Tensor function that made a node) is node metadata, and
     `uopgrad print` shows it."""
