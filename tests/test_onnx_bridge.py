@@ -137,11 +137,12 @@ def test_the_file_is_the_model_with_its_weights_and_a_model_past_protobufs_limit
     from uopcli.interop.onnx import exporter
     x, w = UOp.param("x", (2, 3), dtypes.float32), UOp.param("w", (3,), dtypes.float32)
     graph, weights = Graph({"out": x * w}, [x, w]), {"w": np.arange(3, dtype=np.float32)}
-    written = exporter.onnx_bytes(graph, 20, weights)
-    assert written == to_onnx(graph, 20, weights).SerializeToString()
+    written = exporter.onnx_bytes(graph, 21, weights)  # not the default opset, so a dropped opset shows
+    assert written == to_onnx(graph, 21, weights).SerializeToString()
     model = onnx.load_from_string(written)
     assert [i.name for i in model.graph.input] == ["x"] and "w" in {t.name for t in model.graph.initializer}
-    exporter.save_onnx(graph, str(tmp_path / "m.onnx"), 20, weights)
+    assert model.opset_import[0].version == 21
+    exporter.save_onnx(graph, str(tmp_path / "m.onnx"), 21, weights)
     assert (tmp_path / "m.onnx").read_bytes() == written
     big = Graph({"out": UOp.buffer(np.zeros(2 ** 21, np.float32)) + 1.0})
     monkeypatch.setattr(exporter, "_PROTOBUF_LIMIT", 2 ** 20)
