@@ -130,6 +130,27 @@ def test_a_weight_of_the_wrong_type_or_shape_is_refused():
     np.testing.assert_array_equal(session.run(None, {"x": np.ones((2, 3), np.float32)})[0], [[0, 1, 2]] * 2)
 
 
+def test_the_file_is_the_model_with_its_weights_and_a_model_past_protobufs_limit_is_refused(tmp_path, monkeypatch):
+    """onnx_bytes (what the CLI writes) and save_onnx: the model's bytes, weights as
+    initializers; the refusal past protobuf's 2 GiB says the model's size in GiB (the
+    limit lowered, so an 8 MiB BUFFER passes it)."""
+    from uopcli.interop.onnx import exporter
+    x, w = UOp.param("x", (2, 3), dtypes.float32), UOp.param("w", (3,), dtypes.float32)
+    graph, weights = Graph({"out": x * w}, [x, w]), {"w": np.arange(3, dtype=np.float32)}
+    written = exporter.onnx_bytes(graph, 21, weights)  # not the default opset, so a dropped opset shows
+    assert written == to_onnx(graph, 21, weights).SerializeToString()
+    model = onnx.load_from_string(written)
+    assert [i.name for i in model.graph.input] == ["x"] and "w" in {t.name for t in model.graph.initializer}
+    assert model.opset_import[0].version == 21
+    exporter.save_onnx(graph, str(tmp_path / "m.onnx"), 21, weights)
+    assert (tmp_path / "m.onnx").read_bytes() == written
+    big = Graph({"out": UOp.buffer(np.zeros(2 ** 21, np.float32)) + 1.0})
+    monkeypatch.setattr(exporter, "_PROTOBUF_LIMIT", 2 ** 20)
+    with pytest.raises(ExportError, match=r"^the ONNX model would be 0\.01 GiB: protobuf cannot write more than "
+                       "2 GiB in one file"):
+        exporter.onnx_bytes(big)
+
+
 def test_imported_round_keeps_the_sign_of_zero_bit_for_bit():
     """Round halves to even and keeps -0.0 (Round(-0.3) is -0.0, as np.round): the import
     tests compare floats by value, so the sign is checked here, against numpy and onnxruntime."""

@@ -182,6 +182,14 @@ def test_calls_tuples_and_memory_ops():
     assert any(n.startswith("twice/nested/") for n in names) and any(n.startswith("scaled/") for n in names)
 
 
+def test_a_call_output_whose_arguments_are_computed():
+    """The graph's only output a FUNCTION whose arguments are computed (no other output
+    named them first): they are emitted before the call's body is entered."""
+    x = UOp.param("x", (4,))
+    call = UOp.trace_function("pair", lambda a, b: (a * b, a - b), x.sin(), x * 3.0)
+    assert list(check_against_eval(Graph({"f": call}, inputs=[x]))) == ["f[0]", "f[1]"]
+
+
 def test_gradient_through_a_call_with_its_backward_body():
     graph = _calls_graph()
     loss = Graph({"loss": graph.outputs["c"][0].sum() + graph.outputs["o"].sum()}, inputs=graph.inputs)

@@ -393,6 +393,16 @@ def test_reduce_max_propagates_nan_and_empty_reductions(dtype):
         check_op(lambda v: v.r(op, (1,)), {"x": empty})
 
 
+def test_integer_reductions_over_an_empty_axis_give_the_identity():
+    """0, 1 and the type's minimum (MAX over nothing, as the evaluator's `initial`), for
+    every integer type: _reduce_identity's integer branch, which no float case reaches."""
+    for dtype in INTS:
+        for op in ("ADD", "MUL", "MAX"):
+            ours, _ = check_op(lambda v: v.r(op, (1,)), {"x": np.zeros((2, 0, 3), dtype.np)})
+            identity = {"ADD": 0, "MUL": 1, "MAX": np.iinfo(dtype.np).min}[op]
+            assert ours.shape == (2, 1, 3) and (ours == identity).all(), (dtype, op, ours)
+
+
 @pytest.mark.parametrize("dtype", ALL, ids=str)
 def test_movement(dtype):
     values = edge_values(dtype)

@@ -211,6 +211,42 @@ def test_both_backends_run_the_simplified_graph(tmp_path):
         evaluate_on_tinygrad(graph, {"x": np.zeros(3, np.float32)}, "CPU", simplify="fast")
 
 
+def test_evaluate_on_tinygrad_in_process_gives_the_evaluators_values(monkeypatch):
+    """What `eval --backend tinygrad` calls (the CLI tests run it in a subprocess, where
+    mutation testing cannot see it): a tuple output with a NOOP element and a plain one,
+    with each simplify mode, bit for bit the numpy evaluator's (a division included);
+    tinygrad's own failure to realize is one line naming it."""
+    from uopcli import Graph, UOp, evaluate_graph
+    from uopcli.errors import EvaluationError
+    from uopcli.interop.tinygrad import evaluate_on_tinygrad
+    x, n = UOp.param("x", (4,)), UOp.param("n", (4,), "int32")
+    quotient = x / (x + 3.0)  # FDIV, which CPU's renderer has: sent as itself (Tensor.alu)
+    table = UOp.buffer(np.array([0.5, -2.0, 3.0, 0.25], np.float32))  # on the device asked for, as the inputs
+    graph = Graph({"t": UOp.tuple(x * 2.0, UOp.noop(), n + 1), "y": (x - 1.5).maximum(0.0) + quotient * table},
+                  [x, n])
+    inputs = {"x": np.array([-0.0, 1.5, -3.25, 1e30], np.float32), "n": np.array([-1, 0, 7, 2 ** 31 - 1], np.int32)}
+    for mode, device in ((None, "CPU"), ("exact", "CPU"), ("tinygrad", "CPU"), (None, "PYTHON")):
+        ours, truth = evaluate_on_tinygrad(graph, inputs, device, simplify=mode), evaluate_graph(graph, inputs)
+        assert ours["t"][1] is None and list(ours) == ["t", "y"], mode
+        for got, want in ((ours["t"][0], truth["t"][0]), (ours["t"][2], truth["t"][2]), (ours["y"], truth["y"])):
+            assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), (mode, got, want)
+    # the modes differ on tinygrad too: silu's gradient at -1000 is nan as written (exact),
+    # 0 with tinygrad's rewrites; each as the numpy evaluator gives it in that mode
+    from uopcli.tools.differentiate import differentiate
+    gradient, _ = differentiate(Graph({"y": x.silu().sum()}, [x]), ["x"])
+    at = {"x": np.array([-1000.0, 0.0, 2.0, 1000.0], np.float32)}
+    found = {mode: evaluate_on_tinygrad(gradient, at, "CPU", simplify=mode)["grad_x"] for mode in ("exact", "tinygrad")}
+    assert np.isnan(found["exact"][0]) and found["tinygrad"][0] == 0.0
+    for mode, got in found.items():
+        np.testing.assert_allclose(got, evaluate_graph(gradient, at, simplify=mode)["grad_x"], rtol=1e-6)
+
+    def fails(*tensors):
+        raise RuntimeError("no compiler\n   for CPU")
+    monkeypatch.setattr(Tensor, "realize", fails)
+    with pytest.raises(EvaluationError, match=r"^tinygrad could not run the graph: RuntimeError: no compiler for CPU$"):
+        evaluate_on_tinygrad(graph, inputs, "CPU")
+
+
 def test_metadata_names_the_tensor_functions(zoo):
     """tinygrad's metadata (the Tensor function that made a node) is node metadata, and
     `uopgrad print` shows it."""
