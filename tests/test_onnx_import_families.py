@@ -573,3 +573,28 @@ def test_float_mod_is_exact(fmod):
     got, want = ours(model, feeds)[0], want.astype(np.float32)
     same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))  # (not a nan's sign)
     assert same.all(), (a[~same], b[~same], got[~same], want[~same])
+
+
+# float64 inverse trigonometric and hyperbolic ops against numpy's (C's libm), in ulps: the
+# builder's forms are float32-grade (asin's A&S 4.4.46 is 2e-8 off, a 5-term series 1e-11),
+# which in a float64 model was up to 7e8 ulps; the bounds are what the rows reach, times 1.5
+# (Sinh: the builder's exp, 2^(x·log2 e), loses ulps in proportion to |x|: 8 at 20)
+FLOAT64_ULPS = {"Asin": (np.arcsin, 3), "Acos": (np.arccos, 3), "Atan": (np.arctan, 5),
+                "Sinh": (np.sinh, 12), "Asinh": (np.arcsinh, 14), "Atanh": (np.arctanh, 6)}
+FLOAT64_SWEEP = np.concatenate([np.linspace(-1, 1, 2001), RNG.uniform(-1, 1, 2000),
+                                [0.124999, 0.125, 0.125001, 0.136, 0.4999, 0.5, 0.5001, -0.5001, 1 - 1e-9, -1 + 1e-9,
+                                 1e-300, 5e-324, 1e-8]])
+
+
+@pytest.mark.parametrize("op", list(FLOAT64_ULPS))
+def test_float64_inverse_trigonometry_and_hyperbolics_are_float64_accurate(op):
+    numpy_op, bound = FLOAT64_ULPS[op]
+    x = FLOAT64_SWEEP if op in ("Asin", "Acos", "Atanh") else np.concatenate([FLOAT64_SWEEP * 2, [-7.5, 20.0]])
+    model, feeds = one_node_model(op, (x,), {}, 22, [F64])
+    got = ours(model, feeds)[0]
+    with np.errstate(all="ignore"):
+        want = numpy_op(x)
+    finite = np.isfinite(want)
+    ulps = np.abs(got[finite] - want[finite]) / np.spacing(np.abs(want[finite]))
+    assert got.dtype == np.float64 and ulps.max() <= bound, (x[finite][np.argmax(ulps)], ulps.max())
+    assert np.array_equal(np.signbit(got[want == 0]), np.signbit(want[want == 0]))  # -0.0 stays -0.0

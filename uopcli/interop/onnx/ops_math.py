@@ -107,16 +107,61 @@ def cos(ctx): return _in_float64(ctx.x(0), lambda x: x.cos())  # noqa: E704 - Co
 def tan(ctx): return _in_float64(ctx.x(0), lambda x: x.tan())  # noqa: E704 - Tan-22: sin x / cos x
 
 
-_ASIN_TAYLOR = [1.0, 1 / 6, 3 / 40, 5 / 112, 35 / 1152]  # exact to float32 for |x| < 0.125
+# Taylor coefficients of x·Σ c_n x^(2n): 5 terms are exact to float32 where the rows use the
+# series (|x| < 0.125, sinh's |x| < 0.5); float64 needs 10 (0.125^20 < 2^-53), sinh's 8
+def _terms(coefficient, float32_count: int, float64_count: int) -> dict:
+    return {dtypes.float64: [coefficient(n) for n in range(float64_count)],
+            None: [coefficient(n) for n in range(float32_count)]}
+
+
+def _taylor(table: dict, x: UOp) -> list:
+    return table.get(x.dtype) or table[None]
+
+
+_ASIN_TAYLOR = _terms(lambda n: math.comb(2 * n, n) / (4 ** n * (2 * n + 1)), 5, 10)  # 1, 1/6, 3/40, ...
 
 
 def _asin(x: UOp) -> UOp:
     small = x.abs() < 0.125
-    return small.where(_series(x, small, _ASIN_TAYLOR), x.asin())
+    if x.dtype is dtypes.float64:
+        return _asin64(x)
+    return small.where(_series(x, small, _taylor(_ASIN_TAYLOR, x)), x.asin())
+
+
+def _asin_within_half(x: UOp) -> UOp:
+    """asin x for |x| <= 0.5 in float64: the series near 0, else the builder's (A&S 4.4.46,
+    2e-8 off) refined by a Newton step on sin y = x, which squares the error (to 1e-16)."""
+    small = x.abs() < 0.125
+    y = x.asin()
+    y = y - (y.sin() - x) / y.cos()
+    return small.where(_series(x, small, _taylor(_ASIN_TAYLOR, x)), y)
+
+
+def _asin64(x: UOp) -> UOp:
+    """asin x in float64: beyond |x| = 0.5, sign(x)·(π/2 - 2·asin √((1 - |x|)/2)), whose
+    argument is within 0.5 and whose 1 - |x| is exact (the Newton steps lose their grip
+    where cos y nears 0)."""
+    magnitude = x.abs()
+    big = magnitude > 0.5
+    inner = _asin_within_half(big.where(((1 - magnitude) / 2).sqrt(), x))
+    return big.where((x < 0).where(x.const_like(-1.0), x.const_like(1.0)) * (math.pi / 2 - 2 * inner), inner)
+
+
+def _acos64(x: UOp) -> UOp:
+    """acos x in float64 without π/2 - asin x's cancellation near ±1: 2·asin √((1 - x)/2)
+    above 0.5, π - 2·asin √((1 + x)/2) below -0.5."""
+    above, below = x > 0.5, x < -0.5
+    half = _asin_within_half((above | below).where(((1 - x.abs()) / 2).sqrt(), x))
+    return above.where(2 * half, below.where(math.pi - 2 * half, math.pi / 2 - half))
 
 
 def asin(ctx): return _asin(_float(ctx.x(0)))              # noqa: E704 - Asin-22 (A&S 4.4.46; series near 0)
-def acos(ctx): return math.pi / 2 - _asin(_float(ctx.x(0)))  # noqa: E704 - Acos-22: π/2 - asin x
+
+
+def acos(ctx):
+    """Acos-22: π/2 - asin x (float64: _acos64)."""
+    x = _float(ctx.x(0))
+    return _acos64(x) if x.dtype is dtypes.float64 else math.pi / 2 - _asin(x)
 
 
 def atan(ctx):
@@ -126,23 +171,24 @@ def atan(ctx):
     far = x.abs() > 1
     inner = far.where(x.reciprocal(), x)
     near = _asin(inner / (1 + inner * inner).sqrt())
-    return far.where((x > 0).where(math.pi / 2, -math.pi / 2) - near, near)
+    half_pi = (x > 0).where(x.const_like(math.pi / 2), x.const_like(-math.pi / 2))  # in x's dtype: a bare float is float32
+    return far.where(half_pi - near, near)
 
 
-_SINH_TAYLOR = [1.0, 1 / 6, 1 / 120, 1 / 5040, 1 / 362880]  # exact to float32 for |x| < 0.5
+_SINH_TAYLOR = _terms(lambda n: 1 / math.factorial(2 * n + 1), 5, 8)  # 1, 1/6, 1/120, ...
 
 
 def sinh(ctx):
     """Sinh-22: (eˣ - e⁻ˣ)/2, the Taylor series for |x| < 0.5 where the difference cancels."""
     x = _float(ctx.x(0))
     small = x.abs() < 0.5
-    return small.where(_series(x, small, _SINH_TAYLOR), x.sinh())
+    return small.where(_series(x, small, _taylor(_SINH_TAYLOR, x)), x.sinh())
 
 
 def cosh(ctx): return _float(ctx.x(0)).cosh()              # noqa: E704 - Cosh-22: (eˣ + e⁻ˣ)/2
 
 
-_ASINH_TAYLOR = [1.0, -1 / 6, 3 / 40, -5 / 112, 35 / 1152]  # exact to float32 for |x| < 0.125
+_ASINH_TAYLOR = _terms(lambda n: (-1) ** n * math.comb(2 * n, n) / (4 ** n * (2 * n + 1)), 5, 10)  # 1, -1/6, ...
 
 
 def asinh(ctx):
@@ -154,20 +200,20 @@ def asinh(ctx):
     huge = magnitude > 1e15
     big = (huge.where(0.0, magnitude)).asinh()
     far = huge.where((magnitude * 2).log(), big)
-    return small.where(_series(x, small, _ASINH_TAYLOR), (x < 0).where(-far, far))
+    return small.where(_series(x, small, _taylor(_ASINH_TAYLOR, x)), (x < 0).where(-far, far))
 
 
 def acosh(ctx): return _float(ctx.x(0)).acosh()            # noqa: E704 - Acosh-22: log(x + √(x² - 1))
 
 
-_ATANH_TAYLOR = [1.0, 1 / 3, 1 / 5, 1 / 7, 1 / 9]  # exact to float32 for |x| < 0.125
+_ATANH_TAYLOR = _terms(lambda n: 1 / (2 * n + 1), 5, 10)  # 1, 1/3, 1/5, ...
 
 
 def atanh(ctx):
     """Atanh-22: ½·log((1 + x)/(1 - x)), the series near 0."""
     x = _float(ctx.x(0))
     small = x.abs() < 0.125
-    return small.where(_series(x, small, _ATANH_TAYLOR), x.atanh())
+    return small.where(_series(x, small, _taylor(_ATANH_TAYLOR, x)), x.atanh())
 
 
 def size(ctx):
