@@ -176,7 +176,8 @@ INT64_MIN = np.iinfo(np.int64).min
 
 
 @pytest.mark.parametrize("start, end, step", [(-1, INT64_MIN, -1), (5, -100, -1), (4, -7, -2), (3, -6, -3),
-                                              (-1, -6, -1), (9, -9, -1), (2, 0, -1), (4, -1 - 5, -4)])
+                                              (-1, -6, -1), (9, -9, -1), (2, 0, -1), (4, -1 - 5, -4),
+                                              (4, 9, -1), (-1, 4, -1)])  # from the last to past it: empty
 def test_slice_backwards_reaches_the_first_element(start, end, step):
     x = (np.arange(5, dtype=np.float32) - 2.0) * np.float32(-0.0 + 1.25)
     x[2] = -0.0

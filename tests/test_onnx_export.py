@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from _onnx_helpers import assert_close, evaluated, float64_twin, need_onnx_and_runtime, run_onnx
-from uopcli import Graph, Metadata, UOp, dtypes, load
+from uopcli import Graph, Metadata, Ops, UOp, dtypes, load
 from uopcli.tools.differentiate import differentiate
 from uopcli.core.ops import ALL_OPS
 from uopcli.tools.values import gather_inputs
@@ -149,6 +149,7 @@ def test_names_metadata_and_initializers():
     assert any(d.startswith("MAX float32[2, 3] | name=relu") for d in docs)
     assert {p.key: p.value for p in model.metadata_props}["producer"] == "test"
     assert model.producer_name == "uopgrad"
+    assert model.graph.name == "tiny" and to_onnx(Graph({"y": x * 2.0}, inputs=[x])).graph.name == "uopgrad"
     check_against_eval(gradient)
     assert any(np.array_equal(onnx.numpy_helper.to_array(t), np.arange(6, dtype=np.float32).reshape(2, 3))
                for t in to_onnx(graph).graph.initializer)
@@ -203,8 +204,16 @@ def test_graphs_that_cannot_be_exported_say_which_node_and_why():
         to_onnx(Graph({"n": UOp.tuple(UOp.noop(), UOp.noop())}, inputs=[x]))
     with pytest.raises(ExportError, match=r"output name 't\[0\]' \(a tuple element\) is also the name"):
         to_onnx(Graph({"t": UOp.tuple(x, x), "t[0]": x}))
+    with pytest.raises(ExportError, match=r"output name 't\[1\]' \(a tuple element\) is also the name"):
+        to_onnx(Graph({"t": UOp.tuple(x * 2.0, x.sin())}, inputs=[x, UOp.param("t[1]", (2,))]))
     with pytest.raises(ExportError, match=r"node %0 \(PARAM\): slot PARAM 0 outside a function body"):
         to_onnx(Graph({"y": UOp.slot(0, (2,)) + 1.0}))
+
+
+def test_a_shrink_of_whole_axes_from_a_file_exports():
+    """The builder drops a SHRINK that keeps every axis whole; a saved graph may still hold one."""
+    x = UOp.param("x", (3, 4))
+    check_against_eval(Graph({"y": UOp.make(Ops.SHRINK, x.dtype, (x,), ((0, 3), (0, 4))) * 2.0}, inputs=[x]))
 
 
 def test_a_long_chain_exports_without_recursion():

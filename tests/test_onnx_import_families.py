@@ -414,6 +414,20 @@ REFUSALS = [
      "axes (input 3) must be known when importing (a constant or a shape), but it is computed from the model's inputs"),
     ("Dropout", (n32(3), None, Init(np.array(True))), {}, None,
      "training_mode=true is random: only inference Dropout is imported"),
+    ("NegativeLogLikelihoodLoss", (n32(3, 4), i64([0, 1])), {}, None, "labels [2] do not fit scores [3, 4]"),
+    ("ConvTranspose", (n32(1, 2, 3, 3), n32(1, 1, 2, 2)), {}, None,
+     "input [1, 2, 3, 3] does not fit weight [1, 1, 2, 2] with group=1 and kernel_shape [2, 2]"),
+    ("ConvTranspose", (n32(1, 1, 3, 3), n32(1, 1, 2, 2)), dict(kernel_shape=[3, 3]), None,
+     "input [1, 1, 3, 3] does not fit weight [1, 1, 2, 2] with group=1 and kernel_shape [3, 3]"),
+    ("ConvTranspose", (n32(1, 1, 3, 3), n32(1, 1, 2, 2)), dict(strides=[1]), None,
+     "strides [1], dilations [1, 1] and output_padding [0, 0] need 2 values (>= 1, >= 1, >= 0)"),
+    # inputs that must be constants, named in the refusal
+    ("Col2Im", (n32(1, 4, 4), i64([3, 3]), Init(i64([2, 2]))), {}, None, "image_shape (input 1) " + COMPUTED),
+    ("Unsqueeze", (n32(2), i64([0])), {}, None, "axes (input 1) " + COMPUTED),
+    ("ReduceMean", (n32(2, 3), i64([0])), {}, None, "axes (input 1) " + COMPUTED),
+    ("Slice", (n32(5), Init(i64([0])), Init(i64([3])), i64([0])), {}, None, "axes (input 3) " + COMPUTED),
+    ("Slice", (n32(5), Init(i64([0])), Init(i64([3])), Init(i64([0])), i64([1])), {}, None,
+     "steps (input 4) " + COMPUTED),
 ]
 
 
