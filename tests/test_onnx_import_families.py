@@ -319,6 +319,11 @@ REFUSALS = [
     ("Conv", (n32(1, 2, 5, 5), n32(3, 2, 2, 2)), dict(auto_pad="SAME"), None,
      "auto_pad='SAME' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID"),
     ("Conv", (n32(1, 2, 5, 5), n32(3, 2, 2, 2)), dict(pads=[1, 1]), None, "pads [1, 1] needs 4 values >= 0"),
+    # pads beside a SAME/VALID auto_pad: the spec allows one; onnxruntime refuses both ops so
+    ("Conv", (ones(1, 2, 5, 5), ones(3, 2, 2, 2)), dict(auto_pad="SAME_UPPER", pads=[1, 1, 1, 1]), None,
+     "pads and auto_pad='SAME_UPPER' are both given: the spec allows one"),
+    ("ConvTranspose", (ones(1, 1, 3, 3), ones(1, 1, 2, 2)), dict(auto_pad="VALID", pads=[0, 0, 0, 0]), None,
+     "pads and auto_pad='VALID' are both given: the spec allows one"),
     ("Conv", (n32(1, 2, 5, 5), n32(3, 2, 2, 2)), dict(pads=[0, 0, -1, 0]), None, "pads [0, 0, -1, 0] needs 4 values >= 0"),
     ("Conv", (n32(1, 2, 5, 5), n32(3, 2, 2, 2)), dict(kernel_shape=[3, 3]), None,
      "kernel_shape [3, 3] differs from the weight's [2, 2]"),

@@ -86,9 +86,19 @@ def _flat_padding(pairs) -> list[int]:
     return [p for before_after in reversed(pairs) for p in before_after]
 
 
+def _one_padding(ctx) -> None:
+    """Conv's and ConvTranspose's pads and a SAME/VALID auto_pad exclude each other (the
+    spec; onnxruntime refuses the node, onnx.reference applies the pads): refused rather
+    than one of them chosen."""
+    auto_pad = ctx.attr("auto_pad")
+    if auto_pad != "NOTSET" and ctx.attr("pads") is not None:
+        ctx.refuse(f"pads and auto_pad={auto_pad!r} are both given: the spec allows one")
+
+
 def conv(ctx):
     """Conv-11: cross-correlation of X[N, C, *in] with W[M, C/group, *k] (+ B[M]), any
     number of spatial axes; the padding is applied first, then the builder's conv2d."""
+    _one_padding(ctx)
     x, w, b = ctx.x(0), ctx.x(1), ctx.x(2)
     kernel = _kernel(ctx, ctx.attr("kernel_shape"), w.shape[2:])
     if tuple(kernel) != tuple(w.shape[2:]):
@@ -111,6 +121,7 @@ def conv_transpose(ctx):
     full + output_padding - pads_begin - pads_end (zeros beyond the full output). With
     output_shape (or auto_pad SAME_*: in·s) the pads are total = full + output_padding -
     output_shape, split with the odd one at the end for SAME_UPPER, at the start otherwise."""
+    _one_padding(ctx)
     x, w, b = ctx.x(0), ctx.x(1), ctx.x(2)
     spatial = len(w.shape) - 2
     kernel = _kernel(ctx, ctx.attr("kernel_shape"), w.shape[2:])
