@@ -240,6 +240,10 @@ def test_evaluate_on_tinygrad_in_process_gives_the_evaluators_values(monkeypatch
     for mode, got in found.items():
         np.testing.assert_allclose(got, evaluate_graph(gradient, at, simplify=mode)["grad_x"], rtol=1e-6)
 
+    # the device asked for is the one used: a device tinygrad does not have fails in one line
+    with pytest.raises(EvaluationError, match="tinygrad could not run the graph: ModuleNotFoundError: .*ops_nosuch"):
+        evaluate_on_tinygrad(graph, inputs, "NOSUCH")
+
     def fails(*tensors):
         raise RuntimeError("no compiler\n   for CPU")
     monkeypatch.setattr(Tensor, "realize", fails)

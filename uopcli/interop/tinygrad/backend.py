@@ -57,10 +57,12 @@ def evaluate_on_tinygrad(graph, inputs: Mapping, device: str | None = None, *, s
     tg = import_tinygrad()
     if simplify is not None:
         graph = _simplified(graph, simplify)
-    outputs = to_tinygrad(graph, device)(**inputs)
-    tensors = [t for v in outputs.values() for t in (v if isinstance(v, tuple) else (v,)) if t is not None]
-    try:
+    try:  # placing the inputs and constants on the device can fail as realizing can
+        outputs = to_tinygrad(graph, device)(**inputs)
+        tensors = [t for v in outputs.values() for t in (v if isinstance(v, tuple) else (v,)) if t is not None]
         tg.Tensor.realize(*tensors)
+    except EvaluationError:
+        raise
     except Exception as e:  # noqa: BLE001 - tinygrad's own failure (no device, a compiler missing)
         raise EvaluationError(f"tinygrad could not run the graph: {type(e).__name__}: {' '.join(str(e).split())}") \
             from None
