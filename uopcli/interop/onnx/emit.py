@@ -67,7 +67,6 @@ class Emitter:
     def __init__(self, graph: GraphProto, reserved: set[str]):
         self.graph = graph
         self.taken = set(reserved)     # every value, initializer and node name so far
-        self.counter = 0
         self.label, self.doc, self.emitted = "node", "", 0
         self._scalars: dict[tuple, str] = {}
         self._tensors: dict[tuple, str] = {}
