@@ -33,6 +33,7 @@ TESTS = [
                                  "tests/test_gradient_rules_edges.py"]),
     # ONNX's own node cases (test_onnx_conformance.py) reach every import row with the spec's values
     ("uopcli/interop/onnx", ["tests/test_onnx_bridge.py", "tests/test_onnx_export.py", "tests/test_onnx_export_ops.py",
+                             "tests/test_onnx_export_timeouts.py",
                              "tests/test_onnx_import_ops.py", "tests/test_onnx_import_models.py",
                              "tests/test_onnx_edges.py", "tests/test_onnx_conformance.py",
                              "tests/test_onnx_import_families.py", "tests/test_onnx_import_layers.py",
