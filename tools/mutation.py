@@ -82,14 +82,12 @@ def score(where: Path) -> dict:
     mutmut = [str(Path(sys.executable).parent / "mutmut")]
     subprocess.run(mutmut + ["export-cicd-stats"], cwd=where, check=True, capture_output=True)
     stats = json.loads((where / "mutants" / "mutmut-cicd-stats.json").read_text())
-    survivors = []
+    survivors, timed_out = [], []
     for meta in (where / "mutants").rglob("*.py.meta"):
         codes = json.loads(meta.read_text())["exit_code_by_key"]
         survivors += [name for name, code in codes.items() if code == 0]
-    stats["survivors"] = sorted(survivors)
-    stats["timed_out"] = sorted(name for meta in (where / "mutants").rglob("*.py.meta")
-                                for name, code in json.loads(meta.read_text())["exit_code_by_key"].items()
-                                if code in TIMEOUT_CODES)
+        timed_out += [name for name, code in codes.items() if code in TIMEOUT_CODES]
+    stats["survivors"], stats["timed_out"] = sorted(survivors), sorted(timed_out)
     return stats
 
 

@@ -115,24 +115,35 @@ def _signed_zeros(total, pairs, full_shape, reduced, node, negative_fill: bool):
     """The products' sum with each zero signed as the WHEREs' sum has it. A sum is -0.0 only
     where every term is (IEEE, rounding to nearest): with -0.0 fills, where every selected
     value is -0.0 (or none is selected); with +0.0 fills, where moreover every element is
-    selected (a masked-out +0.0 makes it +0.0). A product's zero and BLAS's +0.0 start
-    cannot tell, so where such a zero sum may be -0.0, a count of the selected values that
-    are not -0.0 decides, contracted as the values were (flags computed unbroadcast)."""
-    zero = total == 0
-    if not negative_fill:
+    selected (elsewhere a masked-out +0.0 makes it +0.0, added here). A product's zero and
+    BLAS's +0.0 start cannot tell, so where such a zero sum may be -0.0, a count of the
+    selected values that are not -0.0 decides, contracted as the values were (flags
+    computed unbroadcast)."""
+    if negative_fill:
+        zero = total == 0
+    else:
+        total = _plus_zero(total)
         everything_selected = functools.reduce(
             np.logical_and, [np.all(_unbroadcast(mask), axis=tuple(reduced), keepdims=True) for mask, _ in pairs])
-        zero = zero & everything_selected
+        if not everything_selected.any():  # gather's gradient and most masks: every zero is +0.0
+            return total
+        zero = (total == 0) & everything_selected
     if not zero.any():
-        return total if negative_fill else total + total.dtype.type(0)  # +0.0 for a masked-out +0.0 in the sum
+        return total
     count = None
     for mask, values in pairs:
         plain = _unbroadcast(values)
         flags = ((plain != 0) | ~np.signbit(plain)).astype(plain.dtype)
         part = _contract_term([mask, np.broadcast_to(flags, values.shape)], full_shape, reduced, node, [])
         count = part if count is None else count + part
-    signed = np.where(count > 0, total.dtype.type(0), total.dtype.type(-0.0))
-    return np.where(zero, signed, total if negative_fill else total + total.dtype.type(0))
+    return np.where(zero, np.where(count > 0, total.dtype.type(0), total.dtype.type(-0.0)), total)
+
+
+def _plus_zero(total):
+    """total + 0.0 (-0.0 becomes +0.0), in place where the array is a fresh one."""
+    if total.flags.writeable:
+        return np.add(total, total.dtype.type(0), out=total)
+    return total + total.dtype.type(0)
 
 
 def _select_sum(contraction: Contraction, node, left, right, values):

@@ -122,9 +122,9 @@ _ASIN_TAYLOR = _terms(lambda n: math.comb(2 * n, n) / (4 ** n * (2 * n + 1)), 5,
 
 
 def _asin(x: UOp) -> UOp:
-    small = x.abs() < 0.125
     if x.dtype is dtypes.float64:
         return _asin64(x)
+    small = x.abs() < 0.125
     return small.where(_series(x, small, _taylor(_ASIN_TAYLOR, x)), x.asin())
 
 

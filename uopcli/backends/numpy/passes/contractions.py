@@ -7,7 +7,6 @@ first: the strided pass turns the factors' movement chains into views afterwards
 
 from __future__ import annotations
 
-
 from ....core.ops import Ops, accumulation_dtype
 from ..contraction import LETTERS, Contraction
 from ..program import NEW, Program, read_counts
