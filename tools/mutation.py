@@ -31,6 +31,9 @@ TESTS = [
                                  "tests/test_gradient_higher_order.py",
                                  "tests/test_gradient_second_order_properties.py",
                                  "tests/test_gradient_rules_edges.py"]),
+    # forward mode: its rule table and walk, the graph-level commands and the transpose check
+    ("uopcli/core/forward.py", ["tests/test_forward.py", "tests/test_forward_cli.py", "tests/test_forward_torch.py"]),
+    ("uopcli/tools/forward", ["tests/test_forward.py", "tests/test_forward_cli.py", "tests/test_forward_torch.py"]),
     # ONNX's own node cases (test_onnx_conformance.py) reach every import row with the spec's values
     ("uopcli/interop/onnx", ["tests/test_onnx_bridge.py", "tests/test_onnx_export.py", "tests/test_onnx_export_ops.py",
                              "tests/test_onnx_export_timeouts.py",
