@@ -180,6 +180,27 @@ def test_detach_gives_a_zero_tangent():
     assert compute_jvp([x.detach().sin()], {x: tx})[x.detach().sin()] is None
 
 
+def test_nothing_is_made_below_an_op_whose_tangent_is_zero():
+    """Softmax's detached max and a mask's comparison: their tangent is zero whatever their
+    sources' are, so the walk does not go below them and makes no tangent for the max
+    (the REDUCE MAX row alone would make a mask, a count and a division)."""
+    from uopcli.core.uop import next_serial
+    x = UOp.param("x_below_zero_ops", (2, 5), f64)
+    tx = UOp.param("tangent_x_below_zero_ops", (2, 5), f64)
+    peak = x.max(axis=1, keepdim=True)
+    y = (x - peak.detach()).exp2() * (x < peak.detach()).cast(f64)
+    since = next_serial()
+    (t,) = compute_jvp([y], {x: tx}).values()
+    made = [n for n in toposort([t]) if n.serial > since]
+    assert len(made) == next_serial() - since - 1   # every node made is in the tangent: none wasted
+    assert not any(n.op == Ops.REDUCE for n in made)
+    x_value = RNG.normal(size=(2, 5))
+    v = _tangent_values({"x": x_value})["x"]
+    (value,) = evaluate([t], {"x_below_zero_ops": x_value, "tangent_x_below_zero_ops": v})
+    y_value = np.exp2(x_value - x_value.max(axis=1, keepdims=True)) * (x_value < x_value.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(value, y_value * math.log(2) * v, rtol=1e-14)
+
+
 def test_tangent_nodes_carry_their_forward_node_metadata_under_the_tangent_scope():
     x = UOp.param("x", (3,), f64)
     y = x.relu() * 2.0

@@ -393,6 +393,9 @@ FORWARD_RULES = {
 }
 # the rows that take a negated tangent (_Neg) as it is; every other row gets its NEG node
 SIGNED_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.SIN, Ops.RECIPROCAL})
+# the rows whose tangent is zero whatever their sources': the walk does not go below them, so
+# a node reached only through them (softmax's detached max, a mask's comparison) gets no tangent
+ZERO_TANGENT_OPS = frozenset(op for op, rule in FORWARD_RULES.items() if rule is _none)
 
 
 # ----------------------------------------------------------------------------- the walk
@@ -439,7 +442,7 @@ def _tangents_tagged(roots: list[UOp], seeds: dict[UOp, UOp], w: _Walk) -> dict[
     batch = w.batch
     neg, signed = _Neg, SIGNED_OPS
     last_meta = cell  # never a node's metadata
-    for node in scope_toposort(roots):
+    for node in scope_toposort(roots, ZERO_TANGENT_OPS):
         src = node.src
         if not src or node in seeds:
             continue

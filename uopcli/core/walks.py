@@ -76,10 +76,12 @@ def toposort(roots: Iterable[UOp], with_call_grads: bool = True) -> list[UOp]:
     return _postorder(roots, _WITH_CALL_GRADS if with_call_grads else _SOURCES)
 
 
-def scope_toposort(roots: Iterable[UOp]) -> list[UOp]:
+def scope_toposort(roots: Iterable[UOp], opaque: frozenset = frozenset()) -> list[UOp]:
     """Like toposort, but a FUNCTION or CALL contributes only its args: its body (and a
-    CALL's backward body) is a scope of its own, with its own slot PARAMs."""
-    return _postorder(roots, _SCOPE)
+    CALL's backward body) is a scope of its own, with its own slot PARAMs. A node whose op
+    is in `opaque` is placed without its sources (forward mode: an op whose tangent is zero
+    whatever its sources' tangents are need not reach them)."""
+    return _postorder(roots, _SCOPE, opaque)
 
 
 # what _postorder walks under a node: its sources; plus a CALL's backward body; or, in a
@@ -87,7 +89,7 @@ def scope_toposort(roots: Iterable[UOp]) -> list[UOp]:
 _SOURCES, _WITH_CALL_GRADS, _SCOPE = "sources", "with call grads", "scope"
 
 
-def _postorder(roots: Iterable[UOp], children: str) -> list[UOp]:
+def _postorder(roots: Iterable[UOp], children: str, opaque: frozenset = frozenset()) -> list[UOp]:
     """The post-order of a depth-first walk, walked as the file writer walks
     (formats/uop/writer.py's _canonical_nodes): a node is expanded when popped, goes back
     on the stack under an _EMIT marker with its children on top (the first on top), and is
@@ -113,7 +115,9 @@ def _postorder(roots: Iterable[UOp], children: str) -> list[UOp]:
                 continue
             expand(node)
             src = node.src
-            if not plain and (node.op == function or node.op == call):
+            if opaque and node.op in opaque:
+                src = ()
+            elif not plain and (node.op == function or node.op == call):
                 if scoped:
                     src = src[1:]
                 elif node.op == call and node.arg.grad is not None:
