@@ -251,11 +251,13 @@ def _reduce_add_rule(y, t, w):              # the tangents add up as the values 
     return _sum_axes(t[0], w.axes(y.arg[1]), w.shape(y))
 
 
-def _reduce_max_rule(y, t, w):              # sum(dx * mask) / count, mask = (x == y): ties share evenly
+def _reduce_max_rule(y, t, w):              # sum(x == y ? dx : 0) / count(x == y): ties share evenly
     (x,) = y.src
-    mask = _cast(_eq(x, _expand(y, x.shape)), x.dtype)
-    count = _reduce(mask, "ADD", y.arg[1], y.shape)
-    total = _sum_axes(_mul(t[0], w.lift(mask, t[0])), w.axes(y.arg[1]), w.shape(y))
+    hit = _eq(x, _expand(y, x.shape))
+    count = _reduce(_cast(hit, x.dtype), "ADD", y.arg[1], y.shape)
+    # dx chosen where x holds the maximum, not multiplied by a 0/1 mask: an element below the
+    # maximum adds nothing even where its tangent is inf or NaN (log2 of a 0 beside the max)
+    total = _sum_axes(_where(w.lift(hit, t[0]), t[0], _zero(t[0])), w.axes(y.arg[1]), w.shape(y))
     return _div(total, w.lift(count, total))
 
 
@@ -374,7 +376,7 @@ FORWARD_RULES = {
     # reduce
     Ops.REDUCE: _reduce_rule,
     (Ops.REDUCE, "ADD"): _reduce_add_rule,                                # sum dx
-    (Ops.REDUCE, "MAX"): _reduce_max_rule,                                # sum(dx * (x==y)) / count(x==y)
+    (Ops.REDUCE, "MAX"): _reduce_max_rule,                                # sum(x==y ? dx : 0) / count(x==y)
     (Ops.REDUCE, "MUL"): _reduce_mul_rule,                                # sum(dx * product of the others)
     # movement: linear, applied to the tangent (a batch axis in front)
     Ops.RESHAPE: _reshape_rule, Ops.EXPAND: _expand_rule, Ops.PERMUTE: _permute_rule,

@@ -1,0 +1,174 @@
+"""Forward mode at edge inputs, in float64: signed zeros, infinities and NaN in values and
+in tangents, ties, zeros in products, empty axes, and batched tangents through movement
+ops and calls with fewer directions per walk than the input has elements. Against
+torch.func (jvp, jacfwd, hessian) bit for bit where both compute the same formula, and
+against our own reverse rules (<u, J v> = <J^T u, v>) where torch's convention differs;
+each place where ours and torch's differ on purpose says why."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (make test installs torch==2.13.0 where it can)")
+
+from test_forward_torch import torch_run  # noqa: E402
+from uopcli import UOp, dtypes  # noqa: E402
+from uopcli.backends.numpy import evaluate  # noqa: E402
+from uopcli.core.forward import compute_jvp  # noqa: E402
+from uopcli.core.gradient import compute_gradient  # noqa: E402
+
+f64 = dtypes.float64
+inf, nan = np.inf, np.nan
+
+
+def a(*values) -> np.ndarray:
+    return np.array(values, np.float64)
+
+
+def _params(inputs):
+    return {k: UOp.param(k, np.shape(v), f64) for k, v in inputs.items()}
+
+
+def ours(build, inputs, tangents):
+    """(value, tangent) of build(**inputs) along `tangents` (name -> direction), by compute_jvp."""
+    params = _params(inputs)
+    out = build(**params)
+    seeds = {params[k]: UOp.param(f"t_{k}", np.shape(v), f64) for k, v in tangents.items()}
+    (t,) = compute_jvp([out], seeds).values()
+    feed = {**inputs, **{f"t_{k}": v for k, v in tangents.items()}}
+    if t is None:
+        return evaluate([out], feed)[0], np.zeros(out.shape)
+    return tuple(evaluate([out, t], feed))
+
+
+def theirs(build, inputs, tangents):
+    """(value, tangent) of the same graph run by torch ops, by torch.func.jvp."""
+    params = _params(inputs)
+    out = build(**params)
+    names = list(tangents)
+
+    def f(*args):
+        feed = {k: torch.from_numpy(np.array(v)) for k, v in inputs.items()}
+        feed.update(zip(names, args))
+        return torch_run([out], feed)[0]
+    value, tangent = torch.func.jvp(f, tuple(torch.from_numpy(np.array(inputs[k])) for k in names),
+                                    tuple(torch.from_numpy(np.array(tangents[k])) for k in names))
+    return value.numpy(), tangent.numpy()
+
+
+def reverse(build, inputs, cotangent, names):
+    """J^T u by our reverse rules, per name."""
+    params = _params(inputs)
+    out = build(**params)
+    grads = compute_gradient(out, UOp.buffer(np.asarray(cotangent, np.float64)), [params[k] for k in names])
+    return dict(zip(names, evaluate([grads[params[k]] for k in names], inputs)))
+
+
+def assert_same_bits(got, expected):
+    """Equal values, NaN where NaN, and the same sign on every zero and infinity."""
+    got, expected = np.asarray(got), np.asarray(expected)
+    np.testing.assert_array_equal(got, expected)
+    numbers = ~np.isnan(expected)
+    np.testing.assert_array_equal(np.signbit(got[numbers]), np.signbit(expected[numbers]))
+
+
+# ----------------------------------------------------------------------------- the same formula as torch
+
+# (build, inputs, tangents): the tangent is torch's bit for bit (value and tangent), at the edges
+SAME_AS_TORCH = {
+    "SQRT at +0 and -0 (inf, -inf), at 1 and 4": (lambda x: x.sqrt(), {"x": a(0.0, -0.0, 1.0, 4.0)},
+                                                 {"x": a(1.0, 1.0, 1.0, 0.0)}),
+    "SQRT at 0 along a zero tangent (0/0)": (lambda x: x.sqrt(), {"x": a(0.0, -0.0, 4.0)}, {"x": a(0.0, -0.0, -0.0)}),
+    "RECIPROCAL at +-0 and +-inf": (lambda x: x.reciprocal(), {"x": a(0.0, -0.0, inf, -inf)}, {"x": a(1.0, 1.0, 1.0, 1.0)}),
+    "RECIPROCAL at +-0 along a zero tangent": (lambda x: x.reciprocal(), {"x": a(0.0, -0.0, inf)},
+                                               {"x": a(0.0, 0.0, 0.0)}),
+    "FDIV numerator at b = +-0, inf": (lambda p, q: p / q, {"p": a(1.0, 1.0, 0.0, 1.0, 1.0), "q": a(0.0, -0.0, 0.0, inf, 2.0)},
+                                       {"p": a(1.0, 1.0, 1.0, 1.0, -0.0)}),
+    "FDIV both at b = +-0, inf": (lambda p, q: p / q, {"p": a(1.0, 1.0, 0.0, 1.0, 1.0), "q": a(0.0, -0.0, 0.0, inf, 2.0)},
+                                  {"p": a(1.0, 0.0, 1.0, 1.0, 0.0), "q": a(1.0, 1.0, 1.0, 1.0, -0.0)}),
+    "LOG2 at +-0, inf, -1": (lambda x: x.log2(), {"x": a(0.0, -0.0, inf, -1.0)}, {"x": a(1.0, 1.0, 1.0, 1.0)}),
+    "EXP2 overflowing and underflowing": (lambda x: x.exp2(), {"x": a(2000.0, -2000.0, inf, -inf)},
+                                          {"x": a(1.0, 1.0, 1.0, 1.0)}),
+    "EXP2 overflowing along a zero tangent (0 * inf)": (lambda x: x.exp2(), {"x": a(2000.0, -2000.0, inf, -inf)},
+                                                        {"x": a(0.0, 0.0, 0.0, -0.0)}),
+    "POW base: 0^0, 0^2, 0^-1, -0^3, (-2)^2, (-2)^3, 2^0, 0^0.5, (-8)^(1/3)": (
+        lambda b, e: b ** e, {"b": a(0, 0, 0, -0.0, -2, -2, 2, 0, -8), "e": a(0, 2, -1, 3, 2, 3, 0, 0.5, 1 / 3)},
+        {"b": np.ones(9)}),
+    "POW exponent at the same points": (
+        lambda b, e: b ** e, {"b": a(0, 0, 0, -0.0, -2, -2, 2, 0, -8), "e": a(0, 2, -1, 3, 2, 3, 0, 0.5, 1 / 3)},
+        {"e": np.ones(9)}),
+    "POW both at the same points": (
+        lambda b, e: b ** e, {"b": a(0, 0, 0, -0.0, -2, -2, 2, 0, -8), "e": a(0, 2, -1, 3, 2, 3, 0, 0.5, 1 / 3)},
+        {"b": np.ones(9), "e": np.ones(9)}),
+    "POW by constants 2, -1, 0.5 at +-0, -3, inf": (
+        lambda b: b ** 2 + b ** -1 + b ** 0.5, {"b": a(0.0, -0.0, -3.0, inf)}, {"b": a(1.0, 1.0, 1.0, 1.0)}),
+    "POW of constant bases 0 and 2 (2^2000 overflows)": (lambda e: 0.0 ** e + 2.0 ** (e * 1000.0),
+                                                         {"e": a(-1.0, 0.0, 1.0, 2.0)}, {"e": a(1.0, 1.0, 1.0, 1.0)}),
+    "WHERE: sqrt, log2 and reciprocal of 0 and -1 in the branch not taken": (
+        lambda x: (x > 0).where(x.sqrt() + x.log2(), x.ne(0).where(x.reciprocal(), x * 3.0)),
+        {"x": a(-1.0, 0.0, 4.0, -0.0)}, {"x": a(1.0, 1.0, 1.0, 1.0)}),
+    "WHERE: inf and NaN tangents in the branch not taken": (
+        lambda x, z: (x > 0).where(x, z), {"x": a(-1.0, 0.0, 4.0, 2.0), "z": a(1.0, 1.0, 1.0, 1.0)},
+        {"x": a(1.0, 1.0, 1.0, 1.0), "z": a(inf, nan, inf, nan)}),
+    "CAST float64 -> float32 -> float64": (lambda x: x.cast(dtypes.float32).cast(f64) * x, {"x": a(1.1, 2.5, -0.0)},
+                                           {"x": a(1.0, 1.0, 1.0)}),
+    "TRUNC (zero)": (lambda x: x.trunc() * x, {"x": a(1.5, -2.5, 3.0, -0.0)}, {"x": a(1.0, 1.0, 1.0, 1.0)}),
+    "MAX ties split, and +0 against -0": (lambda p, q: p.maximum(q), {"p": a(1.0, 2.0, 0.0, inf), "q": a(1.0, 1.0, -0.0, inf)},
+                                          {"p": a(1.0, 1.0, 1.0, 1.0), "q": a(3.0, 3.0, 3.0, 3.0)}),
+    "REDUCE MAX ties along either axis, a NaN row, an inf tie": (
+        lambda x: x.max(axis=1) * 2.0 + x.max(axis=0).sum(),
+        {"x": np.array([[1, 3, 3, 2], [5, 5, 5, 5], [nan, 1, 2, 3], [inf, inf, 1, 0]], np.float64)},
+        {"x": np.arange(1.0, 17.0).reshape(4, 4)}),
+    "REDUCE MUL with one zero, two zeros, inf and NaN in the reduced axis": (
+        lambda x: x.prod(axis=1),
+        {"x": np.array([[1, 0, 3, 2, 7], [0, 5, 0, 5, 1], [2, 2, 2, 2, inf], [0, 0, 0, 1, inf], [2, nan, 1, 1, 1]],
+                       np.float64)},
+        {"x": np.arange(25.0).reshape(5, 5) - 3}),
+    "REDUCE MUL over either axis and both, zeros": (
+        lambda x: x.prod(axis=0) + x.prod(axis=1) + x.prod(),
+        {"x": np.array([[1, 0, 3, 2], [0, 5, 0, 5], [2, 2, 2, 2], [0, 0, 0, 1]], np.float64)},
+        {"x": np.arange(1.0, 17.0).reshape(4, 4)}),
+    "sums and products over an empty axis": (lambda x: x.sum(axis=1) + x.prod(axis=1), {"x": np.zeros((3, 0))},
+                                              {"x": np.zeros((3, 0))}),
+    "-0, inf and NaN tangents through ADD, SUB, NEG, MUL, MULACC, FDIV": (
+        lambda x, z: ((x + z) * (2.0 - x) - (-z)).mulacc(z, x) / z,
+        {"x": a(0.5, -1.5, 2.0, 0.25, -3.0, 1.0), "z": a(1.5, 2.0, -0.5, 4.0, 1.0, 1.0)},
+        {"x": a(-0.0, 0.0, inf, -inf, nan, 1.0), "z": a(-0.0, -0.0, 1.0, 0.0, 1.0, -inf)}),
+    "-0, inf and NaN tangents through SQRT, LOG2, EXP2, RECIPROCAL, REDUCE ADD": (
+        lambda x: (x.abs().sqrt() + x.abs().log2() + x.exp2() + x.reciprocal()).sum() * x,
+        {"x": a(0.5, -1.5, 2.0, 0.25, -3.0, 1.0)}, {"x": a(-0.0, 0.0, inf, -inf, nan, 1.0)}),
+}
+
+
+@pytest.mark.parametrize("case", list(SAME_AS_TORCH))
+def test_edges_match_torch_func_jvp_bit_for_bit(case):
+    build, inputs, tangents = SAME_AS_TORCH[case]
+    value, tangent = ours(build, inputs, tangents)
+    their_value, their_tangent = theirs(build, inputs, tangents)
+    np.testing.assert_array_equal(value, their_value)
+    assert_same_bits(tangent, their_tangent)
+
+
+# ----------------------------------------------------------------------------- REDUCE MAX
+
+def test_reduce_max_ignores_the_tangents_of_elements_below_the_maximum():
+    """The maximum's tangent is that of the element(s) holding it: an element below it adds
+    nothing, even where its own tangent is inf or NaN (log2 of a 0 beside the maximum, a
+    tangent 1/0). Multiplying by a 0/1 mask made that 0 * inf = NaN; torch.func.jvp (its
+    amax rule selects) and the maths give the finite slope."""
+    x = np.array([[0.0, 2.0, 1.0], [3.0, 0.0, 3.0]])
+    build = lambda x: x.log2().max(axis=1)  # noqa: E731
+    value, tangent = ours(build, {"x": x}, {"x": np.ones((2, 3))})
+    np.testing.assert_array_equal(value, [1.0, np.log2(3.0)])
+    np.testing.assert_allclose(tangent, [1 / (2 * np.log(2)), 1 / (3 * np.log(2))], rtol=1e-15)
+    assert_same_bits(tangent, theirs(build, {"x": x}, {"x": np.ones((2, 3))})[1])
+    # and directly: inf, -inf and NaN tangents off the maximum, the maximum's own finite
+    x, t = a(1.0, 5.0, 2.0, 5.0), a(inf, 2.0, nan, 4.0)
+    assert_same_bits(ours(lambda x: x.max(), {"x": x}, {"x": t})[1], 3.0)  # a tie: (2 + 4) / 2
+    assert_same_bits(ours(lambda x: x.max(), {"x": x}, {"x": a(-inf, 1.0, nan, 1.0)})[1], 1.0)
+    # batched: a Jacobian's columns are basis directions, but the rows of a chunk share the walk
+    p, second = UOp.param("x", (2, 3), f64), np.zeros((2, 3))
+    second[0, 1], second[1, 1] = nan, 1.0   # the maximum of row 0; the 0 of row 1 (tangent 1/0 there)
+    (batched,) = compute_jvp([p.log2().max(axis=1)], {p: UOp.buffer(np.stack([np.full((2, 3), inf), second]))},
+                             batch=2).values()
+    (got,) = evaluate([batched], {"x": np.array([[0.0, 2.0, 1.0], [3.0, 0.0, 3.0]])})
+    assert_same_bits(got, [[inf, inf], [nan, 0.0]])
