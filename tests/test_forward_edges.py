@@ -12,9 +12,11 @@ torch = pytest.importorskip("torch", reason="torch is not installed (make test i
 
 from test_forward_torch import torch_run  # noqa: E402
 from uopcli import UOp, dtypes  # noqa: E402
-from uopcli.backends.numpy import evaluate  # noqa: E402
+from uopcli.backends.numpy import evaluate, evaluate_graph  # noqa: E402
 from uopcli.core.forward import compute_jvp  # noqa: E402
 from uopcli.core.gradient import compute_gradient  # noqa: E402
+from uopcli.core.graph import Graph  # noqa: E402
+from uopcli.tools import forward  # noqa: E402
 
 f64 = dtypes.float64
 inf, nan = np.inf, np.nan
@@ -172,3 +174,19 @@ def test_reduce_max_ignores_the_tangents_of_elements_below_the_maximum():
                              batch=2).values()
     (got,) = evaluate([batched], {"x": np.array([[0.0, 2.0, 1.0], [3.0, 0.0, 3.0]])})
     assert_same_bits(got, [[inf, inf], [nan, 0.0]])
+
+
+def test_reduce_max_over_an_empty_axis_has_a_zero_tangent():
+    """The maximum of no elements is the constant -inf: its tangent is 0, as the reverse
+    rule's empty gradient says (<u, J v> = <J^T u, v> = 0), not 0/0 = NaN from an empty
+    count. torch refuses amax over an empty axis."""
+    x = np.zeros((0, 3))
+    value, tangent = ours(lambda x: x.max(axis=0) + 1.0, {"x": x}, {"x": x})
+    np.testing.assert_array_equal(value, [-inf, -inf, -inf])
+    assert_same_bits(tangent, np.zeros(3))
+    assert reverse(lambda x: x.max(axis=0), {"x": x}, np.ones(3), ["x"])["x"].shape == (0, 3)
+    graph = Graph({"y": UOp.param("x", (2, 0), f64).max(axis=1) * 2.0})
+    np.testing.assert_array_equal(evaluate_graph(forward.jacobian(graph, ["x"], chunk=1), {"x": np.zeros((2, 0))})
+                                  ["jacobian_y_x"], np.zeros((2, 2, 0)))
+    value, tangent = ours(lambda x: x.max(axis=1), {"x": np.zeros((2, 0))}, {"x": np.zeros((2, 0))})
+    assert_same_bits(tangent, np.zeros(2))

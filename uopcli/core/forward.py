@@ -253,6 +253,8 @@ def _reduce_add_rule(y, t, w):              # the tangents add up as the values 
 
 def _reduce_max_rule(y, t, w):              # sum(x == y ? dx : 0) / count(x == y): ties share evenly
     (x,) = y.src
+    if 0 in (x.shape[a] for a in y.arg[1]):  # the max of no elements, the constant -inf: 0 (not 0/0)
+        return None
     hit = _eq(x, _expand(y, x.shape))
     count = _reduce(_cast(hit, x.dtype), "ADD", y.arg[1], y.shape)
     # dx chosen where x holds the maximum, not multiplied by a 0/1 mask: an element below the
