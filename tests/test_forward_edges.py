@@ -190,3 +190,24 @@ def test_reduce_max_over_an_empty_axis_has_a_zero_tangent():
                                   ["jacobian_y_x"], np.zeros((2, 2, 0)))
     value, tangent = ours(lambda x: x.max(axis=1), {"x": np.zeros((2, 0))}, {"x": np.zeros((2, 0))})
     assert_same_bits(tangent, np.zeros(2))
+
+
+# ----------------------------------------------------------------------------- MAX
+
+def test_max_of_a_nan_is_not_a_tie():
+    """max(a, b) with a NaN operand (value NaN): the reverse rule gives neither operand a
+    share (a > b, a < b and a == b all fail), so the forward rule's tangent is 0, not the
+    tie's mean (da + db) / 2 it gave when "neither is larger" stood for a tie. (torch's
+    formula, db + [a == b ? 0.5 : a > b] (da - db), gives db; JAX's gives 0, as ours.)"""
+    build = lambda p, q: p.maximum(q)  # noqa: E731
+    inputs = {"p": a(nan, 1.0, nan, 1.0, 2.0), "q": a(1.0, nan, nan, 1.0, 1.0)}
+    tangents = {"p": a(1.0, 1.0, 1.0, 1.0, 1.0), "q": a(3.0, 3.0, 3.0, 3.0, 3.0)}
+    value, tangent = ours(build, inputs, tangents)
+    np.testing.assert_array_equal(value, [nan, nan, nan, 1.0, 2.0])
+    assert_same_bits(tangent, [0.0, 0.0, 0.0, 2.0, 1.0])
+    for name in ("p", "q"):   # one operand's tangent at a time: the transpose of each reverse gradient
+        u = a(1.0, 2.0, 3.0, 4.0, 5.0)
+        jtu = reverse(build, inputs, u, [name])[name]
+        _, jv = ours(build, inputs, {name: tangents[name]})
+        np.testing.assert_array_equal(u * jv, jtu * tangents[name])
+    np.testing.assert_array_equal(theirs(build, inputs, tangents)[1], [3.0, 3.0, 3.0, 2.0, 1.0])  # torch: db

@@ -179,10 +179,14 @@ def _max_rule(y, t, w):                     # the larger's tangent; at a tie, th
     a, b = y.src
     da, db = w.fit(t[0], y), w.fit(t[1], y)
     like = da if da is not None else db
-    da, db = _zeros_as(da, like), _zeros_as(db, like)
-    both = _add(da, db) if t[0] is not None and t[1] is not None else (da if t[1] is None else db)
+    both = _add(da, db) if da is not None and db is not None else like
     half = _mul(both, _const(both, 0.5)) if both.dtype.is_float else _div(both, _const(both, 2))
-    return _where(w.lift(_lt(b, a), like), da, _where(w.lift(_lt(a, b), like), db, half))
+    # a tie is a == b, as the reverse rule tests it: with a NaN operand neither is larger
+    # nor is it a tie, and the tangent is 0 (the reverse rule gives neither a share)
+    out = _where(w.lift(_eq(a, b), like), half, _zero(like))
+    if db is not None:      # a zero tangent's own branch is the 0 already there
+        out = _where(w.lift(_lt(a, b), like), db, out)
+    return out if da is None else _where(w.lift(_lt(b, a), like), da, out)
 
 
 def _pow_rule(y, t, w):                     # e b^(e-1) db + y ln(b) de, edges as the reverse rule
@@ -356,7 +360,7 @@ FORWARD_RULES = {
     Ops.SUB: _sub_rule,                                                   # da - db
     Ops.MUL: _mul_rule,                                                   # b da + a db (bilinear)
     Ops.FDIV: _fdiv_rule,                                                 # (da - y db) / b
-    Ops.MAX: _max_rule,                                                   # a>b ? da : a<b ? db : (da+db)/2
+    Ops.MAX: _max_rule,                                                   # a>b ? da : a<b ? db : a==b ? (da+db)/2 : 0
     Ops.POW: _pow_rule,                                                   # e b^(e-1) db + y ln(b) de
     Ops.MULACC: _mulacc_rule,                                             # b da + a db + dc
     Ops.WHERE: _where_rule,                                               # c ? da : db (c has none)
