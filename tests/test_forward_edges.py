@@ -211,3 +211,77 @@ def test_max_of_a_nan_is_not_a_tie():
         _, jv = ours(build, inputs, {name: tangents[name]})
         np.testing.assert_array_equal(u * jv, jtu * tangents[name])
     np.testing.assert_array_equal(theirs(build, inputs, tangents)[1], [3.0, 3.0, 3.0, 2.0, 1.0])  # torch: db
+
+
+def test_max_selects_the_larger_tangent_where_torch_mixes_in_the_other():
+    """Where one operand is larger, its tangent is the tangent, whatever the other's is:
+    ours selects (a > b ? da : ...), torch computes db + [a > b] (da - db), which is NaN
+    when db is inf or NaN (inf - inf, 0 * inf). Both are the same linear map on finite
+    tangents; ours keeps a non-finite tangent of the smaller operand out, as WHERE does."""
+    build = lambda p, q: p.maximum(q)  # noqa: E731
+    inputs = {"p": a(2.0, 2.0, 1.0, 1.0), "q": a(1.0, 1.0, 2.0, 2.0)}
+    tangents = {"p": a(1.0, -0.0, inf, nan), "q": a(inf, nan, 3.0, -0.0)}
+    assert_same_bits(ours(build, inputs, tangents)[1], [1.0, -0.0, 3.0, -0.0])
+    assert_same_bits(theirs(build, inputs, tangents)[1], [nan, nan, nan, nan])
+
+
+# ----------------------------------------------------------------------------- conventions
+
+def test_an_infinite_tangent_times_a_zero_slope_is_nan_as_in_the_reverse_rule():
+    """POW's base slope is 0 where e == 0 (b^0 is constant): ours multiplies the tangent by
+    that slope, so an infinite tangent gives 0 * inf = NaN, as the reverse rule's g * slope
+    does (gradient-rules.md); torch selects 0 after multiplying. Both are IEEE; a tangent
+    of inf is no direction, and neither is wrong: we keep the reverse rule's product."""
+    build = lambda b, e: b ** e  # noqa: E731
+    inputs = {"b": a(0.0, 2.0, 0.0, 3.0), "e": a(0.0, 0.0, 2.0, 2.0)}
+    tangents = {"b": a(inf, inf, inf, inf)}
+    assert_same_bits(ours(build, inputs, tangents)[1], [nan, nan, nan, inf])
+    assert_same_bits(theirs(build, inputs, tangents)[1], [0.0, 0.0, nan, inf])
+    assert_same_bits(reverse(build, inputs, a(inf, inf, inf, inf), ["b"])["b"], [nan, nan, nan, inf])
+
+
+def test_a_zero_tangent_adds_nothing_not_plus_zero():
+    """A zero tangent is symbolic (None, no node): trunc(x) + x along -0.0 has the tangent
+    -0.0, as JAX's symbolic zeros give; torch adds trunc's materialized +0.0, and
+    +0.0 + -0.0 is +0.0. The same number, a different sign of zero."""
+    build = lambda x: x.trunc() + x  # noqa: E731
+    inputs, tangents = {"x": a(1.5, -2.5)}, {"x": a(-0.0, -0.0)}
+    assert_same_bits(ours(build, inputs, tangents)[1], [-0.0, -0.0])
+    assert_same_bits(theirs(build, inputs, tangents)[1], [0.0, 0.0])
+
+
+def test_a_cast_to_an_integer_has_a_zero_tangent():
+    """A cast to an integer (or bool) is piecewise constant: its tangent is 0, as
+    torch.func.jvp gives. The rule cast the tangent too, trunc(dx), which is no
+    derivative and not even linear in dx (2 trunc(0.6) != trunc(1.2)). Our reverse rule
+    still passes gradients through such casts, truncated, as tinygrad's CAST rule does
+    (test_gradient.py::test_an_integer_max_on_the_way_to_a_float_target...): not linear in
+    g either, so no forward rule is its transpose there; the forward one is the maths."""
+    inputs, tangents = {"x": a(1.7, -2.5, 3.0)}, {"x": a(1.9, -3.5, 0.25)}
+    for to in (dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.bool):
+        build = lambda x, to=to: x.cast(to).cast(f64) * 2.0 + x.abs().cast(to).cast(f64)  # noqa: E731
+        assert_same_bits(ours(build, inputs, tangents)[1], [0.0, 0.0, 0.0])
+        assert_same_bits(theirs(build, inputs, tangents)[1], [0.0, 0.0, 0.0])
+    build = lambda x: x.cast(dtypes.int32).cast(f64) * x  # noqa: E731   d(int(x) x) = int(x) dx
+    assert_same_bits(ours(build, inputs, tangents)[1], theirs(build, inputs, tangents)[1])
+    # batched: the Jacobian of a rounding is 0, the identity's where the value passes as a float
+    graph = Graph({"y": UOp.param("x", (3,), f64).cast(dtypes.int32).cast(f64) + UOp.param("x", (3,), f64)})
+    jac = evaluate_graph(forward.jacobian(graph, ["x"], chunk=2), inputs)["jacobian_y_x"]
+    np.testing.assert_array_equal(jac, np.eye(3))
+    # a cast between floats is the identity's derivative in both
+    build = lambda x: x.cast(dtypes.float32).cast(f64) * 2.0  # noqa: E731
+    assert_same_bits(ours(build, inputs, tangents)[1], theirs(build, inputs, tangents)[1])
+
+
+def test_the_tangent_of_sin_is_the_reverse_rules_cosine_sin_of_pi_over_2_minus_x():
+    """cos x is written sin(pi/2 - x), as the reverse SIN row (gradient-rules.md) writes
+    it: forward and reverse agree bit for bit. pi/2 - x rounds to the nearest float, so
+    against torch's cos x the absolute error grows as |x| eps (1e-12 at |x| = 1e4, 1e-9
+    at 1e8) and past 2^53 the result is no cosine at all: a limit of the spec's formula,
+    shared by both tables (not changed here)."""
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.uniform(-m, m, 200) for m in (1.0, 1e2, 1e4, 1e6, 1e8)])
+    _, tangent = ours(lambda x: x.sin(), {"x": x}, {"x": np.ones_like(x)})
+    np.testing.assert_array_equal(tangent, reverse(lambda x: x.sin(), {"x": x}, np.ones_like(x), ["x"])["x"])
+    _, torch_tangent = theirs(lambda x: x.sin(), {"x": x}, {"x": np.ones_like(x)})
+    assert np.all(np.abs(tangent - torch_tangent) <= 2.3e-16 * np.abs(x) + 1e-15)

@@ -244,7 +244,9 @@ def _unary(slope):
 
 
 def _cast_rule(y, t, w):                    # the tangent cast as the value is (the reverse casts back)
-    return _cast(t[0], y.dtype)
+    # to an integer or bool: piecewise constant, 0. Casting the tangent too (trunc(dx)) is
+    # not linear in dx: no derivative, and the transpose of no reverse rule
+    return _cast(t[0], y.dtype) if y.dtype.is_float else None
 
 
 def _reduce_rule(y, t, w):
@@ -373,7 +375,7 @@ FORWARD_RULES = {
     Ops.LOG2: lambda y, t, w: _div(t[0], w.lift(_mul(y.src[0], _const(y, LN2)), t[0])),  # dx / (x ln2)
     Ops.SIN: _sin_rule,                                                   # cos(x) dx = sin(pi/2 - x) dx
     Ops.TRUNC: _none,                                                     # piecewise constant: 0
-    Ops.CAST: _cast_rule,                                                 # dx cast to y's dtype
+    Ops.CAST: _cast_rule,                                                 # dx cast to y's dtype; 0 to an int
     Ops.BITCAST: _none,                                                   # bits, not values: 0
     # comparisons and integer ops: zero
     Ops.CMPLT: _none, Ops.CMPNE: _none, Ops.CMPEQ: _none,
