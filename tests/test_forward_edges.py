@@ -285,3 +285,84 @@ def test_the_tangent_of_sin_is_the_reverse_rules_cosine_sin_of_pi_over_2_minus_x
     np.testing.assert_array_equal(tangent, reverse(lambda x: x.sin(), {"x": x}, np.ones_like(x), ["x"])["x"])
     _, torch_tangent = theirs(lambda x: x.sin(), {"x": x}, {"x": np.ones_like(x)})
     assert np.all(np.abs(tangent - torch_tangent) <= 2.3e-16 * np.abs(x) + 1e-15)
+
+
+# ----------------------------------------------------------------------------- batched tangents
+
+RNG = np.random.default_rng(17)
+X = RNG.standard_normal((2, 5))
+W = RNG.standard_normal(5)
+S = np.array(0.7)
+C = np.arange(1.0, 11.0).reshape(2, 5) / 4   # a constant weighting that tells positions apart
+trace = UOp.trace_function
+
+
+def _weighted(y):
+    """A scalar that sees every position of y, each with its own weight."""
+    return (y * y * UOp.buffer(np.arange(1.0, 1.0 + y.size).reshape(y.shape))).sum()
+
+
+# name: (build, inputs, wrt); every model sees the order of its input's elements
+BATCHED = {
+    "PAD before and after": (lambda x: x.pad(((1, 2), (3, 0))).sin(), {"x": X}, ["x"]),
+    "PAD by a negative amount": (lambda x: x.pad(((0, 1), (-2, 1))) * 2.0, {"x": X}, ["x"]),
+    "SHRINK": (lambda x: x.shrink(((1, 2), (1, 4))).exp2(), {"x": X}, ["x"]),
+    "FLIP either axis and both": (lambda x: x.flip(0) * UOp.buffer(C) + x.flip(1) * x + x.flip((0, 1)), {"x": X}, ["x"]),
+    "PERMUTE of three axes": (lambda x: x.reshape(2, 5, 1).expand(2, 5, 3).permute(2, 0, 1)
+                              * UOp.buffer(np.arange(30.0).reshape(3, 2, 5)), {"x": X}, ["x"]),
+    "EXPAND and RESHAPE": (lambda x: x.reshape(2, 1, 5).expand(2, 3, 5).reshape(5, 6).sin(), {"x": X}, ["x"]),
+    "cat of x and w, flipped": (lambda x, w: x.cat(w.reshape(1, 5), dim=0).flip(0) * x.cat(w.reshape(1, 5)).sin(),
+                                {"x": X, "w": W}, ["x", "w"]),
+    "stack on a new last axis": (lambda x, w: w.stack(w.flip(0), dim=1) * x.permute(1, 0), {"x": X, "w": W}, ["x", "w"]),
+    "matmul": (lambda x, w: (x @ w.reshape(5, 1)).sin(), {"x": X, "w": W}, ["x", "w"]),
+    "softmax along the rows": (lambda x: x.softmax(1) * UOp.buffer(C), {"x": X}, ["x"]),
+    "a FUNCTION with two outputs": (lambda x, w: trace("f", lambda p, q: ((p * q).sin(), (p - q).flip(1).exp2()),
+                                                      x, w.reshape(1, 5).expand(2, 5))[1], {"x": X, "w": W}, ["x", "w"]),
+    "a FUNCTION of a scalar": (lambda x, s: trace("f", lambda p, q: ((p * q).sin(), q * q), x, s)[0],
+                               {"x": X, "s": S}, ["x", "s"]),
+    "a FUNCTION with a scalar output, called twice": (
+        lambda x, s: trace("f", lambda p, q: ((p * q).sin().sum(),), x, s)[0]
+        * trace("f", lambda p, q: ((p * q).sin().sum(),), x.flip(1), s * 2.0)[0] * x, {"x": X, "s": S}, ["x", "s"]),
+    "nested FUNCTIONs": (lambda x, s: trace("g", lambda a, b: (trace("f", lambda p, q: ((p.flip(0) * q).sin() * q,),
+                                                                    a, b)[0] * b,), x, s)[0], {"x": X, "s": S}, ["x", "s"]),
+    "a scalar input": (lambda s: (UOp.buffer(C) * s).sin() * s, {"s": S}, ["s"]),
+    "a scalar input and output": (lambda s: (s * s).sin() * s.exp2(), {"s": S}, ["s"]),
+    "a scalar output": (lambda x: x.sin().sum() * x.max(), {"x": X}, ["x"]),
+}
+
+
+def _torch_function(out, inputs, wrt):
+    def f(*args):
+        feed = {k: torch.from_numpy(np.array(v)) for k, v in inputs.items()}
+        feed.update(zip(wrt, args))
+        return torch_run([out], feed)[0]
+    return f, tuple(torch.from_numpy(np.array(inputs[k])) for k in wrt)
+
+
+@pytest.mark.parametrize("case", list(BATCHED))
+def test_jacobians_and_hessians_in_chunks_match_jacfwd_and_hessian(case):
+    """The full Jacobian of each model (and the Hessian of a weighted scalar of it) with
+    1, 3 and all directions per batched walk: the batch axis in front of every movement
+    op's axes, a chunk that does not divide the input, calls and shape-() inputs and
+    outputs. Against torch.func.jacfwd / torch.func.hessian, to rounding."""
+    build, inputs, wrt = BATCHED[case]
+    params = _params(inputs)
+    out = build(**params)
+    loss = _weighted(out) if out.shape else out * out
+    graph = Graph({"y": out, "loss": loss}, inputs=list(params.values()))
+    f, primals = _torch_function(out, inputs, wrt)
+    jacobians = torch.func.jacfwd(f, argnums=tuple(range(len(wrt))))(*primals)
+    g, _ = _torch_function(loss, inputs, wrt)
+    hessians = torch.func.hessian(g, argnums=tuple(range(len(wrt))))(*primals)
+    for chunk in (1, 3, 256):
+        got = evaluate_graph(forward.jacobian(graph, wrt, ["y"], chunk=chunk), inputs)
+        for name, expected in zip(wrt, jacobians):
+            mine = got[f"jacobian_y_{name}"]
+            assert mine.shape == tuple(expected.shape), (chunk, name)
+            np.testing.assert_allclose(mine, expected.numpy(), rtol=1e-13, atol=1e-13, err_msg=f"{chunk} {name}")
+        got = evaluate_graph(forward.hessian(graph, wrt, ["loss"], chunk=chunk), inputs)
+        for i, first in enumerate(wrt):
+            for k, second in enumerate(wrt):
+                mine, expected = got[f"hessian_{first}_{second}"], hessians[i][k].numpy()
+                assert mine.shape == expected.shape, (chunk, first, second)
+                np.testing.assert_allclose(mine, expected, rtol=1e-12, atol=1e-12, err_msg=f"{chunk} {first} {second}")
