@@ -241,13 +241,18 @@ def test_an_infinite_tangent_times_a_zero_slope_is_nan_as_in_the_reverse_rule():
 
 
 def test_a_zero_tangent_adds_nothing_not_plus_zero():
-    """A zero tangent is symbolic (None, no node): trunc(x) + x along -0.0 has the tangent
-    -0.0, as JAX's symbolic zeros give; torch adds trunc's materialized +0.0, and
-    +0.0 + -0.0 is +0.0. The same number, a different sign of zero."""
+    """A zero tangent is symbolic (None, no node), as JAX's symbolic zeros: trunc(x) + x
+    along -0.0 has the tangent -0.0, where torch adds trunc's materialized +0.0 (and
+    +0.0 + -0.0 is +0.0); trunc(x) * x at x = inf has trunc(x) dx = inf, where torch adds
+    x * (+0.0) = inf * 0 = NaN. The same maths; ours never multiplies a zero tangent."""
     build = lambda x: x.trunc() + x  # noqa: E731
     inputs, tangents = {"x": a(1.5, -2.5)}, {"x": a(-0.0, -0.0)}
     assert_same_bits(ours(build, inputs, tangents)[1], [-0.0, -0.0])
     assert_same_bits(theirs(build, inputs, tangents)[1], [0.0, 0.0])
+    build = lambda x: x.trunc() * x  # noqa: E731
+    inputs, tangents = {"x": a(inf, -inf, 2.5)}, {"x": a(1.0, 1.0, 1.0)}
+    assert_same_bits(ours(build, inputs, tangents)[1], [inf, -inf, 2.0])
+    assert_same_bits(theirs(build, inputs, tangents)[1], [nan, nan, 2.0])
 
 
 def test_a_cast_to_an_integer_has_a_zero_tangent():
