@@ -115,6 +115,38 @@ def test_a_non_scalar_hvp_needs_a_cotangent(work):
     assert load(work / "h.uop").input_names == ["x", "w", "cotangent_y", "tangent_x"]
 
 
+def test_bad_input_to_each_command_is_one_line_exit_1_and_no_file(tmp_path):
+    """An unknown --wrt name, an integer --wrt input, a truncated file, a non-scalar
+    Hessian without --cotangent, a block over the limit: for each of jvp, hvp, jacobian
+    and hessian, one line `uopgrad: error: ...` naming the file and what is wrong, exit
+    status 1, no traceback, and no output file (a file already there is left as it was)."""
+    x, n = UOp.param("x", (3,), dtypes.float64), UOp.param("n", (3,), dtypes.int32)
+    y = x * n.cast(dtypes.float64)
+    save(Graph({"y": y, "loss": y.sin().sum()}, inputs=[x, n]), tmp_path / "m.uop")
+    whole = (tmp_path / "m.uop").read_bytes()
+    (tmp_path / "cut.uop").write_bytes(whole[: len(whole) // 2])
+    (tmp_path / "kept.uop").write_bytes(b"old")
+    of = {"jvp": ["--of", "y"], "hvp": ["--of", "loss"], "jacobian": ["--of", "y"], "hessian": ["--of", "loss"]}
+    for command in ("jvp", "hvp", "jacobian", "hessian"):
+        bad = [(["m.uop", "--wrt", "nope", *of[command]], "no input named 'nope'"),
+               (["m.uop", "--wrt", "n", *of[command]], "input 'n' is int32[3]: only floating-point inputs"),
+               (["cut.uop", "--wrt", "x", *of[command]], "cut.uop: not valid MessagePack")]
+        if command in ("hvp", "hessian"):
+            bad.append((["m.uop", "--wrt", "x", "--of", "y"], "output 'y' is float64[3]: a Hessian needs a "
+                                                                "floating-point scalar"))
+        if command in ("jacobian", "hessian"):
+            bad.append((["m.uop", "--wrt", "x", *of[command], "--limit", "max_tensor_elements=8"],
+                        "would hold 9 elements (72 bytes of float64), above max_tensor_elements 8"))
+        for k, (args, message) in enumerate(bad):
+            for out in ("out.uop", "kept.uop")[: 2 if k == 0 else 1]:
+                done = uopgrad(command, *args, "-o", out, cwd=tmp_path)
+                assert done.returncode == 1, (command, args, done.stderr)
+                assert done.stderr.startswith("uopgrad: error: ") and done.stderr.count("\n") == 1, done.stderr
+                assert message in done.stderr and "Traceback" not in done.stderr, (command, done.stderr)
+                assert done.stdout == "" and not (tmp_path / "out.uop").exists()
+                assert (tmp_path / "kept.uop").read_bytes() == b"old"
+
+
 def test_simplify_and_render_the_new_files(work):
     ok("hvp", "m.uop", "--wrt", "x,w", "--of", "loss", "-o", "hvp.uop", cwd=work)
     ok("hvp", "m.uop", "--wrt", "x,w", "--of", "loss", "--simplify", "-o", "small.uop", cwd=work)

@@ -179,10 +179,14 @@ def _max_rule(y, t, w):                     # the larger's tangent; at a tie, th
     a, b = y.src
     da, db = w.fit(t[0], y), w.fit(t[1], y)
     like = da if da is not None else db
-    da, db = _zeros_as(da, like), _zeros_as(db, like)
-    both = _add(da, db) if t[0] is not None and t[1] is not None else (da if t[1] is None else db)
+    both = _add(da, db) if da is not None and db is not None else like
     half = _mul(both, _const(both, 0.5)) if both.dtype.is_float else _div(both, _const(both, 2))
-    return _where(w.lift(_lt(b, a), like), da, _where(w.lift(_lt(a, b), like), db, half))
+    # a tie is a == b, as the reverse rule tests it: with a NaN operand neither is larger
+    # nor is it a tie, and the tangent is 0 (the reverse rule gives neither a share)
+    out = _where(w.lift(_eq(a, b), like), half, _zero(like))
+    if db is not None:      # a zero tangent's own branch is the 0 already there
+        out = _where(w.lift(_lt(a, b), like), db, out)
+    return out if da is None else _where(w.lift(_lt(b, a), like), da, out)
 
 
 def _pow_rule(y, t, w):                     # e b^(e-1) db + y ln(b) de, edges as the reverse rule
@@ -240,7 +244,9 @@ def _unary(slope):
 
 
 def _cast_rule(y, t, w):                    # the tangent cast as the value is (the reverse casts back)
-    return _cast(t[0], y.dtype)
+    # to an integer or bool: piecewise constant, 0. Casting the tangent too (trunc(dx)) is
+    # not linear in dx: no derivative, and the transpose of no reverse rule
+    return _cast(t[0], y.dtype) if y.dtype.is_float else None
 
 
 def _reduce_rule(y, t, w):
@@ -251,11 +257,15 @@ def _reduce_add_rule(y, t, w):              # the tangents add up as the values 
     return _sum_axes(t[0], w.axes(y.arg[1]), w.shape(y))
 
 
-def _reduce_max_rule(y, t, w):              # sum(dx * mask) / count, mask = (x == y): ties share evenly
+def _reduce_max_rule(y, t, w):              # sum(x == y ? dx : 0) / count(x == y): ties share evenly
     (x,) = y.src
-    mask = _cast(_eq(x, _expand(y, x.shape)), x.dtype)
-    count = _reduce(mask, "ADD", y.arg[1], y.shape)
-    total = _sum_axes(_mul(t[0], w.lift(mask, t[0])), w.axes(y.arg[1]), w.shape(y))
+    if 0 in (x.shape[a] for a in y.arg[1]):  # the max of no elements, the constant -inf: 0 (not 0/0)
+        return None
+    hit = _eq(x, _expand(y, x.shape))
+    count = _reduce(_cast(hit, x.dtype), "ADD", y.arg[1], y.shape)
+    # dx chosen where x holds the maximum, not multiplied by a 0/1 mask: an element below the
+    # maximum adds nothing even where its tangent is inf or NaN (log2 of a 0 beside the max)
+    total = _sum_axes(_where(w.lift(hit, t[0]), t[0], _zero(t[0])), w.axes(y.arg[1]), w.shape(y))
     return _div(total, w.lift(count, total))
 
 
@@ -352,7 +362,7 @@ FORWARD_RULES = {
     Ops.SUB: _sub_rule,                                                   # da - db
     Ops.MUL: _mul_rule,                                                   # b da + a db (bilinear)
     Ops.FDIV: _fdiv_rule,                                                 # (da - y db) / b
-    Ops.MAX: _max_rule,                                                   # a>b ? da : a<b ? db : (da+db)/2
+    Ops.MAX: _max_rule,                                                   # a>b ? da : a<b ? db : a==b ? (da+db)/2 : 0
     Ops.POW: _pow_rule,                                                   # e b^(e-1) db + y ln(b) de
     Ops.MULACC: _mulacc_rule,                                             # b da + a db + dc
     Ops.WHERE: _where_rule,                                               # c ? da : db (c has none)
@@ -365,7 +375,7 @@ FORWARD_RULES = {
     Ops.LOG2: lambda y, t, w: _div(t[0], w.lift(_mul(y.src[0], _const(y, LN2)), t[0])),  # dx / (x ln2)
     Ops.SIN: _sin_rule,                                                   # cos(x) dx = sin(pi/2 - x) dx
     Ops.TRUNC: _none,                                                     # piecewise constant: 0
-    Ops.CAST: _cast_rule,                                                 # dx cast to y's dtype
+    Ops.CAST: _cast_rule,                                                 # dx cast to y's dtype; 0 to an int
     Ops.BITCAST: _none,                                                   # bits, not values: 0
     # comparisons and integer ops: zero
     Ops.CMPLT: _none, Ops.CMPNE: _none, Ops.CMPEQ: _none,
@@ -374,7 +384,7 @@ FORWARD_RULES = {
     # reduce
     Ops.REDUCE: _reduce_rule,
     (Ops.REDUCE, "ADD"): _reduce_add_rule,                                # sum dx
-    (Ops.REDUCE, "MAX"): _reduce_max_rule,                                # sum(dx * (x==y)) / count(x==y)
+    (Ops.REDUCE, "MAX"): _reduce_max_rule,                                # sum(x==y ? dx : 0) / count(x==y)
     (Ops.REDUCE, "MUL"): _reduce_mul_rule,                                # sum(dx * product of the others)
     # movement: linear, applied to the tangent (a batch axis in front)
     Ops.RESHAPE: _reshape_rule, Ops.EXPAND: _expand_rule, Ops.PERMUTE: _permute_rule,
