@@ -23,6 +23,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+FORWARD_TESTS = ["tests/test_forward.py", "tests/test_forward_cli.py", "tests/test_forward_torch.py",
+                 "tests/test_forward_edges.py"]
+
 # target prefix -> the test files that check it (the first prefix that matches wins)
 TESTS = [
     ("uopcli/core/simplify", ["tests/test_simplify.py", "tests/test_simplify_rows.py", "tests/test_simplify_walk.py",
@@ -32,8 +35,8 @@ TESTS = [
                                  "tests/test_gradient_second_order_properties.py",
                                  "tests/test_gradient_rules_edges.py"]),
     # forward mode: its rule table and walk, the graph-level commands and the transpose check
-    ("uopcli/core/forward.py", ["tests/test_forward.py", "tests/test_forward_cli.py", "tests/test_forward_torch.py"]),
-    ("uopcli/tools/forward", ["tests/test_forward.py", "tests/test_forward_cli.py", "tests/test_forward_torch.py"]),
+    ("uopcli/core/forward.py", FORWARD_TESTS),
+    ("uopcli/tools/forward", FORWARD_TESTS),
     # ONNX's own node cases (test_onnx_conformance.py) reach every import row with the spec's values
     ("uopcli/interop/onnx", ["tests/test_onnx_bridge.py", "tests/test_onnx_export.py", "tests/test_onnx_export_ops.py",
                              "tests/test_onnx_export_timeouts.py",
