@@ -65,17 +65,20 @@ def sizes(family: str, nodes: int) -> dict:
             "jvp_raw": len(raw_jvp), "double_vjp_raw": len(second)}
 
 
-def _best_process_cpu(command: list[str], repeats: int) -> float:
-    """The CPU seconds (user + system) of the whole process, best of the repeats: on a
-    shared machine the wall time says more about the neighbours than about the command."""
+def _process_cpu(command: list[str]) -> tuple[float, dict]:
+    """The CPU seconds (user + system) of the whole process, and its steps' CPU seconds as
+    its --stats table gives them ({"reading": s, "differentiating": s, "encoding": s, ...}):
+    on a shared machine the wall time says more about the neighbours than the command."""
     import resource
-    best = float("inf")
-    for _ in range(repeats):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run(command, check=True, capture_output=True)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        best = min(best, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-    return best
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run([*command, "--stats"], check=True, capture_output=True, text=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    steps = {}
+    for line in done.stderr.splitlines():  # `reading   0.181 s   0.180 s`: wall, CPU
+        parts = line.split()
+        if len(parts) == 5 and parts[2] == parts[4] == "s":
+            steps[parts[0]] = float(parts[3])
+    return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, steps
 
 
 def _best_cpu(fn, repeats: int) -> float:
@@ -93,11 +96,13 @@ def speeds(family: str, nodes: int, repeats: int, folder: str) -> dict:
     save(Graph({"loss": loss}), model)
     names = ",".join(wrt)
     out = os.path.join(folder, "out.uop")
-    diff_s = hvp_s = float("inf")
-    for _ in range(repeats):   # in turns: the machine's load falls on both alike
-        diff_s = min(diff_s, _best_process_cpu([UOPGRAD, "diff", model, "--wrt", names, "-o", out], 1))
-        hvp_s = min(hvp_s, _best_process_cpu([UOPGRAD, "hvp", model, "--wrt", names, "-o", out], 1))
+    best_diff = best_hvp = (float("inf"), {})
+    for _ in range(repeats):   # in turns: the machine's load falls on both alike; the best run and its steps
+        best_diff = min(best_diff, _process_cpu([UOPGRAD, "diff", model, "--wrt", names, "-o", out]), key=_first)
+        best_hvp = min(best_hvp, _process_cpu([UOPGRAD, "hvp", model, "--wrt", names, "-o", out]), key=_first)
+    (diff_s, diff_steps), (hvp_s, hvp_steps) = best_diff, best_hvp
     forward = Graph({"loss": loss})
+    split = _hvp_split(forward, wrt, repeats)  # first: the nodes it makes must not exist yet
     gradient, _ = differentiate(forward, wrt)
     products = hvp(forward, wrt)
     inputs = gather_inputs(products.inputs, (), 0)
@@ -108,7 +113,44 @@ def speeds(family: str, nodes: int, repeats: int, folder: str) -> dict:
         hvp_eval = min(hvp_eval, _best_cpu(lambda: evaluate_graph(products, inputs), 1))
     sweep_intern_table()
     return {"diff_s": diff_s, "hvp_s": hvp_s, "grad_eval": grad_eval, "hvp_eval": hvp_eval,
-            "grad_nodes": len(gradient), "hvp_nodes": len(products)}
+            "grad_nodes": len(gradient), "hvp_nodes": len(products), "forward_nodes": len(forward),
+            "diff_steps": diff_steps, "hvp_steps": hvp_steps, **split}
+
+
+def _first(pair):
+    return pair[0]
+
+
+def _hvp_split(forward: Graph, wrt: list[str], repeats: int) -> dict:
+    """hvp's differentiating step in its two walks, in process (CPU, best of the repeats):
+    the gradient (reverse mode, as diff's) and the JVP over the gradient graph. Each repeat
+    makes its nodes anew (the last one's are swept first): finding them hash-consed
+    would time look-ups, not the walks."""
+    from uopcli.core.forward import compute_jvp
+    from uopcli.tools.forward import _gradients, _tangent_inputs
+    targets, params = _tangent_inputs(forward, wrt)
+    gradient_s = jvp_s = float("inf")
+    for _ in range(repeats):
+        sweep_intern_table()
+        with no_gc():
+            start = time.process_time()
+            grads, _ = _gradients(forward, "loss", targets, None)
+            middle = time.process_time()
+            compute_jvp(grads, dict(zip(targets, params)))
+            gradient_s, jvp_s = min(gradient_s, middle - start), min(jvp_s, time.process_time() - middle)
+        del grads
+    sweep_intern_table()
+    return {"gradient_s": gradient_s, "jvp_s": jvp_s}
+
+
+def _step_row(family: str, nodes: int, p: dict) -> str:
+    d, h = p["diff_steps"], p["hvp_steps"]
+    made_by_gradient = p["grad_nodes"] - p["forward_nodes"]
+    made_by_jvp = p["hvp_nodes"] - p["grad_nodes"]
+    return (f"| {family} | {nodes:,} | {_t(d.get('reading', 0))} | {_t(d.get('differentiating', 0))} | "
+            f"{_t(d.get('encoding', 0))} | {_t(h.get('reading', 0))} | {_t(p['gradient_s'])} | {_t(p['jvp_s'])} | "
+            f"{_t(h.get('encoding', 0))} | {1e6 * p['gradient_s'] / max(made_by_gradient, 1):.2f} | "
+            f"{1e6 * p['jvp_s'] / max(made_by_jvp, 1):.2f} |")
 
 
 def _t(seconds: float) -> str:
@@ -131,7 +173,7 @@ def main() -> None:
     args = parser.parse_args()
     node_counts = (1_000, 10_000) if args.quick else (10_000, 100_000)
     repeats = 1 if args.quick else args.repeats
-    size_rows, speed_rows, met = [], [], True
+    size_rows, speed_rows, step_rows, met = [], [], [], True
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as folder:
         for family in FAMILIES:
@@ -151,6 +193,7 @@ def main() -> None:
                 speed_rows.append(f"| {family} | {nodes:,} | {p['grad_nodes']:,} | {p['hvp_nodes']:,} | "
                                   f"{_t(p['diff_s'])} | {_t(p['hvp_s'])} | {_mark(write, WRITE_LIMIT)} | "
                                   f"{_t(p['grad_eval'])} | {_t(p['hvp_eval'])} | {_mark(run, EVAL_LIMIT)} |")
+                step_rows.append(_step_row(family, nodes, p))
     text = "\n".join([
         "# Forward mode (bench/bench_forward.py)", "",
         f"Written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {os.cpu_count()} cores, shared "
@@ -170,7 +213,17 @@ def main() -> None:
         f"Targets: hvp ≤ {WRITE_LIMIT:g}× diff to write, ≤ {EVAL_LIMIT:g}× the gradient to evaluate.", "",
         "| family | forward nodes | gradient nodes | HVP nodes | diff | hvp | hvp / diff | eval gradient | eval HVP | "
         "HVP / gradient |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|", *speed_rows, ""])
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|", *speed_rows, "",
+        "## Where writing an HVP spends its time", "",
+        "The steps of the best runs above (their --stats, CPU), and hvp's differentiating step split, in "
+        "process, into its gradient (the same walk as diff's) and its JVP over the gradient graph. The HVP "
+        "file has twice the gradient file's nodes (forward, gradient and one tangent node per gradient-graph "
+        "node, roughly), so with every step's cost per node equal the ratio is "
+        "(read + gradient + JVP + 2 encode) / (read + gradient + encode): under 2× only where the JVP costs "
+        "less than read + gradient. Per node made: nodes each walk makes, and its µs per node made.", "",
+        "| family | forward nodes | diff: read | gradient | encode | hvp: read | gradient | JVP | encode | "
+        "gradient µs/node made | JVP µs/node made |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|", *step_rows, ""])
     if args.no_write:
         print(text)
     else:
