@@ -404,6 +404,62 @@ def test_jvp_linearize_and_transpose_as_jax():
     np.testing.assert_allclose(two, 2 * one, rtol=1e-14)
 
 
+def test_jvp_gives_zeros_for_a_root_without_a_tangent():
+    x, w = UOp.param("x", (3,), f64), UOp.param("w_no_tangent", (2,), f64)
+    _, (tx_out, tw_out) = jvp([x.sin(), w * 2.0], {x: UOp.param("tx", (3,), f64)})
+    assert tw_out.shape == (2,) and tw_out.dtype is f64            # a node of zeros, as jax.jvp gives
+    np.testing.assert_array_equal(evaluate([tw_out], {"w_no_tangent": a3(1, 2, 3)[:2]})[0], [0.0, 0.0])
+
+
+def test_linearize_names_shapes_and_keeps_what_the_tangent_graph_reads():
+    x, w = UOp.param("x", (2, 3), f64), UOp.param("w", (3,), f64)
+    y = (x * w).sin()
+    lin = linearize([y], [x, w])
+    assert lin.primals == [y]
+    assert [(p.arg, p.shape, p.dtype) for p in lin.tangent_inputs] == [("tangent_x", (2, 3), f64),
+                                                                       ("tangent_w", (3,), f64)]
+    # d sin(x w) = cos(x w) (dx w + x dw): the forward nodes it reads are x w, x and w
+    # (expanded to x's shape); the cosine is made for the tangent, and no constant is kept
+    product = y.src[0]
+    assert set(lin.residuals) == {product, *product.src} and len(lin.residuals) == 3
+    # slot-numbered targets (inside a body) are named by their position, not their slot
+    # (and in float32, each tangent input in its target's dtype)
+    s1, s0 = UOp.slot(1, (3,), dtypes.float32), UOp.slot(0, (3,), dtypes.float32)
+    unnamed = linearize([s1 * s0], [s1, s0], prefix="t")
+    assert [(p.arg, p.dtype) for p in unnamed.tangent_inputs] == [("t0", dtypes.float32), ("t1", dtypes.float32)]
+
+
+def test_transpose_of_two_outputs_adds_both_cotangents():
+    x = UOp.param("x", (3,), f64)
+    y1, y2 = x.sin(), (x * x).sum()
+    lin = linearize([y1, y2], [x])
+    u1, u2 = UOp.param("u1", (3,), f64), UOp.param("u2", (), f64)
+    (back,) = transpose(lin, [u1, u2])
+    inputs = {"x": a3(0.3, -1.2, 2.0), "u1": a3(1.0, -2.0, 0.5), "u2": np.float64(3.0)}
+    expected = np.cos(inputs["x"]) * inputs["u1"] + 2 * inputs["x"] * inputs["u2"]
+    np.testing.assert_allclose(evaluate([back], inputs)[0], expected, rtol=1e-14)
+    with pytest.raises(GradientError, match="transpose: 1 cotangents for 2 outputs"):
+        transpose(lin, [u1])
+
+
+def test_is_tangent_reads_the_tangent_scope_and_what_is_under_it():
+    assert is_tangent(Metadata(None, None, False, TANGENT_SCOPE))
+    assert is_tangent(Metadata("relu", None, True, f"{TANGENT_SCOPE}/encoder/layer.0"))
+    assert not is_tangent(Metadata(None, None, False, f"{TANGENT_SCOPE}encoder"))   # a scope named so
+    assert not is_tangent(Metadata(None, None, False, f"encoder/{TANGENT_SCOPE}"))
+    assert not is_tangent(Metadata(None, None, True, None)) and not is_tangent(None)
+
+
+def test_a_tangent_node_keeps_name_loc_and_backward_and_nests_the_scope():
+    x = UOp.param("x_scoped", (3,), f64)
+    y = (x * 3.0).set_meta(Metadata("scale", "model.py:7", True, "encoder/layer.0"))
+    t = compute_jvp([y], {x: UOp.param("tangent_x_scoped", (3,), f64)})[y]
+    assert t.meta == Metadata("scale", "model.py:7", True, f"{TANGENT_SCOPE}/encoder/layer.0")
+    z = (x * 5.0).set_meta(Metadata("plain", None, False, None))
+    assert compute_jvp([z], {x: UOp.param("tangent_x_scoped", (3,), f64)})[z].meta == \
+        Metadata("plain", None, False, TANGENT_SCOPE)
+
+
 # ----------------------------------------------------------------------------- graph level
 
 def _mlp_graph():
