@@ -303,8 +303,8 @@ def _same_op(y, t, w):                      # a linear identity-valued op: appli
     return make_shaped(y.op, t[0].dtype, (t[0],), y.arg, t[0].shape)
 
 
-def _tuple_rule(y, t, w):
-    return None if all(e is None for e in t) else UOp.tuple(*(UOp.noop() if e is None else e for e in t))
+def _tuple_rule(y, t, w):                   # (the walk calls a rule only when some tangent is not zero)
+    return UOp.tuple(*(UOp.noop() if e is None else e for e in t))
 
 
 def _gettuple_rule(y, t, w):
