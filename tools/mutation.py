@@ -3,6 +3,8 @@
     python tools/mutation.py uopcli/core/simplify          # make mutation TARGET=uopcli/core/simplify
     python tools/mutation.py uopcli/core/gradient.py --max-children 2
     python tools/mutation.py uopcli/core/simplify/exact.py uopcli/core/simplify/fold.py   # several, one run
+    python tools/mutation.py --recheck out/mutation/uopcli_core_forward.py --current-tests  # survivors
+        # against the tests written for them since the run (the mapped files, run whole)
 
 mutmut copies the project into a `mutants/` directory and mutates it there, so the work is
 done in a scratch copy of the tracked files (out/mutation/<target>/): the worktree is never
@@ -134,7 +136,19 @@ def interval(killed: int, ran: int) -> str:
     return f"{100 * (centre - half):.1f}% to {100 * (centre + half):.1f}% (95%)"
 
 
-def recheck(where: Path, survivors: list[str], jobs: int) -> dict[str, bool]:
+def refresh_tests(where: Path) -> list[str]:
+    """Copy today's tests/ into the scratch copy (tests written for survivors since the run)
+    and return the run's mapped test files, to be run whole: the run's per-function map
+    knows only the tests there were when it started."""
+    target = where / "mutants" / "tests"
+    for source in (ROOT / "tests").glob("*.py"):
+        shutil.copy2(source, target / source.name)
+    settings = (where / "pyproject.toml").read_text().split("[tool.mutmut]", 1)[1]
+    line = next(x for x in settings.splitlines() if x.startswith("pytest_add_cli_args_test_selection"))
+    return json.loads(line.split("=", 1)[1])
+
+
+def recheck(where: Path, survivors: list[str], jobs: int, whole_files: list[str] | None = None) -> dict[str, bool]:
     """Each survivor run again in a fresh interpreter (mutant name -> still survives).
 
     mutmut forks each mutant's test run from a process that ran the whole mapped suite on
@@ -147,6 +161,8 @@ def recheck(where: Path, survivors: list[str], jobs: int) -> dict[str, bool]:
     tests_of = stats["tests_by_mangled_function_name"]
 
     def tests_for(name: str) -> list[str]:
+        if whole_files:
+            return whole_files
         return sorted(tests_of.get(name.rsplit("__mutmut_", 1)[0], []))
 
     def passes(mutant: str, tests: list[str]) -> subprocess.CompletedProcess:
@@ -181,11 +197,14 @@ def main() -> int:
     parser.add_argument("--sample", type=float, metavar="SHARE", help="run only this share (0-1) of the "
                         "mutants, drawn uniformly, and print the score with its 95%% interval")
     parser.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
+    parser.add_argument("--current-tests", action="store_true", help="with --recheck: copy today's tests into "
+                        "DIR first and run the mapped test files whole (tests written for the survivors since)")
     parser.add_argument("--recheck", metavar="DIR", help="only run the survivors of an earlier run in DIR "
                         "(out/mutation/<target>) again, each in a fresh interpreter")
     args = parser.parse_args()
     if args.recheck:
-        return report_rechecked(Path(args.recheck), args.max_children)
+        where = Path(args.recheck)
+        return report_rechecked(where, args.max_children, whole_files=refresh_tests(where) if args.current_tests else None)
     if not args.targets:
         parser.error("give a module or folder to mutate (or --recheck DIR)")
     missing = [t for t in args.targets if not (ROOT / t).exists()]
@@ -227,13 +246,14 @@ def main() -> int:
     return 0
 
 
-def report_rechecked(where: Path, jobs: int, ran: int | None = None, killed: int | None = None) -> int:
+def report_rechecked(where: Path, jobs: int, ran: int | None = None, killed: int | None = None,
+                     whole_files: list[str] | None = None) -> int:
     """Print which survivors a fresh interpreter kills, and the score counted with them."""
     stats = score(where)
     if ran is None:
         ran = stats["killed"] + stats["survived"] + stats.get("timeout", 0) + stats.get("segfault", 0)
         killed = ran - stats["survived"]
-    alive = recheck(where, stats["survivors"] + stats["timed_out"], jobs)
+    alive = recheck(where, stats["survivors"] + stats["timed_out"], jobs, whole_files)
     for name, survives in sorted(alive.items()):
         kind = "timed out" if name in stats["timed_out"] else "survived"
         print(f"{kind}, {'passes fresh' if survives else 'killed fresh'}: {name}")
