@@ -230,6 +230,8 @@ def test_a_tangent_that_does_not_fit_is_an_error():
     x = UOp.param("x", (3,), f64)
     with pytest.raises(GradientError, match="does not fit"):
         compute_jvp([x.sin()], {x: UOp.param("t", (2,), f64)})
+    with pytest.raises(GradientError, match=r"tangent float32\[3\] does not fit float64\[3\]"):
+        compute_jvp([x.sin()], {x: UOp.param("t", (3,), dtypes.float32)})
 
 
 # ----------------------------------------------------------------------------- calls
@@ -462,6 +464,65 @@ def test_a_tangent_node_keeps_name_loc_and_backward_and_nests_the_scope():
     z = (x * 5.0).set_meta(Metadata("plain", None, False, None))
     assert compute_jvp([z], {x: UOp.param("tangent_x_scoped", (3,), f64)})[z].meta == \
         Metadata("plain", None, False, TANGENT_SCOPE)
+
+
+SCALAR_SOURCE_CASES = {  # a shape-() source under a larger node (implicit broadcast), its tangent a sign or not
+    "x - s": (lambda x, s: x - s, lambda dx, ds: dx - ds),
+    "s - x": (lambda x, s: s - x, lambda dx, ds: ds - dx),
+    "(-s) - x": (lambda x, s: (-s) - x, lambda dx, ds: -ds - dx),
+    "x + (-s)": (lambda x, s: x + (-s), lambda dx, ds: dx - ds),
+    "(-s) + x": (lambda x, s: (-s) + x, lambda dx, ds: dx - ds),
+    "x * (-s)": (lambda x, s: x * (-s), None),
+    "(-s) * (-x)": (lambda x, s: (-s) * (-x), None),
+}
+
+
+@pytest.mark.parametrize("case", list(SCALAR_SOURCE_CASES))
+def test_a_scalar_source_under_a_larger_node_one_direction_and_batched(case):
+    build, expected = SCALAR_SOURCE_CASES[case]
+    x, s = UOp.param("x_vec", (3,), f64), UOp.param("s_scalar", (), f64)
+    y = build(x, s)
+    assert any(src.shape == () for n in toposort([y]) for src in n.src if n.shape == (3,)), "no implicit broadcast"
+    values = {"x_vec": a3(0.5, -1.25, 2.0), "s_scalar": np.float64(-0.75)}
+    dx, ds = a3(1.0, -2.0, 0.25), np.float64(3.0)
+    tangent = compute_jvp([y], {x: UOp.buffer(dx), s: UOp.buffer(np.asarray(ds))})[y]
+    (got,) = evaluate([tangent], values)
+    want = expected(dx, ds) if expected else _directional_difference(y, values, {"x_vec": dx, "s_scalar": ds})
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+    # batched: two directions at once, each the walk of one
+    dxs, dss = np.stack([dx, -2 * dx]), np.array([ds, 0.5])
+    batched = compute_jvp([y], {x: UOp.buffer(dxs), s: UOp.buffer(dss)}, batch=2)[y]
+    assert batched.shape == (2, 3)
+    (both,) = evaluate([batched], values)
+    for k in range(2):
+        one = compute_jvp([y], {x: UOp.buffer(dxs[k]), s: UOp.buffer(np.asarray(dss[k]))})[y]
+        np.testing.assert_allclose(both[k], evaluate([one], values)[0], rtol=1e-14)
+
+
+@pytest.mark.parametrize("batch", [None, 2])
+def test_a_scalar_tangent_reaching_a_larger_node_is_broadcast_before_it_is_summed(batch):
+    """s - x with a tangent on s only: the SUB row returns ds as it is (shape ()), and the
+    walk broadcasts it to the node's shape before the sum reads it: d sum(s - x) = 3 ds."""
+    x, s = UOp.param("x_vec", (3,), f64), UOp.param("s_scalar", (), f64)
+    ds = np.float64(1.5) if batch is None else np.array([1.5, -4.0])
+    for y, factor in (((s - x).sum(), 3.0), ((s - x).max(), 1.0), (((s - x) * x).sum(), None)):
+        t = compute_jvp([y], {s: UOp.buffer(np.asarray(ds))}, batch=batch)[y]
+        values = {"x_vec": a3(0.5, -1.25, 2.0), "s_scalar": np.float64(-0.75)}
+        expected = np.asarray(ds) * (factor if factor is not None else values["x_vec"].sum())
+        np.testing.assert_allclose(evaluate([t], values)[0], expected, rtol=1e-14)
+
+
+def test_the_nodes_a_call_row_makes_after_walking_the_body_are_tangent_nodes():
+    a, b, c, fn = _function_of_three()
+    t = compute_jvp([fn[0]], {a: UOp.param("tangent_a", (3,), f64)})[fn[0]]
+    call = t.src[0]
+    assert call.op == Ops.FUNCTION and is_tangent(call.meta) and is_tangent(t.meta)
+
+
+def test_a_tangent_for_an_integer_node_is_refused():
+    k = UOp.param("k_int", (3,), dtypes.int32)
+    with pytest.raises(GradientError, match="floating-point"):
+        compute_jvp([k * 2], {k: UOp.param("tangent_k_int", (3,), dtypes.int32)})
 
 
 # ----------------------------------------------------------------------------- graph level

@@ -180,7 +180,7 @@ def _max_rule(y, t, w):                     # the larger's tangent; at a tie, th
     da, db = w.fit(t[0], y), w.fit(t[1], y)
     like = da if da is not None else db
     both = _add(da, db) if da is not None and db is not None else like
-    half = _mul(both, _const(both, 0.5)) if both.dtype.is_float else _div(both, _const(both, 2))
+    half = _mul(both, _const(both, 0.5))  # tangents are floating point (compute_jvp refuses others)
     # a tie is a == b, as the reverse rule tests it: with a NaN operand neither is larger
     # nor is it a tie, and the tangent is 0 (the reverse rule gives neither a share)
     out = _where(w.lift(_eq(a, b), like), half, _zero(like))
@@ -422,12 +422,14 @@ def compute_jvp(roots: Iterable[UOp], tangents: Mapping[UOp, UOp], batch: int | 
         if t.shape != w.shape(node) or t.dtype is not node.dtype:
             raise GradientError(f"tangent {t.dtype.name}{list(t.shape or ())} does not fit "
                                 f"{node.dtype.name}{list(w.shape(node))} of {node!r}")
+        if not node.dtype.is_float:  # as reverse mode's targets (JAX gives an integer a float0 tangent)
+            raise GradientError(f"a tangent is for a floating-point node; {node!r} is {node.dtype.name}")
     with no_gc():
         try:
             found = _tangents(roots, dict(tangents), w)
         except RecursionError:  # functions nested hundreds deep: once more, on a deep stack
             found = on_a_deep_stack(_tangents, roots, dict(tangents), w)
-    return {r: w.fit(found.get(r), r) if r.shape is not None else found.get(r) for r in roots}
+    return {r: found.get(r) for r in roots}  # each fitted to its root's shape by the walk
 
 
 def _tangents(roots: list[UOp], seeds: dict[UOp, UOp], w: _Walk) -> dict[UOp, UOp]:
@@ -468,7 +470,7 @@ def _tangents_tagged(roots: list[UOp], seeds: dict[UOp, UOp], w: _Walk) -> dict[
                 continue
             negated = t[0].__class__ is neg or t[1].__class__ is neg
         else:
-            t = (None, *map(get, src[1:])) if node.op in calls else tuple(map(get, src))
+            t = tuple(map(get, src))  # a call's body (src[0]) is no node of this scope: None
             if t.count(None) == len(t):
                 continue
             negated = any(e.__class__ is neg for e in t)
