@@ -2,10 +2,18 @@
 and every test starts with an intern table as if it ran first."""
 
 import gc
+import signal
 
 import pytest
 
 from uopcli.core.uop import sweep_intern_table
+
+# A shell starts a background job (`make test &` in a script) with SIGINT ignored, and the
+# commands the tests start inherit that: the tests that stop a run with SIGINT, as Ctrl-C
+# does, would find it ignored. The default handler here is what an exec'd child inherits
+# as the default action (a handler resets on exec; "ignored" does not).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
