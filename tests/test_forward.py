@@ -605,6 +605,70 @@ def test_check_hvp_passes_and_fails_when_the_hvp_is_wrong(monkeypatch):
     assert not report.passed and "FAILED" in report.lines()[-1]
 
 
+def test_check_hvp_report_lines_and_values():
+    """What `uopgrad check --hvp` prints: the table's words, each target's errors (the
+    relative one is the absolute over the larger magnitude), ok or FAILED, the last line;
+    the inputs given are the ones used."""
+    graph = _mlp_graph()
+    given = _values(3)
+    report = check_hvp(graph, ["w", "b"], ["loss"], inputs=given)
+    lines = report.lines()
+    assert lines[0].split() == ["hvp", "of", "max", "abs", "err", "max", "rel", "err"]
+    assert [line.split()[0] for line in lines[1:3]] == ["hvp_w", "hvp_b"] and all(x.endswith("  ok") for x in lines[1:3])
+    assert lines[-1] == "ok: Hessian-vector products of loss match finite differences of its gradient (float64)"
+    for t in report.targets:
+        assert 0 < t.max_abs_error < 1e-6 and t.max_rel_error < 1e-5 and t.max_rel_error != t.max_abs_error
+    assert check_hvp(graph, ["w", "b"], ["loss"], inputs=given).targets == report.targets       # seeded: the same
+    other = check_hvp(graph, ["w", "b"], ["loss"], inputs=_values(4)).targets
+    assert [t.max_abs_error for t in other] != [t.max_abs_error for t in report.targets]      # the inputs are read
+
+
+def test_check_hvp_relative_error_is_over_the_magnitude():
+    """loss = 1e6 sum(w^2): H v = 2e6 v, every element far above 1, so each relative error
+    is below its absolute one (the error over the magnitude, not times it)."""
+    w = UOp.param("w", (6,), f64)
+    report = check_hvp(Graph({"loss": (w * w).sum() * 1e6}, inputs=[w]), ["w"], ["loss"])
+    (t,) = report.targets
+    assert report.passed and 0 < t.max_rel_error < t.max_abs_error
+
+
+def test_check_hvp_failed_lines_name_the_targets(monkeypatch):
+    monkeypatch.setitem(FORWARD_RULES, Ops.EXP2, lambda y, t, w: t[0] * w.lift(y, t[0]) * 0.69)
+    lines = check_hvp(_mlp_graph(), ["w", "b"], ["loss"]).lines()
+    assert lines[1].endswith("  FAILED") and lines[-1] == "FAILED: w, b"
+
+
+def test_check_transpose_report_lines():
+    graph = _mlp_graph()
+    lines = check_transpose(graph, ["w", "b"], ["y"], seed=1, trials=2).lines()
+    assert lines[0].split() == ["seed", "<u,", "J", "v>", "(jvp)", "<J^T", "u,", "v>", "(diff)", "rel", "err"]
+    assert len(lines) == 4 and lines[1].endswith("  ok") and lines[2].endswith("  ok")
+    assert lines[-1] == "ok: jvp and diff of y are each other's transpose (float64, rel tol 1e-10)"
+
+
+def test_check_transpose_failed_lines(monkeypatch):
+    monkeypatch.setitem(FORWARD_RULES, Ops.EXP2, lambda y, t, w: t[0] * w.lift(y, t[0]) * 0.69)
+    lines = check_transpose(_mlp_graph(), ["w", "b"], ["y"], seed=1, trials=2).lines()
+    assert lines[1].endswith("  FAILED")
+    assert lines[-1] == "FAILED: <u, J v> and <J^T u, v> differ: a forward or reverse rule is wrong"
+
+
+@pytest.mark.parametrize("size, text", [(999, "999 bytes"), (1_500, "1.5 KB"), (2_500_000, "2.5 MB"),
+                                        (3_000_000_000, "3.0 GB"), (4_000_000_000_000, "4.0 TB"),
+                                        (5_000_000_000_000_000, "5000.0 TB")])
+def test_a_refused_matrix_size_is_said_in_its_unit(size, text):
+    from uopcli.tools.forward import _bytes
+    assert _bytes(size) == text
+
+
+def test_graph_level_refusals_name_what_clashes():
+    graph = Graph({"y": UOp.param("x", (3,), f64).sin(), "jvp_y": UOp.param("x", (3,), f64) * 2.0})
+    with pytest.raises(GradientError, match="--keep-forward: the forward graph already has an output named 'jvp_y'"):
+        graph_forward.jvp(graph, ["x"], of=["y"], keep_forward=True)
+    with pytest.raises(GradientError, match="^wrt: 'x' is named twice$"):
+        graph_forward.jvp(graph, ["x", "x"])
+
+
 def test_transpose_check_reads_a_straight_through_cast_in_both_tables_alike():
     # float -> float16 -> float: each table passes the tangent / gradient through the casts
     x = UOp.param("x", (4,), f64)
