@@ -10,6 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (make test installs torch==2.13.0 where it can)")
 
+from test_forward import _params  # noqa: E402
 from test_forward_torch import torch_run  # noqa: E402
 from uopcli import UOp, dtypes  # noqa: E402
 from uopcli.backends.numpy import evaluate, evaluate_graph  # noqa: E402
@@ -24,10 +25,6 @@ inf, nan = np.inf, np.nan
 
 def a(*values) -> np.ndarray:
     return np.array(values, np.float64)
-
-
-def _params(inputs):
-    return {k: UOp.param(k, np.shape(v), f64) for k, v in inputs.items()}
 
 
 def ours(build, inputs, tangents):

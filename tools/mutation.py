@@ -63,18 +63,24 @@ def mapped_tests(target: str) -> list[str]:
     raise SystemExit(f"mutation: no tests are mapped to {target} (tools/mutation.py, TESTS)")
 
 
-def scratch_copy(targets: list[str], tests: list[str]) -> Path:
-    """The tracked files, copied to out/mutation/<first target>/, with mutmut's settings."""
-    where = ROOT / "out" / "mutation" / targets[0].strip("/").replace("/", "_")
+def copy_project(where: Path) -> Path:
+    """The project's files (tracked, and new ones not ignored) copied to `where`, emptied
+    first: the scratch copy mutation runs and tools/plants.py's replays work in."""
     if where.exists():
         shutil.rmtree(where)
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True,
-                           capture_output=True, text=True).stdout.split()
+                           capture_output=True, text=True).stdout.splitlines()
     for name in files:
         source = ROOT / name
         if source.is_file():
             (where / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, where / name)
+    return where
+
+
+def scratch_copy(targets: list[str], tests: list[str]) -> Path:
+    """The tracked files, copied to out/mutation/<first target>/, with mutmut's settings."""
+    where = copy_project(ROOT / "out" / "mutation" / targets[0].strip("/").replace("/", "_"))
     only = [f"{t.rstrip('/')}/*" if (ROOT / t).is_dir() else t for t in targets]
     settings = {
         "source_paths": ["uopcli"], "only_mutate": only, "also_copy": ["samples", "schemas", "docs", "tools", "bench", "README.md"],

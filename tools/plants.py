@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from mutation import copy_project  # tools/, beside this script
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRATCH = ROOT / "out" / "plants"
 
@@ -95,19 +97,6 @@ PLANTS = [
 ]
 
 
-def scratch_copy() -> Path:
-    """The project's files (tracked, and new ones not ignored) copied to out/plants/."""
-    if SCRATCH.exists():
-        shutil.rmtree(SCRATCH)
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True,
-                           capture_output=True, text=True).stdout.splitlines()
-    for name in files:
-        if (ROOT / name).is_file():
-            (SCRATCH / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, SCRATCH / name)
-    return SCRATCH
-
-
 def pytest(tests: list[str]) -> tuple[bool, str]:
     """(passed, the first failing test id or pytest's last line), in a fresh interpreter."""
     shutil.rmtree(SCRATCH / ".hypothesis", ignore_errors=True)  # no example saved by an earlier plant
@@ -140,7 +129,7 @@ def main() -> int:
         print("\n".join(moved), file=sys.stderr)
         raise SystemExit("plants: the original text must occur exactly once: the code moved, update the rows")
     start = time.monotonic()
-    scratch_copy()
+    copy_project(SCRATCH)
     tests = list(dict.fromkeys(t for _, p in rows for t in p.tests))
     passed, summary = pytest(tests)
     print(f"unplanted: {'passes' if passed else 'FAILS'} {' '.join(tests)} ({summary})", flush=True)
