@@ -185,3 +185,20 @@ def test_an_hvp_of_an_onnx_model_runs_in_onnxruntime(tmp_path):
     for name in theirs:
         np.testing.assert_allclose(theirs[name], ours[name], rtol=1e-4, atol=1e-5)
     assert np.abs(theirs["hvp_fc1.weight"]).max() > 1e-3 and np.abs(theirs["hvp_fc2.weight"]).max() > 1e-3
+
+
+def test_check_hvp_and_check_of_an_empty_target(tmp_path):
+    """A --wrt input with no elements (x: [0,3]) beside one with some: `check` and `check
+    --hvp` say ok (the reference evaluator once indexed element 0 of the empty factor of
+    a contracted product: an internal error), and the HVP of the other input is its own."""
+    x, v = UOp.param("x", (0, 3), dtypes.float64), UOp.param("v", (3,), dtypes.float64)
+    save(Graph({"loss": (x * v).sum() + (v * v * v).sum()}, inputs=[x, v]), tmp_path / "m.uop")
+    np.save(tmp_path / "v.npy", np.array([1.0, -2.0, 0.5]))
+    np.save(tmp_path / "t.npy", np.array([3.0, 1.0, -1.0]))
+    for flag in ([], ["--hvp"], ["--transpose"]):
+        done = ok("check", "m.uop", "--wrt", "x,v", *flag, "-i", "v=v.npy", cwd=tmp_path)
+        assert done.stdout.splitlines()[-1].startswith("ok: "), done.stdout
+    ok("hvp", "m.uop", "--wrt", "x,v", "-o", "h.uop", cwd=tmp_path)
+    got = values("h.uop", "-i", "x=0", "-i", "v=v.npy", "-i", "tangent_v=t.npy", "-i", "tangent_x=0", cwd=tmp_path)
+    assert got["hvp_x"].size == 0 and np.array_equal(got["hvp_v"], 6 * np.array([1.0, -2.0, 0.5]) * [3, 1, -1])
+

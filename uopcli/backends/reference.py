@@ -255,7 +255,9 @@ def _contraction(node, a, b):
 
     def factor(x):
         x = np.broadcast_to(x, shape)
-        present = [i for i, n in enumerate(shape) if n != 1 and x.strides[i] != 0]
+        # an empty axis is kept whatever its stride (numpy gives a broadcast one stride 0):
+        # element 0 of it does not exist
+        present = [i for i, n in enumerate(shape) if n != 1 and (n == 0 or x.strides[i] != 0)]
         part = x[tuple(slice(None) if i in present else 0 for i in range(len(shape)))]
         return part.astype(compute, copy=False), present
 
