@@ -202,3 +202,14 @@ def test_check_hvp_and_check_of_an_empty_target(tmp_path):
     got = values("h.uop", "-i", "x=0", "-i", "v=v.npy", "-i", "tangent_v=t.npy", "-i", "tangent_x=0", cwd=tmp_path)
     assert got["hvp_x"].size == 0 and np.array_equal(got["hvp_v"], 6 * np.array([1.0, -2.0, 0.5]) * [3, 1, -1])
 
+
+def test_check_hvp_weights_a_non_scalar_output_as_check_does(work):
+    """`check` weights a non-scalar output by seeded random cotangents; `check --hvp` does
+    the same (it refused, pointing at a --cotangent option check has not got), and the HVP
+    it checks is that of sum(u * y) for those u."""
+    for flag in ([], ["--hvp"]):
+        done = ok("check", "m.uop", "--wrt", "x,w", "--of", "y", *flag, cwd=work)
+        assert done.stdout.splitlines()[-1].startswith("ok: "), done.stdout
+    report = json.loads(ok("check", "m.uop", "--wrt", "x", "--of", "y", "--hvp", "--json", cwd=work).stdout)
+    assert report["passed"] and report["of"] == "y" and [t["target"] for t in report["targets"]] == ["x"]
+    assert all(t["max_rel_error"] < 1e-5 for t in report["targets"])

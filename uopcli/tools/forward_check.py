@@ -12,7 +12,8 @@ dtypes, as `uopgrad jvp` and `uopgrad diff` build them, then promoted to float64
 `uopgrad check` does: tools/check.to_float64) and evaluated by the numpy evaluator as written.
 
 The HVP check: `hvp` against central differences of the gradient graph along v,
-(g(x + h v) - g(x - h v)) / 2h, the gradient by the reference evaluator (op by op) and the
+(g(x + h v) - g(x - h v)) / 2h (a non-scalar output weighted by seeded random cotangents,
+as `uopgrad check` weighs it), the gradient by the reference evaluator (op by op) and the
 HVP by the numpy evaluator, so neither evaluator can hide a bug of its own; tolerances as
 `uopgrad check`'s (tools/check: ATOL, RTOL).
 """
@@ -155,15 +156,18 @@ class HvpReport:
 def check_hvp(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None, inputs: Mapping | None = None,
               seed: int = 0) -> HvpReport:
     """H v from the HVP graph (numpy evaluator) against central differences of the
-    gradient graph along v (reference evaluator), v seeded random, in float64."""
+    gradient graph along v (reference evaluator), v (and a non-scalar output's cotangent)
+    seeded random, in float64."""
     import numpy as np
     from ..backends.numpy import evaluate_graph
     from ..backends.reference import reference_evaluate_graph
     from .values import random_value
 
-    products = hvp(graph, wrt, of)
+    # a non-scalar output weighted as `uopgrad check` weighs it: H of sum(u * y), u the new
+    # input cotangent_<y>, seeded random like the other inputs (a scalar is seeded with 1)
+    products = hvp(graph, wrt, of, cotangent="input")
     loss = products.meta["hvp_of"]
-    grads, _ = differentiate(graph, wrt, [loss])
+    grads, _ = differentiate(graph, wrt, [loss], cotangent="input")
     products64, grads64 = to_float64(products), to_float64(grads)
     given = dict(inputs or {})
     values = {n.arg: np.asarray(given[n.arg]) if n.arg in given else random_value(n, seed) for n in products.inputs}
@@ -174,7 +178,7 @@ def check_hvp(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None,
     sides = []
     with np.errstate(all="ignore"):
         for sign in (1, -1):
-            feed = {n.arg: values[n.arg] for n in graph.inputs}
+            feed = {n.arg: values[n.arg] for n in grads64.inputs}
             for name in wrt:
                 feed[name] = values[name] + sign * h * values[f"tangent_{name}"]
             sides.append(reference_evaluate_graph(grads64, feed))
