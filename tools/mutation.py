@@ -3,6 +3,7 @@
     python tools/mutation.py uopcli/core/simplify          # make mutation TARGET=uopcli/core/simplify
     python tools/mutation.py uopcli/core/gradient.py --max-children 2
     python tools/mutation.py uopcli/core/simplify/exact.py uopcli/core/simplify/fold.py   # several, one run
+    python tools/mutation.py uopcli/core/forward.py --functions _tangents_tagged,compute_jvp --sample 0.5
     python tools/mutation.py --recheck out/mutation/uopcli_core_forward.py --current-tests  # survivors
         # against the tests written for them since the run (the mapped files, run whole)
 
@@ -124,6 +125,13 @@ def all_mutant_names(where: Path) -> list[str]:
     return sorted(names)
 
 
+def of_functions(names: list[str], functions: list[str]) -> list[str]:
+    """The mutants of module-level functions `functions`: mutmut names them
+    <module>.x_<function>__mutmut_<n>."""
+    marks = tuple(f".x_{f}__mutmut_" for f in functions)
+    return [n for n in names if any(m in n for m in marks)]
+
+
 def sampled(names: list[str], share: float, seed: int) -> list[str]:
     """A uniform sample of the mutants, the same for the same seed: when a whole folder costs
     more hours than a session has, a sample's kill rate estimates the folder's."""
@@ -203,6 +211,8 @@ def main() -> int:
     parser.add_argument("--sample", type=float, metavar="SHARE", help="run only this share (0-1) of the "
                         "mutants, drawn uniformly, and print the score with its 95%% interval")
     parser.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0)")
+    parser.add_argument("--functions", metavar="NAMES", help="comma-separated: only the mutants of these "
+                        "functions (module-level, e.g. _tangents_tagged,compute_jvp); with --sample, a share of them")
     parser.add_argument("--current-tests", action="store_true", help="with --recheck: copy today's tests into "
                         "DIR first and run the mapped test files whole (tests written for the survivors since)")
     parser.add_argument("--recheck", metavar="DIR", help="only run the survivors of an earlier run in DIR "
@@ -224,12 +234,17 @@ def main() -> int:
     print(f"mutation: {target} with {' '.join(tests)}, in {where.relative_to(ROOT)}", flush=True)
     mutmut = str(Path(sys.executable).parent / "mutmut")
     chosen = []
-    if args.sample is not None:
-        if not 0 < args.sample <= 1:
-            parser.error("--sample is a share between 0 and 1")
+    if args.sample is not None and not 0 < args.sample <= 1:
+        parser.error("--sample is a share between 0 and 1")
+    if args.sample is not None or args.functions:
         every = all_mutant_names(where)
-        chosen = sampled(every, args.sample, args.seed)
-        print(f"mutation: a sample of {len(chosen)} of the {len(every)} mutants (seed {args.seed})", flush=True)
+        if args.functions:
+            every = of_functions(every, args.functions.split(","))
+            if not every:
+                raise SystemExit(f"mutation: no mutants of {args.functions} in {target}")
+        chosen = sampled(every, args.sample, args.seed) if args.sample is not None else every
+        print(f"mutation: {len(chosen)} of the {len(every)} mutants" +
+              (f" (a sample, seed {args.seed})" if args.sample is not None else ""), flush=True)
     run = subprocess.run([mutmut, "run", "--max-children", str(args.max_children), *chosen], cwd=where,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if "failed to collect stats" in run.stdout or not (where / "mutants").exists():
