@@ -251,6 +251,34 @@ def test_evaluate_on_tinygrad_in_process_gives_the_evaluators_values(monkeypatch
         evaluate_on_tinygrad(graph, inputs, "CPU")
 
 
+def test_an_fdiv_tinygrad_folds_to_constants_is_run_spelled():
+    """tinygrad folds an op of two constants with a Python table that has no FDIV: a sum
+    over an empty axis divided by itself (0/0, as the max-pool HVP of a conv net makes
+    inside a kernel) failed with KeyError FDIV. evaluate_on_tinygrad runs such a graph with
+    every FDIV spelled a * (1/b) in float64: nan, and the other division bit for bit the
+    numpy evaluator's (float32); to_tinygrad(fdiv=False) is that graph for the caller."""
+    from uopcli import Graph, UOp, evaluate_graph
+    from uopcli.core.ops import Ops
+    from uopcli.interop.tinygrad import evaluate_on_tinygrad, to_tinygrad
+    empty, y = UOp.param("empty", (0, 3)), UOp.param("y", (3,))
+    def ratio(x):  # 0/0
+        total = x.sum(0)
+        return UOp.make(Ops.FDIV, total.dtype, (total, total))
+    inside = UOp.function("ratio", [ratio(UOp.slot(0, (0, 3)))], [empty]).gettuple(0)  # a call's body too
+    graph = Graph({"q": ratio(empty) + y, "c": inside + y, "r": UOp.make(Ops.FDIV, y.dtype, (y, y + 3.0))},
+                  [empty, y])
+    inputs = {"empty": np.zeros((0, 3), np.float32), "y": np.array([1.0, -0.1, 3.3e-5], np.float32)}
+    truth = evaluate_graph(graph, inputs)
+    assert np.isnan(truth["q"]).all()
+    for device in ("CPU", "PYTHON"):
+        got = evaluate_on_tinygrad(graph, inputs, device)
+        for name in ("q", "c"):  # (nan's sign is no one's promise)
+            assert got[name].dtype == np.float32 and np.isnan(got[name]).all(), (device, name)
+        assert got["r"].dtype == np.float32 and got["r"].tobytes() == truth["r"].tobytes(), device
+    spelled = to_tinygrad(graph, "CPU", fdiv=False)(**inputs)
+    assert spelled["r"].numpy().tobytes() == truth["r"].tobytes() and np.isnan(spelled["q"].numpy()).all()
+
+
 def test_metadata_names_the_tensor_functions(zoo):
     """tinygrad's metadata (the Tensor function that made a node) is node metadata, and
     `uopgrad print` shows it."""

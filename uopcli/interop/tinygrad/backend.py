@@ -16,8 +16,14 @@ PYTHON interpreter has no FDIV: there a float16 or float32 division is computed 
 as a * (1/b) and rounded back, which is the correctly rounded quotient (two roundings in
 float64 are within 2^-52 of a / b, relatively, and a quotient of two p-bit floats is
 never a midpoint of the p-bit grid nor within about 2^-(2p+2) of one, p = 24 or 11); a float64 division is a * (1/b),
-within one ulp of a / b (two roundings). A device without float64 does the same in the
-operands' dtype.
+within one ulp of a / b (two roundings) where 1/b is finite (not for a subnormal b). A
+device without float64 does the same in the operands' dtype.
+
+tinygrad folds an op whose sources are constants with a Python table of its ops, which has
+no FDIV (its own `/` makes none): where its rewrites turn both sources of an FDIV into
+constants (a sum over an empty axis, padding inside a kernel), compiling fails with
+KeyError FDIV. `to_tinygrad(graph, fdiv=False)` spells every FDIV as above, and
+`evaluate_on_tinygrad` runs the graph that way when the first attempt fails so.
 """
 
 from __future__ import annotations
@@ -31,9 +37,11 @@ from ...core.walks import scope_toposort
 from ._tinygrad import import_tinygrad, tinygrad_dtype
 
 
-def to_tinygrad(graph, device: str | None = None):
+def to_tinygrad(graph, device: str | None = None, fdiv: bool = True):
     """A function of the graph's inputs (numpy arrays or tinygrad Tensors, by name) that
-    returns {output name: Tensor} (a tuple of Tensors, None for NOOP, for a tuple output)."""
+    returns {output name: Tensor} (a tuple of Tensors, None for NOOP, for a tuple output).
+    `fdiv=False`: every FDIV spelled as a * (1/b), as on a renderer without it (see the
+    module's docstring: for a graph tinygrad cannot compile with FDIV)."""
     tg = import_tinygrad()
 
     def run(**inputs) -> dict:
@@ -44,7 +52,8 @@ def to_tinygrad(graph, device: str | None = None):
                 missing and f"missing input values: {', '.join(missing)}",
                 unknown and f"no inputs named {', '.join(unknown)}; inputs: {', '.join(graph.input_names) or 'none'}"])))
         bound = {node: _tensor(tg, inputs[node.arg], node, device) for node in graph.inputs}
-        values = _Runner(tg, device).run(list(graph.outputs.values()), bound)
+        values = _Runner(tg, device, spelled=frozenset() if fdiv else _SPELLED_WITHOUT_FDIV).run(
+            list(graph.outputs.values()), bound)
         return {name: values[node] for name, node in graph.outputs.items()}
 
     return run
@@ -58,9 +67,12 @@ def evaluate_on_tinygrad(graph, inputs: Mapping, device: str | None = None, *, s
     if simplify is not None:
         graph = _simplified(graph, simplify)
     try:  # placing the inputs and constants on the device can fail as realizing can
-        outputs = to_tinygrad(graph, device)(**inputs)
-        tensors = [t for v in outputs.values() for t in (v if isinstance(v, tuple) else (v,)) if t is not None]
-        tg.Tensor.realize(*tensors)
+        try:
+            outputs = _realized(tg, graph, inputs, device, fdiv=True)
+        except KeyError as e:
+            if not _unfoldable_fdiv(e):
+                raise
+            outputs = _realized(tg, graph, inputs, device, fdiv=False)  # see the module's docstring
     except EvaluationError:
         raise
     except Exception as e:  # noqa: BLE001 - tinygrad's own failure (no device, a compiler missing)
@@ -70,6 +82,17 @@ def evaluate_on_tinygrad(graph, inputs: Mapping, device: str | None = None, *, s
     def array(t):
         return None if t is None else t.numpy()
     return {name: tuple(map(array, v)) if isinstance(v, tuple) else array(v) for name, v in outputs.items()}
+
+
+def _realized(tg, graph, inputs: Mapping, device: str | None, fdiv: bool) -> dict:
+    outputs = to_tinygrad(graph, device, fdiv)(**inputs)
+    tg.Tensor.realize(*(t for v in outputs.values() for t in (v if isinstance(v, tuple) else (v,)) if t is not None))
+    return outputs
+
+
+def _unfoldable_fdiv(error: KeyError) -> bool:
+    """Whether tinygrad failed to fold an FDIV of two constants (its ALU table has none)."""
+    return len(error.args) == 1 and getattr(error.args[0], "name", None) == "FDIV"
 
 
 def _simplified(graph, mode: str):
@@ -113,8 +136,9 @@ class _Runner:
     """Evaluates nodes in topological order (iteratively); a call evaluates its body with
     a runner of its own, the slots bound to the call's argument Tensors."""
 
-    def __init__(self, tg, device):
+    def __init__(self, tg, device, spelled: frozenset = frozenset()):
         self.tg, self.device = tg, device
+        self.spelled = spelled  # ops spelled (_SPELLINGS) even where the renderer has them
         from tinygrad.uop.ops import Ops as TOps
         self.tinygrad_ops = TOps
         self._renderer = None
@@ -137,7 +161,7 @@ class _Runner:
         """FUNCTION/CALL: the body TUPLE's elements, slot i bound to argument i."""
         body, args = node.src[0], srcs[1:]
         slots = {n: args[n.arg] for n in scope_toposort([body]) if n.op == Ops.PARAM and isinstance(n.arg, int)}
-        runner = _Runner(self.tg, self.device)
+        runner = _Runner(self.tg, self.device, self.spelled)
         runner._renderer = self._renderer
         return runner.run([body], slots)[body]
 
@@ -164,7 +188,7 @@ class _Runner:
         """Ops whose public functions round differently (a / b is a * (1/b) in tinygrad):
         the op itself, through Tensor.alu, where the device's renderer has it; else its
         spelling in ops it has (`_SPELLINGS`)."""
-        if self.has_op(op_name):
+        if op_name not in self.spelled and self.has_op(op_name):
             return a.alu(getattr(self.tinygrad_ops, op_name), *rest)
         return _SPELLINGS[op_name](self, a, *rest)
 
@@ -183,6 +207,7 @@ def _divide_without_fdiv(run, a, b):
 _SPELLINGS = {
     "FDIV": _divide_without_fdiv,   # a * (1/b), in float64 where the device has it
 }
+_SPELLED_WITHOUT_FDIV = frozenset({"FDIV"})  # to_tinygrad(fdiv=False)
 
 
 def _reduce(run, node, srcs):
