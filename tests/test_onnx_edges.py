@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -25,6 +27,7 @@ import test_onnx_import_ops as import_ops  # noqa: E402 - its one-node models
 from test_onnx_export_ops import ALL, FLOATS, INTS, NUMERIC, edge_values, grid  # noqa: E402
 from uopcli.interop.onnx.exporter import to_onnx  # noqa: E402
 from uopcli.interop.onnx.importer import import_model  # noqa: E402
+from uopcli.tools.differentiate import differentiate  # noqa: E402
 
 
 def run_reference(graph: Graph, inputs: dict) -> dict:
@@ -223,3 +226,82 @@ def test_gathers_copy_minus_zero_and_nan(op, inputs, attrs, opset, by_reference,
     if by_runtime:
         session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         assert_exact(got, session.run(None, feeds)[0], f"{op} against onnxruntime")
+
+
+def _float64_unary(op: str, attrs: dict, size: int, opset: int = 20) -> Graph:
+    node = helper.make_node(op, ["x"], ["out"], **attrs)
+    graph = helper.make_graph([node], "one", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [size])],
+                              [helper.make_tensor_value_info("out", TensorProto.DOUBLE, None)])
+    return import_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))[0]
+
+
+# every branch and its edges: the series near 0 and its end, the fits beyond, the far tails
+_FLOAT64_GRID = np.concatenate([np.linspace(-7.0, 7.0, 2801), np.geomspace(1e-300, 1.0, 120),
+                                -np.geomspace(1e-300, 1.0, 120), np.nextafter([0.25, 0.5], 0.0),
+                                np.nextafter([0.25, 0.5], 1.0), [26.9, 27.5, 1e10, -1e300]])
+
+
+def _erf_slope(x):
+    return 2 / math.sqrt(math.pi) * math.exp(-x * x)
+
+
+def _normal_cdf(x):  # erfc, not 1 + erf: that cancels for x < 0, in the reference as in the model
+    return math.erfc(-x / math.sqrt(2)) / 2
+
+
+def _gelu_tanh_inner(x):
+    return (x + 0.044715 * x ** 3) * math.sqrt(2 / math.pi) if abs(x) < 1e100 else math.copysign(math.inf, x)
+
+
+def _logistic(u):  # (1 + tanh(u/2))/2 without the cancellation
+    return 1 / (1 + math.exp(-u)) if u > -700 else 0.0
+
+
+def _logistic_slope(u):
+    return _logistic(u) * _logistic(-u)
+
+
+def _tanh_slope(x):
+    return 1 / math.cosh(x) ** 2 if abs(x) < 350 else 0.0
+
+
+# Gelu's tail is exp of -x^2/2 or of 2u (u ~ x^3): the argument rounds first, an error of
+# its size in ulps (1e-14 near x = -7)
+@pytest.mark.parametrize("op, attrs, rtol, value, slope", [
+    ("Erf", {}, 1e-15, math.erf, _erf_slope),
+    ("Tanh", {}, 1e-15, math.tanh, _tanh_slope),
+    ("Gelu", {}, 5e-14, lambda x: x * _normal_cdf(x),
+     lambda x: _normal_cdf(x) + x * _erf_slope(x / math.sqrt(2)) / math.sqrt(8)),
+    ("Gelu", {"approximate": "tanh"}, 5e-14, lambda x: x * _logistic(2 * _gelu_tanh_inner(x)),
+     lambda x: _logistic(2 * _gelu_tanh_inner(x)) + x * 2 * _logistic_slope(2 * _gelu_tanh_inner(x))
+     * (1 + 3 * 0.044715 * x * x) * math.sqrt(2 / math.pi)),
+], ids=["Erf", "Tanh", "Gelu", "Gelu-tanh"])
+def test_float64_erf_tanh_and_gelu_are_accurate_to_float64(op, attrs, rtol, value, slope):
+    """A float64 model's Erf, Tanh and Gelu (and so GRU, LSTM and BERT layers) computed to
+    float64, values and gradients, against Python's math (correctly rounded but for an ulp):
+    erf was Abramowitz-Stegun's (absolute error 1.5e-7) and tanh's series float32's (5e-11
+    near 0.25), 1e-8 off torch in float64; Gelu's 1 + erf lost every digit near x = -7.
+    Exact signs at 0, limits at infinity, nan kept."""
+    x = _FLOAT64_GRID
+    graph = _float64_unary(op, attrs, len(x))
+    got = evaluate_graph(graph, {"x": x})["out"]
+    want = np.array([value(v) for v in x])
+    tiny = np.abs(want) < 1e-290  # subnormal results of a tiny x (Gelu): an absolute error
+    np.testing.assert_allclose(got[~tiny], want[~tiny], rtol=rtol, atol=0)
+    np.testing.assert_allclose(got[tiny], want[tiny], rtol=0, atol=1e-300)
+    gradient, _ = differentiate(Graph({"loss": graph.outputs["out"].sum()}), ["x"])
+    slopes = evaluate_graph(gradient, {"x": x})["grad_x"]
+    want_slopes = np.array([slope(v) for v in x])
+    normal = np.abs(want_slopes) > 1e-290
+    np.testing.assert_allclose(slopes[normal], want_slopes[normal], rtol=50 * rtol, atol=0)
+    cubed = (np.abs(x) > 1e100) & (attrs.get("approximate") == "tanh")  # x^3 overflows: nan, as torch's
+    assert np.all(np.abs(slopes[~normal & ~cubed]) < 1e-280) and np.all(np.isnan(slopes[cubed]))
+    edges = np.array([0.0, -0.0, np.inf, -np.inf, np.nan])
+    graph = _float64_unary(op, attrs, len(edges))
+    gradient, _ = differentiate(Graph({"loss": graph.outputs["out"].sum()}), ["x"])
+    got = evaluate_graph(graph, {"x": edges})["out"]
+    want = np.array([value(v) for v in edges])  # Gelu(-inf) = -inf * 0: nan, as the formula
+    assert np.array_equal(got, want, equal_nan=True) and np.signbit(got[1]) and not np.signbit(got[0])
+    finite = edges[:2] if op == "Gelu" else edges[:4]
+    slopes = evaluate_graph(gradient, {"x": np.where(np.isin(edges, finite), edges, 0.0)})["grad_x"]
+    assert np.all(np.isfinite(slopes))

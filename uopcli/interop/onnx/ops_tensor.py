@@ -18,6 +18,7 @@ import numpy as np
 from uopcli import UOp, dtypes
 
 from .dtypes import FROM_ONNX, UNSUPPORTED_NAMES
+from .ops_math import _series, _taylor, _terms
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -91,54 +92,108 @@ def abs_(ctx):
     return x.maximum(-x) + 0.0 if x.dtype.is_float else x.abs()
 
 
-# erf(x) = 2/√π Σ (-1)^n x^(2n+1) / (n! (2n+1)); nine terms are exact to float32 for |x| < 0.5
-_ERF_TAYLOR = [2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(9)]
+# erf(x) = 2/√π Σ (-1)^n x^(2n+1) / (n! (2n+1)) for |x| < 0.5: nine terms are exact to
+# float32, thirteen to float64 (the next term is below 1e-19)
+_ERF_TAYLOR = _terms(lambda n: 2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)), 9, 13)
+
+# float64 erfc for z >= 1/2: t exp(-z^2 + f(t)), t = 2 / (2 + z), f a Chebyshev series in
+# u = 5t/2 - 1 (erf = 1 - erfc within 2 ulps over [1/2, 6]); tools/erfc_chebyshev.py makes
+# this table and measures it against mpmath
+_ERFC_CHEBYSHEV = (
+    -0.78318707272406, 0.5058947933173407, 0.020165332295700413,
+    -0.0041507842704837155, -0.000692939303313183, 8.06130444809017e-05,
+    2.5850999510766177e-05, -2.453241361936656e-06, -1.066562894905652e-06,
+    1.0956136201272656e-07, 4.618283721422927e-08, -6.305089137369673e-09,
+    -1.9633309872353603e-09, 3.979371116364936e-10, 7.359712081538683e-11,
+    -2.4619582503771378e-11, -1.7696477486872623e-12, 1.3810080809670336e-12,
+    -4.6002066138412304e-14, -6.38048406942416e-14, 9.93771865388211e-15,
+    1.856960616406593e-15, -7.708065806015495e-16, 3.1628011912637166e-17,
+    3.461868759785784e-17, -9.185971747980259e-18,
+)
+_ERFC_LAST = 28.0  # erfc(28) is 0 in float64 (exp underflows): a larger z (inf) is taken as 28, gradient 0
 
 
 def erf(ctx):
-    """erf, accurate to float32 in relative terms: the builder's Abramowitz-Stegun form
-    (absolute error 1.5e-7) for |x| >= 0.5, where erf >= 0.52, and the Taylor series below,
-    where that absolute error would be a large relative one. The series sees 0 outside its
-    range, so neither branch makes inf or nan for the other (nor for its gradient)."""
+    """erf, accurate to its dtype in relative terms. For |x| < 0.5 the Taylor series (where
+    the absolute error of a form for erf near 1 would be a large relative one); beyond it,
+    in float32 and float16 the builder's Abramowitz-Stegun form (absolute error 1.5e-7,
+    where erf >= 0.52), in float64 1 - erfc(|x|) by a Chebyshev fit (within 2 ulps). Each
+    branch sees a harmless value outside its range, so neither makes inf or nan for the
+    other (nor for its gradient)."""
     x = ctx.x(0)
     small = x.abs() < 0.5
-    xs = small.where(x, 0.0)
-    square, series = xs * xs, xs.const_like(_ERF_TAYLOR[-1])
-    for coefficient in reversed(_ERF_TAYLOR[:-1]):
-        series = series * square + coefficient
-    return small.where(xs * series, x.erf())
+    series = _series(x, small, _taylor(_ERF_TAYLOR, x))
+    if x.dtype is not dtypes.float64:
+        return small.where(series, x.erf())
+    z = small.where(1.0, x.abs().minimum(_ERFC_LAST))  # nan stays nan
+    far = 1.0 - _erfc64(z)
+    return small.where(series, (x < 0).where(-far, far))
 
 
-# tanh(x) = x - x³/3 + 2x⁵/15 - 17x⁷/315 + 62x⁹/2835 - 1382x¹¹/155925: exact to float32 for |x| < 0.25
-_TANH_TAYLOR = [1.0, -1 / 3, 2 / 15, -17 / 315, 62 / 2835, -1382 / 155925]
+def _erfc64(z):
+    t = 2.0 / (z + 2.0)
+    return t * (_chebyshev(t * 2.5 - 1.0, _ERFC_CHEBYSHEV) - z * z).exp()
+
+
+def _chebyshev(u, coefficients):
+    """c0 + c1 T1(u) + c2 T2(u) + ... for u in [-1, 1], by Clenshaw's recurrence (stable,
+    where the monomial form of a degree-25 series would cancel)."""
+    two_u = u * 2.0
+    b2, b1 = None, coefficients[-1]  # b_{k+2}, b_{k+1}
+    for coefficient in reversed(coefficients[1:-1]):
+        b2, b1 = b1, (two_u * b1 + coefficient if b2 is None else two_u * b1 - b2 + coefficient)
+    return u * b1 - b2 + coefficients[0]
+
+
+def _tanh_taylor(terms: int) -> list[float]:
+    """The coefficients of x, x^3, x^5, ... in tanh's Taylor series, from tanh' = 1 - tanh^2:
+    (k+1) a_(k+1) = [k = 0] - sum over i + j = k of a_i a_j (exact fractions, rounded once)."""
+    from fractions import Fraction
+    a = [Fraction(0)] * (2 * terms)
+    for k in range(2 * terms - 1):
+        a[k + 1] = (int(k == 0) - sum(a[i] * a[k - i] for i in range(k + 1))) / (k + 1)
+    return [float(c) for c in a[1::2]]
+
+
+# tanh(x) = x - x³/3 + 2x⁵/15 - 17x⁷/315 + ...: six terms are exact to float32 for |x| < 0.25,
+# twelve to float64 (each term is about 1/40 of the one before at 0.25)
+_TANH_COEFFICIENTS = _tanh_taylor(12)
+_TANH_TAYLOR = _terms(lambda n: _TANH_COEFFICIENTS[n], 6, 12)
 
 
 def tanh(ctx):
-    """tanh, accurate to float32 in relative terms: sign(x)(1 - e)/(1 + e) with e = exp(-2|x|)
+    """tanh, accurate to its dtype in relative terms: sign(x)(1 - e)/(1 + e) with e = exp(-2|x|)
     (never overflows) for |x| >= 0.25, the Taylor series nearer 0, where 1 - e cancels (the
     builder's 2σ(2x) - 1 loses all digits of a tiny x)."""
     x = ctx.x(0)
     magnitude = x.abs()
     small = magnitude < 0.25
-    xs = small.where(x, 0.0)
-    square, series = xs * xs, xs.const_like(_TANH_TAYLOR[-1])
-    for coefficient in reversed(_TANH_TAYLOR[:-1]):
-        series = series * square + coefficient
     e = (magnitude * -2.0).exp()
     far = (1.0 - e) / (1.0 + e)
-    return small.where(xs * series, (x < 0).where(-far, far))
+    return small.where(_series(x, small, _taylor(_TANH_TAYLOR, x)), (x < 0).where(-far, far))
 
 
 def gelu(ctx):
-    """Gelu-20: x·Φ(x), Φ by erf ("none") or the tanh form ("tanh")."""
+    """Gelu-20: x·Φ(x), Φ by erf ("none") or the tanh form ("tanh"). In float64 without the
+    spec's 1 + erf and 1 + tanh, which cancel for x < 0 (all digits lost near x = -7):
+    Φ(x) = erfc(-x/√2)/2 there, and 1 + tanh(u) = 2/(1 + exp(-2u))."""
     approximate = ctx.attr("approximate")
     x = ctx.x(0)
+    wide = x.dtype is dtypes.float64
     if approximate == "none":
-        return x * 0.5 * (1.0 + ctx.call(erf, x * (1 / math.sqrt(2))))
+        return x * _normal_cdf64(ctx, x) if wide else x * 0.5 * (1.0 + ctx.call(erf, x * (1 / math.sqrt(2))))
     if approximate == "tanh":
         inner = (x + 0.044715 * x * x * x) * math.sqrt(2 / math.pi)
-        return 0.5 * x * (1.0 + ctx.call(tanh, inner))
+        return x / (1.0 + (inner * -2.0).exp()) if wide else 0.5 * x * (1.0 + ctx.call(tanh, inner))
     ctx.refuse(f"approximate={approximate!r} is not 'none' or 'tanh'")
+
+
+def _normal_cdf64(ctx, x):
+    """Φ(x) = erfc(-x/√2)/2: by erfc itself below x/√2 = -1/2, by 1 + erf above (>= 0.48)."""
+    s = x * (1 / math.sqrt(2))
+    lower = s < -0.5
+    tail = _erfc64(lower.where(-s, 1.0).minimum(_ERFC_LAST)) * 0.5
+    return lower.where(tail, (1.0 + ctx.call(erf, s)) * 0.5)
 
 
 def equal(ctx): return ctx.x(0).eq(ctx.x(1))               # noqa: E704
