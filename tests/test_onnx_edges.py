@@ -305,3 +305,50 @@ def test_float64_erf_tanh_and_gelu_are_accurate_to_float64(op, attrs, rtol, valu
     finite = edges[:2] if op == "Gelu" else edges[:4]
     slopes = evaluate_graph(gradient, {"x": np.where(np.isin(edges, finite), edges, 0.0)})["grad_x"]
     assert np.all(np.isfinite(slopes))
+
+
+def _normalization(op: str, x: np.ndarray, weights: dict, attrs: dict, opset: int, outputs: dict):
+    node = helper.make_node(op, ["x", *weights], list(outputs), **attrs)
+    graph = helper.make_graph([node], "norm", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, list(x.shape))],
+                              [helper.make_tensor_value_info(name, kind, None) for name, kind in outputs.items()],
+                              [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _imported_float64(model, x: np.ndarray) -> dict:
+    graph, weights = import_model(model)
+    return evaluate_graph(graph, {**weights, "x": x})
+
+
+def test_float64_layer_and_rms_normalization_stay_float64_as_both_runtimes_compute_them():
+    """torch exports a float64 nn.LayerNorm with the default stash_type, float32; onnxruntime
+    and onnx.reference compute LayerNormalization and RMSNormalization in float64 all the
+    same, and so does uopgrad now (it cast down: 2e-7 off them). Mean and InvStdDev are of
+    the stash type, as onnxruntime requires. GroupNormalization-21, which both cast down,
+    still does."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 4, 6)) * 3 + 1.2345678901234  # an offset the float32 mean rounds
+    ones, zeros = np.ones(6), np.zeros(6)
+    cases = [("LayerNormalization", {"g": ones, "b": zeros}, {}, 17, {"y": TensorProto.DOUBLE}),
+             ("RMSNormalization", {"g": ones}, {}, 23, {"y": TensorProto.DOUBLE}),
+             ("GroupNormalization", {"g": np.ones(4), "b": np.zeros(4)}, {"num_groups": 2}, 21,
+              {"y": TensorProto.DOUBLE})]
+    for op, weights, attrs, opset, outputs in cases:
+        model = _normalization(op, x, weights, attrs, opset, outputs)
+        ours = _imported_float64(model, x)["y"]
+        theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        reference = ReferenceEvaluator(model).run(None, {"x": x})[0]
+        for peer in (theirs, reference):
+            np.testing.assert_allclose(ours, peer, rtol=0, atol=1e-12 if op != "GroupNormalization" else 1e-6)
+        if op == "GroupNormalization":  # computed in float32, as both peers: not float64's values
+            grouped = x.reshape(2, 2, -1)
+            wide = (grouped - grouped.mean(-1, keepdims=True)) / np.sqrt(grouped.var(-1, keepdims=True) + 1e-5)
+            assert np.max(np.abs(ours - wide.reshape(x.shape))) > 1e-10
+    model = _normalization("LayerNormalization", x, {"g": ones, "b": zeros}, {}, 17,
+                           {"y": TensorProto.DOUBLE, "mean": TensorProto.FLOAT, "inv": TensorProto.FLOAT})
+    ours = _imported_float64(model, x)
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    assert [ours[n].dtype for n in ("y", "mean", "inv")] == [t.dtype for t in theirs] == \
+        [np.float64, np.float32, np.float32]
+    for got, want in zip((ours["y"], ours["mean"], ours["inv"]), theirs):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-13)

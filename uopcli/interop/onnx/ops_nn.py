@@ -10,7 +10,8 @@ import numpy as np
 
 from uopcli import UOp, dtypes
 
-from .ops_tensor import axis_of, dtype_from_code, ints_of
+from .ops_norm import at_least_stashed, stash_type
+from .ops_tensor import axis_of, ints_of
 
 # ----------------------------------------------------------------------------- products
 
@@ -320,22 +321,23 @@ def batch_normalization(ctx):
 
 def layer_normalization(ctx):
     """LayerNormalization-17: over axes [axis, rank): (x - mean)·invstd·Scale + B, invstd =
-    1/√(mean((x - mean)²) + ε), computed in stash_type (float32: a float16 input is cast up
-    and the result back). Mean and InvStdDev keep the normalised axes as 1."""
+    1/√(mean((x - mean)²) + ε), computed in stash_type or wider (float32: a float16 input is
+    cast up and the result back; a float64 one stays float64, see at_least_stashed). Mean and
+    InvStdDev are of stash_type, the normalised axes kept as 1."""
     x, scale, bias = ctx.x(0), ctx.x(1), ctx.x(2)
     rank = len(x.shape)
     axes = tuple(range(axis_of(ctx, ctx.attr("axis"), rank), rank))
-    stash = dtype_from_code(ctx, ctx.attr("stash_type"), "stash_type")
-    if not stash.is_float:
-        ctx.refuse(f"stash_type {stash.name} is not a float type")
-    wide = x.cast(stash) if x.dtype is not stash else x
+    wide = at_least_stashed(ctx, x)
     mean = wide.mean(axes, keepdim=True)
     centred = wide - mean
     invstd = ((centred * centred).mean(axes, keepdim=True) + ctx.attr("epsilon")).rsqrt()
-    y = (centred * invstd).cast(x.dtype) if x.dtype is not stash else centred * invstd
+    y = (centred * invstd).cast(x.dtype) if wide.dtype is not x.dtype else centred * invstd
     y = y * scale
     y = y if bias is None else y + bias
-    return [y, mean, invstd][:ctx.output_count]
+    if ctx.output_count == 1:
+        return [y]
+    stash = stash_type(ctx)
+    return [y, *(v.cast(stash) if v.dtype is not stash else v for v in (mean, invstd))][:ctx.output_count]
 
 
 # ----------------------------------------------------------------------------- loss

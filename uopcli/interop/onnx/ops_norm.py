@@ -7,12 +7,28 @@ from __future__ import annotations
 from .ops_tensor import axis_of, dtype_from_code
 
 
-def _stashed(ctx, x):
-    """x in the stash_type the statistics are computed in (a float16 input is cast up)."""
+def stash_type(ctx):
+    """The stash_type attribute's dtype: a float type, or the node is refused."""
     stash = dtype_from_code(ctx, ctx.attr("stash_type"), "stash_type")
     if not stash.is_float:
         ctx.refuse(f"stash_type {stash.name} is not a float type")
+    return stash
+
+
+def _stashed(ctx, x):
+    """x in the stash_type the statistics are computed in (a float16 input is cast up, a
+    float64 one down: GroupNormalization, as onnxruntime and onnx.reference compute it)."""
+    stash = stash_type(ctx)
     return x.cast(stash) if x.dtype is not stash else x
+
+
+def at_least_stashed(ctx, x):
+    """x in stash_type where that is wider (a float16 input cast up to float32), else as it
+    is: LayerNormalization and RMSNormalization, which onnxruntime and onnx.reference compute
+    in float64 for a float64 input whatever stash_type says (torch exports float64 models
+    with its default, float32)."""
+    stash = stash_type(ctx)
+    return x.cast(stash) if x.dtype.itemsize < stash.itemsize else x
 
 
 def _standardised(x, axes: tuple[int, ...], epsilon: float):
@@ -60,11 +76,11 @@ def group_normalization(ctx):
 
 def rms_normalization(ctx):
     """RMSNormalization-23: over axes [axis, rank): y = x / √(mean(x²) + ε) · scale, computed
-    in stash_type, scale broadcast against the normalised axes."""
+    in stash_type or wider (at_least_stashed), scale broadcast against the normalised axes."""
     x, scale = ctx.x(0), ctx.x(1)
     rank = len(x.shape)
     axes = tuple(range(axis_of(ctx, ctx.attr("axis"), rank), rank))
-    wide = _stashed(ctx, x)
+    wide = at_least_stashed(ctx, x)
     normalised = wide * ((wide * wide).mean(axes, keepdim=True) + ctx.attr("epsilon")).rsqrt()
     return normalised.cast(x.dtype) * scale
 
