@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import math
 
+from uopcli import dtypes
+
 from . import ops_tensor as t
+from .float64 import expm1_64, softplus64
+from .ops_math import sinh_series64
 
 # Selu-6's defaults, the float32 values the spec writes out
 SELU_ALPHA = 1.67326319217681884765625
@@ -14,7 +18,10 @@ SELU_GAMMA = 1.05070102214813232421875
 
 
 def _expm1(x):
-    """eˣ - 1 (the callers use it for x <= 0, where it cannot overflow)."""
+    """eˣ - 1 (the callers use it for x <= 0, where it cannot overflow); float64 by
+    expm1_64 (eˣ - 1 lost every digit of a small x)."""
+    if x.dtype is dtypes.float64:
+        return expm1_64(x, sinh_series64)
     return x.exp() - 1.0
 
 
@@ -69,7 +76,10 @@ def hard_swish(ctx):
 
 
 def _softplus(x):
-    """log(1 + eˣ) as max(x, 0) + log(1 + e^-|x|): no overflow (nan kept by the max)."""
+    """log(1 + eˣ) as max(x, 0) + log(1 + e^-|x|): no overflow (nan kept by the max);
+    float64 by softplus64 (log(1 + e^-|x|) was 0 below x = -37)."""
+    if x.dtype is dtypes.float64:
+        return softplus64(x)
     return x.maximum(0) + ((-x.abs()).exp() + 1.0).log()
 
 
@@ -92,7 +102,7 @@ def thresholded_relu(ctx):
 def swish(ctx):
     """Swish-24: x·σ(alpha·x)."""
     x = ctx.x(0)
-    return x * (x * ctx.attr("alpha")).sigmoid()
+    return x * ctx.call(t.sigmoid, x * ctx.attr("alpha"))
 
 
 def shrink(ctx):
@@ -128,4 +138,4 @@ def swiglu(ctx):
     a, b = ctx.x(0), ctx.x(1)
     if a.shape != b.shape:
         ctx.refuse(f"A {list(a.shape)} and B {list(b.shape)} must have one shape")
-    return a * (a * ctx.attr("alpha")).sigmoid() * b
+    return a * ctx.call(t.sigmoid, a * ctx.attr("alpha")) * b

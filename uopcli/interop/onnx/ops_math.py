@@ -13,6 +13,8 @@ import numpy as np
 
 from uopcli import UOp, dtypes
 
+from .float64 import cosh_sinh64, sin_cos64
+
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -103,8 +105,19 @@ def _in_float64(x: UOp, f) -> UOp:
     return f(x.cast(dtypes.float64)).cast(x.dtype)
 
 
-def cos(ctx): return _in_float64(ctx.x(0), lambda x: x.cos())  # noqa: E704 - Cos-22: sin(π/2 - x)
-def tan(ctx): return _in_float64(ctx.x(0), lambda x: x.tan())  # noqa: E704 - Tan-22: sin x / cos x
+def cos(ctx):
+    """Cos-22: sin(π/2 - x) computed in float64; a float64 x by sin_cos64 (π/2 - x rounds there)."""
+    x = _float(ctx.x(0))
+    return sin_cos64(x)[1] if x.dtype is dtypes.float64 else _in_float64(x, lambda x: x.cos())
+
+
+def tan(ctx):
+    """Tan-22: sin x / cos x computed in float64; a float64 x by sin_cos64."""
+    x = _float(ctx.x(0))
+    if x.dtype is dtypes.float64:
+        s, c = sin_cos64(x)
+        return s / c
+    return _in_float64(x, lambda x: x.tan())
 
 
 # Taylor coefficients of x·Σ c_n x^(2n): 5 terms are exact to float32 where the rows use the
@@ -182,10 +195,23 @@ def sinh(ctx):
     """Sinh-22: (eˣ - e⁻ˣ)/2, the Taylor series for |x| < 0.5 where the difference cancels."""
     x = _float(ctx.x(0))
     small = x.abs() < 0.5
-    return small.where(_series(x, small, _taylor(_SINH_TAYLOR, x)), x.sinh())
+    far = cosh_sinh64(small.where(1.0, x))[1] if x.dtype is dtypes.float64 else x.sinh()  # float64: no overflow at 709.8
+    return small.where(_series(x, small, _taylor(_SINH_TAYLOR, x)), far)
 
 
-def cosh(ctx): return _float(ctx.x(0)).cosh()              # noqa: E704 - Cosh-22: (eˣ + e⁻ˣ)/2
+def sinh_series64(x: UOp) -> UOp:
+    """sinh x by its float64 series, for |x| < 0.5 (ops_activation's eˣ - 1)."""
+    return _series(x, x.abs() < 0.5, _taylor(_SINH_TAYLOR, x))
+
+
+def cosh(ctx):
+    """Cosh-22: (eˣ + e⁻ˣ)/2; float64 by cosh_sinh64 (eˣ overflowed from 709.8, cosh at 710.5)."""
+    x = _float(ctx.x(0))
+    if x.dtype is not dtypes.float64:
+        return x.cosh()
+    small = x.abs() < 0.5  # 1 + 2·sinh²(x/2): the slope e^x/2 - e^-x/2 cancelled (0 at 1e-300)
+    half = sinh_series64(small.where(x, 0.0) * 0.5)
+    return small.where(1.0 + 2.0 * half * half, cosh_sinh64(small.where(1.0, x))[0])
 
 
 _ASINH_TAYLOR = _terms(lambda n: (-1) ** n * math.comb(2 * n, n) / (4 ** n * (2 * n + 1)), 5, 10)  # 1, -1/6, ...

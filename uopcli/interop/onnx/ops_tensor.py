@@ -18,6 +18,7 @@ import numpy as np
 from uopcli import UOp, dtypes
 
 from .dtypes import FROM_ONNX, UNSUPPORTED_NAMES
+from .float64 import exp64, sigmoid64
 from .ops_math import _series, _taylor, _terms
 
 # ----------------------------------------------------------------------------- helpers
@@ -71,10 +72,21 @@ def pow_(ctx):
 
 
 def sqrt(ctx): return ctx.x(0).sqrt()                      # noqa: E704
-def exp(ctx): return ctx.x(0).exp()                        # noqa: E704
+def exp(ctx):
+    """eˣ; float64 by exp64 (the builder's 2^(x·log2 e) is |x| ulps off)."""
+    x = ctx.x(0)
+    return exp64(x) if x.dtype is dtypes.float64 else x.exp()
+
+
 def log(ctx): return ctx.x(0).log()                        # noqa: E704
 def neg(ctx): return -ctx.x(0)                             # noqa: E704
-def sigmoid(ctx): return ctx.x(0).sigmoid()                # noqa: E704
+def sigmoid(ctx):
+    """1/(1 + e⁻ˣ); float64 by sigmoid64 (the builder's lost the slope below -708, and was
+    |x| ulps off)."""
+    x = ctx.x(0)
+    return sigmoid64(x) if x.dtype is dtypes.float64 else x.sigmoid()
+
+
 def not_(ctx): return ctx.x(0).logical_not()               # noqa: E704
 def isnan(ctx): return ctx.x(0).isnan()                    # noqa: E704
 

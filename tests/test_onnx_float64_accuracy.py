@@ -1,0 +1,127 @@
+"""float64 ONNX elementwise ops computed to float64, values and gradients, against mpmath at
+40 digits (uopcli/interop/onnx/float64.py). The builder's forms are float32's: its exp is
+2^(x·log2 e), |x| ulps off; log(1 + eˣ), eˣ - 1 and 1/(1 + eˣ) lose every digit where the
+1 swamps the other term; cos is sin(π/2 - x), whose π/2 - x rounds; eˣ/2 overflows before
+cosh does."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from _onnx_helpers import need_onnx_and_runtime
+from uopcli import Graph, evaluate_graph
+
+need_onnx_and_runtime()
+mp = pytest.importorskip("mpmath")
+
+from onnx import TensorProto, helper  # noqa: E402
+from uopcli.interop.onnx.importer import import_model  # noqa: E402
+from uopcli.tools.differentiate import differentiate  # noqa: E402
+
+mp.mp.dps = 40
+SELU_ALPHA, SELU_GAMMA = 1.67326319217681884765625, 1.05070102214813232421875
+
+
+def _sigmoid(x):
+    return 1 / (1 + mp.exp(-x))
+
+
+def _softplus(x):
+    return mp.log1p(mp.exp(x))
+
+
+# op: (opset, value, slope)
+OPS = {
+    "Exp": (13, mp.exp, mp.exp),
+    "Sigmoid": (13, _sigmoid, lambda x: _sigmoid(x) * _sigmoid(-x)),
+    "Swish": (24, lambda x: x * _sigmoid(x), lambda x: _sigmoid(x) + x * _sigmoid(x) * _sigmoid(-x)),
+    "Softplus": (22, _softplus, _sigmoid),
+    "Mish": (22, lambda x: x * mp.tanh(_softplus(x)),
+             lambda x: mp.tanh(_softplus(x)) + x * mp.sech(_softplus(x)) ** 2 * _sigmoid(x)),
+    "Elu": (22, lambda x: x if x >= 0 else mp.expm1(x), lambda x: 1 if x >= 0 else mp.exp(x)),
+    "Celu": (22, lambda x: x if x > 0 else mp.expm1(x), lambda x: 1 if x > 0 else mp.exp(x)),
+    "Selu": (22, lambda x: SELU_GAMMA * (x if x > 0 else SELU_ALPHA * mp.expm1(x)),
+             lambda x: SELU_GAMMA * (1 if x > 0 else SELU_ALPHA * mp.exp(x))),
+    "Sinh": (22, mp.sinh, mp.cosh),
+    "Cosh": (22, mp.cosh, mp.sinh),
+    "Sin": (22, mp.sin, mp.cos),
+    "Cos": (22, mp.cos, lambda x: -mp.sin(x)),
+    "Tan": (22, mp.tan, lambda x: mp.sec(x) ** 2),
+}
+
+_QUARTERS = np.pi / 2 * np.arange(-64, 65)
+# dense, tiny and large magnitudes, the overflow edges of exp and cosh, multiples of π/2 and
+# their neighbours (where cos was all wrong), the branch ends (±0.5, -1)
+GRID = np.concatenate([np.linspace(-12, 12, 241), np.geomspace(1e-300, 1, 60), -np.geomspace(1e-300, 1, 60),
+                       np.geomspace(10, 800, 40), -np.geomspace(10, 800, 40), np.linspace(709, 711, 17),
+                       -np.linspace(700, 746, 24), _QUARTERS, np.nextafter(_QUARTERS, np.inf),
+                       np.nextafter(_QUARTERS, -np.inf), [1e5 + 0.1, -3e5 - 0.3, 8e5], np.nextafter([-1.0, -0.5, 0.5], 0.0),
+                       np.nextafter([-1.0, -0.5, 0.5], -np.inf)])
+TINY = 2.2250738585072014e-308
+
+
+def _graph(op: str, opset: int, size: int) -> Graph:
+    node = helper.make_node(op, ["x"], ["out"])
+    graph = helper.make_graph([node], "one", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [size])],
+                              [helper.make_tensor_value_info("out", TensorProto.DOUBLE, None)])
+    return import_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))[0]
+
+
+def _truth(f, x: np.ndarray) -> np.ndarray:
+    return np.array([float(f(mp.mpf(v))) for v in x])
+
+
+def _assert_close(got, want, rtol: float, what: str):
+    """Relative error where the truth is a normal float64 (a subnormal has fewer digits)."""
+    normal = np.isfinite(want) & (np.abs(want) >= TINY)
+    error = np.abs(got[normal] - want[normal]) / np.abs(want[normal])
+    worst = int(np.argmax(error))
+    assert error[worst] <= rtol, f"{what}: {error[worst]:.3g} off at x = {GRID[normal][worst]!r}"
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_float64_op_values_and_slopes_to_float64(op):
+    opset, value, slope = OPS[op]
+    graph = _graph(op, opset, len(GRID))
+    got = evaluate_graph(graph, {"x": GRID})["out"]
+    _assert_close(got, _truth(value, GRID), 1e-15 if op not in ("Mish", "Swish") else 1e-14, f"{op} value")
+    gradient, _ = differentiate(Graph({"loss": graph.outputs["out"].sum()}), ["x"])
+    slopes = evaluate_graph(gradient, {"x": GRID})["grad_x"]
+    _assert_close(slopes, _truth(slope, GRID), 1e-14 if op not in ("Mish", "Swish") else 1e-13, f"{op} slope")
+
+
+# the limits, the sign of a zero and nan: as math (and onnxruntime) give them
+EDGES = np.array([0.0, -0.0, np.inf, -np.inf, np.nan])
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_float64_op_edges_as_math_gives_them(op):
+    graph = _graph(op, OPS[op][0], len(EDGES))
+    got = evaluate_graph(graph, {"x": EDGES})["out"]
+    python = {"Exp": math.exp, "Sinh": math.sinh, "Cosh": math.cosh, "Sin": math.sin, "Cos": math.cos,
+              "Tan": math.tan}.get(op)
+    for x, y in zip(EDGES, got):
+        if python is not None:
+            try:
+                want = python(x)
+            except (ValueError, OverflowError):
+                want = math.nan if math.isinf(x) and op in ("Sin", "Cos", "Tan") else math.copysign(math.inf, x)
+            if op == "Exp" and x == -math.inf:
+                want = 0.0
+            if op == "Cosh" and math.isinf(x):
+                want = math.inf
+        elif x == 0:  # mpmath has no -0.0: x itself for Elu, Swish, Mish (x·...), +0.0 for eˣ - 1
+            want = x if op in ("Elu", "Swish", "Mish") else float(OPS[op][1](mp.mpf(x)))
+        else:
+            want = float(OPS[op][1](mp.mpf(x))) if math.isfinite(x) else y  # the limits: below
+        assert (math.isnan(y) and math.isnan(want)) or (y == want and math.copysign(1, y) == math.copysign(1, want)), \
+            f"{op}({x}) = {y}, not {want}"
+    gradient, _ = differentiate(Graph({"loss": graph.outputs["out"].sum()}), ["x"])
+    slopes = evaluate_graph(gradient, {"x": np.array([0.0, -0.0, 1e-300, -1e-300, 800.0])})["grad_x"]
+    assert np.all(np.isfinite(slopes[:4])), f"{op}: the slope at 0 is {slopes[:4]}"
+    if op in ("Sigmoid", "Softplus"):
+        ends = evaluate_graph(graph, {"x": np.array([np.inf, -np.inf, np.nan, -800.0, 800.0])})["out"]
+        assert ends[1] == 0 and np.isnan(ends[2]) and ends[3] <= 0 and ends[0] == (1.0 if op == "Sigmoid" else np.inf)

@@ -1,0 +1,127 @@
+"""float64 forms of exp, exp - 1, log(1 + u), the logistic function, sin and cos, for the
+ops whose builder forms are only float32-accurate in float64 (ops_math.py, ops_tensor.py,
+ops_activation.py, ops_reduce.py call them for float64 inputs only; float32 and float16
+graphs keep the builder's forms). Each is accurate to a few ulps in relative terms, and so
+is its gradient, which `diff` takes through the same graph: no branch makes inf or nan
+for the gradient of another (the values each branch sees are kept finite).
+
+The builder's exp is 2^(x·log2 e): the product rounds, an error of |x| ulps in the result
+(5e-14 at x = 700). log(1 + eˣ), eˣ - 1 and 1 + e⁻ˣ lose every digit where the 1 swamps the
+other term."""
+
+from __future__ import annotations
+
+import math
+
+from uopcli import UOp
+
+LOG2E = 1 / math.log(2)
+# ln 2 in two parts (fdlibm's): LN2_HI has 32 significant bits, so k·LN2_HI is exact for
+# |k| < 2^21, and x - k·LN2_HI is exact (Sterbenz) for k = floor(x·log2 e) but -1 and 0
+LN2_HI, LN2_LO = 6.93147180369123816490e-01, 1.90821492927058770002e-10
+EXP_LOW, EXP_HIGH = -746.0, 711.0  # e^x is 0 below and inf above in float64 (e^x/2 too)
+
+
+def exp64(x: UOp, scale: int = 0) -> UOp:
+    """eˣ = 2^r·log2 e·2^k, k = floor(x·log2 e) (at most 1023), r = x - k·ln 2 in [0, 0.92)
+    (from ln 2's two parts, exact to 2^-80): the exponent r·log2 e rounds by at most 1e-16
+    instead of |x| ulps. 2^k is two powers of two, so that a subnormal result rounds once;
+    2^r·log2 e >= 1 and 2^k finite, so the slope (the cotangent times 2^k first) overflows
+    only where eˣ does. x is clamped to [-746, 710] first (0 and inf beyond: k stays
+    finite; nan is kept). `scale`: eˣ·2^scale, in one rounding (cosh's eˣ/2 near 710)."""
+    x = (x < EXP_LOW).where(EXP_LOW, (x > EXP_HIGH).where(EXP_HIGH, x))
+    k = (x * LOG2E).floor()
+    k = (k > 1023).where(1023.0, k).detach()
+    r = (x - k * LN2_HI) - k * LN2_LO
+    half = (k * 0.5).trunc()
+    return (r * LOG2E).exp2() * half.exp2() * (k - half + scale).exp2()
+
+
+def _negative_magnitude(x: UOp) -> tuple[UOp, UOp]:
+    """x > 0 and -|x|, by a WHERE (the builder's |x| = x·sign x has slope 0 at 0)."""
+    positive = x > 0
+    return positive, positive.where(-x, x)
+
+
+def log1p64(u: UOp) -> UOp:
+    """log(1 + u) for u >= 0 (or above -1): log w + e/w with w = 1 + u rounded and e its
+    rounding error, exact by Fast2Sum (the larger of 1 and u first). log w alone is 0 for
+    u < 1e-16. The slope is 1/w (e is constant to first order). inf stays inf."""
+    w = 1.0 + u
+    error = (u.abs() <= 1).where(u - (w - 1.0), 1.0 - (w - u))
+    error = w.ne(math.inf).where(error, 0.0)  # inf - inf
+    return w.log() + error / w
+
+
+def sigmoid64(x: UOp) -> UOp:
+    """1/(1 + eˣ) as 1/(1 + e^-|x|) for x > 0 and e^x/(1 + e^x) below: e never overflows,
+    so neither the value (subnormal from x = -708) nor the slope (1/(1 + e)² was inf·0)
+    is lost."""
+    positive, negative = _negative_magnitude(x)
+    e = exp64(negative)
+    s = 1.0 / (1.0 + e)
+    return positive.where(s, e * s)
+
+
+def softplus64(x: UOp) -> UOp:
+    """log(1 + eˣ) = max(x, 0) + log1p(e^-|x|): log(1 + e^-|x|) was 0 below x = -37."""
+    positive, negative = _negative_magnitude(x)
+    return positive.where(x, 0.0) + log1p64(exp64(negative))
+
+
+def expm1_64(x: UOp, sinh_series) -> UOp:
+    """eˣ - 1 for x <= 0: 2·sinh(x/2)·e^(x/2) above -1 (sinh by its series, `sinh_series`),
+    where eˣ - 1 cancels (all digits lost at 1e-17), eˣ - 1 below (|eˣ - 1| >= 0.63)."""
+    near = x > -1.0
+    half = near.where(x, 0.0) * 0.5
+    # + 0.0: e^-0 - 1 is +0.0, as onnxruntime's Selu and Celu give it (2·sinh(-0) is -0.0)
+    return near.where(2.0 * sinh_series(half) * exp64(half) + 0.0, exp64(x) - 1.0)
+
+
+def cosh_sinh64(x: UOp) -> tuple[UOp, UOp]:
+    """cosh x and sinh x as e^|x|/2 ± e^-|x|/2, each by exp64 with the 1/2 in its power of
+    two: finite (value and slope) up to cosh's overflow at 710.48 (eˣ overflowed from 709.78).
+    sinh cancels below |x| = 0.5, where its callers take the series."""
+    magnitude = (x < 0).where(-x, x)
+    big, small = exp64(magnitude, -1), exp64(-magnitude, -1)
+    return big + small, (x < 0).where(small - big, big - small)
+
+
+# π/2 in three parts of 33 bits and a tail (fdlibm's): n·PIO2_1, n·PIO2_2, n·PIO2_3 are exact
+# for |n| < 2^20, so x - n·π/2 is known to ~2^-119·n
+PIO2_1, PIO2_2, PIO2_3 = 1.57079632673412561417e+00, 6.07710050630396597660e-11, 2.02226624871116645580e-21
+PIO2_3T = 8.47842766036889956997e-32
+REDUCED_BELOW = 2.0 ** 19 * math.pi / 2  # n < 2^19 there
+
+
+def sin_cos64(x: UOp) -> tuple[UOp, UOp]:
+    """sin x and cos x in float64, values and slopes. The builder's cos is sin(π/2 - x),
+    whose π/2 - x rounds (cos x of x near π/2 + kπ all wrong, 1e-13 off at x = 100), and
+    SIN's slope is that cos. Below |x| = 2^19·π/2: r = x - n·π/2 with n = round(x·2/π)
+    (Cody-Waite, π/2 in three parts, the first subtraction exact, the second by TwoSum),
+    |r| <= π/4; then sin r, and cos r = 1 - 2·sin²(r/2), with no cancellation (nor in their
+    slopes), chosen and signed by n mod 4. Beyond: SIN itself (accurate), and cos x =
+    sin 2x / (2 sin x) (1 - 2·sin²(x/2) once 2x overflows); their slopes are the builder's."""
+    near = x.abs() < REDUCED_BELOW  # nan and inf are far
+    xs = near.where(x, 0.0)  # finite for the reduction and its gradient
+    n = (xs * (2 / math.pi) + 0.5).floor().detach()
+    w = xs - n * PIO2_1  # exact
+    b = -(n * PIO2_2)  # exact
+    t = w + b  # TwoSum: t + e = w + b exactly
+    bv = t - w
+    e = (w - (t - bv)) + (b - bv)
+    r = t + ((e - n * PIO2_3) - n * PIO2_3T)
+    quarter = n - 4.0 * (n * 0.25).floor()  # n mod 4, exactly
+    s = r.sin()
+    half = (r * 0.5).sin()
+    c = 1.0 - 2.0 * half * half
+    sin_near = quarter.eq(0).where(s, quarter.eq(1).where(c, quarter.eq(2).where(-s, -c)))
+    cos_near = quarter.eq(0).where(c, quarter.eq(1).where(-s, quarter.eq(2).where(-c, s)))
+    xf = near.where(1.0, x)  # away from the reduced range; 1 keeps sin x nonzero
+    sin_far = xf.sin()
+    doubled = xf.abs() < 8e307
+    ratio = doubled.where(xf, 1.0)
+    halved = (xf * 0.5).sin()
+    cos_far = doubled.where((ratio * 2.0).sin() / (2.0 * ratio.sin()), 1.0 - 2.0 * halved * halved)
+    sin_near = xs.eq(0).where(xs, sin_near)  # r is +0.0 for x = -0.0
+    return near.where(sin_near, sin_far), near.where(cos_near, cos_far)
