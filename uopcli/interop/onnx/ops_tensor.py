@@ -144,7 +144,7 @@ def erf(ctx):
 
 def _erfc64(z):
     t = 2.0 / (z + 2.0)
-    return t * (_chebyshev(t * 2.5 - 1.0, _ERFC_CHEBYSHEV) - z * z).exp()
+    return t * exp64(_chebyshev(t * 2.5 - 1.0, _ERFC_CHEBYSHEV) - z * z)
 
 
 def _chebyshev(u, coefficients):
@@ -196,7 +196,7 @@ def gelu(ctx):
         return x * _normal_cdf64(ctx, x) if wide else x * 0.5 * (1.0 + ctx.call(erf, x * (1 / math.sqrt(2))))
     if approximate == "tanh":
         inner = (x + 0.044715 * x * x * x) * math.sqrt(2 / math.pi)
-        return x / (1.0 + (inner * -2.0).exp()) if wide else 0.5 * x * (1.0 + ctx.call(tanh, inner))
+        return x / (1.0 + exp64(inner * -2.0)) if wide else 0.5 * x * (1.0 + ctx.call(tanh, inner))
     ctx.refuse(f"approximate={approximate!r} is not 'none' or 'tanh'")
 
 
