@@ -10,18 +10,11 @@ from __future__ import annotations
 
 from functools import reduce
 
-from uopcli import UOp, dtypes
+from uopcli import UOp
 
 
 def reciprocal(ctx): return ctx.x(0).reciprocal()          # noqa: E704 - Reciprocal-13: 1/x, IEEE
-def sin(ctx):
-    """Sin-7: SIN; float64 by sin_cos64, whose slope is accurate (SIN's slope, the builder's
-    cos = sin(π/2 - x), loses digits where π/2 - x rounds)."""
-    x = ctx.x(0)
-    if x.dtype is dtypes.float64:
-        from .float64 import sin_cos64
-        return sin_cos64(x)[0]
-    return x.sin()
+def sin(ctx): return ctx.x(0).sin()                        # noqa: E704 - Sin-7: SIN (read back bit for bit)
 def floor(ctx): return ctx.x(0).floor()                    # noqa: E704 - Floor-13 (-0.0, nan, inf kept)
 def ceil(ctx): return ctx.x(0).ceil()                      # noqa: E704 - Ceil-13
 
