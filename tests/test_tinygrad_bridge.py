@@ -279,6 +279,20 @@ def test_an_fdiv_tinygrad_folds_to_constants_is_run_spelled():
     assert spelled["r"].numpy().tobytes() == truth["r"].tobytes() and np.isnan(spelled["q"].numpy()).all()
 
 
+def test_a_scalar_input_stays_a_scalar():
+    """A 0-d input (samples/poly.uop's x) is a 0-d Tensor: np.ascontiguousarray makes any
+    array at least 1-d, so x, and every output made from it, came back with shape (1,)."""
+    from uopcli import Graph, UOp, evaluate_graph
+    from uopcli.interop.tinygrad import evaluate_on_tinygrad
+    x, v = UOp.param("x", ()), UOp.param("v", (2,))
+    graph = Graph({"y": x * x - 5.0, "z": v * x}, [x, v])
+    inputs = {"x": np.array(1.5, np.float32), "v": np.array([2.0, -3.0], np.float32)}
+    truth = evaluate_graph(graph, inputs)
+    got = evaluate_on_tinygrad(graph, inputs, "CPU")
+    for name in ("y", "z"):
+        assert got[name].shape == truth[name].shape and got[name].tobytes() == truth[name].tobytes(), name
+
+
 def test_metadata_names_the_tensor_functions(zoo):
     """tinygrad's metadata (the Tensor function that made a node) is node metadata, and
     `uopgrad print` shows it."""

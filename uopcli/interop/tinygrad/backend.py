@@ -129,7 +129,8 @@ def _tensor(tg, value, node: UOp, device):
     if array.shape != node.shape or array.dtype != node.dtype.np:
         raise EvaluationError(f"input {node.arg!r} is {node.dtype.name}{list(node.shape)} but the value is "
                               f"{array.dtype.name}{list(array.shape)}")
-    return tg.Tensor(np.ascontiguousarray(array), device=device)
+    # np.require, not np.ascontiguousarray: that one makes a 0-d array 1-d
+    return tg.Tensor(np.require(array, requirements="C"), device=device)
 
 
 class _Runner:
