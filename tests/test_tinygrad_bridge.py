@@ -293,6 +293,27 @@ def test_a_scalar_input_stays_a_scalar():
         assert got[name].shape == truth[name].shape and got[name].tobytes() == truth[name].tobytes(), name
 
 
+def test_max_of_a_nan_is_nan():
+    """MAX and REDUCE MAX: nan wins, as the numpy evaluator (np.maximum) gives it.
+    tinygrad's maximum and max are a comparison and a where: max(1, nan) was 1, and a
+    row's max was nan only where the nan came first."""
+    from uopcli import Graph, UOp, evaluate_graph
+    from uopcli.interop.tinygrad import evaluate_on_tinygrad
+    a, b = UOp.param("a", (4, 3)), UOp.param("b", (4, 3))
+    graph = Graph({"m": a.maximum(b), "r": a.max(1), "e": UOp.param("z", (2, 0)).max(1)},
+                  [a, b, UOp.param("z", (2, 0))])
+    nan, inf = np.nan, np.inf
+    inputs = {"a": np.array([[nan, 1, 2], [1, nan, 2], [1, 2, nan], [3, -inf, 2]], np.float32),
+              "b": np.array([[1, nan, 5], [nan, nan, -inf], [-2, 7, 1], [inf, 1, -5]], np.float32),
+              "z": np.zeros((2, 0), np.float32)}
+    truth = evaluate_graph(graph, inputs)
+    assert np.isnan(truth["m"]).sum() == 5 and np.isnan(truth["r"]).sum() == 3
+    for device in ("CPU", "PYTHON"):
+        got = evaluate_on_tinygrad(graph, inputs, device)
+        for name in ("m", "r", "e"):
+            np.testing.assert_array_equal(got[name], truth[name], err_msg=f"{device}: {name}")
+
+
 def test_metadata_names_the_tensor_functions(zoo):
     """tinygrad's metadata (the Tensor function that made a node) is node metadata, and
     `uopgrad print` shows it."""

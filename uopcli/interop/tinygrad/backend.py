@@ -216,10 +216,22 @@ def _reduce(run, node, srcs):
     rule, and tinygrad's own default for half)."""
     x, (op, axes) = srcs[0], node.arg
     if op == "MAX":
-        return x.max(axes, keepdim=True)
+        return _nan_wins(x.max(axes, keepdim=True), x.isnan().any(axes, keepdim=True), node)
     if op == "MUL":
         return x.prod(axes, keepdim=True, dtype=x.dtype)
     return x.sum(axes, keepdim=True) if node.dtype.name == "float16" else x.sum(axes, keepdim=True, dtype=x.dtype)
+
+
+def _maximum(run, node, srcs):
+    """max(a, b), nan wins: tinygrad's maximum is a comparison and a where, which keeps a
+    where b is nan."""
+    a, b = srcs
+    return _nan_wins(a.maximum(b), b.isnan(), node)
+
+
+def _nan_wins(value, any_nan, node):
+    """`value` where no source was nan, else nan (floats: only they have one)."""
+    return any_nan.where(float("nan"), value) if node.dtype.is_float else value
 
 
 def _dtype(node):
@@ -244,7 +256,7 @@ _RULES = {
     Ops.SUB: lambda r, n, s: s[0] - s[1],
     Ops.MUL: lambda r, n, s: s[0] * s[1],
     Ops.FDIV: lambda r, n, s: r.alu("FDIV", s[0], s[1]),                   # a / b, one rounding
-    Ops.MAX: lambda r, n, s: s[0].maximum(s[1]),
+    Ops.MAX: _maximum,                                                     # max(a, b), nan wins
     Ops.POW: lambda r, n, s: s[0].pow(s[1]),                               # a^b
     Ops.CDIV: lambda r, n, s: s[0].div(s[1], rounding_mode="trunc"),       # integers, toward zero
     Ops.CMOD: lambda r, n, s: s[0].fmod(s[1]),                             # integers, dividend's sign
@@ -258,7 +270,7 @@ _RULES = {
     Ops.CMPEQ: lambda r, n, s: s[0].eq(s[1]),
     Ops.WHERE: lambda r, n, s: s[0].where(s[1], s[2]),                     # a where cond, else b
     Ops.MULACC: lambda r, n, s: s[0] * s[1] + s[2],                        # a*b+c
-    Ops.REDUCE: _reduce,                                                   # reduced axes kept as 1
+    Ops.REDUCE: _reduce,                                                   # reduced axes kept as 1; MAX: nan wins
     Ops.RESHAPE: lambda r, n, s: s[0].reshape(n.arg),
     Ops.EXPAND: lambda r, n, s: s[0].expand(n.arg),                        # size-1 axes grow
     Ops.PERMUTE: lambda r, n, s: s[0].permute(n.arg),
