@@ -314,6 +314,31 @@ def test_max_of_a_nan_is_nan():
             np.testing.assert_array_equal(got[name], truth[name], err_msg=f"{device}: {name}")
 
 
+def test_pow_at_the_edges_is_cs_pow():
+    """Float POW is C's pow (np.power) where an operand is infinite, nan, a signed zero or
+    one: tinygrad's pow casts the exponent to int32 to tell its parity, which raised
+    OverflowError on PYTHON for an infinite exponent and gave nan on CPU for (-2)^inf and
+    1^nan; (-0)^-3 was +inf. Finite values within tinygrad's exp2(b log2 a)."""
+    from uopcli import Graph, UOp, evaluate_graph
+    from uopcli.core.ops import Ops
+    from uopcli.interop.tinygrad import evaluate_on_tinygrad
+    bases = [-2.0, -1.0, -0.5, 0.0, -0.0, 0.5, 1.0, 2.0, np.inf, -np.inf, np.nan]
+    powers = [-3.0, -2.5, -1.0, 0.0, -0.0, 0.5, 2.0, 3.0, np.inf, -np.inf, np.nan]
+    a, b = np.repeat(np.array(bases, np.float32), len(powers)), np.tile(np.array(powers, np.float32), len(bases))
+    x, y = UOp.param("a", (a.size,)), UOp.param("b", (a.size,))
+    graph = Graph({"p": UOp.make(Ops.POW, x.dtype, (x, y)), "s": x.pow(2.0)}, [x, y])
+    truth = evaluate_graph(graph, {"a": a, "b": b})
+    for device in ("CPU", "PYTHON"):
+        got = evaluate_on_tinygrad(graph, {"a": a, "b": b}, device)
+        for name in ("p", "s"):
+            want, found = truth[name], got[name]
+            edge = ~np.isfinite(want) | (want == 0) | (want == 1)
+            np.testing.assert_array_equal(found[edge], want[edge], err_msg=f"{device}: {name}")
+            signed = edge & ~np.isnan(want)  # (nan's sign is no one's promise)
+            assert np.array_equal(np.signbit(found[signed]), np.signbit(want[signed])), (device, name)
+            np.testing.assert_allclose(found[~edge], want[~edge], rtol=1e-6, err_msg=f"{device}: {name}")
+
+
 def test_metadata_names_the_tensor_functions(zoo):
     """tinygrad's metadata (the Tensor function that made a node) is node metadata, and
     `uopgrad print` shows it."""

@@ -229,6 +229,28 @@ def _maximum(run, node, srcs):
     return _nan_wins(a.maximum(b), b.isnan(), node)
 
 
+def _power(run, node, srcs):
+    """a^b, C's pow (np.power) for floats. tinygrad's pow is exp2(b log2|a|), negated where
+    a < 0 and b is odd, which it tells by casting b to int32: an infinite or nan b raises on
+    PYTHON (int(inf)) and gives nan on CPU (for (-2)^inf, 1^nan), and a -0.0 base is not
+    below 0. So b goes to it finite, and what C's pow gives elsewhere is put back:
+    a^+-inf is 1 where |a| = 1, inf where |a| > 1 is b > 0, else 0; 1^b = 1; x^nan = nan;
+    (-0)^b = -(0^b) for an odd integer b. (The finite b is realized apart: tinygrad moves
+    the int32 cast into a `where`, and PYTHON runs both of its branches.)"""
+    a, b = srcs
+    if not node.dtype.is_float:
+        return a.pow(b)
+    finite = b.isinf().logical_not() & b.isnan().logical_not()
+    powered = a.pow(finite.where(b, 0.0).contiguous())
+    size = a.abs()
+    at_infinity = size.eq(1).where(1.0, (size > 1).eq(b > 0).where(float("inf"), 0.0))
+    powered = finite.where(powered, (b.isinf() & a.isnan().logical_not()).where(at_infinity, float("nan")))
+    half = b * 0.5
+    odd = b.eq(b.trunc()) & half.ne(half.trunc())  # an odd integer (no int cast: any size)
+    negative_zero = a.eq(0) & (a.reciprocal() < 0)
+    return a.eq(1).where(1.0, (negative_zero & odd).where(-powered, powered))
+
+
 def _nan_wins(value, any_nan, node):
     """`value` where no source was nan, else nan (floats: only they have one)."""
     return any_nan.where(float("nan"), value) if node.dtype.is_float else value
@@ -257,7 +279,7 @@ _RULES = {
     Ops.MUL: lambda r, n, s: s[0] * s[1],
     Ops.FDIV: lambda r, n, s: r.alu("FDIV", s[0], s[1]),                   # a / b, one rounding
     Ops.MAX: _maximum,                                                     # max(a, b), nan wins
-    Ops.POW: lambda r, n, s: s[0].pow(s[1]),                               # a^b
+    Ops.POW: _power,                                                       # a^b, C's pow
     Ops.CDIV: lambda r, n, s: s[0].div(s[1], rounding_mode="trunc"),       # integers, toward zero
     Ops.CMOD: lambda r, n, s: s[0].fmod(s[1]),                             # integers, dividend's sign
     Ops.AND: lambda r, n, s: s[0] & s[1],
