@@ -237,6 +237,25 @@ def test_cnn_with_batchnorm_notes_its_npz_and_passes_with_it(cnn):
     assert [t["target"] for t in report["targets"]] == CNN_WEIGHTS.split(",")
 
 
+def test_a_running_statistics_tangent_is_a_direction_random_values_fill(cnn):
+    """hvp --wrt bn1.running_var adds the input tangent_bn1.running_var, a direction: eval
+    --random fills it (it was refused as a running statistic, by its name's ending), and
+    still refuses the statistics themselves. (The net is piecewise linear in conv1.weight:
+    its curvature is the cross term with 1/sqrt(running_var).)"""
+    done = uopgrad("hvp", "cnn.uop", "--wrt", "bn1.running_var,conv1.weight", "--cotangent", "input", "-o", "h.uop",
+                   cwd=cnn)
+    assert done.returncode == 0, done.stderr
+    refused = uopgrad("eval", "h.uop", "--random", cwd=cnn)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert "not filling bn1.running_mean, bn1.running_var, bn2.running_mean, bn2.running_var (" in refused.stderr
+    filled = uopgrad("eval", "h.uop", "--random", "-i", "cnn.npz", "--json", cwd=cnn)
+    assert filled.returncode == 0, filled.stderr
+    outputs = json.loads(filled.stdout)["outputs"]
+    assert list(outputs) == ["hvp_bn1.running_var", "hvp_conv1.weight"]
+    assert all(np.isfinite(outputs[n]["values"]).all() for n in outputs)
+    assert np.abs(outputs["hvp_conv1.weight"]["values"]).max() > 0
+
+
 def test_eval_notes_the_npz_once_and_only_when_it_helps(cnn):
     done = uopgrad("eval", "cnn.uop", "-i", "x=0.5", cwd=cnn)
     assert done.returncode == 1 and done.stderr.count("cnn.npz beside cnn.uop") == 1

@@ -12,7 +12,8 @@ which inputs random values must never fill.
   statistic), and the names front ends give them: PyTorch's and tinygrad's module state
   (`bn1.running_mean`, `running_var`, `num_batches_tracked`), Keras' (`moving_mean`,
   `moving_variance`), and tinygrad's export for stored tensors that have no state_dict
-  name (`buffer_0`, `buffer_1`, ...).
+  name (`buffer_0`, `buffer_1`, ...). The inputs differentiation adds (`tangent_<input>`,
+  `cotangent_<output>`) are directions, never state, even when named after a statistic.
 """
 
 from __future__ import annotations
@@ -32,10 +33,15 @@ STATE_MARKS = [
     (re.compile(r"^buffer_\d+$"), "stored buffer"),                                 # tinygrad export, unnamed data
 ]
 META_MARKS = {"buffer": "stored buffer", "statistic": "running statistic"}  # PARAM meta `name`
+# the inputs differentiation adds are directions, whatever name they carry: jvp's and hvp's
+# tangent_<input> (of bn1.running_mean too), diff --cotangent input's cotangent_<output>
+DIRECTIONS = ("tangent_", "cotangent_")
 
 
 def state_kind(node: UOp) -> str | None:
     """What the file says input `node` is, when it is state rather than a weight or data."""
+    if node.arg.startswith(DIRECTIONS):
+        return None
     meta = node.meta
     if meta is not None and meta.name in META_MARKS:
         return META_MARKS[meta.name]
