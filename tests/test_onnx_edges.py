@@ -352,3 +352,20 @@ def test_float64_layer_and_rms_normalization_stay_float64_as_both_runtimes_compu
         [np.float64, np.float32, np.float32]
     for got, want in zip((ours["y"], ours["mean"], ours["inv"]), theirs):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-13)
+
+
+@pytest.mark.parametrize("op", ["Atan", "Asinh"])
+@pytest.mark.parametrize("kind, dtype", [(TensorProto.FLOAT, np.float32), (TensorProto.DOUBLE, np.float64)])
+def test_atan_and_asinh_have_slope_one_at_zero(op, kind, dtype):
+    """d/dx atan x and asinh x are 1 at 0: the branch not taken there (1/x, log 2|x|) was
+    computed at 0 all the same, and its infinite slope times the zero it gets made the
+    gradient nan."""
+    node = helper.make_node(op, ["x"], ["out"])
+    graph = helper.make_graph([node], "one", [helper.make_tensor_value_info("x", kind, [4])],
+                              [helper.make_tensor_value_info("out", kind, None)])
+    imported = import_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)]))[0]
+    gradient, _ = differentiate(Graph({"loss": imported.outputs["out"].sum()}), ["x"])
+    x = np.array([0.0, -0.0, 1e-30, 2.0], dtype)
+    slopes = evaluate_graph(gradient, {"x": x})["grad_x"]
+    want = 1 / (1 + x.astype(np.float64) ** 2) if op == "Atan" else 1 / np.sqrt(1 + x.astype(np.float64) ** 2)
+    np.testing.assert_allclose(slopes, want, rtol=1e-6 if dtype == np.float32 else 1e-14)

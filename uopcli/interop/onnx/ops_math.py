@@ -182,7 +182,7 @@ def atan(ctx):
     x² never overflows (atan(±inf) = ±π/2)."""
     x = _float(ctx.x(0))
     far = x.abs() > 1
-    inner = far.where(x.reciprocal(), x)
+    inner = far.where(far.where(x, 1.0).reciprocal(), x)  # 1/x of a near x is not taken, nor its slope: 1/0 is
     near = _asin(inner / (1 + inner * inner).sqrt())
     half_pi = (x > 0).where(x.const_like(math.pi / 2), x.const_like(-math.pi / 2))  # in x's dtype: a bare float is float32
     return far.where(half_pi - near, near)
@@ -225,7 +225,7 @@ def asinh(ctx):
     small = magnitude < 0.125
     huge = magnitude > 1e15
     big = (huge.where(0.0, magnitude)).asinh()
-    far = huge.where((magnitude * 2).log(), big)
+    far = huge.where((huge.where(magnitude, 1.0) * 2).log(), big)  # log 0's slope, not taken, made 0·inf
     return small.where(_series(x, small, _taylor(_ASINH_TAYLOR, x)), (x < 0).where(-far, far))
 
 
