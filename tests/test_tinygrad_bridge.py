@@ -277,6 +277,12 @@ def test_an_fdiv_tinygrad_folds_to_constants_is_run_spelled():
         assert got["r"].dtype == np.float32 and got["r"].tobytes() == truth["r"].tobytes(), device
     spelled = to_tinygrad(graph, "CPU", fdiv=False)(**inputs)
     assert spelled["r"].numpy().tobytes() == truth["r"].tobytes() and np.isnan(spelled["q"].numpy()).all()
+    # tinygrad does not put back the name of a Tensor method that raised (the failed
+    # realize): an export after it tagged every node `realize`. Its names are its own again.
+    from uopcli.interop.tinygrad import to_graph
+    w = Tensor([[1.0, -2.0], [0.5, 3.0]])
+    exported = to_graph({"out": (w @ w).relu()}, {"w": w})
+    assert {n.meta.name for n in exported.nodes() if n.meta is not None} == {"__matmul__", "relu"}
 
 
 def test_a_scalar_input_stays_a_scalar():

@@ -28,6 +28,8 @@ KeyError FDIV. `to_tinygrad(graph, fdiv=False)` spells every FDIV as above, and
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from typing import Mapping
 
 from ...errors import EvaluationError
@@ -85,9 +87,25 @@ def evaluate_on_tinygrad(graph, inputs: Mapping, device: str | None = None, *, s
 
 
 def _realized(tg, graph, inputs: Mapping, device: str | None, fdiv: bool) -> dict:
-    outputs = to_tinygrad(graph, device, fdiv)(**inputs)
-    tg.Tensor.realize(*(t for v in outputs.values() for t in (v if isinstance(v, tuple) else (v,)) if t is not None))
+    with _metadata_kept():
+        outputs = to_tinygrad(graph, device, fdiv)(**inputs)
+        tg.Tensor.realize(*(t for v in outputs.values() for t in (v if isinstance(v, tuple) else (v,)) if t is not None))
     return outputs
+
+
+@contextlib.contextmanager
+def _metadata_kept():
+    """tinygrad keeps the name of the Tensor method running in a global (tinygrad.tensor's
+    _METADATA) and does not put it back when the method raises: after one failed realize,
+    every Tensor the process makes is tagged `realize`, and an export loses its names and
+    scopes. It is put back here, whatever happens (a no-op where tinygrad has no such global)."""
+    holder = getattr(sys.modules.get("tinygrad.tensor"), "_METADATA", None)
+    saved = getattr(holder, "state", None)
+    try:
+        yield
+    finally:
+        if hasattr(holder, "state"):
+            holder.state = saved
 
 
 def _unfoldable_fdiv(error: KeyError) -> bool:
