@@ -369,3 +369,17 @@ def test_atan_and_asinh_have_slope_one_at_zero(op, kind, dtype):
     slopes = evaluate_graph(gradient, {"x": x})["grad_x"]
     want = 1 / (1 + x.astype(np.float64) ** 2) if op == "Atan" else 1 / np.sqrt(1 + x.astype(np.float64) ** 2)
     np.testing.assert_allclose(slopes, want, rtol=1e-6 if dtype == np.float32 else 1e-14)
+
+
+@pytest.mark.parametrize("op", ["LeakyRelu", "HardSigmoid", "Selu", "ThresholdedRelu"])
+def test_a_default_float_attribute_is_its_float32_value(op):
+    """An ONNX float attribute is a float32, its default too: LeakyRelu's alpha 0.01 is
+    0.01f, as onnx.reference and onnxruntime take it. Taken as the decimal, a float64
+    model was 2e-8 (LeakyRelu) and 6e-8 (HardSigmoid) off them."""
+    node = helper.make_node(op, ["x"], ["out"])
+    graph = helper.make_graph([node], "one", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [13])],
+                              [helper.make_tensor_value_info("out", TensorProto.DOUBLE, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+    x = np.linspace(-3.0, 3.0, 13)
+    ours = _imported_float64(model, x)["out"]
+    np.testing.assert_allclose(ours, ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-15, atol=0)

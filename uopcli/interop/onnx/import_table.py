@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+import numpy as np
+
 from . import ops_activation as act
 from . import ops_exact as x
 from . import ops_index as ix
@@ -39,7 +41,10 @@ class OpRow(NamedTuple):
 
 
 def _row(build, versions, folds=True, **attributes) -> OpRow:
-    return OpRow(build, tuple(versions), attributes, folds)
+    # an ONNX float attribute is a float32: its default too (LeakyRelu's 0.01 is 0.01f, as
+    # onnxruntime takes it; the decimal was 2e-8 off it in a float64 model)
+    defaults = {k: float(np.float32(v)) if type(v) is float else v for k, v in attributes.items()}
+    return OpRow(build, tuple(versions), defaults, folds)
 
 
 # the window attributes of Conv, MaxPool and AveragePool
