@@ -232,6 +232,12 @@ def test_a_tangent_that_does_not_fit_is_an_error():
         compute_jvp([x.sin()], {x: UOp.param("t", (2,), f64)})
     with pytest.raises(GradientError, match=r"tangent float32\[3\] does not fit float64\[3\]"):
         compute_jvp([x.sin()], {x: UOp.param("t", (3,), dtypes.float32)})
+    # a tangent is for a value node, given as a node: a TUPLE has no value to move
+    pair = UOp.tuple(x, x.sin())
+    with pytest.raises(GradientError, match="a tangent must be given for a value node, as a UOp"):
+        compute_jvp([pair.src[1]], {pair: UOp.param("t", (3,), f64)})
+    with pytest.raises(GradientError, match="a tangent must be given for a value node, as a UOp"):
+        compute_jvp([x.sin()], {x: np.ones(3)})
 
 
 # ----------------------------------------------------------------------------- calls
