@@ -525,6 +525,28 @@ def test_the_nodes_a_call_row_makes_after_walking_the_body_are_tangent_nodes():
     assert call.op == Ops.FUNCTION and is_tangent(call.meta) and is_tangent(t.meta)
 
 
+def test_a_negated_root_a_seeded_node_and_a_negated_branch():
+    """The walk's corners its mutation run showed untested: a root whose tangent is a sign
+    (-x) gets its NEG node tagged as a tangent of the root; a node given a tangent keeps it
+    even where its sources have tangents too; a negated tangent reaching a three-source op
+    (WHERE) becomes its node first."""
+    x = UOp.param("x_corners", (3,), f64)
+    tx = UOp.param("tangent_x_corners", (3,), f64)
+    compute_jvp([x * 3.0], {x: tx})  # a node without metadata first: its tangents' tag is known then
+    root = (-x).set_meta(Metadata("flip", "corners.py:1", False, "block"))
+    t = compute_jvp([root], {x: tx})[root]
+    assert t.op == Ops.NEG and t.src[0] is tx and t.meta == Metadata("flip", "corners.py:1", False, TANGENT_SCOPE + "/block")
+    y = x.sin()
+    ty = UOp.param("tangent_y_corners", (3,), f64)
+    (t,) = compute_jvp([y * 2.0], {x: tx, y: ty}).values()
+    xs, ts, tys = a3(0.5, -1.0, 2.0), a3(1.0, 2.0, 3.0), a3(-4.0, 5.0, 0.25)
+    feed = {"x_corners": xs, "tangent_x_corners": ts, "tangent_y_corners": tys}
+    np.testing.assert_array_equal(evaluate([t], feed)[0], 2.0 * tys)  # y's own tangent, not cos(x) tx
+    branch = (x > 0).where(-x, x * 2.0)
+    (t,) = compute_jvp([branch], {x: tx}).values()
+    np.testing.assert_array_equal(evaluate([t], feed)[0], np.where(xs > 0, -ts, 2.0 * ts))
+
+
 def test_a_tangent_for_an_integer_node_is_refused():
     k = UOp.param("k_int", (3,), dtypes.int32)
     with pytest.raises(GradientError, match="floating-point"):
