@@ -132,3 +132,22 @@ def test_float64_op_edges_as_math_gives_them(op):
     if op in ("Sigmoid", "Softplus"):
         ends = evaluate_graph(graph, {"x": np.array([np.inf, -np.inf, np.nan, -800.0, 800.0])})["out"]
         assert ends[1] == 0 and np.isnan(ends[2]) and ends[3] <= 0 and ends[0] == (1.0 if op == "Sigmoid" else np.inf)
+
+
+def test_float64_acosh_near_one_and_far_out():
+    """Acosh: log(x + √(x² - 1)) cancelled near 1 (x² - 1: 2e-7 off) and overflowed beyond
+    1.3e154 (x²); now values within 1e-15 and slopes 1/√(x² - 1) within 1e-13 from 1 + 1e-15
+    to 1e308, nan below 1, inf at inf."""
+    x = np.concatenate([1 + np.geomspace(1e-15, 1, 40), np.geomspace(2, 1e308, 60), [1e8, np.nextafter(1e8, 2e8)]])
+    graph = _graph("Acosh", 22, len(x))
+    got = evaluate_graph(graph, {"x": x})["out"]
+    np.testing.assert_allclose(got, [float(mp.acosh(mp.mpf(v))) for v in x], rtol=1e-15, atol=0)
+    gradient, _ = differentiate(Graph({"loss": graph.outputs["out"].sum()}), ["x"])
+    slopes = evaluate_graph(gradient, {"x": x})["grad_x"]
+    want = np.array([float(1 / mp.sqrt(mp.mpf(v) ** 2 - 1)) for v in x])
+    normal = want > TINY
+    np.testing.assert_allclose(slopes[normal], want[normal], rtol=1e-13, atol=0)
+    edges = _graph("Acosh", 22, 5)
+    with np.errstate(invalid="ignore"):
+        ends = evaluate_graph(edges, {"x": np.array([1.0, 0.5, -np.inf, np.inf, np.nan])})["out"]
+    assert ends[0] == 0 and np.isnan(ends[1]) and np.isnan(ends[2]) and ends[3] == np.inf and np.isnan(ends[4])
