@@ -134,9 +134,13 @@ def test_movements_in_both_runtimes(dtype):
 # ----------------------------------------------------------------------------- import: attribute edges
 
 def _one_node(op, inputs: dict, initializers: dict, attrs: dict, opset: int = 18):
-    graph_inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape) for n, a in inputs.items()]
+    """A model of one node: its inputs of their arrays' shapes and element type, its output
+    `out` of the first input's."""
+    kinds = {n: helper.np_dtype_to_tensor_dtype(a.dtype) for n, a in inputs.items()}
+    graph_inputs = [helper.make_tensor_value_info(n, kinds[n], a.shape) for n, a in inputs.items()]
     node = helper.make_node(op, [*inputs, *initializers], ["out"], **attrs)
-    graph = helper.make_graph([node], "one", graph_inputs, [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+    output = helper.make_tensor_value_info("out", next(iter(kinds.values())), None)
+    graph = helper.make_graph([node], "one", graph_inputs, [output],
                               [numpy_helper.from_array(a, n) for n, a in initializers.items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 8
@@ -229,10 +233,7 @@ def test_gathers_copy_minus_zero_and_nan(op, inputs, attrs, opset, by_reference,
 
 
 def _float64_unary(op: str, attrs: dict, size: int, opset: int = 20) -> Graph:
-    node = helper.make_node(op, ["x"], ["out"], **attrs)
-    graph = helper.make_graph([node], "one", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [size])],
-                              [helper.make_tensor_value_info("out", TensorProto.DOUBLE, None)])
-    return import_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))[0]
+    return import_model(_one_node(op, {"x": np.zeros(size)}, {}, attrs, opset))[0]
 
 
 # every branch and its edges: the series near 0 and its end, the fits beyond, the far tails
@@ -355,17 +356,14 @@ def test_float64_layer_and_rms_normalization_stay_float64_as_both_runtimes_compu
 
 
 @pytest.mark.parametrize("op", ["Atan", "Asinh"])
-@pytest.mark.parametrize("kind, dtype", [(TensorProto.FLOAT, np.float32), (TensorProto.DOUBLE, np.float64)])
-def test_atan_and_asinh_have_slope_one_at_zero(op, kind, dtype):
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_atan_and_asinh_have_slope_one_at_zero(op, dtype):
     """d/dx atan x and asinh x are 1 at 0: the branch not taken there (1/x, log 2|x|) was
     computed at 0 all the same, and its infinite slope times the zero it gets made the
     gradient nan."""
-    node = helper.make_node(op, ["x"], ["out"])
-    graph = helper.make_graph([node], "one", [helper.make_tensor_value_info("x", kind, [4])],
-                              [helper.make_tensor_value_info("out", kind, None)])
-    imported = import_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)]))[0]
-    gradient, _ = differentiate(Graph({"loss": imported.outputs["out"].sum()}), ["x"])
     x = np.array([0.0, -0.0, 1e-30, 2.0], dtype)
+    imported = import_model(_one_node(op, {"x": x}, {}, {}, 22))[0]
+    gradient, _ = differentiate(Graph({"loss": imported.outputs["out"].sum()}), ["x"])
     slopes = evaluate_graph(gradient, {"x": x})["grad_x"]
     want = 1 / (1 + x.astype(np.float64) ** 2) if op == "Atan" else 1 / np.sqrt(1 + x.astype(np.float64) ** 2)
     np.testing.assert_allclose(slopes, want, rtol=1e-6 if dtype == np.float32 else 1e-14)
@@ -376,10 +374,7 @@ def test_a_default_float_attribute_is_its_float32_value(op):
     """An ONNX float attribute is a float32, its default too: LeakyRelu's alpha 0.01 is
     0.01f, as onnx.reference and onnxruntime take it. Taken as the decimal, a float64
     model was 2e-8 (LeakyRelu) and 6e-8 (HardSigmoid) off them."""
-    node = helper.make_node(op, ["x"], ["out"])
-    graph = helper.make_graph([node], "one", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [13])],
-                              [helper.make_tensor_value_info("out", TensorProto.DOUBLE, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
     x = np.linspace(-3.0, 3.0, 13)
+    model = _one_node(op, {"x": x}, {}, {}, 22)
     ours = _imported_float64(model, x)["out"]
     np.testing.assert_allclose(ours, ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-15, atol=0)
