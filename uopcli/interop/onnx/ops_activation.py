@@ -10,7 +10,7 @@ from uopcli import dtypes
 
 from . import ops_tensor as t
 from .float64 import expm1_64, softplus64
-from .ops_math import sinh_series64
+from .ops_math import sinh_series
 
 # Selu-6's defaults, the float32 values the spec writes out
 SELU_ALPHA = 1.67326319217681884765625
@@ -21,7 +21,7 @@ def _expm1(x):
     """eˣ - 1 (the callers use it for x <= 0, where it cannot overflow); float64 by
     expm1_64 (eˣ - 1 lost every digit of a small x)."""
     if x.dtype is dtypes.float64:
-        return expm1_64(x, sinh_series64)
+        return expm1_64(x, sinh_series)
     return x.exp() - 1.0
 
 

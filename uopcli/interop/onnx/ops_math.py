@@ -196,11 +196,12 @@ def sinh(ctx):
     x = _float(ctx.x(0))
     small = x.abs() < 0.5
     far = cosh_sinh64(small.where(1.0, x))[1] if x.dtype is dtypes.float64 else x.sinh()  # float64: no overflow at 709.8
-    return small.where(_series(x, small, _taylor(_SINH_TAYLOR, x)), far)
+    return small.where(sinh_series(x), far)
 
 
-def sinh_series64(x: UOp) -> UOp:
-    """sinh x by its float64 series, for |x| < 0.5 (ops_activation's eˣ - 1)."""
+def sinh_series(x: UOp) -> UOp:
+    """sinh x by its series in x's dtype, where |x| < 0.5 (0 elsewhere): Sinh's, Cosh's and
+    ops_activation's eˣ - 1 near 0."""
     return _series(x, x.abs() < 0.5, _taylor(_SINH_TAYLOR, x))
 
 
@@ -210,7 +211,7 @@ def cosh(ctx):
     if x.dtype is not dtypes.float64:
         return x.cosh()
     small = x.abs() < 0.5  # 1 + 2·sinh²(x/2): the slope e^x/2 - e^-x/2 cancelled (0 at 1e-300)
-    half = sinh_series64(small.where(x, 0.0) * 0.5)
+    half = sinh_series(small.where(x, 0.0) * 0.5)
     return small.where(1.0 + 2.0 * half * half, cosh_sinh64(small.where(1.0, x))[0])
 
 

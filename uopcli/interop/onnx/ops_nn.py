@@ -334,9 +334,7 @@ def layer_normalization(ctx):
     y = (centred * invstd).cast(x.dtype) if wide.dtype is not x.dtype else centred * invstd
     y = y * scale
     y = y if bias is None else y + bias
-    if ctx.output_count == 1:
-        return [y]
-    stash = stash_type(ctx)
+    stash = stash_type(ctx)  # Mean's and InvStdDev's type (their casts go unread when only Y is asked for)
     return [y, *(v.cast(stash) if v.dtype is not stash else v for v in (mean, invstd))][:ctx.output_count]
 
 

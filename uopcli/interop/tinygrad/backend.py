@@ -29,6 +29,7 @@ KeyError FDIV. `to_tinygrad(graph, fdiv=False)` spells every FDIV as above, and
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 from typing import Mapping
 
@@ -281,7 +282,7 @@ def _sine(run, node, srcs):
     x = srcs[0]
     if node.dtype.name != "float64" or run.has_op("SIN"):
         return x.sin()
-    turns = (x * (1 / (2 * 3.141592653589793))).round()
+    turns = (x * (1 / (2 * math.pi))).round()
     reduced = x
     for part in _TWO_PI_PARTS:  # each step realized: tinygrad would add the parts' products into one
         reduced = (reduced - turns * part).contiguous()
