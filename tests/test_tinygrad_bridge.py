@@ -270,6 +270,10 @@ def test_an_fdiv_tinygrad_folds_to_constants_is_run_spelled():
     inputs = {"empty": np.zeros((0, 3), np.float32), "y": np.array([1.0, -0.1, 3.3e-5], np.float32)}
     truth = evaluate_graph(graph, inputs)
     assert np.isnan(truth["q"]).all()
+    # start from tinygrad's state outside any Tensor method: a test before this one in the
+    # same worker may have had a tinygrad method raise, which leaves its name behind (below)
+    import tinygrad.tensor
+    tinygrad.tensor._METADATA.set(None)
     for device in ("CPU", "PYTHON"):
         got = evaluate_on_tinygrad(graph, inputs, device)
         for name in ("q", "c"):  # (nan's sign is no one's promise)
@@ -282,7 +286,9 @@ def test_an_fdiv_tinygrad_folds_to_constants_is_run_spelled():
     from uopcli.interop.tinygrad import to_graph
     w = Tensor([[1.0, -2.0], [0.5, 3.0]])
     exported = to_graph({"out": (w @ w).relu()}, {"w": w})
-    assert {n.meta.name for n in exported.nodes() if n.meta is not None} == {"__matmul__", "relu"}
+    names = {n.meta.name for n in exported.nodes() if n.meta is not None}
+    # (<=: tinygrad's nodes are shared in a process, and another test may have named one first)
+    assert {"__matmul__", "relu"} <= names and "realize" not in names, names
 
 
 def test_a_scalar_input_stays_a_scalar():
