@@ -689,10 +689,16 @@ def test_a_refused_matrix_size_is_said_in_its_unit(size, text):
     assert _bytes(size) == text
 
 
-def test_graph_level_refusals_name_what_clashes():
-    graph = Graph({"y": UOp.param("x", (3,), f64).sin(), "jvp_y": UOp.param("x", (3,), f64) * 2.0})
-    with pytest.raises(GradientError, match="--keep-forward: the forward graph already has an output named 'jvp_y'"):
-        graph_forward.jvp(graph, ["x"], of=["y"], keep_forward=True)
+def test_graph_level_names_taken_are_numbered_and_a_name_twice_is_refused():
+    # a kept forward output jvp_y: the new JVP of y is jvp2_y (it was refused); --wrt x,x stays refused
+    x = UOp.param("x", (3,), f64)
+    graph = Graph({"y": x.sin(), "jvp_y": x * 2.0})
+    kept = graph_forward.jvp(graph, ["x"], of=["y"], keep_forward=True)
+    assert list(kept.outputs) == ["y", "jvp_y", "jvp2_y"] and kept.input_names == ["x", "tangent_x"]
+    xs, v = np.array([0.5, -1.0, 2.0]), np.array([1.0, 3.0, -2.0])
+    got = evaluate(list(kept.outputs.values()), {x: xs, kept.inputs[1]: v})
+    np.testing.assert_allclose(got[1], 2 * xs, rtol=1e-15)              # the forward jvp_y, as it was
+    np.testing.assert_allclose(got[2], np.cos(xs) * v, rtol=1e-15)      # the new one: d sin(x) along v
     with pytest.raises(GradientError, match="^wrt: 'x' is named twice$"):
         graph_forward.jvp(graph, ["x", "x"])
 

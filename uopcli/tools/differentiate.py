@@ -9,7 +9,9 @@
   TUPLE root, so their gradients add up);
 - the result's outputs (`grad_<target>` in `wrt` order, after the forward outputs with
   `keep_forward`) and inputs (every forward input, in order, then the cotangent inputs),
-  so the same input values feed the forward and the gradient file;
+  so the same input values feed the forward and the gradient file; a name already taken
+  (a kept output `grad_x`, an input `cotangent_y`) is numbered: `grad2_x`, `cotangent2_y`
+  (tools/names.py);
 - a report of the targets whose gradient is identically zero, and why.
 """
 
@@ -22,6 +24,7 @@ from ..errors import GradientError
 from ..core.graph import Graph
 from ..core.ops import CALLS, Ops
 from ..core.uop import Metadata, UOp, next_serial, tag_new_nodes
+from .names import cotangent_names, fresh
 
 COTANGENTS = (None, "ones", "input")
 NOT_REACHED = "not reached"
@@ -67,11 +70,8 @@ def differentiate(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = N
     of = _chosen_outputs(graph, of)
     inputs = {node.arg: node for node in graph.inputs}  # one dict: --wrt may name thousands
     targets = [_target(inputs, name) for name in wrt]
-    grad_names = [f"grad_{name}" for name in wrt]
-    if keep_forward:
-        clash = [n for n in grad_names if n in graph.outputs]
-        if clash:
-            raise GradientError(f"--keep-forward: the forward graph already has an output named {clash[0]!r}")
+    taken = set(graph.outputs) if keep_forward else set()
+    grad_names = [fresh("grad", name, taken) for name in wrt]
 
     since = next_serial()
     seeds, cotangent_inputs = _seeds(graph, of, cotangent)
@@ -100,11 +100,25 @@ def _known_good_graph(outputs: list[tuple[str, UOp]], inputs: list[UOp], meta: d
     large graphs): what it checks holds by construction here. The gradients reach only the
     forward graph's nodes (whose named PARAMs are all forward inputs), nodes the rules make
     from those and from constants (function bodies stay closed), and the seeds (CONSTs or
-    the new cotangent inputs); output names are `grad_<input>` plus, with keep_forward, the
-    forward names, checked above not to clash."""
+    the new cotangent inputs); output names are the forward names kept and new names that
+    tools/names.fresh made unique among them, and so are the new inputs' names. That much is
+    checked, as cheaply as a dict: an output named twice would silently drop the first."""
     graph = Graph.__new__(Graph)
     graph.outputs, graph.inputs, graph.meta = dict(outputs), inputs, meta
+    for what, names in (("outputs", [name for name, _ in outputs]), ("inputs", [node.arg for node in inputs])):
+        twice = _named_twice(names)
+        if twice is not None:
+            raise GradientError(f"internal error: the result would have two {what} named {twice!r}")
     return graph
+
+
+def _named_twice(names: list[str]) -> str | None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
 
 
 # ----------------------------------------------------------------------------- choosing
@@ -146,7 +160,7 @@ def _target(inputs: dict[str, UOp], name: str) -> UOp:
 def _seeds(graph: Graph, of: list[str], cotangent: str | None) -> tuple[list[UOp], list[UOp]]:
     """One seed gradient per output, plus the cotangent inputs made for them."""
     seeds, new_inputs = [], []
-    taken = set(graph.input_names)
+    names = cotangent_names(graph, of) if cotangent == "input" else {}
     for name in of:
         out = graph.outputs[name]
         if out.shape is None or not out.dtype.is_float:
@@ -157,11 +171,7 @@ def _seeds(graph: Graph, of: list[str], cotangent: str | None) -> tuple[list[UOp
         elif cotangent == "ones":
             seeds.append(UOp.full(out.shape, 1.0, out.dtype))
         elif cotangent == "input":
-            param_name = f"cotangent_{name}"
-            if param_name in taken:
-                raise GradientError(f"--cotangent input: the graph already has an input named {param_name!r}")
-            taken.add(param_name)
-            param = UOp.param(param_name, out.shape, out.dtype)
+            param = UOp.param(names[name], out.shape, out.dtype)
             seeds.append(param)
             new_inputs.append(param)
         else:

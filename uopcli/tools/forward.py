@@ -7,7 +7,9 @@ library calls beside `differentiate`.
     hess_graph = hessian(graph, ["w"])               # hessian_w_w, shape w.shape + w.shape
 
 The result keeps every input of the forward graph, in order, then the `tangent_<name>`
-inputs (same shape and dtype as `<name>`), so the same -i values feed every file.
+inputs (same shape and dtype as `<name>`), so the same -i values feed every file. A name
+already taken gets the lowest free number after its kind (tools/names.py): a jvp of a jvp
+file along x adds `tangent2_x`, x's second tangent (`tangent_names(graph, wrt)` says which).
 Jacobians and Hessians push basis tangents through a batched walk (`chunk` directions at a
 time, an identity slice built in the graph), and are refused above `limit` elements.
 """
@@ -21,6 +23,7 @@ from ..errors import GradientError
 from ..core.graph import Graph
 from ..core.uop import UOp
 from .differentiate import COTANGENTS, _chosen_outputs, _known_good_graph, _seeds, _target, _type, _unique
+from .names import fresh, tangent_names
 
 DEFAULT_CHUNK = 256
 DEFAULT_LIMIT = 1 << 26  # elements of one Jacobian or Hessian block (512 MiB of float64)
@@ -30,13 +33,13 @@ DEFAULT_LIMIT = 1 << 26  # elements of one Jacobian or Hessian block (512 MiB of
 
 def jvp(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None, keep_forward: bool = False) -> Graph:
     """The Jacobian-vector products of outputs `of` (default: every float output) along
-    new inputs `tangent_<name>` for each input of `wrt`: outputs `jvp_<output>`."""
+    new inputs `tangent_<name>` for each input of `wrt`: outputs `jvp_<output>`. A name
+    taken (an input `tangent_x`, a kept output `jvp_y`) is numbered: `tangent2_x`, `jvp2_y`."""
     from ..core.forward import compute_jvp
     targets, params = _tangent_inputs(graph, wrt)
     of = _float_outputs(graph, of)
-    names = [f"jvp_{name}" for name in of]
-    if keep_forward:
-        _no_clash(graph, names, "--keep-forward")
+    taken = set(graph.outputs) if keep_forward else set()
+    names = [fresh("jvp", name, taken) for name in of]
     roots = [graph.outputs[name] for name in of]
     found = compute_jvp(roots, dict(zip(targets, params)))
     outputs = list(graph.outputs.items()) if keep_forward else []
@@ -55,7 +58,8 @@ def hvp(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None, cotan
     loss = _one_output(graph, of, cotangent)
     grads, cotangent_inputs = _gradients(graph, loss, targets, cotangent)
     found = compute_jvp(grads, dict(zip(targets, params)))
-    outputs = [(f"hvp_{name}", _or_zeros(found[g], g)) for name, g in zip(_names(wrt), grads)]
+    taken: set[str] = set()
+    outputs = [(fresh("hvp", name, taken), _or_zeros(found[g], g)) for name, g in zip(_names(wrt), grads)]
     return _known_good_graph(outputs, [*graph.inputs, *cotangent_inputs, *params],
                              _meta(graph, hvp_of=loss, hvp_wrt=",".join(_names(wrt))))
 
@@ -69,7 +73,8 @@ def jacobian(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None, 
     targets = [_target(_inputs(graph), name) for name in _unique(list(wrt), "wrt")]
     of = _float_outputs(graph, of)
     roots = [graph.outputs[name] for name in of]
-    names = [[f"jacobian_{o}_{i}" for i in _names(wrt)] for o in of]
+    taken: set[str] = set()  # outputs a and a_q, inputs q_r and r: jacobian_a_q_r, then jacobian2_a_q_r
+    names = [[fresh("jacobian", f"{o}_{i}", taken) for i in _names(wrt)] for o in of]
     _check_sizes([(n, r, t) for row, r in zip(names, roots) for n, t in zip(row, targets)], limit)
     columns = [_columns(roots, t, chunk) for t in targets]  # per target: per root, (n, *root.shape)
     outputs = [(names[o][k], _matrix(columns[k][o], roots[o], t)) for o in range(len(roots))
@@ -85,7 +90,8 @@ def hessian(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None, c
     non-scalar output weighted by `cotangent`, as in `hvp`."""
     targets = [_target(_inputs(graph), name) for name in _unique(list(wrt), "wrt")]
     loss = _one_output(graph, of, cotangent)
-    names = [[f"hessian_{a}_{b}" for b in _names(wrt)] for a in _names(wrt)]
+    taken: set[str] = set()
+    names = [[fresh("hessian", f"{a}_{b}", taken) for b in _names(wrt)] for a in _names(wrt)]
     _check_sizes([(n, a, b) for row, a in zip(names, targets) for n, b in zip(row, targets)], limit)
     grads, cotangent_inputs = _gradients(graph, loss, targets, cotangent)
     columns = [_columns(grads, b, chunk) for b in targets]
@@ -165,13 +171,8 @@ def _tangent_inputs(graph: Graph, wrt: Sequence[str]) -> tuple[list[UOp], list[U
         raise GradientError("nothing to differentiate with respect to: name at least one input (--wrt)")
     inputs = _inputs(graph)
     targets = [_target(inputs, name) for name in wrt]
-    params = []
-    for name, t in zip(wrt, targets):
-        param = f"tangent_{name}"
-        if param in inputs:
-            raise GradientError(f"the graph already has an input named {param!r}")
-        params.append(UOp.param(param, t.shape, t.dtype))
-    return targets, params
+    names = tangent_names(graph, wrt)
+    return targets, [UOp.param(names[name], t.shape, t.dtype) for name, t in zip(wrt, targets)]
 
 
 def _float_outputs(graph: Graph, of: Sequence[str] | None) -> list[str]:
@@ -213,12 +214,6 @@ def _gradients(graph: Graph, loss: str, targets: list[UOp], cotangent: str | Non
 
 def _or_zeros(t: UOp | None, like: UOp) -> UOp:
     return t if t is not None else like.zeros_like()
-
-
-def _no_clash(graph: Graph, names: list[str], option: str) -> None:
-    clash = [n for n in names if n in graph.outputs]
-    if clash:
-        raise GradientError(f"{option}: the forward graph already has an output named {clash[0]!r}")
 
 
 def _meta(graph: Graph, **extra: str) -> dict:
