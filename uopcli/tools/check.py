@@ -54,6 +54,7 @@ from ..errors import EvaluationError
 from ..core.graph import Graph
 from ..core.ops import CALLS, Ops
 from .inspect import counted
+from .names import cotangent_names
 from ..core.uop import UOp
 from ..core.walks import toposort
 
@@ -231,7 +232,8 @@ def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
 
     forward = to_float64(Graph({name: graph.outputs[name] for name in of}, inputs=graph.inputs))
     outputs = freeze_detached(list(forward.outputs.values()), values64)
-    cotangents = [values64.get(f"cotangent_{name}", 1.0) for name in of]
+    cotangent = cotangent_names(graph, of)  # cotangent_<y>, or cotangent2_<y> where the graph has that input
+    cotangents = [values64.get(cotangent[name], 1.0) for name in of]
     targets = list(report.wrt)
     loss = Loss(outputs, cotangents, values64, targets, progress)
     h = step_base(np.float64)

@@ -30,6 +30,7 @@ from .check_float64 import to_float64
 from .check_numeric import step_base
 from .differentiate import differentiate
 from .forward import hvp, jvp
+from .names import cotangent_names, tangent_names
 
 REL_TOL = 1e-10   # the transpose test's tolerance, relative to the sum of |terms|
 TRIALS = 3        # random (u, v) pairs per transpose check
@@ -85,6 +86,8 @@ def check_transpose(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
     forward = jvp(graph, wrt, of)
     of = forward.meta["jvp_of"].split(",")
     backward, report = differentiate(graph, wrt, of, cotangent="input")
+    # the directions' names: tangent_<x> and cotangent_<y>, numbered where the graph has those
+    tangent, cotangent = tangent_names(graph, wrt), cotangent_names(graph, of)
     forward64, backward64 = to_float64(forward), to_float64(backward)
     given = dict(inputs or {})
     result = TransposeReport(of, list(wrt))
@@ -98,9 +101,9 @@ def check_transpose(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
         values = {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in values.items()}
         tangents = evaluate_graph(forward64, _for(forward64, values))
         grads = evaluate_graph(backward64, _for(backward64, values))
-        u = {name: values.get(f"cotangent_{name}", 1.0) for name in of}
+        u = {name: values.get(cotangent[name], 1.0) for name in of}
         jvp_terms = [np.asarray(u[name] * tangents[f"jvp_{name}"]) for name in of]
-        vjp_terms = [np.asarray(grads[f"grad_{name}"] * values[f"tangent_{name}"]) for name in wrt]
+        vjp_terms = [np.asarray(grads[f"grad_{name}"] * values[tangent[name]]) for name in wrt]
         left = float(sum(t.sum() for t in jvp_terms))
         right = float(sum(t.sum() for t in vjp_terms))
         scale = float(sum(np.abs(t).sum() for t in (*jvp_terms, *vjp_terms)))
@@ -167,7 +170,8 @@ def check_hvp(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None,
     # input cotangent_<y>, seeded random like the other inputs (a scalar is seeded with 1)
     products = hvp(graph, wrt, of, cotangent="input")
     loss = products.meta["hvp_of"]
-    grads, _ = differentiate(graph, wrt, [loss], cotangent="input")
+    grads, _ = differentiate(graph, wrt, [loss], cotangent="input")  # its cotangent input is named as hvp's
+    tangent = tangent_names(graph, wrt)  # tangent_<x>, or tangent2_<x> where the graph has tangent_<x>
     products64, grads64 = to_float64(products), to_float64(grads)
     given = dict(inputs or {})
     values = {n.arg: np.asarray(given[n.arg]) if n.arg in given else random_value(n, seed) for n in products.inputs}
@@ -180,7 +184,7 @@ def check_hvp(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None,
         for sign in (1, -1):
             feed = {n.arg: values[n.arg] for n in grads64.inputs}
             for name in wrt:
-                feed[name] = values[name] + sign * h * values[f"tangent_{name}"]
+                feed[name] = values[name] + sign * h * values[tangent[name]]
             sides.append(reference_evaluate_graph(grads64, feed))
     targets = []
     for name in wrt:
