@@ -13,7 +13,8 @@ which inputs random values must never fill.
   (`bn1.running_mean`, `running_var`, `num_batches_tracked`), Keras' (`moving_mean`,
   `moving_variance`), and tinygrad's export for stored tensors that have no state_dict
   name (`buffer_0`, `buffer_1`, ...). The inputs differentiation adds (`tangent_<input>`,
-  `cotangent_<output>`) are directions, never state, even when named after a statistic.
+  `cotangent_<output>`, and where those are taken `tangent2_<input>`, ...: tools/names.py)
+  are directions, never state, even when named after a statistic.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Iterable, Sequence
 
 from ..errors import EvaluationError
 from ..core.uop import UOp
+from .names import is_direction
 
 # (pattern on the input's name, or on its PARAM's metadata name; what it is)
 STATE_MARKS = [
@@ -34,13 +36,13 @@ STATE_MARKS = [
 ]
 META_MARKS = {"buffer": "stored buffer", "statistic": "running statistic"}  # PARAM meta `name`
 # the inputs differentiation adds are directions, whatever name they carry: jvp's and hvp's
-# tangent_<input> (of bn1.running_mean too), diff --cotangent input's cotangent_<output>
-DIRECTIONS = ("tangent_", "cotangent_")
+# tangent_<input> (of bn1.running_mean too), diff --cotangent input's cotangent_<output>, and
+# their numbered forms (tangent2_bn1.running_mean of a jvp of a jvp): names.is_direction
 
 
 def state_kind(node: UOp) -> str | None:
     """What the file says input `node` is, when it is state rather than a weight or data."""
-    if node.arg.startswith(DIRECTIONS):
+    if is_direction(node.arg):
         return None
     meta = node.meta
     if meta is not None and meta.name in META_MARKS:
