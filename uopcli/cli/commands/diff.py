@@ -21,7 +21,7 @@ from ..io import (_OPSET_HELP, _check_opset, _graph_data, _note, _read_graph, _r
 @click.option("--of", "of_", metavar="NAMES", help="Outputs to differentiate (default: the only one); "
               "several are differentiated together, their gradients adding up.")
 @click.option("--cotangent", type=click.Choice(["ones", "input"]), help="Seed of a non-scalar output: all ones, "
-              "or a new input cotangent_<output>.")
+              "or a new input cotangent_<output> (cotangent2_<output> where IN has that input).")
 @click.option("--keep-forward", is_flag=True, help="Keep the forward outputs, before the gradients.")
 @click.option("-o", "--output", default="-", show_default=True, metavar="OUT",
               help="Where to write the gradient graph (.json for the JSON form, .onnx for ONNX).")
@@ -35,6 +35,11 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats, 
     The result keeps every input of IN, in order (plus cotangent_<output> inputs with
     --cotangent input), so the same -i values feed both files. Targets whose gradient is
     identically zero are reported on stderr, with the reason.
+
+    Names already taken are numbered: a diff --cotangent input of a file that has the
+    input cotangent_y adds cotangent2_y; with --keep-forward, a kept output grad_x makes
+    the new one grad2_x. Each name gets the lowest free number after its kind; a note on
+    stderr says which.
     """
     from ...tools.differentiate import differentiate
     form = _uop_form(output)
@@ -61,7 +66,10 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats, 
         steps.next()
     if cotangent and all(not graph.output(name).shape for name in of_names or graph.output_names):
         _note(f"--cotangent {cotangent} has no effect: the outputs differentiated are scalars (seeded with 1)")
-    for line in report.lines():
+    from ...tools.names import renamed_note
+    renamed = renamed_note(result.input_names[len(graph.inputs):],
+                           list(result.outputs)[len(graph.outputs) if keep_forward else 0:])
+    for line in ([renamed] if renamed else []) + report.lines():
         _note(line)
     if stats:
         click.echo(steps.table(), err=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..app import EXIT_FAILURE, _command, _names
-from ..io import _OPSET_HELP, _check_opset, _graph_data, _read_graph, _refuse_binary_terminal, _Steps, \
+from ..io import _OPSET_HELP, _check_opset, _graph_data, _note, _read_graph, _refuse_binary_terminal, _Steps, \
     _uop_form, _with_onnx_weights, _write_together
 from .diff import _simplified
 
@@ -22,7 +22,8 @@ def _writing_options(fn):
 
 def _cotangent_option(fn):
     return click.option("--cotangent", type=click.Choice(["ones", "input"]), help="Weighting of a non-scalar output "
-                        "(H of sum(u * output)): all ones, or a new input cotangent_<output>.")(fn)
+                        "(H of sum(u * output)): all ones, or a new input cotangent_<output> (cotangent2_<output> "
+                        "where that is taken).")(fn)
 
 
 def _matrix_options(fn):
@@ -31,8 +32,9 @@ def _matrix_options(fn):
     return fn
 
 
-def _run(build, source: str, output: str, stats: bool, simplify_: bool, opset) -> None:
-    """Read IN, build the result with `build(graph)`, write it (atomically) to OUT."""
+def _run(build, source: str, output: str, stats: bool, simplify_: bool, opset, keep_forward: bool = False) -> None:
+    """Read IN, build the result with `build(graph)`, write it (atomically) to OUT; a note
+    names the new inputs and outputs numbered because their plain names were taken."""
     form = _uop_form(output)
     _check_opset(form, opset)
     _refuse_binary_terminal(output, form, "give -o FILE")
@@ -46,8 +48,18 @@ def _run(build, source: str, output: str, stats: bool, simplify_: bool, opset) -
         steps.next()
         _write_together(_with_onnx_weights([(output, data)], output, form))
         steps.next()
+    _note_renamed(graph, result, keep_forward)
     if stats:
         click.echo(steps.table(), err=True)
+
+
+def _note_renamed(graph, result, keep_forward: bool) -> None:
+    """`names already taken, so numbered: tangent_x -> tangent2_x (input)`, on stderr."""
+    from ...tools.names import renamed_note
+    note = renamed_note(result.input_names[len(graph.inputs):],
+                        list(result.outputs)[len(graph.outputs) if keep_forward else 0:])
+    if note:
+        _note(note)
 
 
 def _size_limit() -> int:
@@ -65,7 +77,7 @@ def _size_limit() -> int:
   uopgrad jvp model.uop --wrt x --of y --keep-forward | uopgrad eval - --random""")
 @click.argument("source", metavar="IN")
 @click.option("--wrt", required=True, metavar="NAMES", help="Inputs with a tangent (x,w): new inputs tangent_x, "
-              "tangent_w of the same shape and dtype.")
+              "tangent_w of the same shape and dtype (tangent2_x where IN has tangent_x: x's second tangent).")
 @click.option("--of", "of_", metavar="NAMES", help="Outputs whose tangents are written (default: every float output).")
 @click.option("--keep-forward", is_flag=True, help="Keep the forward outputs, before the jvp_<output> outputs.")
 @_writing_options
@@ -73,10 +85,16 @@ def jvp(source, wrt, of_, keep_forward, output, stats, simplify_, opset):
     """Write the directional derivatives of IN's outputs: jvp_<output> = J tangent, the sum
     over the --wrt inputs of d output / d input applied to tangent_<input>. Inputs: IN's,
     then tangent_<name> per --wrt name. A CALL with its own backward body is refused (as
-    JAX refuses jvp of a custom_vjp)."""
+    JAX refuses jvp of a custom_vjp).
+
+    Names already taken are numbered: a jvp of a jvp or hvp file along x adds tangent2_x,
+    x's second tangent (jvp_jvp_y is then d2y along tangent_x and tangent2_x); with
+    --keep-forward, a kept output jvp_y makes the new one jvp2_y. Each name gets the
+    lowest free number after its kind; a note on stderr says which."""
     from ...tools.forward import jvp as build
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
-    _run(lambda g: build(g, wrt_names, of_names or None, keep_forward), source, output, stats, simplify_, opset)
+    _run(lambda g: build(g, wrt_names, of_names or None, keep_forward), source, output, stats, simplify_, opset,
+         keep_forward)
 
 
 @_command("hvp", short="Hessian-vector products of a scalar output (forward over reverse).", example="""\
@@ -84,14 +102,18 @@ def jvp(source, wrt, of_, keep_forward, output, stats, simplify_, opset):
   uopgrad hvp model.uop --wrt w --of loss | uopgrad eval - --random""")
 @click.argument("source", metavar="IN")
 @click.option("--wrt", required=True, metavar="NAMES", help="Inputs of the Hessian (w,b): outputs hvp_w, hvp_b; "
-              "new inputs tangent_w, tangent_b.")
+              "new inputs tangent_w, tangent_b (tangent2_w where IN has tangent_w).")
 @click.option("--of", "of_", metavar="NAME", help="The scalar output (default: the only one).")
 @_cotangent_option
 @_writing_options
 def hvp(source, wrt, of_, cotangent, output, stats, simplify_, opset):
     """Write H v for scalar output --of: hvp_<name> = sum over the --wrt inputs b of
     d2 of / d<name> db applied to tangent_b, the JVP of the gradient graph. Inputs: IN's,
-    then tangent_<name> per --wrt name."""
+    then tangent_<name> per --wrt name.
+
+    Names already taken are numbered: an hvp of a jvp or hvp file along w adds tangent2_w
+    (and cotangent2_<of> where IN has cotangent_<of>), the lowest free number after the
+    kind; a note on stderr says which."""
     from ...tools.forward import hvp as build
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     _run(lambda g: build(g, wrt_names, of_names or None, cotangent), source, output, stats, simplify_, opset)
@@ -108,7 +130,11 @@ def hvp(source, wrt, of_, cotangent, output, stats, simplify_, opset):
 def jacobian(source, wrt, of_, chunk, output, stats, simplify_, opset):
     """Write jacobian_<output>_<input> (shape output.shape + input.shape) for each output
     and --wrt input: the JVPs along every basis direction of the input, --chunk at a time.
-    A block above --limit max_tensor_elements is refused, saying its size."""
+    A block above --limit max_tensor_elements is refused, saying its size.
+
+    A block whose name an earlier block has taken (outputs a and a_q, inputs q_r and r:
+    the blocks (a, q_r) and (a_q, r) are both jacobian_a_q_r) gets the lowest free number,
+    blocks in output-major order: the second is jacobian2_a_q_r; a note on stderr says so."""
     from ...tools.forward import jacobian as build
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     limit = _size_limit()
@@ -127,7 +153,12 @@ def jacobian(source, wrt, of_, chunk, output, stats, simplify_, opset):
 def hessian(source, wrt, of_, cotangent, chunk, output, stats, simplify_, opset):
     """Write hessian_<a>_<b> = d2 of / da db (shape a.shape + b.shape) for each pair of
     --wrt inputs: the Jacobian of the gradient, --chunk basis tangents at a time. A block
-    above --limit max_tensor_elements is refused, saying its size."""
+    above --limit max_tensor_elements is refused, saying its size.
+
+    A block whose name an earlier block has taken (--wrt p,q_r,p_q,r: the blocks (p, q_r)
+    and (p_q, r) are both hessian_p_q_r) gets the lowest free number, blocks in row-major
+    order: the second is hessian2_p_q_r; an input cotangent_<of> already in IN makes the
+    new one cotangent2_<of>. A note on stderr says what was numbered."""
     from ...tools.forward import hessian as build
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     limit = _size_limit()
