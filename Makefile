@@ -30,7 +30,7 @@ TOUR_FILES := mlp-grad-small.uop both.uop broken.uop d1.uop d2.uop d3.uop d4.uop
 	mlp-grad.svg mlp-grad.uop mlp-train.uop poly.json poly.uop rnn.png vjp.uop x.npy attention-grad.svg \
 	model.uop grad.svg model-grad.uop gradient-check.json mlp-grad.html mlp-train.html values.npz \
 	grad.onnx gpt.onnx cnn-grad.onnx back.uop bert-grad.uop bert-grad.npz mlp-dynamic.onnx \
-	fwd-jvp.uop fwd-hvp.uop fwd-hess.uop mlp-hvp.onnx
+	fwd-jvp.uop fwd-hvp.uop fwd-hess.uop mlp-hvp.onnx fwd-hvp-poly.uop fwd-d3.uop
 # pip: no prompts, no version nagging; the venv's own bin first so tests find `uopgrad`
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
