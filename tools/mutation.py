@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 FORWARD_TESTS = ["tests/test_forward.py", "tests/test_forward_cli.py", "tests/test_forward_torch.py",
-                 "tests/test_forward_edges.py"]
+                 "tests/test_forward_edges.py", "tests/test_forward_names.py"]
 
 # target prefix -> the test files that check it (the first prefix that matches wins)
 TESTS = [
@@ -40,6 +40,8 @@ TESTS = [
     # forward mode: its rule table and walk, the graph-level commands and the transpose check
     ("uopcli/core/forward.py", FORWARD_TESTS),
     ("uopcli/tools/forward", FORWARD_TESTS),
+    # the names differentiation gives what it adds, numbered where taken (diff, jvp, hvp, check)
+    ("uopcli/tools/names.py", ["tests/test_forward_names.py", "tests/test_cli_library.py"]),
     # ONNX's own node cases (test_onnx_conformance.py) reach every import row with the spec's values
     ("uopcli/interop/onnx", ["tests/test_onnx_bridge.py", "tests/test_onnx_export.py", "tests/test_onnx_export_ops.py",
                              "tests/test_onnx_export_timeouts.py",
