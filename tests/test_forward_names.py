@@ -116,6 +116,14 @@ def test_jvp_of_hvp_is_the_third_derivative_along_v_and_w():
     np.testing.assert_allclose(V @ same, np.sum(g3(X) * V ** 3), rtol=1e-13)   # v^T d3f [v, v]
 
 
+def test_hvp_of_jvp_is_the_third_derivative_along_u_and_v():
+    # jvp_f = sum(g'(x) u); its gradient g''(x) u; along v: g'''(x) u v
+    third = hvp(jvp(model(), ["x"]), ["x"])
+    assert third.input_names == ["x", "tangent_x", "tangent2_x"] and list(third.outputs) == ["hvp_x"]
+    got = evaluate_graph(third, {"x": X, "tangent_x": U, "tangent2_x": V})["hvp_x"]
+    np.testing.assert_allclose(got, g3(X) * U * V, rtol=1e-13)
+
+
 def test_three_jvps_number_the_third_tangent_3():
     third = jvp(jvp(jvp(model(), ["x"]), ["x"]), ["x"])
     assert third.input_names == ["x", "tangent_x", "tangent2_x", "tangent3_x"]
@@ -354,3 +362,22 @@ def test_cli_jacobian_blocks_whose_names_meet_and_checks_of_a_jvp_file(work):
     for flag, last in (("--hvp", "ok: Hessian-vector products of jvp_f"), ("--transpose", "ok: jvp and diff of jvp_f")):
         done = ok("check", "j.uop", "--wrt", "x", flag, "-i", "x=x.npy", "-i", "tangent_x=u.npy", cwd=work)
         assert done.stdout.splitlines()[-1].startswith(last), done.stdout
+
+
+@needs_cli
+def test_cli_notes_name_only_what_this_command_numbered(work):
+    """The file already has jvp_f and jvp2_f (and grad_x, grad2_x): a --keep-forward pass
+    makes jvp3_f (grad3_x), and the note names that alone, not the numbered outputs kept."""
+    x = UOp.param("x", (3,), f64)
+    f = (x.sin() * x * x * x).sum()
+    save(Graph({"f": f, "jvp_f": f * 2.0, "jvp2_f": f * 3.0}, inputs=[x]), work / "k.uop")
+    done = ok("jvp", "k.uop", "--wrt", "x", "--of", "f", "--keep-forward", "-o", "k2.uop", cwd=work)
+    assert done.stderr == "uopgrad: names already taken, so numbered: jvp_f -> jvp3_f (output)\n"
+    got = outputs("k2.uop", "-i", "x=x.npy", "-i", "tangent_x=u.npy", cwd=work)
+    assert list(got) == ["f", "jvp_f", "jvp2_f", "jvp3_f"]
+    np.testing.assert_allclose(got["jvp3_f"], np.sum((np.cos(X) * X ** 3 + 3 * X ** 2 * np.sin(X)) * U), rtol=1e-13)
+    save(Graph({"y": x * x, "grad_x": x * 2.0, "grad2_x": x * 3.0}, inputs=[x]), work / "g.uop")
+    done = ok("diff", "g.uop", "--of", "y", "--wrt", "x", "--cotangent", "ones", "--keep-forward", "-o", "g2.uop",
+              cwd=work)
+    assert done.stderr == "uopgrad: names already taken, so numbered: grad_x -> grad3_x (output)\n"
+    np.testing.assert_array_equal(outputs("g2.uop", "-i", "x=x.npy", cwd=work)["grad3_x"], 2 * X)
