@@ -91,11 +91,13 @@ _SOURCES, _WITH_CALL_GRADS, _SCOPE = "sources", "with call grads", "scope"
 
 def _postorder(roots: Iterable[UOp], children: str, opaque: frozenset = frozenset()) -> list[UOp]:
     """The post-order of a depth-first walk, walked as the file writer walks
-    (formats/uop/writer.py's _canonical_nodes): a node is expanded when popped, goes back
-    on the stack under an _EMIT marker with its children on top (the first on top), and is
-    placed when the marker comes up; a second copy of a node still on the stack is
-    skipped. No iterator and no call per node: forward mode and every Graph.nodes() walk
-    whole gradient graphs with it (an iterator per node was a third of the walk)."""
+    (formats/uop/writer.py's _canonical_nodes): a node is expanded when popped and placed
+    at once if every child is placed; else it goes back on the stack under an _EMIT marker
+    with its unplaced children on top (the first on top), and is placed when the marker
+    comes up. A second copy of a node still on the stack is skipped. (Expanded means
+    placed, or on the path being walked: a child of the node at hand can only be placed.)
+    No iterator and no call per node: forward mode and every Graph.nodes() walk whole
+    gradient graphs with it (an iterator per node was a third of the walk)."""
     order: list[UOp] = []
     expanded: set[UOp] = set()
     place, expand = order.append, expanded.add
@@ -122,25 +124,36 @@ def _postorder(roots: Iterable[UOp], children: str, opaque: frozenset = frozense
                     src = src[1:]
                 elif node.op == call and node.arg.grad is not None:
                     src = (*src, node.arg.grad)
-            count = len(src)  # unrolled for none, one and two children: most nodes
-            if not count:
-                place(node)
-                continue
-            push(node)
-            push(emit)
+            count = len(src)  # unrolled for one and two children: most nodes
             if count == 1:
-                if src[0] not in expanded:
-                    push(src[0])
+                child = src[0]
+                if child not in expanded:
+                    push(node)
+                    push(emit)
+                    push(child)
+                    continue
             elif count == 2:
                 first, second = src
                 if second not in expanded:
+                    push(node)
+                    push(emit)
                     push(second)
+                    if first not in expanded:
+                        push(first)
+                    continue
                 if first not in expanded:
+                    push(node)
+                    push(emit)
                     push(first)
-            else:
-                for s in reversed(src):
-                    if s not in expanded:
-                        push(s)
+                    continue
+            elif count:
+                pending = [s for s in reversed(src) if s not in expanded]
+                if pending:
+                    push(node)
+                    push(emit)
+                    stack += pending
+                    continue
+            place(node)  # every child placed already: no marker round trip
     return order
 
 

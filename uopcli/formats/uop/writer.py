@@ -107,10 +107,12 @@ def _canonical_nodes(graph: Graph, encoders: dict, append) -> dict[UOp, int]:
     Depth-first post-order from the outputs in order, sources in order, a CALL's backward
     body after its sources, then unused inputs: the order of uop.toposort and Graph.nodes(),
     fused here with the encoding (one pass instead of two). A node is expanded when popped:
-    it goes back on the stack under an _EMIT marker, its sources on top (the first on top);
-    when the marker comes up, every source is numbered and the node is written. A node
-    can sit on the stack twice only while unexpanded (the graph is acyclic), and the second
-    copy is skipped, so the order is exactly that of a recursive walk.
+    if every source is numbered already, it is written at once; else it goes back on the
+    stack under an _EMIT marker, its unnumbered sources on top (the first on top), and is
+    written when the marker comes up. A node can sit on the stack twice only while
+    unexpanded (the graph is acyclic), and the second copy is skipped, so the order is
+    exactly that of a recursive walk. (Writing at once spares half the nodes of a
+    forward-over-reverse graph the marker's round trip: 6% of its encoding.)
     """
     index: dict[UOp, int] = {}
     written = 0
@@ -126,53 +128,66 @@ def _canonical_nodes(graph: Graph, encoders: dict, append) -> dict[UOp, int]:
             node = pop()
             if node is emit:
                 node = pop()
-                index[node] = written
-                written += 1
-                op = node.op
-                arg = node.arg
-                if arg is not None:
-                    encode = encoders.get(op)
-                    if encode is not None:
-                        arg = encode(node, index)
-                src = node.src
-                count = len(src)
-                # tuples: one allocation each (a list takes two); both forms write arrays
+            elif node in index:
+                continue
+            else:  # expand: a node whose children are all written is written at once
+                children = node.src
+                if node.op == call and node.arg.grad is not None:
+                    children = (*children, node.arg.grad)
+                count = len(children)  # unrolled as in gradient._target_path: no call per node
                 if count == 1:
-                    src_indices = (index[src[0]],)
-                elif count == 2:
-                    src_indices = (index[src[0]], index[src[1]])
-                else:
-                    src_indices = tuple([index[s] for s in src])
-                meta = node.meta
-                if meta is None:
-                    append((op, node.dtype.name, src_indices, arg))
-                    continue
-                tag = meta_maps.get(meta)
-                if tag is None:
-                    tag = meta_maps[meta] = _meta_map(meta)
-                append((op, node.dtype.name, src_indices, arg, tag) if tag else (op, node.dtype.name, src_indices, arg))
-                continue
-            if node in index:
-                continue
-            push(node)
-            push(emit)
-            children = node.src
-            if node.op == call and node.arg.grad is not None:
-                children = (*children, node.arg.grad)
-            count = len(children)  # unrolled as in gradient._target_path: no call per node
-            if count == 1:
-                if children[0] not in index:
-                    push(children[0])
-            elif count == 2:
-                first, second = children
-                if second not in index:
-                    push(second)
-                if first not in index:
-                    push(first)
-            else:
-                for child in reversed(children):
+                    child = children[0]
                     if child not in index:
+                        push(node)
+                        push(emit)
                         push(child)
+                        continue
+                elif count == 2:
+                    first, second = children
+                    if second not in index:
+                        push(node)
+                        push(emit)
+                        push(second)
+                        if first not in index:
+                            push(first)
+                        continue
+                    if first not in index:
+                        push(node)
+                        push(emit)
+                        push(first)
+                        continue
+                elif count:
+                    pending = [child for child in reversed(children) if child not in index]
+                    if pending:
+                        push(node)
+                        push(emit)
+                        stack += pending
+                        continue
+            index[node] = written
+            written += 1
+            op = node.op
+            arg = node.arg
+            if arg is not None:
+                encode = encoders.get(op)
+                if encode is not None:
+                    arg = encode(node, index)
+            src = node.src
+            count = len(src)
+            # tuples: one allocation each (a list takes two); both forms write arrays
+            if count == 1:
+                src_indices = (index[src[0]],)
+            elif count == 2:
+                src_indices = (index[src[0]], index[src[1]])
+            else:
+                src_indices = tuple([index[s] for s in src])
+            meta = node.meta
+            if meta is None:
+                append((op, node.dtype.name, src_indices, arg))
+                continue
+            tag = meta_maps.get(meta)
+            if tag is None:
+                tag = meta_maps[meta] = _meta_map(meta)
+            append((op, node.dtype.name, src_indices, arg, tag) if tag else (op, node.dtype.name, src_indices, arg))
     return index
 
 
