@@ -27,7 +27,8 @@ sys.setrecursionlimit(_RECURSION_LIMIT)
 from tinygrad import Device, Tensor  # noqa: E402
 
 from tinygrad_zoo import ZOO  # noqa: E402
-from uopcli import Graph, UOp, load  # noqa: E402
+from uopcli import Graph, Ops, UOp, load  # noqa: E402
+from uopcli.backends.numpy import evaluate_graph  # noqa: E402
 from uopcli import save as save_uop  # noqa: E402
 from uopcli.core.substitute import substitute  # noqa: E402
 from uopcli.interop.tinygrad import evaluate_on_tinygrad, export  # noqa: E402
@@ -162,3 +163,31 @@ def test_float64_sine_keeps_its_digits():
         finite = ~np.isnan(want)
         assert np.abs(got[finite] - want[finite]).max() <= 4 * np.finfo(np.float64).eps, device
         assert np.array_equal(np.signbit(got[:-5][x[:-5] == 0]), np.signbit(want[:-5][x[:-5] == 0])), device
+
+
+def test_integer_power_of_a_tensor_exponent_is_exact():
+    """An integer POW whose exponent is a tensor: tinygrad 0.14 computes it through floats,
+    which fails to compile on CPU and to run on PYTHON. It is square and multiply here, bit
+    for bit as the numpy evaluator's C-style power: products wrap (3^5 in int8 is -13), a
+    negative exponent gives 1/a^|b| truncated (-1 to an odd negative power is -1), 0^0 is 1,
+    and an exponent's every bit counts (2 to the highest bit alone is 0, not 1)."""
+    outputs, inputs, values = {}, [], {}
+    for name in ("int8", "int32", "int64", "uint8", "uint64"):
+        info = np.iinfo(name)
+        bases = [0, 1, 2, 3, 7, info.max, info.max - 1, info.min] + ([-1, -2, -3] if info.min else [])
+        top = (info.max >> 1) + 1  # the highest bit an exponent can have (2^b is 0 from b = bits on)
+        exponents = [0, 1, 2, 3, 5, 31, 63, top, info.max] + ([-1, -2, -3, info.min] if info.min else [])
+        a = np.array([x for x in bases for _ in exponents], name)
+        b = np.array([e for _ in bases for e in exponents], name)
+        x, y = UOp.param(f"a_{name}", a.shape, name), UOp.param(f"b_{name}", b.shape, name)
+        outputs[name] = UOp.make(Ops.POW, x.dtype, (x, y))
+        inputs += [x, y]
+        values.update({f"a_{name}": a, f"b_{name}": b})
+    graph = Graph(outputs, inputs)
+    want = evaluate_graph(graph, values)
+    a8, b8 = values["a_int8"], values["b_int8"]
+    assert want["int8"][(a8 == 3) & (b8 == 5)] == -13 and want["int8"][(a8 == -1) & (b8 == -3)] == -1
+    for device in ["PYTHON"] + ([] if _cpu_unusable() else ["CPU"]):
+        got = evaluate_on_tinygrad(graph, values, device)
+        for name in outputs:
+            assert got[name].dtype == want[name].dtype and np.array_equal(got[name], want[name]), (device, name)

@@ -258,7 +258,7 @@ def _power(run, node, srcs):
     the int32 cast into a `where`, and PYTHON runs both of its branches.)"""
     a, b = srcs
     if not node.dtype.is_float:
-        return a.pow(b)
+        return _integer_power(a, b, node)
     finite = b.isinf().logical_not() & b.isnan().logical_not()
     powered = a.pow(finite.where(b, 0.0).contiguous())
     size = a.abs()
@@ -268,6 +268,26 @@ def _power(run, node, srcs):
     odd = b.eq(b.trunc()) & half.ne(half.trunc())  # an odd integer (no int cast: any size)
     negative_zero = a.eq(0) & (a.reciprocal() < 0)
     return a.eq(1).where(1.0, (negative_zero & odd).where(-powered, powered))
+
+
+def _integer_power(a, b, node):
+    """a^b in the integers' own arithmetic, wrapping as their products do: the numpy
+    evaluator's C-style power (backends/numpy/table.py's _int_pow). tinygrad 0.14 computes
+    an integer power through floats, which an exponent tensor does not compile (CPU) or
+    run (PYTHON), and which rounds past 2^24. So: square and multiply, one step per bit
+    an exponent of the dtype can have; a negative exponent gives 1/a^|b| truncated (1 for
+    a = 1, +-1 for a = -1 by b's parity, else 0)."""
+    signed = node.dtype.name.startswith("int")
+    result, base = a.ones_like(), a
+    for step in range(node.dtype.itemsize * 8 - signed):  # a negative b's bits: replaced below
+        if step:  # each square realized: unrealized, tinygrad's rewrites grow exponentially with the steps
+            base = (base * base).contiguous()
+        result = ((b >> step) & 1).eq(1).where(result * base, result)
+    if not signed:
+        return result
+    one = a.ones_like()
+    small = a.eq(1).where(one, a.eq(-1).where((b & 1).eq(1).where(-one, one), a.zeros_like()))
+    return (b < 0).where(small, result)
 
 
 # 2 pi in three parts (Cody and Waite): the first two have 27 significant bits, so k times
