@@ -378,3 +378,86 @@ def test_a_default_float_attribute_is_its_float32_value(op):
     model = _one_node(op, {"x": x}, {}, {}, 22)
     ours = _imported_float64(model, x)["out"]
     np.testing.assert_allclose(ours, ReferenceEvaluator(model).run(None, {"x": x})[0], rtol=1e-15, atol=0)
+
+
+def _l2_graphs(x: np.ndarray, first: bool = False):
+    """ReduceL2 (axis 1) and LpNormalization (p = 2, axis 1) of x imported, and each summed
+    (LpNormalization's first column only, if `first`) for a gradient: {op: (graph, gradient
+    graph)}."""
+    graphs = {}
+    for op, initializers, attrs, opset in [("ReduceL2", {"axes": np.array([1], np.int64)}, {"keepdims": 0}, 18),
+                                           ("LpNormalization", {}, {"axis": 1, "p": 2}, 22)]:
+        graph, weights = import_model(_one_node(op, {"x": x}, initializers, attrs, opset))
+        assert not weights
+        out = graph.outputs["out"]
+        loss = out[:, 0].sum() if first and op == "LpNormalization" else out.sum()
+        graphs[op] = graph, differentiate(Graph({"loss": loss}), ["x"])[0]
+    return graphs
+
+
+# (3b, 4b) with b from the subnormals to beyond √max of each type: √Σx² overflowed from
+# 1.3e154 (float64), 1.8e19 (float32), 256 (float16), and underflowed below their roots of
+# the smallest subnormal; onnxruntime and onnx.reference both still do (ReduceL2 inf or 0,
+# LpNormalization 0 in float64, nan in float32)
+L2_SCALES = {np.float64: [1e-320, 1e-310, 1e-200, 1e-160, 1e-100, 1.0, 1e100, 1e150, 1e154, 1e200, 1e300, 3e307],
+             np.float32: [1e-44, 1e-40, 1e-30, 1e-20, 1.0, 1e10, 1e19, 1e20, 1e30, 6e37],
+             np.float16: [1e-7, 1e-5, 1e-3, 1.0, 100.0, 300.0, 1e4]}
+
+
+@pytest.mark.parametrize("dtype", list(L2_SCALES), ids=lambda d: d.__name__)
+def test_l2_norms_neither_overflow_nor_underflow(dtype):
+    """ReduceL2 of (3b, 4b) is 5b, LpNormalization (0.6, 0.8), each to an ulp of the exact
+    value for the rounded inputs (hypot), and the gradients, x/‖x‖ and (y2², -y1·y2)/‖x‖ (of
+    the first output), to 3 ulps where they are normal numbers."""
+    b = np.array(L2_SCALES[dtype], dtype)
+    x = np.stack([b * dtype(3), b * dtype(4)], 1)
+    wide = x.astype(np.float64)
+    norm = np.array([math.hypot(*row) for row in wide])  # correctly rounded but for an ulp
+    y = wide / norm[:, None]
+    graphs = _l2_graphs(x, first=True)
+    graph, gradient = graphs["ReduceL2"]
+    assert _within_ulps(evaluate_graph(graph, {"x": x})["out"], norm.astype(dtype), 1)
+    assert _within_ulps(evaluate_graph(gradient, {"x": x})["grad_x"], y.astype(dtype), 3)
+    graph, gradient = graphs["LpNormalization"]
+    assert _within_ulps(evaluate_graph(graph, {"x": x})["out"], y.astype(dtype), 1)
+    slopes = evaluate_graph(gradient, {"x": x})["grad_x"]
+    want = np.stack([y[:, 1] ** 2, -y[:, 0] * y[:, 1]], 1) / norm[:, None]
+    normal = (np.abs(want) >= np.finfo(dtype).tiny).all(1) & (np.abs(want) <= np.finfo(dtype).max).all(1)
+    assert normal.sum() >= len(b) - 3  # 1/‖x‖ overflows at the smallest b, is subnormal at the largest
+    assert _within_ulps(slopes[normal], want[normal].astype(dtype), 3)
+    empty = np.zeros((2, 0), dtype)  # no element: the norm is 0 (its largest, -inf, has no exponent)
+    graph, _ = _l2_graphs(empty)["ReduceL2"]
+    assert_exact(evaluate_graph(graph, {"x": empty})["out"], np.zeros(2, dtype), "ReduceL2 of no element")
+
+
+def _within_ulps(got: np.ndarray, want: np.ndarray, ulps: int) -> bool:
+    assert got.dtype == want.dtype and got.shape == want.shape
+    error = np.abs(got.astype(np.float64) - want.astype(np.float64)) / np.spacing(np.abs(want)).astype(np.float64)
+    return bool(np.all((got == want) | (error <= ulps)))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16], ids=lambda d: d.__name__)
+def test_l2_norms_in_range_are_bit_for_bit_the_plain_forms(dtype):
+    """Scaled by a power of two, exactly: where Σx² neither overflows nor underflows, the
+    values and gradients are bit for bit those of √Σx² and x/√Σx² (nan, inf and zero rows
+    included), so float32 and float16 models keep their numbers, and onnxruntime's."""
+    rng = np.random.default_rng(7)
+    spread = rng.standard_normal((90, 5)) * np.repeat([0.1, 1.0, 10.0], 30)[:, None]
+    x = np.concatenate([np.copysign(np.abs(spread) + 0.01, spread),  # float16's squares normal too
+                        [[0.0, -0.0, 0.0, 0.0, 0.0], [np.inf, 1, 2, 3, 4], [np.nan, 1, 2, 3, 4], [-np.inf, np.inf, 0, 0, 1]]]).astype(dtype)
+    param = UOp.param("x", x.shape, dtypes.float64 if dtype == np.float64 else
+                      dtypes.float32 if dtype == np.float32 else dtypes.float16)
+    norm = (param * param).sum(1, keepdim=True).sqrt()
+    zero = norm.eq(0)
+    plain = {"ReduceL2": norm.reshape(x.shape[0]), "LpNormalization": zero.where(param.const_like(0), param / zero.where(1.0, norm))}
+    for op, (graph, gradient) in _l2_graphs(x).items():
+        by_hand = Graph({"out": plain[op]}, inputs=[param])
+        with np.errstate(all="ignore"):
+            assert_exact(evaluate_graph(graph, {"x": x})["out"], evaluate_graph(by_hand, {"x": x})["out"], op)
+            slopes = evaluate_graph(gradient, {"x": x})["grad_x"]
+            by_hand_slopes = evaluate_graph(differentiate(Graph({"loss": plain[op].sum()}, inputs=[param]), ["x"])[0],
+                                            {"x": x})["grad_x"]
+        if op == "LpNormalization":  # a zero row: 0, where the root's slope at 0 made it nan
+            assert np.isnan(by_hand_slopes[90]).all() and np.array_equal(slopes[90], np.zeros(5, dtype))
+            slopes, by_hand_slopes = np.delete(slopes, 90, 0), np.delete(by_hand_slopes, 90, 0)
+        assert_exact(slopes, by_hand_slopes, f"{op} gradient")

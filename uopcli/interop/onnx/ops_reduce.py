@@ -7,6 +7,8 @@ Calling conventions as in ops_tensor.py."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from uopcli import UOp, dtypes
 
 from . import ops_tensor as t
@@ -36,9 +38,31 @@ def reduce_l1(ctx): return _reduced(ctx, lambda x, axes, keep: _sum(ctx.call(t.a
 def reduce_sum_square(ctx): return _reduced(ctx, lambda x, axes, keep: _sum(x * x, axes, keep))  # noqa: E704 - Σx²
 
 
+def unit_scale(x: UOp, axes) -> UOp:
+    """2^-e, e = ⌊log2 max|x|⌋ over `axes` (kept), a constant to the gradient: the largest
+    x·2^-e is in [1, 2), so Σ(x·2^-e)² neither overflows (Σx² did from |x| = 1.3e154 in
+    float64, 1.8e19 in float32, 256 in float16) nor underflows (x² lost digits below 1.5e-154,
+    1.1e-19, 0.008). Scaling by a power of two is exact, so where Σx² did neither, the norm
+    comes out bit for bit as before. e is kept within the type's exponents (a largest of 0,
+    a subnormal, inf), where 2^±e is finite and not 0; a nan among x stays in the sum."""
+    top = _max(x.maximum(-x), axes, True).detach()
+    limit = float(np.finfo(x.dtype.np).maxexp - 1)
+    e = top.log2().floor()  # nan for an empty set (its max is -inf): -limit, as for 0
+    e = (e > limit).where(limit, (e > -limit).where(e, -limit))
+    return (-e).exp2()
+
+
 def reduce_l2(ctx):
-    """ReduceL2-18: √Σx² (integers: the root truncated, as the reference's astype)."""
-    return _reduced(ctx, lambda x, axes, keep: _sum(x * x, axes, keep).sqrt())
+    """ReduceL2-18: √Σx² (integers: the root truncated, as the reference's astype); floats
+    as √Σ(x·s)²/s with s = unit_scale (no overflow, and no underflow, of Σx²)."""
+    def fold(x: UOp, axes, keep: bool) -> UOp:
+        if not x.dtype.is_float:
+            return _sum(x * x, axes, keep).sqrt()
+        scale = unit_scale(x, axes)
+        scaled = x * scale
+        total = _sum(scaled * scaled, axes, keep).sqrt()
+        return total / scale.reshape(total.shape)
+    return _reduced(ctx, fold)
 
 
 def reduce_log_sum(ctx):
@@ -143,18 +167,23 @@ def global_max_pool(ctx):
 
 
 def lp_normalization(ctx):
-    """LpNormalization-22: x / ‖x‖_p along `axis`, p 1 or 2; 0 where the norm is 0."""
+    """LpNormalization-22: x / ‖x‖_p along `axis`, p 1 or 2; 0 where the norm is 0. p = 2
+    divides x·s by √Σ(x·s)², s = unit_scale: the same quotient, bit for bit, but Σx² neither
+    overflows (x/inf was 0 from |x| = 1.3e154 in float64) nor underflows (x/0 was the zero
+    row's 0 below 1e-154)."""
     x = ctx.x(0)
     axis = t.axis_of(ctx, ctx.attr("axis"), len(x.shape))
     p = ctx.attr("p")
     if p == 1:
-        norm = ctx.call(t.abs_, x).sum(axis, keepdim=True)
+        total = ctx.call(t.abs_, x).sum(axis, keepdim=True)
     elif p == 2:
-        norm = (x * x).sum(axis, keepdim=True).sqrt()
+        x = x * unit_scale(x, (axis,)) if x.dtype.is_float else x  # (the spec's types are floats)
+        total = (x * x).sum(axis, keepdim=True)  # the norm squared
     else:
         ctx.refuse(f"p={p} is not 1 or 2")
-    zero = norm.eq(0)  # all zeros along the axis: the output is 0 (the spec), never 0/0
-    return zero.where(x.const_like(0), x / zero.where(1.0, norm))
+    zero = total.eq(0)  # all zeros along the axis: the output is 0 (the spec), never 0/0
+    total = zero.where(1.0, total)  # before the root: its slope at 0 was inf, and 0·inf nan
+    return zero.where(x.const_like(0), x / (total.sqrt() if p == 2 else total))
 
 
 def mean_variance_normalization(ctx):
