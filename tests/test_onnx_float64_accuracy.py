@@ -2,7 +2,7 @@
 40 digits (uopcli/interop/onnx/float64.py). The builder's forms are float32's: its exp is
 2^(x·log2 e), |x| ulps off; log(1 + eˣ), eˣ - 1 and 1/(1 + eˣ) lose every digit where the
 1 swamps the other term; cos is sin(π/2 - x), whose π/2 - x rounds; eˣ/2 overflows before
-cosh does."""
+cosh does; x/(1 + |x|)'s slope cancels."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ mp = pytest.importorskip("mpmath")
 from onnx import TensorProto, helper  # noqa: E402
 from uopcli.interop.onnx.importer import import_model  # noqa: E402
 from uopcli.tools.differentiate import differentiate  # noqa: E402
+from uopcli.tools.forward import jvp  # noqa: E402
 
 mp.mp.dps = 40
 SELU_ALPHA, SELU_GAMMA = 1.67326319217681884765625, 1.05070102214813232421875
@@ -50,6 +51,7 @@ OPS = {
     "Sin": (22, mp.sin, mp.cos),
     "Cos": (22, mp.cos, lambda x: -mp.sin(x)),
     "Tan": (22, mp.tan, lambda x: mp.sec(x) ** 2),
+    "Softsign": (22, lambda x: x / (1 + abs(x)), lambda x: 1 / (1 + abs(x)) ** 2),
 }
 
 _QUARTERS = np.pi / 2 * np.arange(-64, 65)
@@ -120,8 +122,8 @@ def test_float64_op_edges_as_math_gives_them(op):
                 want = 0.0
             if op == "Cosh" and math.isinf(x):
                 want = math.inf
-        elif x == 0:  # mpmath has no -0.0: x itself for Elu, Swish, Mish (x·...), +0.0 for eˣ - 1
-            want = x if op in ("Elu", "Swish", "Mish") else float(OPS[op][1](mp.mpf(x)))
+        elif x == 0:  # mpmath has no -0.0: x itself for Elu, Swish, Mish, Softsign (x·...), +0.0 for eˣ - 1
+            want = x if op in ("Elu", "Swish", "Mish", "Softsign") else float(OPS[op][1](mp.mpf(x)))
         else:
             want = float(OPS[op][1](mp.mpf(x))) if math.isfinite(x) else y  # the limits: below
         assert (math.isnan(y) and math.isnan(want)) or (y == want and math.copysign(1, y) == math.copysign(1, want)), \
@@ -151,3 +153,34 @@ def test_float64_acosh_near_one_and_far_out():
     with np.errstate(invalid="ignore"):
         ends = evaluate_graph(edges, {"x": np.array([1.0, 0.5, -np.inf, np.inf, np.nan])})["out"]
     assert ends[0] == 0 and np.isnan(ends[1]) and np.isnan(ends[2]) and ends[3] == np.inf and np.isnan(ends[4])
+
+
+def _ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """|got - want| in ulps of want (a subnormal's ulp is 2^-1074); 0 where equal."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    with np.errstate(invalid="ignore"):
+        return np.where(got == want, 0.0, np.abs(got - want) / np.spacing(np.abs(want)))
+
+
+# x/(1 + |x|) from 1e-300 to 1e300: its slope 1/(1 + |x|)² is 1e-16 at 1e8 and 1e-40 at 1e20
+# (the form's slope (1 - |y|)/(1 + |x|) was 4e-9 off at 1e8 and 0 from 1e16)
+SOFTSIGN_FAR = np.array([1e-300, 1e-8, 0.5, 1.0, np.nextafter(1.0, 0.0), 1.5, 1e8, 1e16, 1e20, 1e150, 1e300])
+
+
+def test_float64_softsign_far_out_and_at_its_limits():
+    """Values to an ulp, slopes to 3 in reverse and forward mode, out to 1e300."""
+    x = np.concatenate([SOFTSIGN_FAR, -SOFTSIGN_FAR, np.geomspace(1, 1e300, 301), -np.linspace(0, 30, 301)])
+    graph = _graph("Softsign", 22, len(x))
+    got = evaluate_graph(graph, {"x": x})["out"]
+    assert _ulps(got, _truth(lambda v: v / (1 + abs(v)), x)).max() <= 1
+    gradient, _ = differentiate(Graph({"loss": graph.outputs["out"].sum()}), ["x"])
+    want = _truth(lambda v: 1 / (1 + abs(v)) ** 2, x)
+    assert _ulps(evaluate_graph(gradient, {"x": x})["grad_x"], want).max() <= 3
+    tangents = evaluate_graph(jvp(graph, ["x"]), {"x": x, "tangent_x": np.ones_like(x)})["jvp_out"]
+    assert _ulps(tangents, want).max() <= 3
+    edges = np.array([0.0, -0.0, np.inf, -np.inf, np.nan])  # ±inf: the limits (x/(1 + |x|) was inf/inf)
+    graph = _graph("Softsign", 22, len(edges))
+    got = evaluate_graph(graph, {"x": edges})["out"]
+    assert np.array_equal(got, [0.0, -0.0, 1.0, -1.0, np.nan], equal_nan=True) and np.signbit(got[1])
+    gradient, _ = differentiate(Graph({"loss": graph.outputs["out"].sum()}), ["x"])
+    assert np.array_equal(evaluate_graph(gradient, {"x": edges})["grad_x"], [1.0, 1.0, 0.0, 0.0, np.nan], equal_nan=True)

@@ -1,7 +1,7 @@
-"""float64 forms of exp, exp - 1, log(1 + u), the logistic function, sin and cos, for the
-ops whose builder forms are only float32-accurate in float64 (ops_math.py, ops_tensor.py
-and ops_activation.py call them for float64 inputs only; float32 and float16 graphs keep
-the builder's forms; Sin keeps SIN, so that an exported graph reads back bit for bit). Each is accurate to a few ulps in relative terms, and so
+"""float64 forms of exp, exp - 1, log(1 + u), the logistic function, sin and cos, and
+softsign, for the ops whose builder forms are only float32-accurate in float64
+(ops_math.py, ops_tensor.py and ops_activation.py call them for float64
+inputs only; float32 and float16 graphs keep the builder's forms; Sin keeps SIN, so that an exported graph reads back bit for bit). Each is accurate to a few ulps in relative terms, and so
 is its gradient, which `diff` takes through the same graph: no branch makes inf or nan
 for the gradient of another (the values each branch sees are kept finite).
 
@@ -67,6 +67,20 @@ def softplus64(x: UOp) -> UOp:
     """log(1 + eˣ) = max(x, 0) + log1p(e^-|x|): log(1 + e^-|x|) was 0 below x = -37."""
     positive, negative = _negative_magnitude(x)
     return positive.where(x, 0.0) + log1p64(exp64(negative))
+
+
+def softsign64(x: UOp) -> UOp:
+    """x/(1 + |x|) below |x| = 1 (as the builder), ±(1 - r) with r = 1/(1 + |x|) from 1 on:
+    both within an ulp, and the second's slope is r² along one path, where x/(1 + |x|)'s is
+    (1 - |y|)/(1 + |x|), whose 1 - |y| cancels as |y| nears 1 (4e-9 off at |x| = 1e8, 0
+    from 1e16; below 1, |y| < 1/2). ±inf gives the limit ±1 (x/(1 + |x|) was inf/inf) with
+    slope 0; each branch sees a finite x."""
+    negative = x < 0
+    magnitude = negative.where(-x, x)
+    near = magnitude < 1  # nan is far
+    inner = near.where(x, 0.0) / (1.0 + near.where(magnitude, 0.0))
+    r = (1.0 + magnitude).reciprocal()
+    return near.where(inner, negative.where(r - 1.0, 1.0 - r))
 
 
 def expm1_64(x: UOp, sinh_series) -> UOp:

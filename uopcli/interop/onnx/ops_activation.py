@@ -9,7 +9,7 @@ import math
 from uopcli import dtypes
 
 from . import ops_tensor as t
-from .float64 import expm1_64, softplus64
+from .float64 import expm1_64, softplus64, softsign64
 from .ops_math import sinh_series
 
 # Selu-6's defaults, the float32 values the spec writes out
@@ -84,7 +84,12 @@ def _softplus(x):
 
 
 def softplus(ctx): return _softplus(ctx.x(0))              # noqa: E704 - Softplus-22: log(eˣ + 1)
-def softsign(ctx): return ctx.x(0) / (ctx.call(t.abs_, ctx.x(0)) + 1.0)  # noqa: E704 - Softsign-22: x/(1 + |x|)
+
+
+def softsign(ctx):
+    """Softsign-22: x/(1 + |x|); float64 by softsign64 (the slope cancelled to 0 from |x| = 1e16)."""
+    x = ctx.x(0)
+    return softsign64(x) if x.dtype is dtypes.float64 else x / (ctx.call(t.abs_, x) + 1.0)
 
 
 def mish(ctx):
