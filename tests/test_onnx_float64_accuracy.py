@@ -1,7 +1,8 @@
-"""float64 ONNX elementwise ops computed to float64, values and gradients, against mpmath at
-40 digits (uopcli/interop/onnx/float64.py). The builder's forms are float32's: its exp is
-2^(x·log2 e), |x| ulps off; log(1 + eˣ), eˣ - 1 and 1/(1 + eˣ) lose every digit where the
-1 swamps the other term; cos is sin(π/2 - x), whose π/2 - x rounds; eˣ/2 overflows before
+"""float64 ONNX elementwise ops, and log Σeˣ and LogSoftmax, computed to float64, values and
+gradients, against mpmath at 40 digits (uopcli/interop/onnx/float64.py). The builder's forms
+are float32's: its exp is 2^(x·log2 e), |x| ulps off; log(1 + eˣ), eˣ - 1 and 1/(1 + eˣ)
+lose every digit where the 1 swamps the other term, and so does log Σeˣ when the largest
+term swamps the others; cos is sin(π/2 - x), whose π/2 - x rounds; eˣ/2 overflows before
 cosh does; x/(1 + |x|)'s slope cancels."""
 
 from __future__ import annotations
@@ -12,15 +13,17 @@ import numpy as np
 import pytest
 
 from _onnx_helpers import need_onnx_and_runtime
-from uopcli import Graph, evaluate_graph
+from uopcli import Graph, UOp, evaluate_graph
 
-need_onnx_and_runtime()
+_, ort = need_onnx_and_runtime()
 mp = pytest.importorskip("mpmath")
 
 from onnx import TensorProto, helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+from test_onnx_edges import _one_node  # noqa: E402
 from uopcli.interop.onnx.importer import import_model  # noqa: E402
 from uopcli.tools.differentiate import differentiate  # noqa: E402
-from uopcli.tools.forward import jvp  # noqa: E402
+from uopcli.tools.forward import hvp, jvp  # noqa: E402
 
 mp.mp.dps = 40
 SELU_ALPHA, SELU_GAMMA = 1.67326319217681884765625, 1.05070102214813232421875
@@ -184,3 +187,132 @@ def test_float64_softsign_far_out_and_at_its_limits():
     assert np.array_equal(got, [0.0, -0.0, 1.0, -1.0, np.nan], equal_nan=True) and np.signbit(got[1])
     gradient, _ = differentiate(Graph({"loss": graph.outputs["out"].sum()}), ["x"])
     assert np.array_equal(evaluate_graph(gradient, {"x": edges})["grad_x"], [1.0, 1.0, 0.0, 0.0, np.nan], equal_nan=True)
+
+
+def _rows(*rows) -> np.ndarray:
+    return np.array(rows, np.float64)
+
+
+# rows of 4 whose x - max is exact (mpmath's truth is of the given x; a rounded x - max is an
+# error of |x - max| ulps in e^(x - max) that no form of the sum can undo): one largest and the
+# rest below an ulp of it (e^-37 = 8.5e-17), ties, subnormal and underflowing terms, far shifts
+_RNG = np.random.default_rng(41)
+LSE_ROWS = np.concatenate([_rows([0, -41, -50, -60], [0, -37, -37, -1000], [5, -36, -36.5, -40], [0, 0, -41, -41],
+                                 [-3, -53, -63, -3], [0, -1, -2, -3], [0, -1e-10, -2, -745], [700, 0, -1, -2],
+                                 [-700, -741, -745, -800], [1e-20, 0, -5, -9], [0, -700, -710, -744],
+                                 [2, 2, 2, 2], [-1e300, -1e300, -1e300, -1e300 - 2e284]),
+                           np.round(_RNG.normal(0, 1, (8, 4)) * 8) / 8, np.round(_RNG.normal(0, 30, (8, 4)) * 8) / 8])
+
+
+def _log_sum_exp_truth(row):
+    """(largest, Σe^(x - largest) - 1) of a row, in mpmath: the 1 of the largest kept apart,
+    as 40 digits would lose a term below 1e-40 of it."""
+    xs = [mp.mpf(v) for v in row]
+    top = max(xs)
+    return top, mp.fsum([mp.exp(v - top) for v in xs if v != top]) + (xs.count(top) - 1)
+
+
+def _lse_graph(x: np.ndarray):
+    model = _one_node("ReduceLogSumExp", {"x": x}, {"axes": np.array([1], np.int64)}, {"keepdims": 0})
+    return import_model(model)[0]
+
+
+def test_float64_log_sum_exp_keeps_the_terms_below_an_ulp_of_the_largest():
+    """ReduceLogSumExp to an ulp and its slope (softmax) to 3: m + log Σe^(x - m) returned m
+    itself where the rest was below an ulp of the largest term (log(1 + 1.6e-18) is 0), and
+    its exp was |x - m| ulps off."""
+    graph = _lse_graph(LSE_ROWS)
+    truth = [_log_sum_exp_truth(row) for row in LSE_ROWS]
+    got = evaluate_graph(graph, {"x": LSE_ROWS})["out"]
+    assert _ulps(got, [float(top + mp.log1p(rest)) for top, rest in truth]).max() <= 1
+    gradient, _ = differentiate(Graph({"loss": graph.outputs["out"].sum()}), ["x"])
+    slopes = evaluate_graph(gradient, {"x": LSE_ROWS})["grad_x"]
+    want = [[float(mp.exp(mp.mpf(v) - top - mp.log1p(rest))) for v in row] for row, (top, rest) in zip(LSE_ROWS, truth)]
+    assert _ulps(slopes, want).max() <= 3
+
+
+def _log_softmax_jacobian(x: np.ndarray):
+    """LogSoftmax along axis 1 of each row of x, and J[r, i, j] = d out[r, i] / d x[r, j]
+    twice: by `diff`, the gradient of Σ c·out for each cotangent c = e_i, and by `jvp`
+    along each tangent e_j, each in one evaluation (each row of x repeated n times)."""
+    rows, n = x.shape
+    graph = import_model(_one_node("LogSoftmax", {"x": x}, {}, {"axis": 1}, 13))[0]
+    values = evaluate_graph(graph, {"x": x})["out"]
+    wide = import_model(_one_node("LogSoftmax", {"x": np.repeat(x, n, 0)}, {}, {"axis": 1}, 13))[0]
+    out = wide.outputs["out"]
+    cotangent = UOp.param("c", out.shape, out.dtype)
+    gradient, _ = differentiate(Graph({"loss": (out * cotangent).sum()}), ["x"])
+    units = np.tile(np.eye(n), (rows, 1))
+    reverse = evaluate_graph(gradient, {"x": np.repeat(x, n, 0), "c": units})["grad_x"].reshape(rows, n, n)
+    forward = evaluate_graph(jvp(wide, ["x"]), {"x": np.repeat(x, n, 0), "tangent_x": units})["jvp_out"]
+    return values, reverse, forward.reshape(rows, n, n).transpose(0, 2, 1)
+
+
+def _log_softmax_truth(row):
+    """Values and Jacobian δij - p_j of one row in mpmath; the largest's own 1 - p, where it is
+    alone, as rest/(1 + rest) (1 - p would need more than 40 digits)."""
+    top, rest = _log_sum_exp_truth(row)
+    shifted = [mp.mpf(v) - top for v in row]
+    p = [mp.exp(d - mp.log1p(rest)) for d in shifted]
+    alone = list(row).count(max(row)) == 1
+    jacobian = [[(rest / (1 + rest) if alone and row[i] == max(row) else 1 - p[i]) if i == j else -p[j]
+                 for j in range(len(row))] for i in range(len(row))]
+    return [float(d - mp.log1p(rest)) for d in shifted], [[float(v) for v in line] for line in jacobian]
+
+
+def test_float64_log_softmax_of_the_largest_and_its_slopes():
+    """LogSoftmax to 2 ulps and every entry of its Jacobian to 4, in reverse and forward
+    mode: the largest's output was 0
+    where the rest was below an ulp of it, and its slope to itself, 1 - p with p = 1/Σ
+    rounded to 1, 0; the slopes to the largest stay as they were (-p, exact), also among 300
+    close values (where the largest's own output comes back through the others' Σ p)."""
+    values, reverse, forward = _log_softmax_jacobian(LSE_ROWS)
+    for row, got, slopes, tangents in zip(LSE_ROWS, values, reverse, forward):
+        want, want_slopes = _log_softmax_truth(row)
+        assert _ulps(got, want).max() <= 2, (row, got, want)
+        assert _ulps(slopes, want_slopes).max() <= 4, (row, slopes, want_slopes)
+        assert _ulps(tangents, want_slopes).max() <= 4, (row, tangents, want_slopes)
+    close = np.round(_RNG.uniform(-2, 0, (1, 300)) * 8) / 8
+    close[0, 7] = 0.125  # alone at the top, p = 1/250
+    values, reverse, forward = _log_softmax_jacobian(close)
+    want, want_slopes = _log_softmax_truth(close[0])
+    assert _ulps(values[0], want).max() <= 2
+    assert _ulps(reverse[0], want_slopes).max() <= 4 and _ulps(forward[0], want_slopes).max() <= 4
+
+
+def test_float64_log_sum_exp_and_log_softmax_at_their_limits():
+    """Non-finite rows give what they gave: log Σeˣ is -inf for a row of -inf (and for no
+    element), inf with +inf, nan with nan, as onnxruntime; LogSoftmax is -inf where x is,
+    nan for a row of -inf or with +inf (inf - inf), as onnx.reference."""
+    x = _rows([-np.inf, -np.inf], [np.inf, 1.0], [np.nan, 1.0], [np.inf, np.inf], [np.inf, -np.inf], [1.0, -np.inf],
+              [-0.0, 0.0], [0.0, -np.inf])
+    model = _one_node("ReduceLogSumExp", {"x": x}, {"axes": np.array([1], np.int64)}, {"keepdims": 0})
+    got = evaluate_graph(import_model(model)[0], {"x": x})["out"]
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert np.array_equal(got, [-np.inf, np.inf, np.nan, np.inf, np.inf, 1.0, math.log(2), 0.0], equal_nan=True)
+    assert np.array_equal(got, theirs, equal_nan=True)
+    empty = np.zeros((2, 0))
+    model = _one_node("ReduceLogSumExp", {"x": empty}, {"axes": np.array([1], np.int64)}, {"keepdims": 0})
+    assert np.array_equal(evaluate_graph(import_model(model)[0], {"x": empty})["out"], [-np.inf, -np.inf])
+    model = _one_node("LogSoftmax", {"x": x}, {}, {"axis": 1}, 13)
+    got = evaluate_graph(import_model(model)[0], {"x": x})["out"]
+    nan, inf = np.nan, np.inf
+    want = [[nan, nan], [nan, nan], [nan, nan], [nan, nan], [nan, nan], [0.0, -inf], [-math.log(2)] * 2, [0.0, -inf]]
+    assert np.array_equal(got, want, equal_nan=True)
+    with np.errstate(all="ignore"):
+        assert np.array_equal(got, ReferenceEvaluator(model).run(None, {"x": x})[0], equal_nan=True)
+
+
+def test_float64_log_sum_exp_second_derivatives_at_ties():
+    """The largest's e^(x - m) - 1, 0 for each tie, still has e^(x - m)'s derivatives: the
+    Hessian diag(p) - ppᵀ of log Σeˣ by `hvp` (forward over reverse) to 4 ulps where ties
+    hold the top (a tie's term as the constant 0 would give 0 for its row)."""
+    x = _rows([0, 0, -1, -41], [1, 1, 1, 1], [-2, 5, 5, 3], [0, 0, -41, -41])
+    rows, n = x.shape
+    graph = _lse_graph(np.repeat(x, n, 0))
+    hessian = evaluate_graph(hvp(graph, ["x"], cotangent="ones"), {"x": np.repeat(x, n, 0), "tangent_x": np.tile(np.eye(n), (rows, 1))})
+    for row, got in zip(x, hessian["hvp_x"].reshape(rows, n, n)):
+        top, rest = _log_sum_exp_truth(row)
+        p = [mp.exp(mp.mpf(v) - top - mp.log1p(rest)) for v in row]
+        want = [[float((p[i] if i == j else 0) - p[i] * p[j]) for j in range(n)] for i in range(n)]
+        assert _ulps(got, want).max() <= 4, (row, got, want)

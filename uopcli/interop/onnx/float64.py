@@ -1,6 +1,6 @@
-"""float64 forms of exp, exp - 1, log(1 + u), the logistic function, sin and cos, and
-softsign, for the ops whose builder forms are only float32-accurate in float64
-(ops_math.py, ops_tensor.py and ops_activation.py call them for float64
+"""float64 forms of exp, exp - 1, log(1 + u), the logistic function, sin and cos, softsign
+and log Σeˣ, for the ops whose builder forms are only float32-accurate in float64
+(ops_math.py, ops_tensor.py, ops_reduce.py and ops_activation.py call them for float64
 inputs only; float32 and float16 graphs keep the builder's forms; Sin keeps SIN, so that an exported graph reads back bit for bit). Each is accurate to a few ulps in relative terms, and so
 is its gradient, which `diff` takes through the same graph: no branch makes inf or nan
 for the gradient of another (the values each branch sees are kept finite).
@@ -81,6 +81,40 @@ def softsign64(x: UOp) -> UOp:
     inner = near.where(x, 0.0) / (1.0 + near.where(magnitude, 0.0))
     r = (1.0 + magnitude).reciprocal()
     return near.where(inner, negative.where(r - 1.0, 1.0 - r))
+
+
+def sum_exp_less_one64(x: UOp, top: UOp, axes, keepdim: bool = True) -> UOp:
+    """Σ e^(x - top) - 1 over `axes` (() sums nothing) without the rounding of the 1, for
+    log1p: log Σ e^(x - top) lost every term below 1e-16 of the largest (0 for x = [0, -41]).
+    `top` is x's largest (dims kept) or 0: each of the k x equal to it adds e^0 - 1 = 0 and
+    k - 1 comes last, so no 1 meets the small terms; each term is still e^(x - top) less a
+    constant, with all of e's derivatives (a tie's slope is e^0/Σ), whether top is detached
+    or not. -1 where no x is top and every e is 0 (all -inf, with top 0 for -inf)."""
+    tie = x.eq(top).cast(x.dtype)
+    terms = exp64(x - top) - tie
+
+    def total(v: UOp) -> UOp:
+        return v.sum(axes, keepdim=keepdim) if axes else v
+    return total(terms) + (total(tie) - 1.0)
+
+
+def log_softmax64(x: UOp, axis: int) -> UOp:
+    """x - top - log1p(Σ e^(x - top) - 1) along `axis`, top the largest: its own output is
+    -log1p of the rest (x - top - log Σ gave 0 from x = [0, -41]). Any top gives the same
+    function, and with top detached the same values, but not the same slopes: detached, the
+    largest's slope to itself is 1 - 1/Σ, which cancels (0 from x = [0, -41]); attached,
+    that 1 comes back through top as the others' Σ p, accurate, but every other output's
+    slope to the largest then passes through top's sum too (-p, 50 ulps off among 1000
+    close values). So the largest, if alone, takes the attached form, the rest the detached.
+    Non-finite x give what x - top - log Σ gave (nan for a row of -inf or with +inf)."""
+    top = x.max(axis, keepdim=True)
+    tie = x.eq(top)
+    alone = tie & tie.cast(x.dtype).sum(axis, keepdim=True).eq(1)
+    return alone.where(_shifted_log_softmax64(x, top, axis), _shifted_log_softmax64(x, top.detach(), axis))
+
+
+def _shifted_log_softmax64(x: UOp, top: UOp, axis: int) -> UOp:
+    return (x - top) - log1p64(sum_exp_less_one64(x, top, (axis,)))
 
 
 def expm1_64(x: UOp, sinh_series) -> UOp:

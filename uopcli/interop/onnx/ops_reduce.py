@@ -7,11 +7,14 @@ Calling conventions as in ops_tensor.py."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from uopcli import UOp, dtypes
 
 from . import ops_tensor as t
+from .float64 import log1p64, sum_exp_less_one64
 
 
 def _reduced(ctx, fold):
@@ -73,10 +76,16 @@ def reduce_log_sum(ctx):
 def reduce_log_sum_exp(ctx):
     """ReduceLogSumExp-18: log Σeˣ, computed as m + log Σe^(x - m) with m the (detached)
     largest value, so neither overflows; m is 0 where it is infinite (an empty set, or an
-    inf among the values), where the shift would make inf - inf."""
+    inf among the values), where the shift would make inf - inf. float64 takes
+    m + log1p(Σe^(x - m) - 1) (sum_exp_less_one64): log Σ was 0, and the result m, where the
+    rest is below 1e-16 of the largest; -inf where every x is -inf (log1p(-1))."""
     def fold(x: UOp, axes, keep: bool) -> UOp:
         top = _max(x, axes, True).detach()
         top = top.isinf().where(0.0, top)
+        if x.dtype is dtypes.float64:
+            rest = sum_exp_less_one64(x, top, axes, keep)
+            top = top.reshape(rest.shape)
+            return rest.eq(-1).where(-math.inf, top + log1p64(rest))
         total = (x - top).exp().sum(axes, keepdim=keep).log()
         return total + top.reshape(total.shape)
     return _reduced(ctx, fold)
