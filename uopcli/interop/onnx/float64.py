@@ -73,14 +73,14 @@ def softsign64(x: UOp) -> UOp:
     """x/(1 + |x|) below |x| = 1 (as the builder), ±(1 - r) with r = 1/(1 + |x|) from 1 on:
     both within an ulp, and the second's slope is r² along one path, where x/(1 + |x|)'s is
     (1 - |y|)/(1 + |x|), whose 1 - |y| cancels as |y| nears 1 (4e-9 off at |x| = 1e8, 0
-    from 1e16; below 1, |y| < 1/2). ±inf gives the limit ±1 (x/(1 + |x|) was inf/inf) with
-    slope 0; each branch sees a finite x."""
+    from 1e16; below 1, |y| < 1/2). ±inf gives nan, as x/(1 + |x|) does in float32 and in
+    onnxruntime, onnx.reference and torch (inf/inf), with slope 0, the limit."""
     negative = x < 0
     magnitude = negative.where(-x, x)
     near = magnitude < 1  # nan is far
     inner = near.where(x, 0.0) / (1.0 + near.where(magnitude, 0.0))
     r = (1.0 + magnitude).reciprocal()
-    return near.where(inner, negative.where(r - 1.0, 1.0 - r))
+    return magnitude.isinf().where(math.nan, near.where(inner, negative.where(r - 1.0, 1.0 - r)))
 
 
 def sum_exp_less_one64(x: UOp, top: UOp, axes, keepdim: bool = True) -> UOp:
