@@ -320,3 +320,52 @@ def test_float64_log_sum_exp_second_derivatives_at_ties():
         p = [mp.exp(mp.mpf(v) - top - mp.log1p(rest)) for v in row]
         want = [[float((p[i] if i == j else 0) - p[i] * p[j]) for j in range(n)] for i in range(n)]
         assert _ulps(got, want).max() <= 4, (row, got, want)
+
+
+# logits spread far below the largest (the builder's eˣ was |x - max| ulps off: 700 at -700)
+SOFTMAX_ROWS = _rows([0, -1, -2, -3], [0, -30, -300, -700], [5.5, -20.25, 3, 1e-10], [700, 0, -1, 699.5],
+                     [1e-300, -1e-300, 0, -744], [-3, -3, -3, -3])
+
+
+def _softmax_truth(row):
+    e = [mp.exp(mp.mpf(v) - mp.mpf(max(row))) for v in row]
+    total = sum(e)
+    return np.array([float(v / total) for v in e])
+
+
+def test_float64_softmax_to_its_last_digits():
+    """Softmax-13 and Softmax-1 (the 2-D view) in float64: every probability within 2 ulps of
+    mpmath's, down to e^-700 of the largest; and the Attention op's softmax too, whose
+    weights reach the output: within 4 ulps of onnx.reference's (numpy's float64 exp)."""
+    for opset in (13, 1):
+        model = _one_node("Softmax", {"x": SOFTMAX_ROWS}, {}, {"axis": 1} if opset == 1 else {}, opset)
+        got = evaluate_graph(import_model(model)[0], {"x": SOFTMAX_ROWS})["out"]
+        want = np.array([_softmax_truth(row) for row in SOFTMAX_ROWS])
+        assert _ulps(got, want).max() <= 2, opset
+    rng = np.random.default_rng(5)
+    # quarters: every score is exact, so its e^(x - max) is the one rounding compared
+    q, k = rng.integers(-40, 40, (1, 1, 3, 4)) / 4.0, rng.integers(-40, 40, (1, 1, 5, 4)) / 4.0
+    v = np.eye(5)[None, None]  # the output is the weights themselves
+    model = _one_node("Attention", {"q": q, "k": k, "v": v}, {}, {"scale": 1.0}, 23)  # q, k times √scale: 1
+    got = evaluate_graph(import_model(model)[0], {"q": q, "k": k, "v": v})["out"]
+    scores = (q @ k.transpose(0, 1, 3, 2))[0, 0]
+    want = np.array([_softmax_truth(row) for row in scores])
+    assert _ulps(got[0, 0], want).max() <= 4
+
+
+def test_float64_softmax_cross_entropy_keeps_a_confident_loss():
+    """SoftmaxCrossEntropyLoss computes log_softmax as LogSoftmax does: a loss of
+    log(1 + e^-41 + e^-50) = 1.6e-18 at a confident right label (it was 0), and its
+    gradient p - onehot, whose label entry -1.6e-18 was 0 too; both within 4 ulps."""
+    scores, labels = _rows([0, -41, -50], [2, 1, -3]), np.array([0, 2], np.int64)
+    model = _one_node("SoftmaxCrossEntropyLoss", {"scores": scores, "labels": labels}, {}, {"reduction": "none"}, 13)
+    graph = import_model(model)[0]
+    got = evaluate_graph(graph, {"scores": scores, "labels": labels})["out"]
+    p = np.array([_softmax_truth(row) for row in scores])
+    want = [float(mp.log1p(mp.exp(-41) + mp.exp(-50))), -float(mp.log(mp.mpf(_softmax_truth(scores[1])[2])))]
+    assert got[0] > 0 and _ulps(got, want).max() <= 4
+    gradient, _ = differentiate(Graph({"loss": graph.outputs["out"].sum()}), ["scores"])
+    slopes = evaluate_graph(gradient, {"scores": scores, "labels": labels})["grad_scores"]
+    exact = p - np.eye(3)[labels]
+    exact[0, 0] = -float((mp.exp(-41) + mp.exp(-50)) / (1 + mp.exp(-41) + mp.exp(-50)))  # p0 - 1 without the 1
+    assert _ulps(slopes, exact).max() <= 4

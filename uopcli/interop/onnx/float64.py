@@ -1,5 +1,5 @@
-"""float64 forms of exp, exp - 1, log(1 + u), the logistic function, sin and cos, softsign
-and log Σeˣ, for the ops whose builder forms are only float32-accurate in float64
+"""float64 forms of exp, exp - 1, log(1 + u), the logistic function, sin and cos, softsign,
+softmax and log Σeˣ, for the ops whose builder forms are only float32-accurate in float64
 (ops_math.py, ops_tensor.py, ops_reduce.py and ops_activation.py call them for float64
 inputs only; float32 and float16 graphs keep the builder's forms; Sin keeps SIN, so that an exported graph reads back bit for bit). Each is accurate to a few ulps in relative terms, and so
 is its gradient, which `diff` takes through the same graph: no branch makes inf or nan
@@ -96,6 +96,13 @@ def sum_exp_less_one64(x: UOp, top: UOp, axes, keepdim: bool = True) -> UOp:
     def total(v: UOp) -> UOp:
         return v.sum(axes, keepdim=keepdim) if axes else v
     return total(terms) + (total(tie) - 1.0)
+
+
+def softmax64(x: UOp, axis: int) -> UOp:
+    """e^(x - top) / Σ e^(x - top) along `axis`, top the (detached) largest, by exp64: the
+    builder's eˣ was |x - top| ulps off (30 at a logit 30 below the largest)."""
+    e = exp64(x - x.max(axis, keepdim=True).detach())
+    return e / e.sum(axis, keepdim=True)
 
 
 def log_softmax64(x: UOp, axis: int) -> UOp:

@@ -22,8 +22,9 @@ import math
 
 import numpy as np
 
-from uopcli import UOp
+from uopcli import UOp, dtypes
 
+from .float64 import exp64
 from .ops_tensor import dtype_from_code, gather, tanh
 
 
@@ -152,7 +153,7 @@ def _masked_softmax(ctx, scores, bias):
         wide = scores.cast(dtype) if dtype is not scores.dtype else scores
     top = wide.max(-1, keepdim=True)
     top = top.eq(-math.inf).where(0.0, top)
-    e = (wide - top).exp()
+    e = exp64(wide - top) if wide.dtype is dtypes.float64 else (wide - top).exp()  # builder's: |x| ulps in float64
     total = e.sum(-1, keepdim=True)
     weights = e / total.eq(0.0).where(1.0, total)
     if bias is not None:

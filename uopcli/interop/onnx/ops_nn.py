@@ -11,7 +11,7 @@ import numpy as np
 from uopcli import UOp, dtypes
 
 from .ops_norm import at_least_stashed, stash_type
-from .ops_tensor import axis_of, ints_of
+from .ops_tensor import axis_of, ints_of, log_softmax_of
 
 # ----------------------------------------------------------------------------- products
 
@@ -346,7 +346,7 @@ def softmax_cross_entropy_loss(ctx):
     likelihood (below) of log_softmax(scores) along axis 1. The second output is
     log_softmax(scores)."""
     scores = ctx.x(0)
-    log_prob = scores.log_softmax(1) if len(scores.shape) >= 2 else scores
+    log_prob = log_softmax_of(scores, 1) if len(scores.shape) >= 2 else scores  # float64: log_softmax64
     return [_negative_log_likelihood(ctx, log_prob), log_prob][:ctx.output_count]
 
 

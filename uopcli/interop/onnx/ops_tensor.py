@@ -18,7 +18,7 @@ import numpy as np
 from uopcli import UOp, dtypes
 
 from .dtypes import FROM_ONNX, UNSUPPORTED_NAMES
-from .float64 import exp64, log_softmax64, sigmoid64
+from .float64 import exp64, log_softmax64, sigmoid64, softmax64
 from .ops_math import _series, _taylor, _terms
 
 # ----------------------------------------------------------------------------- helpers
@@ -243,13 +243,19 @@ def softmax(ctx, log: bool = False):
     rank = len(x.shape)
     if ctx.since >= 13:
         axis = axis_of(ctx, ctx.attr("axis", -1), rank)
-        return _log_softmax(x, axis) if log else x.softmax(axis)
+        return log_softmax_of(x, axis) if log else softmax_of(x, axis)
     axis = axis_of(ctx, ctx.attr("axis", 1), rank)
     flat = x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
-    return (_log_softmax(flat, 1) if log else flat.softmax(1)).reshape(x.shape)
+    return (log_softmax_of(flat, 1) if log else softmax_of(flat, 1)).reshape(x.shape)
 
 
-def _log_softmax(x: UOp, axis: int) -> UOp:
+def softmax_of(x: UOp, axis: int) -> UOp:
+    """The builder's e^(x - max) / Σe^(x - max); float64 by softmax64 (the builder's eˣ is
+    float32-grade there)."""
+    return softmax64(x, axis) if x.dtype is dtypes.float64 else x.softmax(axis)
+
+
+def log_softmax_of(x: UOp, axis: int) -> UOp:
     """The builder's x - max - log Σe^(x - max); float64 by log_softmax64 (the largest's
     output was 0, and its slope to itself 0, where the rest is below 1e-16 of it)."""
     return log_softmax64(x, axis) if x.dtype is dtypes.float64 else x.log_softmax(axis)
