@@ -369,3 +369,22 @@ def test_float64_softmax_cross_entropy_keeps_a_confident_loss():
     exact = p - np.eye(3)[labels]
     exact[0, 0] = -float((mp.exp(-41) + mp.exp(-50)) / (1 + mp.exp(-41) + mp.exp(-50)))  # p0 - 1 without the 1
     assert _ulps(slopes, exact).max() <= 4
+
+
+@pytest.mark.parametrize("activation", ["Sigmoid", "Softsign", "Softplus", "Elu"])
+def test_float64_recurrent_activations_are_the_ops_own(activation):
+    """An RNN's activation in float64 is computed as the op of its name is: one unit with
+    W = 1, R = 0, no bias, so Y_t = f(x_t), values to 2 ulps and slopes (reverse mode) to
+    4 of mpmath's where the builder's forms were float32-grade (sigmoid's slope 0 below
+    -708, softplus 0 below -37, softsign's slope 0 from 1e16, elu's eˣ - 1 at -1e-17)."""
+    _, value, slope = OPS[activation]
+    x = np.array([-745.0, -720.0, -40.0, -12.5, -1.0, -1e-17, 0.5, 3.0, 1e8, 1e16, 1e300])
+    model = _one_node("RNN", {"x": x.reshape(-1, 1, 1)}, {"w": np.ones((1, 1, 1)), "r": np.zeros((1, 1, 1))},
+                      {"hidden_size": 1, "activations": [activation]}, 22)
+    graph = import_model(model)[0]
+    values = {"x": x.reshape(-1, 1, 1), "w": np.ones((1, 1, 1)), "r": np.zeros((1, 1, 1))}
+    got = evaluate_graph(graph, values)["out"].reshape(-1)
+    assert _ulps(got, _truth(value, x)).max() <= 2
+    gradient, _ = differentiate(Graph({"loss": graph.outputs["out"].sum()}, graph.inputs), ["x"])
+    slopes = evaluate_graph(gradient, values)["grad_x"].reshape(-1)
+    assert _ulps(slopes, _truth(slope, x)).max() <= 4

@@ -37,11 +37,13 @@ def prelu(ctx):
     return (x < 0).where(x * slope, x)
 
 
-def elu(ctx):
-    """Elu-22: x for x >= 0, alpha·(eˣ - 1) below."""
-    x = ctx.x(0)
+def elu(ctx): return elu_of(ctx.x(0), ctx.attr("alpha"))  # noqa: E704 - Elu-22
+
+
+def elu_of(x, alpha: float):
+    """Elu-22: x for x >= 0, alpha·(eˣ - 1) below (also an RNN's "Elu" in float64)."""
     negative = x < 0
-    return negative.where(_expm1(negative.where(x, 0.0)) * ctx.attr("alpha"), x)
+    return negative.where(_expm1(negative.where(x, 0.0)) * alpha, x)
 
 
 def selu(ctx):

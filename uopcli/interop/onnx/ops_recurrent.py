@@ -13,8 +13,10 @@ Same contract as ops_tensor.py.
 
 from __future__ import annotations
 
-from uopcli import UOp
+from uopcli import UOp, dtypes
 
+from .float64 import sigmoid64, softplus64, softsign64
+from .ops_activation import elu_of
 from .ops_tensor import ints_of, tanh
 
 _DIRECTIONS = {"forward": (False,), "reverse": (True,), "bidirectional": (False, True)}
@@ -25,20 +27,26 @@ def _hard_sigmoid(ctx, x, alpha, beta): return (x * alpha + beta).maximum(0).min
 def _thresholded_relu(ctx, x, alpha, beta): return (x > alpha).where(x, 0.0)  # noqa: E704
 
 
+def _float64_or_builder(form64, builder_form):
+    """An activation computed by float64.py's form for float64 (the builder's eˣ is
+    float32-grade there, and softsign's slope cancels), by the builder's otherwise."""
+    return lambda ctx, x, a, b: form64(x, a) if x.dtype is dtypes.float64 else builder_form(x, a)
+
+
 # name (lower case, as onnxruntime reads them) -> (function(ctx, x, alpha, beta), default alpha, default beta);
 # a None default means the function takes no alpha (or beta): the lists' values go to those that do
 ACTIVATIONS = {
     "relu": (lambda ctx, x, a, b: (x > 0).where(x, 0.0), None, None),
     "tanh": (lambda ctx, x, a, b: ctx.call(tanh, x), None, None),
-    "sigmoid": (lambda ctx, x, a, b: x.sigmoid(), None, None),
+    "sigmoid": (_float64_or_builder(lambda x, a: sigmoid64(x), lambda x, a: x.sigmoid()), None, None),
     "affine": (lambda ctx, x, a, b: x * a + b, 1.0, 0.0),            # αx + β
     "leakyrelu": (lambda ctx, x, a, b: x.leaky_relu(a), 0.01, None),  # x, or αx below 0
     "thresholdedrelu": (_thresholded_relu, 1.0, None),                 # x above α, else 0
     "scaledtanh": (_scaled_tanh, 1.0, 1.0),                            # α·tanh(βx)
     "hardsigmoid": (_hard_sigmoid, 0.2, 0.5),                          # αx + β clamped to [0, 1]
-    "elu": (lambda ctx, x, a, b: x.elu(a), 1.0, None),                 # x, or α(eˣ - 1) below 0
-    "softsign": (lambda ctx, x, a, b: x.softsign(), None, None),       # x / (1 + |x|)
-    "softplus": (lambda ctx, x, a, b: x.softplus(), None, None),       # log(1 + eˣ)
+    "elu": (_float64_or_builder(elu_of, lambda x, a: x.elu(a)), 1.0, None),                      # x, or α(eˣ - 1) below 0
+    "softsign": (_float64_or_builder(lambda x, a: softsign64(x), lambda x, a: x.softsign()), None, None),  # x/(1 + |x|)
+    "softplus": (_float64_or_builder(lambda x, a: softplus64(x), lambda x, a: x.softplus()), None, None),  # log(1 + eˣ)
 }
 
 
