@@ -273,10 +273,10 @@ def _power(run, node, srcs):
 def _integer_power(a, b, node):
     """a^b in the integers' own arithmetic, wrapping as their products do: the numpy
     evaluator's C-style power (backends/numpy/table.py's _int_pow). tinygrad 0.14 computes
-    an integer power through floats, which an exponent tensor does not compile (CPU) or
-    run (PYTHON), and which rounds past 2^24. So: square and multiply, one step per bit
-    an exponent of the dtype can have; a negative exponent gives 1/a^|b| truncated (1 for
-    a = 1, +-1 for a = -1 by b's parity, else 0)."""
+    an integer power with an exponent tensor through floats, which does not compile (CPU)
+    or run (PYTHON). So: square and multiply, one step per bit an exponent of the dtype can
+    have; a negative exponent gives 1/a^|b| truncated (1 for a = 1, +-1 for a = -1 by b's
+    parity, else 0)."""
     signed = node.dtype.name.startswith("int")
     result, base = a.ones_like(), a
     for step in range(node.dtype.itemsize * 8 - signed):  # a negative b's bits: replaced below
