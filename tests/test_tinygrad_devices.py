@@ -183,8 +183,12 @@ def test_integer_power_of_a_tensor_exponent_is_exact():
         outputs[name] = UOp.make(Ops.POW, x.dtype, (x, y))
         inputs += [x, y]
         values.update({f"a_{name}": a, f"b_{name}": b})
+    for exponent in (0, 1, 5, 62):  # a constant exponent: only its own bits are walked
+        outputs[f"int8^{exponent}"] = UOp.make(Ops.POW, inputs[0].dtype, (inputs[0], UOp.const(exponent, "int8")))
+        outputs[f"uint64^{exponent}"] = UOp.make(Ops.POW, inputs[-2].dtype, (inputs[-2], UOp.const(exponent, "uint64")))
     graph = Graph(outputs, inputs)
     want = evaluate_graph(graph, values)
+    assert list(want["int8^5"][values["a_int8"] == 3]) == [-13] * 13 and (want["uint64^0"] == 1).all()
     a8, b8 = values["a_int8"], values["b_int8"]
     assert want["int8"][(a8 == 3) & (b8 == 5)] == -13 and want["int8"][(a8 == -1) & (b8 == -3)] == -1
     for device in ["PYTHON"] + ([] if _cpu_unusable() else ["CPU"]):

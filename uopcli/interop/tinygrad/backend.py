@@ -278,8 +278,12 @@ def _integer_power(a, b, node):
     have; a negative exponent gives 1/a^|b| truncated (1 for a = 1, +-1 for a = -1 by b's
     parity, else 0)."""
     signed = node.dtype.name.startswith("int")
+    steps = node.dtype.itemsize * 8 - signed  # a negative b's bits: replaced below
+    exponent = node.src[1]
+    if exponent.op is Ops.CONST and exponent.arg >= 0:  # x ** 3: a constant's own bits only
+        steps = max(1, exponent.arg.bit_length())
     result, base = a.ones_like(), a
-    for step in range(node.dtype.itemsize * 8 - signed):  # a negative b's bits: replaced below
+    for step in range(steps):
         if step:  # each square realized: unrealized, tinygrad's rewrites grow exponentially with the steps
             base = (base * base).contiguous()
         result = ((b >> step) & 1).eq(1).where(result * base, result)
