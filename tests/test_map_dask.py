@@ -213,8 +213,17 @@ def test_a_shard_failing_on_a_worker_is_one_line_and_writes_nothing(cluster, dat
 
 
 def test_an_interrupted_cluster_run_leaves_no_partial_output(cluster, data):
+    """Stopped by SIGINT once its first shard's output is written: one line, exit status 1,
+    nothing left. 128 shards (each of the 16 eight times), so that the run cannot end
+    before the signal lands, however slow the machine (16 once ended first under load)."""
     directory = data["dir"]
-    process = uopgrad_process("eval", "grad.uop", "--map", "shards/*.npz", *data["inputs"], "--dask",
+    many = directory / "many-shards"
+    if not many.exists():
+        many.mkdir()
+        for copy in range(8):
+            for path in data["paths"]:
+                shutil.copy(path, many / f"{copy}-{os.path.basename(path)}")
+    process = uopgrad_process("eval", "grad.uop", "--map", "many-shards/*.npz", *data["inputs"], "--dask",
                               cluster.address, "--reduce", "none", "-o", "stopped", cwd=directory)
     deadline = time.monotonic() + 120
     while not any(os.listdir(d) for d in glob.glob(str(directory / ".stopped.*.tmp"))):
