@@ -42,19 +42,22 @@ TESTS = [
     ("uopcli/tools/forward", FORWARD_TESTS),
     # the names differentiation gives what it adds, numbered where taken (diff, jvp, hvp, check)
     ("uopcli/tools/names.py", ["tests/test_forward_names.py", "tests/test_cli_library.py"]),
-    # ONNX's own node cases (test_onnx_conformance.py) reach every import row with the spec's values
+    # ONNX's own node cases (test_onnx_conformance.py) reach every import row with the spec's values;
+    # float64.py's forms are held to mpmath by test_onnx_float64_accuracy.py
     ("uopcli/interop/onnx", ["tests/test_onnx_bridge.py", "tests/test_onnx_export.py", "tests/test_onnx_export_ops.py",
                              "tests/test_onnx_export_timeouts.py",
                              "tests/test_onnx_import_ops.py", "tests/test_onnx_import_models.py",
                              "tests/test_onnx_edges.py", "tests/test_onnx_conformance.py",
                              "tests/test_onnx_import_families.py", "tests/test_onnx_import_layers.py",
                              "tests/test_onnx_import_layer_gradients.py", "tests/test_onnx_import_sequences.py",
-                             "tests/test_onnx_import_versions.py"]),
+                             "tests/test_onnx_import_versions.py", "tests/test_onnx_float64_accuracy.py"]),
     # the device tests' zoo models cost minutes; their division test (4 s) is the one that runs
-    # a renderer without FDIV (backend.py's spelling of it)
+    # a renderer without FDIV (backend.py's spelling of it), their sine test (3 s) the one that
+    # runs float64 SIN on a renderer without SIN (backend.py's 2 pi reduction)
     ("uopcli/interop/tinygrad", ["tests/test_tinygrad_bridge.py", "tests/test_tinygrad_meaning.py",
                                  "tests/test_tinygrad_export_rules.py", "tests/test_tinygrad_scopes.py",
-                                 "tests/test_tinygrad_devices.py::test_division_without_fdiv_is_correctly_rounded"]),
+                                 "tests/test_tinygrad_devices.py::test_division_without_fdiv_is_correctly_rounded",
+                                 "tests/test_tinygrad_devices.py::test_float64_sine_keeps_its_digits"]),
     ("uopcli/views/html", ["tests/test_html_viewer.py", "tests/test_html_groups.py"]),
 ]
 
