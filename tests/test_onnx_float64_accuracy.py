@@ -388,3 +388,31 @@ def test_float64_recurrent_activations_are_the_ops_own(activation):
     gradient, _ = differentiate(Graph({"loss": graph.outputs["out"].sum()}, graph.inputs), ["x"])
     slopes = evaluate_graph(gradient, values)["grad_x"].reshape(-1)
     assert _ulps(slopes, _truth(slope, x)).max() <= 4
+
+
+REDUCED_BELOW = 2.0 ** 19 * math.pi / 2  # float64.py's sin_cos64 reduces x by π/2 below it
+DOUBLED_BELOW = 8e307  # and takes cos x = sin 2x / (2 sin x) below it (2x finite)
+
+
+def test_float64_cos_and_tan_beyond_the_reduced_range():
+    """Past |x| = 2^19·π/2 (no grid point above reached it): sin x is SIN's, cos x is
+    sin 2x / (2 sin x), within 2 ulps (tan too), and past 8e307, where 2x overflows,
+    1 - 2·sin²(x/2), within 2 ulps of 1 absolutely (relatively it cancels where cos x is
+    near 0: 67 ulps at x = 1.04e308). Both edges, and float64's largest value."""
+    rng = np.random.default_rng(6)
+    doubled = np.concatenate([np.geomspace(REDUCED_BELOW, DOUBLED_BELOW, 300), [np.nextafter(DOUBLED_BELOW, 0)]])
+    halved = np.concatenate([rng.uniform(DOUBLED_BELOW, np.finfo(np.float64).max, 200),
+                             [DOUBLED_BELOW, 1e308, np.finfo(np.float64).max]])
+    x = np.concatenate([doubled, -doubled, halved, -halved])
+    far = np.abs(x) >= DOUBLED_BELOW
+    for op, f in (("Cos", mp.cos), ("Tan", mp.tan), ("Sin", mp.sin)):
+        graph = _graph(op, 22, len(x))
+        got, want = evaluate_graph(graph, {"x": x})["out"], _truth(f, x)
+        ulps = _ulps(got[~far], want[~far])
+        assert ulps.max() <= 2, f"{op}: {ulps.max():.3g} ulps off at x = {x[~far][np.argmax(ulps)]!r}"
+        if op != "Tan":  # tan = sin/cos: cos's absolute error over |cos x|, unbounded at its poles
+            error = np.abs(got[far] - want[far])
+            assert error.max() <= 2 * np.spacing(1.0), f"{op}: {error.max():.3g} off at x = {x[far][np.argmax(error)]!r}"
+        gradient, _ = differentiate(Graph({"loss": graph.outputs["out"].sum()}), ["x"])
+        slopes = evaluate_graph(gradient, {"x": x})["grad_x"]  # the builder's there: finite, not accurate
+        assert np.all(np.isfinite(slopes)), f"{op}: slope {slopes[~np.isfinite(slopes)][:3]}"
