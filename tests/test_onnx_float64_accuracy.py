@@ -394,6 +394,22 @@ REDUCED_BELOW = 2.0 ** 19 * math.pi / 2  # float64.py's sin_cos64 reduces x by �
 DOUBLED_BELOW = 8e307  # and takes cos x = sin 2x / (2 sin x) below it (2x finite)
 
 
+def test_float64_cos_and_tan_keep_the_reduction_exact():
+    """Below 2^19·π/2, x - n·π/2 is taken exactly (π/2 in three parts, the second step by
+    TwoSum): cos within 1 ulp and tan within 3 up to 8e5 (the most measured on 53,000 points
+    on x86-64). A TwoSum with its error's sign or its middle term wrong made cos 2-4 ulps off
+    and tan 4-6: within the 1e-15 of the grid test above."""
+    rng = np.random.default_rng(5)
+    n = rng.integers(-2 ** 19, 2 ** 19, 1000)
+    x = np.concatenate([rng.uniform(-REDUCED_BELOW, REDUCED_BELOW, 4000), np.pi / 2 * n,
+                        np.nextafter(np.pi / 2 * n, np.inf)])
+    for op, f, bound in (("Cos", mp.cos, 1), ("Tan", mp.tan, 3)):
+        got = evaluate_graph(_graph(op, 22, len(x)), {"x": x})["out"]
+        ulps = _ulps(got, _truth(f, x))
+        worst = int(np.argmax(ulps))
+        assert ulps[worst] <= bound, f"{op}: {ulps[worst]:.3g} ulps off at x = {x[worst]!r}"
+
+
 def test_float64_cos_and_tan_beyond_the_reduced_range():
     """Past |x| = 2^19·π/2 (no grid point above reached it): sin x is SIN's, cos x is
     sin 2x / (2 sin x), within 2 ulps (tan too), and past 8e307, where 2x overflows,
