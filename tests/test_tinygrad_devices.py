@@ -195,3 +195,40 @@ def test_integer_power_of_a_tensor_exponent_is_exact():
         got = evaluate_on_tinygrad(graph, values, device)
         for name in outputs:
             assert got[name].dtype == want[name].dtype and np.array_equal(got[name], want[name]), (device, name)
+
+
+def test_division_on_a_device_without_float64_stays_in_its_dtype(monkeypatch):
+    """A device without float64 (Metal, WebGPU; none here, so PYTHON is told it lacks it)
+    divides without FDIV in the operands' dtype, a * (1/b) rounded twice: a float64 cast
+    there would ask the device for a dtype it does not have."""
+    from uopcli.interop.tinygrad import backend
+    has_dtype = backend._Runner.has_dtype
+    monkeypatch.setattr(backend._Runner, "has_dtype",
+                        lambda self, dtype: dtype != tinygrad.dtypes.float64 and has_dtype(self, dtype))
+    rng = np.random.default_rng(1)
+    a = (rng.standard_normal(500) * 10.0 ** rng.integers(-5, 5, 500)).astype(np.float32)
+    b = (rng.standard_normal(500) * 10.0 ** rng.integers(-5, 5, 500)).astype(np.float32)
+    x, y = UOp.param("a", (a.size,)), UOp.param("b", (a.size,))
+    got = evaluate_on_tinygrad(Graph({"q": x / y}, [x, y]), {"a": a, "b": b}, "PYTHON")["q"]
+    twice = a * (np.float32(1) / b)
+    assert np.count_nonzero(twice != a / b) > 0  # (the values tell the two ways apart)
+    assert got.tobytes() == twice.tobytes()
+
+
+def test_float32_sine_and_the_python_devices_are_tinygrads_own():
+    """Only float64 on a renderer without SIN (CPU) is reduced by 2 pi first: float32 is
+    tinygrad's own sine (within 8 float32 eps of np.sin up to |x| = 1e5, 4.8 measured; reduced with the
+    float64 parts in float32 arithmetic it was 2e4 eps off), and on PYTHON, whose renderer
+    has SIN, float64 is math.sin bit for bit."""
+    rng = np.random.default_rng(2)
+    x32 = (rng.uniform(-1, 1, 300) * 10.0 ** rng.integers(0, 6, 300)).astype(np.float32)
+    x64 = rng.uniform(-1, 1, 300) * 10.0 ** rng.integers(0, 9, 300)
+    a, b = UOp.param("a", (x32.size,)), UOp.param("b", (x64.size,), "float64")
+    graph = Graph({"s32": a.sin(), "s64": b.sin()}, [a, b])
+    for device in ["PYTHON"] + ([] if _cpu_unusable() else ["CPU"]):
+        got = evaluate_on_tinygrad(graph, {"a": x32, "b": x64}, device)
+        error = np.abs(got["s32"].astype(np.float64) - np.sin(x32.astype(np.float64)))
+        assert error.max() <= 8 * np.finfo(np.float32).eps, (device, error.max() / np.finfo(np.float32).eps)
+    import math
+    python = evaluate_on_tinygrad(graph, {"a": x32, "b": x64}, "PYTHON")["s64"]
+    assert python.tobytes() == np.array([math.sin(v) for v in x64]).tobytes()

@@ -52,12 +52,14 @@ TESTS = [
                              "tests/test_onnx_import_layer_gradients.py", "tests/test_onnx_import_sequences.py",
                              "tests/test_onnx_import_versions.py", "tests/test_onnx_float64_accuracy.py"]),
     # the device tests' zoo models cost minutes; their division test (4 s) is the one that runs
-    # a renderer without FDIV (backend.py's spelling of it), their sine test (3 s) the one that
-    # runs float64 SIN on a renderer without SIN (backend.py's 2 pi reduction)
+    # a renderer without FDIV (backend.py's spelling of it), their sine tests (3 s) the ones that
+    # run SIN on a renderer without SIN (backend.py's 2 pi reduction) and with it
     ("uopcli/interop/tinygrad", ["tests/test_tinygrad_bridge.py", "tests/test_tinygrad_meaning.py",
                                  "tests/test_tinygrad_export_rules.py", "tests/test_tinygrad_scopes.py",
                                  "tests/test_tinygrad_devices.py::test_division_without_fdiv_is_correctly_rounded",
-                                 "tests/test_tinygrad_devices.py::test_float64_sine_keeps_its_digits"]),
+                                 "tests/test_tinygrad_devices.py::test_float64_sine_keeps_its_digits",
+                                 "tests/test_tinygrad_devices.py::test_division_on_a_device_without_float64_stays_in_its_dtype",
+                                 "tests/test_tinygrad_devices.py::test_float32_sine_and_the_python_devices_are_tinygrads_own"]),
     ("uopcli/views/html", ["tests/test_html_viewer.py", "tests/test_html_groups.py"]),
 ]
 
