@@ -291,6 +291,44 @@ def test_an_fdiv_tinygrad_folds_to_constants_is_run_spelled():
     assert {"__matmul__", "relu"} <= names and "realize" not in names, names
 
 
+def test_the_spelled_rerun_is_for_fdivs_keyerror_only_and_on_the_device_asked_for(monkeypatch):
+    """evaluate_on_tinygrad runs a graph with its FDIVs as themselves, and again spelled
+    (to_tinygrad(fdiv=False)) only when tinygrad failed to fold an FDIV, on the device it
+    was asked for. The values cannot tell the two graphs apart here (CPU's tinygrad makes
+    a * (1/b) one division again, PYTHON has no FDIV; a device that kept the two roundings
+    would be an ulp off in float64), so the calls are looked at. Any other KeyError is
+    tinygrad's failure, one line naming it, and not run again."""
+    from uopcli import Graph, UOp
+    from uopcli.core.ops import Ops
+    from uopcli.errors import EvaluationError
+    from uopcli.interop.tinygrad import backend, evaluate_on_tinygrad
+    calls, real = [], backend.to_tinygrad
+
+    def spy(graph, device=None, fdiv=True):
+        calls.append((device, bool(fdiv)))
+        return real(graph, device, fdiv)
+    monkeypatch.setattr(backend, "to_tinygrad", spy)
+    empty, y = UOp.param("empty", (0, 3)), UOp.param("y", (3,))
+    total = empty.sum(0)
+    folded = Graph({"q": UOp.make(Ops.FDIV, total.dtype, (total, total)) + y}, [empty, y])  # 0/0 (see above)
+    plain = Graph({"r": UOp.make(Ops.FDIV, y.dtype, (y, y + 3.0))}, [y])
+    inputs = {"empty": np.zeros((0, 3), np.float32), "y": np.array([1.0, -0.1, 3.3e-5], np.float32)}
+    assert np.isnan(evaluate_on_tinygrad(folded, inputs, "CPU")["q"]).all()
+    assert calls == [("CPU", True), ("CPU", False)]
+    calls.clear()
+    evaluate_on_tinygrad(plain, {"y": inputs["y"]}, "CPU")
+    assert calls == [("CPU", True)]
+
+    def missing(graph, device=None, fdiv=True):
+        calls.append((device, bool(fdiv)))
+        raise KeyError("no such buffer")
+    calls.clear()
+    monkeypatch.setattr(backend, "to_tinygrad", missing)
+    with pytest.raises(EvaluationError, match=r"^tinygrad could not run the graph: KeyError: 'no such buffer'$"):
+        evaluate_on_tinygrad(folded, inputs, "CPU")
+    assert calls == [("CPU", True)]
+
+
 def test_a_scalar_input_stays_a_scalar():
     """A 0-d input (samples/poly.uop's x) is a 0-d Tensor: np.ascontiguousarray makes any
     array at least 1-d, so x, and every output made from it, came back with shape (1,)."""
