@@ -322,6 +322,49 @@ def test_float64_gelu_takes_erfc_itself_below_minus_a_half():
     assert ulps.max() <= 8, f"{ulps.max()} ulps off at x = {x[np.argmax(ulps)]!r}"
 
 
+def _gelu_body(dtype, approximate: str, size: int):
+    """Gelu-20's function body as nodes (its constants in the model's dtype): ½x(1 + erf(x/√2))
+    or ½x(1 + tanh(√(2/π)(x + 0.044715x³))), in the order the import multiplies."""
+    kind = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    if approximate == "tanh":
+        constants = {"k": 0.044715, "c": math.sqrt(2 / math.pi), "one": 1.0, "h": 0.5}
+        steps = [("Mul", "k", "x", "a1"), ("Mul", "a1", "x", "a2"), ("Mul", "a2", "x", "a3"), ("Add", "x", "a3", "s"),
+                 ("Mul", "s", "c", "inner"), ("Tanh", "inner", None, "f"), ("Add", "one", "f", "u"),
+                 ("Mul", "h", "x", "hx"), ("Mul", "hx", "u", "out")]
+    else:
+        constants = {"c": 1 / math.sqrt(2), "one": 1.0, "h": 0.5}
+        steps = [("Mul", "x", "c", "s"), ("Erf", "s", None, "f"), ("Add", "one", "f", "u"),
+                 ("Mul", "x", "h", "hx"), ("Mul", "hx", "u", "out")]
+    nodes = [helper.make_node(op, [a] + ([b] if b else []), [out]) for op, a, b, out in steps]
+    graph = helper.make_graph(nodes, "gelu", [helper.make_tensor_value_info("x", kind, [size])],
+                              [helper.make_tensor_value_info("out", kind, None)],
+                              [numpy_helper.from_array(np.array(v, dtype), n) for n, v in constants.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_float32_and_float16_keep_the_builders_and_the_specs_forms(dtype):
+    """The float64 forms (float64.py's exp, Φ by erfc) are float64's only: a float32 or
+    float16 Sinh and Cosh are the builder's (eˣ ∓ e⁻ˣ)/2 beyond Sinh's series, and Gelu is
+    its spec's function body, bit for bit: the graphs these models imported to before."""
+    x = np.concatenate([np.linspace(-12, 12, 2401), [0.5, -0.5, np.inf, -np.inf, np.nan]]).astype(dtype)
+    param = UOp.param("x", x.shape, np.dtype(dtype).name)
+    builder = evaluate_graph(Graph({"sinh": param.sinh(), "cosh": param.cosh()}, [param]), {"x": x})
+    far = ~(np.abs(x) < 0.5)
+    with np.errstate(all="ignore"):
+        for op in ("Sinh", "Cosh"):
+            graph, _ = import_model(_one_node(op, {"x": x}, {}, {}, 22))
+            got, want = evaluate_graph(graph, {"x": x})["out"], builder[op.lower()]
+            assert got[far].tobytes() == want[far].tobytes(), op
+        for approximate in ("none", "tanh"):
+            graph, _ = import_model(_one_node("Gelu", {"x": x}, {}, {"approximate": approximate}, 20))
+            body, weights = import_model(_gelu_body(dtype, approximate, x.size))
+            got, want = evaluate_graph(graph, {"x": x})["out"], evaluate_graph(body, {**weights, "x": x})["out"]
+            assert got.tobytes() == want.tobytes(), approximate
+
+
 def _normalization(op: str, x: np.ndarray, weights: dict, attrs: dict, opset: int, outputs: dict):
     node = helper.make_node(op, ["x", *weights], list(outputs), **attrs)
     graph = helper.make_graph([node], "norm", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, list(x.shape))],
