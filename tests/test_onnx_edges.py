@@ -352,7 +352,8 @@ def test_float32_and_float16_keep_the_builders_and_the_specs_forms(dtype):
     x = np.concatenate([np.linspace(-12, 12, 2401), [0.5, -0.5, np.inf, -np.inf, np.nan]]).astype(dtype)
     param = UOp.param("x", x.shape, np.dtype(dtype).name)
     builder = evaluate_graph(Graph({"sinh": param.sinh(), "cosh": param.cosh()}, [param]), {"x": x})
-    far = ~(np.abs(x) < 0.5)
+    below_overflow = np.abs(x) <= math.log(float(np.finfo(dtype).max)) - 1  # where eˣ is finite (next test)
+    far = ~(np.abs(x) < 0.5) & (below_overflow | np.isnan(x))
     with np.errstate(all="ignore"):
         for op in ("Sinh", "Cosh"):
             graph, _ = import_model(_one_node(op, {"x": x}, {}, {}, 22))
@@ -363,6 +364,34 @@ def test_float32_and_float16_keep_the_builders_and_the_specs_forms(dtype):
             body, weights = import_model(_gelu_body(dtype, approximate, x.size))
             got, want = evaluate_graph(graph, {"x": x})["out"], evaluate_graph(body, {**weights, "x": x})["out"]
             assert got.tobytes() == want.tobytes(), approximate
+
+
+@pytest.mark.parametrize("dtype, start, overflow", [("float32", 87.0, 89.415985), ("float16", 9.5, 11.7825)])
+def test_float32_and_float16_sinh_and_cosh_are_finite_where_only_e_to_the_x_overflows(dtype, start, overflow):
+    """eˣ overflows from |x| = 88.72 in float32 (11.09 in float16), sinh and cosh only from
+    89.42 (11.78): between, (eˣ ∓ e⁻ˣ)/2 gave inf, and now e^(|x|/2)·e^(|x|/2)/2 gives numpy's
+    float64 value rounded to the dtype, to the builder's eˣ's accuracy (|x|·1.44 ulps in
+    float32), inf beyond, sinh's sign below 0. Their slopes (cosh, sinh) are finite and of the
+    right sign wherever eˣ is finite (reverse mode forms eˣ on the way: inf beyond), never nan."""
+    x = np.concatenate([np.linspace(start, overflow, 300), [overflow * 1.001, np.inf]]).astype(dtype)
+    x = np.concatenate([x, -x])
+    bound = 1.44 * start if dtype == "float32" else 2
+    for op, f, slope in (("Sinh", np.sinh, np.cosh), ("Cosh", np.cosh, np.sinh)):
+        graph, _ = import_model(_one_node(op, {"x": x}, {}, {}, 22))
+        with np.errstate(all="ignore"):
+            got = evaluate_graph(graph, {"x": x})["out"]
+            want = f(x.astype(np.float64)).astype(dtype)
+        finite = np.isfinite(want)
+        assert finite.sum() >= 500 and np.array_equal(got[~finite], want[~finite]), op
+        ulps = np.abs(got[finite].astype(np.float64) - want[finite]) / np.spacing(np.abs(want[finite]))
+        assert ulps.max() <= bound, (op, ulps.max())
+        gradient, _ = differentiate(Graph({"loss": graph.outputs["out"].sum()}), ["x"])
+        slopes = evaluate_graph(gradient, {"x": x})["grad_x"]
+        with np.errstate(over="ignore"):
+            want_slopes = slope(x.astype(np.float64)).astype(dtype)
+        inside = np.abs(x) < math.log(float(np.finfo(dtype).max))
+        assert not np.isnan(slopes[np.isfinite(x)]).any(), op  # the branch not taken is fed a finite x
+        assert np.isfinite(slopes[inside]).all() and np.array_equal(np.sign(slopes[inside]), np.sign(want_slopes[inside]))
 
 
 def _normalization(op: str, x: np.ndarray, weights: dict, attrs: dict, opset: int, outputs: dict):
