@@ -33,7 +33,8 @@ import numpy as np
 from uopcli import FormatError, Graph, Metadata, UOp, UOpError
 from uopcli.core.uop import next_serial, valid_name
 
-from .dtypes import CONSTANT_DOC, FROM_ONNX, UNSUPPORTED_NAMES
+from .dtypes import CONSTANT_DOC, FROM_ONNX, TO_ONNX, UNSUPPORTED_NAMES
+from .functions import body_opset, expanded_nodes, function_of, has_function
 from .import_table import TABLE
 from .import_versions import VERSIONS
 from .ops_sequence import TAKE_A_SEQUENCE, Sequence
@@ -103,7 +104,7 @@ class _Importer:
         self.weight_order: list[str] = []   # input names of the weights used, in the file's order
         self._weight_source: dict[str, str] = {}  # input name -> initializer name
         self.opset = _onnx_opset(model, source)
-        self._since: dict[str, int] = {}
+        self._since: dict[tuple[str, int], int] = {}  # (op, opset) -> the version it picks
         self._copied_from: dict[str, str] = {}  # a weight copied by an Identity -> its initializer
         self._made_by: dict[str, tuple[str, str]] = {}  # a sequence's name -> (node label, op) that made it
 
@@ -248,6 +249,8 @@ class _Importer:
             else:
                 since = self._since_version(op, None)
                 found = _row_and_version(op, since)
+                if found is None and since is not None and has_function(op, self.opset):
+                    continue  # imported as its function body (functions.py), its ops checked then
                 if found is None:
                     key = (op, since, "")
                 else:
@@ -264,7 +267,12 @@ class _Importer:
     def _import_node(self, node, index: int) -> None:
         op, name = _text(node.op_type), _text(node.name) or f"#{index}"
         label = repr(name)
-        row, old = _row_and_version(op, self._since_version(op, label))
+        since = self._since_version(op, label)
+        found = _row_and_version(op, since)
+        if found is None:  # no row: the spec's function body, if it has one (a body's own ops land here)
+            self._import_function(node, index, op, since, label)
+            return
+        row, old = found
         attrs = self._attributes(node, row if old is None else row._replace(attributes={**row.attributes,
                                                                                         **old.attributes}), label)
         if op == "Identity" and self._copy_named_weight(node):
@@ -284,7 +292,7 @@ class _Importer:
         if op == "Identity" and inputs and inputs[0] is not None and inputs[0].seq is not None:
             self.values[node.output[0]], self._made_by[node.output[0]] = inputs[0], (label, op)
             return
-        context = NodeContext(self, label, op, attrs, row, self._since[op], inputs, node.input, len(node.output))
+        context = NodeContext(self, label, op, attrs, row, since, inputs, node.input, len(node.output))
         since_serial = next_serial()
         try:
             if old is not None:  # an older version: rewritten into the row's form (import_versions.py)
@@ -310,6 +318,44 @@ class _Importer:
                     self._made_by[output_name] = (label, op)
                 self.values[output_name] = value
 
+    def _import_function(self, node, index: int, op: str, since: int, label: str) -> None:
+        """`node` as the nodes of the function body that defines its op (functions.py), each
+        imported at the body's opset; refused in one line where the spec gives no body."""
+        if node.domain not in ONNX_DOMAINS or not has_function(op, self.opset):
+            self.fail(_unsupported(op if node.domain in ONNX_DOMAINS else f"{node.domain}.{op}", since, "",
+                                   self.opset), label, op)
+        types = [self._type_proto(name, label, op) for name in node.input]
+        function = function_of(op, self.opset, node, types)
+        outer, self.opset = self.opset, body_opset(function, self.opset)
+        try:
+            nodes = expanded_nodes(function, node, op, outer)
+            for inner in nodes:  # refused as this node's, in one line, before any is built
+                inner_op = _text(inner.op_type)
+                since = self._since_version(inner_op, label)
+                if _row_and_version(inner_op, since) is None and not has_function(inner_op, self.opset):
+                    self.fail(f"is imported through its function body, which uses {inner_op}-{since}: "
+                              f"not supported by the importer", label, op)
+            for inner in nodes:
+                self._import_node(inner, index)
+        finally:
+            self.opset = outer
+
+    def _type_proto(self, name: str, label: str, op: str):
+        """The TypeProto of a value already imported (a context-dependent body is chosen by
+        its inputs' element types and shapes); an empty one for an input left out."""
+        from onnx import TypeProto, helper
+        if not name:
+            return TypeProto()
+        value = self.values.get(name)
+        if value is None:
+            self.fail(f"input {name!r} is made by no earlier node", label, op)
+        if value.seq is not None:
+            self.fail(f"input {name!r} is a sequence: an op imported through its function body takes tensors",
+                      label, op)
+        if value.node is not None:
+            return helper.make_tensor_type_proto(TO_ONNX[value.node.dtype], list(value.node.shape))
+        return helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(value.const.dtype), list(value.const.shape))
+
     def _copy_named_weight(self, node) -> bool:
         """An Identity of a weight whose output is named like a parameter (`ln2.bias`): the
         legacy torch exporter's constant folding merges equal initializers into one and
@@ -327,15 +373,16 @@ class _Importer:
     def _since_version(self, op: str, label: str | None) -> int | None:
         """The version of `op` that the model's opset picks (None, for the list of
         refusals, when the op is not in it)."""
-        if op not in self._since:
+        key = (op, self.opset)  # a function body's ops are read at the body's opset
+        if key not in self._since:
             import onnx.defs
             try:
-                self._since[op] = onnx.defs.get_schema(op, self.opset, "").since_version
+                self._since[key] = onnx.defs.get_schema(op, self.opset, "").since_version
             except onnx.defs.SchemaError:
                 if label is not None:
                     self.fail(f"{op} does not exist in opset {self.opset}", label, op)
                 return None
-        return self._since[op]
+        return self._since[key]
 
     def _attributes(self, node, row, label: str) -> dict:
         from onnx import AttributeProto, helper
