@@ -35,7 +35,9 @@ def _body():
 
 def test_a_body_is_renamed_into_the_nodes_namespace_and_its_references_bound():
     node = helper.make_node("AffineGrid", ["t"], ["g", ""], name="affine", align_corners=1)
+    helper.set_metadata_props(node, {"pkg.torch.onnx.name_scopes": "['', 'stn']"})
     flag, mul, neg, unused = expanded_nodes(_body(), node, "AffineGrid", 20)
+    assert all(list(n.metadata_props) == list(node.metadata_props) for n in (flag, mul, neg, unused))
     assert [n.name for n in (flag, mul, neg)] == ["affine/Constant", "affine/Mul", "affine/Neg"]
     assert list(mul.input) == ["t", "t"] and list(mul.output) == ["g"]      # formal -> actual
     assert list(neg.input) == ["g"] and list(neg.output) == [f"g{SEPARATOR}extra"]  # left out: a name of its own

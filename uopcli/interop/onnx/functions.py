@@ -8,7 +8,8 @@ nodes are renamed into the node's own namespace: the function's formal inputs an
 become the node's actual ones (an input the node leaves out stays empty), every other value
 `<node's first output>::<name>` (`::` is in no name an exporter writes). An attribute that
 refers to the node's (`ref_attr_name`) takes the node's value, else the schema's default,
-else it is left out. The body's ops are read at the body's own opset version."""
+else it is left out. The body's ops are read at the body's own opset version, and carry the
+node's metadata (its module path, for the viewer)."""
 
 from __future__ import annotations
 
@@ -76,6 +77,8 @@ def expanded_nodes(function, node, op: str, opset: int) -> list:
         copy = onnx.NodeProto()
         copy.CopyFrom(inner)
         copy.name = f"{node.name or node.output[0]}/{inner.name or inner.op_type}"
+        if not copy.metadata_props:  # the exporter's module path (its scope) is the node's
+            copy.metadata_props.extend(node.metadata_props)
         copy.input[:] = [renamed(name) for name in inner.input]
         copy.output[:] = [renamed(name) for name in inner.output]
         del copy.attribute[:]
