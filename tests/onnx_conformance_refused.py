@@ -31,13 +31,13 @@ NOT_A_MODEL_OP = "signal processing and image decoding ops outside a differentia
 
 _GROUPS: dict[str, tuple[str, ...]] = {
     NOT_YET: (
-        "Det", "DeformConv", "AffineGrid", "RoiAlign",
-        "LinearAttention",  # (its function body needs Scan; AffineGrid's needs If)
+        "Det", "DeformConv", "RoiAlign",
+        "LinearAttention",  # (its function body needs Scan)
     ),
     VALUE_SHAPE: ("NonZero", "Unique", "Compress", "NonMaxSuppression"),
     SEQUENCES: (
-        "SequenceMap", "OptionalGetElement", "OptionalHasElement",  # (the other sequence ops: BY_MESSAGE)
-        "If", "Loop", "Scan",
+        "SequenceMap", "Optional", "OptionalGetElement", "OptionalHasElement",  # (the other sequence ops: BY_MESSAGE)
+        "Loop", "Scan",  # (If: a condition known when importing takes its branch; else BY_MESSAGE)
     ),
     RANDOM: ("Bernoulli", "RandomUniformLike"),
     TRAINING: ("ai.onnx.preview.training.Gradient",),
@@ -72,6 +72,7 @@ BY_MESSAGE: dict[str, str] = {
     "a sequence input or output": SEQUENCES,
     "is a sequence: the format has tensors only": SEQUENCES,   # a sequence as the graph's output
     "so its positions must be constants": SEQUENCES,           # a position computed at run time
+    "the format has no control flow": SEQUENCES,               # an If whose condition is computed at run time
     "must be known when importing (a constant or a shape), but it is computed": AT_IMPORT,
 }
 

@@ -1,7 +1,8 @@
 """Ops imported through the spec's function body (uopcli/interop/onnx/functions.py): the
 body's nodes renamed into the node's namespace and its attribute references bound; a body
-whose ops the importer lacks refused in one line naming the node. (Values and gradients of
-such an op against PyTorch: test_onnx_import_layer_gradients.py, CausalConvWithState.)"""
+whose ops the importer lacks refused in one line naming the node; an If whose condition is
+known when importing taken as its branch. (Values and gradients of such an op against
+PyTorch: test_onnx_import_layer_gradients.py, CausalConvWithState.)"""
 
 from __future__ import annotations
 
@@ -70,12 +71,64 @@ def test_a_context_dependent_body_with_an_output_left_out():
 
 
 def test_a_body_whose_ops_the_importer_lacks_is_refused_naming_the_node():
-    size = np.array([1, 1, 2, 2], np.int64)
-    node = helper.make_node("AffineGrid", ["theta", "size"], ["grid"], name="stn")
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("theta", TensorProto.DOUBLE, [1, 2, 3])],
-                              [helper.make_tensor_value_info("grid", TensorProto.DOUBLE, None)],
-                              [helper.make_tensor("size", TensorProto.INT64, [4], size)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
-    with pytest.raises(FormatError, match=r"^<model>: node 'stn' \(AffineGrid\): is imported through its function "
-                                          r"body, which uses If-19: not supported by the importer$"):
+    """LinearAttention-27's body runs a Scan: one line naming the node and what it lacks."""
+    value_info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 4, 32]) for n in ("q", "k", "v")]
+    node = helper.make_node("LinearAttention", ["q", "k", "v"], ["out", "state"], name="mixer",
+                            q_num_heads=4, kv_num_heads=4, update_rule="linear")
+    graph = helper.make_graph([node], "g", value_info, [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 27)])
+    with pytest.raises(FormatError, match=r"^<model>: node 'mixer' \(LinearAttention\): is imported through its "
+                                          r"function body, which uses Scan-25: not supported by the importer$"):
         import_model(model)
+
+
+def _if_model(condition):
+    """y = If(c) then x·2 (plus a branch initializer 3) else x + 1, reading the outer x;
+    c an initializer when `condition` is given, else a graph input."""
+    then = helper.make_graph([helper.make_node("Mul", ["x", "two"], ["doubled"]),
+                              helper.make_node("Add", ["doubled", "three"], ["then_out"])], "then", [],
+                             [helper.make_tensor_value_info("then_out", TensorProto.DOUBLE, [3])],
+                             [helper.make_tensor("three", TensorProto.DOUBLE, [], [3.0])])
+    other = helper.make_graph([helper.make_node("Add", ["x", "one"], ["else_out"])], "else", [],
+                              [helper.make_tensor_value_info("else_out", TensorProto.DOUBLE, [3])])
+    node = helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other)
+    inputs = [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [3])]
+    constants = [helper.make_tensor("two", TensorProto.DOUBLE, [], [2.0]),
+                 helper.make_tensor("one", TensorProto.DOUBLE, [], [1.0])]
+    if condition is None:
+        inputs.append(helper.make_tensor_value_info("c", TensorProto.BOOL, []))
+    else:
+        constants.append(helper.make_tensor("c", TensorProto.BOOL, [], [condition]))
+    graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("y", TensorProto.DOUBLE, [3])],
+                              constants)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+def test_an_if_whose_condition_is_known_when_importing_is_its_branch():
+    x = np.array([1.0, -2.0, 0.5])
+    for condition, want in ((True, x * 2 + 3), (False, x + 1)):
+        graph, weights = import_model(_if_model(condition))
+        assert graph.input_names[0] == "x"
+        np.testing.assert_array_equal(evaluate_graph(graph, {"x": x, **weights})["y"], want)
+    with pytest.raises(FormatError, match=r"^<model>: node 'branch' \(If\): If's condition must be known when "
+                                          r"importing \(a constant, or computed from shapes\): the format has no "
+                                          r"control flow$"):
+        import_model(_if_model(None))
+
+
+def test_a_body_branch_reads_the_body_values_by_their_new_names():
+    """An If inside a body: its branches read the body's values, so they are renamed with
+    the body (formal inputs to the node's, the body's own into its namespace)."""
+    then = helper.make_graph([helper.make_node("Mul", ["theta", "grid"], ["inner"])], "then", [],
+                             [helper.make_tensor_value_info("inner", TensorProto.FLOAT, None)])
+    other = helper.make_graph([helper.make_node("Identity", ["theta"], ["inner2"])], "else", [],
+                              [helper.make_tensor_value_info("inner2", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("Neg", ["theta"], ["grid"]),
+             helper.make_node("If", ["flag"], ["picked"], then_branch=then, else_branch=other)]
+    body = helper.make_function("", "AffineGrid", ["theta", "size"], ["grid"], nodes, [helper.make_opsetid("", 20)])
+    _, branching = expanded_nodes(body, helper.make_node("AffineGrid", ["t", "s"], ["g"]), "AffineGrid", 20)
+    (then_node,) = next(a.g for a in branching.attribute if a.name == "then_branch").node
+    assert list(branching.input) == [f"g{SEPARATOR}flag"] and list(branching.output) == [f"g{SEPARATOR}picked"]
+    assert list(then_node.input) == ["t", "g"] and list(then_node.output) == [f"g{SEPARATOR}inner"]
+    other_graph = next(a.g for a in branching.attribute if a.name == "else_branch")
+    assert [o.name for o in other_graph.output] == [f"g{SEPARATOR}inner2"]

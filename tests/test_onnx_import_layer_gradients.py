@@ -212,3 +212,17 @@ def test_an_op_imported_through_its_function_body_has_pytorchs_gradients(activat
         return Fn.silu(y.float()).double() if activation == "silu" else y
     compare("CausalConvWithState", dict(x=x, w=w, b=b, past=past), dict(activation=activation), 27,
             ["x", "w", "b", "past"], reference, (2, 3, 5), rtol=1e-7 if activation == "none" else 1e-5)
+
+
+@pytest.mark.parametrize("size, align_corners", [([2, 3, 4, 5], 0), ([2, 3, 4, 5], 1), ([2, 3, 4, 5, 3], 0),
+                                                   ([2, 3, 4, 5, 3], 1), ([1, 1, 3, 1], 1), ([1, 2, 1, 4, 2], 0)])
+def test_affine_grid_has_pytorchs_values_and_gradients(size, align_corners):
+    """AffineGrid-20: the grid and its gradient for theta equal PyTorch's F.affine_grid's,
+    2-D and 3-D, for a batch of 1 too (the spec's function body squeezes it away) and an
+    axis of one point (0)."""
+    size = np.array(size, np.int64)
+    dims = len(size) - 2
+    theta = d64(int(size[0]), dims, dims + 1)
+    compare("AffineGrid", dict(theta=theta, size=size), dict(align_corners=align_corners), 20, ["theta"],
+            lambda theta, size: Fn.affine_grid(theta, size.tolist(), align_corners=bool(align_corners)),
+            (*size[:1], *size[2:], dims))

@@ -96,6 +96,9 @@ LAYER_CASES = [
          opset=16, id="GridSample-16-bilinear-reflection"),
     case("GridSample", f32(1, 1, 2, 3, 4), g32(1, 2, 2, 2, 3, scale=1.2), padding_mode="border", opset=20,
          id="GridSample-3d"),
+    # AffineGrid (a batch of 1: the spec's function body cannot take it)
+    case("AffineGrid", f32(1, 2, 3), Init(i64([1, 3, 4, 5])), align_corners=1, opset=20),
+    case("AffineGrid", f32(2, 3, 4), Init(i64([2, 1, 3, 2, 4])), opset=20, id="AffineGrid-3d"),
     # Attention
     case("Attention", f32(2, 3, 4, 8), f32(2, 3, 6, 8), f32(2, 3, 6, 5), opset=23),
     case("Attention", f32(2, 4, 12), f32(2, 6, 12), f32(2, 6, 10), q_num_heads=2, kv_num_heads=2, is_causal=1,

@@ -83,6 +83,12 @@ def expanded_nodes(function, node, op: str, opset: int) -> list:
         copy.output[:] = [renamed(name) for name in inner.output]
         del copy.attribute[:]
         for attribute in inner.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:  # an If's branch: it reads the body's names
+                branch = onnx.AttributeProto()
+                branch.CopyFrom(attribute)
+                _rename_graph(branch.g, renamed)
+                copy.attribute.append(branch)
+                continue
             if not attribute.ref_attr_name:
                 copy.attribute.append(attribute)
                 continue
@@ -97,3 +103,18 @@ def expanded_nodes(function, node, op: str, opset: int) -> list:
                 copy.attribute.append(bound)
         nodes.append(copy)
     return nodes
+
+
+def _rename_graph(graph, renamed) -> None:
+    """A subgraph's values renamed as the body's (in place): it reads the body's values by
+    name, and its own names move into the node's namespace with the rest."""
+    for inner in graph.node:
+        inner.input[:] = [renamed(name) for name in inner.input]
+        inner.output[:] = [renamed(name) for name in inner.output]
+        for attribute in inner.attribute:
+            if attribute.HasField("g"):
+                _rename_graph(attribute.g, renamed)
+    for value in (*graph.input, *graph.output):
+        value.name = renamed(value.name)
+    for tensor in graph.initializer:
+        tensor.name = renamed(tensor.name)

@@ -164,6 +164,7 @@ TABLE: dict[str, OpRow] = {
                       left_window_size=-1, right_window_size=-1),  # 24: nonpad_kv_seqlen; 25: windows
     "RotaryEmbedding": _row(att.rotary_embedding, (23,), interleaved=0, num_heads=None,
                             rotary_embedding_dim=0),    # RoPE: feature pairs turned by cos/sin
+    "AffineGrid": _row(grid.affine_grid, (20,), align_corners=0),  # theta · (x, y[, z], 1) over size's grid
     "GridSample": _row(grid.grid_sample, (16, 20, 22), align_corners=0, mode=None,
                        padding_mode="zeros"),                 # 16: 2-D, bilinear/bicubic; 20: N-D, linear/cubic
     "NegativeLogLikelihoodLoss": _row(nn.negative_log_likelihood_loss, (12, 13, 22), ignore_index=None,

@@ -249,6 +249,8 @@ class _Importer:
             else:
                 since = self._since_version(op, None)
                 found = _row_and_version(op, since)
+                if op == "If" and since is not None:
+                    continue  # its branch is chosen when importing, where its condition is known
                 if found is None and since is not None and has_function(op, self.opset):
                     continue  # imported as its function body (functions.py), its ops checked then
                 if found is None:
@@ -268,6 +270,9 @@ class _Importer:
         op, name = _text(node.op_type), _text(node.name) or f"#{index}"
         label = repr(name)
         since = self._since_version(op, label)
+        if op == "If" and node.domain in ONNX_DOMAINS:
+            self._import_if(node, index, label)
+            return
         found = _row_and_version(op, since)
         if found is None:  # no row: the spec's function body, if it has one (a body's own ops land here)
             self._import_function(node, index, op, since, label)
@@ -332,13 +337,41 @@ class _Importer:
             for inner in nodes:  # refused as this node's, in one line, before any is built
                 inner_op = _text(inner.op_type)
                 since = self._since_version(inner_op, label)
-                if _row_and_version(inner_op, since) is None and not has_function(inner_op, self.opset):
+                if inner_op != "If" and _row_and_version(inner_op, since) is None \
+                        and not has_function(inner_op, self.opset):
                     self.fail(f"is imported through its function body, which uses {inner_op}-{since}: "
                               f"not supported by the importer", label, op)
             for inner in nodes:
                 self._import_node(inner, index)
         finally:
             self.opset = outer
+
+    def _import_if(self, node, index: int, label: str) -> None:
+        """If whose condition is known when importing (a constant, or computed from shapes
+        and attributes: AffineGrid's body asks whether the size is 2-D): the branch taken,
+        its nodes imported in place; its outputs are the If's. A condition only known when
+        running is refused: the format has no control flow."""
+        value = self.values.get(node.input[0]) if len(node.input) == 1 else None
+        if value is None or value.const is None or value.const.size != 1:
+            self.fail("If's condition must be known when importing (a constant, or computed from shapes): "
+                      "the format has no control flow", label, "If")
+        taken = "then_branch" if bool(value.const.reshape(())) else "else_branch"
+        branch = next((a.g for a in node.attribute if a.name == taken), None)
+        if branch is None or len(branch.output) != len(node.output):
+            self.fail(f"its {taken} is missing or makes {len(branch.output) if branch else 0} outputs for "
+                      f"{len(node.output)}", label, "If")
+        for tensor in branch.initializer:
+            self.values[tensor.name] = Value(const=self.tensor_array(tensor, f"initializer {tensor.name!r}"))
+        for inner in branch.node:
+            self._import_node(inner, index)
+        for name, made in zip(node.output, branch.output):
+            if name:
+                found = self.values.get(made.name)
+                if found is None:
+                    self.fail(f"its {taken}'s output {made.name!r} is made by no node", label, "If")
+                self.values[name] = found
+                if found.seq is not None:
+                    self._made_by[name] = (label, "If")
 
     def _type_proto(self, name: str, label: str, op: str):
         """The TypeProto of a value already imported (a context-dependent body is chosen by

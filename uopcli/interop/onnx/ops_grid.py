@@ -18,7 +18,9 @@ from __future__ import annotations
 import itertools
 import math
 
-from uopcli import dtypes
+import numpy as np
+
+from uopcli import UOp, dtypes
 
 from .ops_exact import round_
 from .ops_tensor import take
@@ -130,3 +132,32 @@ def _reflect(x, low: float, high: float):
     from_low, from_high = low + rest, high - rest
     reflected = (x < low).where(odd.where(from_high, from_low), odd.where(from_low, from_high))
     return ((x < low) | (x > high)).where(reflected, x)
+
+
+def affine_grid(ctx):
+    """AffineGrid-20: the sampling grid of theta [N, 2, 3] (or [N, 3, 4]) over size
+    [N, C, H, W] (or [N, C, D, H, W]): each output point is theta times its homogeneous
+    base coordinates (x, y[, z], 1), x along the last axis. The base coordinates of an axis
+    of n points run from -1 to 1: the points' centres with align_corners (0 where n = 1, as
+    torch's), else the midpoints of n equal cells, (2i + 1)/n - 1. (The spec's function
+    body squeezes theta's rows without axes, so a batch of 1 broke it: this is the op's
+    maths, with the reference's values.)"""
+    theta = ctx.x(0)
+    size = [int(n) for n in ctx.static(1, "size").reshape(-1)]
+    spatial = size[2:]
+    if len(spatial) not in (2, 3) or theta.shape != (size[0], len(spatial), len(spatial) + 1):
+        ctx.refuse(f"theta {list(theta.shape)} and size {size} do not fit: theta [N, 2, 3] with size [N, C, H, W], "
+                   f"or theta [N, 3, 4] with size [N, C, D, H, W]")
+    axes = [_base_coordinates(n, ctx.attr("align_corners")) for n in spatial]
+    points = np.stack([*np.meshgrid(*axes, indexing="ij")[::-1], np.ones([len(a) for a in axes])], axis=-1)
+    base = UOp.buffer(np.ascontiguousarray(points.reshape(-1, len(spatial) + 1).T.astype(theta.dtype.np)))
+    grid = theta @ base  # [N, dims, points]
+    return grid.permute((0, 2, 1)).reshape((size[0], *spatial, len(spatial)))
+
+
+def _base_coordinates(n: int, align_corners: int) -> np.ndarray:
+    if n <= 1:
+        return np.zeros(n)
+    if align_corners:
+        return np.linspace(-1.0, 1.0, n)
+    return (2 * np.arange(n) + 1) / n - 1
