@@ -336,10 +336,10 @@ class _Importer:
             nodes = expanded_nodes(function, node, op, outer)
             for inner in nodes:  # refused as this node's, in one line, before any is built
                 inner_op = _text(inner.op_type)
-                since = self._since_version(inner_op, label)
-                if inner_op != "If" and _row_and_version(inner_op, since) is None \
+                inner_since = self._since_version(inner_op, label)
+                if inner_op != "If" and _row_and_version(inner_op, inner_since) is None \
                         and not has_function(inner_op, self.opset):
-                    self.fail(f"is imported through its function body, which uses {inner_op}-{since}: "
+                    self.fail(f"is imported through its function body, which uses {inner_op}-{inner_since}: "
                               f"not supported by the importer", label, op)
             for inner in nodes:
                 self._import_node(inner, index)
