@@ -31,7 +31,7 @@ NOT_A_MODEL_OP = "signal processing and image decoding ops outside a differentia
 
 _GROUPS: dict[str, tuple[str, ...]] = {
     NOT_YET: (
-        "Det", "DeformConv", "RoiAlign",
+        "DeformConv", "RoiAlign",
         "LinearAttention",  # (its function body needs Scan)
     ),
     VALUE_SHAPE: ("NonZero", "Unique", "Compress", "NonMaxSuppression"),

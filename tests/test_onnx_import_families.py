@@ -50,6 +50,7 @@ CASES = [
     case("Min", f32(2, 3), f32(3), f32(2, 1), id="Min-three"),
     case("Min", i64([-5, 3, 0, 2 ** 62]), i64([2, -9, 0, -(2 ** 62)]), types=[I64], id="Min-int"),
     case("Sum", f32(2, 3), f32(3), f32(2, 1)), case("Sum", f32(4), id="Sum-one"),
+    case("Det", f32(3, 2, 2), opset=22),  # (ops_math.py too; its pivots and gradients: test_onnx_import_layer_gradients.py)
     case("Sum", np.array([1e300, -0.0], np.float64), np.array([1e300, -0.0], np.float64), types=[F64], id="Sum-float64"),
     case("Mean", EDGES, EDGES[::-1].copy()), case("Mean", f32(2, 3), f32(3), f32(2, 1), id="Mean-three"),
     case("LessOrEqual", EDGES, EDGES[::-1].copy(), types=[B]),

@@ -226,3 +226,40 @@ def test_affine_grid_has_pytorchs_values_and_gradients(size, align_corners):
     compare("AffineGrid", dict(theta=theta, size=size), dict(align_corners=align_corners), 20, ["theta"],
             lambda theta, size: Fn.affine_grid(theta, size.tolist(), align_corners=bool(align_corners)),
             (*size[:1], *size[2:], dims))
+
+
+def test_det_has_numpys_values_and_pytorchs_gradients():
+    """Det-22 by partial-pivoting elimination: values within 4 ulps·cond of numpy's (LAPACK's
+    getrf, the same pivots) on a batch that needs every kind of row swap (a zero first pivot,
+    a pivot below, none), a singular matrix (exactly 0), 1x1 and 4x4; gradients det·A⁻ᵀ equal
+    PyTorch's, and at the singular matrix its cofactors (torch gives 0 there)."""
+    from uopcli import evaluate_graph
+    from uopcli.interop.onnx.importer import import_model
+    from onnx import helper, TensorProto
+    rng = np.random.default_rng(7)
+    cases = [rng.normal(size=(3, 4, 4)),
+             np.array([[[0.0, 2.0, 1.0], [1.0, 0.0, 3.0], [4.0, 1.0, 0.0]],    # pivots from below
+                       [[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [0.5, 1.0, 7.0]],    # singular: det 0
+                       [[5.0, 0.0, 0.0], [0.0, 3.0, 0.0], [0.0, 0.0, -2.0]]]),  # no swap: -30
+             rng.normal(size=(2, 1, 1))]
+    for a in cases:
+        node = helper.make_node("Det", ["a"], ["out"])
+        graph = helper.make_graph([node], "det", [helper.make_tensor_value_info("a", TensorProto.DOUBLE, list(a.shape))],
+                                  [helper.make_tensor_value_info("out", TensorProto.DOUBLE, None)])
+        imported, _ = import_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)]))
+        got = evaluate_graph(imported, {"a": a})["out"]
+        want = np.linalg.det(a)
+        bound = 4 * np.finfo(np.float64).eps * np.linalg.norm(a, axis=(-2, -1)) ** a.shape[-1] + 0.0
+        assert np.all(np.abs(got - want) <= bound), (got, want)
+        w_loss = d64(*a.shape[:-2])
+        slopes = our_gradients("Det", dict(a=a), {}, 22, ["a"], w_loss)["a"]
+        regular = np.ones(len(a), bool)
+        if a.shape == (3, 3, 3):
+            assert got[1] == 0.0 and got[2] == -30.0 and abs(got[0] - 25.0) <= 4 * 25 * np.finfo(np.float64).eps
+            # singular: the slope is still the cofactors (rank 2: not 0, which torch gives)
+            cofactors = np.array([[(-1) ** (i + j) * np.linalg.det(np.delete(np.delete(a[1], i, 0), j, 1))
+                                   for j in range(3)] for i in range(3)])
+            np.testing.assert_allclose(slopes[1], w_loss[1] * cofactors, rtol=1e-12, atol=1e-12)
+            regular[1] = False
+        theirs = torch_gradients(lambda a: torch.linalg.det(a), dict(a=a[regular]), ["a"], w_loss[regular])["a"]
+        np.testing.assert_allclose(slopes[regular], theirs, rtol=1e-10, atol=1e-12)

@@ -99,6 +99,9 @@ LAYER_CASES = [
     # AffineGrid (a batch of 1: the spec's function body cannot take it)
     case("AffineGrid", f32(1, 2, 3), Init(i64([1, 3, 4, 5])), align_corners=1, opset=20),
     case("AffineGrid", f32(2, 3, 4), Init(i64([2, 1, 3, 2, 4])), opset=20, id="AffineGrid-3d"),
+    # Det (a batch of 3x3, and a 2-D matrix of its own)
+    case("Det", f32(2, 3, 3), opset=22),
+    case("Det", f32(4, 4), opset=11, id="Det-11-2d"),
     # Attention
     case("Attention", f32(2, 3, 4, 8), f32(2, 3, 6, 8), f32(2, 3, 6, 5), opset=23),
     case("Attention", f32(2, 4, 12), f32(2, 6, 12), f32(2, 6, 10), q_num_heads=2, kv_num_heads=2, is_causal=1,

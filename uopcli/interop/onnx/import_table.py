@@ -135,6 +135,7 @@ TABLE: dict[str, OpRow] = {
     "BitwiseXor": _row(x.bitwise_xor, (18,)),                 # a ^ b
     "BitwiseNot": _row(x.bitwise_not, (18,)),                 # ~a
     "BitShift": _row(m.bit_shift, (11, 28), direction=None),  # a << b, a >> b (28: signed too)
+    "Det": _row(m.det, (11, 22)),                              # Π pivots of partial-pivoting elimination
     "Einsum": _row(x.einsum, (12, 28), equation=None),         # Σ over the letters not in the output
     "Pad": _row(x.pad, (11, 13, 18, 19, 21, 23, 24, 25), mode="constant"),  # pads [begins, ends]; 4 modes
     "ReduceProd": _row(x.reduce_prod, (11, 13, 18), axes=None, **_REDUCE),  # Π over axes

@@ -352,3 +352,40 @@ def mod(ctx):
     if a.dtype.itemsize > 4 or b.dtype is not a.dtype:
         ctx.refuse(f"Mod of {a.dtype.name} is not supported (no exact float64 remainder in the format)")
     return float_fmod(a, b, floor=fmod == 0)
+
+
+def det(ctx):
+    """Det-22: the determinant of each [M, M] matrix of the last two axes, by Gaussian
+    elimination with partial pivoting, as LAPACK's getrf (the first largest |a_ik| of the
+    column at and below the diagonal is swapped up): det = (-1)^swaps · Π pivots. Each step
+    works on the whole matrix with masks (no per-batch indexing): the pivot's row and row k
+    exchange by a rank-one update, the rows below subtract their multiple of the pivot row.
+    A zero pivot (a singular matrix: its column below is 0 too) divides nothing. Its
+    gradient is det·A⁻ᵀ where A is invertible; the swaps' choices are constant."""
+    a = _float(ctx.x(0))
+    m = a.shape[-1]
+    if len(a.shape) < 2 or a.shape[-2] != m:
+        ctx.refuse(f"the input {list(a.shape)} is not a batch of square matrices [..., M, M]")
+    batch = a.shape[:-2]
+    if m == 0:
+        return UOp.full(batch, 1.0, a.dtype)
+    rows = np.arange(m)
+    result, sign = None, None
+    for k in range(m):
+        unit = UOp.buffer(np.eye(m, dtype=a.dtype.np)[k])                      # e_k
+        column = (a * unit).sum(-1)                                           # a[..., :, k]
+        candidates = UOp.buffer((rows >= k).astype(np.bool_)).where(column.abs(), -1.0)
+        chosen = candidates.argmax(-1)._one_hot_mask(m, len(batch)).cast(a.dtype)  # e_p, per matrix
+        row_p = (a * chosen.unsqueeze(-1)).sum(-2)
+        row_k = (a * unit.reshape((m, 1))).sum(-2)
+        a = a + (unit.reshape((m, 1)) - chosen.unsqueeze(-1)) * (row_p - row_k).unsqueeze(-2)
+        swapped = 1.0 - (chosen * unit).sum(-1)                                # 1 where p != k
+        flip = 1.0 - 2.0 * swapped
+        sign = flip if sign is None else sign * flip
+        pivot = (row_p * unit).sum(-1)
+        result = pivot if result is None else result * pivot
+        if k + 1 < m:
+            below = UOp.buffer((rows > k).astype(a.dtype.np))
+            factor = (a * unit).sum(-1) / pivot.eq(0).where(1.0, pivot).unsqueeze(-1) * below
+            a = a - factor.unsqueeze(-1) * row_p.unsqueeze(-2)
+    return result * sign
