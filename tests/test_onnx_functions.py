@@ -132,3 +132,57 @@ def test_a_body_branch_reads_the_body_values_by_their_new_names():
     assert list(then_node.input) == ["t", "g"] and list(then_node.output) == [f"g{SEPARATOR}inner"]
     other_graph = next(a.g for a in branching.attribute if a.name == "else_branch")
     assert [o.name for o in other_graph.output] == [f"g{SEPARATOR}inner2"]
+
+
+def test_the_names_a_body_leaves_empty_and_the_attributes_a_node_leaves_out():
+    """A formal input the node leaves out is an empty name, as an optional input left out in
+    the body is; an attribute reference to one the node lacks and the schema gives no default
+    (Cast's `to`) is left out, where one with a default (Cast-21's `saturate`) takes it."""
+    to, saturate = AttributeProto(), AttributeProto()
+    to.name, to.ref_attr_name, to.type = "to", "to", AttributeProto.INT
+    saturate.name, saturate.ref_attr_name, saturate.type = "saturate", "saturate", AttributeProto.INT
+    cast = helper.make_node("Cast", ["input"], ["output"])
+    cast.attribute.extend([to, saturate])
+    clip = helper.make_node("Clip", ["input", "", "extra"], ["clipped"])
+    body = helper.make_function("", "Cast", ["input", "extra"], ["output"], [cast, clip],
+                                [helper.make_opsetid("", 21)])
+    node = helper.make_node("Cast", ["x"], ["y"])
+    bound_cast, bound_clip = expanded_nodes(body, node, "Cast", 21)
+    assert [(a.name, a.i) for a in bound_cast.attribute] == [("saturate", 1)]
+    assert list(bound_clip.input) == ["x", "", ""]
+    older, _ = expanded_nodes(body, node, "Cast", 13)  # the defaults of the version the opset picks: none
+    assert list(older.attribute) == []
+
+
+def test_a_branch_is_renamed_all_the_way_down():
+    """Inside an If of a body: a nested If's branches, the branch's initializers and its
+    inputs are renamed with the body too."""
+    inner = helper.make_graph([helper.make_node("Neg", ["theta"], ["deep"])], "inner", [],
+                              [helper.make_tensor_value_info("deep", TensorProto.FLOAT, None)])
+    then = helper.make_graph([helper.make_node("If", ["flag"], ["nested"], then_branch=inner, else_branch=inner),
+                              helper.make_node("Add", ["nested", "bias"], ["out_then"])], "then",
+                             [helper.make_tensor_value_info("arg", TensorProto.FLOAT, None)],
+                             [helper.make_tensor_value_info("out_then", TensorProto.FLOAT, None)],
+                             [helper.make_tensor("bias", TensorProto.FLOAT, [], [1.0])])
+    nodes = [helper.make_node("If", ["flag"], ["grid"], then_branch=then, else_branch=then)]
+    body = helper.make_function("", "AffineGrid", ["theta", "size"], ["grid"], nodes, [helper.make_opsetid("", 20)])
+    (branching,) = expanded_nodes(body, helper.make_node("AffineGrid", ["t", "s"], ["g"]), "AffineGrid", 20)
+    graph = next(a.g for a in branching.attribute if a.name == "then_branch")
+    assert [t.name for t in graph.initializer] == [f"g{SEPARATOR}bias"]
+    assert [i.name for i in graph.input] == [f"g{SEPARATOR}arg"]
+    assert list(graph.node[1].input) == [f"g{SEPARATOR}nested", f"g{SEPARATOR}bias"]
+    deep = next(a.g for a in graph.node[0].attribute if a.name == "then_branch").node[0]
+    assert list(deep.input) == ["t"] and list(deep.output) == [f"g{SEPARATOR}deep"]
+
+
+def test_a_body_is_read_at_its_own_opset_and_only_where_the_version_has_one():
+    from uopcli.interop.onnx.functions import body_opset, function_of, has_function
+    mixed = helper.make_function("", "F", [], [], [], [helper.make_opsetid("com.example", 1),
+                                                       helper.make_opsetid("", 20)])
+    assert body_opset(mixed, 99) == 20
+    assert body_opset(helper.make_function("", "F", [], [], [], [helper.make_opsetid("ai.onnx", 18)]), 99) == 18
+    assert body_opset(helper.make_function("", "F", [], [], [], [helper.make_opsetid("com.example", 1)]), 99) == 99
+    assert has_function("Gelu", 20) and not has_function("Gelu", 19)  # Gelu is new in 20
+    assert not has_function("NoSuchOp", 20) and not has_function("Conv", 20)
+    node = helper.make_node("Gelu", ["x"], ["y"])
+    assert function_of("Gelu", 19, node, []) is None and function_of("Conv", 20, node, []) is None
