@@ -12,10 +12,6 @@ w give sum(g''' u v w)."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -32,12 +28,14 @@ from uopcli.tools.model_inputs import state_kind
 from uopcli.tools.names import cotangent_names, fresh, is_direction, numbered, renamed_note, tangent_names
 from uopcli.tools.values import random_value
 
+from test_forward_cli import UOPGRAD, ok, uopgrad  # noqa: E402 - the CLI helpers of the forward-mode CLI tests
+from test_forward_cli import values as outputs  # noqa: E402
+
 f64 = dtypes.float64
 X = np.array([0.3, -1.2, 2.5])
 U = np.array([1.0, -0.5, 2.0])
 V = np.array([-0.7, 1.5, 0.25])
 W = np.array([2.0, 0.5, -1.25])
-UOPGRAD = shutil.which("uopgrad", path=os.path.dirname(sys.executable)) or shutil.which("uopgrad")
 
 
 def g2(x):
@@ -242,21 +240,6 @@ def test_numbered_tangents_are_directions_never_state():
 # ----------------------------------------------------------------------------- through the CLI
 
 needs_cli = pytest.mark.skipif(UOPGRAD is None, reason="the uopgrad console script is not installed")
-
-
-def uopgrad(*args, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([UOPGRAD, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=300)
-
-
-def ok(*args, cwd=None) -> subprocess.CompletedProcess:
-    done = uopgrad(*args, cwd=cwd)
-    assert done.returncode == 0, done.stderr
-    return done
-
-
-def outputs(path, *specs, cwd=None) -> dict:
-    done = ok("eval", path, *specs, "--json", cwd=cwd)
-    return {k: np.array(v["values"]) for k, v in json.loads(done.stdout)["outputs"].items()}
 
 
 @pytest.fixture
