@@ -18,6 +18,7 @@ from onnx import AttributeProto, TensorProto, helper  # noqa: E402
 from uopcli import FormatError, evaluate_graph  # noqa: E402
 from uopcli.interop.onnx.functions import SEPARATOR, expanded_nodes  # noqa: E402
 from uopcli.interop.onnx.importer import import_model  # noqa: E402
+from test_onnx_edges import _one_node  # noqa: E402
 
 
 def _body():
@@ -50,21 +51,13 @@ def test_a_body_is_renamed_into_the_nodes_namespace_and_its_references_bound():
     assert (bound.name, bound.i) == ("value_int", 0)
 
 
-def _one_node_model(op, inputs: dict, attrs: dict, opset: int, outputs: list[str]):
-    node = helper.make_node(op, list(inputs), outputs, name="the_node", **attrs)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, TensorProto.DOUBLE, list(a.shape))
-                                            for n, a in inputs.items()],
-                              [helper.make_tensor_value_info(n, TensorProto.DOUBLE, None) for n in outputs if n])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-
-
 def test_a_context_dependent_body_with_an_output_left_out():
     """CausalConvWithState without its present_state output: the output is still the causal
     depthwise convolution of the zero-padded input (its past_state left out too)."""
     rng = np.random.default_rng(0)
     x, w = rng.normal(size=(1, 2, 4)), rng.normal(size=(2, 1, 3))
-    graph, _ = import_model(_one_node_model("CausalConvWithState", {"x": x, "w": w}, {}, 27, ["y", ""]))
-    got = evaluate_graph(graph, {"x": x, "w": w})["y"]
+    graph, weights = import_model(_one_node("CausalConvWithState", {"x": x}, {"w": w}, {}, 27))
+    got = evaluate_graph(graph, {"x": x, **weights})["out"]
     padded = np.concatenate([np.zeros((1, 2, 2)), x], axis=2)
     want = np.array([[[sum(padded[0, c, t + k] * w[c, 0, k] for k in range(3)) for t in range(4)] for c in range(2)]])
     np.testing.assert_allclose(got, want, rtol=1e-14)

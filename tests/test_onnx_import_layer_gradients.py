@@ -233,9 +233,9 @@ def test_det_has_numpys_values_and_pytorchs_gradients():
     getrf, the same pivots) on a batch that needs every kind of row swap (a zero first pivot,
     a pivot below, none), a singular matrix (exactly 0), 1x1 and 4x4; gradients det·A⁻ᵀ equal
     PyTorch's, and at the singular matrix its cofactors (torch gives 0 there)."""
+    from test_onnx_edges import _one_node
     from uopcli import evaluate_graph
     from uopcli.interop.onnx.importer import import_model
-    from onnx import helper, TensorProto
     rng = np.random.default_rng(7)
     cases = [rng.normal(size=(3, 4, 4)),
              np.array([[[0.0, 2.0, 1.0], [1.0, 0.0, 3.0], [4.0, 1.0, 0.0]],    # pivots from below
@@ -243,10 +243,7 @@ def test_det_has_numpys_values_and_pytorchs_gradients():
                        [[5.0, 0.0, 0.0], [0.0, 3.0, 0.0], [0.0, 0.0, -2.0]]]),  # no swap: -30
              rng.normal(size=(2, 1, 1))]
     for a in cases:
-        node = helper.make_node("Det", ["a"], ["out"])
-        graph = helper.make_graph([node], "det", [helper.make_tensor_value_info("a", TensorProto.DOUBLE, list(a.shape))],
-                                  [helper.make_tensor_value_info("out", TensorProto.DOUBLE, None)])
-        imported, _ = import_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)]))
+        imported, _ = import_model(_one_node("Det", {"a": a}, {}, {}, 22))
         got = evaluate_graph(imported, {"a": a})["out"]
         want = np.linalg.det(a)
         bound = 4 * np.finfo(np.float64).eps * np.linalg.norm(a, axis=(-2, -1)) ** a.shape[-1] + 0.0
