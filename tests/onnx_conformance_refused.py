@@ -32,12 +32,11 @@ NOT_A_MODEL_OP = "signal processing and image decoding ops outside a differentia
 _GROUPS: dict[str, tuple[str, ...]] = {
     NOT_YET: (
         "DeformConv", "RoiAlign",
-        "LinearAttention",  # (its function body needs Scan)
     ),
     VALUE_SHAPE: ("NonZero", "Unique", "Compress", "NonMaxSuppression"),
     SEQUENCES: (
         "SequenceMap", "Optional", "OptionalGetElement", "OptionalHasElement",  # (the other sequence ops: BY_MESSAGE)
-        "Loop", "Scan",  # (If: a condition known when importing takes its branch; else BY_MESSAGE)
+        "Loop",  # (If: a condition known when importing takes its branch, else BY_MESSAGE; Scan: unrolled)
     ),
     RANDOM: ("Bernoulli", "RandomUniformLike"),
     TRAINING: ("ai.onnx.preview.training.Gradient",),

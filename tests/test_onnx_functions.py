@@ -64,14 +64,15 @@ def test_a_context_dependent_body_with_an_output_left_out():
 
 
 def test_a_body_whose_ops_the_importer_lacks_is_refused_naming_the_node():
-    """LinearAttention-27's body runs a Scan: one line naming the node and what it lacks."""
-    value_info = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 4, 32]) for n in ("q", "k", "v")]
-    node = helper.make_node("LinearAttention", ["q", "k", "v"], ["out", "state"], name="mixer",
-                            q_num_heads=4, kv_num_heads=4, update_rule="linear")
-    graph = helper.make_graph([node], "g", value_info, [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 27)])
-    with pytest.raises(FormatError, match=r"^<model>: node 'mixer' \(LinearAttention\): is imported through its "
-                                          r"function body, which uses Scan-25: not supported by the importer$"):
+    """DynamicQuantizeLinear-11's body runs a QuantizeLinear: one line naming the node and
+    what it lacks."""
+    node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "scale", "zero"], name="quant")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    with pytest.raises(FormatError, match=r"^<model>: node 'quant' \(DynamicQuantizeLinear\): is imported through "
+                                          r"its function body, which uses QuantizeLinear-10: not supported by the "
+                                          r"importer$"):
         import_model(model)
 
 

@@ -33,6 +33,7 @@ import numpy as np
 from uopcli import FormatError, Graph, Metadata, UOp, UOpError
 from uopcli.core.uop import next_serial, valid_name
 
+from .control import CONTROL
 from .dtypes import CONSTANT_DOC, FROM_ONNX, TO_ONNX, UNSUPPORTED_NAMES
 from .functions import body_opset, expanded_nodes, function_of, has_function
 from .import_table import TABLE
@@ -107,6 +108,7 @@ class _Importer:
         self._since: dict[tuple[str, int], int] = {}  # (op, opset) -> the version it picks
         self._copied_from: dict[str, str] = {}  # a weight copied by an Identity -> its initializer
         self._made_by: dict[str, tuple[str, str]] = {}  # a sequence's name -> (node label, op) that made it
+        self.scope_prefix: str | None = None  # a Scan step's scope, over its body's nodes' own (control.py)
 
     def fail(self, message: str, node=None, op=None):
         raise FormatError(message, node=node, op=op, source=self.source)
@@ -249,8 +251,8 @@ class _Importer:
             else:
                 since = self._since_version(op, None)
                 found = _row_and_version(op, since)
-                if op == "If" and since is not None:
-                    continue  # its branch is chosen when importing, where its condition is known
+                if op in CONTROL and since in CONTROL[op][1]:
+                    continue  # decided when importing (control.py): its body's ops are checked then
                 if found is None and since is not None and has_function(op, self.opset):
                     continue  # imported as its function body (functions.py), its ops checked then
                 if found is None:
@@ -270,8 +272,10 @@ class _Importer:
         op, name = _text(node.op_type), _text(node.name) or f"#{index}"
         label = repr(name)
         since = self._since_version(op, label)
-        if op == "If" and node.domain in ONNX_DOMAINS:
-            self._import_if(node, index, label)
+        if op in CONTROL and node.domain in ONNX_DOMAINS:  # decided when importing (control.py)
+            if since not in CONTROL[op][1]:
+                self.fail(_unsupported(op, since, "", self.opset), label, op)
+            CONTROL[op][0](self, node, index, label, since)
             return
         found = _row_and_version(op, since)
         if found is None:  # no row: the spec's function body, if it has one (a body's own ops land here)
@@ -311,7 +315,7 @@ class _Importer:
             self.fail(f"cannot be built: {' '.join(str(e).split())}", label, op)
         except (ValueError, TypeError, IndexError, KeyError, ArithmeticError, OverflowError, RecursionError) as e:
             self.fail(f"cannot be built ({type(e).__name__}: {' '.join(str(e).split())})", label, op)
-        meta = Metadata(op, _text(node.name) or None, False, _scope(node))
+        meta = Metadata(op, _text(node.name) or None, False, self.scope_of(node))
         for output_name, value in zip(node.output, outputs):
             if output_name:
                 if value.node is not None:
@@ -337,7 +341,7 @@ class _Importer:
             for inner in nodes:  # refused as this node's, in one line, before any is built
                 inner_op = _text(inner.op_type)
                 inner_since = self._since_version(inner_op, label)
-                if inner_op != "If" and _row_and_version(inner_op, inner_since) is None \
+                if inner_op not in CONTROL and _row_and_version(inner_op, inner_since) is None \
                         and not has_function(inner_op, self.opset):
                     self.fail(f"is imported through its function body, which uses {inner_op}-{inner_since}: "
                               f"not supported by the importer", label, op)
@@ -346,32 +350,10 @@ class _Importer:
         finally:
             self.opset = outer
 
-    def _import_if(self, node, index: int, label: str) -> None:
-        """If whose condition is known when importing (a constant, or computed from shapes
-        and attributes: AffineGrid's body asks whether the size is 2-D): the branch taken,
-        its nodes imported in place; its outputs are the If's. A condition only known when
-        running is refused: the format has no control flow."""
-        value = self.values.get(node.input[0]) if len(node.input) == 1 else None
-        if value is None or value.const is None or value.const.size != 1:
-            self.fail("If's condition must be known when importing (a constant, or computed from shapes): "
-                      "the format has no control flow", label, "If")
-        taken = "then_branch" if bool(value.const.reshape(())) else "else_branch"
-        branch = next((a.g for a in node.attribute if a.name == taken), None)
-        if branch is None or len(branch.output) != len(node.output):
-            self.fail(f"its {taken} is missing or makes {len(branch.output) if branch else 0} outputs for "
-                      f"{len(node.output)}", label, "If")
-        for tensor in branch.initializer:
-            self.values[tensor.name] = Value(const=self.tensor_array(tensor, f"initializer {tensor.name!r}"))
-        for inner in branch.node:
-            self._import_node(inner, index)
-        for name, made in zip(node.output, branch.output):
-            if name:
-                found = self.values.get(made.name)
-                if found is None:
-                    self.fail(f"its {taken}'s output {made.name!r} is made by no node", label, "If")
-                self.values[name] = found
-                if found.seq is not None:
-                    self._made_by[name] = (label, "If")
+    def scope_of(self, node) -> str | None:
+        """A node's module path (_scope), under the Scan step being imported."""
+        own = _scope(node)
+        return f"{self.scope_prefix}/{own}" if self.scope_prefix and own else self.scope_prefix or own
 
     def _type_proto(self, name: str, label: str, op: str):
         """The TypeProto of a value already imported (a context-dependent body is chosen by

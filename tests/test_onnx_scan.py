@@ -1,0 +1,366 @@
+"""ONNX Scan, imported unrolled (uopcli/interop/onnx/control.py): values against
+onnxruntime for every attribute (axes, directions, several states and scan inputs, Scan-8's
+batch, nested scans, captured outer values), gradients against PyTorch's autograd of the
+same recurrence in float64, the steps' scopes, and one-line refusals naming the node."""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+
+from _onnx_helpers import need_onnx_and_runtime
+
+onnx, ort = need_onnx_and_runtime()
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from uopcli import FormatError, differentiate, evaluate_graph  # noqa: E402
+from uopcli.interop.onnx.importer import import_model  # noqa: E402
+
+F, D = TensorProto.FLOAT, TensorProto.DOUBLE
+RNG = np.random.default_rng(2026)
+
+
+def _info(name, kind, shape):
+    return helper.make_tensor_value_info(name, kind, shape)
+
+
+def _body(nodes, inputs, outputs, initializers=()):
+    """A body graph; inputs and outputs as (name, kind, shape)."""
+    return helper.make_graph(nodes, "body", [_info(*i) for i in inputs], [_info(*o) for o in outputs],
+                             list(initializers))
+
+
+def _model(nodes, inputs: dict, outputs: list, initializers: dict | None = None, opset: int = 21, kind=None):
+    """A model whose graph inputs are `inputs` (name -> array), and whose outputs are named,
+    of the first input's element type (or `kind`)."""
+    kind = kind or helper.np_dtype_to_tensor_dtype(next(iter(inputs.values())).dtype)
+    graph_inputs = [_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in inputs.items()]
+    graph = helper.make_graph(nodes, "scan", graph_inputs, [_info(o, kind, None) for o in outputs],
+                              [numpy_helper.from_array(a, n) for n, a in (initializers or {}).items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def _ours(model, feeds: dict) -> list:
+    graph, weights = import_model(model, source="scan.onnx")
+    values = evaluate_graph(graph, {**weights, **feeds})
+    return [np.asarray(values[name]) for name in graph.outputs]
+
+
+def _onnxruntime(model, feeds: dict) -> list:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def _same_as_onnxruntime(model, feeds: dict, rtol: float) -> list:
+    ours, theirs = _ours(model, feeds), _onnxruntime(model, feeds)
+    assert len(ours) == len(theirs)
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        assert a.shape == b.shape and a.dtype == b.dtype, (i, a.shape, b.shape, a.dtype, b.dtype)
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol, err_msg=f"output {i}")
+    return ours
+
+
+# ----------------------------------------------------------------------------- values
+
+def _running_sums(kind=F):
+    """States sum and product; scan output: sum * 2 - element (sees the order of steps)."""
+    body = _body([helper.make_node("Add", ["s_in", "e"], ["s_out"]),
+                  helper.make_node("Mul", ["p_in", "e"], ["p_out"]),
+                  helper.make_node("Add", ["s_out", "s_out"], ["twice"]),
+                  helper.make_node("Sub", ["twice", "e"], ["y"])],
+                 [("s_in", kind, [3]), ("p_in", kind, [3]), ("e", kind, [3])],
+                 [("s_out", kind, [3]), ("p_out", kind, [3]), ("y", kind, [3])])
+    return body
+
+
+def test_states_and_a_scan_output_step_by_step_as_onnxruntime():
+    x = RNG.standard_normal((5, 3)).astype(np.float32)
+    s0, p0 = RNG.standard_normal(3).astype(np.float32), np.ones(3, np.float32)
+    node = helper.make_node("Scan", ["s0", "p0", "x"], ["s", "p", "ys"], name="scan", num_scan_inputs=1,
+                            body=_running_sums())
+    s, p, ys = _same_as_onnxruntime(_model([node], dict(s0=s0, p0=p0, x=x), ["s", "p", "ys"]), dict(s0=s0, p0=p0, x=x),
+                                    1e-6)
+    np.testing.assert_allclose(s, s0 + x.sum(0), rtol=1e-6)
+    np.testing.assert_allclose(p, x.prod(0), rtol=1e-6)
+    np.testing.assert_allclose(ys, 2 * (s0 + np.cumsum(x, 0)) - x, rtol=1e-5)
+
+
+@pytest.mark.parametrize("in_axes, in_dirs, out_axes, out_dirs", [
+    ([0, 0], [0, 0], [0, 0], [0, 0]),
+    ([1, -1], [0, 1], [-1, 1], [1, 0]),
+    ([2, 0], [1, 1], [1, -3], [0, 1]),
+    ([-2, 1], [1, 0], [2, 0], [1, 1]),
+])
+@pytest.mark.parametrize("b_known", [False, True])
+def test_axes_and_directions_as_onnxruntime(in_axes, in_dirs, out_axes, out_dirs, b_known):
+    """Two scan inputs of rank 3 scanned along any axis, either way; two scan outputs stacked
+    along any axis, appended or prepended; the state mixes the elements so that the order
+    of the steps shows in every output. `b_known`: b is a Constant node's (its elements are
+    sliced when importing)."""
+    length = 4
+    shapes = []
+    for axis in in_axes:
+        shape = [2, 3]
+        shape.insert(axis % 3, length)
+        shapes.append(shape)
+    a = RNG.standard_normal(shapes[0]).astype(np.float32)
+    b = RNG.standard_normal(shapes[1]).astype(np.float32)
+    body = _body([helper.make_node("Mul", ["h_in", "half"], ["halved"]),
+                  helper.make_node("Add", ["halved", "ea"], ["mixed"]),
+                  helper.make_node("Sub", ["mixed", "eb"], ["h_out"]),
+                  helper.make_node("Mul", ["ea", "eb"], ["prod"]),
+                  helper.make_node("Add", ["prod", "h_out"], ["y1"]),
+                  helper.make_node("Neg", ["h_out"], ["y2"])],
+                 [("h_in", F, [2, 3]), ("ea", F, [2, 3]), ("eb", F, [2, 3])],
+                 [("h_out", F, [2, 3]), ("y1", F, [2, 3]), ("y2", F, [2, 3])],
+                 [numpy_helper.from_array(np.float32(0.5), "half")])
+    h0 = RNG.standard_normal((2, 3)).astype(np.float32)
+    node = helper.make_node("Scan", ["h0", "a", "b"], ["h", "y1s", "y2s"], name="scan", num_scan_inputs=2, body=body,
+                            scan_input_axes=in_axes, scan_input_directions=in_dirs, scan_output_axes=out_axes,
+                            scan_output_directions=out_dirs)
+    feeds = dict(h0=h0, a=a, b=b)
+    nodes = [node]
+    if b_known:
+        nodes.insert(0, helper.make_node("Constant", [], ["b"], value=numpy_helper.from_array(b)))
+        del feeds["b"]
+    _same_as_onnxruntime(_model(nodes, feeds, ["h", "y1s", "y2s"]), feeds, 1e-6)
+
+
+def test_scan8_scans_each_batch_element_on_its_own():
+    x = RNG.standard_normal((3, 4, 2)).astype(np.float32)     # [batch, sequence, 2]
+    s0, p0 = RNG.standard_normal((3, 2)).astype(np.float32), RNG.standard_normal((3, 2)).astype(np.float32)
+    body = _body([helper.make_node("Add", ["s_in", "e"], ["s_out"]),
+                  helper.make_node("Mul", ["p_in", "e"], ["p_out"]),
+                  helper.make_node("Sub", ["s_out", "p_out"], ["y"])],
+                 [("s_in", F, [2]), ("p_in", F, [2]), ("e", F, [2])],
+                 [("s_out", F, [2]), ("p_out", F, [2]), ("y", F, [2])])
+    lengths = np.full(3, 4, np.int64)
+    for directions in ([0], [1]):
+        node = helper.make_node("Scan", ["lengths", "s0", "p0", "x"], ["s", "p", "ys"], name="scan", num_scan_inputs=1,
+                                body=body, directions=directions)
+        model = _model([node], dict(s0=s0, p0=p0, x=x), ["s", "p", "ys"], dict(lengths=lengths), opset=8)
+        _same_as_onnxruntime(model, dict(s0=s0, p0=p0, x=x), 1e-6)
+        node = helper.make_node("Scan", ["", "s0", "p0", "x"], ["s", "p", "ys"], name="scan", num_scan_inputs=1,
+                                body=body, directions=directions)
+        _same_as_onnxruntime(_model([node], dict(s0=s0, p0=p0, x=x), ["s", "p", "ys"], opset=8),
+                             dict(s0=s0, p0=p0, x=x), 1e-6)
+
+
+def _rnn(opset: int = 21, nested: bool = False):
+    """h_t = tanh(h W + x_t U + b) in float64, W, U and b initializers the body captures from
+    the outer graph; outputs the last state and every state. `nested`: the body's update is
+    itself a Scan over the hidden units (a column at a time), capturing the step's h."""
+    update = [helper.make_node("MatMul", ["h_in", "W"], ["hw"]),
+              helper.make_node("MatMul", ["x_t", "U"], ["xu"]),
+              helper.make_node("Add", ["hw", "xu"], ["pre0"]),
+              helper.make_node("Add", ["pre0", "b"], ["pre"]),
+              helper.make_node("Tanh", ["pre"], ["h_out"]),
+              helper.make_node("Identity", ["h_out"], ["y"])]
+    if nested:  # the same values: columns of (h W) through an inner scan over W's columns
+        inner = _body([helper.make_node("MatMul", ["h_in", "w_col"], ["col"]),
+                       helper.make_node("Identity", ["c_in"], ["c_out"])],
+                      [("c_in", D, []), ("w_col", D, [4])], [("c_out", D, []), ("col", D, [2])])
+        update[0:1] = [helper.make_node("Scan", ["zero", "W"], ["unused", "cols"], name="inner", num_scan_inputs=1,
+                                        body=inner, scan_input_axes=[1], scan_output_axes=[1]),
+                       helper.make_node("Identity", ["cols"], ["hw"])]
+    body = _body(update, [("h_in", D, [2, 4]), ("x_t", D, [2, 3])], [("h_out", D, [2, 4]), ("y", D, [2, 4])],
+                 [numpy_helper.from_array(np.float64(0), "zero")] if nested else [])
+    node = helper.make_node("Scan", ["h0", "x"], ["h", "hs"], name="rnn", num_scan_inputs=1, body=body,
+                            scan_input_axes=[1], scan_output_axes=[1])
+    weights = dict(W=RNG.standard_normal((4, 4)) * 0.5, U=RNG.standard_normal((3, 4)), b=RNG.standard_normal(4))
+    feeds = dict(h0=RNG.standard_normal((2, 4)), x=RNG.standard_normal((2, 5, 3)))
+    return _model([node], feeds, ["h", "hs"], weights, opset), feeds, weights
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_recurrence_capturing_its_weights_as_onnxruntime(nested):
+    model, feeds, _ = _rnn(nested=nested)
+    h, hs = _same_as_onnxruntime(model, feeds, 1e-12)
+    assert hs.shape == (2, 5, 4) and np.array_equal(h, hs[:, -1])
+
+
+def test_weights_stay_inputs_and_the_gradients_equal_pytorchs():
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed: the gradient comparison skips")
+    model, feeds, weights = _rnn()
+    graph, found = import_model(model, source="rnn.onnx")
+    assert sorted(found) == ["U", "W", "b"] and {n.arg for n in graph.inputs} == {"h0", "x", "U", "W", "b"}
+    grad, _ = differentiate(graph, ["W", "U", "b", "h0", "x"], of=["h", "hs"], cotangent="input")
+    weighs = dict(cotangent_h=RNG.standard_normal((2, 4)), cotangent_hs=RNG.standard_normal((2, 5, 4)))
+    ours = evaluate_graph(grad, {**feeds, **weights, **weighs})
+    t = {n: torch.tensor(a, requires_grad=True) for n, a in {**feeds, **weights}.items()}
+    h, states = t["h0"], []
+    for step in range(5):
+        h = torch.tanh(h @ t["W"] + t["x"][:, step] @ t["U"] + t["b"])
+        states.append(h)
+    ((h * torch.tensor(weighs["cotangent_h"])).sum()
+     + (torch.stack(states, 1) * torch.tensor(weighs["cotangent_hs"])).sum()).backward()
+    for name in ("W", "U", "b", "h0", "x"):
+        np.testing.assert_allclose(ours[f"grad_{name}"], t[name].grad.numpy(), rtol=1e-12, atol=1e-13, err_msg=name)
+
+
+def test_a_scanned_weight_stays_an_input_with_its_gradient():
+    """x an initializer (a weight): sliced as a node, so that it keeps its gradient:
+    ys_t = 2 (s0 + x_0 + ... + x_t) - x_t, so d sum_t u_t ys_t / d x_j = 2 sum_{t >= j} u_t - u_j."""
+    x = RNG.standard_normal((5, 3))
+    node = helper.make_node("Scan", ["s0", "p0", "x"], ["s", "p", "ys"], name="scan", num_scan_inputs=1,
+                            body=_running_sums(D))
+    feeds = dict(s0=RNG.standard_normal(3), p0=np.ones(3))
+    model = _model([node], feeds, ["s", "p", "ys"], dict(x=x))
+    graph, weights = import_model(model)
+    assert list(weights) == ["x"]
+    grad, _ = differentiate(graph, ["x"], of=["ys"], cotangent="input")
+    u = RNG.standard_normal((5, 3))
+    got = evaluate_graph(grad, {**feeds, **weights, "cotangent_ys": u})["grad_x"]
+    np.testing.assert_allclose(got, 2 * np.cumsum(u[::-1], 0)[::-1] - u, rtol=1e-14)
+
+
+def test_a_scan_of_constants_is_known_when_importing():
+    """Scanned constants fold: a shape computed by a Scan reshapes a tensor."""
+    body = _body([helper.make_node("Mul", ["n_in", "e"], ["n_out"]), helper.make_node("Identity", ["n_out"], ["y"])],
+                 [("n_in", TensorProto.INT64, []), ("e", TensorProto.INT64, [])],
+                 [("n_out", TensorProto.INT64, []), ("y", TensorProto.INT64, [])])
+    nodes = [helper.make_node("Scan", ["one", "factors"], ["count", "partial"], name="scan", num_scan_inputs=1,
+                              body=body),
+             helper.make_node("Reshape", ["x", "partial"], ["out"])]
+    x = RNG.standard_normal(24).astype(np.float32)
+    model = _model(nodes, dict(x=x), ["out"], dict(one=np.int64(1), factors=np.array([2, 1, 3], np.int64)))
+    graph, _ = import_model(model)
+    assert graph.outputs["out"].shape == (2, 2, 6)
+    (out,) = _same_as_onnxruntime(model, dict(x=x), 0)
+    assert np.array_equal(out, x.reshape(2, 2, 6))
+
+
+# ----------------------------------------------------------------------------- names and scopes
+
+def test_each_step_carries_its_scope_and_the_body_names_do_not_leak():
+    """The body's nodes sit under `<scan>.<t>` (the viewer's groups); a body input named as
+    an outer value shadows it for the steps only: after the Scan the name is the outer value."""
+    body = _body([helper.make_node("Add", ["s_in", "x"], ["s_out"], name="/block/add"),
+                  helper.make_node("Identity", ["s_out"], ["y"])],
+                 [("s_in", F, [2]), ("x", F, [2])], [("s_out", F, [2]), ("y", F, [2])])
+    nodes = [helper.make_node("Scan", ["s0", "xs"], ["s", "ys"], name="/enc/scan", num_scan_inputs=1, body=body),
+             helper.make_node("Mul", ["x", "s"], ["out"])]        # x: the outer x, not the body's element
+    xs, x, s0 = (RNG.standard_normal(shape).astype(np.float32) for shape in ((3, 2), (2,), (2,)))
+    model = _model(nodes, dict(s0=s0, xs=xs, x=x), ["ys", "out"])
+    graph, _ = import_model(model)
+    ys, out = (np.asarray(v) for v in evaluate_graph(graph, dict(s0=s0, xs=xs, x=x)).values())
+    np.testing.assert_allclose(out, x * (s0 + xs.sum(0)), rtol=1e-6)
+    np.testing.assert_allclose(ys, s0 + np.cumsum(xs, 0), rtol=1e-6)
+    scopes = {n.meta.scope for n in graph.nodes() if n.meta is not None and n.meta.loc == "/block/add"}
+    assert scopes == {f"enc/scan.{t}/block" for t in range(3)}
+
+
+# ----------------------------------------------------------------------------- refusals
+
+def _refusal(model) -> str:
+    with pytest.raises(FormatError) as caught:
+        import_model(model, source="scan.onnx")
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def _sums_node(**attrs):
+    return helper.make_node("Scan", ["s0", "p0", "x"], ["s", "p", "ys"], name="scan", body=_running_sums(),
+                            **{"num_scan_inputs": 1, **attrs})
+
+
+@pytest.mark.parametrize("attrs, inputs, says", [
+    (dict(scan_input_axes=[2]), dict(x=(5, 3)), "scan_input_axes[0] 2 is out of range for rank 2"),
+    (dict(scan_output_axes=[-3]), dict(x=(5, 3)), "scan_output_axes[0] -3 is out of range for rank 2"),
+    (dict(scan_input_axes=[0, 1]), dict(x=(5, 3)), "scan_input_axes has 2 entries for 1"),
+    (dict(num_scan_inputs=4), dict(x=(5, 3)), "num_scan_inputs between 1 and its 3 inputs"),
+    (dict(num_scan_inputs=2), dict(x=(5, 3)), "its scan inputs have different lengths [3, 5] along their scan axes"),
+    (dict(), dict(x=(0, 3)), "scans a sequence of length 0"),
+    (dict(), dict(s0=(1,)), "changes state 0 from float32[1] to float32[3] at step 0: a state keeps its type and"),
+])
+def test_a_malformed_scan_is_refused_in_one_line_naming_the_node(attrs, inputs, says):
+    shapes = {"s0": (3,), "p0": (3,), "x": (5, 3), **inputs}
+    feeds = {n: np.ones(shape, np.float32) for n, shape in shapes.items()}
+    message = _refusal(_model([_sums_node(**attrs)], feeds, ["s", "p", "ys"]))
+    assert message.startswith("scan.onnx: node 'scan' (Scan): ") and says in message, message
+
+
+def test_a_body_that_does_not_fit_the_node_is_refused():
+    node = helper.make_node("Scan", ["s0", "x"], ["s", "ys"], name="scan", num_scan_inputs=1, body=_running_sums())
+    message = _refusal(_model([node], dict(s0=np.ones(3, np.float32), x=np.ones((5, 3), np.float32)), ["s", "ys"]))
+    assert message.endswith("node 'scan' (Scan): its body takes 3 inputs and makes 3 outputs, for 1 states and "
+                            "1 scan inputs"), message
+
+
+def test_a_body_that_changes_a_states_type_is_refused():
+    body = _body([helper.make_node("Add", ["s_in", "e"], ["sum"]),
+                  helper.make_node("Cast", ["sum"], ["s_out"], to=D), helper.make_node("Identity", ["sum"], ["y"])],
+                 [("s_in", F, [3]), ("e", F, [3])], [("s_out", D, [3]), ("y", F, [3])])
+    node = helper.make_node("Scan", ["s0", "x"], ["s", "ys"], name="scan", num_scan_inputs=1, body=body)
+    message = _refusal(_model([node], dict(s0=np.ones(3, np.float32), x=np.ones((5, 3), np.float32)), ["s", "ys"]))
+    assert "changes state 0 from float32[3] to float64[3] at step 0" in message, message
+
+
+def test_scan8_refuses_lengths_it_cannot_know_or_that_are_not_the_whole_axis():
+    body = _body([helper.make_node("Add", ["s_in", "e"], ["s_out"]), helper.make_node("Identity", ["s_out"], ["y"])],
+                 [("s_in", F, [2]), ("e", F, [2])], [("s_out", F, [2]), ("y", F, [2])])
+    node = helper.make_node("Scan", ["lengths", "s0", "x"], ["s", "ys"], name="scan", num_scan_inputs=1, body=body)
+    feeds = dict(s0=np.ones((2, 2), np.float32), x=np.ones((2, 4, 2), np.float32))
+    short = _refusal(_model([node], feeds, ["s", "ys"], dict(lengths=np.array([4, 3], np.int64)), opset=8))
+    assert "sequence_lens [3, 4] are not all the scan axis' length [4]" in short
+    at_run_time = _refusal(_model([node], {**feeds, "lengths": np.array([4, 4], np.int64)}, ["s", "ys"], opset=8,
+                                  kind=F))
+    assert "sequence_lens must be known when importing" in at_run_time
+
+
+def test_a_scan_body_op_the_importer_lacks_is_refused_naming_the_body_node():
+    body = _body([helper.make_node("Unique", ["e"], ["u"], name="uniq"), helper.make_node("Identity", ["s_in"], ["s_out"])],
+                 [("s_in", F, [2]), ("e", F, [2])], [("s_out", F, [2]), ("u", F, None)])
+    node = helper.make_node("Scan", ["s0", "x"], ["s", "us"], name="scan", num_scan_inputs=1, body=body)
+    message = _refusal(_model([node], dict(s0=np.ones(2, np.float32), x=np.ones((3, 2), np.float32)), ["s", "us"]))
+    assert "node 'uniq' (Unique)" in message, message
+
+
+# ----------------------------------------------------------------------------- the installed CLI
+
+def test_the_cli_differentiates_a_scanned_recurrence_and_refuses_a_bad_one(tmp_path):
+    model, feeds, weights = _rnn()
+    onnx.save(model, tmp_path / "rnn.onnx")
+    np.savez(tmp_path / "in.npz", **feeds)
+    run = subprocess.run(["uopgrad", "check", tmp_path / "rnn.onnx", "--wrt", "W,U,b,x", "--of", "hs",
+                          "-i", tmp_path / "in.npz", "--json"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr + run.stdout
+    report = __import__("json").loads(run.stdout)
+    assert report["passed"] is True, report
+    bad = _model([_sums_node(scan_input_axes=[2])], {n: np.ones(s, np.float32) for n, s in
+                                                      (("s0", (3,)), ("p0", (3,)), ("x", (5, 3)))}, ["s", "p", "ys"])
+    onnx.save(bad, tmp_path / "bad.onnx")
+    run = subprocess.run(["uopgrad", "diff", tmp_path / "bad.onnx", "--wrt", "s0", "--of", "s", "-o", tmp_path / "g.uop"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1 and not (tmp_path / "g.uop").exists()
+    assert run.stderr.count("\n") == 1 and "node 'scan' (Scan): scan_input_axes[0] 2 is out of range" in run.stderr
+
+
+def test_linear_attention_imports_through_its_scan_and_differentiates(tmp_path):
+    """LinearAttention-27 (gated delta rule, Gated DeltaNet's token mixer) is defined by a
+    function body that runs a Scan over the tokens: values as onnx.reference's on random
+    inputs with a past state, gradients of every input as finite differences (the CLI)."""
+    from onnx.reference import ReferenceEvaluator
+    shapes = dict(query=(1, 3, 8), key=(1, 3, 8), value=(1, 3, 8), past_state=(1, 2, 4, 4), decay=(1, 3, 8),
+                  beta=(1, 3, 2))
+    node = helper.make_node("LinearAttention", list(shapes), ["output", "present_state"], name="mixer",
+                            q_num_heads=2, kv_num_heads=2)
+    feeds = {n: RNG.standard_normal(s).astype(np.float32) * 0.5 for n, s in shapes.items()}
+    feeds["decay"] = -np.abs(feeds["decay"])        # log-space decays: e^decay in (0, 1]
+    feeds["beta"] = 1 / (1 + np.exp(-feeds["beta"]))
+    model = _model([node], feeds, ["output", "present_state"], opset=27)
+    ours = _ours(model, feeds)
+    for i, truth in enumerate(ReferenceEvaluator(model).run(None, feeds)):
+        np.testing.assert_allclose(ours[i], truth, rtol=1e-5, atol=1e-6, err_msg=f"output {i}")
+    onnx.save(model, tmp_path / "mixer.onnx")
+    np.savez(tmp_path / "in.npz", **feeds)
+    run = subprocess.run(["uopgrad", "check", tmp_path / "mixer.onnx", "--wrt", ",".join(shapes), "--of", "output",
+                          "-i", tmp_path / "in.npz", "--json"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr + run.stdout
+    assert __import__("json").loads(run.stdout)["passed"] is True
