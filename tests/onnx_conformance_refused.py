@@ -36,7 +36,7 @@ _GROUPS: dict[str, tuple[str, ...]] = {
     VALUE_SHAPE: ("NonZero", "Unique", "Compress", "NonMaxSuppression"),
     SEQUENCES: (
         "SequenceMap", "Optional", "OptionalGetElement", "OptionalHasElement",  # (the other sequence ops: BY_MESSAGE)
-        "Loop",  # (If: a condition known when importing takes its branch, else BY_MESSAGE; Scan: unrolled)
+        # (If, Scan and Loop are decided when importing, control.py; refused by BY_MESSAGE where they cannot be)
     ),
     RANDOM: ("Bernoulli", "RandomUniformLike"),
     TRAINING: ("ai.onnx.preview.training.Gradient",),

@@ -1,4 +1,4 @@
-"""ONNX Scan, imported unrolled (uopcli/interop/onnx/control.py): values against
+"""ONNX Scan and Loop, imported unrolled (uopcli/interop/onnx/control.py): values against
 onnxruntime for every attribute (axes, directions, several states and scan inputs, Scan-8's
 batch, nested scans, captured outer values), gradients against PyTorch's autograd of the
 same recurrence in float64, the steps' scopes, and one-line refusals naming the node."""
@@ -364,3 +364,140 @@ def test_linear_attention_imports_through_its_scan_and_differentiates(tmp_path):
                           "-i", tmp_path / "in.npz", "--json"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr + run.stdout
     assert __import__("json").loads(run.stdout)["passed"] is True
+
+
+# ----------------------------------------------------------------------------- Loop
+
+I64, BOOL = TensorProto.INT64, TensorProto.BOOL
+
+
+def _loop_body(extra=(), condition=None, grow=False):
+    """Loop body: y_out = y_in * 0.5 + x[i] (x captured, i the iteration number; with `grow`,
+    y_out = Concat(y_in, x[i]) instead), a scan output y_out - i; the condition out is
+    `condition`'s node output `go`, else the condition in."""
+    nodes = [helper.make_node("Gather", ["x", "i"], ["row"], axis=0),
+             helper.make_node("Cast", ["i"], ["i_float"], to=F)]
+    if grow:
+        nodes += [helper.make_node("Concat", ["y_in", "row"], ["y_out"], axis=0),
+                  helper.make_node("Mul", ["row", "i_float"], ["scanned"])]
+    else:
+        nodes += [helper.make_node("Mul", ["y_in", "half"], ["halved"]),
+                  helper.make_node("Add", ["halved", "row"], ["y_out"]),
+                  helper.make_node("Sub", ["y_out", "i_float"], ["scanned"])]
+    nodes += list(extra) + [helper.make_node("Identity", ["go" if condition else "c_in"], ["c_out"])]
+    return _body(nodes, [("i", I64, []), ("c_in", BOOL, []), ("y_in", F, None)],
+                 [("c_out", BOOL, []), ("y_out", F, None), ("scanned", F, None)],
+                 [numpy_helper.from_array(np.float32(0.5), "half")])
+
+
+def _loop_model(trip, condition, body, y0_shape=(3,)):
+    known = {}
+    if trip is not None:
+        known["M"] = np.array(trip, np.int64)
+    if condition is not None:
+        known["c"] = np.array(condition)
+    node = helper.make_node("Loop", ["M" if trip is not None else "", "c" if condition is not None else "", "y0"],
+                            ["y", "ys"], name="loop", body=body)
+    feeds = dict(y0=RNG.standard_normal(y0_shape).astype(np.float32), x=RNG.standard_normal((6, 3)).astype(np.float32))
+    return _model([node], feeds, ["y", "ys"], known), feeds
+
+
+def _below(limit: int):
+    """The body's `go`: i + 1 < limit (the next iteration number is below it)."""
+    return [helper.make_node("Constant", [], ["one"], value=numpy_helper.from_array(np.int64(1))),
+            helper.make_node("Add", ["i", "one"], ["next"]),
+            helper.make_node("Constant", [], ["limit"], value=numpy_helper.from_array(np.int64(limit))),
+            helper.make_node("Less", ["next", "limit"], ["go"])]
+
+
+@pytest.mark.parametrize("trip, condition, go_below", [
+    (4, None, None),        # for
+    (None, True, 3),        # while: stops once i + 1 < 3 fails (3 steps)
+    (6, True, 4),           # both: the condition first
+    (2, True, 5),           # both: the trip count first
+    (0, None, None),        # no step: y is y0 (ys is left out: its shape is only known by running the body)
+    (5, False, None),       # a false condition: no step
+])
+def test_a_loop_known_when_importing_as_onnxruntime(trip, condition, go_below):
+    body = _loop_body(_below(go_below) if go_below else (), condition=go_below is not None)
+    model, feeds = _loop_model(trip, condition, body)
+    if trip == 0 or condition is False:   # no step: the scan output's shape is only known by running the body,
+        model.graph.node[0].output[:] = ["y", ""]   # so it is left out (which onnxruntime cannot run)
+        model.graph.output.pop()
+        ours = _ours(model, feeds)
+    else:
+        ours = _same_as_onnxruntime(model, feeds, 1e-6)
+    steps = min(trip if trip is not None else 99, go_below or 99) if condition is not False else 0
+    y = feeds["y0"]
+    for i in range(steps):
+        y = y * np.float32(0.5) + feeds["x"][i]
+    np.testing.assert_allclose(ours[0], y, rtol=1e-6)
+    if len(ours) > 1:
+        assert ours[1].shape == (steps, 3)
+
+
+def test_a_loop_carried_value_may_grow():
+    model, feeds = _loop_model(3, None, _loop_body(grow=True), y0_shape=(0,))
+    y, ys = _same_as_onnxruntime(model, feeds, 1e-6)
+    assert np.array_equal(y, feeds["x"][:3].reshape(-1)) and ys.shape == (3, 3)
+
+
+def test_a_loops_gradient_through_every_step():
+    """d/dy0 and d/dx of sum(u * ys) + sum(w * y) against the closed form of the recurrence
+    y_t = y_{t-1}/2 + x_t, ys_t = y_t - t: float32, so within rounding."""
+    model, feeds = _loop_model(4, None, _loop_body())
+    graph, _ = import_model(model)
+    grad, _ = differentiate(graph, ["y0", "x"], of=["y", "ys"], cotangent="input")
+    u, w = RNG.standard_normal((4, 3)).astype(np.float32), RNG.standard_normal(3).astype(np.float32)
+    got = evaluate_graph(grad, {**feeds, "cotangent_y": w, "cotangent_ys": u})
+    adjoint = w.astype(np.float64)             # d loss / d y_t, from the last step back
+    dx = np.zeros((6, 3))
+    for t in reversed(range(4)):
+        adjoint = adjoint + u[t]
+        dx[t] = adjoint
+        adjoint = adjoint * 0.5
+    np.testing.assert_allclose(got["grad_x"], dx, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got["grad_y0"], adjoint, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("case, says", [
+    ("trip at run time", "its trip count must be known when importing"),
+    ("condition from data", "its condition after step 0 must be known when importing"),
+    ("never ends", "has neither a trip count nor a condition: it would never end"),
+    ("no step with scan outputs", "runs no step: the shape of its scan outputs is only known by running the body"),
+    ("too many steps", "has a trip count of 70,000: unrolled, its graph would hold a body per step (at most 65,536)"),
+    ("scan output changes shape", "its scan output 0 changes shape between steps ([3], [6], [9], ...)"),
+    ("carried changes type", "its body changes loop-carried value 0 from float32[3] to float64[3] at step 0"),
+])
+def test_a_loop_not_known_when_importing_is_refused_in_one_line(case, says):
+    if case == "trip at run time":
+        model, _ = _loop_model(3, None, _loop_body())
+        model.graph.input.append(_info("M", I64, []))
+        model.graph.initializer.pop(0)
+    elif case == "condition from data":
+        extra = [helper.make_node("ReduceSum", ["y_out"], ["total"], keepdims=0),
+                 helper.make_node("Constant", [], ["zero"], value=numpy_helper.from_array(np.float32(0))),
+                 helper.make_node("Less", ["total", "zero"], ["go"])]
+        model, _ = _loop_model(5, True, _loop_body(extra, condition=True))
+    elif case == "never ends":
+        model, _ = _loop_model(None, None, _loop_body())
+    elif case == "no step with scan outputs":
+        model, _ = _loop_model(0, None, _loop_body())
+    elif case == "too many steps":
+        model, _ = _loop_model(70_000, None, _loop_body())
+    elif case == "carried changes type":
+        model, _ = _loop_model(3, None, _loop_body([helper.make_node("Cast", ["y_out"], ["y_wide"], to=D)]))
+        model.graph.node[0].attribute[0].g.output[1].name = "y_wide"
+    else:
+        model, _ = _loop_model(3, None, _loop_body(grow=True), y0_shape=(0,))
+        model.graph.node[0].attribute[0].g.output[2].name = "y_out"    # the growing value as the scan output
+    message = _refusal(model)
+    assert message.startswith("scan.onnx: node 'loop' (Loop): ") and says in message, message
+
+
+def test_a_while_loop_stops_at_the_step_limit(monkeypatch):
+    from uopcli.interop.onnx import control
+    monkeypatch.setattr(control, "MAX_STEPS", 5)
+    extra = [helper.make_node("Constant", [], ["go"], value=numpy_helper.from_array(np.array(True)))]
+    model, _ = _loop_model(None, True, _loop_body(extra, condition=True))
+    assert "runs more than 5 steps" in _refusal(model)

@@ -12,6 +12,11 @@ construct becomes the plain graph it computes for this model's static shapes.
   reverse for a prepending output). Scan-8 has a batch axis 0 (scanned along axis 1, each
   batch element on its own: its body sees no batch axis) and an optional sequence_lens,
   taken only where every length is the whole axis.
+- Loop (1-25, https://onnx.ai/onnx/operators/onnx__Loop.html) whose trip count and
+  condition are known when importing, step after step (a trip count from a shape, a
+  condition computed from the iteration number or constants): unrolled the same way, its
+  loop-carried values passed on, its scan outputs stacked along a new axis 0. At most
+  MAX_STEPS steps.
 
 The body reads outer values by name (lexical capture), and its own names may shadow
 outer ones: they are bound for the body's steps and put back afterwards. Each step's
@@ -25,8 +30,9 @@ import numpy as np
 from ...core.uop import Metadata, next_serial
 
 # op -> the since_versions whose meaning the importer follows (every version up to 25)
-IF_VERSIONS = (1, 11, 13, 16, 19, 21, 23, 24, 25)
+IF_VERSIONS = LOOP_VERSIONS = (1, 11, 13, 16, 19, 21, 23, 24, 25)
 SCAN_VERSIONS = (8, 9, 11, 16, 19, 21, 23, 24, 25)
+MAX_STEPS = 1 << 16  # a Loop unrolled further is refused: its graph would hold as many bodies
 
 
 def import_if(im, node, index: int, label: str, since: int) -> None:
@@ -79,7 +85,8 @@ def _import_scan(im, node, index: int, label: str, since: int) -> None:
     if len(node.output) > len(body.output):
         im.fail(f"has {len(node.output)} outputs; its body makes {len(body.output)}", label, "Scan")
     values = [_input(im, name, label) for name in names]
-    run = _Steps(im, node, body, index, label, states)
+    run = _Steps(im, node, "Scan", body, index, label, states)
+    run.wanted = [bool(name) for name in node.output[states:]]
     with _bound(im, body):
         if since == 8:
             _check_lengths(im, lengths, values[states:], label)
@@ -94,17 +101,65 @@ def _import_scan(im, node, index: int, label: str, since: int) -> None:
             im.values[name] = value
 
 
-class _Steps:
-    """One Scan node's unrolling: its body imported once per step."""
+# ----------------------------------------------------------------------------- Loop
 
-    def __init__(self, im, node, body, index: int, label: str, states: int):
-        self.im, self.body, self.index, self.label, self.states = im, body, index, label, states
-        self.meta = Metadata("Scan", node.name or None, False, im.scope_of(node))
+def import_loop(im, node, index: int, label: str, since: int) -> None:
+    """Loop, unrolled: see the module's docstring."""
+    body = _graph_attribute(node, "body")
+    names = list(node.input)
+    if body is None or len(names) < 2:
+        im.fail("needs a body, a trip count and a condition (either may be empty)", label, "Loop")
+    trip, condition, carried = names[0], names[1], names[2:]
+    if len(body.input) != 2 + len(carried) or len(body.output) < 1 + len(carried):
+        im.fail(f"its body takes {len(body.input)} inputs and makes {len(body.output)} outputs, for "
+                f"{len(carried)} loop-carried values (plus the iteration number and the condition)", label, "Loop")
+    if len(node.output) > len(body.output) - 1:
+        im.fail(f"has {len(node.output)} outputs; its body makes {len(body.output) - 1}", label, "Loop")
+    limit = _known_scalar(im, trip, "trip count", label) if trip else None
+    go = _known_scalar(im, condition, "condition", label) if condition else None
+    if limit is None and go is None:
+        im.fail("has neither a trip count nor a condition: it would never end", label, "Loop")
+    if limit is not None and limit > MAX_STEPS and go is not False:
+        im.fail(f"has a trip count of {int(limit):,}: unrolled, its graph would hold a body per step (at most "
+                f"{MAX_STEPS:,})", label, "Loop")
+    values = [_input(im, name, label, "Loop") for name in carried]
+    run = _Steps(im, node, "Loop", body, index, label, 1 + len(carried))
+    with _bound(im, body):
+        wanted = [bool(name) for name in node.output[len(carried):]]
+        outputs = run.loop(None if limit is None else int(limit), None if go is None else bool(go), values, wanted)
+    for name, value in zip(node.output, outputs):
+        if name:
+            im.values[name] = value
+
+
+def _known_scalar(im, name: str, what: str, label: str):
+    value = im.values.get(name)
+    if value is None:
+        im.fail(f"input {name!r} is made by no earlier node", label, "Loop")
+    if value.const is None or value.weight or np.size(value.const) != 1:
+        im.fail(f"its {what} must be known when importing (a constant, or computed from shapes): the format has "
+                f"no control flow", label, "Loop")
+    return np.asarray(value.const).reshape(()).item()
+
+
+def _known_condition(value) -> bool | None:
+    if value.const is None or value.weight or np.size(value.const) != 1:
+        return None
+    return bool(np.asarray(value.const).reshape(()))
+
+
+class _Steps:
+    """One Scan or Loop node's unrolling: its body imported once per step."""
+
+    def __init__(self, im, node, op: str, body, index: int, label: str, states: int):
+        self.im, self.op, self.body, self.index, self.label, self.states = im, op, body, index, label, states
+        self.meta = Metadata(op, node.name or None, False, im.scope_of(node))
         # the node's own name, its module path (the scope above) cut off: /enc/scan -> scan
-        self.step_scope = (node.name or node.output[0] or "Scan").rsplit("/", 1)[-1] or "Scan"
+        self.step_scope = (node.name or node.output[0] or op).rsplit("/", 1)[-1] or op
+        self.wanted: list[bool] = []  # Scan: whether the node names each scan output
 
     def fail(self, message: str):
-        self.im.fail(message, self.label, "Scan")
+        self.im.fail(message, self.label, self.op)
 
     def scan(self, values: list, in_axes: list, in_directions: list, out_axes: list, out_directions: list,
              prefix: str = "") -> list:
@@ -118,9 +173,11 @@ class _Steps:
             self.fail(f"its scan inputs have different lengths {sorted(lengths)} along their scan axes")
         (length,) = lengths
         produced = len(self.body.output) - self.states
-        if length == 0 and produced:
+        if length == 0 and any(self.wanted):
             self.fail("scans a sequence of length 0: the shape of its scan outputs is only known by running "
                       "the body")
+        if length == 0:
+            return states
         steps: list[list] = [[] for _ in range(produced)]
         for t in range(length):
             elements = [self._element(v, a, length - 1 - t if d else t) for v, a, d in zip(sequences, axes,
@@ -152,6 +209,45 @@ class _Steps:
         if batch == 0:
             self.fail("has a batch of size 0: its outputs' shapes are only known by running the body")
         return [self._stacked([outputs[k] for outputs in per_batch], 0) for k in range(len(per_batch[0]))]
+
+    def loop(self, limit: int | None, condition: bool | None, carried: list, wanted: list[bool]) -> list:
+        """Loop: steps while t < limit and the condition holds (None: not given); the
+        final loop-carried values, then the scan outputs stacked along axis 0 (`wanted`:
+        whether the node names each: without a step, one it names has no known shape)."""
+        produced = len(self.body.output) - 1 - len(carried)
+        steps: list[list] = [[] for _ in range(produced)]
+        t = 0
+        while (limit is None or t < limit) and condition is not False:
+            if t == MAX_STEPS:
+                self.fail(f"runs more than {MAX_STEPS:,} steps: unrolled, its graph would hold a body per step")
+            step_inputs = [_value(const=np.array(t, np.int64)), _value(const=np.array(condition is not False))]
+            made = self._step(t, step_inputs + carried, "")
+            if condition is not None:  # given: the body's condition decides whether to go on
+                condition = _known_condition(made[0])
+                if condition is None:
+                    self.fail(f"its condition after step {t} must be known when importing (computed from the "
+                              f"iteration number or constants): the format has no control flow")
+            carried = self._next_carried(carried, made[1:1 + len(carried)], t)
+            for kept, element in zip(steps, made[1 + len(carried):]):
+                kept.append(element)
+            t += 1
+        if t == 0 and any(wanted):
+            self.fail("runs no step: the shape of its scan outputs is only known by running the body")
+        if t == 0:
+            return carried
+        for k, elements in enumerate(steps):
+            if len({_shape(e) for e in elements}) != 1:
+                self.fail(f"its scan output {k} changes shape between steps "
+                          f"({', '.join(str(list(_shape(e))) for e in elements[:3])}, ...)")
+        return carried + [self._stacked(elements, 0) for elements in steps]
+
+    def _next_carried(self, before: list, after: list, t: int) -> list:
+        """A loop-carried value may change shape (the spec lets it), not its type."""
+        for i, (old, new) in enumerate(zip(before, after)):
+            if _dtype(old) != _dtype(new):
+                self.fail(f"its body changes loop-carried value {i} from {_described(old)} to {_described(new)} "
+                          f"at step {t}")
+        return after
 
     # ------------------------------------------------------------------ one step
     def _step(self, t: int, inputs: list, prefix: str) -> list:
@@ -216,7 +312,7 @@ class _Steps:
 
 
 # op -> (how it is imported, the versions it takes): the importer's dispatch
-CONTROL = {"If": (import_if, IF_VERSIONS), "Scan": (import_scan, SCAN_VERSIONS)}
+CONTROL = {"If": (import_if, IF_VERSIONS), "Scan": (import_scan, SCAN_VERSIONS), "Loop": (import_loop, LOOP_VERSIONS)}
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -269,13 +365,13 @@ class _Refusal(Exception):
     """A malformed Scan attribute, refused by import_scan in one line naming the node."""
 
 
-def _input(im, name: str, label: str):
+def _input(im, name: str, label: str, op: str = "Scan"):
     value = im.values.get(name) if name else None
     if value is None:
         im.fail(f"input {name!r} is made by no earlier node" if name else "has an empty state or scan input",
-                label, "Scan")
+                label, op)
     if value.seq is not None:
-        im.fail(f"input {name!r} is a sequence: the format has tensors only", label, "Scan")
+        im.fail(f"input {name!r} is a sequence: the format has tensors only", label, op)
     if value.weight:  # a weight stays an input: its node, by its name
         return _value(node=im.weight_node(name, value))
     return value
