@@ -29,6 +29,7 @@ from . import ops_grid as grid
 from . import ops_norm as norm
 from . import ops_recurrent as rec
 from . import ops_resize as rs
+from . import ops_roi as roi
 from . import ops_sequence as sq
 from . import ops_tensor as t
 
@@ -144,7 +145,7 @@ TABLE: dict[str, OpRow] = {
                      value_int=None, value_ints=None),
     "ConstantOfShape": _row(t.constant_of_shape, (9, 20) + _LATER[1:], value=None),
     "Range": _row(ix.range_, (11, 27), stash_type=1),
-    # -- layer ops of issue 29 (ops_norm.py, ops_nn.py, ops_recurrent.py, ops_resize.py, ops_grid.py,
+    # -- layer ops of issue 29 (ops_norm.py, ops_nn.py, ops_recurrent.py, ops_resize.py, ops_grid.py, ops_roi.py,
     #    ops_attention.py); the spec of each: https://onnx.ai/onnx/operators/onnx__<Op>.html
     "InstanceNormalization": _row(norm.instance_normalization, (6, 22), epsilon=1e-5),  # per instance and channel
     "GroupNormalization": _row(norm.group_normalization, (18, 21), epsilon=1e-5, num_groups=None,
@@ -168,6 +169,10 @@ TABLE: dict[str, OpRow] = {
     "AffineGrid": _row(grid.affine_grid, (20,), align_corners=0),  # theta · (x, y[, z], 1) over size's grid
     "GridSample": _row(grid.grid_sample, (16, 20, 22), align_corners=0, mode=None,
                        padding_mode="zeros"),                 # 16: 2-D, bilinear/bicubic; 20: N-D, linear/cubic
+    "RoiAlign": _row(roi.roi_align, (10, 16, 22), coordinate_transformation_mode=None, mode="avg", output_height=1,
+                     output_width=1, sampling_ratio=0, spatial_scale=1.0),  # bins of rois pooled; 16: half_pixel
+    "DeformConv": _row(roi.deform_conv, (19, 22), dilations=None, group=1, kernel_shape=None, offset_group=1,
+                       pads=None, strides=None),              # conv of X sampled at the taps moved by offset
     "NegativeLogLikelihoodLoss": _row(nn.negative_log_likelihood_loss, (12, 13, 22), ignore_index=None,
                                       reduction="mean"),      # -w[t]·x[t] along axis 1
 }
