@@ -1,5 +1,5 @@
 """The layer ops of issue 29 (normalisation, LRN, ConvTranspose, NegativeLogLikelihoodLoss,
-RNN/GRU/LSTM, Resize/Upsample, GridSample, Attention) on one-node models: the imported
+RNN/GRU/LSTM, Resize/Upsample, GridSample, RoiAlign, DeformConv, Attention) on one-node models: the imported
 graph evaluated by our numpy evaluator equals onnxruntime's result and (where it follows
 the spec) onnx.reference's; and each family's gradient equals PyTorch's, or central
 finite differences where PyTorch has no such op."""
@@ -191,6 +191,11 @@ LAYER_CASES = [
     # float16 in, worked out in stash_type's float32 from version 21 (as onnx.reference does)
     case("GroupNormalization", n32(2, 6, 3, 2).astype(np.float16) * 8, n32(6).astype(np.float16),
          n32(6).astype(np.float16), num_groups=3, opset=21, types=[TensorProto.FLOAT16], id="GroupNormalization-21-float16"),
+    # RoiAlign (rois and batch indices graph inputs) and DeformConv (test_onnx_import_roi.py has more)
+    case("RoiAlign", n32(2, 2, 5, 6), np.array([[0.4, 1.2, 4.6, 3.1], [-1.0, 2.5, 3.3, 5.5]], np.float32),
+         i64([1, 0]), output_height=2, output_width=3, sampling_ratio=2, opset=16),
+    case("DeformConv", n32(1, 2, 4, 5), n32(3, 2, 2, 2), n32(1, 8, 4, 5) * 1.5, n32(3), pads=[1, 0, 0, 1],
+         opset=22),
 ]
 
 # Where a peer does not follow the spec, the other is the judge:
