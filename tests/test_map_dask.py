@@ -214,15 +214,16 @@ def test_a_shard_failing_on_a_worker_is_one_line_and_writes_nothing(cluster, dat
 
 def test_an_interrupted_cluster_run_leaves_no_partial_output(cluster, data):
     """Stopped by SIGINT once its first shard's output is written: one line, exit status 1,
-    nothing left. 128 shards (each of the 16 eight times), so that the run cannot end
-    before the signal lands, however slow the machine (16 once ended first under load)."""
+    nothing left. 1,024 shards (links to each of the 16, 64 times), so that the run cannot
+    end before the signal lands, however slow the machine: 16, and then 128, each once
+    ended first in a fresh-clone CI under load (the test's own poll waits for a core)."""
     directory = data["dir"]
     many = directory / "many-shards"
     if not many.exists():
         many.mkdir()
-        for copy in range(8):
+        for copy in range(64):
             for path in data["paths"]:
-                shutil.copy(path, many / f"{copy}-{os.path.basename(path)}")
+                os.symlink(os.path.abspath(path), many / f"{copy}-{os.path.basename(path)}")
     process = uopgrad_process("eval", "grad.uop", "--map", "many-shards/*.npz", *data["inputs"], "--dask",
                               cluster.address, "--reduce", "none", "-o", "stopped", cwd=directory)
     deadline = time.monotonic() + 120
