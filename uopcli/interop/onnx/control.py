@@ -15,8 +15,9 @@ construct becomes the plain graph it computes for this model's static shapes.
 - Loop (1-25, https://onnx.ai/onnx/operators/onnx__Loop.html) whose trip count and
   condition are known when importing, step after step (a trip count from a shape, a
   condition computed from the iteration number or constants): unrolled the same way, its
-  loop-carried values passed on, its scan outputs stacked along a new axis 0. At most
-  MAX_STEPS steps.
+  loop-carried values passed on (a sequence too: torch's scripted loops append each
+  step's tensor to one, then concatenate it), its scan outputs stacked along a new axis 0.
+  At most MAX_STEPS steps.
 
 The body reads outer values by name (lexical capture), and its own names may shadow
 outer ones: they are bound for the body's steps and put back afterwards. Each step's
@@ -122,7 +123,7 @@ def import_loop(im, node, index: int, label: str, since: int) -> None:
     if limit is not None and limit > MAX_STEPS and go is not False:
         im.fail(f"has a trip count of {int(limit):,}: unrolled, its graph would hold a body per step (at most "
                 f"{MAX_STEPS:,})", label, "Loop")
-    values = [_input(im, name, label, "Loop") for name in carried]
+    values = [_input(im, name, label, "Loop", sequences=True) for name in carried]
     run = _Steps(im, node, "Loop", body, index, label, 1 + len(carried))
     with _bound(im, body):
         wanted = [bool(name) for name in node.output[len(carried):]]
@@ -130,6 +131,8 @@ def import_loop(im, node, index: int, label: str, since: int) -> None:
     for name, value in zip(node.output, outputs):
         if name:
             im.values[name] = value
+            if value.seq is not None:
+                im._made_by[name] = (label, "Loop")
 
 
 def _known_scalar(im, name: str, what: str, label: str):
@@ -183,6 +186,7 @@ class _Steps:
             elements = [self._element(v, a, length - 1 - t if d else t) for v, a, d in zip(sequences, axes,
                                                                                           in_directions)]
             made = self._step(t, states + elements, prefix)
+            self._tensors(made, 0)
             states = self._next_states(states, made[:self.states], t)
             for kept, element in zip(steps, made[self.states:]):
                 kept.append(element)
@@ -222,6 +226,7 @@ class _Steps:
                 self.fail(f"runs more than {MAX_STEPS:,} steps: unrolled, its graph would hold a body per step")
             step_inputs = [_value(const=np.array(t, np.int64)), _value(const=np.array(condition is not False))]
             made = self._step(t, step_inputs + carried, "")
+            self._tensors(made, 1 + len(carried))
             if condition is not None:  # given: the body's condition decides whether to go on
                 condition = _known_condition(made[0])
                 if condition is None:
@@ -242,9 +247,10 @@ class _Steps:
         return carried + [self._stacked(elements, 0) for elements in steps]
 
     def _next_carried(self, before: list, after: list, t: int) -> list:
-        """A loop-carried value may change shape (the spec lets it), not its type."""
+        """A loop-carried value may change shape (the spec lets it), not its type; a
+        sequence stays a sequence (of any length: torch's scripted loops append to one)."""
         for i, (old, new) in enumerate(zip(before, after)):
-            if _dtype(old) != _dtype(new):
+            if (old.seq is None) != (new.seq is None) or (old.seq is None and _dtype(old) != _dtype(new)):
                 self.fail(f"its body changes loop-carried value {i} from {_described(old)} to {_described(new)} "
                           f"at step {t}")
         return after
@@ -266,10 +272,15 @@ class _Steps:
             value = im.values.get(formal.name)
             if value is None:
                 self.fail(f"its body's output {formal.name!r} is made by no node")
-            if value.seq is not None:
-                self.fail(f"its body's output {formal.name!r} is a sequence: the format has tensors only")
             made.append(value)
         return made
+
+    def _tensors(self, made: list, first: int) -> None:
+        """Refuse a sequence among the body's outputs from `first` on (a Loop's carried values
+        may be sequences, which are lists when importing; stacked or scanned ones may not)."""
+        for formal, value in zip(self.body.output[first:], made[first:]):
+            if value.seq is not None:
+                self.fail(f"its body's output {formal.name!r} is a sequence: the format has tensors only")
 
     def _next_states(self, before: list, after: list, t: int) -> list:
         for i, (old, new) in enumerate(zip(before, after)):
@@ -365,11 +376,13 @@ class _Refusal(Exception):
     """A malformed Scan attribute, refused by import_scan in one line naming the node."""
 
 
-def _input(im, name: str, label: str, op: str = "Scan"):
+def _input(im, name: str, label: str, op: str = "Scan", sequences: bool = False):
     value = im.values.get(name) if name else None
     if value is None:
         im.fail(f"input {name!r} is made by no earlier node" if name else "has an empty state or scan input",
                 label, op)
+    if value.seq is not None and sequences:
+        return value
     if value.seq is not None:
         im.fail(f"input {name!r} is a sequence: the format has tensors only", label, op)
     if value.weight:  # a weight stays an input: its node, by its name
@@ -411,7 +424,7 @@ def _dtype(value) -> str:
 
 
 def _described(value) -> str:
-    return f"{_dtype(value)}{list(_shape(value))}"
+    return "a sequence" if value.seq is not None else f"{_dtype(value)}{list(_shape(value))}"
 
 
 def _joined(outer: str | None, inner: str | None) -> str | None:
