@@ -18,6 +18,9 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from uopcli import UOp, dtypes
+from uopcli.core.ops import dtype_of
+
 from . import ops_activation as act
 from . import ops_exact as x
 from . import ops_index as ix
@@ -46,6 +49,30 @@ def _row(build, versions, folds=True, **attributes) -> OpRow:
     # onnxruntime takes it; the decimal was 2e-8 off it in a float64 model)
     defaults = {k: float(np.float32(v)) if type(v) is float else v for k, v in attributes.items()}
     return OpRow(build, tuple(versions), defaults, folds)
+
+
+def _float32_inside(build):
+    """`build` computed in float32 where its float16 inputs are, its float32 results
+    rounded to float16 once at the end. For the ops that sum many values to a result of
+    their size (means, average and Lp pools, instance and mean-variance normalisation, a
+    sum's log): in float16 their sums overflow (a mean of 4,500s, a pool of 20,000s is inf)
+    where onnxruntime, which runs its float32 kernels between casts, and numpy, whose float16
+    reductions add up in float32, give the finite result."""
+    def wide(ctx):
+        halves = [i for i, v in enumerate(ctx.inputs) if v is not None and _dtype_of(v) is dtypes.float16]
+        if not halves:
+            return build(ctx)
+        inner = ctx.with_inputs({i: ctx.x(i).cast(dtypes.float32) for i in halves})
+        result = build(inner)
+        narrowed = [r.cast(dtypes.float16) if isinstance(r, UOp) and r.dtype is dtypes.float32 else r
+                    for r in (result if isinstance(result, list) else [result])]
+        return narrowed if isinstance(result, list) else narrowed[0]
+    wide.__name__, wide.__doc__ = build.__name__, build.__doc__
+    return wide
+
+
+def _dtype_of(value):
+    return value.node.dtype if value.node is not None else dtype_of(np.asarray(value.const).dtype)
 
 
 # the window attributes of Conv, MaxPool and AveragePool
@@ -95,14 +122,14 @@ TABLE: dict[str, OpRow] = {
     "Conv": _row(nn.conv, (11, 22), group=1, **_WINDOW),
     "MaxPool": _row(nn.max_pool, (10, 11, 12, 22), ceil_mode=0, storage_order=0, **_WINDOW),
     "MaxUnpool": _row(nn.max_unpool, (9, 11, 22), kernel_shape=None, pads=None, strides=None),  # MaxPool's inverse
-    "AveragePool": _row(nn.average_pool, (11, 19, 22), ceil_mode=0, count_include_pad=0, **_WINDOW),
-    "GlobalAveragePool": _row(nn.global_average_pool, (1, 22)),
+    "AveragePool": _row(_float32_inside(nn.average_pool), (11, 19, 22), ceil_mode=0, count_include_pad=0, **_WINDOW),
+    "GlobalAveragePool": _row(_float32_inside(nn.global_average_pool), (1, 22)),
     "BatchNormalization": _row(nn.batch_normalization, (9, 14, 15), epsilon=1e-5, momentum=0.9, training_mode=0),
     "LayerNormalization": _row(nn.layer_normalization, (17,), axis=-1, epsilon=1e-5, stash_type=1),
     "LSTM": _row(rec.lstm, (7, 14, 22), folds=False, input_forget=0, **_RECURRENT),
     "SoftmaxCrossEntropyLoss": _row(nn.softmax_cross_entropy_loss, (12, 13), ignore_index=None, reduction="mean"),
     # -- reductions: axes an attribute before ReduceMean/Max-18 and ReduceSum-13, an input after
-    "ReduceMean": _row(t.reduce_mean, (11, 13, 18), axes=None, **_REDUCE),
+    "ReduceMean": _row(_float32_inside(t.reduce_mean), (11, 13, 18), axes=None, **_REDUCE),
     "ReduceSum": _row(t.reduce_sum, (11, 13), axes=None, **_REDUCE),
     "ReduceMax": _row(t.reduce_max, (11, 12, 13, 18, 20), axes=None, **_REDUCE),
     # -- shapes, movement, indexing
@@ -147,7 +174,7 @@ TABLE: dict[str, OpRow] = {
     "Range": _row(ix.range_, (11, 27), stash_type=1),
     # -- layer ops of issue 29 (ops_norm.py, ops_nn.py, ops_recurrent.py, ops_resize.py, ops_grid.py, ops_roi.py,
     #    ops_attention.py); the spec of each: https://onnx.ai/onnx/operators/onnx__<Op>.html
-    "InstanceNormalization": _row(norm.instance_normalization, (6, 22), epsilon=1e-5),  # per instance and channel
+    "InstanceNormalization": _row(_float32_inside(norm.instance_normalization), (6, 22), epsilon=1e-5),  # per instance and channel
     "GroupNormalization": _row(norm.group_normalization, (18, 21), epsilon=1e-5, num_groups=None,
                                stash_type=1),                 # 18: scale per group; 21: per channel
     "RMSNormalization": _row(norm.rms_normalization, (23,), axis=-1, epsilon=1e-5, stash_type=1),  # x/√(mean x²+ε)·s
@@ -218,7 +245,7 @@ TABLE.update({
     "ReduceL1": _row(red.reduce_l1, (11, 13, 18), axes=None, **_REDUCE),                   # Σ|x|
     "ReduceL2": _row(red.reduce_l2, (11, 13, 18), axes=None, **_REDUCE),                   # √Σx²
     "ReduceSumSquare": _row(red.reduce_sum_square, (11, 13, 18), axes=None, **_REDUCE),    # Σx²
-    "ReduceLogSum": _row(red.reduce_log_sum, (11, 13, 18, 28), axes=None, **_REDUCE),      # log Σx
+    "ReduceLogSum": _row(_float32_inside(red.reduce_log_sum), (11, 13, 18, 28), axes=None, **_REDUCE),      # log Σx
     "ReduceLogSumExp": _row(red.reduce_log_sum_exp, (11, 13, 18, 28), axes=None, **_REDUCE),  # log Σeˣ
     "ArgMax": _row(red.arg_max, (11, 12, 13), axis=0, keepdims=1, select_last_index=0),    # int64 index
     "ArgMin": _row(red.arg_min, (11, 12, 13), axis=0, keepdims=1, select_last_index=0),
@@ -238,8 +265,8 @@ TABLE.update({
     "TopK": _row(red.top_k, (11, 24), axis=-1, largest=1, sorted=1),  # k largest/smallest, indices
     "GlobalMaxPool": _row(red.global_max_pool, (1, 22)),     # max over the spatial axes
     "LpNormalization": _row(red.lp_normalization, (1, 22), axis=-1, p=2),  # x / ‖x‖_p
-    "MeanVarianceNormalization": _row(red.mean_variance_normalization, (9, 13), axes=None),
-    "LpPool": _row(red.lp_pool, (11, 18, 22), p=2, ceil_mode=0, **_WINDOW),  # (Σ|x|^p)^(1/p) per window
+    "MeanVarianceNormalization": _row(_float32_inside(red.mean_variance_normalization), (9, 13), axes=None),
+    "LpPool": _row(_float32_inside(red.lp_pool), (11, 18, 22), p=2, ceil_mode=0, **_WINDOW),  # (Σ|x|^p)^(1/p) per window
     "SwiGLU": _row(act.swiglu, (28,), alpha=1.0),            # A·σ(αA)·B
     "TensorScatter": _row(ix.tensor_scatter, (24,), axis=-2, mode="linear"),  # KV-cache write
 })

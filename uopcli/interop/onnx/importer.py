@@ -496,6 +496,16 @@ class NodeContext:
         self.inputs[i] = None if value is None else Value(node=value) if isinstance(value, UOp) else Value(const=value)
         self.input_names[i] = ""
 
+    def with_inputs(self, nodes: dict) -> "NodeContext":
+        """This node's context with inputs {i: node} replaced (a float16 input widened to
+        float32, import_table._float32_inside); the others as they are."""
+        inputs = [Value(node=nodes[i]) if i in nodes else v for i, v in enumerate(self.inputs)]
+        names = ["" if i in nodes else n for i, n in enumerate(self.input_names)]
+        inner = NodeContext(self.importer, self.label, self.op, self.attrs, self.row, self.since, inputs, names,
+                            self.output_count)
+        inner.old = self.old
+        return inner
+
     def static_if_known(self, i: int):
         value = self.inputs[i] if self.present(i) else None
         return None if value is None or value.weight else value.const
