@@ -30,6 +30,7 @@ from . import ops_reduce as red
 from . import ops_attention as att
 from . import ops_grid as grid
 from . import ops_norm as norm
+from . import ops_quant as q
 from . import ops_recurrent as rec
 from . import ops_resize as rs
 from . import ops_roi as roi
@@ -269,6 +270,21 @@ TABLE.update({
     "LpPool": _row(_float32_inside(red.lp_pool), (11, 18, 22), p=2, ceil_mode=0, **_WINDOW),  # (Σ|x|^p)^(1/p) per window
     "SwiGLU": _row(act.swiglu, (28,), alpha=1.0),            # A·σ(αA)·B
     "TensorScatter": _row(ix.tensor_scatter, (24,), axis=-2, mode="linear"),  # KV-cache write
+})
+
+# -- quantized ops (ops_quant.py): int8/uint8/int16/uint16 values, float scales; version 28 of
+#    QuantizeLinear and DequantizeLinear adds float6 types only. The outputs of all but
+#    DequantizeLinear are integers: the gradient stops there (no straight-through estimator)
+_Q_VERSIONS = (10, 13, 19, 21, 23, 24, 25, 28)
+TABLE.update({
+    "DequantizeLinear": _row(q.dequantize_linear, _Q_VERSIONS, axis=1, block_size=0,
+                             output_dtype=0),             # (x - zero_point)·scale
+    "QuantizeLinear": _row(q.quantize_linear, _Q_VERSIONS, axis=1, block_size=0, output_dtype=0,
+                           precision=0, saturate=1),      # saturate(round_even(x/scale) + zero_point)
+    "MatMulInteger": _row(q.matmul_integer, (10,)),       # (A - a0) @ (B - b0) in int32
+    "ConvInteger": _row(q.conv_integer, (10,), group=1, **_WINDOW),  # conv(x - x0, w - w0) in int32
+    "QLinearMatMul": _row(q.qlinear_matmul, (10, 21)),    # the int32 product requantized
+    "QLinearConv": _row(q.qlinear_conv, (10,), group=1, **_WINDOW),  # the int32 conv (+ B) requantized
 })
 
 # -- sequences, unrolled when importing (ops_sequence.py): a list of tensors while the model
