@@ -164,6 +164,17 @@ def test_quantize_per_axis(version, axis):
                             {"axis": axis}, opset=version)
 
 
+@pytest.mark.parametrize("version", [13, 21, 25])
+@pytest.mark.parametrize("axis", [0, 1, 2, -1, -2, -3])
+def test_per_axis_of_a_cube(version, axis):
+    """x [4, 4, 4]: a scale along the wrong axis would fit the shape too."""
+    x = (RNG.standard_normal((4, 4, 4)) * 200).astype(np.float32)
+    scale, zp = RNG.uniform(0.5, 3, 4).astype(np.float32), np.array([-100, 0, 50, 7], np.int8)
+    against_onnxruntime("QuantizeLinear", [("x", x), ("s", scale), ("z", zp)], {"axis": axis}, opset=version)
+    against_onnxruntime("DequantizeLinear", [("x", quantized(np.int8, (4, 4, 4))), ("s", scale), ("z", zp)],
+                        {"axis": axis}, opset=version)
+
+
 @pytest.mark.parametrize("version", Q_VERSIONS[3:])
 @pytest.mark.parametrize("axis, block", [(1, 4), (1, 3), (-1, 2), (0, 5), (-2, 8)])
 def test_quantize_blocked(version, axis, block):
@@ -391,6 +402,27 @@ def test_qlinear_matmul(version, types):
                   ("bs", np.float16(0.0125)), ("bz", zero_point(b_type)), ("ys", np.float16(0.05)),
                   ("yz", zero_point(y_type))]
         against_onnxruntime("QLinearMatMul", inputs, opset=version)
+
+
+@pytest.mark.parametrize("op", ["QLinearMatMul", "QLinearConv"])
+def test_requantization_multiplies_in_float32(op):
+    """Accumulators 0..255 times float32(1 / y_scale) for y_scales a0 / (k + 0.5), whose
+    products land within a float32 rounding of a tie: in float64, or dividing by y_scale,
+    hundreds of them round the other way (onnxruntime multiplies in float32)."""
+    acc = np.arange(256, dtype=np.uint8)
+    differ = 0
+    for a0, k in [(3, 2), (5, 1), (7, 1), (9, 2), (11, 5), (13, 5), (21, 20), (101, 50), (255, 20)]:
+        y_scale = np.float32(a0 / (k + 0.5))
+        exact = np.clip(np.rint(acc.astype(np.float64) / np.float64(y_scale)), 0, 255)
+        differ += int((exact != np.clip(np.rint(acc.astype(np.float32) * (np.float32(1) / y_scale)), 0, 255)).sum())
+        if op == "QLinearMatMul":
+            inputs = [("a", acc.reshape(256, 1)), ("as", np.float32(1)), ("az", np.uint8(0)),
+                      ("b", np.ones((1, 1), np.uint8)), ("bs", np.float32(1)), ("bz", np.uint8(0))]
+        else:
+            inputs = [("x", acc.reshape(1, 1, 16, 16)), ("xs", np.float32(1)), ("xz", np.uint8(0)),
+                      ("w", np.ones((1, 1, 1, 1), np.uint8)), ("ws", np.float32(1)), ("wz", np.uint8(0))]
+        against_onnxruntime(op, inputs + [("ys", y_scale), ("yz", np.uint8(0))], opset=10)
+    assert differ > 20
 
 
 @pytest.mark.parametrize("geometry", CONV_GEOMETRIES, ids=lambda g: ",".join(g) or "plain")
