@@ -312,6 +312,8 @@ def test_every_row_of_the_table_is_tested():
     tested |= {p.values[0] for p in FAMILY_CASES}
     from test_onnx_import_sequences import TESTED_OPS as SEQUENCE_OPS  # unrolled at import
     tested |= SEQUENCE_OPS
+    from test_onnx_import_quant import TESTED_OPS as QUANTIZED_OPS  # against onnxruntime bit for bit
+    tested |= QUANTIZED_OPS
     assert set(TABLE) <= tested, f"ops without a case: {sorted(set(TABLE) - tested)}"
 
 

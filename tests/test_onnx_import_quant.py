@@ -129,6 +129,8 @@ def quotients(scale, dtype=np.float32, n=200):
     return np.concatenate([edges, spread, ties])
 
 
+# the import table's rows this file tests (test_onnx_import_ops.py: every row has a case)
+TESTED_OPS = {"QuantizeLinear", "DequantizeLinear", "MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv"}
 Q_VERSIONS = (10, 13, 19, 21, 23, 24, 25)
 WIDE_TYPES_FROM = 21  # int16 and uint16 quantized types, blocked quantization
 
