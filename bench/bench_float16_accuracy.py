@@ -35,7 +35,8 @@ import warnings
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
+if "uopcli" not in sys.modules:  # run as a script; imported by a test, the test's uopcli
+    sys.path.insert(0, os.path.join(HERE, ".."))
 
 import onnxruntime as ort  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -190,7 +191,7 @@ def _model(case: Case, elem: int, consts: dict):
     inputs, inits = [], []
     for name, (shape, kind) in case.inputs.items():
         if isinstance(kind, np.ndarray):
-            value = kind.astype(np.float64) if kind.dtype == np.float16 and elem == D else kind
+            value = kind.astype(helper.tensor_dtype_to_np_dtype(elem)) if kind.dtype == np.float16 else kind
             inits.append(numpy_helper.from_array(value, name))
         else:
             inputs.append(helper.make_tensor_value_info(name, elem, shape))

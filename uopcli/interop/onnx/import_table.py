@@ -52,23 +52,26 @@ def _row(build, versions, folds=True, **attributes) -> OpRow:
     return OpRow(build, tuple(versions), defaults, folds)
 
 
-def _float32_inside(build):
-    """`build` computed in float32 where its float16 inputs are, its float32 results
-    rounded to float16 once at the end. For the ops that sum many values to a result of
-    their size (means, average and Lp pools, instance and mean-variance normalisation, a
-    sum's log): in float16 their sums overflow (a mean of 4,500s, a pool of 20,000s is inf)
-    where onnxruntime, which runs its float32 kernels between casts, and numpy, whose float16
-    reductions add up in float32, give the finite result."""
+def _float32_inside(build, widened=None):
+    """`build` computed in float32 where its float16 inputs are (by `widened` if given: a
+    form float32 needs that float32's own graphs keep as they were), its float32 results
+    rounded to float16 once at the end, as onnxruntime does for the ops it has no float16
+    kernel for (float32 kernels between casts) and numpy for its float16 reductions (float32
+    accumulators). For the ops whose float16 intermediates overflow or round where the
+    result fits: sums of many values to a result of their size (a mean of 4,500s, a pool of
+    20,000s was inf), squares (Asinh's x², LRN's Σx² from |x| ~ 300), and the chains of a
+    few roundings each (Sigmoid, Gelu, Softplus, the normalisations: 200-20,000 ulps
+    off; bench/RESULTS-float16.md)."""
     def wide(ctx):
         halves = [i for i, v in enumerate(ctx.inputs) if v is not None and _dtype_of(v) is dtypes.float16]
         if not halves:
             return build(ctx)
         inner = ctx.with_inputs({i: ctx.x(i).cast(dtypes.float32) for i in halves})
-        result = build(inner)
+        result = (widened or build)(inner)
         narrowed = [r.cast(dtypes.float16) if isinstance(r, UOp) and r.dtype is dtypes.float32 else r
                     for r in (result if isinstance(result, list) else [result])]
         return narrowed if isinstance(result, list) else narrowed[0]
-    wide.__name__, wide.__doc__ = build.__name__, build.__doc__
+    wide.__name__, wide.__doc__, wide.__wrapped__ = build.__name__, build.__doc__, build
     return wide
 
 
@@ -98,13 +101,13 @@ TABLE: dict[str, OpRow] = {
     "Log": _row(t.log, (6, 13)),                              # ln x
     "Neg": _row(t.neg, (6, 13)),                              # -x
     "Abs": _row(t.abs_, (6, 13)),                             # |x|
-    "Erf": _row(t.erf, (9, 13)),                              # erf x
+    "Erf": _row(_float32_inside(t.erf), (9, 13)),  # erf x
     "Tanh": _row(t.tanh, (6, 13)),                            # tanh x
-    "Sigmoid": _row(t.sigmoid, (6, 13)),                      # 1 / (1 + e⁻ˣ)
+    "Sigmoid": _row(_float32_inside(t.sigmoid), (6, 13)),  # 1 / (1 + e⁻ˣ)
     "Relu": _row(t.relu, (6, 13, 14)),                        # max(x, 0)
-    "Gelu": _row(t.gelu, (20,), approximate="none"),          # x·Φ(x)
-    "Softmax": _row(t.softmax, (1, 11, 13), axis=None),       # eˣ / Σ eˣ along axis
-    "LogSoftmax": _row(t.log_softmax, (1, 11, 13), axis=None),
+    "Gelu": _row(_float32_inside(t.gelu), (20,), approximate="none"),  # x·Φ(x)
+    "Softmax": _row(_float32_inside(t.softmax), (1, 11, 13), axis=None),  # eˣ / Σ eˣ along axis
+    "LogSoftmax": _row(_float32_inside(t.log_softmax), (1, 11, 13), axis=None),
     "Equal": _row(t.equal, (11, 13, 19)),                     # a == b
     "Less": _row(t.less, (9, 13)),                            # a < b
     "Greater": _row(t.greater, (9, 13)),                      # a > b
@@ -119,15 +122,16 @@ TABLE: dict[str, OpRow] = {
     "Dropout": _row(t.dropout, (12, 13, 22), seed=None),      # inference only: the identity
     # -- products, windows, normalisation, recurrences, losses
     "MatMul": _row(nn.matmul, (9, 13)),
-    "Gemm": _row(nn.gemm, (11, 13), alpha=1.0, beta=1.0, transA=0, transB=0),
+    "Gemm": _row(_float32_inside(nn.gemm), (11, 13), alpha=1.0, beta=1.0, transA=0, transB=0),
     "Conv": _row(nn.conv, (11, 22), group=1, **_WINDOW),
     "MaxPool": _row(nn.max_pool, (10, 11, 12, 22), ceil_mode=0, storage_order=0, **_WINDOW),
     "MaxUnpool": _row(nn.max_unpool, (9, 11, 22), kernel_shape=None, pads=None, strides=None),  # MaxPool's inverse
     "AveragePool": _row(_float32_inside(nn.average_pool), (11, 19, 22), ceil_mode=0, count_include_pad=0, **_WINDOW),
     "GlobalAveragePool": _row(_float32_inside(nn.global_average_pool), (1, 22)),
-    "BatchNormalization": _row(nn.batch_normalization, (9, 14, 15), epsilon=1e-5, momentum=0.9, training_mode=0),
-    "LayerNormalization": _row(nn.layer_normalization, (17,), axis=-1, epsilon=1e-5, stash_type=1),
-    "LSTM": _row(rec.lstm, (7, 14, 22), folds=False, input_forget=0, **_RECURRENT),
+    "BatchNormalization": _row(_float32_inside(nn.batch_normalization), (9, 14, 15), epsilon=1e-5, momentum=0.9,
+                               training_mode=0),
+    "LayerNormalization": _row(_float32_inside(nn.layer_normalization), (17,), axis=-1, epsilon=1e-5, stash_type=1),
+    "LSTM": _row(_float32_inside(rec.lstm), (7, 14, 22), folds=False, input_forget=0, **_RECURRENT),
     "SoftmaxCrossEntropyLoss": _row(nn.softmax_cross_entropy_loss, (12, 13), ignore_index=None, reduction="mean"),
     # -- reductions: axes an attribute before ReduceMean/Max-18 and ReduceSum-13, an input after
     "ReduceMean": _row(_float32_inside(t.reduce_mean), (11, 13, 18), axes=None, **_REDUCE),
@@ -176,32 +180,37 @@ TABLE: dict[str, OpRow] = {
     # -- layer ops of issue 29 (ops_norm.py, ops_nn.py, ops_recurrent.py, ops_resize.py, ops_grid.py, ops_roi.py,
     #    ops_attention.py); the spec of each: https://onnx.ai/onnx/operators/onnx__<Op>.html
     "InstanceNormalization": _row(_float32_inside(norm.instance_normalization), (6, 22), epsilon=1e-5),  # per instance and channel
-    "GroupNormalization": _row(norm.group_normalization, (18, 21), epsilon=1e-5, num_groups=None,
+    "GroupNormalization": _row(_float32_inside(norm.group_normalization), (18, 21), epsilon=1e-5, num_groups=None,
                                stash_type=1),                 # 18: scale per group; 21: per channel
     "RMSNormalization": _row(norm.rms_normalization, (23,), axis=-1, epsilon=1e-5, stash_type=1),  # x/√(mean x²+ε)·s
-    "LRN": _row(norm.lrn, (1, 13), alpha=1e-4, beta=0.75, bias=1.0, size=None),  # x/(bias + α/n·Σ x²)^β
+    "LRN": _row(_float32_inside(norm.lrn), (1, 13), alpha=1e-4, beta=0.75, bias=1.0,
+                size=None),                                   # x/(bias + α/n·Σ x²)^β
     "ConvTranspose": _row(nn.conv_transpose, (11, 22), group=1, output_padding=None, output_shape=None,
                           **_WINDOW),                         # conv's gradient wrt its input, windowed
     "Col2Im": _row(nn.col2im, (18,), dilations=None, pads=None, strides=None),  # blocks summed back: fold
-    "RNN": _row(rec.rnn, (7, 14, 22), folds=False, **_RECURRENT),  # h' = f(xWᵀ + hRᵀ + b); 14: layout
-    "GRU": _row(rec.gru, (7, 14, 22), folds=False, linear_before_reset=0, **_RECURRENT),  # gates z, r, h
-    "Resize": _row(rs.resize, (10, 11, 13, 18, 19), antialias=0, axes=None, coordinate_transformation_mode="half_pixel",
+    "RNN": _row(_float32_inside(rec.rnn), (7, 14, 22), folds=False,
+                **_RECURRENT),                                # h' = f(xWᵀ + hRᵀ + b); 14: layout
+    "GRU": _row(_float32_inside(rec.gru), (7, 14, 22), folds=False, linear_before_reset=0,
+                **_RECURRENT),                                # gates z, r, h
+    "Resize": _row(_float32_inside(rs.resize), (10, 11, 13, 18, 19), antialias=0, axes=None,
+                   coordinate_transformation_mode="half_pixel",
                    cubic_coeff_a=-0.75, exclude_outside=0, extrapolation_value=0.0, keep_aspect_ratio_policy="stretch",
                    mode="nearest", nearest_mode="round_prefer_floor"),  # scales/sizes known at import
     "Upsample": _row(rs.upsample, (7, 9), mode="nearest", scales=None),  # Resize-10's asymmetric resampling
-    "Attention": _row(att.attention, (23, 24, 25), is_causal=0, kv_num_heads=None, q_num_heads=None,
+    "Attention": _row(_float32_inside(att.attention), (23, 24, 25), is_causal=0, kv_num_heads=None, q_num_heads=None,
                       qk_matmul_output_mode=0, scale=None, softcap=0.0, softmax_precision=None,
                       left_window_size=-1, right_window_size=-1),  # 24: nonpad_kv_seqlen; 25: windows
-    "RotaryEmbedding": _row(att.rotary_embedding, (23,), interleaved=0, num_heads=None,
+    "RotaryEmbedding": _row(_float32_inside(att.rotary_embedding), (23,), interleaved=0, num_heads=None,
                             rotary_embedding_dim=0),    # RoPE: feature pairs turned by cos/sin
-    "AffineGrid": _row(grid.affine_grid, (20,), align_corners=0),  # theta · (x, y[, z], 1) over size's grid
-    "GridSample": _row(grid.grid_sample, (16, 20, 22), align_corners=0, mode=None,
+    "AffineGrid": _row(_float32_inside(grid.affine_grid), (20,),
+                       align_corners=0),                      # theta · (x, y[, z], 1) over size's grid
+    "GridSample": _row(_float32_inside(grid.grid_sample), (16, 20, 22), align_corners=0, mode=None,
                        padding_mode="zeros"),                 # 16: 2-D, bilinear/bicubic; 20: N-D, linear/cubic
     "RoiAlign": _row(roi.roi_align, (10, 16, 22), coordinate_transformation_mode=None, mode="avg", output_height=1,
                      output_width=1, sampling_ratio=0, spatial_scale=1.0),  # bins of rois pooled; 16: half_pixel
     "DeformConv": _row(roi.deform_conv, (19, 22), dilations=None, group=1, kernel_shape=None, offset_group=1,
                        pads=None, strides=None),              # conv of X sampled at the taps moved by offset
-    "NegativeLogLikelihoodLoss": _row(nn.negative_log_likelihood_loss, (12, 13, 22), ignore_index=None,
+    "NegativeLogLikelihoodLoss": _row(_float32_inside(nn.negative_log_likelihood_loss), (12, 13, 22), ignore_index=None,
                                       reduction="mean"),      # -w[t]·x[t] along axis 1
 }
 
@@ -210,35 +219,36 @@ TABLE: dict[str, OpRow] = {
 #    differ from it in element types only, unless the function says otherwise
 TABLE.update({
     "Min": _row(m.min_, (8, 12, 13)),                         # elementwise min of n inputs, broadcast
-    "Sum": _row(m.sum_, (8, 13)),                             # Σ of n inputs, broadcast
-    "Mean": _row(m.mean, (8, 13)),                            # Σ of n inputs / n, broadcast
+    "Sum": _row(_float32_inside(m.sum_), (8, 13)),  # Σ of n inputs, broadcast
+    "Mean": _row(_float32_inside(m.mean), (8, 13)),  # Σ of n inputs / n, broadcast
     "LessOrEqual": _row(m.less_or_equal, (12, 16)),           # a <= b (false with nan)
     "Clip": _row(m.clip, (6, 11, 12, 13), min=None, max=None),  # min(max(x, lo), hi); 6: attributes
     "Sign": _row(m.sign, (9, 13)),                            # -1, 0, 1 (nan kept)
     "Cos": _row(m.cos, (7, 22)),                              # cos x
     "Tan": _row(m.tan, (7, 22)),                              # tan x
-    "Asin": _row(m.asin, (7, 22)),                            # arcsin x
-    "Acos": _row(m.acos, (7, 22)),                            # arccos x
-    "Atan": _row(m.atan, (7, 22)),                            # arctan x
+    "Asin": _row(_float32_inside(m.asin), (7, 22)),  # arcsin x
+    "Acos": _row(_float32_inside(m.acos), (7, 22)),  # arccos x
+    "Atan": _row(_float32_inside(m.atan), (7, 22)),  # arctan x
     "Sinh": _row(m.sinh, (9, 22)),                            # sinh x
     "Cosh": _row(m.cosh, (9, 22)),                            # cosh x
-    "Asinh": _row(m.asinh, (9, 22)),                          # arsinh x
-    "Acosh": _row(m.acosh, (9, 22)),                          # arcosh x
-    "Atanh": _row(m.atanh, (9, 22)),                          # artanh x
+    "Asinh": _row(_float32_inside(m.asinh), (9, 22)),  # arsinh x
+    "Acosh": _row(_float32_inside(m.acosh), (9, 22)),  # arcosh x
+    "Atanh": _row(_float32_inside(m.atanh), (9, 22)),  # artanh x
     "Size": _row(m.size, (1, 13) + _LATER),                   # element count (int64 scalar)
     # activations
     "LeakyRelu": _row(act.leaky_relu, (6, 16), alpha=0.01),   # x < 0 ? αx : x
     "PRelu": _row(act.prelu, (7, 9, 16)),                     # x < 0 ? slope·x : x (slope broadcast)
-    "Elu": _row(act.elu, (6, 22), alpha=1.0),                 # x < 0 ? α(eˣ - 1) : x
-    "Selu": _row(act.selu, (6, 22), alpha=act.SELU_ALPHA, gamma=act.SELU_GAMMA),  # γ(x > 0 ? x : α(eˣ - 1))
-    "Celu": _row(act.celu, (12, 28), alpha=1.0),              # max(0, x) + min(0, α(e^(x/α) - 1))
+    "Elu": _row(_float32_inside(act.elu), (6, 22), alpha=1.0),  # x < 0 ? α(eˣ - 1) : x
+    "Selu": _row(_float32_inside(act.selu), (6, 22), alpha=act.SELU_ALPHA,
+                 gamma=act.SELU_GAMMA),                       # γ(x > 0 ? x : α(eˣ - 1))
+    "Celu": _row(_float32_inside(act.celu), (12, 28), alpha=1.0),  # max(0, x) + min(0, α(e^(x/α) - 1))
     "HardSigmoid": _row(act.hard_sigmoid, (6, 22), alpha=0.2, beta=0.5),  # clamp(αx + β, 0, 1)
     "HardSwish": _row(act.hard_swish, (14, 22)),              # x·clamp(x/6 + 1/2, 0, 1)
-    "Softplus": _row(act.softplus, (1, 22)),                  # log(eˣ + 1)
+    "Softplus": _row(_float32_inside(act.softplus), (1, 22)),  # log(eˣ + 1)
     "Softsign": _row(act.softsign, (1, 22)),                  # x / (1 + |x|)
-    "Mish": _row(act.mish, (18, 22)),                         # x·tanh(softplus x)
+    "Mish": _row(_float32_inside(act.mish, act.mish_compensated), (18, 22)),  # x·tanh(softplus x)
     "ThresholdedRelu": _row(act.thresholded_relu, (10, 22), alpha=1.0),  # x > α ? x : 0
-    "Swish": _row(act.swish, (24,), alpha=1.0),               # x·σ(αx)
+    "Swish": _row(_float32_inside(act.swish), (24,), alpha=1.0),  # x·σ(αx)
     "Shrink": _row(act.shrink, (9,), bias=0.0, lambd=0.5),    # soft/hard shrinkage
     "Hardmax": _row(act.hardmax, (1, 11, 13), axis=None),     # one-hot of the first argmax
     # reductions
@@ -265,10 +275,10 @@ TABLE.update({
     "ReverseSequence": _row(ix.reverse_sequence, (10, 28), batch_axis=1, time_axis=0),
     "TopK": _row(red.top_k, (11, 24), axis=-1, largest=1, sorted=1),  # k largest/smallest, indices
     "GlobalMaxPool": _row(red.global_max_pool, (1, 22)),     # max over the spatial axes
-    "LpNormalization": _row(red.lp_normalization, (1, 22), axis=-1, p=2),  # x / ‖x‖_p
+    "LpNormalization": _row(_float32_inside(red.lp_normalization), (1, 22), axis=-1, p=2),  # x / ‖x‖_p
     "MeanVarianceNormalization": _row(_float32_inside(red.mean_variance_normalization), (9, 13), axes=None),
     "LpPool": _row(_float32_inside(red.lp_pool), (11, 18, 22), p=2, ceil_mode=0, **_WINDOW),  # (Σ|x|^p)^(1/p) per window
-    "SwiGLU": _row(act.swiglu, (28,), alpha=1.0),            # A·σ(αA)·B
+    "SwiGLU": _row(_float32_inside(act.swiglu), (28,), alpha=1.0),  # A·σ(αA)·B
     "TensorScatter": _row(ix.tensor_scatter, (24,), axis=-2, mode="linear"),  # KV-cache write
 })
 
