@@ -106,7 +106,7 @@ TABLE: dict[str, OpRow] = {
     "Sigmoid": _row(_float32_inside(t.sigmoid), (6, 13)),  # 1 / (1 + e⁻ˣ)
     "Relu": _row(t.relu, (6, 13, 14)),                        # max(x, 0)
     "Gelu": _row(_float32_inside(t.gelu), (20,), approximate="none"),  # x·Φ(x)
-    "Softmax": _row(_float32_inside(t.softmax), (1, 11, 13), axis=None),  # eˣ / Σ eˣ along axis
+    "Softmax": _row(t.softmax, (1, 11, 13), axis=None),       # eˣ / Σ eˣ along axis
     "LogSoftmax": _row(_float32_inside(t.log_softmax), (1, 11, 13), axis=None),
     "Equal": _row(t.equal, (11, 13, 19)),                     # a == b
     "Less": _row(t.less, (9, 13)),                            # a < b
