@@ -342,11 +342,16 @@ def main():
     notes = [f"- skipped, {why}: {', '.join(ops)}" for why, ops in SKIPPED.items()]
     if missing:
         notes.append(f"- not swept yet: {', '.join(missing)}")
-    if args.write:
-        with open(os.path.join(HERE, "RESULTS-float16.md"), "w") as f:
+    if args.write:  # the table and notes replaced; the file's own "## " sections after them kept
+        path = os.path.join(HERE, "RESULTS-float16.md")
+        kept = ""
+        if os.path.exists(path):
+            text = open(path).read()
+            kept = text[text.index("\n## "):] if "\n## " in text else ""
+        with open(path, "w") as f:
             f.write("# float16 accuracy of the ONNX importer beside onnxruntime\n\n")
             f.write(__doc__.split("\n\n", 1)[1].strip() + "\n\n")
-            f.write("\n".join(lines) + "\n\n" + "\n".join(notes) + "\n")
+            f.write("\n".join(lines) + "\n\n" + "\n".join(notes) + "\n" + kept)
     else:
         print("\n".join(notes))
 
