@@ -184,6 +184,8 @@ SKIPPED = {
         "CastLike", "Constant", "ConstantOfShape", "Range", "SequenceEmpty", "SequenceConstruct", "SplitToSequence",
         "SequenceInsert", "SequenceErase", "SequenceAt", "SequenceLength", "ConcatFromSequence"],
     "its window sampling is tested elsewhere (ops_roi.py is under mutation testing)": ["RoiAlign", "DeformConv"],
+    "quantized: integer arithmetic, bit for bit with onnxruntime (tests/test_onnx_import_quant.py)": [
+        "QuantizeLinear", "DequantizeLinear", "MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv"],
 }
 
 
