@@ -135,16 +135,18 @@ Q_VERSIONS = (10, 13, 19, 21, 23, 24, 25)
 WIDE_TYPES_FROM = 21  # int16 and uint16 quantized types, blocked quantization
 
 
+def _versions_and(types) -> list:
+    """(version, type) pairs the spec allows: int16 and uint16 from WIDE_TYPES_FROM on."""
+    return [(v, t) for t in types for v in Q_VERSIONS if v >= WIDE_TYPES_FROM or t not in (np.int16, np.uint16)]
+
+
 # ----------------------------------------------------------------------------- QuantizeLinear
 
 
-@pytest.mark.parametrize("version", Q_VERSIONS)
-@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16, None])
+@pytest.mark.parametrize("version, dtype", _versions_and([np.int8, np.uint8, np.int16, np.uint16, None]))
 def test_quantize_per_tensor_edges(version, dtype):
     """Ties to even, saturation at both ends, ±inf, nan (the range's minimum, as onnxruntime),
     for a negative (signed) or positive zero point; no zero point: uint8."""
-    if dtype in (np.int16, np.uint16) and version < WIDE_TYPES_FROM:
-        pytest.skip("int16/uint16 from version 21")
     for scale in (1.0, 0.25, 8.0):
         x = quotients(scale)
         zp = None if dtype is None else zero_point(dtype)
@@ -238,12 +240,9 @@ def test_quantize_float64_and_version_28_against_onnx_reference(version):
 # ----------------------------------------------------------------------------- DequantizeLinear
 
 
-@pytest.mark.parametrize("version", Q_VERSIONS)
-@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16, np.int32])
+@pytest.mark.parametrize("version, dtype", _versions_and([np.int8, np.uint8, np.int16, np.uint16, np.int32]))
 def test_dequantize_per_tensor(version, dtype):
     """Every value of 8-bit types, both ends of 16-bit ones, int32 (no zero point)."""
-    if dtype in (np.int16, np.uint16) and version < WIDE_TYPES_FROM:
-        pytest.skip("int16/uint16 from version 21")
     if dtype == np.int32:
         x = np.concatenate([RNG.integers(-2**31, 2**31, 300), [-2**31, 2**31 - 1, 0, 2**24 + 1]]).astype(np.int32)
         against_onnxruntime("DequantizeLinear", [("x", x), ("s", np.float32(0.3711))], opset=version)
