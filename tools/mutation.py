@@ -42,6 +42,12 @@ TESTS = [
     ("uopcli/tools/forward", FORWARD_TESTS),
     # the names differentiation gives what it adds, numbered where taken (diff, jvp, hvp, check)
     ("uopcli/tools/names.py", ["tests/test_forward_names.py", "tests/test_cli_library.py"]),
+    # control flow (If, Scan, Loop unrolled): If through function bodies, Scan/Loop/LinearAttention's
+    # own node cases in the conformance file (27 s whole; mutmut runs only the batches that reach them)
+    ("uopcli/interop/onnx/control.py", ["tests/test_onnx_scan.py", "tests/test_onnx_functions.py",
+                                        "tests/test_onnx_conformance.py"]),
+    # RoiAlign and DeformConv (the layers file holds their cases beside the GridSample ones)
+    ("uopcli/interop/onnx/ops_roi.py", ["tests/test_onnx_import_roi.py", "tests/test_onnx_import_layers.py"]),
     # ONNX's own node cases (test_onnx_conformance.py) reach every import row with the spec's values;
     # float64.py's forms are held to mpmath by test_onnx_float64_accuracy.py
     ("uopcli/interop/onnx", ["tests/test_onnx_bridge.py", "tests/test_onnx_export.py", "tests/test_onnx_export_ops.py",
