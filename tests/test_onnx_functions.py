@@ -182,3 +182,59 @@ def test_a_body_is_read_at_its_own_opset_and_only_where_the_version_has_one():
     assert not has_function("NoSuchOp", 20) and not has_function("Conv", 20)
     node = helper.make_node("Gelu", ["x"], ["y"])
     assert function_of("Gelu", 19, node, []) is None and function_of("Conv", 20, node, []) is None
+
+
+def _branch(outputs, nodes=(), initializers=()):
+    return helper.make_graph(list(nodes), "branch", [],
+                             [helper.make_tensor_value_info(o, TensorProto.DOUBLE, None) for o in outputs],
+                             list(initializers))
+
+
+def _if_with(then, other, condition=True, inputs=("c",), before=()):
+    """x (double [3]) in, y out of an If on the constant `condition` (a bool initializer c,
+    of shape [] or, as a list, [n]); `before`: nodes ahead of the If (its index moves)."""
+    node = helper.make_node("If", list(inputs), ["y"], name="branch",
+                            **{k: g for k, g in (("then_branch", then), ("else_branch", other)) if g is not None})
+    shape = [len(condition)] if isinstance(condition, list) else []
+    values = condition if isinstance(condition, list) else [condition]
+    graph = helper.make_graph([*before, node], "g", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)],
+                              [helper.make_tensor("c", TensorProto.BOOL, shape, values)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+_NEG = _branch(["out"], [helper.make_node("Neg", ["x"], ["out"])])
+
+
+@pytest.mark.parametrize("model, says", [
+    # a second input (malformed): its first is a known constant, yet the node is refused, not taken
+    (_if_with(_NEG, _NEG, inputs=("c", "c")), "node 'branch' (If): If's condition must be known when importing"),
+    (_if_with(_NEG, _NEG, condition=[True, True]), "node 'branch' (If): If's condition must be known when importing"),
+    (_if_with(_branch(["out", "out"], [helper.make_node("Neg", ["x"], ["out"])]), _NEG),
+     "node 'branch' (If): its then_branch is missing or makes 2 outputs for 1"),
+    (_if_with(_NEG, None, condition=False), "node 'branch' (If): its else_branch is missing or makes 0 outputs for 1"),
+    (_if_with(_branch(["ghost"]), _NEG), "node 'branch' (If): its then_branch's output 'ghost' is made by no node"),
+    # a branch's initializer is read with its name in the refusal
+    (_if_with(_branch(["out"], [helper.make_node("Identity", ["x"], ["out"])],
+                      [helper.make_tensor("words", TensorProto.STRING, [1], [b"a"])]), _NEG),
+     "initializer 'words': element type STRING is not supported"),
+    # a branch's unnamed node is labelled by the If's own position in the graph (#1: after the Identity)
+    (_if_with(_branch(["out"], [helper.make_node("Unique", ["x"], ["out"])]), _NEG,
+              before=[helper.make_node("Identity", ["x"], ["x2"])]), "node '#1' (Unique)"),
+])
+def test_a_malformed_if_is_refused_in_one_line_naming_the_node(model, says):
+    with pytest.raises(FormatError) as caught:
+        import_model(model)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("<model>: ") and says in message, message
+
+
+def test_an_if_that_picks_a_sequence_is_named_where_the_sequence_is_refused():
+    """A branch's sequence output is the If's: a graph output that is a sequence is refused
+    naming the If that made it."""
+    made = _branch([], [helper.make_node("SequenceConstruct", ["x", "x"], ["seq"])])
+    made.output.append(helper.make_tensor_sequence_value_info("seq", TensorProto.DOUBLE, None))
+    with pytest.raises(FormatError) as caught:
+        import_model(_if_with(made, made))
+    assert str(caught.value) == ("<model>: node 'branch' (If): output 'y' is a sequence: the format has tensors "
+                                 "only"), str(caught.value)
