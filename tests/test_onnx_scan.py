@@ -274,16 +274,18 @@ def _sums_node(**attrs):
     (dict(scan_input_axes=[2]), dict(x=(5, 3)), "scan_input_axes[0] 2 is out of range for rank 2"),
     (dict(scan_output_axes=[-3]), dict(x=(5, 3)), "scan_output_axes[0] -3 is out of range for rank 2"),
     (dict(scan_input_axes=[0, 1]), dict(x=(5, 3)), "scan_input_axes has 2 entries for 1"),
-    (dict(num_scan_inputs=4), dict(x=(5, 3)), "num_scan_inputs between 1 and its 3 inputs"),
+    (dict(num_scan_inputs=4), dict(x=(5, 3)), "needs a body and num_scan_inputs between 1 and its 3 inputs"),
     (dict(num_scan_inputs=2), dict(x=(5, 3)), "its scan inputs have different lengths [3, 5] along their scan axes"),
-    (dict(), dict(x=(0, 3)), "scans a sequence of length 0"),
-    (dict(), dict(s0=(1,)), "changes state 0 from float32[1] to float32[3] at step 0: a state keeps its type and"),
+    (dict(), dict(x=(0, 3)), "scans a sequence of length 0: the shape of its scan outputs is only known by running "
+                             "the body"),
+    (dict(), dict(s0=(1,)), "its body changes state 0 from float32[1] to float32[3] at step 0: a state keeps its "
+                            "type and shape"),
 ])
 def test_a_malformed_scan_is_refused_in_one_line_naming_the_node(attrs, inputs, says):
     shapes = {"s0": (3,), "p0": (3,), "x": (5, 3), **inputs}
     feeds = {n: np.ones(shape, np.float32) for n, shape in shapes.items()}
     message = _refusal(_model([_sums_node(**attrs)], feeds, ["s", "p", "ys"]))
-    assert message.startswith("scan.onnx: node 'scan' (Scan): ") and says in message, message
+    assert message == "scan.onnx: node 'scan' (Scan): " + says, message
 
 
 def test_a_body_that_does_not_fit_the_node_is_refused():
@@ -308,10 +310,12 @@ def test_scan8_refuses_lengths_it_cannot_know_or_that_are_not_the_whole_axis():
     node = helper.make_node("Scan", ["lengths", "s0", "x"], ["s", "ys"], name="scan", num_scan_inputs=1, body=body)
     feeds = dict(s0=np.ones((2, 2), np.float32), x=np.ones((2, 4, 2), np.float32))
     short = _refusal(_model([node], feeds, ["s", "ys"], dict(lengths=np.array([4, 3], np.int64)), opset=8))
-    assert "sequence_lens [3, 4] are not all the scan axis' length [4]" in short
+    assert short == ("scan.onnx: node 'scan' (Scan): sequence_lens [3, 4] are not all the scan axis' length [4]: "
+                     "variable lengths (padded outputs) are not imported"), short
     at_run_time = _refusal(_model([node], {**feeds, "lengths": np.array([4, 4], np.int64)}, ["s", "ys"], opset=8,
                                   kind=F))
-    assert "sequence_lens must be known when importing" in at_run_time
+    assert at_run_time == ("scan.onnx: node 'scan' (Scan): sequence_lens must be known when importing: the format "
+                           "has static shapes"), at_run_time
 
 
 def test_a_scan_body_op_the_importer_lacks_is_refused_naming_the_body_node():
@@ -461,8 +465,10 @@ def test_a_loops_gradient_through_every_step():
 
 
 @pytest.mark.parametrize("case, says", [
-    ("trip at run time", "its trip count must be known when importing"),
-    ("condition from data", "its condition after step 0 must be known when importing"),
+    ("trip at run time", "its trip count must be known when importing (a constant, or computed from shapes): the "
+                         "format has no control flow"),
+    ("condition from data", "its condition after step 0 must be known when importing (computed from the iteration "
+                            "number or constants): the format has no control flow"),
     ("never ends", "has neither a trip count nor a condition: it would never end"),
     ("no step with scan outputs", "runs no step: the shape of its scan outputs is only known by running the body"),
     ("too many steps", "has a trip count of 70,000: unrolled, its graph would hold a body per step (at most 65,536)"),
@@ -492,7 +498,7 @@ def test_a_loop_not_known_when_importing_is_refused_in_one_line(case, says):
         model, _ = _loop_model(3, None, _loop_body(grow=True), y0_shape=(0,))
         model.graph.node[0].attribute[0].g.output[2].name = "y_out"    # the growing value as the scan output
     message = _refusal(model)
-    assert message.startswith("scan.onnx: node 'loop' (Loop): ") and says in message, message
+    assert message == "scan.onnx: node 'loop' (Loop): " + says, message
 
 
 def test_a_while_loop_stops_at_the_step_limit(monkeypatch):
@@ -501,3 +507,156 @@ def test_a_while_loop_stops_at_the_step_limit(monkeypatch):
     extra = [helper.make_node("Constant", [], ["go"], value=numpy_helper.from_array(np.array(True)))]
     model, _ = _loop_model(None, True, _loop_body(extra, condition=True))
     assert "runs more than 5 steps" in _refusal(model)
+
+
+# ----------------------------------------------------------------------------- Scan-8's batch, the steps' scopes
+
+def _scalar_sums():
+    return _body([helper.make_node("Add", ["s_in", "e"], ["s_out"], name="/block/add"),
+                  helper.make_node("Identity", ["s_out"], ["y"])],
+                 [("s_in", F, []), ("e", F, [])], [("s_out", F, []), ("y", F, [])])
+
+
+def test_scan8_takes_sequence_lens_over_a_rank_2_scan_input_as_onnxruntime():
+    """x [batch, sequence]: each step's element is a scalar; sequence_lens (the whole axis)
+    is checked against axis 1 of a rank-2 input."""
+    x, s0 = RNG.standard_normal((3, 5)).astype(np.float32), RNG.standard_normal(3).astype(np.float32)
+    node = helper.make_node("Scan", ["lengths", "s0", "x"], ["s", "ys"], name="scan", num_scan_inputs=1,
+                            body=_scalar_sums())
+    model = _model([node], dict(s0=s0, x=x), ["s", "ys"], dict(lengths=np.full(3, 5, np.int64)), opset=8)
+    s, ys = _same_as_onnxruntime(model, dict(s0=s0, x=x), 1e-6)
+    sums = [s0]
+    for t in range(5):      # the steps' float32 sums, in their order
+        sums.append(sums[-1] + x[:, t])
+    np.testing.assert_array_equal(ys, np.stack(sums[1:], 1))
+    np.testing.assert_array_equal(s, sums[-1])
+
+
+@pytest.mark.parametrize("shapes, lengths, says", [
+    (dict(s0=(3,), x=(2, 5)), None, "Scan-8 takes states and scan inputs with one batch axis 0 of one size; got "
+                                    "shapes [[3], [2, 5]]"),
+    (dict(s0=(), x=(3, 5)), None, "Scan-8 takes states and scan inputs with one batch axis 0 of one size; got "
+                                  "shapes [[], [3, 5]]"),
+    (dict(s0=(0,), x=(0, 5)), None, "has a batch of size 0: its outputs' shapes are only known by running the body"),
+    (dict(s0=(3,), x=(3,)), [5, 5, 5], "sequence_lens [5] are not all the scan axis' length []: variable lengths "
+                                       "(padded outputs) are not imported"),
+])
+def test_scan8_refuses_a_batch_it_cannot_split_in_one_line(shapes, lengths, says):
+    node = helper.make_node("Scan", ["lengths" if lengths else "", "s0", "x"], ["s", "ys"], name="scan",
+                            num_scan_inputs=1, body=_scalar_sums())
+    feeds = {n: np.ones(shape, np.float32) for n, shape in shapes.items()}
+    known = dict(lengths=np.array(lengths, np.int64)) if lengths else None
+    message = _refusal(_model([node], feeds, ["s", "ys"], known, opset=8))
+    assert message == "scan.onnx: node 'scan' (Scan): " + says, message
+
+
+def test_scan8_and_loop_steps_carry_their_scopes():
+    """Scan-8's steps sit under `<scan>[<batch element>].<t>`, a Loop's under `<loop>.<t>`
+    (the viewer's groups)."""
+    node = helper.make_node("Scan", ["", "s0", "x"], ["s", "ys"], name="scan", num_scan_inputs=1,
+                            body=_scalar_sums())
+    graph, _ = import_model(_model([node], dict(s0=np.ones(2, np.float32), x=np.ones((2, 3), np.float32)),
+                                   ["s", "ys"], opset=8))
+    scopes = {n.meta.scope for n in graph.nodes() if n.meta is not None and n.meta.loc == "/block/add"}
+    assert scopes == {f"scan[{b}].{t}/block" for b in range(2) for t in range(3)}
+    body = _loop_body()
+    body.node[-2].name = "/block/add"   # y_out = halved + row
+    graph, _ = import_model(_loop_model(3, None, body)[0])
+    scopes = {n.meta.scope for n in graph.nodes() if n.meta is not None and n.meta.loc == "/block/add"}
+    assert scopes == {f"loop.{t}/block" for t in range(3)}
+
+
+@pytest.mark.parametrize("condition_out", ["two flags", "a weight"])
+def test_a_loop_condition_that_is_not_one_known_flag_is_refused(condition_out):
+    """The body's condition out must be one value known when importing: two flags, or a
+    weight (a graph input once imported, whatever its value in the file), are refused."""
+    model, _ = _loop_model(4, True, _loop_body(condition=False))
+    body = model.graph.node[0].attribute[0].g
+    if condition_out == "two flags":
+        body.node.append(helper.make_node("Constant", [], ["flags"], value=numpy_helper.from_array(np.array([True,
+                                                                                                            True]))))
+        body.output[0].name = "flags"
+    else:
+        model.graph.initializer.append(numpy_helper.from_array(np.float32(1), "w"))
+        body.output[0].name = "w"
+    message = _refusal(model)
+    assert message == ("scan.onnx: node 'loop' (Loop): its condition after step 0 must be known when importing "
+                       "(computed from the iteration number or constants): the format has no control flow"), message
+
+
+@pytest.mark.parametrize("case, says", [
+    ("trip made by no node", "input 'M' is made by no earlier node"),
+    ("two trip counts", "its trip count must be known when importing (a constant, or computed from shapes): the "
+                        "format has no control flow"),
+    ("two conditions", "its condition must be known when importing (a constant, or computed from shapes): the "
+                       "format has no control flow"),
+])
+def test_a_loops_trip_count_and_condition_are_one_known_value_each(case, says):
+    model, _ = _loop_model(3, True, _loop_body())
+    trip, condition = model.graph.initializer[0], model.graph.initializer[1]
+    if case == "trip made by no node":
+        model.graph.initializer.remove(trip)
+    elif case == "two trip counts":
+        trip.CopyFrom(numpy_helper.from_array(np.array([3, 3], np.int64), "M"))
+    else:
+        condition.CopyFrom(numpy_helper.from_array(np.array([True, True]), "c"))
+    message = _refusal(model)
+    assert message == "scan.onnx: node 'loop' (Loop): " + says, message
+
+
+@pytest.mark.parametrize("case, says", [
+    ("more outputs than the body", "has 3 outputs; its body makes 2"),
+    ("carried made by no node", "input 'y9' is made by no earlier node"),
+    ("carried left empty", "has an empty state or scan input"),
+    ("carried a sequence", "input 'y0' is a sequence: the format has tensors only"),
+    ("too many steps while true", "has a trip count of 70,000: unrolled, its graph would hold a body per step (at "
+                                  "most 65,536)"),
+])
+def test_a_loop_whose_node_does_not_fit_is_refused_in_one_line(case, says):
+    model, _ = _loop_model(70_000 if case == "too many steps while true" else 3, True, _loop_body())
+    node = model.graph.node[0]
+    if case == "more outputs than the body":
+        node.output.append("extra")
+    elif case == "carried made by no node":
+        node.input[2] = "y9"
+    elif case == "carried left empty":
+        node.input[2] = ""
+    elif case == "carried a sequence":
+        model.graph.input[0].name = "y_tensor"
+        model.graph.node.insert(0, helper.make_node("SequenceConstruct", ["y_tensor"], ["y0"]))
+    message = _refusal(model)
+    assert message == "scan.onnx: node 'loop' (Loop): " + says, message
+
+
+def test_a_loop_of_exactly_the_step_limit_unrolls_and_a_false_condition_skips_any_trip_count(monkeypatch):
+    """MAX_STEPS steps are allowed (one more is refused); a condition false at the start
+    runs no step whatever the trip count, so a huge one is not refused."""
+    from uopcli.interop.onnx import control
+    monkeypatch.setattr(control, "MAX_STEPS", 4)
+    model, feeds = _loop_model(4, None, _loop_body())
+    y, ys = _same_as_onnxruntime(model, feeds, 1e-6)
+    assert ys.shape == (4, 3)
+    model, _ = _loop_model(5, None, _loop_body())
+    assert _refusal(model) == ("scan.onnx: node 'loop' (Loop): has a trip count of 5: unrolled, its graph would hold "
+                               "a body per step (at most 4)")
+    model, feeds = _loop_model(70_000, False, _loop_body())
+    model.graph.node[0].output[:] = ["y", ""]
+    model.graph.output.pop()
+    (y,) = _ours(model, feeds)
+    np.testing.assert_array_equal(y, feeds["y0"])
+
+
+@pytest.mark.parametrize("op", ["Scan", "Loop"])
+def test_an_unnamed_body_node_is_labelled_by_its_scan_or_loops_position(op):
+    """A body node without a name is refused as `#<position of the Scan or Loop in the
+    graph>` (here 1: an Identity comes first)."""
+    if op == "Scan":
+        body = _body([helper.make_node("Unique", ["e"], ["u"]), helper.make_node("Identity", ["s_in"], ["s_out"])],
+                     [("s_in", F, [2]), ("e", F, [2])], [("s_out", F, [2]), ("u", F, None)])
+        node = helper.make_node("Scan", ["s0", "x"], ["s", "us"], name="scan", num_scan_inputs=1, body=body)
+        model = _model([node], dict(s0=np.ones(2, np.float32), x=np.ones((3, 2), np.float32)), ["s", "us"])
+    else:
+        model, _ = _loop_model(3, None, _loop_body([helper.make_node("Unique", ["row"], ["u"])]))
+    model.graph.node.insert(0, helper.make_node("Identity", ["x"], ["x_copy"]))
+    message = _refusal(model)
+    assert message.startswith("scan.onnx: node '#1' (Unique): "), message
