@@ -660,3 +660,63 @@ def test_an_unnamed_body_node_is_labelled_by_its_scan_or_loops_position(op):
     model.graph.node.insert(0, helper.make_node("Identity", ["x"], ["x_copy"]))
     message = _refusal(model)
     assert message.startswith("scan.onnx: node '#1' (Unique): "), message
+
+
+def test_the_nodes_that_slice_and_stack_are_the_scans_own():
+    """The nodes a Scan adds around its body (slicing each element out of a scan input,
+    stacking the scan outputs) carry the Scan's op, name and module path; the body's
+    nodes their step's scope: no node is left without its ONNX node."""
+    from uopcli.core.uop import Metadata
+    x = np.ones((5, 3), np.float32)
+    node = helper.make_node("Scan", ["s0", "p0", "x"], ["s", "p", "ys"], name="/enc/scan", num_scan_inputs=1,
+                            body=_running_sums())
+    graph, _ = import_model(_model([node], dict(s0=x[0], p0=x[0], x=x), ["s", "p", "ys"]))
+    own = Metadata("Scan", "/enc/scan", False, "enc")
+    around = [n for n in graph.nodes() if n.op in ("SHRINK", "PAD")]
+    assert len(around) == 5 + 8 and all(n.meta == own for n in around), {n.meta for n in around}
+    steps = {n.meta.scope for n in graph.nodes() if n.op in ("MUL", "SUB")}
+    assert steps == {f"enc/scan.{t}" for t in range(5)}
+
+
+def test_a_scan_without_states_or_without_scan_outputs_as_onnxruntime():
+    """num_scan_inputs may be every input (no state); a body may make the states only (no
+    scan output)."""
+    x = RNG.standard_normal((4, 3)).astype(np.float32)
+    doubled = _body([helper.make_node("Add", ["e", "e"], ["y"])], [("e", F, [3])], [("y", F, [3])])
+    node = helper.make_node("Scan", ["x"], ["ys"], name="scan", num_scan_inputs=1, body=doubled)
+    (ys,) = _same_as_onnxruntime(_model([node], dict(x=x), ["ys"]), dict(x=x), 0)
+    np.testing.assert_array_equal(ys, x + x)
+    summed = _body([helper.make_node("Add", ["s_in", "e"], ["s_out"])], [("s_in", F, [3]), ("e", F, [3])],
+                   [("s_out", F, [3])])
+    node = helper.make_node("Scan", ["s0", "x"], ["s"], name="scan", num_scan_inputs=1, body=summed)
+    s0 = RNG.standard_normal(3).astype(np.float32)
+    (s,) = _same_as_onnxruntime(_model([node], dict(s0=s0, x=x), ["s"]), dict(s0=s0, x=x), 1e-6)
+    np.testing.assert_array_equal(s, s0 + x[0] + x[1] + x[2] + x[3])
+
+
+@pytest.mark.parametrize("case, says", [
+    ("no body", "needs a body and num_scan_inputs between 1 and its 3 inputs"),
+    ("no num_scan_inputs", "needs a body and num_scan_inputs between 1 and its 3 inputs"),
+    ("more outputs than the body", "has 4 outputs; its body makes 3"),
+    ("input made by no node", "input 'x9' is made by no earlier node"),
+    ("input left empty", "has an empty state or scan input"),
+    ("input a sequence", "input 'x' is a sequence: the format has tensors only"),
+])
+def test_a_scan_node_without_its_attributes_or_with_extra_outputs_is_refused(case, says):
+    node = _sums_node()
+    nodes = [node]
+    if case.startswith("input"):
+        node.input[2] = {"input made by no node": "x9", "input left empty": ""}.get(case, "x")
+        if case == "input a sequence":
+            nodes.insert(0, helper.make_node("SequenceConstruct", ["x_tensor"], ["x"]))
+    elif case == "no body":
+        node.attribute.remove(next(a for a in node.attribute if a.name == "body"))
+    elif case == "no num_scan_inputs":
+        node.attribute.remove(next(a for a in node.attribute if a.name == "num_scan_inputs"))
+    else:
+        node.output.append("extra")
+    feeds = dict(s0=np.ones(3, np.float32), p0=np.ones(3, np.float32), x=np.ones((5, 3), np.float32))
+    if case == "input a sequence":
+        feeds["x_tensor"] = feeds.pop("x")
+    message = _refusal(_model(nodes, feeds, ["s", "p", "ys"]))
+    assert message == "scan.onnx: node 'scan' (Scan): " + says, message
