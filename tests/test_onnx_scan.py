@@ -720,3 +720,20 @@ def test_a_scan_node_without_its_attributes_or_with_extra_outputs_is_refused(cas
         feeds["x_tensor"] = feeds.pop("x")
     message = _refusal(_model(nodes, feeds, ["s", "p", "ys"]))
     assert message == "scan.onnx: node 'scan' (Scan): " + says, message
+
+
+def test_a_scan_of_constants_stacks_along_its_output_axis_as_onnxruntime():
+    """Every element known when importing: the scan output is stacked by numpy, along
+    scan_output_axes (here 1, and -1 prepended), as onnxruntime stacks it."""
+    a = RNG.standard_normal((4, 3)).astype(np.float32)
+    body = _body([helper.make_node("Add", ["s_in", "e"], ["s_out"]), helper.make_node("Neg", ["s_out"], ["y"])],
+                 [("s_in", F, [3]), ("e", F, [3])], [("s_out", F, [3]), ("y", F, [3])])
+    z = RNG.standard_normal((3, 4)).astype(np.float32)
+    for axis, direction in ((1, 0), (-1, 1)):
+        nodes = [helper.make_node("Constant", [], ["a"], value=numpy_helper.from_array(a)),
+                 helper.make_node("Constant", [], ["s0"], value=numpy_helper.from_array(a[0])),
+                 helper.make_node("Scan", ["s0", "a"], ["s", "ys"], name="scan", num_scan_inputs=1, body=body,
+                                  scan_output_axes=[axis], scan_output_directions=[direction]),
+                 helper.make_node("Add", ["ys", "z"], ["out"])]
+        (out,) = _same_as_onnxruntime(_model(nodes, dict(z=z), ["out"]), dict(z=z), 1e-6)
+        assert out.shape == (3, 4)
