@@ -318,3 +318,77 @@ def test_bad_nodes_are_refused_in_one_line():
     ]
     for model, why in cases:
         assert why in refused(model)
+
+
+# rois (x1, y1, x2, y2) whose adaptive sample counts ceil(roi size / output size) sit on a
+# rounding edge in float32 with spatial_scale 0.7 and 2 outputs: the corners are computed as
+# onnxruntime computes them (roi·scale, less 0.5 with half_pixel, then the difference), and
+# the shift by 0.5 that cancels in exact arithmetic changes the count here by one
+EDGE_ROIS = np.array([[0.4, -0.3931961, 3.3, 2.4639468],      # half_pixel: less 0.5 (not plus) counts 1
+                      [0.4, -0.04762042, 3.3, 2.8095226],     # half_pixel: less 0.5 (not 1.5) counts 2; also
+                      #                                         output_half_pixel: no shift (not 1.0) counts 2
+                      [0.4, -0.6689212, 3.3, 5.045365],       # half_pixel: less 0.5 (not 0) counts 2;
+                      #                                         output_half_pixel: no shift (not 0.5) counts 3
+                      [-0.3931961, 0.4, 2.4639468, 3.3],      # the same along x
+                      [-0.6689212, 0.4, 5.045365, 3.3]], np.float32)
+
+
+@pytest.mark.parametrize("transform", ["half_pixel", "output_half_pixel"])
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_roi_align_adaptive_counts_round_as_onnxruntime(transform, mode):
+    x = RNG.standard_normal((1, 2, 6, 6)).astype(np.float32)
+    attrs = dict(output_height=2, output_width=2, spatial_scale=0.7, mode=mode,
+                 coordinate_transformation_mode=transform)
+    model, feeds = model_of("RoiAlign", dict(x=x), attrs, 16,
+                            constants=dict(rois=EDGE_ROIS, batch=np.zeros(len(EDGE_ROIS), np.int64)))
+    got = ours(model, feeds)
+    theirs, reference = peers(model, feeds)
+    assert_close(got, theirs, np.float32, "RoiAlign at the sample counts' rounding edges against onnxruntime")
+
+
+def test_roi_align_adaptive_empty_and_small_rois_as_onnxruntime():
+    """half_pixel: a roi of negative height but positive width (or the other way) has no
+    samples, so 0 (not one sample), as onnx.reference (onnxruntime fails on it: an integer
+    overflow); output_half_pixel with 1x1 outputs: a roi smaller than 1x1 is taken as 1x1,
+    so one sample per axis (not two), as onnxruntime and the reference."""
+    x = RNG.standard_normal((1, 2, 6, 6)).astype(np.float32)
+    rois = np.array([[0.5, 3.2, 4.5, 1.1], [3.6, 0.7, 1.2, 4.1], [1.3, 1.6, 1.9, 2.4], [2.2, 0.9, 2.7, 1.8]],
+                    np.float32)
+    batch = np.zeros(len(rois), np.int64)
+    for transform, size in (("half_pixel", 2), ("output_half_pixel", 1)):
+        for mode in ("avg", "max"):
+            attrs = dict(output_height=size, output_width=size, mode=mode, coordinate_transformation_mode=transform)
+            model, feeds = model_of("RoiAlign", dict(x=x), attrs, 16, constants=dict(rois=rois, batch=batch))
+            got = ours(model, feeds)
+            theirs, reference = peers(model, feeds, reference=False) if transform == "output_half_pixel" else \
+                (None, ReferenceEvaluator(model).run(None, feeds)[0])
+            if theirs is not None:
+                assert_close(got, theirs, np.float32, f"RoiAlign {transform} {mode} against onnxruntime")
+            else:
+                assert_close(got, reference, np.float32, f"RoiAlign {transform} {mode} against onnx.reference")
+                assert not got[:2].any()
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_roi_align_samples_exactly_on_the_edges_of_the_window_as_onnxruntime(mode):
+    """A sample exactly at -1 or at H (W) is inside the window [-1, H] and reads the edge
+    row (column), clamped; one bin of one sample (output_half_pixel, 1x1, sampling_ratio 1)
+    puts it at the roi's centre."""
+    h, w = 5, 6
+    x = RNG.standard_normal((1, 2, h, w)).astype(np.float32)
+    rois = np.array([[0.5, -2.0, 2.5, 0.0], [0.5, h - 1.0, 2.5, h + 1.0],     # a sample at y = -1, y = H
+                     [-2.0, 1.5, 0.0, 3.5], [w - 1.0, 1.5, w + 1.0, 3.5],     # at x = -1, x = W
+                     [-2.0, h - 1.0, 0.0, h + 1.0]], np.float32)              # at (-1, H): a corner
+    attrs = dict(output_height=1, output_width=1, sampling_ratio=1, mode=mode,
+                 coordinate_transformation_mode="output_half_pixel")
+    model, feeds = model_of("RoiAlign", dict(x=x), attrs, 16, constants=dict(rois=rois, batch=np.zeros(5, np.int64)))
+    got = ours(model, feeds)
+    theirs, reference = peers(model, feeds)
+    assert_close(got, theirs, np.float32, "RoiAlign on the window's edges against onnxruntime")
+    assert_close(got, reference, np.float32, "RoiAlign on the window's edges against onnx.reference")
+    if mode == "avg":   # the edge pixels themselves (interpolated at the centre of their two neighbours)
+        np.testing.assert_allclose(got[:, :, 0, 0], [(x[0, :, 0, 1] + x[0, :, 0, 2]) / 2,
+                                                     (x[0, :, h - 1, 1] + x[0, :, h - 1, 2]) / 2,
+                                                     (x[0, :, 2, 0] + x[0, :, 3, 0]) / 2,
+                                                     (x[0, :, 2, w - 1] + x[0, :, 3, w - 1]) / 2,
+                                                     x[0, :, h - 1, 0]], rtol=1e-6)
