@@ -295,11 +295,18 @@ def test_bad_nodes_are_refused_in_one_line():
                   constants=dict(rois=rois, batch=np.array([0, 1, 0], np.int64)))[0],
          "a batch index of [0, 1, 0] is outside X's batch of 1"),
         (model_of("RoiAlign", dict(x=x, rois=rois[:, :3].copy(), batch=batch), dict(sampling_ratio=2), 16)[0],
-         "rois [3, 3] and batch_indices [3] do not fit"),
+         "X [1, 1, 4, 4], rois [3, 3] and batch_indices [3] do not fit: X [N, C, H, W], rois [R, 4], batch_indices [R]"),
+        (model_of("RoiAlign", dict(x=x[0], rois=rois, batch=batch), dict(sampling_ratio=2), 16)[0],
+         "X [1, 4, 4], rois [3, 4] and batch_indices [3] do not fit: X [N, C, H, W], rois [R, 4], batch_indices [R]"),
+        (model_of("RoiAlign", dict(x=x.astype(np.int64), rois=rois, batch=batch), dict(sampling_ratio=2), 16)[0],
+         "X and rois must be floats, batch_indices integers"),
+        (model_of("RoiAlign", dict(x=x, rois=rois, batch=batch.astype(np.float32)), dict(sampling_ratio=2), 16)[0],
+         "X and rois must be floats, batch_indices integers"),
         (model_of("RoiAlign", dict(x=x, rois=rois, batch=batch), dict(sampling_ratio=2, mode="sum"), 16)[0],
-         "mode='sum' is not avg or max"),
+         "mode='sum' is not avg or max, or coordinate_transformation_mode='half_pixel' is not half_pixel or "
+         "output_half_pixel"),
         (model_of("RoiAlign", dict(x=x, rois=rois, batch=batch), dict(sampling_ratio=2, output_height=0), 16)[0],
-         "output_height 0 and output_width 1 must be >= 1"),
+         "output_height 0 and output_width 1 must be >= 1, sampling_ratio 2 >= 0"),
         (model_of("RoiAlign", dict(x=x, rois=rois, batch=batch), dict(
             sampling_ratio=2, coordinate_transformation_mode="half_pixel"), 10)[0],
          "coordinate_transformation_mode is an attribute from RoiAlign-16 on"),
@@ -307,17 +314,21 @@ def test_bad_nodes_are_refused_in_one_line():
     w, offset = np.zeros((2, 1, 2, 2), np.float32), np.zeros((1, 8, 3, 3), np.float32)
     cases += [
         (model_of("DeformConv", dict(x=x, w=w, offset=offset[:, :, :2]), dict(), 22)[0],
-         "offset [1, 8, 2, 3] must be [1, 8, 3, 3]"),
+         "offset [1, 8, 2, 3] must be [1, 8, 3, 3] (offset_group·kh·kw·2 over the output)"),
         (model_of("DeformConv", dict(x=x, w=w, offset=offset, b=None, mask=np.zeros((1, 8, 3, 3), np.float32)),
                   dict(), 22)[0], "mask [1, 8, 3, 3] must be [1, 4, 3, 3]"),
         (model_of("DeformConv", dict(x=x, w=w, offset=offset), dict(group=2), 22)[0],
-         "X's 1 channels and W [2, 1, 2, 2] do not fit group=2"),
-        (model_of("DeformConv", dict(x=x[0], w=w[0], offset=offset[0]), dict(), 22)[0], "must be 4-D"),
+         "X's 1 channels and W [2, 1, 2, 2] do not fit group=2 and offset_group=1"),
+        (model_of("DeformConv", dict(x=x[0], w=w[0], offset=offset[0]), dict(), 22)[0],
+         "X [1, 4, 4], W [1, 2, 2] and offset [8, 3, 3] must be 4-D (2-D DeformConv, as onnxruntime and onnx.reference "
+         "build it)"),
         (model_of("DeformConv", dict(x=x, w=w, offset=offset), dict(kernel_shape=[3, 3]), 22)[0],
-         "kernel_shape [3, 3] (W's [2, 2])"),
+         "kernel_shape [3, 3] (W's [2, 2]), strides [1, 1], dilations [1, 1] and pads [0, 0, 0, 0] do not fit a 2-D "
+         "kernel"),
     ]
     for model, why in cases:
-        assert why in refused(model)
+        op = model.graph.node[-1].op_type
+        assert refused(model) == f"<model>: node '/head/{op}' ({op}): {why}"
 
 
 # rois (x1, y1, x2, y2) whose adaptive sample counts ceil(roi size / output size) sit on a
@@ -392,3 +403,13 @@ def test_roi_align_samples_exactly_on_the_edges_of_the_window_as_onnxruntime(mod
                                                      (x[0, :, 2, 0] + x[0, :, 3, 0]) / 2,
                                                      (x[0, :, 2, w - 1] + x[0, :, 3, w - 1]) / 2,
                                                      x[0, :, h - 1, 0]], rtol=1e-6)
+
+
+@pytest.mark.parametrize("ratio", [0, 2])
+def test_roi_align_of_no_rois_is_empty_as_onnxruntime(ratio):
+    """rois [0, 4] (a detector that found nothing): the output is [0, C, oh, ow], with
+    adaptive sampling too (no roi to take the sample count from)."""
+    x = RNG.standard_normal((1, 2, 5, 5)).astype(np.float32)
+    model, feeds = model_of("RoiAlign", dict(x=x), dict(output_height=2, output_width=3, sampling_ratio=ratio), 16,
+                            constants=dict(rois=np.zeros((0, 4), np.float32), batch=np.zeros(0, np.int64)))
+    assert_close(ours(model, feeds), peers(model, feeds, reference=False)[0], np.float32, "no rois")
