@@ -737,3 +737,51 @@ def test_a_scan_of_constants_stacks_along_its_output_axis_as_onnxruntime():
                  helper.make_node("Add", ["ys", "z"], ["out"])]
         (out,) = _same_as_onnxruntime(_model(nodes, dict(z=z), ["out"]), dict(z=z), 1e-6)
         assert out.shape == (3, 4)
+
+
+def test_a_loop_without_carried_values_or_without_scan_outputs_as_onnxruntime():
+    """A Loop may carry nothing (its scan outputs only: rows of the captured x) or scan
+    nothing (its carried values only)."""
+    x = RNG.standard_normal((6, 3)).astype(np.float32)
+    rows = _body([helper.make_node("Gather", ["x", "i"], ["row"], axis=0),
+                  helper.make_node("Identity", ["c_in"], ["c_out"])],
+                 [("i", I64, []), ("c_in", BOOL, [])], [("c_out", BOOL, []), ("row", F, [3])])
+    node = helper.make_node("Loop", ["M", ""], ["rows"], name="loop", body=rows)
+    (got,) = _same_as_onnxruntime(_model([node], dict(x=x), ["rows"], dict(M=np.array(4, np.int64))), dict(x=x), 0)
+    np.testing.assert_array_equal(got, x[:4])
+    body = _loop_body()
+    body.output.pop()                                        # no scan output
+    model, feeds = _loop_model(4, None, body)
+    model.graph.node[0].output.pop()
+    model.graph.output.pop()
+    (y,) = _same_as_onnxruntime(model, feeds, 1e-6)
+    want = feeds["y0"]
+    for i in range(4):
+        want = want * np.float32(0.5) + feeds["x"][i]
+    np.testing.assert_array_equal(y, want)
+
+
+@pytest.mark.parametrize("case, says", [
+    ("no body", "needs a body, a trip count and a condition (either may be empty)"),
+    ("one input", "needs a body, a trip count and a condition (either may be empty)"),
+    ("body takes too few inputs", "its body takes 2 inputs and makes 3 outputs, for 1 loop-carried values (plus the "
+                                  "iteration number and the condition)"),
+    ("body makes too few outputs", "its body takes 3 inputs and makes 1 outputs, for 1 loop-carried values (plus the "
+                                   "iteration number and the condition)"),
+])
+def test_a_loop_whose_body_does_not_fit_is_refused_in_one_line(case, says):
+    model, _ = _loop_model(3, None, _loop_body())
+    node = model.graph.node[0]
+    body = node.attribute[0].g
+    if case == "no body":
+        del node.attribute[:]
+    elif case == "one input":
+        del node.input[1:]
+    elif case == "body takes too few inputs":
+        body.input.pop()
+    else:
+        del body.output[1:]
+        del node.output[1:]
+        model.graph.output.pop()
+    message = _refusal(model)
+    assert message == "scan.onnx: node 'loop' (Loop): " + says, message
