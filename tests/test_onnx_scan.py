@@ -494,8 +494,8 @@ def test_a_loop_not_known_when_importing_is_refused_in_one_line(case, says):
     elif case == "carried changes type":
         model, _ = _loop_model(3, None, _loop_body([helper.make_node("Cast", ["y_out"], ["y_wide"], to=D)]))
         model.graph.node[0].attribute[0].g.output[1].name = "y_wide"
-    else:
-        model, _ = _loop_model(3, None, _loop_body(grow=True), y0_shape=(0,))
+    else:   # four steps: the message shows the first three shapes
+        model, _ = _loop_model(4, None, _loop_body(grow=True), y0_shape=(0,))
         model.graph.node[0].attribute[0].g.output[2].name = "y_out"    # the growing value as the scan output
     message = _refusal(model)
     assert message == "scan.onnx: node 'loop' (Loop): " + says, message
