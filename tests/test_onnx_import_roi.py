@@ -328,6 +328,14 @@ def test_bad_nodes_are_refused_in_one_line():
         (model_of("DeformConv", dict(x=x[0], w=w[0], offset=offset[0]), dict(), 22)[0],
          "X [1, 4, 4], W [1, 2, 2] and offset [8, 3, 3] must be 4-D (2-D DeformConv, as onnxruntime and onnx.reference "
          "build it)"),
+        (model_of("DeformConv", dict(x=x, w=w, offset=offset[0]), dict(), 22)[0],    # only the offset is not 4-D
+         "X [1, 1, 4, 4], W [2, 1, 2, 2] and offset [8, 3, 3] must be 4-D (2-D DeformConv, as onnxruntime and "
+         "onnx.reference build it)"),
+        (model_of("DeformConv", dict(x=x[0], w=w, offset=offset), dict(), 22)[0],    # only X
+         "X [1, 4, 4], W [2, 1, 2, 2] and offset [1, 8, 3, 3] must be 4-D (2-D DeformConv, as onnxruntime and "
+         "onnx.reference build it)"),
+        (model_of("DeformConv", dict(x=x.astype(np.int64), w=w, offset=offset), dict(), 22)[0],
+         "X, W, offset, B and mask must be floats"),
         (model_of("DeformConv", dict(x=x, w=w, offset=offset), dict(kernel_shape=[3, 3]), 22)[0],
          "kernel_shape [3, 3] (W's [2, 2]), strides [1, 1], dilations [1, 1] and pads [0, 0, 0, 0] do not fit a 2-D "
          "kernel"),
