@@ -203,6 +203,14 @@ def deform_model(dtype, x_shape, w_shape, attrs, bias, mask, reach, opset=22):
     return model_of("DeformConv", inputs, dict(kernel_shape=[kh, kw], **attrs), opset, shift=("offset",))
 
 
+def test_deform_conv_with_an_output_of_one_row_matches_onnxruntime():
+    """An output of size 1 along an axis (X as tall as the kernel) is an output."""
+    model, feeds = deform_model(np.float64, (1, 2, 3, 5), (2, 2, 3, 2), dict(), True, True, 0.8)
+    got = ours(model, feeds)
+    assert got.shape == (1, 2, 1, 4)
+    assert_close(got, peers(model, feeds)[0], np.float64, "DeformConv of one output row against onnxruntime")
+
+
 def test_deform_conv_19_equals_22():
     model, feeds = deform_model(np.float64, (1, 2, 4, 5), (2, 2, 2, 2), dict(pads=[1, 1, 1, 1]), True, True, 1.5,
                                 opset=19)
@@ -336,10 +344,29 @@ def test_bad_nodes_are_refused_in_one_line():
          "onnx.reference build it)"),
         (model_of("DeformConv", dict(x=x.astype(np.int64), w=w, offset=offset), dict(), 22)[0],
          "X, W, offset, B and mask must be floats"),
+        (model_of("DeformConv", dict(x=x, w=w, offset=offset, b=np.zeros(3, np.float32)), dict(), 22)[0],
+         "B [3] must be [2]"),
+        (model_of("DeformConv", dict(x=x, w=w, offset=offset), dict(offset_group=0), 22)[0],
+         "X's 1 channels and W [2, 1, 2, 2] do not fit group=1 and offset_group=0"),
+        (model_of("DeformConv", dict(x=np.zeros((1, 2, 4, 4), np.float32), w=np.zeros((3, 1, 2, 2), np.float32),
+                                     offset=offset), dict(group=2), 22)[0],                 # 3 outputs in 2 groups
+         "X's 2 channels and W [3, 1, 2, 2] do not fit group=2 and offset_group=1"),
+        # a non-square output ([2, 3]): the shapes asked for name each axis's own size
+        (model_of("DeformConv", dict(x=np.zeros((1, 1, 3, 4), np.float32), w=w, offset=offset), dict(), 22)[0],
+         "offset [1, 8, 3, 3] must be [1, 8, 2, 3] (offset_group·kh·kw·2 over the output)"),
+        (model_of("DeformConv", dict(x=np.zeros((1, 1, 3, 4), np.float32), w=w, offset=offset[:, :, :2], b=None,
+                                     mask=np.zeros((1, 4, 3, 3), np.float32)), dict(), 22)[0],
+         "mask [1, 4, 3, 3] must be [1, 4, 2, 3]"),
         (model_of("DeformConv", dict(x=x, w=w, offset=offset), dict(kernel_shape=[3, 3]), 22)[0],
          "kernel_shape [3, 3] (W's [2, 2]), strides [1, 1], dilations [1, 1] and pads [0, 0, 0, 0] do not fit a 2-D "
          "kernel"),
     ]
+    for attrs, said in ((dict(strides=[1]), "strides [1], dilations [1, 1] and pads [0, 0, 0, 0]"),
+                        (dict(dilations=[1, 1, 1]), "strides [1, 1], dilations [1, 1, 1] and pads [0, 0, 0, 0]"),
+                        (dict(strides=[0, 1]), "strides [0, 1], dilations [1, 1] and pads [0, 0, 0, 0]"),
+                        (dict(pads=[-1, 0, 0, 0]), "strides [1, 1], dilations [1, 1] and pads [-1, 0, 0, 0]")):
+        cases.append((model_of("DeformConv", dict(x=x, w=w, offset=offset), attrs, 22)[0],
+                      f"kernel_shape [2, 2] (W's [2, 2]), {said} do not fit a 2-D kernel"))
     for model, why in cases:
         op = model.graph.node[-1].op_type
         assert refused(model) == f"<model>: node '/head/{op}' ({op}): {why}"
