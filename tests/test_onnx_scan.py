@@ -561,7 +561,11 @@ def test_scan8_and_loop_steps_carry_their_scopes():
     assert scopes == {f"scan[{b}].{t}/block" for b in range(2) for t in range(3)}
     body = _loop_body()
     body.node[-2].name = "/block/add"   # y_out = halved + row
-    graph, _ = import_model(_loop_model(3, None, body)[0])
+    model, _ = _loop_model(3, None, body)
+    # an input of its own: nodes are shared (hash-consed) with an earlier test's same graph, and a
+    # shared node keeps the metadata of the import that made it first
+    model.graph.input[0].name = model.graph.node[0].input[2] = "y0_scoped"
+    graph, _ = import_model(model)
     scopes = {n.meta.scope for n in graph.nodes() if n.meta is not None and n.meta.loc == "/block/add"}
     assert scopes == {f"loop.{t}/block" for t in range(3)}
 
@@ -668,9 +672,9 @@ def test_the_nodes_that_slice_and_stack_are_the_scans_own():
     nodes their step's scope: no node is left without its ONNX node."""
     from uopcli.core.uop import Metadata
     x = np.ones((5, 3), np.float32)
-    node = helper.make_node("Scan", ["s0", "p0", "x"], ["s", "p", "ys"], name="/enc/scan", num_scan_inputs=1,
-                            body=_running_sums())
-    graph, _ = import_model(_model([node], dict(s0=x[0], p0=x[0], x=x), ["s", "p", "ys"]))
+    node = helper.make_node("Scan", ["s0", "p0", "x_own"], ["s", "p", "ys"], name="/enc/scan", num_scan_inputs=1,
+                            body=_running_sums())   # x_own: not sharing (hash-consed) nodes with another test's
+    graph, _ = import_model(_model([node], dict(s0=x[0], p0=x[0], x_own=x), ["s", "p", "ys"]))
     own = Metadata("Scan", "/enc/scan", False, "enc")
     around = [n for n in graph.nodes() if n.op in ("SHRINK", "PAD")]
     assert len(around) == 5 + 8 and all(n.meta == own for n in around), {n.meta for n in around}
