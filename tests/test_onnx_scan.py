@@ -612,7 +612,6 @@ def test_a_loops_trip_count_and_condition_are_one_known_value_each(case, says):
     ("more outputs than the body", "has 3 outputs; its body makes 2"),
     ("carried made by no node", "input 'y9' is made by no earlier node"),
     ("carried left empty", "has an empty state or scan input"),
-    ("carried a sequence", "input 'y0' is a sequence: the format has tensors only"),
     ("too many steps while true", "has a trip count of 70,000: unrolled, its graph would hold a body per step (at "
                                   "most 65,536)"),
 ])
@@ -625,11 +624,19 @@ def test_a_loop_whose_node_does_not_fit_is_refused_in_one_line(case, says):
         node.input[2] = "y9"
     elif case == "carried left empty":
         node.input[2] = ""
-    elif case == "carried a sequence":
-        model.graph.input[0].name = "y_tensor"
-        model.graph.node.insert(0, helper.make_node("SequenceConstruct", ["y_tensor"], ["y0"]))
     message = _refusal(model)
     assert message == "scan.onnx: node 'loop' (Loop): " + says, message
+
+
+def test_a_carried_sequence_the_body_takes_as_a_tensor_is_refused_at_the_body_node():
+    """A Loop may carry a sequence (test_onnx_torch_loops.py); a body that multiplies it as
+    a tensor is refused where it does, naming that node (unnamed: labelled by the Loop's
+    position in the graph, as a function body's nodes are)."""
+    model, _ = _loop_model(3, None, _loop_body())
+    model.graph.input[0].name = "y_tensor"
+    model.graph.node.insert(0, helper.make_node("SequenceConstruct", ["y_tensor"], ["y0"]))
+    assert _refusal(model) == ("scan.onnx: node '#1' (Mul): input 0 'y_in' is a sequence; only input 0 of a "
+                               "sequence op takes one")
 
 
 def test_a_loop_of_exactly_the_step_limit_unrolls_and_a_false_condition_skips_any_trip_count(monkeypatch):
