@@ -348,12 +348,14 @@ def _gelu_body(dtype, approximate: str, size: int):
 def test_float32_and_float16_keep_the_builders_and_the_specs_forms(dtype):
     """The float64 forms (float64.py's exp, Φ by erfc) are float64's only: a float32 or
     float16 Sinh and Cosh are the builder's (eˣ ∓ e⁻ˣ)/2 beyond Sinh's series, and Gelu is
-    its spec's function body, bit for bit: the graphs these models imported to before; a
-    float16 Gelu, the float32 body's value rounded once (import_table._float32_inside: in
-    float16 the body's roundings were 2,000 ulps off near x = -8)."""
+    its spec's function body, bit for bit: the graphs these models imported to before; in
+    float16 each is the float32 form's value rounded once (import_table._float32_inside: in
+    float16 Gelu's roundings were 2,000 ulps off near x = -8, Sinh's and Cosh's 2)."""
     x = np.concatenate([np.linspace(-12, 12, 2401), [0.5, -0.5, np.inf, -np.inf, np.nan]]).astype(dtype)
-    param = UOp.param("x", x.shape, np.dtype(dtype).name)
-    builder = evaluate_graph(Graph({"sinh": param.sinh(), "cosh": param.cosh()}, [param]), {"x": x})
+    wide = np.float32 if dtype == np.float16 else dtype
+    param = UOp.param("x", x.shape, np.dtype(wide).name)
+    builder = {name: np.asarray(value).astype(dtype) for name, value in evaluate_graph(
+        Graph({"sinh": param.sinh(), "cosh": param.cosh()}, [param]), {"x": x.astype(wide)}).items()}
     below_overflow = np.abs(x) <= math.log(float(np.finfo(dtype).max)) - 1  # where eˣ is finite (next test)
     far = ~(np.abs(x) < 0.5) & (below_overflow | np.isnan(x))
     with np.errstate(all="ignore"):
@@ -363,7 +365,6 @@ def test_float32_and_float16_keep_the_builders_and_the_specs_forms(dtype):
             assert got[far].tobytes() == want[far].tobytes(), op
         for approximate in ("none", "tanh"):
             graph, _ = import_model(_one_node("Gelu", {"x": x}, {}, {"approximate": approximate}, 20))
-            wide = np.float32 if dtype == np.float16 else dtype
             body, weights = import_model(_gelu_body(wide, approximate, x.size))
             got = evaluate_graph(graph, {"x": x})["out"]
             want = np.asarray(evaluate_graph(body, {**weights, "x": x.astype(wide)})["out"]).astype(dtype)

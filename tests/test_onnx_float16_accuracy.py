@@ -48,6 +48,7 @@ FIXED = {
     "LRN": (300, 3000), "Resize": (30, 300), "Resize cubic": (300,), "GridSample": (1e-3, 1),
     "AffineGrid": (30, 300), "Attention": (30000,), "RotaryEmbedding": (300,), "RNN": (1e-3, 1, 30), "GRU": (30,),
     "LSTM": (1, 30), "NegativeLogLikelihoodLoss": (30000,),
+    "Log": (1e-3,), "Tanh": (1,), "Sinh": (1, 30), "Cosh": (1, 30), "HardSigmoid": (1,), "HardSwish": (1,),
 }
 # onnxruntime's float16 is itself further off the float64 value than an ulp here: ours is
 # compared with the float64 value alone (Swish: 14 ulps at ±30; Attention: inf at ±30000)

@@ -98,11 +98,11 @@ TABLE: dict[str, OpRow] = {
     "Pow": _row(t.pow_, (7, 12, 13, 15)),                     # a ** b (12: mixed types)
     "Sqrt": _row(t.sqrt, (6, 13)),                            # √x
     "Exp": _row(t.exp, (6, 13)),                              # eˣ
-    "Log": _row(t.log, (6, 13)),                              # ln x
+    "Log": _row(_float32_inside(t.log), (6, 13)),             # ln x
     "Neg": _row(t.neg, (6, 13)),                              # -x
     "Abs": _row(t.abs_, (6, 13)),                             # |x|
     "Erf": _row(_float32_inside(t.erf), (9, 13)),  # erf x
-    "Tanh": _row(t.tanh, (6, 13)),                            # tanh x
+    "Tanh": _row(_float32_inside(t.tanh), (6, 13)),           # tanh x
     "Sigmoid": _row(_float32_inside(t.sigmoid), (6, 13)),  # 1 / (1 + e⁻ˣ)
     "Relu": _row(t.relu, (6, 13, 14)),                        # max(x, 0)
     "Gelu": _row(_float32_inside(t.gelu), (20,), approximate="none"),  # x·Φ(x)
@@ -229,8 +229,8 @@ TABLE.update({
     "Asin": _row(_float32_inside(m.asin), (7, 22)),  # arcsin x
     "Acos": _row(_float32_inside(m.acos), (7, 22)),  # arccos x
     "Atan": _row(_float32_inside(m.atan), (7, 22)),  # arctan x
-    "Sinh": _row(m.sinh, (9, 22)),                            # sinh x
-    "Cosh": _row(m.cosh, (9, 22)),                            # cosh x
+    "Sinh": _row(_float32_inside(m.sinh), (9, 22)),           # sinh x
+    "Cosh": _row(_float32_inside(m.cosh), (9, 22)),           # cosh x
     "Asinh": _row(_float32_inside(m.asinh), (9, 22)),  # arsinh x
     "Acosh": _row(_float32_inside(m.acosh), (9, 22)),  # arcosh x
     "Atanh": _row(_float32_inside(m.atanh), (9, 22)),  # artanh x
@@ -242,8 +242,8 @@ TABLE.update({
     "Selu": _row(_float32_inside(act.selu), (6, 22), alpha=act.SELU_ALPHA,
                  gamma=act.SELU_GAMMA),                       # γ(x > 0 ? x : α(eˣ - 1))
     "Celu": _row(_float32_inside(act.celu), (12, 28), alpha=1.0),  # max(0, x) + min(0, α(e^(x/α) - 1))
-    "HardSigmoid": _row(act.hard_sigmoid, (6, 22), alpha=0.2, beta=0.5),  # clamp(αx + β, 0, 1)
-    "HardSwish": _row(act.hard_swish, (14, 22)),              # x·clamp(x/6 + 1/2, 0, 1)
+    "HardSigmoid": _row(_float32_inside(act.hard_sigmoid), (6, 22), alpha=0.2, beta=0.5),  # clamp(αx + β, 0, 1)
+    "HardSwish": _row(_float32_inside(act.hard_swish), (14, 22)),  # x·clamp(x/6 + 1/2, 0, 1)
     "Softplus": _row(_float32_inside(act.softplus), (1, 22)),  # log(eˣ + 1)
     "Softsign": _row(act.softsign, (1, 22)),                  # x / (1 + |x|)
     "Mish": _row(_float32_inside(act.mish, act.mish_compensated), (18, 22)),  # x·tanh(softplus x)
