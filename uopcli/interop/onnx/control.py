@@ -86,8 +86,7 @@ def _import_scan(im, node, index: int, label: str, since: int) -> None:
     if len(node.output) > len(body.output):
         im.fail(f"has {len(node.output)} outputs; its body makes {len(body.output)}", label, "Scan")
     values = [_input(im, name, label) for name in names]
-    run = _Steps(im, node, "Scan", body, index, label, states)
-    run.wanted = [bool(name) for name in node.output[states:]]
+    run = _Steps(im, node, "Scan", body, index, label, states, any(node.output[states:]))
     with _bound(im, body):
         if since == 8:
             _check_lengths(im, lengths, values[states:], label)
@@ -124,10 +123,9 @@ def import_loop(im, node, index: int, label: str, since: int) -> None:
         im.fail(f"has a trip count of {int(limit):,}: unrolled, its graph would hold a body per step (at most "
                 f"{MAX_STEPS:,})", label, "Loop")
     values = [_input(im, name, label, "Loop", sequences=True) for name in carried]
-    run = _Steps(im, node, "Loop", body, index, label, 1 + len(carried))
+    run = _Steps(im, node, "Loop", body, index, label, 1 + len(carried), any(node.output[len(carried):]))
     with _bound(im, body):
-        wanted = [bool(name) for name in node.output[len(carried):]]
-        outputs = run.loop(None if limit is None else int(limit), None if go is None else bool(go), values, wanted)
+        outputs = run.loop(None if limit is None else int(limit), None if go is None else bool(go), values)
     for name, value in zip(node.output, outputs):
         if name:
             im.values[name] = value
@@ -139,27 +137,31 @@ def _known_scalar(im, name: str, what: str, label: str):
     value = im.values.get(name)
     if value is None:
         im.fail(f"input {name!r} is made by no earlier node", label, "Loop")
-    if value.const is None or value.weight or np.size(value.const) != 1:
+    known = _known_one(value)
+    if known is None:
         im.fail(f"its {what} must be known when importing (a constant, or computed from shapes): the format has "
                 f"no control flow", label, "Loop")
-    return np.asarray(value.const).reshape(()).item()
+    return known
 
 
-def _known_condition(value) -> bool | None:
+def _known_one(value):
+    """The one element of a value known when importing (an array, not a weight), else None."""
     if value.const is None or value.weight or np.size(value.const) != 1:
         return None
-    return bool(np.asarray(value.const).reshape(()))
+    return np.asarray(value.const).reshape(()).item()
 
 
 class _Steps:
     """One Scan or Loop node's unrolling: its body imported once per step."""
 
-    def __init__(self, im, node, op: str, body, index: int, label: str, states: int):
+    def __init__(self, im, node, op: str, body, index: int, label: str, states: int, scans_named: bool):
+        """`states`: the body's outputs before its scan outputs; `scans_named`: whether the
+        node names a scan output (without a step, one it names has no known shape)."""
         self.im, self.op, self.body, self.index, self.label, self.states = im, op, body, index, label, states
+        self.scans_named = scans_named
         self.meta = Metadata(op, node.name or None, False, im.scope_of(node))
         # the node's own name, its module path (the scope above) cut off: /enc/scan -> scan
         self.step_scope = (node.name or node.output[0] or op).rsplit("/", 1)[-1] or op
-        self.wanted: list[bool] = []  # Scan: whether the node names each scan output
 
     def fail(self, message: str):
         self.im.fail(message, self.label, self.op)
@@ -169,14 +171,14 @@ class _Steps:
         """Scan-9 and later on the node's inputs (or, for Scan-8, one batch element's):
         the final states, then the scan outputs."""
         states, sequences = values[:self.states], values[self.states:]
-        axes = [self._axis(a, len(_shape(v)), f"scan_input_axes[{i}]") for i, (a, v) in enumerate(zip(in_axes,
+        axes = [self._axis(a, len(v.shape), f"scan_input_axes[{i}]") for i, (a, v) in enumerate(zip(in_axes,
                                                                                                     sequences))]
-        lengths = {_shape(v)[a] for v, a in zip(sequences, axes)}
+        lengths = {v.shape[a] for v, a in zip(sequences, axes)}
         if len(lengths) != 1:
             self.fail(f"its scan inputs have different lengths {sorted(lengths)} along their scan axes")
         (length,) = lengths
         produced = len(self.body.output) - self.states
-        if length == 0 and any(self.wanted):
+        if length == 0 and self.scans_named:
             self.fail("scans a sequence of length 0: the shape of its scan outputs is only known by running "
                       "the body")
         if length == 0:
@@ -192,7 +194,7 @@ class _Steps:
                 kept.append(element)
         outputs = list(states)
         for k, (elements, direction) in enumerate(zip(steps, out_directions)):
-            rank = len(_shape(elements[0])) + 1
+            rank = len(elements[0].shape) + 1
             axis = self._axis(out_axes[k], rank, f"scan_output_axes[{k}]")
             outputs.append(self._stacked(elements[::-1] if direction else elements, axis))
         return outputs
@@ -200,10 +202,10 @@ class _Steps:
     def batched(self, values: list, directions: list, produced: int) -> list:
         """Scan-8: each batch element (axis 0) scanned along axis 1 on its own, the
         results stacked back along axis 0."""
-        batches = {_shape(v)[0] if _shape(v) else None for v in values}
+        batches = {v.shape[0] if v.shape else None for v in values}
         if len(batches) != 1 or None in batches:
             self.fail(f"Scan-8 takes states and scan inputs with one batch axis 0 of one size; got shapes "
-                      f"{[list(_shape(v)) for v in values]}")
+                      f"{[list(v.shape) for v in values]}")
         (batch,) = batches
         per_batch = []
         for b in range(batch):
@@ -214,10 +216,9 @@ class _Steps:
             self.fail("has a batch of size 0: its outputs' shapes are only known by running the body")
         return [self._stacked([outputs[k] for outputs in per_batch], 0) for k in range(len(per_batch[0]))]
 
-    def loop(self, limit: int | None, condition: bool | None, carried: list, wanted: list[bool]) -> list:
+    def loop(self, limit: int | None, condition: bool | None, carried: list) -> list:
         """Loop: steps while t < limit and the condition holds (None: not given); the
-        final loop-carried values, then the scan outputs stacked along axis 0 (`wanted`:
-        whether the node names each: without a step, one it names has no known shape)."""
+        final loop-carried values, then the scan outputs stacked along axis 0."""
         produced = len(self.body.output) - 1 - len(carried)
         steps: list[list] = [[] for _ in range(produced)]
         t = 0
@@ -228,29 +229,30 @@ class _Steps:
             made = self._step(t, step_inputs + carried, "")
             self._tensors(made, 1 + len(carried))
             if condition is not None:  # given: the body's condition decides whether to go on
-                condition = _known_condition(made[0])
-                if condition is None:
+                known = _known_one(made[0])
+                if known is None:
                     self.fail(f"its condition after step {t} must be known when importing (computed from the "
                               f"iteration number or constants): the format has no control flow")
+                condition = bool(known)
             carried = self._next_carried(carried, made[1:1 + len(carried)], t)
             for kept, element in zip(steps, made[1 + len(carried):]):
                 kept.append(element)
             t += 1
-        if t == 0 and any(wanted):
+        if t == 0 and self.scans_named:
             self.fail("runs no step: the shape of its scan outputs is only known by running the body")
         if t == 0:
             return carried
         for k, elements in enumerate(steps):
-            if len({_shape(e) for e in elements}) != 1:
+            if len({e.shape for e in elements}) != 1:
                 self.fail(f"its scan output {k} changes shape between steps "
-                          f"({', '.join(str(list(_shape(e))) for e in elements[:3])}, ...)")
+                          f"({', '.join(str(list(e.shape)) for e in elements[:3])}, ...)")
         return carried + [self._stacked(elements, 0) for elements in steps]
 
     def _next_carried(self, before: list, after: list, t: int) -> list:
         """A loop-carried value may change shape (the spec lets it), not its type; a
         sequence stays a sequence (of any length: torch's scripted loops append to one)."""
         for i, (old, new) in enumerate(zip(before, after)):
-            if (old.seq is None) != (new.seq is None) or (old.seq is None and _dtype(old) != _dtype(new)):
+            if (old.seq is None) != (new.seq is None) or (old.seq is None and old.dtype != new.dtype):
                 self.fail(f"its body changes loop-carried value {i} from {_described(old)} to {_described(new)} "
                           f"at step {t}")
         return after
@@ -284,7 +286,7 @@ class _Steps:
 
     def _next_states(self, before: list, after: list, t: int) -> list:
         for i, (old, new) in enumerate(zip(before, after)):
-            if _shape(old) != _shape(new) or _dtype(old) != _dtype(new):
+            if old.shape != new.shape or old.dtype != new.dtype:
                 self.fail(f"its body changes state {i} from {_described(old)} to {_described(new)} at step {t}: "
                           f"a state keeps its type and shape")
         return after
@@ -397,7 +399,7 @@ def _check_lengths(im, name: str, sequences: list, label: str) -> None:
     value = im.values.get(name)
     if value is None or value.const is None or value.weight:
         im.fail("sequence_lens must be known when importing: the format has static shapes", label, "Scan")
-    full = {_shape(v)[1] for v in sequences if len(_shape(v)) > 1}
+    full = {v.shape[1] for v in sequences if len(v.shape) > 1}
     lengths = {int(n) for n in np.asarray(value.const).reshape(-1)}
     if len(full) != 1 or not lengths <= full:
         im.fail(f"sequence_lens {sorted(lengths)} are not all the scan axis' length {sorted(full)}: variable "
@@ -414,17 +416,8 @@ def _tag(root, since: int, meta) -> None:
     tag(root, since, meta)
 
 
-def _shape(value) -> tuple:
-    return tuple(value.node.shape) if value.node is not None else tuple(np.shape(value.const))
-
-
-def _dtype(value) -> str:
-    from .importer import FROM_ONNX_NP
-    return value.node.dtype.name if value.node is not None else FROM_ONNX_NP(np.asarray(value.const)).name
-
-
 def _described(value) -> str:
-    return "a sequence" if value.seq is not None else f"{_dtype(value)}{list(_shape(value))}"
+    return "a sequence" if value.seq is not None else f"{value.dtype.name}{list(value.shape)}"
 
 
 def _joined(outer: str | None, inner: str | None) -> str | None:

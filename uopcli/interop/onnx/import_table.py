@@ -19,7 +19,6 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from uopcli import UOp, dtypes
-from uopcli.core.ops import dtype_of
 
 from . import ops_activation as act
 from . import ops_exact as x
@@ -63,7 +62,7 @@ def _float32_inside(build, widened=None):
     few roundings each (Sigmoid, Gelu, Softplus, the normalisations: 200-20,000 ulps
     off; bench/RESULTS-float16.md)."""
     def wide(ctx):
-        halves = [i for i, v in enumerate(ctx.inputs) if v is not None and _dtype_of(v) is dtypes.float16]
+        halves = [i for i, v in enumerate(ctx.inputs) if v is not None and v.dtype is dtypes.float16]
         if not halves:
             return build(ctx)
         inner = ctx.with_inputs({i: ctx.x(i).cast(dtypes.float32) for i in halves})
@@ -73,10 +72,6 @@ def _float32_inside(build, widened=None):
         return narrowed if isinstance(result, list) else narrowed[0]
     wide.__name__, wide.__doc__, wide.__wrapped__ = build.__name__, build.__doc__, build
     return wide
-
-
-def _dtype_of(value):
-    return value.node.dtype if value.node is not None else dtype_of(np.asarray(value.const).dtype)
 
 
 # the window attributes of Conv, MaxPool and AveragePool

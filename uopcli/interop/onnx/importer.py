@@ -53,6 +53,16 @@ class Value:
     def __init__(self, node: UOp | None = None, const=None, weight: bool = False, seq: list | None = None):
         self.node, self.const, self.weight, self.seq = node, const, weight, seq
 
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """A tensor's shape, from its node or its array."""
+        return tuple(self.node.shape) if self.node is not None else tuple(np.shape(self.const))
+
+    @property
+    def dtype(self):
+        """A tensor's element type, the format's DType, from its node or its array."""
+        return self.node.dtype if self.node is not None else FROM_ONNX_NP(np.asarray(self.const))
+
 
 def load_onnx(path: str, shapes: Mapping[str, tuple[int, ...]] | None = None):
     """(Graph, weights) from an ONNX file; external data files are read from its folder."""
@@ -511,8 +521,7 @@ class NodeContext:
         return None if value is None or value.weight else value.const
 
     def shape_of(self, i: int) -> tuple[int, ...]:
-        value = self.inputs[i]
-        return tuple(value.node.shape) if value.node is not None else tuple(value.const.shape)
+        return self.inputs[i].shape
 
     # attributes
     def attr(self, name: str, default=None):
