@@ -190,9 +190,10 @@ def _division_type(ctx, scale: UOp):
 # ----------------------------------------------------------------------------- integer products
 
 
-def _centred(ctx, i: int, zero_i: int, what: str, per_row: bool = False) -> UOp:
+def _centred(ctx, i: int, zero_i: int, what: str, per_row: bool = False, per_channel: bool = False) -> UOp:
     """Input i in int32 less its zero point (input zero_i, absent: 0). A 1-D zero point of
-    a matrix operand is per row (A: [M] as [M, 1]) or per column (B: [N], broadcast)."""
+    a matrix operand is per row (A: [M] as [M, 1]) or per column (B: [N], broadcast); of a
+    conv's weight (`per_channel`), per output channel."""
     value = ctx.x(i)
     if value.dtype not in (dtypes.int8, dtypes.uint8):
         ctx.refuse(f"{what} of {value.dtype.name} is not int8 or uint8")
@@ -202,7 +203,9 @@ def _centred(ctx, i: int, zero_i: int, what: str, per_row: bool = False) -> UOp:
     zero = ctx.x(zero_i)
     if zero.dtype is not value.dtype:
         ctx.refuse(f"{what}'s zero point of {zero.dtype.name} differs from {what}'s {value.dtype.name}")
-    return wide - _matrix_param(ctx, zero, value, per_row, f"{what}'s zero point").cast(dtypes.int32)
+    name = f"{what}'s zero point"
+    fitted = _per_channel(ctx, zero, value, name) if per_channel else _matrix_param(ctx, zero, value, per_row, name)
+    return wide - fitted.cast(dtypes.int32)
 
 
 def _matrix_param(ctx, param: UOp, value: UOp, per_row: bool, what: str) -> UOp:
@@ -236,16 +239,7 @@ def _conv_centred(ctx, x_i: int, x_zero: int, w_i: int, w_zero: int) -> UOp:
     x = _centred(ctx, x_i, x_zero, "x")
     if ctx.present(x_zero) and ctx.x(x_zero).size != 1:
         ctx.refuse(f"x's zero point {list(ctx.x(x_zero).shape)} is not a scalar")
-    w = ctx.x(w_i)
-    if w.dtype not in (dtypes.int8, dtypes.uint8):
-        ctx.refuse(f"w of {w.dtype.name} is not int8 or uint8")
-    wide = w.cast(dtypes.int32)
-    if ctx.present(w_zero):
-        zero = ctx.x(w_zero)
-        if zero.dtype is not w.dtype:
-            ctx.refuse(f"w's zero point of {zero.dtype.name} differs from w's {w.dtype.name}")
-        wide = wide - _per_channel(ctx, zero, w, "w's zero point").cast(dtypes.int32)
-    return ctx.call(conv, x, wide)
+    return ctx.call(conv, x, _centred(ctx, w_i, w_zero, "w", per_channel=True))
 
 
 def _per_channel(ctx, param: UOp, w: UOp, what: str) -> UOp:
