@@ -90,13 +90,13 @@ def _axis_taps(ctx, n, size: int, mode: str, padding: str, corners: bool):
     elif padding == "reflection":
         x = outside.where(_reflect(x, low, high), x)
     if mode == "nearest":
-        return [_tap(x, size, padding, low, high, None)]
+        return [tap(x, size, padding, low, high, None)]
     base = x.floor()
     t = x - base
     if mode == "linear":
-        return [_tap(base, size, padding, low, high, 1 - t), _tap(base + 1, size, padding, low, high, t)]
+        return [tap(base, size, padding, low, high, 1 - t), tap(base + 1, size, padding, low, high, t)]
     weights = [_far(t + 1), _near(t), _near(1 - t), _far(2 - t)]
-    return [_tap(base + (k - 1), size, padding, low, high, w) for k, w in enumerate(weights)]
+    return [tap(base + (k - 1), size, padding, low, high, w) for k, w in enumerate(weights)]
 
 
 def _near(d):
@@ -107,9 +107,10 @@ def _far(d):
     return ((_A * d - 5 * _A) * d + 8 * _A) * d - 4 * _A
 
 
-def _tap(i, size: int, padding: str, low: float, high: float, weight):
+def tap(i, size: int, padding: str, low: float, high: float, weight):
     """A tap at integer-valued float i: its index inside [0, size), its weight, and whether
-    it is inside (zeros padding only: the caller reads 0 there)."""
+    it is inside (zeros padding only: the caller reads 0 there). GridSample's, and
+    RoiAlign's and DeformConv's bilinear taps (ops_roi.py)."""
     inside = None
     if padding == "zeros":
         inside = (i > -1) & (i < size)

@@ -30,7 +30,7 @@ import numpy as np
 
 from uopcli import UOp, dtypes
 
-from .ops_grid import _tap
+from .ops_grid import tap
 
 _TRANSFORMS = ("half_pixel", "output_half_pixel")
 
@@ -203,7 +203,7 @@ def _deform_columns(x, offset, mask, kernel, strides, dilations, pads, groups: i
         at = (moved[:, :, :, :, a] + grid).reshape(n, groups, taps * points)
         low = at.floor()
         t = at - low
-        axes.append([_tap(low, size, "zeros", 0.0, 0.0, 1 - t), _tap(low + 1, size, "zeros", 0.0, 0.0, t)])
+        axes.append([tap(low, size, "zeros", 0.0, 0.0, 1 - t), tap(low + 1, size, "zeros", 0.0, 0.0, t)])
     per_group = c // groups
     flat = x.reshape(n, groups, per_group, h * w)
     scale = None if mask is None else mask.reshape(n, groups, taps * points)
