@@ -22,8 +22,7 @@ SEQUENCES = "sequences, optionals, maps and control flow (subgraphs): the format
 RANDOM = "random or training-mode values: not a function of the inputs"
 TRAINING = "training ops (ai.onnx.preview.training) and other domains (ai.onnx.ml): not ai.onnx's"
 DTYPE = "an element type the format has not (string, bfloat16, float8, int4/uint4/float4, complex)"
-BIT_LEVEL = ("BitCast (an element's bytes reread as another type: no value a gradient can follow) and "
-             "ai.onnx.preview.FlexAttention (a preview domain's op; its expanded cases pass)")
+PREVIEW = "ai.onnx.preview.FlexAttention: a preview domain's op (its expanded cases pass)"
 AT_IMPORT = ("an input that sets the output's shape or the sampling positions (OneHot's depth, a float "
              "Range, Resize's scales/sizes/roi) given at run time: uopgrad's graphs have static shapes")
 CONVERTER = ("onnx.version_converter keeps PRelu-6's per-channel slope [C] where PRelu-7 broadcasts from the "
@@ -44,9 +43,10 @@ _GROUPS: dict[str, tuple[str, ...]] = {
     DTYPE: (
         "StringNormalizer", "StringConcat", "StringSplit", "RegexFullMatch", "TfIdfVectorizer",
     ),
-    BIT_LEVEL: (
-        # (the quantized ops are built, ops_quant.py; their float8/int4/int2 cases are refused by element type)
-        "BitCast", "ai.onnx.preview.FlexAttention",
+    PREVIEW: (
+        # (the quantized ops are built, ops_quant.py, and BitCast, ops_tensor.py; their float8/int4/int2
+        # cases are refused by element type)
+        "ai.onnx.preview.FlexAttention",
     ),
     NOT_A_MODEL_OP: ("DFT", "STFT", "MelWeightMatrix",  # (the windows: imported through their function bodies)
                      "ImageDecoder"),

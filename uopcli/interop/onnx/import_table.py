@@ -113,6 +113,7 @@ TABLE: dict[str, OpRow] = {
     "Where": _row(t.where, (9, 16)),                          # cond ? a : b
     "Cast": _row(t.cast, (6, 9, 13) + _LATER + (28,), to=None, saturate=1),  # saturate: float8 only
     "CastLike": _row(t.cast_like, (15,) + _LATER, saturate=1),
+    "BitCast": _row(t.bitcast, (26,), to=None),             # the same bytes, another type of the same width
     "Identity": _row(t.identity, (1, 13, 14, 16) + _LATER),
     "Dropout": _row(t.dropout, (12, 13, 22), seed=None),      # inference only: the identity
     # -- products, windows, normalisation, recurrences, losses

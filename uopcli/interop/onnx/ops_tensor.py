@@ -233,6 +233,23 @@ def cast_like(ctx):
     return ctx.x(0).cast(ctx.x(1).dtype)
 
 
+def bitcast(ctx):
+    """BitCast-26: the same bytes read as another element type of the same width (the
+    format's BITCAST, numpy's view: little-endian as the spec asks, on every machine numpy
+    runs on here). To bool only from bool: a byte other than 0 and 1 is no bool, and no
+    two evaluators agree on what it means. No gradient passes it (bits are not values)."""
+    if ctx.attr("to") is None:
+        ctx.refuse("needs the attribute to")
+    x = ctx.x(0)
+    dtype = dtype_from_code(ctx, ctx.attr("to"))
+    if dtype.itemsize != x.dtype.itemsize:
+        ctx.refuse(f"to: {dtype.name} has {dtype.itemsize * 8} bits, the input {x.dtype.name} "
+                   f"{x.dtype.itemsize * 8}: BitCast keeps the width")
+    if dtype.is_bool and not x.dtype.is_bool:
+        ctx.refuse(f"to: bool from {x.dtype.name}: a byte other than 0 and 1 is no bool")
+    return x if dtype is x.dtype else x.bitcast(dtype)
+
+
 def identity(ctx): return ctx.x(0)                         # noqa: E704
 
 
