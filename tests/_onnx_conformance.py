@@ -24,6 +24,7 @@ import fcntl
 import glob
 import os
 import pickle
+import re
 from typing import NamedTuple
 
 import numpy as np
@@ -193,17 +194,23 @@ def run_case(case: Case) -> Outcome:
     except FormatError as e:
         if not any(text in str(e) for text in SPECIALIZED) or len(case.data_sets) != 1:
             return Outcome("refused", str(e), refused_ops(e))
-        # an axes, shape or pads input: prepared with the run's values, as a backend that
-        # specializes on its inputs; a symbolic dimension given the run's size (uopgrad's
-        # --shape); floats stay inputs
-        given = [(name, value) for name, value in zip(input_names, case.data_sets[0][0])
-                 if isinstance(value, np.ndarray)]
-        bound = {name: value for name, value in given if value.dtype.kind in "iub"}
-        shapes = {name: value.shape for name, value in given if name not in bound}
-        try:
-            graph, weights = import_model(_with_initializers(model, bound), shapes, source=case.name)
-        except FormatError as again:
-            return Outcome("refused", str(again), refused_ops(again))
+        # an axes, shape or pads input: fixed to the run's values, as a backend that
+        # specializes on its inputs does and as a user does with --constant; a symbolic
+        # dimension given the run's size (--shape). Integer and bool inputs are fixed at
+        # once; a float input only where the importer names it as one it must know (a
+        # Resize's scales, a OneHot's depth): the others stay inputs, to be evaluated
+        given = {name: value for name, value in zip(input_names, case.data_sets[0][0]) if isinstance(value, np.ndarray)}
+        bound = {name: value for name, value in given.items() if value.dtype.kind in "iub"}
+        while True:
+            shapes = {name: value.shape for name, value in given.items() if name not in bound}
+            try:
+                graph, weights = import_model(model, shapes, source=case.name, constants=bound)
+                break
+            except FormatError as again:
+                named = _NAMED_INPUT.search(str(again))
+                if named is None or named.group(1) not in given or named.group(1) in bound:
+                    return Outcome("refused", str(again), refused_ops(again))
+                bound[named.group(1)] = given[named.group(1)]
     output_names = list(graph.outputs)
     ops = {n.op_type for n in model.graph.node}
     for inputs, outputs in case.data_sets:
@@ -228,18 +235,7 @@ def run_case(case: Case) -> Outcome:
 
 # the refusals a run retries with its inputs' values and shapes known at import
 SPECIALIZED = ("must be known when importing", "has a symbolic dimension")
-
-
-def _with_initializers(model, values: dict):
-    """A copy of `model` with these inputs as initializers (values known at import)."""
-    from onnx import numpy_helper
-    bound = type(model)()
-    bound.CopyFrom(model)
-    kept = [i for i in bound.graph.input if i.name not in values]
-    del bound.graph.input[:]
-    bound.graph.input.extend(kept)
-    bound.graph.initializer.extend(numpy_helper.from_array(v, name) for name, v in values.items())
-    return bound
+_NAMED_INPUT = re.compile(r"but it is the model's input '([^']+)': give its value with --constant")
 
 
 def refused_ops(error) -> tuple:

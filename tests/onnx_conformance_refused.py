@@ -74,6 +74,7 @@ BY_MESSAGE: dict[str, str] = {
     "so its positions must be constants": SEQUENCES,           # a position computed at run time
     "the format has no control flow": SEQUENCES,               # an If whose condition is computed at run time
     "must be known when importing (a constant or a shape), but it is computed": AT_IMPORT,
+    "give its value with --constant": AT_IMPORT,               # a model's input itself (a run of several data sets)
 }
 
 

@@ -297,7 +297,12 @@ def test_gather_names_the_indices_outside_the_axis_as_the_model_gives_them():
     assert "an index of [5, -7] is outside the axis' 3" in refusal("Gather", n32(3), Init(i64([0, 5, -1, -7])))
 
 
-COMPUTED = "must be known when importing (a constant or a shape), but it is computed from the model's inputs"
+def given_as_input(i: int) -> str:
+    """The refusal of a value the import must know that is the one-node model's input i."""
+    return (f"must be known when importing (a constant or a shape), but it is the model's input 'in{i}': "
+            f"give its value with --constant in{i}=...")
+
+
 def ones(*shape):
     """float32 ones: a refusal's inputs, drawn from no generator (the cases' values stay put)."""
     return np.ones(shape, np.float32)
@@ -397,10 +402,10 @@ REFUSALS = [
      "start, limit and delta must be scalars"),
     ("Range", (Init(np.float32(1)), Init(np.float32(3)), Init(np.float32(0))), {}, None, "delta is 0"),
     ("Unsqueeze", (n32(2), Init(i64([3]))), {}, None, "axes 3 is out of range for rank 2"),
-    ("Range", (np.float32(1), Init(np.float32(3)), Init(np.float32(1))), {}, None, "start (input 0) " + COMPUTED),
-    ("Range", (Init(np.float32(1)), np.float32(3), Init(np.float32(1))), {}, None, "limit (input 1) " + COMPUTED),
-    ("Range", (Init(np.float32(1)), Init(np.float32(3)), np.float32(1)), {}, None, "delta (input 2) " + COMPUTED),
-    ("Dropout", (n32(3), None, np.array(True)), {}, None, "training_mode (input 2) " + COMPUTED),
+    ("Range", (np.float32(1), Init(np.float32(3)), Init(np.float32(1))), {}, None, "start (input 0) " + given_as_input(0)),
+    ("Range", (Init(np.float32(1)), np.float32(3), Init(np.float32(1))), {}, None, "limit (input 1) " + given_as_input(1)),
+    ("Range", (Init(np.float32(1)), Init(np.float32(3)), np.float32(1)), {}, None, "delta (input 2) " + given_as_input(2)),
+    ("Dropout", (n32(3), None, np.array(True)), {}, None, "training_mode (input 2) " + given_as_input(2)),
     ("OneHot", (i64([1, 2]), Init(i64(3)), Init(np.array([0.0, 1.0], np.float32))), dict(axis=2), None,
      "axis 2 is out of range for an output of rank 2"),
     ("OneHot", (i64([1, 2]), Init(i64([3, 4])), Init(np.array([0.0, 1.0], np.float32))), {}, None,
@@ -417,7 +422,7 @@ REFUSALS = [
     ("Pad", (ones(3, 4), Init(i64([1, 0, 2])), None, Init(i64([0, 1]))), {}, None,
      "pads has 3 values for 2 axes (2 per axis)"),
     ("Pad", (ones(3, 4), Init(i64([1, 2])), None, i64([1])), {}, None,
-     "axes (input 3) must be known when importing (a constant or a shape), but it is computed from the model's inputs"),
+     "axes (input 3) " + given_as_input(3)),
     ("Dropout", (n32(3), None, Init(np.array(True))), {}, None,
      "training_mode=true is random: only inference Dropout is imported"),
     ("NegativeLogLikelihoodLoss", (n32(3, 4), i64([0, 1])), {}, None, "labels [2] do not fit scores [3, 4]"),
@@ -428,12 +433,12 @@ REFUSALS = [
     ("ConvTranspose", (n32(1, 1, 3, 3), n32(1, 1, 2, 2)), dict(strides=[1]), None,
      "strides [1], dilations [1, 1] and output_padding [0, 0] need 2 values (>= 1, >= 1, >= 0)"),
     # inputs that must be constants, named in the refusal
-    ("Col2Im", (n32(1, 4, 4), i64([3, 3]), Init(i64([2, 2]))), {}, None, "image_shape (input 1) " + COMPUTED),
-    ("Unsqueeze", (n32(2), i64([0])), {}, None, "axes (input 1) " + COMPUTED),
-    ("ReduceMean", (n32(2, 3), i64([0])), {}, None, "axes (input 1) " + COMPUTED),
-    ("Slice", (n32(5), Init(i64([0])), Init(i64([3])), i64([0])), {}, None, "axes (input 3) " + COMPUTED),
+    ("Col2Im", (n32(1, 4, 4), i64([3, 3]), Init(i64([2, 2]))), {}, None, "image_shape (input 1) " + given_as_input(1)),
+    ("Unsqueeze", (n32(2), i64([0])), {}, None, "axes (input 1) " + given_as_input(1)),
+    ("ReduceMean", (n32(2, 3), i64([0])), {}, None, "axes (input 1) " + given_as_input(1)),
+    ("Slice", (n32(5), Init(i64([0])), Init(i64([3])), i64([0])), {}, None, "axes (input 3) " + given_as_input(3)),
     ("Slice", (n32(5), Init(i64([0])), Init(i64([3])), Init(i64([0])), i64([1])), {}, None,
-     "steps (input 4) " + COMPUTED),
+     "steps (input 4) " + given_as_input(4)),
 ]
 
 

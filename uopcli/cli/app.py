@@ -201,6 +201,38 @@ def _set_shapes(ctx: click.Context, param: click.Parameter, values: tuple[str, .
         chosen[name] = shape
 
 
+def _set_constants(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> None:
+    """--constant NAME=V1,V2,... or NAME=FILE.npy (repeatable): an ONNX input fixed when
+    importing; the importer converts the values to the input's type and shape."""
+    chosen = ctx.meta.setdefault("uopgrad.constants", {})
+    for text in values:
+        name, _, given = text.partition("=")
+        if not name or not given.strip():
+            raise click.BadParameter(f"{text!r}: give NAME=V1,V2,... or NAME=FILE.npy", ctx, param)
+        chosen[name] = _constant_values(given.strip(), text, ctx, param)
+
+
+def _constant_values(given: str, text: str, ctx, param):
+    """The numbers of `given` (a comma-separated list: ints, floats, inf, nan, true,
+    false) or the array of the .npy file it names."""
+    import numpy as np
+    if given.lower().endswith(".npy"):
+        try:
+            return np.load(given, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise click.BadParameter(f"{text!r}: cannot read {given}: {getattr(e, 'strerror', None) or e}",
+                                     ctx, param) from None
+    numbers = []
+    for token in given.split(","):
+        word = token.strip().lower()
+        try:
+            numbers.append({"true": True, "false": False}[word] if word in ("true", "false")
+                           else int(word) if word.lstrip("+-").isdigit() else float(word))
+        except ValueError:
+            raise click.BadParameter(f"{text!r}: {token.strip()!r} is not a number", ctx, param) from None
+    return np.array(numbers)
+
+
 def _limits():
     """The reader limits: the defaults, with what --limit raised or lowered."""
     from ..formats.uop import DEFAULT_LIMITS
@@ -241,6 +273,10 @@ def _common_options(fn):
     fn = click.option("--shape", multiple=True, expose_value=False, is_eager=True, callback=_set_shapes,
                       metavar="NAME=DIMS", help="For an .onnx IN: the shape of an input whose dimensions are "
                       "symbolic, e.g. x=1,3,224,224.")(fn)
+    fn = click.option("--constant", multiple=True, expose_value=False, is_eager=True, callback=_set_constants,
+                      metavar="NAME=VALUES", help="For an .onnx IN: fix an input to a value when importing, "
+                      "e.g. scales=1,1,2,2 or depth=10 or shape=FILE.npy (an input that sets a shape, which "
+                      "the format's static shapes must know).")(fn)
     return fn
 
 

@@ -30,6 +30,9 @@ def _read_graph(path: str, remember: bool = True):
         click.get_current_context().meta["uopgrad.file"] = display
     if path.lower().endswith(".onnx"):
         return _read_onnx(path), None
+    if click.get_current_context().meta.get("uopgrad.constants"):
+        raise CommandFailed("--constant fixes inputs of an .onnx IN when importing; a .uop's inputs take "
+                            "their values with -i/--input")
     if path == "-":
         if sys.stdin is None:
             raise CommandFailed("IN is - but stdin is closed: pipe a graph in (... | uopgrad ...) "
@@ -107,7 +110,7 @@ def _read_onnx(path: str):
         raise CommandFailed(f"{path}: reading ONNX models needs the onnx package: pip install 'uopgrad[onnx]'") from None
     from ..interop.onnx.importer import load_onnx
     ctx = click.get_current_context()
-    graph, weights = load_onnx(path, ctx.meta.get("uopgrad.shapes"))
+    graph, weights = load_onnx(path, ctx.meta.get("uopgrad.shapes"), ctx.meta.get("uopgrad.constants"))
     ctx.meta["uopgrad.weights"] = weights
     return graph
 

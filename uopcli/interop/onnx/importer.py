@@ -1,7 +1,10 @@
 """ONNX models as Graphs: `load_onnx("model.onnx") -> (Graph, weights)`.
 
 - Graph inputs become named inputs (PARAMs) of the shapes the file gives, or `shapes`
-  gives where a dimension is symbolic.
+  gives where a dimension is symbolic. An input named in `constants` (the CLI's
+  --constant) is fixed to that value instead, a constant of the graph: for the inputs that
+  set a shape or the sampling positions (a Reshape's shape, a Resize's scales, a OneHot's
+  depth), which a graph of static shapes must know when importing.
 - Float initializers (the weights) become named inputs too, so they can be differentiated
   with respect to; their values are returned as `weights` {name: array} (the CLI writes
   them beside a converted file as model.npz, and uses them for inputs not given). Integer
@@ -64,10 +67,11 @@ class Value:
         return self.node.dtype if self.node is not None else FROM_ONNX_NP(np.asarray(self.const))
 
 
-def load_onnx(path: str, shapes: Mapping[str, tuple[int, ...]] | None = None):
+def load_onnx(path: str, shapes: Mapping[str, tuple[int, ...]] | None = None, constants: Mapping | None = None):
     """(Graph, weights) from an ONNX file; external data files are read from its folder."""
     model = read_model(path)
-    return import_model(model, shapes, source=path, base_dir=os.path.dirname(os.path.abspath(path)))
+    return import_model(model, shapes, source=path, base_dir=os.path.dirname(os.path.abspath(path)),
+                        constants=constants)
 
 
 def read_model(path: str):
@@ -91,10 +95,13 @@ def read_model(path: str):
 
 
 def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None, source: str = "<model>",
-                 base_dir: str | None = None):
-    """(Graph, weights) from a ModelProto (see the module's docstring)."""
+                 base_dir: str | None = None, constants: Mapping | None = None):
+    """(Graph, weights) from a ModelProto (see the module's docstring). `shapes`: {input
+    name: shape} for inputs with symbolic dimensions; `constants`: {input name: values
+    (array-like)} for inputs fixed when importing, each converted to the input's element
+    type (exactly, for an integer or bool input) and shape."""
     try:
-        return _Importer(model, dict(shapes or {}), source, base_dir).run()
+        return _Importer(model, dict(shapes or {}), source, base_dir, dict(constants or {})).run()
     except UOpError:
         raise
     except (TypeError, ValueError, AttributeError, KeyError, IndexError, UnicodeError, OverflowError) as e:
@@ -107,10 +114,12 @@ def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None, sou
 
 
 class _Importer:
-    def __init__(self, model, shapes: dict, source: str, base_dir: str | None):
+    def __init__(self, model, shapes: dict, source: str, base_dir: str | None, constants: dict | None = None):
         self.model, self.graph, self.shapes, self.source, self.base_dir = model, model.graph, shapes, source, base_dir
+        self.constants = constants or {}
         self.values: dict[str, Value] = {}
         self.inputs: list[UOp] = []
+        self.input_names: dict[UOp, str] = {}  # a graph input's PARAM -> its ONNX name (for refusals)
         self.weights: dict[str, np.ndarray] = {}
         self.weight_order: list[str] = []   # input names of the weights used, in the file's order
         self._weight_source: dict[str, str] = {}  # input name -> initializer name
@@ -164,21 +173,55 @@ class _Importer:
                 self.values[tensor.name] = Value(const=array)
 
     def _read_inputs(self) -> None:
-        given = set(self.shapes)
+        given, pinned = set(self.shapes), set(self.constants)
+        names = [inp.name for inp in self.graph.input if inp.name not in self.values]
         for inp in self.graph.input:
             if inp.name in self.values:  # an initializer listed as an input too (IR < 4): a weight
                 given.discard(inp.name)
+                continue
+            if inp.name in self.constants:
+                if inp.name in self.shapes:
+                    self.fail(f"--shape and --constant both name input {inp.name!r}: a constant's shape is its value's")
+                self.values[inp.name] = Value(const=self._pinned(inp))
+                pinned.discard(inp.name)
                 continue
             dtype, dims = self._input_type(inp)
             given.discard(inp.name)
             node = UOp.param(_safe_name(inp.name, {n.arg: n for n in self.inputs}), dims, dtype)
             self.values[inp.name] = Value(node=node)
             self.inputs.append(node)
-        if given:
-            self.fail(f"--shape names no input of the model: {', '.join(sorted(given))}; inputs: "
-                      f"{', '.join(n.arg for n in self.inputs) or 'none'}")
+            self.input_names[node] = inp.name
+        for option, unknown in (("--shape", given), ("--constant", pinned)):
+            if unknown:
+                self.fail(f"{option} names no input of the model: {', '.join(sorted(unknown))}; inputs: "
+                          f"{', '.join(names) or 'none'}")
 
-    def _input_type(self, inp):
+    def _pinned(self, inp) -> np.ndarray:
+        """Input `inp`'s value from `constants`, as its element type (an integer or bool
+        input exactly: 2.5 is no int64) and its shape (a symbolic dimension takes the
+        value's size; values in a row fill a shape of as many elements)."""
+        dtype, dims = self._declared_type(inp)
+        given = np.asarray(self.constants[inp.name])
+        what = f"--constant {inp.name}"
+        if given.dtype.kind not in "biuf":
+            self.fail(f"{what}: give numbers, not {given.dtype}")
+        misfit = None if dtype.is_float else _first_misfit(given, dtype)
+        if misfit is not None:
+            self.fail(f"{what}: {misfit} is no value of the input's type {dtype.name}")
+        value = given.astype(dtype.np)  # a float rounds to the input's float type, as a file's value would
+        if dims is None:
+            return value
+        if None not in dims and value.size == int(np.prod(dims, dtype=np.int64)):
+            return value.reshape(dims)
+        if value.ndim != len(dims) or any(d is not None and d != n for d, n in zip(dims, value.shape)):
+            shape = ",".join("?" if d is None else str(d) for d in dims)
+            self.fail(f"{what}: {value.size} value{'s' * (value.size != 1)} of shape {list(value.shape)} "
+                      f"do not fit the file's shape [{shape}]")
+        return value
+
+    def _declared_type(self, inp):
+        """(DType, dims) of a graph input as the file declares it: dims None where the file
+        gives no shape, a dimension None where it is symbolic."""
         tensor_type = inp.type.tensor_type if inp.type.HasField("tensor_type") else None
         if tensor_type is None:  # named with the first node that takes it
             user = next(((_text(n.name) or f"#{i}", _text(n.op_type)) for i, n in enumerate(self.graph.node)
@@ -189,8 +232,14 @@ class _Importer:
         if dtype is None:
             self.fail(f"input {inp.name!r}: element type "
                       f"{UNSUPPORTED_NAMES.get(tensor_type.elem_type, tensor_type.elem_type)} is not supported")
-        known = tensor_type.HasField("shape")
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim] if known else None
+        if not tensor_type.HasField("shape"):
+            return dtype, None
+        return dtype, [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None
+                       for d in tensor_type.shape.dim]
+
+    def _input_type(self, inp):
+        dtype, dims = self._declared_type(inp)
+        tensor_type = inp.type.tensor_type
         wanted = self.shapes.get(inp.name)
         if wanted is not None:
             if dims is not None and (len(wanted) != len(dims) or any(d is not None and d != w for d, w in zip(dims, wanted))):
@@ -474,6 +523,10 @@ class NodeContext:
             return None
         value = self.inputs[i]
         if value.const is None:
+            name = self.importer.input_names.get(value.node)
+            if name is not None:  # the model's input itself: the user can fix it
+                self.refuse(f"{what} (input {i}) must be known when importing (a constant or a shape), "
+                            f"but it is the model's input {name!r}: give its value with --constant {name}=...")
             self.refuse(f"{what} (input {i}) must be known when importing (a constant or a shape), "
                         f"but it is computed from the model's inputs")
         return value.const
@@ -673,6 +726,19 @@ def _onnx_opset(model, source: str) -> int:
             return entry.version
     raise FormatError("the model imports no version of the standard ONNX ops (opset_import has no ai.onnx)",
                       source=source)
+
+
+def _first_misfit(given: np.ndarray, dtype):
+    """The first element of `given` that no value of the integer or bool type `dtype`
+    equals (2.5, nan, 2^63 for int64, 2 for bool), else None: compared as Python numbers,
+    since a cast and back can wrap (uint64 2^63 to int64 and back) or round (float64)."""
+    low, high = (0, 1) if dtype.is_bool else (int(np.iinfo(dtype.np).min), int(np.iinfo(dtype.np).max))
+    for element in given.reshape(-1).tolist():
+        if isinstance(element, float) and not element.is_integer():
+            return element
+        if not low <= int(element) <= high:
+            return element
+    return None
 
 
 def _safe_name(name: str, taken) -> str:
