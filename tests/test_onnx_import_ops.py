@@ -196,6 +196,9 @@ CASES = [
     case("Pad", f32(2, 3, 4), Init(i64([1, 2])), Init(np.float32(7.0)), Init(i64([-1])), id="Pad-axes"),
     case("ReduceProd", f32(2, 3, 4), Init(i64([1]))),
     case("ReduceProd", i64([[1, 2, 3], [4, 5, -6]]), opset=13, axes=[1], keepdims=0, types=[I64], id="ReduceProd-13-int"),
+    # training mode with a ratio of 0 drops nothing: the identity, every mask element true
+    case("Dropout", n32(3, 4), Init(np.float32(0.0)), Init(np.array(True)), opset=13, outs=2, types=[F, B],
+         id="Dropout-training-ratio-0"),
 ]
 
 _ONNX_TYPE = {np.dtype(np.float32): F, np.dtype(np.int64): I64, np.dtype(bool): B, np.dtype(np.int32): TensorProto.INT32,

@@ -591,10 +591,14 @@ def range_(ctx):
 
 
 def dropout(ctx):
-    """Dropout-13 at inference (training_mode absent or false): the identity; the mask is all true."""
+    """Dropout-13 at inference (training_mode absent or false): the identity; the mask is all
+    true. In training with a ratio of 0 nothing is dropped and the scale 1 / (1 - 0) is 1:
+    the same identity and mask (the ratio must then be known when importing)."""
     training = ctx.static(2, "training_mode")
     if training is not None and bool(np.asarray(training).reshape(-1)[0]):
-        ctx.refuse("training_mode=true is random: only inference Dropout is imported")
+        ratio = ctx.static(1, "ratio") if ctx.present(1) else 0.5  # the spec's default ratio
+        if float(np.asarray(ratio).reshape(-1)[0]) != 0.0:
+            ctx.refuse("training_mode=true is random: only inference Dropout is imported (or a ratio of 0)")
     x = ctx.x(0)
     if ctx.output_count > 1:
         return [x, UOp.full(x.shape, True)]
