@@ -33,7 +33,9 @@ _GROUPS: dict[str, tuple[str, ...]] = {
     NOT_YET: (
         # (every op once here is built; float64 Mod is refused BY_DETAIL)
     ),
-    VALUE_SHAPE: ("NonZero", "Unique", "Compress", "NonMaxSuppression"),
+    VALUE_SHAPE: (
+        "NonMaxSuppression",  # (NonZero, Unique and Compress: built where the values that count are known)
+    ),
     SEQUENCES: (
         "SequenceMap", "Optional", "OptionalGetElement", "OptionalHasElement",  # (the other sequence ops: BY_MESSAGE)
         # (If, Scan and Loop are decided when importing, control.py; refused by BY_MESSAGE where they cannot be)

@@ -318,6 +318,8 @@ def test_every_row_of_the_table_is_tested():
     from test_onnx_import_quant import TESTED_OPS as QUANTIZED_OPS  # against onnxruntime bit for bit
     tested |= QUANTIZED_OPS
     tested.add("BitCast")  # test_onnx_bitcast: every pair of one width, bit for bit
+    from test_onnx_import_counted_shapes import TESTED_OPS as COUNTED_OPS  # shapes counted from known values
+    tested |= COUNTED_OPS
     assert set(TABLE) <= tested, f"ops without a case: {sorted(set(TABLE) - tested)}"
 
 

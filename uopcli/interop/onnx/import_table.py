@@ -173,6 +173,10 @@ TABLE: dict[str, OpRow] = {
                      value_int=None, value_ints=None),
     "ConstantOfShape": _row(t.constant_of_shape, (9, 20) + _LATER[1:], value=None),
     "Range": _row(ix.range_, (11, 27), stash_type=1),
+    # -- an output's shape counted from values: those must be known at import (ops_index.py)
+    "Compress": _row(ix.compress, (9, 11, 28), axis=None),      # numpy.compress: slices where the condition holds
+    "NonZero": _row(ix.non_zero, (9, 13)),                    # the indices of nonzero elements, [rank, count]
+    "Unique": _row(ix.unique, (11, 28), axis=None, sorted=1),  # numpy.unique, first occurrences, inverse, counts
     # -- layer ops of issue 29 (ops_norm.py, ops_nn.py, ops_recurrent.py, ops_resize.py, ops_grid.py, ops_roi.py,
     #    ops_attention.py); the spec of each: https://onnx.ai/onnx/operators/onnx__<Op>.html
     "InstanceNormalization": _row(_float32_inside(norm.instance_normalization), (6, 22), epsilon=1e-5),  # per instance and channel

@@ -145,6 +145,61 @@ def scatter_nd(ctx):
     return out.reshape(data.shape)
 
 
+# ----------------------------------------------------------------------------- shapes set by values
+# The output's shape is a count of the input's values: the format's shapes are static, so
+# those values must be known when importing (a constant, or a model input fixed with
+# --constant); the refusal says so otherwise.
+
+def compress(ctx):
+    """Compress-11: the slices along `axis` (of the flattened input, without one) at the
+    places where the condition is true, as numpy.compress: a condition shorter than the
+    axis leaves the rest out. Its trues are the output's size, so it must be known; the
+    data need not be (a gather of those places, differentiable)."""
+    condition = np.asarray(ctx.static(1, "condition")).reshape(-1).astype(bool)
+    data = ctx.x(0)
+    if ctx.attr("axis") is None:
+        data, axis = data.reshape(math.prod(data.shape)), 0
+    else:
+        axis = t.axis_of(ctx, ctx.attr("axis"), len(data.shape))
+    if condition.size > data.shape[axis]:
+        ctx.refuse(f"the condition has {condition.size} values for an axis of {data.shape[axis]}")
+    places = np.flatnonzero(condition).astype(np.int32)
+    return t.gather_index(data, axis, UOp.buffer(places))
+
+
+def non_zero(ctx):
+    """NonZero-13: the indices of the nonzero elements, [rank, count] int64, row-major. Of a
+    scalar the spec says nothing, and the peers differ (onnxruntime [1, n], as a 1-D
+    tensor; onnx.reference [0, n]): refused."""
+    x = np.asarray(ctx.static(0, "X"))
+    if x.ndim == 0:
+        ctx.refuse("X is a scalar: its nonzero indices are undefined (onnxruntime gives [1, n], onnx.reference [0, n])")
+    return np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)
+
+
+def unique(ctx):
+    """Unique-11: the distinct values (or slices along `axis`), sorted or in the order they
+    first occur, with the index of each one's first occurrence, each input element's index
+    in the output, and the counts. Each output value is its first occurrence's (-0.0 where
+    -0.0 came first)."""
+    x = np.asarray(ctx.static(0, "X"))
+    if x.dtype.kind == "f" and np.isnan(x).any():  # onnxruntime's order breaks: one class for everything
+        ctx.refuse("X holds nan, which no order places: onnxruntime and onnx.reference disagree on its class")
+    axis = ctx.attr("axis")
+    if axis is None:
+        x, axis = x.reshape(-1), 0
+    else:
+        axis = t.axis_of(ctx, axis, x.ndim)
+    _, first, inverse, counts = np.unique(x, return_index=True, return_inverse=True, return_counts=True, axis=axis)
+    inverse = inverse.reshape(-1)
+    if not ctx.attr("sorted"):  # by first occurrence: renumber the inverse to match
+        order = np.argsort(first, kind="stable")
+        place = np.empty_like(order)
+        place[order] = np.arange(order.size)
+        first, counts, inverse = first[order], counts[order], place[inverse]
+    return [np.take(x, first, axis=axis)] + [a.astype(np.int64) for a in (first, inverse, counts)]
+
+
 # ----------------------------------------------------------------------------- values known at import
 
 

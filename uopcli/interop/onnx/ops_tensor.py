@@ -504,6 +504,13 @@ def gather(ctx):
                                      for a in range(len(data.shape)))).squeeze(axis)
     index = _nonnegative_index(ctx.x(1), size).cast(dtypes.int32) if known is None else \
         UOp.buffer(known.astype(np.int32))
+    return gather_index(data, axis, index)
+
+
+def gather_index(data: UOp, axis: int, index: UOp) -> UOp:
+    """data[..., index, ...] along `axis` for an int32 index node of places in range (Gather's
+    shape): a one-hot comparison of the index with each place, summed away."""
+    size = data.shape[axis]
     before, after = data.shape[:axis], data.shape[axis + 1:]
     spread = data.reshape(*before, *(1,) * len(index.shape), size, *after)
     mask = index._one_hot_mask(size, len(index.shape)).reshape(

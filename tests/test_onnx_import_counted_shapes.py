@@ -1,0 +1,179 @@
+"""ONNX ops whose output's shape is a count of values (Compress, NonZero, Unique): built
+where those values are known when importing (constants, initializers, inputs fixed with
+--constant), against onnxruntime and onnx.reference; Compress's data stays an input and its
+gradient puts each cotangent element back in its place; what is computed from the model's
+inputs is refused in one line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="onnx has no wheel for this Python: the ONNX import tests skip")
+ort = pytest.importorskip("onnxruntime", reason="onnxruntime has no wheel for this Python: the ONNX tests skip")
+
+from onnx import TensorProto as T, helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+from _onnx_helpers import assert_exact  # noqa: E402
+from uopcli import FormatError, evaluate_graph  # noqa: E402
+from uopcli.interop.onnx.importer import import_model  # noqa: E402
+from uopcli.tools.differentiate import differentiate  # noqa: E402
+
+TESTED_OPS = {"Compress", "NonZero", "Unique"}
+CODES = {np.dtype(np.float32): T.FLOAT, np.dtype(np.int64): T.INT64, np.dtype(np.bool_): T.BOOL,
+         np.dtype(np.int32): T.INT32, np.dtype(np.float64): T.DOUBLE}
+
+
+def model(op, inputs: dict, constants: dict, outputs: list, opset: int, **attrs) -> onnx.ModelProto:
+    """One `op` node reading `inputs` (graph inputs: name -> array) and `constants`
+    (initializers: name -> array), in the order inputs then constants."""
+    names = list(inputs) + list(constants)
+    node = helper.make_node(op, names, [name for name, _ in outputs], name="n", **attrs)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(n, CODES[a.dtype], list(a.shape)) for n, a in inputs.items()],
+        [helper.make_tensor_value_info(n, code, None) for n, code in outputs],
+        [numpy_helper.from_array(np.asarray(a), n) for n, a in constants.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def peers(m, feeds: dict) -> list:
+    """onnxruntime's outputs, checked against onnx.reference's."""
+    theirs = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for a, b in zip(theirs, ReferenceEvaluator(m).run(None, feeds)):
+        assert_exact(a, b, "onnxruntime against onnx.reference")
+    return theirs
+
+
+def ours(m, feeds: dict) -> list:
+    graph, weights = import_model(m)
+    values = evaluate_graph(graph, {**weights, **feeds})
+    return [np.asarray(values[name]) for name in graph.output_names]
+
+
+X = np.array([[1.5, -0.0, 2.0], [0.0, -4.0, 3.5], [7.0, 8.0, -9.0], [10.0, -0.0, 12.0]], dtype=np.float32)
+
+
+# ----------------------------------------------------------------------------- Compress
+
+@pytest.mark.parametrize("condition, axis", [
+    ([True, False, True, True], 0), ([False, True, True], 1), ([True, False, True], -1),
+    ([False, True], 0),                                    # shorter than the axis: the rest left out
+    ([True, False, False, True, True, False, True], None),  # flattened
+    ([False, False, False], 1),                            # nothing picked: an empty axis
+])
+def test_compress_equals_onnxruntime(condition, axis):
+    attrs = {} if axis is None else {"axis": axis}
+    m = model("Compress", {"x": X}, {"condition": np.array(condition)}, [("y", T.FLOAT)], 11, **attrs)
+    (want,) = peers(m, {"x": X})
+    (got,) = ours(m, {"x": X})
+    assert_exact(got, want, f"Compress {condition} axis {axis}")  # -0.0 copied as -0.0
+
+
+def test_compress_gradient_puts_each_cotangent_element_in_its_place():
+    """The gradient of sum(u * compress(x)) is u scattered back to the picked places (order
+    seen: each picked element meets its own u), zero elsewhere."""
+    m = model("Compress", {"x": X}, {"condition": np.array([True, False, True])}, [("y", T.FLOAT)], 11, axis=1)
+    graph, _ = import_model(m)
+    grads, _ = differentiate(graph, ["x"], cotangent="input")
+    u = np.arange(1, 9, dtype=np.float32).reshape(4, 2)
+    got = np.asarray(evaluate_graph(grads, {"x": X, "cotangent_y": u})["grad_x"])
+    want = np.zeros_like(X)
+    want[:, [0, 2]] = u
+    assert_exact(got, want, "d sum(u * compress(x)) / dx")
+
+
+def test_compress_refuses_a_computed_condition_and_names_an_input_one():
+    computed = helper.make_graph(
+        [helper.make_node("Greater", ["x", "zero"], ["c"]), helper.make_node("Compress", ["x", "c"], ["y"], name="n")],
+        "g", [helper.make_tensor_value_info("x", T.FLOAT, [3])], [helper.make_tensor_value_info("y", T.FLOAT, None)],
+        [numpy_helper.from_array(np.array(0, np.float32), "zero")])
+    with pytest.raises(FormatError) as refused:
+        import_model(helper.make_model(computed, opset_imports=[helper.make_opsetid("", 11)]), source="m.onnx")
+    assert str(refused.value) == ("m.onnx: node 'n' (Compress): condition (input 1) must be known when importing "
+                                  "(a constant or a shape), but it is computed from the model's inputs")
+    given = model("Compress", {"x": X, "c": np.array([True, False])}, {}, [("y", T.FLOAT)], 11, axis=1)
+    with pytest.raises(FormatError, match="but it is the model's input 'c': give its value with --constant c=..."):
+        import_model(given)
+    graph, _ = import_model(given, constants={"c": [0, 1]})  # as --constant c=0,1
+    assert_exact(np.asarray(evaluate_graph(graph, {"x": X})["y"]), X[:, [1]], "Compress with c fixed")
+
+
+def test_compress_refuses_a_condition_longer_than_the_axis():
+    m = model("Compress", {"x": X}, {"condition": np.ones(4, bool)}, [("y", T.FLOAT)], 11, axis=1)
+    with pytest.raises(FormatError, match=r"^m.onnx: node 'n' \(Compress\): the condition has 4 values for an "
+                                          r"axis of 3$"):
+        import_model(m, source="m.onnx")
+
+
+# ----------------------------------------------------------------------------- NonZero
+
+@pytest.mark.parametrize("values", [
+    np.array([[1, 0, 3], [0, 0, -2]], np.int64), np.array([0.0, -0.0, np.nan, 2.5], np.float32),
+    np.array([[[True, False], [False, True]], [[False, False], [True, True]]]), np.zeros((2, 3), np.int32),
+], ids=["int-2d", "float-with-signed-zero-and-nan", "bool-3d", "all-zero"])
+def test_nonzero_of_known_values_equals_onnxruntime(values):
+    m = model("NonZero", {}, {"c": values}, [("y", T.INT64)], 13)
+    (want,) = peers(m, {})
+    (got,) = ours(m, {})
+    assert_exact(got, want, "NonZero")
+
+
+def test_nonzero_of_a_scalar_is_refused_where_the_peers_differ():
+    m = model("NonZero", {}, {"c": np.array(7, np.int64)}, [("y", T.INT64)], 13)
+    theirs = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})[0]
+    assert theirs.shape != ReferenceEvaluator(m).run(None, {})[0].shape  # (1, 1) and (0, 1): else build it
+    with pytest.raises(FormatError, match=r"^<model>: node 'n' \(NonZero\): X is a scalar: its nonzero indices are "
+                                          r"undefined \(onnxruntime gives \[1, n\], onnx.reference \[0, n\]\)$"):
+        import_model(m)
+
+
+def test_nonzero_of_data_is_refused():
+    m = model("NonZero", {"x": X}, {}, [("y", T.INT64)], 13)
+    with pytest.raises(FormatError, match=r"X \(input 0\) must be known when importing .* the model's input 'x'"):
+        import_model(m)
+
+
+# ----------------------------------------------------------------------------- Unique
+
+U = np.array([2, 1, 1, 3, 4, 3, -7, 2], np.int64)
+S = np.array([[1, 0, 0], [1, 0, 0], [2, 3, 4], [-1, 0, 0]], np.int64)
+OUTS = [("y", None), ("indices", T.INT64), ("inverse", T.INT64), ("counts", T.INT64)]
+
+
+@pytest.mark.parametrize("values, attrs", [
+    (U, {}), (U, {"sorted": 0}), (S, {"axis": 0}), (S, {"axis": 0, "sorted": 0}), (S, {"axis": -1}),
+    (S.reshape(2, 2, 3), {"axis": 1}), (np.array([3.5, -0.0, 0.0, 1.0, -0.0, 3.5], np.float32), {"sorted": 0}),
+    (np.array([5], np.int64), {}),
+], ids=["flat", "flat-first-occurrence", "rows", "rows-first-occurrence", "columns", "3d-axis-1",
+        "float-signed-zeros", "one"])
+def test_unique_of_known_values_equals_onnxruntime_in_every_output(values, attrs):
+    outputs = [(name, code or CODES[values.dtype]) for name, code in OUTS]
+    m = model("Unique", {}, {"X": values}, outputs, 11, **attrs)
+    want = peers(m, {})
+    got = ours(m, {})
+    for name, a, b in zip([o for o, _ in OUTS], got, want):
+        assert_exact(a, b, f"Unique {attrs}: {name}")
+    assert got[0].dtype == values.dtype
+
+
+def test_unique_keeps_the_first_occurrence_of_equal_values():
+    """-0.0 and 0.0 are one value: the output holds the one that came first, as
+    onnxruntime's (compared above) and the indices say."""
+    values = np.array([-0.0, 1.0, 0.0], np.float32)
+    got = ours(model("Unique", {}, {"X": values}, [("y", T.FLOAT), ("i", T.INT64)], 11), {})
+    assert np.signbit(got[0][0]) and got[1].tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("axis", [None, 0])
+def test_unique_refuses_nan_where_the_peers_disagree(axis):
+    """onnxruntime puts every element in one class once a nan is met; onnx.reference
+    (numpy) makes nans one class flattened and each its own along an axis."""
+    values = np.array([[np.nan, 2.0], [1.0, 2.0], [np.nan, 2.0]], np.float32)
+    attrs = {} if axis is None else {"axis": axis}
+    m = model("Unique", {}, {"X": values}, [("y", T.FLOAT)], 11, **attrs)
+    theirs = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})[0]
+    assert theirs.shape != ReferenceEvaluator(m).run(None, {})[0].shape  # they disagree: else build it
+    with pytest.raises(FormatError, match=r"^<model>: node 'n' \(Unique\): X holds nan, which no order places: "
+                                          r"onnxruntime and onnx.reference disagree on its class$"):
+        import_model(m)
