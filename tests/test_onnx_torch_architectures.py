@@ -1,0 +1,129 @@
+"""Today's architectures as PyTorch exports them (torch.onnx's TorchScript exporter, opset
+17, float64, folding off): a ConvNeXt block (depthwise 7x7 conv, channels-last LayerNorm,
+GELU, layer scale), a MobileNetV3 block (BatchNorm, hardswish, strided depthwise conv,
+squeeze-and-excitation with hardsigmoid), a ViT block (nn.MultiheadAttention, tanh GELU),
+a two-layer bidirectional GRU tagger with log-softmax, and a small U-Net (GroupNorm, SiLU,
+max pool, bilinear upsampling, transposed conv, concatenation). Each is imported, evaluated
+and differentiated (sum(output * c), c random: order and position seen) with respect to the
+input and every parameter, against PyTorch's own forward and autograd.
+
+Tolerances: float64 throughout, 1e-11 relative to the largest magnitude; the MobileNet and
+U-Net blocks 1e-8, because ONNX stores an attribute as a float32 (HardSigmoid's alpha 1/6,
+LeakyRelu's 0.1): the model as exported is 1e-9 away from PyTorch's, and onnxruntime reads
+the same float32 attributes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx", reason="onnx has no wheel for this Python: the ONNX import tests skip")
+torch = pytest.importorskip("torch", reason="PyTorch is not installed: the exported-model tests skip")
+
+from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+from uopcli import evaluate_graph  # noqa: E402
+from uopcli.interop.onnx.importer import load_onnx  # noqa: E402
+from uopcli.tools.differentiate import differentiate  # noqa: E402
+
+
+class ConvNeXtBlock(nn.Module):
+    def __init__(self, c=16):
+        super().__init__()
+        self.dw, self.norm = nn.Conv2d(c, c, 7, padding=3, groups=c), nn.LayerNorm(c)
+        self.pw1, self.pw2 = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
+        self.gamma = nn.Parameter(torch.full((c,), 0.5))
+
+    def forward(self, x):
+        y = self.dw(x).permute(0, 2, 3, 1)
+        return x + (self.pw2(F.gelu(self.pw1(self.norm(y)))) * self.gamma).permute(0, 3, 1, 2)
+
+
+class MobileBlock(nn.Module):
+    def __init__(self, c=8):
+        super().__init__()
+        self.expand, self.bn1 = nn.Conv2d(c, 4 * c, 1), nn.BatchNorm2d(4 * c)
+        self.dw, self.bn2 = nn.Conv2d(4 * c, 4 * c, 3, stride=2, padding=1, groups=4 * c), nn.BatchNorm2d(4 * c)
+        self.se1, self.se2, self.proj = nn.Conv2d(4 * c, c, 1), nn.Conv2d(c, 4 * c, 1), nn.Conv2d(4 * c, c, 1)
+
+    def forward(self, x):
+        y = F.hardswish(self.bn1(self.expand(x)))
+        y = F.hardswish(self.bn2(self.dw(y)))
+        return self.proj(y * F.hardsigmoid(self.se2(F.relu(self.se1(F.adaptive_avg_pool2d(y, 1))))))
+
+
+class ViTBlock(nn.Module):
+    def __init__(self, d=16, heads=4):
+        super().__init__()
+        self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(approximate="tanh"), nn.Linear(2 * d, d))
+
+    def forward(self, x):
+        q = self.n1(x)
+        x = x + self.attn(q, q, q, need_weights=False)[0]
+        return x + self.mlp(self.n2(x))
+
+
+class GRUTagger(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru, self.out = nn.GRU(6, 8, num_layers=2, batch_first=True, bidirectional=True), nn.Linear(16, 3)
+
+    def forward(self, x):
+        return F.log_softmax(self.out(self.gru(x)[0]), -1)
+
+
+class UNetish(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.down, self.gn, self.mid = nn.Conv2d(3, 8, 3, padding=1), nn.GroupNorm(2, 8), nn.Conv2d(8, 8, 3, padding=1)
+        self.up, self.out = nn.ConvTranspose2d(8, 8, 2, stride=2), nn.Conv2d(16, 2, 1)
+
+    def forward(self, x):
+        a = F.silu(self.gn(self.down(x)))
+        b = F.leaky_relu(self.mid(F.max_pool2d(a, 2)), 0.1)
+        u = F.interpolate(b, scale_factor=2, mode="bilinear", align_corners=False) + self.up(b)
+        return self.out(torch.cat([a, u], 1))
+
+
+ARCHITECTURES = {  # module, input shape, tolerance
+    "convnext": (ConvNeXtBlock, (2, 16, 8, 8), 1e-11), "mobilenet": (MobileBlock, (2, 8, 8, 8), 1e-8),
+    "vit": (ViTBlock, (2, 5, 16), 1e-11), "gru": (GRUTagger, (2, 7, 6), 1e-11), "unet": (UNetish, (1, 3, 8, 8), 1e-8),
+}
+
+
+def _relative(ours, theirs) -> float:
+    return float(np.abs(ours - theirs).max() / max(np.abs(theirs).max(), 1e-300))
+
+
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_architecture_values_and_every_gradient_equal_pytorch(name, tmp_path):
+    module, shape, tolerance = ARCHITECTURES[name]
+    torch.manual_seed(7)
+    model = module().double().eval()
+    for layer in model.modules():  # trained-looking statistics, so that BatchNorm is not the identity
+        if isinstance(layer, nn.BatchNorm2d):
+            layer.running_mean.uniform_(-0.5, 0.5)
+            layer.running_var.uniform_(0.5, 2.0)
+    x = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+    path = tmp_path / f"{name}.onnx"
+    torch.onnx.export(model, (x,), str(path), input_names=["x"], output_names=["y"], dynamo=False,
+                      opset_version=17, do_constant_folding=False)
+    y = model(x)
+    c = torch.randn_like(y)
+    (y * c).sum().backward()
+
+    graph, weights = load_onnx(str(path))
+    inputs = {**weights, "x": x.detach().numpy()}
+    assert _relative(np.asarray(evaluate_graph(graph, inputs)["y"]), y.detach().numpy()) < tolerance
+
+    parameters = dict(model.named_parameters())
+    wrt = ["x"] + [n for n in graph.input_names if n in parameters]
+    assert len(wrt) - 1 == len(parameters), f"parameters not in the import: {set(parameters) - set(wrt)}"
+    grads, _ = differentiate(graph, wrt, cotangent="input")
+    values = evaluate_graph(grads, {**inputs, "cotangent_y": c.numpy()})
+    truth = {"x": x.grad, **{n: p.grad for n, p in parameters.items()}}
+    errors = {n: _relative(np.asarray(values[f"grad_{n}"]), truth[n].numpy()) for n in wrt}
+    assert max(errors.values()) < tolerance, {n: f"{e:.1e}" for n, e in errors.items() if e >= tolerance}
