@@ -12,8 +12,6 @@ overflowed)."""
 from __future__ import annotations
 
 import math
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -30,10 +28,7 @@ from uopcli.interop.onnx import import_table  # noqa: E402
 from uopcli.interop.onnx import ops_activation as act  # noqa: E402
 from uopcli.interop.onnx.importer import import_model  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
-import bench_float16_accuracy as sweep  # noqa: E402
-
-sys.path.pop(0)
+import _float16_sweep as sweep  # noqa: E402 - the sweep's cases and its float16 ulps
 BY_LABEL = {c.label: c for c in sweep.CASES}
 
 # op (the sweep's label): the magnitudes where it was off (the sweep's "worst at"; "edges"
