@@ -115,7 +115,7 @@ TABLE: dict[str, OpRow] = {
     "CastLike": _row(t.cast_like, (15,) + _LATER, saturate=1),
     "BitCast": _row(t.bitcast, (26,), to=None),             # the same bytes, another type of the same width
     "Identity": _row(t.identity, (1, 13, 14, 16) + _LATER),
-    "Dropout": _row(t.dropout, (12, 13, 22), seed=None),      # inference only: the identity
+    "Dropout": _row(t.dropout, (12, 13, 22), seed=None),      # the identity: at inference, or a ratio of 0
     # -- products, windows, normalisation, recurrences, losses
     "MatMul": _row(nn.matmul, (9, 13)),
     "Gemm": _row(_float32_inside(nn.gemm), (11, 13), alpha=1.0, beta=1.0, transA=0, transB=0),
