@@ -199,6 +199,17 @@ CASES = [
     # training mode with a ratio of 0 drops nothing: the identity, every mask element true
     case("Dropout", n32(3, 4), Init(np.float32(0.0)), Init(np.array(True)), opset=13, outs=2, types=[F, B],
          id="Dropout-training-ratio-0"),
+    # found by test_onnx_fuzz.py. A SAME_* pool whose window is shorter than its stride: the
+    # spec's pad_shape, (out - 1)·s + k - in, is negative (-2 here), a cut of the input's
+    # ends, not 0 (ours read x[0], the peers x[1]; SAME_LOWER's -3 cuts (-3 + 1)/2 = -1 first)
+    case("MaxPool", np.array([[[[0.125, -0.25, 0.625]]]], np.float32), kernel_shape=[1, 1], strides=[1, 3],
+         dilations=[1, 2], auto_pad="SAME_UPPER", opset=11, id="MaxPool-same-upper-cuts"),
+    case("AveragePool", np.array([[[[0.125, -0.25, 0.625]]]], np.float32), kernel_shape=[1, 1], strides=[1, 3],
+         auto_pad="SAME_UPPER", opset=19, id="AveragePool-same-upper-cuts"),
+    case("LpPool", np.array([[[[0.125, -0.25, 0.625]]]], np.float32), kernel_shape=[1, 1], strides=[1, 3],
+         auto_pad="SAME_UPPER", opset=18, id="LpPool-same-upper-cuts"),
+    case("AveragePool", np.array([[[[0.125, -0.25, 0.625, 0.5]]]], np.float32), kernel_shape=[1, 1],
+         strides=[1, 6], auto_pad="SAME_LOWER", opset=19, id="AveragePool-same-lower-cuts"),
 ]
 
 _ONNX_TYPE = {np.dtype(np.float32): F, np.dtype(np.int64): I64, np.dtype(bool): B, np.dtype(np.int32): TensorProto.INT32,
@@ -255,7 +266,9 @@ def assert_same(got, want, what, zero_signs=True):
 # Where one of the two peers does not implement the spec, the other one is the judge:
 NOT_BY_REFERENCE = {  # onnx 1.23's reference normalises Softmax-11 along the last axis only,
     "Softmax-11-coerced", "Pad-value-negative",  # and its Pad (np.pad) refuses negative pads,
-    "GatherND-empty-index"}  # and its GatherND cannot reshape indices whose last axis is 0
+    "GatherND-empty-index",  # and its GatherND cannot reshape indices whose last axis is 0,
+    # and its AveragePool and LpPool fail on a negative pad_shape
+    "AveragePool-same-upper-cuts", "AveragePool-same-lower-cuts", "LpPool-same-upper-cuts"}
 # onnxruntime's Relu keeps -0.0 (x >= 0 ? x : 0); onnx.reference's, np.maximum(x, 0), gives
 # +0.0, and the spec (max(0, x)) does not say: ours follows the reference, so the sign of a
 # zero is compared with onnx.reference only

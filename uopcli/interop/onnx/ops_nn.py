@@ -46,10 +46,14 @@ def gemm(ctx):
 # ----------------------------------------------------------------------------- windows
 
 
-def _window_geometry(ctx, x: UOp, kernel: list[int]) -> tuple[tuple, tuple, tuple[tuple[int, int], ...]]:
+def _window_geometry(ctx, x: UOp, kernel: list[int], cut: bool = False) -> tuple[tuple, tuple, tuple[tuple[int, int], ...]]:
     """(strides, dilations, (before, after) per spatial axis) from the attributes, auto_pad
     included: SAME_UPPER/LOWER pad so that the output is ceil(in / stride), the odd one
-    after (UPPER) or before (LOWER); VALID pads nothing."""
+    after (UPPER) or before (LOWER); VALID pads nothing. Where a window is shorter than
+    the stride the spec's pad_shape, (out - 1)·s + d·(k - 1) + 1 - in, is negative: the
+    pools (`cut`) take it as it is, cutting the input's ends as onnxruntime and
+    onnx.reference do (halved toward 0, as onnxruntime's C++); Conv pads 0 there (the
+    reference's max(0, ·))."""
     spatial = len(kernel)
     if len(x.shape) != spatial + 2:
         ctx.refuse(f"input {list(x.shape)} does not have N, C and {spatial} spatial axes")
@@ -61,9 +65,10 @@ def _window_geometry(ctx, x: UOp, kernel: list[int]) -> tuple[tuple, tuple, tupl
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         pairs = []
         for size, k, s, d in zip(x.shape[2:], kernel, strides, dilations):
-            total = max(0, (math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size)
-            small, large = total // 2, total - total // 2
-            pairs.append((small, large) if auto_pad == "SAME_UPPER" else (large, small))
+            total = (math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size
+            total = total if cut else max(0, total)
+            head = int((total if auto_pad == "SAME_UPPER" else total + 1) / 2)  # C's division, toward 0
+            pairs.append((head, total - head))
         return strides, dilations, tuple(pairs)
     if auto_pad == "VALID":
         return strides, dilations, ((0, 0),) * spatial
@@ -216,7 +221,7 @@ def col2im(ctx):
 
 def _pool_arguments(ctx, x: UOp) -> tuple:
     kernel = _kernel(ctx, ctx.attr("kernel_shape"))
-    strides, dilations, pairs = _window_geometry(ctx, x, kernel)
+    strides, dilations, pairs = _window_geometry(ctx, x, kernel, cut=True)
     ceil_mode = bool(ctx.attr("ceil_mode"))
     for size, (before, after), k, d in zip(x.shape[2:], pairs, kernel, dilations):
         if size + before + after < (k - 1) * d + 1:

@@ -206,21 +206,21 @@ def mean_variance_normalization(ctx):
 
 def lp_pool(ctx):
     """LpPool-22: (Σ|x|^p)^(1/p) over each window (the padding adds zeros); auto_pad,
-    strides, dilations as Conv's. A ceil_mode that adds a partial last window is refused."""
+    strides, dilations as Conv's. ceil_mode's last, partial window (as MaxPool's: none that
+    would start in the after-padding) sums what it covers: zeros pad it to a whole one."""
     from .ops_nn import _kernel, _window_geometry
     x = ctx.x(0)
     kernel = _kernel(ctx, ctx.attr("kernel_shape"))
-    strides, dilations, pairs = _window_geometry(ctx, x, kernel)
+    strides, dilations, pairs = _window_geometry(ctx, x, kernel, cut=True)
     for size, (before, after), k, s, d in zip(x.shape[2:], pairs, kernel, strides, dilations):
-        span = size + before + after - (k - 1) * d - 1
-        if span < 0:
+        if size + before + after - (k - 1) * d - 1 < 0:
             ctx.refuse(f"the kernel {kernel} (dilations {list(dilations)}) is larger than the padded input")
-        if ctx.attr("ceil_mode") and span % s:
-            ctx.refuse("ceil_mode=1 with a partial last window is not supported")
     p = ctx.attr("p")
     if p < 1:
         ctx.refuse(f"p={p} must be at least 1")
     powered = ctx.call(t.abs_, x) if p == 1 else x * x if p == 2 else ctx.call(t.abs_, x).pow(float(p))
+    if ctx.attr("ceil_mode"):
+        pairs = powered._ceil_mode_padding(tuple(pairs), tuple(kernel), strides, dilations)
     windows = powered.pad(((0, 0), (0, 0)) + tuple(pairs))._pool(tuple(kernel), strides, dilations)
     total = windows.sum(tuple(range(-len(kernel), 0)))
     return total if p == 1 else total.sqrt() if p == 2 else total.pow(1 / p)
