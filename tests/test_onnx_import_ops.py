@@ -210,6 +210,18 @@ CASES = [
          auto_pad="SAME_UPPER", opset=18, id="LpPool-same-upper-cuts"),
     case("AveragePool", np.array([[[[0.125, -0.25, 0.625, 0.5]]]], np.float32), kernel_shape=[1, 1],
          strides=[1, 6], auto_pad="SAME_LOWER", opset=19, id="AveragePool-same-lower-cuts"),
+    # Pad's negative pads cutting more than the axis holds: the output is the fill alone
+    # (it was refused: the builder's pad cuts before it pads)
+    case("Pad", np.array([[0.5]], np.float32), Init(i64([0, -2, 0, 1])), id="Pad-cut-past-the-axis-empty"),
+    case("Pad", np.array([[0.5, -1.0]], np.float32), Init(i64([-2, 0, 3, 0])), Init(np.float32(1.5)),
+         id="Pad-cut-past-the-axis-filled"),
+    # wrap wider than the axis repeats it (numpy's wrap; it was refused)
+    case("Pad", np.arange(6, dtype=np.float32).reshape(2, 3), Init(i64([2, 7, 1, 0])), mode="wrap", opset=19,
+         id="Pad-wrap-wider-than-the-axis"),
+    case("Pad", np.arange(6, dtype=np.float32).reshape(2, 3), Init(i64([-1, 0, 3, -2])), mode="wrap", opset=19,
+         id="Pad-wrap-wider-than-what-the-cut-leaves"),
+    # a scalar's einsum: the equation "" (it was taken for a missing attribute)
+    case("Einsum", np.array(0.75, np.float32), equation="", opset=12, id="Einsum-scalar"),
 ]
 
 _ONNX_TYPE = {np.dtype(np.float32): F, np.dtype(np.int64): I64, np.dtype(bool): B, np.dtype(np.int32): TensorProto.INT32,
@@ -267,8 +279,10 @@ def assert_same(got, want, what, zero_signs=True):
 NOT_BY_REFERENCE = {  # onnx 1.23's reference normalises Softmax-11 along the last axis only,
     "Softmax-11-coerced", "Pad-value-negative",  # and its Pad (np.pad) refuses negative pads,
     "GatherND-empty-index",  # and its GatherND cannot reshape indices whose last axis is 0,
-    # and its AveragePool and LpPool fail on a negative pad_shape
-    "AveragePool-same-upper-cuts", "AveragePool-same-lower-cuts", "LpPool-same-upper-cuts"}
+    # and its AveragePool and LpPool fail on a negative pad_shape, as its Pad on negative pads
+    "AveragePool-same-upper-cuts", "AveragePool-same-lower-cuts", "LpPool-same-upper-cuts",
+    "Pad-cut-past-the-axis-empty", "Pad-cut-past-the-axis-filled", "Pad-wrap-wider-than-what-the-cut-leaves",
+    "Einsum-scalar"}  # and its Einsum refuses the equation "" ("equation is empty")
 # onnxruntime's Relu keeps -0.0 (x >= 0 ? x : 0); onnx.reference's, np.maximum(x, 0), gives
 # +0.0, and the spec (max(0, x)) does not say: ours follows the reference, so the sign of a
 # zero is compared with onnx.reference only

@@ -101,7 +101,7 @@ def bit_shift(ctx):
 def einsum(ctx):
     """Einsum-12: the builder's einsum (explicit or implicit output, `...`, diagonals)."""
     equation = ctx.attr("equation")
-    if not isinstance(equation, str) or not equation:
+    if not isinstance(equation, str):  # ("" is an equation: a scalar's, "->" implied)
         ctx.refuse("the equation attribute is missing")
     try:
         return UOp.einsum(equation.replace(" ", ""), *[ctx.x(i) for i in range(len(ctx.inputs))])
@@ -133,8 +133,17 @@ def pad(ctx):
     pairs: list = [None] * rank
     for k, axis in enumerate(axes):
         pairs[axis] = (pads[k], pads[k + len(axes)])
+    shape = [n + (p[0] + p[1] if p else 0) for n, p in zip(x.shape, pairs)]
+    if min(shape, default=0) < 0:
+        ctx.refuse(f"pads {pads} leave the sizes {shape} of input {list(x.shape)}: below 0")
+    if mode == "wrap" and any(p and max(p) > n + min(p[0], 0) + min(p[1], 0) for n, p in zip(x.shape, pairs)):
+        return _wrapped(ctx, x, pairs)
     if mode != "constant":
         return x.pad(pairs, mode=PAD_MODES[mode])
+    # an axis whose negative pads cut more than it has (begin -2, end 3 of 1 element) keeps
+    # none of x: the output is the window [-begin, size + end) of x padded without end,
+    # the fill alone (onnxruntime's values); the builder's pad cuts first and cannot
+    filled = any(p and (-p[0] >= n or -p[1] >= n) for n, p in zip(x.shape, pairs))
     value = 0
     if ctx.present(2):
         fill = ctx.static_if_known(2)
@@ -142,10 +151,33 @@ def pad(ctx):
             node = ctx.x(2)
             if node.size != 1:
                 ctx.refuse(f"constant_value has {node.size} elements, not one")
+            fill_node = node.reshape(()).cast(x.dtype)
+            if filled:
+                return fill_node.expand(tuple(shape))
             inside = UOp.full(x.shape, True).pad(pairs)
-            return inside.where(x.pad(pairs), node.reshape(()).cast(x.dtype))
+            return inside.where(x.pad(pairs), fill_node)
         value = fill.reshape(-1)[0].item() if fill.size else 0
-    return x.pad(pairs, value=value)
+    return UOp.full(shape, value, x.dtype) if filled else x.pad(pairs, value=value)
+
+
+def _wrapped(ctx, x, pairs):
+    """wrap padding wider than the axis (after its cuts): numpy's wrap, as onnxruntime's,
+    repeats the axis as often as the pads need, where the builder's circular pad wraps one
+    copy. Per axis: the negative pads cut first (what is left wraps), that tiled, the
+    pads' window of the tiling taken."""
+    for axis, pair in enumerate(pairs):
+        if not pair:
+            continue
+        keep = (max(0, -pair[0]), x.shape[axis] - max(0, -pair[1]))
+        before, after, size = max(0, pair[0]), max(0, pair[1]), keep[1] - keep[0]
+        if size < 1:
+            ctx.refuse(f"wrap padding {list(pair)} of axis {axis} wraps an empty axis")
+        lead, trail = -(-before // size), -(-after // size)  # copies before and after, ceil division
+        x = x.shrink(tuple(keep if a == axis else None for a in range(len(x.shape))))
+        x = x.repeat(*(lead + 1 + trail if a == axis else 1 for a in range(len(x.shape))))
+        start = lead * size - before
+        x = x.shrink(tuple((start, start + before + size + after) if a == axis else None for a in range(len(x.shape))))
+    return x
 
 
 def reduce_prod(ctx):
