@@ -96,6 +96,17 @@ LAYER_CASES = [
          opset=16, id="GridSample-16-bilinear-reflection"),
     case("GridSample", f32(1, 1, 2, 3, 4), g32(1, 2, 2, 2, 3, scale=1.2), padding_mode="border", opset=20,
          id="GridSample-3d"),
+    # reflection with align_corners along an axis of one pixel (test_onnx_fuzz.py; it was
+    # refused): every point is at 0 there, and the pixel itself is read
+    case("GridSample", np.array([[[[1.0, 2.0, 4.0]]]], np.float32),
+         np.array([[[[-0.375, -0.64], [0.3, 1.7], [-1.2, 0.2], [0.9, -3.1]]]], np.float32), mode="linear",
+         padding_mode="reflection", align_corners=1, opset=20, id="GridSample-reflection-corners-one-row"),
+    case("GridSample", np.array([[[[1.0], [2.0], [4.0]]]], np.float32),
+         np.array([[[[-0.375, -0.64], [0.3, 1.7], [-1.2, 0.2], [0.9, -3.1]]]], np.float32), mode="cubic",
+         padding_mode="reflection", align_corners=1, opset=20, id="GridSample-reflection-corners-one-column"),
+    # scales that leave no element (⌊1·0.5⌋ = 0): an empty output (test_onnx_fuzz.py; it was refused)
+    case("Resize", np.array([[0.25]], np.float32), Init(np.zeros(0, np.float32)), Init(np.array([0.5, 0.5], np.float32)),
+         opset=11, coordinate_transformation_mode="pytorch_half_pixel", id="Resize-to-empty"),
     # AffineGrid (a batch of 1: the spec's function body cannot take it)
     case("AffineGrid", f32(1, 2, 3), Init(i64([1, 3, 4, 5])), align_corners=1, opset=20),
     case("AffineGrid", f32(2, 3, 4), Init(i64([2, 1, 3, 2, 4])), opset=20, id="AffineGrid-3d"),
@@ -213,7 +224,9 @@ NOT_BY_REFERENCE = {  # onnx 1.23's reference LRN loops over the batch axis as i
     "Resize-identity-axis-edges",  # its Resize gives inf as float32's largest, even where nothing is resized
     # its float16 GroupNormalization-21 rounds x̂ to float16 before scale·x̂ + bias (the spec's function
     # body); ours, as onnxruntime's, rounds once at the end (import_table._float32_inside): 1 ulp apart
-    "GroupNormalization-21-float16"}
+    "GroupNormalization-21-float16",
+    # its GridSample divides by the span 0 of a one-pixel axis with align_corners (reflection)
+    "GridSample-reflection-corners-one-row", "GridSample-reflection-corners-one-column"}
 NOT_BY_ONNXRUNTIME = {  # onnxruntime's CPU GRU refuses layout=1; it has no GroupNormalization-18 kernel
     "GRU-layout1", "GroupNormalization-18-per-group", "GroupNormalization", "RMSNormalization",
     "RMSNormalization-axis",
@@ -337,8 +350,8 @@ def test_lrn_and_resize_refusals_name_the_reason():
     assert _refused("Resize", x, None, Init(np.array([1, 1, 2], np.float32)), mode="nearest",
                     nearest_mode="up").endswith(
         "(Resize): nearest_mode='up' is not one of round_prefer_floor, round_prefer_ceil, floor, ceil")
-    assert _refused("Resize", x, None, Init(np.array([1, 1, 0.25], np.float32))).endswith(
-        "(Resize): scales [1.0, 1.0, 0.25] leave an empty output for input [1, 3, 2]")
+    assert _refused("Resize", x, None, Init(np.array([1, 1, 0.0], np.float32))).endswith(
+        "(Resize): scales [1.0, 1.0, 0.0] must be > 0")
     assert _refused("Resize", x, None, Init(np.array([1, 2, 2], np.float32)), axes=[1, 2]).endswith(
         "(Resize): 3 scales or sizes for 2 axes")
 

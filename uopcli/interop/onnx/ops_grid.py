@@ -44,15 +44,17 @@ def grid_sample(ctx):
         ctx.refuse(f"input {list(x.shape)} and grid {list(grid.shape)} do not fit: grid [N, *out, {spatial}]")
     if not x.dtype.is_float or not grid.dtype.is_float:
         ctx.refuse("X and grid must be floats")
-    if padding == "reflection" and corners and 1 in x.shape[2:]:
-        ctx.refuse("reflection with align_corners along an axis of size 1 (no room to reflect in)")
     batch, channels, sizes = x.shape[0], x.shape[1], x.shape[2:]
     outputs = grid.shape[1:-1]
     points = grid.reshape(batch, -1, spatial).cast(x.dtype)      # [N, O, D]
     per_axis = []
     for d, size in enumerate(sizes):  # axis d of X is the grid's coordinate D - 1 - d
         coordinate = points[:, :, spatial - 1 - d]
-        per_axis.append(_axis_taps(ctx, coordinate, size, mode, padding, corners))
+        # with align_corners an axis of one pixel maps every point to 0 ((n + 1)/2·0), where
+        # the taps beside it weigh 0: reflecting in [0, 0] (no room, 0/0) and clamping to it
+        # read the same pixel, as onnxruntime's values are
+        axis_padding = "border" if padding == "reflection" and corners and size == 1 else padding
+        per_axis.append(_axis_taps(ctx, coordinate, size, mode, axis_padding, corners))
     flat = x.reshape(batch, channels, -1)
     strides = [math.prod(sizes[d + 1:]) for d in range(spatial)]
     out = None

@@ -80,6 +80,11 @@ def _resampled(ctx, x, scales, sizes, roi, axes: list[int], legacy: bool):
     if mode != "nearest" and not x.dtype.is_float:
         ctx.refuse(f"mode {mode} of {x.dtype.name} values: only nearest keeps integers exact")
     scales, sizes = _scales_and_sizes(ctx, x.shape, scales, sizes, axes)
+    if min(sizes) == 0:  # ⌊in·scale⌋ = 0 (scale 0.5 of 1 element): an empty output, as the spec's sizes say
+        shape = list(x.shape)
+        for axis, m in zip(axes, sizes):
+            shape[axis] = m
+        return UOp.full(shape, 0, x.dtype)
     for k, axis in enumerate(axes):
         n, m, scale = x.shape[axis], sizes[k], scales[k]
         window = (0.0, 1.0) if roi is None else (roi[k], roi[len(axes) + k])
@@ -112,10 +117,7 @@ def _scales_and_sizes(ctx, shape, scales, sizes, axes):
         return scales, sizes
     if min(scales) <= 0:
         ctx.refuse(f"scales {scales} must be > 0")
-    sizes = [int(s * shape[a]) for s, a in zip(scales, axes)]
-    if min(sizes) < 1:
-        ctx.refuse(f"scales {scales} leave an empty output for input {list(shape)}")
-    return scales, sizes
+    return scales, [int(s * shape[a]) for s, a in zip(scales, axes)]
 
 
 def _source_coordinates(ctx, n: int, m: int, scale: float, window, legacy: bool):
