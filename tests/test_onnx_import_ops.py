@@ -222,6 +222,13 @@ CASES = [
          id="Pad-wrap-wider-than-what-the-cut-leaves"),
     # a scalar's einsum: the equation "" (it was taken for a missing attribute)
     case("Einsum", np.array(0.75, np.float32), equation="", opset=12, id="Einsum-scalar"),
+    # an ellipsis of size 1 broadcast against one of 2 (it was refused: the operand reshaped to 2)
+    case("Einsum", np.array([0.5], np.float32), np.array([0.25, -2.0], np.float32), equation="...,...", opset=12,
+         id="Einsum-ellipsis-broadcast"),
+    case("Einsum", np.array([[0.5], [3.0]], np.float32), np.array([[0.25, -2.0, 1.5]], np.float32),
+         equation="i...,j...->ij...", opset=12, id="Einsum-ellipsis-broadcast-both"),
+    # num_outputs that leave the last part empty: 4 in 3 is [2, 2, 0] (it was refused)
+    case("Split", np.arange(4, dtype=np.float32), num_outputs=3, outs=3, id="Split-num-outputs-last-empty"),
 ]
 
 _ONNX_TYPE = {np.dtype(np.float32): F, np.dtype(np.int64): I64, np.dtype(bool): B, np.dtype(np.int32): TensorProto.INT32,

@@ -214,7 +214,9 @@ class ReduceMixin:
         product = None
         for x, letters in zip(operands, inputs):
             aligned = x.permute([letters.index(c) for c in sorted(letters)]) if letters else x
-            aligned = aligned.reshape(tuple(sizes[c] if c in letters else 1 for c in alphabet))
+            # the operand's own sizes (a 1 where another's is n broadcasts in the product)
+            own = dict(zip(letters, x.shape))
+            aligned = aligned.reshape(tuple(own.get(c, 1) for c in alphabet))
             product = aligned if product is None else product * aligned
         summed_axes = tuple(i for i, c in enumerate(alphabet) if c not in output)
         kept = [c for c in alphabet if c in output]

@@ -414,8 +414,10 @@ def split(ctx):
     if not sizes:
         count = ctx.attr("num_outputs") if ctx.since >= 18 and ctx.attr("num_outputs") else ctx.output_count
         step = math.ceil(length / count)
-        sizes = [min(step, length - i * step) for i in range(count)]
-        if any(s <= 0 for s in sizes):
+        # the last part is what the others leave, 0 included (4 in 3: [2, 2, 0], as
+        # onnxruntime and onnx.reference split it); less than 0 leaves it no size
+        sizes = [step] * (count - 1) + [length - step * (count - 1)]
+        if sizes[-1] < 0:
             ctx.refuse(f"{count} outputs do not split an axis of {length}")
     if sum(sizes) != length or any(s < 0 for s in sizes):
         ctx.refuse(f"split sizes {list(sizes)} do not add up to the axis' {length}")
