@@ -104,6 +104,10 @@ LAYER_CASES = [
     case("GridSample", np.array([[[[1.0], [2.0], [4.0]]]], np.float32),
          np.array([[[[-0.375, -0.64], [0.3, 1.7], [-1.2, 0.2], [0.9, -3.1]]]], np.float32), mode="cubic",
          padding_mode="reflection", align_corners=1, opset=20, id="GridSample-reflection-corners-one-column"),
+    # pytorch_half_pixel to one element samples at 0 (the spec's "length_resized > 1 ? ... : 0",
+    # onnxruntime's); it was at -0.5, the reference's, where cubic weighs the neighbours too
+    case("Resize", np.linspace(-1, 2, 12, dtype=np.float32).reshape(1, 1, 4, 3), None, None, Init(i64([1, 1, 1, 3])),
+         mode="cubic", coordinate_transformation_mode="pytorch_half_pixel", opset=19, id="Resize-cubic-pytorch-to-one"),
     # scales that leave no element (⌊1·0.5⌋ = 0): an empty output (test_onnx_fuzz.py; it was refused)
     case("Resize", np.array([[0.25]], np.float32), Init(np.zeros(0, np.float32)), Init(np.array([0.5, 0.5], np.float32)),
          opset=11, coordinate_transformation_mode="pytorch_half_pixel", id="Resize-to-empty"),
@@ -226,7 +230,8 @@ NOT_BY_REFERENCE = {  # onnx 1.23's reference LRN loops over the batch axis as i
     # body); ours, as onnxruntime's, rounds once at the end (import_table._float32_inside): 1 ulp apart
     "GroupNormalization-21-float16",
     # its GridSample divides by the span 0 of a one-pixel axis with align_corners (reflection)
-    "GridSample-reflection-corners-one-row", "GridSample-reflection-corners-one-column"}
+    "GridSample-reflection-corners-one-row", "GridSample-reflection-corners-one-column",
+    "Resize-cubic-pytorch-to-one"}  # its pytorch_half_pixel samples one output at -0.5, the spec's at 0
 NOT_BY_ONNXRUNTIME = {  # onnxruntime's CPU GRU refuses layout=1; it has no GroupNormalization-18 kernel
     "GRU-layout1", "GroupNormalization-18-per-group", "GroupNormalization", "RMSNormalization",
     "RMSNormalization-axis",

@@ -131,8 +131,9 @@ def _source_coordinates(ctx, n: int, m: int, scale: float, window, legacy: bool)
     if mode == "half_pixel_symmetric":
         offset = n / 2 * (1 - m / width)
         return offset + (o + 0.5) / scale - 0.5, None
-    if mode == "pytorch_half_pixel":
-        return (np.full(m, -0.5) if width == 1 else (o + 0.5) / scale - 0.5), None
+    if mode == "pytorch_half_pixel":  # the spec's "length_resized > 1 ? ... : 0" (the reference has -0.5:
+        # the same pixel for nearest and linear, but cubic and antialias weigh its neighbours)
+        return (np.zeros(m) if width == 1 else (o + 0.5) / scale - 0.5), None
     if mode == "align_corners":
         return (np.zeros(m) if width == 1 else o * (n - 1) / (width - 1)), None
     if mode == "asymmetric":
