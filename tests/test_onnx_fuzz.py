@@ -86,6 +86,9 @@ class Family:
 
     def __init__(self, name):
         self.name, self.compared, self.refusals = name, 0, collections.Counter()
+        # examples where ours differs from onnxruntime and onnx.reference cannot judge: it
+        # fails, or differs from both (where it agrees with ours onnxruntime is outvoted)
+        self.disputed, self.outvoted = [], 0
 
     def run(self, op, inputs, attrs, opset=18, types=(F,), canonical=None):
         model, feeds = one_node_model(op, list(inputs), attrs, opset, len(types), list(types))
@@ -115,9 +118,16 @@ class Family:
                 if canonical is not None:
                     reference = canonical(reference)
                 agree = all(mismatch(r, t) is None for r, t in zip(reference, theirs))
+                vote = "the reference is ours" if all(mismatch(g, r) is None for g, r in zip(got, reference)) \
+                    else "all three differ"
             except Exception:  # noqa: BLE001 - a reference that cannot run does not vouch for onnxruntime
-                agree = False
-            assume(agree)  # where the two peers differ neither judges
+                agree, vote = False, "the reference fails"
+            if not agree:  # where the two peers differ neither judges (check() counts these)
+                if vote == "the reference is ours":
+                    self.outvoted += 1
+                else:
+                    self.disputed.append(f"[{vote}] {op} {attrs} (opset {opset}): " + problems[0][1])
+                assume(False)
             shapes = {k: list(v.shape) for k, v in feeds.items()}
             raise AssertionError(f"{op} {attrs} (opset {opset}), inputs {shapes}, "
                                  f"initializers {[i.array.tolist() for i in inputs if isinstance(i, Init)]}: "
@@ -130,6 +140,11 @@ class Family:
         assert self.compared >= max(1, EXAMPLES // 2), \
             f"{self.name}: only {self.compared} of {EXAMPLES} examples compared; refusals {dict(self.refusals)}"
         assert refused <= self.compared, f"{self.name}: {refused} refusals, {self.compared} compared: {dict(self.refusals)}"
+        # a wrong value where onnx.reference cannot vouch for onnxruntime is skipped, so a bug
+        # there would hide among the disputes: they must stay few
+        assert len(self.disputed) <= max(2, self.compared // 50), \
+            f"{self.name}: {len(self.disputed)} examples where ours differs from onnxruntime and onnx.reference " \
+            f"fails or differs from both, e.g. {self.disputed[:3]}"
 
 
 def fuzz(strategy):
@@ -282,7 +297,12 @@ def conv_transpose(draw):
     if draw(st.integers(0, 3)) == 0:  # output_shape: the pads follow from it (less than the natural size)
         attrs["output_shape"] = [n - draw(st.integers(0, min(n - 1, 3))) for n in natural]
         attrs.pop("pads", None)
-    elif attrs.get("auto_pad", "NOTSET") == "NOTSET":
+    elif attrs.get("auto_pad", "NOTSET") != "NOTSET":
+        # Excluded: SAME_* where the full output is shorter than in·stride (the padding would
+        # be negative). The spec's output is in·stride (ours: zeros past the full output);
+        # onnxruntime clamps the padding to 0 and gives the shorter output; the reference fails
+        assume(attrs["auto_pad"] == "VALID" or all(n >= i * s for n, i, s in zip(natural, sizes, strides)))
+    else:
         # pads that leave at least one output
         attrs["pads"] = [min(p, max(0, (n - 1) // 2)) for p, n in zip(pads, natural * 2)]
     return dict(op="ConvTranspose", inputs=inputs, attrs=attrs, opset=draw(st.sampled_from([11, 22])))
@@ -353,13 +373,18 @@ def resize(draw):
     axes = list(range(rank - 2, rank)) if rank == 4 else [0, 1]
     if opset >= 18 and draw(st.booleans()):
         axes = draw(st.sampled_from([axes, axes[::-1], axes[:1], axes[1:]]))
-        attrs["axes"] = [a - rank if draw(st.booleans()) else a for a in axes]
+        # (non-negative: onnxruntime 1.32 misreads negative Resize axes, [-1, 2] resizing
+        # axis 2 alone, and onnx.reference refuses them; ours take them as the positive ones)
+        attrs["axes"] = axes
     elif rank == 4:
         axes = list(range(rank))  # scales for every axis, the outer ones 1
     roi = None
     if transform == "tf_crop_and_resize":
-        starts = [draw(st.sampled_from([0.0, 0.1, 0.25, 0.5])) for _ in axes]
-        ends = [draw(st.sampled_from([1.0, 0.9, 0.75, 1.2])) for _ in axes]
+        # binary fractions: a decimal roi (0.1) is no float32, and the peers compute the
+        # coordinate in float32 where we do in float64, so nearest's rounding at a tie (0.5
+        # from roi 0.1 to 1 of 3 elements, sized 7) would differ by that rounding alone
+        starts = [draw(st.sampled_from([0.0, 0.125, 0.25, 0.5])) for _ in axes]
+        ends = [draw(st.sampled_from([1.0, 0.875, 0.75, 1.25])) for _ in axes]
         roi = Init(np.array([0.0 if a < rank - 2 and rank == 4 else s for a, s in zip(axes, starts)]
                             + [1.0 if a < rank - 2 and rank == 4 else e for a, e in zip(axes, ends)], np.float32))
         maybe(draw, attrs, "extrapolation_value", draw(st.sampled_from([0.0, -1.5])))
