@@ -203,15 +203,22 @@ def payload(draw, shape):
     return (Init((x * 4).astype(np.int64)), I64) if draw(st.integers(0, 3)) == 0 else (x, F)
 
 
+# hypothesis leans toward its simplest choice (the first of sampled_from, False, 0), which
+# for an attribute would be its default: the first choice here is the one that does something
+FLAG = st.sampled_from([1, 0])  # an attribute whose default is 0
+FLAG_OFF = st.sampled_from([0, 1])  # one whose default is 1
+GIVEN = st.sampled_from([True, False])
+
+
 def maybe(draw, attrs, key, value):
-    """Give an attribute, or (half the time) leave it out: its default applies then."""
-    if draw(st.booleans()):
+    """Give an attribute, or (now and then) leave it out: its default applies then."""
+    if draw(GIVEN):
         attrs[key] = value
 
 
 def put(draw, attrs, key, value, default):
     """Give an attribute; where `value` is its default, give it or leave it out."""
-    if value != default or draw(st.booleans()):
+    if value != default or draw(GIVEN):
         attrs[key] = value
 
 
@@ -225,7 +232,7 @@ def window(draw, rank, max_kernel=3, max_pad=2, pad_below_kernel=False):
     """kernel, strides, dilations, pads (begins then ends) and auto_pad of a window of `rank`."""
     kernel = [draw(st.integers(1, max_kernel if rank < 3 else 2)) for _ in range(rank)]
     strides = [draw(st.integers(1, 3)) for _ in range(rank)]
-    dilations = [draw(st.integers(1, 3 if rank < 3 else 2)) for _ in range(rank)]
+    dilations = [draw(st.sampled_from([1, 1, 2, 3] if rank < 3 else [1, 2])) for _ in range(rank)]
     auto_pad = draw(st.sampled_from(AUTO_PADS))
     pads = [draw(st.integers(0, min(max_pad, k - 1) if pad_below_kernel else max_pad)) for k in kernel * 2]
     return kernel, strides, dilations, pads, auto_pad
@@ -266,6 +273,8 @@ RANKS = st.sampled_from([1, 2, 2, 2, 3])
 def conv(draw):
     rank = draw(RANKS)
     kernel, strides, dilations, pads, auto_pad = draw(window(rank))
+    if auto_pad.startswith("SAME"):  # onnxruntime's Conv refuses SAME_* with dilations
+        dilations = [1] * rank
     group, per_group, out_per_group = draw(st.integers(1, 3)), draw(st.integers(1, 2)), draw(st.integers(1, 2))
     n = draw(st.integers(1, 2))
     x = draw(data([n, group * per_group] + spatial(draw, kernel, dilations, pads, auto_pad)))
@@ -324,15 +333,15 @@ def pool(draw):
                   + spatial(draw, kernel, dilations, pads, auto_pad)))
     attrs = window_attrs(draw, kernel, strides, dilations, pads, auto_pad, dilated=dilated)
     if op != "LpPool" or opset >= 18:
-        maybe(draw, attrs, "ceil_mode", draw(st.integers(0, 1)))
+        maybe(draw, attrs, "ceil_mode", draw(FLAG))
     types = [F]
     if op == "AveragePool":
-        maybe(draw, attrs, "count_include_pad", draw(st.integers(0, 1)))
+        maybe(draw, attrs, "count_include_pad", draw(FLAG))
     if op == "LpPool":
         maybe(draw, attrs, "p", draw(st.integers(1, 3)))
     if op == "MaxPool" and draw(st.booleans()):
         types = [F, I64]
-        maybe(draw, attrs, "storage_order", draw(st.integers(0, 1)))
+        maybe(draw, attrs, "storage_order", draw(FLAG))
     return dict(op=op, inputs=[x], attrs=attrs, opset=opset, types=types)
 
 
@@ -366,9 +375,9 @@ def resize(draw):
         maybe(draw, attrs, "nearest_mode", draw(st.sampled_from(NEAREST_MODES)))
     if mode == "cubic":
         maybe(draw, attrs, "cubic_coeff_a", draw(st.sampled_from([-0.75, -0.5, -0.6])))
-        maybe(draw, attrs, "exclude_outside", draw(st.integers(0, 1)))
+        maybe(draw, attrs, "exclude_outside", draw(FLAG))
     if opset >= 18 and mode != "nearest":
-        maybe(draw, attrs, "antialias", draw(st.integers(0, 1)))
+        maybe(draw, attrs, "antialias", draw(FLAG))
     # the axes resized: the last two (all of a 2-D input), or one of them, by attribute from 18
     axes = list(range(rank - 2, rank)) if rank == 4 else [0, 1]
     if opset >= 18 and draw(st.booleans()):
@@ -422,7 +431,7 @@ def grid_sample(draw):
     attrs = {}
     maybe(draw, attrs, "mode", draw(st.sampled_from(modes)))
     maybe(draw, attrs, "padding_mode", draw(st.sampled_from(["zeros", "border", "reflection"])))
-    maybe(draw, attrs, "align_corners", draw(st.integers(0, 1)))
+    maybe(draw, attrs, "align_corners", draw(FLAG))
     return dict(op="GridSample", inputs=[x, grid], attrs=attrs, opset=opset)
 
 
@@ -513,7 +522,7 @@ def gather(draw):
 @st.composite
 def scatter(draw):
     op = draw(st.sampled_from(["ScatterElements", "ScatterND"]))
-    reduction = draw(st.sampled_from(["none", "none", "add", "mul", "max", "min"]))
+    reduction = draw(st.sampled_from(["none", "add", "mul", "max", "min"]))
     shape = [draw(st.integers(1, 4)) for _ in range(draw(st.integers(1, 3)))]
     rank = len(shape)
     rng = np.random.default_rng(draw(seeds))
@@ -605,7 +614,7 @@ def movement(draw):
         inputs = [draw(data(shape))]
         if draw(st.booleans()):
             inputs.append(Init(i64(draw(st.integers(-6, 6)))))
-        maybe(draw, attrs, "upper", draw(st.integers(0, 1)))
+        maybe(draw, attrs, "upper", draw(FLAG_OFF))
         opset = 14
     return dict(op=op, inputs=inputs, attrs=attrs, opset=opset, types=types)
 
@@ -632,9 +641,9 @@ def reduce(draw):
             inputs.append(Init(i64(axes)))
         elif axes:
             attrs["axes"] = axes
-    maybe(draw, attrs, "keepdims", draw(st.integers(0, 1)))
+    maybe(draw, attrs, "keepdims", draw(FLAG_OFF))
     if by_input:
-        maybe(draw, attrs, "noop_with_empty_axes", draw(st.integers(0, 1)))
+        maybe(draw, attrs, "noop_with_empty_axes", draw(FLAG))
     return dict(op=op, inputs=inputs, attrs=attrs, opset=opset)
 
 
@@ -651,21 +660,21 @@ def arg_sort(draw):
     attrs, canonical, types = {}, None, [I64 if integer else F]
     if op == "CumSum":
         inputs = [x, Init(np.array(axis, draw(st.sampled_from([np.int64, np.int32]))))]
-        maybe(draw, attrs, "exclusive", draw(st.integers(0, 1)))
-        maybe(draw, attrs, "reverse", draw(st.integers(0, 1)))
+        maybe(draw, attrs, "exclusive", draw(FLAG))
+        maybe(draw, attrs, "reverse", draw(FLAG))
         return dict(op=op, inputs=inputs, attrs=attrs, opset=14, types=types)
     if op == "TopK":
         put(draw, attrs, "axis", axis, -1)
         k = draw(st.integers(0, shape[axis]))
-        maybe(draw, attrs, "largest", draw(st.integers(0, 1)))
-        maybe(draw, attrs, "sorted", draw(st.integers(0, 1)))
+        maybe(draw, attrs, "largest", draw(FLAG_OFF))
+        maybe(draw, attrs, "sorted", draw(FLAG_OFF))
         if attrs.get("sorted", 1) == 0:
             canonical = lambda outs: sorted_top_k(np.asarray(outs[0]), np.asarray(outs[1]), axis)  # noqa: E731
         return dict(op=op, inputs=[x, Init(i64([k]))], attrs=attrs, opset=draw(st.sampled_from([11, 24])),
                     types=types + [I64], canonical=canonical)
     put(draw, attrs, "axis", axis, 0)
-    maybe(draw, attrs, "keepdims", draw(st.integers(0, 1)))
-    maybe(draw, attrs, "select_last_index", draw(st.integers(0, 1)))
+    maybe(draw, attrs, "keepdims", draw(FLAG_OFF))
+    maybe(draw, attrs, "select_last_index", draw(FLAG))
     return dict(op=op, inputs=[x], attrs=attrs, opset=13, types=[I64])
 
 
@@ -700,7 +709,7 @@ def matmul(draw):
 def gemm(draw):
     m, k, n = draw(st.integers(1, 4)), draw(st.integers(1, 4)), draw(st.integers(1, 4))
     attrs = {}
-    trans_a, trans_b = draw(st.integers(0, 1)), draw(st.integers(0, 1))
+    trans_a, trans_b = draw(FLAG), draw(FLAG)
     maybe(draw, attrs, "transA", trans_a)
     maybe(draw, attrs, "transB", trans_b)
     trans_a, trans_b = attrs.get("transA", 0), attrs.get("transB", 0)
