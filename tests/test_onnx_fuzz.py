@@ -7,7 +7,10 @@ magnitude where results cross zero).
 
 onnxruntime is the peer: a model it refuses (at session creation or run) is no example
 (`assume`), nor is one where ours differs from it and onnx.reference differs from it too
-(the peers disagree, so neither judges). Our importer may refuse a model, with a one-line
+(the peers disagree, so neither judges); those where the reference fails or differs from
+both must stay rare (a bug could hide there), those where it agrees with ours outvote
+onnxruntime. Where onnxruntime is known to depart from the spec the draws leave the case
+out, with a comment that says how. Our importer may refuse a model, with a one-line
 FormatError only; a refusal of a model onnxruntime runs must be one of the family's
 KNOWN_REFUSALS (the importer's documented limits), and each family must compare most of
 its examples (a family whose models all fail to build would otherwise pass unseen).
@@ -39,15 +42,16 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 from uopcli import FormatError  # noqa: E402
 from test_onnx_import_ops import Init, one_node_model, ours  # noqa: E402
 
-F, I64, I32, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
 EXAMPLES = int(os.environ.get("UOPGRAD_FUZZ_EXAMPLES", "200"))
 FUZZ = settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None, print_blob=False,
                 suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow,
                                        HealthCheck.data_too_large])
 ort.set_default_logger_severity(4)
 
-# Refusals of models onnxruntime runs that are the importer's stated limits, by family: a
-# refusal matching none of these fails the family (an import bug, though no wrong value)
+# Refusals of models onnxruntime runs that are the importer's stated limits, by family
+# (regular expressions): a refusal matching none of these fails the family, an import bug
+# though no wrong value. None so far: the fuzz's refusals were bugs, and are fixed
 KNOWN_REFUSALS: dict[str, tuple[str, ...]] = {}
 
 
@@ -407,10 +411,7 @@ def resize(draw):
         inputs = [roi, Init(np.zeros(0, np.float32)) if opset == 11 else None, Init(i64(sizes))]
         if opset >= 18 and len(axes) > 1 and draw(st.booleans()):
             attrs["keep_aspect_ratio_policy"] = draw(st.sampled_from(["stretch", "not_larger", "not_smaller"]))
-    if inputs[0] is None and inputs[1:] == [None] * (len(inputs) - 1):
-        inputs = inputs[:1]
-    x = draw(data(shape))
-    inputs = [x] + inputs
+    inputs = [draw(data(shape))] + inputs
     while inputs[-1] is None:
         inputs.pop()
     return dict(op="Resize", inputs=inputs, attrs=attrs, opset=opset)
@@ -452,6 +453,10 @@ def slice_(draw):
     axes = [a - rank if draw(st.booleans()) else a for a in axes]
     starts, ends = [draw(BOUNDS) for _ in axes], [draw(BOUNDS) for _ in axes]
     steps = [draw(st.sampled_from([1, 1, 2, 3, -1, -1, -2, -3])) for _ in axes]
+    # Excluded: an end of INT64_MAX or INT32_MAX with a negative step. The spec clamps it to
+    # size - 1 (an empty slice from there, as onnx.reference and ours); onnxruntime takes it
+    # for "through the start" (its own shape inference expects the empty output and warns)
+    assume(not any(step < 0 and end in (2 ** 63 - 1, 2 ** 31 - 1) for step, end in zip(steps, ends)))
     x, kind = payload(draw, shape)
     inputs = [x, Init(i64(starts)), Init(i64(ends))]
     if draw(st.booleans()) or steps != [1] * len(steps) or sorted(axes) != list(range(rank))[:len(axes)]:
