@@ -260,3 +260,16 @@ def test_det_has_numpys_values_and_pytorchs_gradients():
             regular[1] = False
         theirs = torch_gradients(lambda a: torch.linalg.det(a), dict(a=a[regular]), ["a"], w_loss[regular])["a"]
         np.testing.assert_allclose(slopes[regular], theirs, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("reduction, torch_reduction, sign", [("max", "amax", 1.0), ("min", "amin", -1.0)])
+def test_scatter_elements_max_and_min_split_a_tie_evenly(reduction, torch_reduction, sign):
+    """ScatterElements max/min: a place where the data and two updates tie gives each a
+    third of its gradient (torch's, and the REDUCE MAX rule's even split); it was built as
+    the updates' max, then MAXIMUM with the data, which gave the data 1/2 and each update
+    1/4. (Found by test_onnx_grad_fuzz.)"""
+    x, updates = sign * np.array([1.0, 2.0, 0.0]), sign * np.array([1.0, 1.0, 2.0])
+    indices = np.array([0, 0, 1], np.int64)  # place 0: a three-way tie; place 1: a two-way one
+    compare("ScatterElements", dict(x=x, indices=indices, updates=updates), dict(axis=0, reduction=reduction), 18,
+            ["x", "updates"], lambda x, indices, updates: x.scatter_reduce(0, indices, updates, torch_reduction),
+            x.shape, rtol=1e-12)

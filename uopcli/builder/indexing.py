@@ -151,9 +151,18 @@ class IndexingMixin:
             return written.sum(-1) + own(identity)
         if reduce == "prod":
             return written.prod(-1) * own(identity)
-        if reduce == "amax":
-            return written.max(-1).maximum(own(identity))
-        return written.min(-1).minimum(own(identity))
+        # amax, amin: one REDUCE over the k written values and this tensor's own value, a
+        # last slot (k + 1 in all), so that a tie's gradient is split evenly among every
+        # tied value, data and updates alike, as torch's and the REDUCE MAX rule's
+        # (d max / d v_i = [v_i = max] / #tied). tinygrad's form, the written values' max
+        # and then MAXIMUM with the own value, gave the own value half at any tie (the
+        # MAX rule's half) and the tied updates the other half between them: with two
+        # tied updates 1/2, 1/4, 1/4 instead of 1/3 each. The values are the same: the
+        # slots are selected, not computed, and reduced in the same order.
+        slots = written._pad_value(((0, 1),), identity)
+        last = type(self).full((*self.shape, 1), True).pad(((0, 0),) * len(self.shape) + ((mask.shape[-1], 0),))
+        pool = last.where(own(identity).unsqueeze(-1).expand(*slots.shape), slots)
+        return pool.max(-1) if reduce == "amax" else pool.min(-1)
 
     def _scatter_operands(self, name: str, dim: int, index, src) -> tuple:
         """(values, mask), each of shape (*self.shape, k) for the k places of index along
