@@ -30,12 +30,13 @@ pytest.importorskip("onnx", reason="onnx has no wheel for this Python: the ONNX 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed: the gradient comparisons skip")
 hypothesis = pytest.importorskip("hypothesis", reason="hypothesis is not installed: the gradient fuzz skips")
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 Fn = torch.nn.functional
 RTOL = 1e-10
+FLOOR = 1e-3  # see close()
 EXAMPLES = int(os.environ.get("UOPGRAD_FUZZ_EXAMPLES", "0"))
 
 
@@ -81,11 +82,17 @@ def ours(op, inputs, attrs, opset, cotangent, wrt):
 
 
 def close(what: str, mine: np.ndarray, truth: np.ndarray, rtol: float = RTOL) -> None:
-    """mine within rtol of truth's largest magnitude (an all-zero truth: mine exactly 0)."""
+    """mine within rtol of truth's largest finite magnitude, and non-finite exactly where
+    truth is, with its value (a pool window whose dilated taps all fall in the padding is
+    -inf, or 0/0). The inputs and cotangents are O(1), so are the terms every gradient
+    element sums: a magnitude below FLOOR is their rounding (an exact 0 that torch's sums
+    leave as 1e-17), and the bound is rtol times FLOOR there."""
     assert mine.shape == truth.shape, f"{what}: shape {mine.shape}, the oracle's {truth.shape}"
-    scale = float(np.max(np.abs(truth), initial=0.0))
-    worst = float(np.max(np.abs(mine - truth), initial=0.0))
-    assert np.all(np.isfinite(mine)) and worst <= rtol * scale, \
+    finite = np.isfinite(truth)
+    same = np.array_equal(mine[~finite], truth[~finite], equal_nan=True)
+    scale = max(float(np.max(np.abs(truth[finite]), initial=0.0)), FLOOR)
+    worst = float(np.max(np.abs(mine[finite] - truth[finite]), initial=0.0))
+    assert same and np.all(np.isfinite(mine[finite])) and worst <= rtol * scale, \
         f"{what}: worst difference {worst:.3g} > {rtol:g} x largest magnitude {scale:.3g}\nours {mine}\noracle {truth}"
 
 
@@ -159,8 +166,8 @@ def seeds():
 @fuzz(40)
 @given(st.data())
 def test_conv(data):
-    """Conv 1-D/2-D: strides, dilations, asymmetric pads (torch: F.pad, then padding 0),
-    groups (depthwise included), bias or none."""
+    """Conv 1-D/2-D: strides, dilations, asymmetric pads or auto_pad (torch: F.pad, then
+    padding 0), groups (depthwise included), bias or none."""
     draw = data.draw
     rank = draw(st.sampled_from([1, 2]), label="rank")
     group = draw(st.integers(1, 3), label="group")
@@ -181,6 +188,15 @@ def test_conv(data):
     w = d64(group * out_per_group, in_per_group, *kernel)
     b = d64(group * out_per_group) if bias else None
     attrs = dict(strides=strides, dilations=dilations, pads=pads, group=group)
+    auto_pad = draw(st.sampled_from(["NOTSET"] * 3 + ["SAME_UPPER", "SAME_LOWER", "VALID"]), label="auto_pad")
+    if auto_pad != "NOTSET":  # the spec's pads: SAME makes ceil(in / stride) outputs, the odd one after (UPPER)
+        del attrs["pads"]
+        attrs["auto_pad"] = auto_pad
+        pairs = []
+        for n, k, step, d in zip(sizes, kernel, strides, dilations):
+            total = 0 if auto_pad == "VALID" else max(0, (-(-n // step) - 1) * step + (k - 1) * d + 1 - n)
+            pairs.append((total // 2, total - total // 2) if auto_pad != "SAME_LOWER" else (total - total // 2, total // 2))
+        assume(all(n + sum(p) >= (k - 1) * d + 1 for n, p, k, d in zip(sizes, pairs, kernel, dilations)))
     if draw(st.booleans(), label="kernel_shape given"):
         attrs["kernel_shape"] = kernel
     conv = Fn.conv1d if rank == 1 else Fn.conv2d
@@ -292,24 +308,41 @@ def _window_sums(x, kernel, strides, dilations, pairs, counts):
     return conv(padded, ones, stride=strides, dilation=dilations, groups=x.shape[1])
 
 
+def _window_maxima(x, kernel, strides, dilations, pairs, counts):
+    """The maximum of each window of x [N, C, *in] as torch.amax over the window's taps
+    (-inf in the padding and beyond it): amax's gradient splits a tie evenly, as the REDUCE
+    MAX rule says (docs/gradient-rules.md), where max_pool's goes to the first maximum."""
+    tails = [max(0, (c - 1) * s + (k - 1) * d + 1 - (n + b + a))
+             for c, s, k, d, n, (b, a) in zip(counts, strides, kernel, dilations, x.shape[2:], pairs)]
+    y = Fn.pad(x, torch_pads([(b, a + t) for (b, a), t in zip(pairs, tails)]), value=-math.inf)
+    for axis, (k, s, d, c) in enumerate(zip(kernel, strides, dilations, counts), start=2):
+        # windows of the dilated span along a new last axis, then every d-th tap of each
+        y = y.unfold(axis, (k - 1) * d + 1, s).narrow(axis, 0, c)[..., ::d]
+    return y.amax(tuple(range(-len(kernel), 0)))
+
+
 @fuzz(40)
 @given(st.data())
 def test_max_pool(data):
     """MaxPool 1-D/2-D: kernels, strides, dilations, asymmetric pads (torch: F.pad with -inf,
-    then padding 0), ceil_mode (torch's windows cut to ONNX's count). Values are distinct
-    (normal draws), so no window has a tie: the first maximum's gradient (torch's) and the
-    evenly split one (the REDUCE MAX rule) agree."""
+    then padding 0), ceil_mode (torch's windows cut to ONNX's count). Either distinct values
+    (normal draws), the oracle torch's max_pool, or small integers full of ties, the oracle
+    amax over unfolded windows, which splits a tie's gradient evenly as our rule does."""
     draw = data.draw
     rank = draw(st.sampled_from([1, 2]), label="rank")
     kernel, strides, dilations, pairs, ceil_mode, sizes = _pool_geometry(draw, rank)
     attrs = _pool_attrs(kernel, strides, dilations, pairs, ceil_mode, draw)
     counts = _pool_counts(kernel, strides, dilations, pairs, ceil_mode, sizes)
+    ties = draw(st.booleans(), label="ties")
     seed = draw(seeds(), label="seed")
-    _, d64 = arrays(seed)
-    x = d64(draw(st.integers(1, 2)), draw(st.integers(1, 3)), *sizes)
+    rng, d64 = arrays(seed)
+    shape = (draw(st.integers(1, 2)), draw(st.integers(1, 3)), *sizes)
+    x = rng.integers(-2, 3, shape).astype(np.float64) if ties else d64(*shape)
     pool = Fn.max_pool1d if rank == 1 else Fn.max_pool2d
 
     def reference(x):
+        if ties:
+            return _window_maxima(x, kernel, strides, dilations, pairs, counts)
         y = pool(Fn.pad(x, torch_pads(pairs), value=-math.inf), kernel, strides, 0, dilations, ceil_mode=ceil_mode)
         return y[(..., *(slice(0, c) for c in counts))]
     check("MaxPool", dict(x=x), attrs, reference, 22, seed)
@@ -370,24 +403,30 @@ def test_lp_pool(data):
 @fuzz(15)
 @given(st.data())
 def test_global_pools(data):
-    """GlobalAveragePool and GlobalMaxPool over 1 to 3 spatial axes (distinct values)."""
+    """GlobalAveragePool and GlobalMaxPool over 1 to 3 spatial axes; GlobalMaxPool's values
+    distinct or full of ties (torch's amax splits a tie evenly, as our REDUCE MAX rule)."""
     draw = data.draw
     op = draw(st.sampled_from(["GlobalAveragePool", "GlobalMaxPool"]), label="op")
     shape = [draw(st.integers(1, 3)) for _ in range(draw(st.integers(3, 5)))]
+    ties = draw(st.booleans(), label="ties")
     seed = draw(seeds(), label="seed")
-    _, d64 = arrays(seed)
+    rng, d64 = arrays(seed)
+    x = rng.integers(-1, 2, shape).astype(np.float64) if ties else d64(*shape)
     axes = tuple(range(2, len(shape)))
 
     def reference(x):
         return x.mean(axes, keepdim=True) if op == "GlobalAveragePool" else x.amax(axes, keepdim=True)
-    check(op, dict(x=d64(*shape)), {}, reference, 22, seed)
+    check(op, dict(x=x), {}, reference, 22, seed)
 
 
 # ----------------------------------------------------------------------------- resampling
 
 
 def _exact_nearest(n: int, m: int, scale: Fraction, coordinate: str, rule: str) -> list[int]:
-    """ONNX Resize's nearest source index per output position, in exact arithmetic."""
+    """ONNX Resize's nearest source index per output position, in exact arithmetic. (With
+    scales, align_corners divides by scale·n - 1, the output's length before rounding, as
+    onnx.reference does, not by m - 1.)"""
+    width = scale * n
     out = []
     for o in range(m):
         if coordinate == "half_pixel":
@@ -395,7 +434,7 @@ def _exact_nearest(n: int, m: int, scale: Fraction, coordinate: str, rule: str) 
         elif coordinate == "asymmetric":
             x = o / scale
         elif coordinate == "align_corners":
-            x = Fraction(0) if m == 1 else Fraction(o * (n - 1), m - 1)
+            x = Fraction(0) if width == 1 else o * (n - 1) / (width - 1)
         else:
             raise AssertionError(coordinate)
         if rule == "floor":
@@ -490,19 +529,22 @@ def test_resize(data):
 @fuzz(40)
 @given(st.data())
 def test_grid_sample(data):
-    """GridSample 2-D: linear, nearest, cubic; zeros, border, reflection; align_corners.
+    """GridSample 2-D (and 3-D, linear and nearest): linear, nearest, cubic; zeros, border,
+    reflection; align_corners.
     Grid points spread past [-1, 1] so that the padding modes matter; the nearest mode's
     grid gradient is 0 (torch's too)."""
     draw = data.draw
     mode = draw(st.sampled_from(["linear", "nearest", "cubic"]), label="mode")
+    rank = 2 if mode == "cubic" else draw(st.sampled_from([2, 3]), label="rank")  # torch: no 3-D bicubic
     padding = draw(st.sampled_from(["zeros", "border", "reflection"]), label="padding_mode")
     corners = draw(st.integers(0, 1), label="align_corners")
-    sizes = [draw(st.integers(1 + (padding == "reflection" and corners), 5)) for _ in range(2)]
+    sizes = [draw(st.integers(1 + (padding == "reflection" and corners), 5 if rank == 2 else 3)) for _ in range(rank)]
     seed = draw(seeds(), label="seed")
     _, d64 = arrays(seed)
     batch = draw(st.integers(1, 2))
     x = d64(batch, draw(st.integers(1, 2)), *sizes)
-    grid = d64(batch, draw(st.integers(1, 4)), draw(st.integers(1, 4)), 2, scale=draw(st.sampled_from([0.6, 1.5, 3.0])))
+    points = [draw(st.integers(1, 4 if rank == 2 else 2)) for _ in range(rank)]
+    grid = d64(batch, *points, rank, scale=draw(st.sampled_from([0.6, 1.5, 3.0])))
     torch_mode = {"linear": "bilinear", "nearest": "nearest", "cubic": "bicubic"}[mode]
 
     def reference(x, grid):
@@ -579,12 +621,11 @@ def test_slice(data):
         while not _slice_indices(n, start, end, step):  # a non-empty slice
             start, end = draw(bound), draw(bound)
         starts.append(start), ends.append(end), steps.append(step)
-    spell = draw(st.sampled_from(["axes", "negative axes", "none"]) if sorted(axes) == list(range(len(axes)))
-                 else st.sampled_from(["axes", "negative axes"]), label="axes spelling")
-    axes_input = None if spell == "none" and all(s == 1 for s in steps) else \
+    # no axes input (nor steps) only where the axes are 0, 1, ... and every step 1
+    plain = list(axes) == list(range(len(axes))) and all(s == 1 for s in steps)
+    spell = draw(st.sampled_from(["axes", "negative axes"] + ["none"] * plain), label="axes spelling")
+    axes_input = None if spell == "none" else \
         np.array([a - rank if spell == "negative axes" else a for a in axes], np.int64)
-    if spell == "none" and axes_input is not None:
-        axes_input = np.array(axes, np.int64)
     seed = draw(seeds(), label="seed")
     _, d64 = arrays(seed)
     x = d64(*shape)
@@ -602,8 +643,8 @@ def test_slice(data):
 @given(st.data())
 def test_gathers_and_scatter(data):
     """Gather (indices of any rank, negative ones too), GatherElements and ScatterElements
-    (reduction none with distinct targets, add with repeated ones: torch scatter and
-    scatter_add), on any axis."""
+    (reduction none with distinct targets, add, mul, max and min with repeated ones, max and
+    min with ties too: torch scatter, scatter_add and scatter_reduce), on any axis."""
     draw = data.draw
     op = draw(st.sampled_from(["Gather", "GatherElements", "ScatterElements"]), label="op")
     shape = [draw(st.integers(1, 4)) for _ in range(draw(st.integers(1, 3)))]
@@ -630,7 +671,7 @@ def test_gathers_and_scatter(data):
         check(op, dict(x=x, indices=indices), dict(axis=axis),
               lambda x: torch.gather(x, a, torch.tensor(indices % n)), 13, seed)
         return
-    reduction = draw(st.sampled_from(["none", "add"]), label="reduction")
+    reduction = draw(st.sampled_from(["none", "add", "mul", "max", "min"]), label="reduction")
     if reduction == "none":  # distinct targets along the axis: a permutation's first rows
         ishape[a] = min(ishape[a], n)
         order = np.argsort(rng.random((*ishape[:a], n, *ishape[a + 1:])), axis=a)
@@ -640,10 +681,16 @@ def test_gathers_and_scatter(data):
         ishape[a] = draw(st.integers(1, 4))
         indices = rng.integers(-n, n, ishape).astype(np.int64)
     updates = d64(*ishape)
+    if reduction in ("max", "min") and draw(st.booleans(), label="ties"):
+        x, updates = (rng.integers(-1, 2, v.shape).astype(np.float64) for v in (x, updates))
     attrs = dict(axis=axis) if reduction == "none" and draw(st.booleans()) else dict(axis=axis, reduction=reduction)
+    torch_reduction = {"mul": "prod", "max": "amax", "min": "amin"}.get(reduction)
 
     def reference(x, updates):
         index = torch.tensor(indices % n)
+        if torch_reduction:  # (with the data's own element, include_self: ONNX's; a tie's
+            # gradient split evenly among the equal values, data's and updates', as ours)
+            return x.scatter_reduce(a, index, updates, torch_reduction, include_self=True)
         return x.scatter_add(a, index, updates) if reduction == "add" else x.scatter(a, index, updates)
     check(op, dict(x=x, indices=indices, updates=updates), attrs, reference, 18, seed)
 
@@ -738,6 +785,55 @@ def test_gemm(data):
         y = alpha * ((a.T if trans_a else a) @ (b.T if trans_b else b))
         return y if c is None else y + beta * c
     check("Gemm", dict(a=a, b=b, c=c), attrs, reference, 13, seed)
+
+
+@fuzz(40)
+@given(st.data())
+def test_reductions(data):
+    """The Reduce ops (18: axes an input) over any axes, none (all, or none with
+    noop_with_empty_axes), keepdims or not. ReduceMax and ReduceMin with ties (torch's amax
+    and amin split a tie evenly, as our REDUCE MAX rule), ReduceProd with zeros (one or
+    several in a reduced group: torch's prod gradient is exact there), ReduceL2 and
+    ReduceLogSum away from 0."""
+    draw = data.draw
+    op = draw(st.sampled_from(["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+                               "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"]), label="op")
+    shape = [draw(st.integers(1, 3)) for _ in range(draw(st.integers(1, 3)))]
+    rank = len(shape)
+    chosen = draw(st.lists(st.integers(-rank, rank - 1), unique_by=lambda a: a % rank, max_size=rank), label="axes")
+    keepdims = draw(st.integers(0, 1), label="keepdims")
+    noop = draw(st.integers(0, 1), label="noop_with_empty_axes") if not chosen else 0
+    seed = draw(seeds(), label="seed")
+    rng, d64 = arrays(seed)
+    x = d64(*shape)
+    if op in ("ReduceMax", "ReduceMin") and draw(st.booleans(), label="ties"):
+        x = rng.integers(-1, 2, shape).astype(np.float64)
+    if op == "ReduceProd" and draw(st.booleans(), label="zeros"):
+        x = np.where(rng.random(shape) < 0.3, 0.0, x)
+    if op == "ReduceLogSum":
+        x = np.abs(x) + 0.1
+    axes = tuple(sorted(a % rank for a in chosen)) or (() if noop else tuple(range(rank)))
+    attrs = dict(keepdims=keepdims) if not noop else dict(keepdims=keepdims, noop_with_empty_axes=1)
+
+    def reference(x):
+        if not axes:  # noop_with_empty_axes: no reduction, but each element's own term
+            return {"ReduceL1": x.abs(), "ReduceL2": x.abs(), "ReduceLogSum": x.log(),
+                    "ReduceSumSquare": x * x}.get(op, x * 1.0)
+        keep = bool(keepdims)
+        if op == "ReduceProd":
+            y = x
+            for a in reversed(axes):
+                y = y.prod(a, keepdim=True)
+            return y if keep else y.reshape([n for i, n in enumerate(shape) if i not in axes])
+        return {"ReduceSum": lambda: x.sum(axes, keepdim=keep), "ReduceMean": lambda: x.mean(axes, keepdim=keep),
+                "ReduceMax": lambda: x.amax(axes, keepdim=keep), "ReduceMin": lambda: x.amin(axes, keepdim=keep),
+                "ReduceL1": lambda: x.abs().sum(axes, keepdim=keep),
+                "ReduceL2": lambda: (x * x).sum(axes, keepdim=keep).sqrt(),
+                "ReduceLogSum": lambda: x.sum(axes, keepdim=keep).log(),
+                "ReduceLogSumExp": lambda: x.logsumexp(axes, keepdim=keep),
+                "ReduceSumSquare": lambda: (x * x).sum(axes, keepdim=keep)}[op]()
+    inputs = dict(x=x, axes=np.array(chosen, np.int64) if chosen else None)
+    check(op, inputs, attrs, reference, 18, seed)
 
 
 # ----------------------------------------------------------------------------- normalisation
