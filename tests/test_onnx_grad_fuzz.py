@@ -70,11 +70,15 @@ def loss_model(op: str, inputs: dict, attrs: dict, opset: int, out_shape: tuple)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def ours(op, inputs, attrs, opset, cotangent, wrt):
+def imported(op, inputs, attrs, opset, out_shape):
+    from uopcli.interop.onnx.importer import import_model
+    return import_model(loss_model(op, inputs, attrs, opset, out_shape))[0]
+
+
+def ours(op, inputs, attrs, opset, cotangent, wrt, graph=None):
     """(uopgrad's output, {name: d loss / d name})."""
     from uopcli import differentiate, evaluate_graph
-    from uopcli.interop.onnx.importer import import_model
-    graph, _ = import_model(loss_model(op, inputs, attrs, opset, cotangent.shape))
+    graph = graph or imported(op, inputs, attrs, opset, cotangent.shape)
     grad, _ = differentiate(graph, wrt, of=["loss"], keep_forward=True)
     feeds = {n: a for n, a in inputs.items() if a is not None and a.dtype == np.float64}
     values = evaluate_graph(grad, {**feeds, "cotangent": cotangent})
@@ -119,19 +123,15 @@ def check_finite_differences(op: str, inputs: dict, attrs: dict, opset: int, see
     against central differences of the loss (our own forward, which the forward fuzz checks
     against onnxruntime), h = 1e-6 relative, at `samples` positions of each float input."""
     from uopcli import evaluate_graph
-    from uopcli.interop.onnx.importer import import_model
     floats = {n: a for n, a in inputs.items() if a is not None and a.dtype == np.float64}
-    probe = {**inputs}
-    shape_model = loss_model(op, probe, attrs, opset, ())
-    graph, _ = import_model(shape_model)
-    out_shape = graph.outputs["out"].shape
+    out_shape = imported(op, inputs, attrs, opset, ()).outputs["out"].shape  # (a scalar cotangent broadcasts)
     cotangent = np.random.default_rng(seed + 1).standard_normal(out_shape)
-    forward, grads = ours(op, inputs, attrs, opset, cotangent, list(floats))
-    forward_graph, _ = import_model(loss_model(op, inputs, attrs, opset, cotangent.shape))
+    graph = imported(op, inputs, attrs, opset, out_shape)
+    _, grads = ours(op, inputs, attrs, opset, cotangent, list(floats), graph)
     rng = np.random.default_rng(seed + 2)
 
     def loss(point):
-        return float(evaluate_graph(forward_graph, {**floats, **point, "cotangent": cotangent})["loss"])
+        return float(evaluate_graph(graph, {**floats, **point, "cotangent": cotangent})["loss"])
     for name, x in floats.items():
         places = list(np.ndindex(x.shape))
         for k in rng.permutation(len(places))[:samples]:
@@ -163,7 +163,7 @@ def seeds():
 # ----------------------------------------------------------------------------- conv
 
 
-@fuzz(40)
+@fuzz(80)
 @given(st.data())
 def test_conv(data):
     """Conv 1-D/2-D: strides, dilations, asymmetric pads or auto_pad (torch: F.pad, then
@@ -206,7 +206,7 @@ def test_conv(data):
     check("Conv", dict(x=x, w=w, b=b), attrs, reference, 22, seed)
 
 
-@fuzz(40)
+@fuzz(80)
 @given(st.data())
 def test_conv_transpose(data):
     """ConvTranspose 1-D/2-D: strides, dilations, output_padding, groups, bias, and either
@@ -321,7 +321,7 @@ def _window_maxima(x, kernel, strides, dilations, pairs, counts):
     return y.amax(tuple(range(-len(kernel), 0)))
 
 
-@fuzz(40)
+@fuzz(80)
 @given(st.data())
 def test_max_pool(data):
     """MaxPool 1-D/2-D: kernels, strides, dilations, asymmetric pads (torch: F.pad with -inf,
@@ -348,7 +348,7 @@ def test_max_pool(data):
     check("MaxPool", dict(x=x), attrs, reference, 22, seed)
 
 
-@fuzz(40)
+@fuzz(60)
 @given(st.data())
 def test_average_pool(data):
     """AveragePool 1-D/2-D: count_include_pad, ceil_mode, dilations, asymmetric pads. Torch's
@@ -378,7 +378,7 @@ def test_average_pool(data):
     check("AveragePool", dict(x=x), attrs, reference, 22, seed)
 
 
-@fuzz(30)
+@fuzz(40)
 @given(st.data())
 def test_lp_pool(data):
     """LpPool 1-D/2-D, p 1, 2 or 3: (Σ|x|^p)^(1/p) over windows of |x|^p summed by a
@@ -400,7 +400,7 @@ def test_lp_pool(data):
     check("LpPool", dict(x=x), attrs, reference, 22, seed)
 
 
-@fuzz(15)
+@fuzz(20)
 @given(st.data())
 def test_global_pools(data):
     """GlobalAveragePool and GlobalMaxPool over 1 to 3 spatial axes; GlobalMaxPool's values
@@ -449,7 +449,7 @@ def _exact_nearest(n: int, m: int, scale: Fraction, coordinate: str, rule: str) 
     return out
 
 
-@fuzz(60)
+@fuzz(100)
 @given(st.data())
 def test_resize(data):
     """Resize 1-D/2-D (on [N, C, *spatial]), sizes or scales (the scales then fix the
@@ -526,13 +526,13 @@ def test_resize(data):
     check("Resize", inputs, attrs, reference, 19, seed)
 
 
-@fuzz(40)
+@fuzz(80)
 @given(st.data())
 def test_grid_sample(data):
     """GridSample 2-D (and 3-D, linear and nearest): linear, nearest, cubic; zeros, border,
     reflection; align_corners.
     Grid points spread past [-1, 1] so that the padding modes matter; the nearest mode's
-    grid gradient is 0 (torch's too)."""
+    grid gradient is 0 (torch's too). cubic with border: central differences (below)."""
     draw = data.draw
     mode = draw(st.sampled_from(["linear", "nearest", "cubic"]), label="mode")
     rank = 2 if mode == "cubic" else draw(st.sampled_from([2, 3]), label="rank")  # torch: no 3-D bicubic
@@ -549,14 +549,20 @@ def test_grid_sample(data):
 
     def reference(x, grid):
         return Fn.grid_sample(x, grid, torch_mode, padding, bool(corners))
-    check("GridSample", dict(x=x, grid=grid), dict(mode=mode, padding_mode=padding, align_corners=corners),
-          reference, 22, seed)
+    attrs = dict(mode=mode, padding_mode=padding, align_corners=corners)
+    if mode == "cubic" and padding == "border":
+        # the spec (onnx.reference, and we) clamps a point to the border, then takes its
+        # four taps; torch (and onnxruntime) takes the taps around the point outside and
+        # clamps each: 0.2 apart on a point off the image. Central differences instead.
+        check_finite_differences("GridSample", dict(x=x, grid=grid), attrs, 22, seed)
+        return
+    check("GridSample", dict(x=x, grid=grid), attrs, reference, 22, seed)
 
 
 # ----------------------------------------------------------------------------- tensor ops
 
 
-@fuzz(40)
+@fuzz(60)
 @given(st.data())
 def test_pad(data):
     """Pad on the last two axes of [N, C, H, W] (or through the axes input): constant (the
@@ -601,7 +607,7 @@ def _slice_indices(n: int, start: int, end: int, step: int) -> list[int]:
     return list(range(start, end, step))
 
 
-@fuzz(40)
+@fuzz(60)
 @given(st.data())
 def test_slice(data):
     """Slice with negative and positive steps, negative starts and ends, ends past the
@@ -639,7 +645,7 @@ def test_slice(data):
     check("Slice", inputs, {}, reference, 13, seed)
 
 
-@fuzz(40)
+@fuzz(80)
 @given(st.data())
 def test_gathers_and_scatter(data):
     """Gather (indices of any rank, negative ones too), GatherElements and ScatterElements
@@ -695,7 +701,7 @@ def test_gathers_and_scatter(data):
     check(op, dict(x=x, indices=indices, updates=updates), attrs, reference, 18, seed)
 
 
-@fuzz(30)
+@fuzz(40)
 @given(st.data())
 def test_cumsum(data):
     """CumSum on any axis (a negative one too), exclusive and reverse. Torch: flips around
@@ -720,7 +726,7 @@ def test_cumsum(data):
     check("CumSum", dict(x=d64(*shape), axis=np.array(axis, np.int64)), attrs, reference, 14, seed)
 
 
-@fuzz(40)
+@fuzz(60)
 @given(st.data())
 def test_einsum(data):
     """Einsum: one to three operands, letters repeated within an operand (diagonals, traces)
@@ -749,21 +755,28 @@ def test_einsum(data):
     check("Einsum", inputs, dict(equation=equation), reference, 12, seed)
 
 
-@fuzz(30)
+@fuzz(40)
 @given(st.data())
 def test_softmax(data):
-    """Softmax and LogSoftmax (13: one axis) on any axis, a negative one too."""
+    """Softmax and LogSoftmax on any axis, a negative one too: 13 along that axis, 11 over
+    the input seen as a matrix [Π shape[:axis], Π shape[axis:]] (torch: a reshape around)."""
     draw = data.draw
     op = draw(st.sampled_from(["Softmax", "LogSoftmax"]), label="op")
+    opset = draw(st.sampled_from([11, 13]), label="opset")
     shape = [draw(st.integers(1, 4)) for _ in range(draw(st.integers(1, 4)))]
     axis = draw(st.integers(-len(shape), len(shape) - 1), label="axis")
     seed = draw(seeds(), label="seed")
     _, d64 = arrays(seed)
     function = Fn.softmax if op == "Softmax" else Fn.log_softmax
-    check(op, dict(x=d64(*shape, scale=3.0)), dict(axis=axis), lambda x: function(x, axis), 13, seed)
+
+    def reference(x):
+        if opset == 13:
+            return function(x, axis)
+        return function(x.reshape(math.prod(shape[:axis % len(shape)]), -1), 1).reshape(shape)
+    check(op, dict(x=d64(*shape, scale=3.0)), dict(axis=axis), reference, opset, seed)
 
 
-@fuzz(30)
+@fuzz(40)
 @given(st.data())
 def test_gemm(data):
     """Gemm with transA, transB, alpha, beta, and C of every shape that broadcasts (none, a
@@ -787,7 +800,7 @@ def test_gemm(data):
     check("Gemm", dict(a=a, b=b, c=c), attrs, reference, 13, seed)
 
 
-@fuzz(40)
+@fuzz(80)
 @given(st.data())
 def test_reductions(data):
     """The Reduce ops (18: axes an input) over any axes, none (all, or none with
@@ -839,7 +852,7 @@ def test_reductions(data):
 # ----------------------------------------------------------------------------- normalisation
 
 
-@fuzz(40)
+@fuzz(60)
 @given(st.data())
 def test_normalisations(data):
     """LayerNormalization (any axis, scale and bias of the normalised shape or broadcast
@@ -899,7 +912,7 @@ def test_normalisations(data):
 # ----------------------------------------------------------------------------- finite differences
 
 
-@fuzz(20)
+@fuzz(30)
 @given(st.data())
 def test_resize_without_a_torch_twin(data):
     """Resize's linear and cubic modes torch cannot express (asymmetric,
