@@ -118,6 +118,15 @@ def test_a_scalar_and_a_constant_fold_to_the_same_bits():
     assert folded.dtype == np.float32 and folded.tobytes() == pattern.tobytes()
 
 
+def test_a_bitcast_without_its_type_is_refused():
+    node = helper.make_node("BitCast", ["x"], ["y"], name="bits")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, [2])])
+    with pytest.raises(FormatError) as refused:
+        import_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26)]), source="m.onnx")
+    assert str(refused.value) == "m.onnx: node 'bits' (BitCast): needs the attribute to"
+
+
 @pytest.mark.parametrize("source, to, why", [
     (TensorProto.FLOAT, TensorProto.INT64, "to: int64 has 64 bits, the input float32 32: BitCast keeps the width"),
     (TensorProto.UINT8, TensorProto.BOOL, "to: bool from uint8: a byte other than 0 and 1 is no bool"),

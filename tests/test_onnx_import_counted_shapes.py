@@ -128,10 +128,24 @@ def test_nonzero_of_a_scalar_is_refused_where_the_peers_differ():
         import_model(m)
 
 
-def test_nonzero_of_data_is_refused():
-    m = model("NonZero", {"x": X}, {}, [("y", T.INT64)], 13)
-    with pytest.raises(FormatError, match=r"X \(input 0\) must be known when importing .* the model's input 'x'"):
+@pytest.mark.parametrize("op, outputs", [("NonZero", [("y", T.INT64)]), ("Unique", [("y", T.FLOAT)])])
+def test_nonzero_and_unique_of_data_are_refused_naming_the_input(op, outputs):
+    m = model(op, {"x": X}, {}, outputs, 13 if op == "NonZero" else 11)
+    with pytest.raises(FormatError) as refused:
         import_model(m)
+    assert str(refused.value) == (f"<model>: node 'n' ({op}): X (input 0) must be known when importing (a constant "
+                                  "or a shape), but it is the model's input 'x': give its value with --constant x=...")
+
+
+@pytest.mark.parametrize("op, axis", [("Compress", 2), ("Compress", -3), ("Unique", 2)])
+def test_an_axis_outside_the_rank_is_refused(op, axis):
+    inputs = {"condition": np.array([True, False])} if op == "Compress" else {}
+    data = {"x": X} if op == "Compress" else {}
+    constants = inputs if op == "Compress" else {"X": S}
+    m = model(op, data, constants, [("y", T.FLOAT if op == "Compress" else T.INT64)], 11, axis=axis)
+    with pytest.raises(FormatError) as refused:
+        import_model(m)
+    assert str(refused.value) == f"<model>: node 'n' ({op}): axis {axis} is out of range for rank 2"
 
 
 # ----------------------------------------------------------------------------- Unique
