@@ -163,6 +163,16 @@ def seeds():
 # ----------------------------------------------------------------------------- conv
 
 
+def conv_operands(draw, channels: int, sizes: list, weight_shape: tuple, outputs: int) -> tuple:
+    """(x, w, b or None, seed) of a Conv or ConvTranspose: a batch of 1 or 2, bias or none."""
+    batch, bias = draw(st.integers(1, 2)), draw(st.booleans(), label="bias")
+    seed = draw(seeds(), label="seed")
+    _, d64 = arrays(seed)
+    x = d64(batch, channels, *sizes)
+    w = d64(*weight_shape)
+    return x, w, d64(outputs) if bias else None, seed
+
+
 @fuzz(80)
 @given(st.data())
 def test_conv(data):
@@ -181,12 +191,8 @@ def test_conv(data):
     pairs = list(zip(pads[:rank], pads[rank:]))
     sizes = [draw(st.integers(max(1, (k - 1) * d + 1 - sum(p)), max(1, (k - 1) * d + 1 - sum(p)) + 4))
              for k, d, p in zip(kernel, dilations, pairs)]
-    batch, bias = draw(st.integers(1, 2)), draw(st.booleans(), label="bias")
-    seed = draw(seeds(), label="seed")
-    _, d64 = arrays(seed)
-    x = d64(batch, group * in_per_group, *sizes)
-    w = d64(group * out_per_group, in_per_group, *kernel)
-    b = d64(group * out_per_group) if bias else None
+    x, w, b, seed = conv_operands(draw, group * in_per_group, sizes, (group * out_per_group, in_per_group, *kernel),
+                                  group * out_per_group)
     attrs = dict(strides=strides, dilations=dilations, pads=pads, group=group)
     auto_pad = draw(st.sampled_from(["NOTSET"] * 3 + ["SAME_UPPER", "SAME_LOWER", "VALID"]), label="auto_pad")
     if auto_pad != "NOTSET":  # the spec's pads: SAME makes ceil(in / stride) outputs, the odd one after (UPPER)
@@ -241,12 +247,8 @@ def test_conv_transpose(data):
         attrs["pads"] = pads
         shape = [n - before - after for n, before, after in zip(full, pads[:rank], pads[rank:])]
         starts = pads[:rank]
-    batch, bias = draw(st.integers(1, 2)), draw(st.booleans(), label="bias")
-    seed = draw(seeds(), label="seed")
-    _, d64 = arrays(seed)
-    x = d64(batch, group * in_per_group, *sizes)
-    w = d64(group * in_per_group, out_per_group, *kernel)
-    b = d64(group * out_per_group) if bias else None
+    x, w, b, seed = conv_operands(draw, group * in_per_group, sizes, (group * in_per_group, out_per_group, *kernel),
+                                  group * out_per_group)
     transpose = Fn.conv_transpose1d if rank == 1 else Fn.conv_transpose2d
 
     def reference(x, w, b=None):
