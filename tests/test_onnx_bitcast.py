@@ -20,8 +20,9 @@ ort = pytest.importorskip("onnxruntime", reason="onnxruntime has no wheel for th
 
 from onnx import TensorProto, helper  # noqa: E402
 
+from test_onnx_import_ops import ours as _ours  # noqa: E402 - import, evaluate: the outputs
 from _onnx_helpers import assert_exact, run_onnx  # noqa: E402
-from uopcli import FormatError, evaluate_graph  # noqa: E402
+from uopcli import FormatError  # noqa: E402
 from uopcli.interop.onnx.importer import import_model  # noqa: E402
 
 UOPGRAD = shutil.which("uopgrad", path=os.path.dirname(sys.executable)) or shutil.which("uopgrad")
@@ -67,12 +68,6 @@ def _model(source: np.dtype, to: np.dtype, shape) -> onnx.ModelProto:
     graph = helper.make_graph([node], "bitcast", [helper.make_tensor_value_info("x", CODE[source], list(shape))],
                               [helper.make_tensor_value_info("y", CODE[to], list(shape))])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26)])
-
-
-def _ours(model, feeds: dict) -> list:
-    graph, weights = import_model(model)
-    values = evaluate_graph(graph, {**weights, **feeds})
-    return [np.asarray(values[name]) for name in graph.output_names]
 
 
 def _onnxruntime(model, feeds: dict):

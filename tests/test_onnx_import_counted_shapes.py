@@ -15,6 +15,7 @@ ort = pytest.importorskip("onnxruntime", reason="onnxruntime has no wheel for th
 from onnx import TensorProto as T, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
+from test_onnx_import_ops import ours  # noqa: E402 - the ops' own import-and-evaluate
 from _onnx_helpers import assert_exact  # noqa: E402
 from uopcli import FormatError, evaluate_graph  # noqa: E402
 from uopcli.interop.onnx.importer import import_model  # noqa: E402
@@ -43,12 +44,6 @@ def peers(m, feeds: dict) -> list:
     for a, b in zip(theirs, ReferenceEvaluator(m).run(None, feeds)):
         assert_exact(a, b, "onnxruntime against onnx.reference")
     return theirs
-
-
-def ours(m, feeds: dict) -> list:
-    graph, weights = import_model(m)
-    values = evaluate_graph(graph, {**weights, **feeds})
-    return [np.asarray(values[name]) for name in graph.output_names]
 
 
 X = np.array([[1.5, -0.0, 2.0], [0.0, -4.0, 3.5], [7.0, 8.0, -9.0], [10.0, -0.0, 12.0]], dtype=np.float32)
