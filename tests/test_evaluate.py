@@ -1,6 +1,7 @@
 """The numpy evaluator: every op against plain numpy, dtype edge cases, calls, contractions
 that never build the expanded product, memory freed after last use, errors, deep chains."""
 
+import math
 import sys
 import tracemalloc
 import warnings
@@ -12,7 +13,7 @@ from uopcli import EvaluationError, Ops, UOp, dtypes
 from uopcli.backends.numpy import EvalStats, evaluate, evaluate_graph
 from uopcli.backends.numpy.table import IMPL
 from uopcli.core.graph import Graph
-from uopcli.core.ops import ALL_OPS
+from uopcli.core.ops import ALL_OPS, dtype_of
 from uopcli.core.walks import no_gc
 
 RNG = np.random.default_rng(7)
@@ -28,6 +29,15 @@ def run(output, **inputs):
         warnings.simplefilter("error")
         (value,) = evaluate([output], inputs)
     return value
+
+
+def assert_bits(value, expected):
+    """The same bits (any nan equal to any nan), dtype and shape."""
+    value, expected = np.asarray(value), np.asarray(expected)
+    assert value.dtype == expected.dtype and value.shape == expected.shape
+    unsigned = f"u{value.dtype.itemsize}"
+    differ = (value.view(unsigned) != expected.view(unsigned)) & ~(np.isnan(value) & np.isnan(expected))
+    assert not differ.any(), (value[differ][:6], expected[differ][:6])
 
 
 def same(value, expected):
@@ -96,6 +106,33 @@ def test_ieee_results_without_warnings():
     same(run(x.log2(), x=value), np.array([0, np.nan, -np.inf, np.nan], np.float32))
     same(run(x.reciprocal(), x=value), np.array([1, -1, np.inf, -0.25], np.float32))
 
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=lambda d: d.__name__)
+def test_exp2_of_an_integer_is_its_power_of_two_exactly(dtype):
+    """EXP2 of every integer of the type's exponent range (and beyond: inf, 0) is the power of
+    two, bit for bit, as graphs build exact scales (the ONNX L2 norms' 2^-e): numpy 2.4.6's
+    float32 exp2 gives 2^127 an ulp low on AVX-512 CPUs. Out of place (an input), in place
+    (into a dying sum), on a 0-d value and in the reference evaluator; ±inf and nan as exp2."""
+    from uopcli.backends.reference import reference_evaluate_graph
+    info = np.finfo(dtype)
+    k = np.arange(info.minexp - info.nmant - 3, info.maxexp + 3).astype(dtype)
+    want = np.ldexp(np.ones_like(k), k.astype(np.int64))  # 2^k exactly, 0 below, inf above
+    edges = np.array([np.inf, -np.inf, np.nan, -0.0, 0.5], dtype)
+    values = np.concatenate([k, edges])
+    want = np.concatenate([want, np.array([np.inf, 0.0, np.nan, 1.0, np.sqrt(2.0)], dtype)])
+    x = UOp.param("x", values.shape, dtype_of(np.dtype(dtype).name))
+    graph = Graph({"out_of_place": x.exp2(), "in_place": (x + 0.0).exp2()})
+    exact = values != 0.5  # √2 is no power of two: within an ulp
+    for got in [*evaluate_graph(graph, {"x": values}).values(),
+                *reference_evaluate_graph(graph, {"x": values}).values()]:
+        assert got.dtype == dtype
+        assert_bits(got[exact], want[exact])
+        assert abs(float(got[~exact][0]) - math.sqrt(2)) <= float(np.spacing(want[~exact][0]))
+    scalar = UOp.param("s", (), dtype_of(np.dtype(dtype).name))
+    for power in (info.maxexp - 1, info.minexp - info.nmant):  # the largest and the smallest
+        got = evaluate_graph(Graph({"y": scalar.exp2()}), {"s": np.array(power, dtype)})["y"]
+        assert_bits(got, np.ldexp(np.ones((), dtype), power))
 
 INTS = np.array([-7, 7, -7, 7, 0, -1, 5, -128], np.int64)
 DIVS = np.array([2, 2, -2, -2, 3, 1, 0, -1], np.int64)
