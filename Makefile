@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed-test
 BENCH_STAMP := $(VENV)/.installed-bench
 LINT_STAMP := $(VENV)/.installed-lint
 ONNX_STAMP := $(VENV)/.installed-onnx
-TORCH_STAMP := $(VENV)/.installed-torch
+TORCH_STAMP := $(VENV)/.installed-torch-exporters
 DASK_STAMP := $(VENV)/.installed-dask
 OUT := out
 BENCH_ARGS ?=  # e.g. make bench BENCH_ARGS=--quick
@@ -150,13 +150,16 @@ $(ONNX_STAMP): $(STAMP)
 	done
 	@touch $@
 
-# torch==2.13.0 (the [torch-test] extra, a CPU build) for the forward-mode tests against
-# torch.func (tests/test_forward_torch.py); where it cannot be installed they skip, saying why.
-# Pinned: a bare `torch` would fetch a multi-GB CUDA build.
+# torch==2.13.0 (the [torch-test] extra, a CPU build) for the tests against PyTorch: forward
+# mode against torch.func (tests/test_forward_torch.py), exported models against autograd;
+# onnxscript for torch's default (dynamo) ONNX exporter. Each where it can be installed, else
+# its tests skip, saying why. Pinned: a bare `torch` would fetch a multi-GB CUDA build.
 $(TORCH_STAMP): $(STAMP)
-	@echo "make: installing torch==2.13.0 for the forward-mode tests against torch.func (pip's log: $(VENV)/install.log)"
+	@echo "make: installing torch==2.13.0 and onnxscript for the tests against PyTorch (pip's log: $(VENV)/install.log)"
 	@$(PY) -m pip install 'torch==2.13.0' >>$(VENV)/install.log 2>&1 || \
 		echo "make: torch==2.13.0 cannot be installed for $$($(PY) --version 2>&1): tests/test_forward_torch.py will skip (see $(VENV)/install.log)" >&2
+	@$(PY) -m pip install 'onnxscript==0.7.2' >>$(VENV)/install.log 2>&1 || \
+		echo "make: onnxscript cannot be installed for $$($(PY) --version 2>&1): the dynamo-export tests will skip (see $(VENV)/install.log)" >&2
 	@touch $@
 
 # dask and distributed (the [dask] extra) for `eval --map --dask` and its tests, which start real

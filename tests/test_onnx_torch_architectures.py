@@ -7,6 +7,13 @@ max pool, bilinear upsampling, transposed conv, concatenation). Each is imported
 and differentiated (sum(output * c), c random: order and position seen) with respect to the
 input and every parameter, against PyTorch's own forward and autograd.
 
+Both of torch's exporters: the TorchScript one, and the dynamo one (torch.export, the
+default since torch 2.9) without its optimizer (`optimize=False`), which would fuse each
+BatchNorm into its Conv's weight, transpose Linear weights into new initializers and merge
+equal ones: the gradient is then the exported initializers', not the module's parameters'
+(README: "Exporting for gradients"). The optimized dynamo export is compared on what it
+keeps: the output and the input's gradient.
+
 Tolerances: float64 throughout, 1e-11 relative to the largest magnitude; the MobileNet and
 U-Net blocks 1e-8, because ONNX stores an attribute as a float32 (HardSigmoid's alpha 1/6,
 LeakyRelu's 0.1): the model as exported is 1e-9 away from PyTorch's, and onnxruntime reads
@@ -98,19 +105,36 @@ def _relative(ours, theirs) -> float:
     return float(np.abs(ours - theirs).max() / max(np.abs(theirs).max(), 1e-300))
 
 
-@pytest.mark.parametrize("name", list(ARCHITECTURES))
-def test_architecture_values_and_every_gradient_equal_pytorch(name, tmp_path):
-    module, shape, tolerance = ARCHITECTURES[name]
+def _model(name: str):
+    """The architecture in float64, seeded, with trained-looking BatchNorm statistics (not
+    the identity); and an input that wants its gradient."""
+    module, shape, _ = ARCHITECTURES[name]
     torch.manual_seed(7)
     model = module().double().eval()
-    for layer in model.modules():  # trained-looking statistics, so that BatchNorm is not the identity
+    for layer in model.modules():
         if isinstance(layer, nn.BatchNorm2d):
             layer.running_mean.uniform_(-0.5, 0.5)
             layer.running_var.uniform_(0.5, 2.0)
-    x = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+    return model, torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+
+
+def _export(model, x, path, exporter: str) -> None:
+    if exporter == "torchscript":
+        torch.onnx.export(model, (x,), str(path), input_names=["x"], output_names=["y"], dynamo=False,
+                          opset_version=17, do_constant_folding=False)
+        return
+    pytest.importorskip("onnxscript", reason="onnxscript is not installed: torch's dynamo exporter needs it")
+    torch.onnx.export(model, (x,), str(path), input_names=["x"], output_names=["y"], dynamo=True,
+                      optimize=exporter == "dynamo-optimized", verbose=False)
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_architecture_values_and_every_gradient_equal_pytorch(name, exporter, tmp_path):
+    tolerance = ARCHITECTURES[name][2]
+    model, x = _model(name)
     path = tmp_path / f"{name}.onnx"
-    torch.onnx.export(model, (x,), str(path), input_names=["x"], output_names=["y"], dynamo=False,
-                      opset_version=17, do_constant_folding=False)
+    _export(model, x, path, exporter)
     y = model(x)
     c = torch.randn_like(y)
     (y * c).sum().backward()
@@ -127,3 +151,22 @@ def test_architecture_values_and_every_gradient_equal_pytorch(name, tmp_path):
     truth = {"x": x.grad, **{n: p.grad for n, p in parameters.items()}}
     errors = {n: _relative(np.asarray(values[f"grad_{n}"]), truth[n].numpy()) for n in wrt}
     assert max(errors.values()) < tolerance, {n: f"{e:.1e}" for n, e in errors.items() if e >= tolerance}
+
+
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_the_optimized_dynamo_export_keeps_the_values_and_the_inputs_gradient(name, tmp_path):
+    """torch.onnx.export's defaults (dynamo, optimized): the weights may be fused or renamed,
+    but the function of x is the model's: its value and x's gradient equal PyTorch's."""
+    tolerance = ARCHITECTURES[name][2]
+    model, x = _model(name)
+    path = tmp_path / f"{name}.onnx"
+    _export(model, x, path, "dynamo-optimized")
+    y = model(x)
+    c = torch.randn_like(y)
+    (y * c).sum().backward()
+    graph, weights = load_onnx(str(path))
+    inputs = {**weights, "x": x.detach().numpy()}
+    assert _relative(np.asarray(evaluate_graph(graph, inputs)["y"]), y.detach().numpy()) < tolerance
+    grads, _ = differentiate(graph, ["x"], cotangent="input")
+    got = evaluate_graph(grads, {**inputs, "cotangent_y": c.numpy()})["grad_x"]
+    assert _relative(np.asarray(got), x.grad.numpy()) < tolerance
