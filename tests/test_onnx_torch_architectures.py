@@ -21,6 +21,8 @@ the same float32 attributes."""
 
 from __future__ import annotations
 
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -30,7 +32,7 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed: the expor
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from uopcli import evaluate_graph  # noqa: E402
+from uopcli import GradientError, Graph, UOp, evaluate_graph  # noqa: E402
 from uopcli.interop.onnx.importer import load_onnx  # noqa: E402
 from uopcli.tools.differentiate import differentiate  # noqa: E402
 
@@ -170,3 +172,26 @@ def test_the_optimized_dynamo_export_keeps_the_values_and_the_inputs_gradient(na
     grads, _ = differentiate(graph, ["x"], cotangent="input")
     got = evaluate_graph(grads, {**inputs, "cotangent_y": c.numpy()})["grad_x"]
     assert _relative(np.asarray(got), x.grad.numpy()) < tolerance
+
+
+def test_a_parameter_the_optimizer_fused_away_is_refused_with_the_export_that_keeps_it(tmp_path):
+    """The installed `uopgrad diff` on the optimized export, asked for a BatchNorm weight the
+    exporter fused into the Conv: exit status 1, one line naming the file, the inputs there
+    are and the export settings that keep it; no output file. A file from elsewhere gets no
+    PyTorch advice."""
+    model, x = _model("mobilenet")
+    path = tmp_path / "mobilenet.onnx"
+    _export(model, x, path, "dynamo-optimized")
+    out = tmp_path / "grad.uop"
+    run = subprocess.run(["uopgrad", "diff", str(path), "--wrt", "bn1.weight", "--cotangent", "ones", "-o", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1 and run.stdout == "" and not out.exists()
+    (line,) = run.stderr.splitlines()
+    assert line.startswith(f"uopgrad: error: {path}: no input named 'bn1.weight' to differentiate with respect to; "
+                           "inputs: x, expand.weight, expand.bias, dw.weight")
+    assert line.endswith("export with torch.onnx.export(..., dynamo=True, optimize=False), "
+                         "or dynamo=False, do_constant_folding=False")
+    graph = Graph({"y": UOp.param("w", (2,)).sum()}, meta={"onnx.producer": "tf2onnx 1.16"})
+    with pytest.raises(GradientError) as refused:
+        differentiate(graph, ["v"])
+    assert str(refused.value) == "no input named 'v' to differentiate with respect to; inputs: w"

@@ -69,7 +69,7 @@ def differentiate(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = N
         raise GradientError("nothing to differentiate with respect to: name at least one input (--wrt)")
     of = _chosen_outputs(graph, of)
     inputs = {node.arg: node for node in graph.inputs}  # one dict: --wrt may name thousands
-    targets = [_target(inputs, name) for name in wrt]
+    targets = [_target(inputs, name, graph.meta) for name in wrt]
     taken = set(graph.outputs) if keep_forward else set()
     grad_names = [fresh("grad", name, taken) for name in wrt]
 
@@ -147,14 +147,25 @@ def _chosen_outputs(graph: Graph, of: Sequence[str] | None) -> list[str]:
     return of
 
 
-def _target(inputs: dict[str, UOp], name: str) -> UOp:
+def _target(inputs: dict[str, UOp], name: str, meta: dict | None = None) -> UOp:
+    """The input `name` of a graph whose inputs are `inputs` (and file metadata `meta`)."""
     node = inputs.get(name)
     if node is None:
         raise GradientError(f"no input named {name!r} to differentiate with respect to; "
-                            f"inputs: {', '.join(inputs) or 'none'}")
+                            f"inputs: {', '.join(inputs) or 'none'}{_exporter_hint(meta)}")
     if not node.dtype.is_float:
         raise GradientError(f"input {name!r} is {_type(node)}: only floating-point inputs have gradients")
     return node
+
+
+def _exporter_hint(meta: dict | None) -> str:
+    """What to do where a model's parameter is missing because its exporter folded it: PyTorch's
+    exporters optimize for inference (README, "Exporting for gradients")."""
+    if meta is None or not meta.get("onnx.producer", "").startswith("pytorch"):
+        return ""
+    return ("; PyTorch's ONNX exporter may have folded or renamed it (BatchNorm fused into the Conv weight, "
+            "Linear weights stored transposed as val_N, equal weights merged): export with "
+            "torch.onnx.export(..., dynamo=True, optimize=False), or dynamo=False, do_constant_folding=False")
 
 
 def _seeds(graph: Graph, of: list[str], cotangent: str | None) -> tuple[list[UOp], list[UOp]]:
