@@ -177,6 +177,19 @@ def import_outcome(case: Case) -> Outcome:
     return Outcome("pass")
 
 
+# Cases whose stored outputs carry the rounding of a float32 computation beyond the case's
+# atol: {name: the atol they are held to instead}. numpy 2's FFT keeps float32 as complex64,
+# and the inverse DFT cases' imaginary parts, -7e-16 by the float64 transform of the same
+# input, are stored as 1.9e-7 (1.6 ulps of the values' size of 1), above the atol of 1e-7.
+# tests/test_onnx_signal.py checks that the stored truth is that far from float64's and ours
+# within 1e-7 of it: when ONNX's data is regenerated exactly, that test says to drop these.
+ROUNDED_TRUTH = {"test_dft_inverse": 2.5e-7, "test_dft_inverse_opset19": 2.5e-7}
+
+
+def atol_of(case: Case) -> float:
+    return max(case.atol, ROUNDED_TRUTH.get(case.name, 0.0))
+
+
 def run_case(case: Case) -> Outcome:
     """The case through uopgrad: pass, refused (with the ops refused), error (anything
     raised after the import accepted the model) or wrong (a value differs)."""
@@ -226,7 +239,7 @@ def run_case(case: Case) -> Outcome:
         if len(got) != len(outputs):
             return Outcome("wrong", f"{len(got)} outputs, the case has {len(outputs)}")
         for i, (ours, truth) in enumerate(zip(got, outputs)):
-            problem = mismatch(np.asarray(ours), np.asarray(truth), case.rtol, case.atol,
+            problem = mismatch(np.asarray(ours), np.asarray(truth), case.rtol, atol_of(case),
                                signed_zero=bool(ops) and ops <= SIGNED_ZERO_OPS)
             if problem:
                 return Outcome("wrong", f"output {i} ({output_names[i]}): {problem}")

@@ -34,6 +34,7 @@ from . import ops_recurrent as rec
 from . import ops_resize as rs
 from . import ops_roi as roi
 from . import ops_sequence as sq
+from . import ops_signal as sig
 from . import ops_tensor as t
 
 
@@ -206,6 +207,10 @@ TABLE: dict[str, OpRow] = {
                        align_corners=0),                      # theta · (x, y[, z], 1) over size's grid
     "GridSample": _row(_float32_inside(grid.grid_sample), (16, 20, 22), align_corners=0, mode=None,
                        padding_mode="zeros"),                 # 16: 2-D, bilinear/bicubic; 20: N-D, linear/cubic
+    # signal: DFTs as products with twiddle tables, linear and differentiable (ops_signal.py)
+    "DFT": _row(_float32_inside(sig.dft), (17, 20), axis=None, inverse=0, onesided=0),  # Σ x_j e^(∓2πi jk/n)
+    "STFT": _row(_float32_inside(sig.stft), (17,), onesided=1),  # the DFTs of windowed frames
+    "MelWeightMatrix": _row(sig.mel_weight_matrix, (17,), output_datatype=1),  # mel filter triangles: a constant
     "RoiAlign": _row(roi.roi_align, (10, 16, 22), coordinate_transformation_mode=None, mode="avg", output_height=1,
                      output_width=1, sampling_ratio=0, spatial_scale=1.0),  # bins of rois pooled; 16: half_pixel
     "DeformConv": _row(roi.deform_conv, (19, 22), dilations=None, group=1, kernel_shape=None, offset_group=1,
