@@ -34,7 +34,7 @@ _GROUPS: dict[str, tuple[str, ...]] = {
         # (every op once here is built; float64 Mod is refused BY_DETAIL)
     ),
     VALUE_SHAPE: (
-        "NonMaxSuppression",  # (NonZero, Unique and Compress: built where the values that count are known)
+        # (NonZero, Unique, Compress and NonMaxSuppression: built where the values that count are known)
     ),
     SEQUENCES: (
         "SequenceMap", "Optional", "OptionalGetElement", "OptionalHasElement",  # (the other sequence ops: BY_MESSAGE)

@@ -1,4 +1,5 @@
-"""ONNX ops whose output's shape is a count of values (Compress, NonZero, Unique): built
+"""ONNX ops whose output's shape is a count of values (Compress, NonZero, Unique,
+NonMaxSuppression): built
 where those values are known when importing (constants, initializers, inputs fixed with
 --constant), against onnxruntime and onnx.reference; Compress's data stays an input and its
 gradient puts each cotangent element back in its place; what is computed from the model's
@@ -21,7 +22,7 @@ from uopcli import FormatError, evaluate_graph  # noqa: E402
 from uopcli.interop.onnx.importer import import_model  # noqa: E402
 from uopcli.tools.differentiate import differentiate  # noqa: E402
 
-TESTED_OPS = {"Compress", "NonZero", "Unique"}
+TESTED_OPS = {"Compress", "NonZero", "Unique", "NonMaxSuppression"}
 CODES = {np.dtype(np.float32): T.FLOAT, np.dtype(np.int64): T.INT64, np.dtype(np.bool_): T.BOOL,
          np.dtype(np.int32): T.INT32, np.dtype(np.float64): T.DOUBLE}
 
@@ -185,4 +186,81 @@ def test_unique_refuses_nan_where_the_peers_disagree(axis):
     assert theirs.shape != ReferenceEvaluator(m).run(None, {})[0].shape  # they disagree: else build it
     with pytest.raises(FormatError, match=r"^<model>: node 'n' \(Unique\): X holds nan, which no order places: "
                                           r"onnxruntime and onnx.reference disagree on its class$"):
+        import_model(m)
+
+
+
+# ----------------------------------------------------------------------------- NonMaxSuppression
+
+def _nms_model(boxes, scores, limit=None, iou=None, floor=None, center=0, known=True):
+    """One NonMaxSuppression node; boxes and scores initializers (known) or graph inputs."""
+    data = {"boxes": boxes, "scores": scores}
+    extra = {name: np.array([v], dtype) for name, v, dtype in (("limit", limit, np.int64), ("iou", iou, np.float32),
+                                                               ("floor", floor, np.float32)) if v is not None}
+    names = list(data) + list(extra)
+    node = helper.make_node("NonMaxSuppression", names, ["selected"], name="n", center_point_box=center)
+    graph = helper.make_graph(
+        [node], "g", [] if known else [helper.make_tensor_value_info(n, T.FLOAT, list(a.shape)) for n, a in data.items()],
+        [helper.make_tensor_value_info("selected", T.INT64, None)],
+        [numpy_helper.from_array(a, n) for n, a in ({**data, **extra} if known else extra).items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+
+
+def _random_boxes(rng, batches, count, center):
+    if center:  # x_center, y_center, width, height
+        return np.concatenate([rng.uniform(0, 10, (batches, count, 2)), rng.uniform(0.5, 4, (batches, count, 2))],
+                              2).astype(np.float32)
+    corners = rng.uniform(0, 10, (batches, count, 4)).astype(np.float32)  # either diagonal: y1 x1 y2 x2 in any order
+    return corners
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_non_max_suppression_of_known_boxes_equals_onnxruntime(seed):
+    """Random overlapping boxes in both formats, 2 batches and 3 classes, with and without a
+    score threshold, limits from 0 to all, scores with ties (kept by the lower index first)."""
+    rng = np.random.default_rng(seed)
+    center = seed % 2
+    boxes = _random_boxes(rng, 2, 12, center)
+    scores = rng.choice(np.linspace(0.05, 0.95, 7), (2, 3, 12)).astype(np.float32)  # ties on purpose
+    for limit, iou, floor in ((3, 0.3, None), (12, 0.1, 0.4), (0, 0.5, 0.2), (5, 0.0, 0.5), (12, 0.6, None)):
+        m = _nms_model(boxes, scores, limit, iou, floor, center)
+        (got,) = ours(m, {})
+        (theirs,) = peers(m, {})
+        assert_exact(got, theirs, f"seed {seed}, limit {limit}, iou {iou}, score threshold {floor}")
+        assert got.shape[0] > 0 or limit == 0
+    # no max_output_boxes_per_class: 0 boxes a class (onnx.reference 1.23 raises on it)
+    m = _nms_model(boxes, scores)
+    (theirs,) = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})
+    assert ours(m, {})[0].shape == theirs.shape == (0, 3)
+
+
+def test_non_max_suppression_keeps_an_iou_equal_to_the_threshold_and_drops_a_score_equal_to_it():
+    """IoU exactly the threshold: kept (the spec: suppressed only when strictly greater);
+    a score exactly the threshold: dropped, as both peers do (the spec's 'less than ... are
+    removed' would keep it)."""
+    boxes = np.array([[[0, 0, 2, 2], [0, 1, 2, 3], [5, 5, 6, 6]]], np.float32)  # IoU of the first two: 2/6 = 1/3
+    scores = np.array([[[0.9, 0.8, 0.5]]], np.float32)
+    m = _nms_model(boxes, scores, 3, float(np.float32(1 / 3)), 0.5)
+    (got,) = ours(m, {})
+    (theirs,) = peers(m, {})
+    assert_exact(got, theirs, "boundaries")
+    assert got.tolist() == [[0, 0, 0], [0, 0, 1]]
+
+
+def test_non_max_suppression_of_a_models_boxes_is_refused_saying_what_to_differentiate():
+    boxes, scores = _random_boxes(np.random.default_rng(1), 1, 4, 0), np.ones((1, 1, 4), np.float32)
+    with pytest.raises(FormatError) as refused:
+        import_model(_nms_model(boxes, scores, 2, 0.5, known=False))
+    assert str(refused.value) == (
+        "<model>: node 'n' (NonMaxSuppression): boxes, whose values decide how many boxes are kept (differentiate "
+        "the model up to its boxes and scores), (input 0) must be known when importing (a constant or a shape), but "
+        "it is the model's input 'boxes': give its value with --constant boxes=...")
+    graph, _ = import_model(_nms_model(boxes, scores, 2, 0.5, known=False), constants={"boxes": boxes, "scores": scores})
+    assert evaluate_graph(graph, {})["selected"].shape[1] == 3  # fixed with --constant, it imports
+
+
+def test_non_max_suppression_refuses_boxes_that_do_not_fit_the_scores():
+    m = _nms_model(np.zeros((1, 4, 4), np.float32), np.zeros((1, 2, 5), np.float32), 1)
+    with pytest.raises(FormatError, match=r"boxes \[1, 4, 4\] and scores \[1, 2, 5\] must be \[batches, boxes, 4\] "
+                                          r"and \[batches, classes, boxes\]$"):
         import_model(m)

@@ -354,6 +354,8 @@ def test_every_row_of_the_table_is_tested():
     tested.add("BitCast")  # test_onnx_bitcast: every pair of one width, bit for bit
     from test_onnx_import_counted_shapes import TESTED_OPS as COUNTED_OPS  # shapes counted from known values
     tested |= COUNTED_OPS
+    from test_onnx_signal import TESTED_OPS as SIGNAL_OPS  # against numpy.fft, torch.stft, onnxruntime
+    tested |= SIGNAL_OPS
     assert set(TABLE) <= tested, f"ops without a case: {sorted(set(TABLE) - tested)}"
 
 

@@ -129,10 +129,10 @@ def test_cast_1_takes_a_type_name():
 
 
 def many_refusals_model():
-    """NonMaxSuppression twice, TfIdfVectorizer, a Gemm with an attribute it has not, an op of another domain."""
+    """StringNormalizer twice, TfIdfVectorizer, a Gemm with an attribute it has not, an op of another domain."""
     x = helper.make_tensor_value_info("x", F, [2, 2])
-    nodes = [helper.make_node("NonMaxSuppression", ["x", "x"], ["n1"], name="nms1"),
-             helper.make_node("NonMaxSuppression", ["x", "x"], ["n2"], name="nms2"),
+    nodes = [helper.make_node("StringNormalizer", ["x"], ["n1"], name="sn1"),
+             helper.make_node("StringNormalizer", ["x"], ["n2"], name="sn2"),
              helper.make_node("TfIdfVectorizer", ["x"], ["u"], name="tf"),
              helper.make_node("Gemm", ["x", "x"], ["g"], name="gm", colour=3),
              helper.make_node("Foo", ["x"], ["f"], name="foo", domain="com.example")]
@@ -144,7 +144,7 @@ def many_refusals_model():
 def test_every_refusal_of_a_model_in_one_line(tmp_path):
     with pytest.raises(UnsupportedOps) as refused:
         import_model(many_refusals_model())
-    assert refused.value.missing == [("NonMaxSuppression", 11, 2), ("TfIdfVectorizer", 9, 1), ("Gemm", 13, 1),
+    assert refused.value.missing == [("StringNormalizer", 10, 2), ("TfIdfVectorizer", 9, 1), ("Gemm", 13, 1),
                                      ("com.example.Foo", None, 1)]
     path = tmp_path / "many.onnx"
     onnx.save(many_refusals_model(), str(path))
@@ -153,7 +153,7 @@ def test_every_refusal_of_a_model_in_one_line(tmp_path):
     assert done.returncode == 1 and "Traceback" not in done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert line == (f"uopgrad: error: {path}: the importer does not support 4 of the model's ops, versions or "
-                    "attributes (opset 13): NonMaxSuppression-11 (2 nodes, first 'nms1'); TfIdfVectorizer-9 (node 'tf'); "
+                    "attributes (opset 13): StringNormalizer-10 (2 nodes, first 'sn1'); TfIdfVectorizer-9 (node 'tf'); "
                     "Gemm-13 attribute 'colour' (node 'gm'); com.example.Foo (node 'foo')")
     assert not list(tmp_path.glob("out*"))
 
@@ -162,7 +162,7 @@ def test_one_refused_node_is_named_as_before():
     model = many_refusals_model()
     del model.graph.node[1:]
     del model.graph.output[1:]
-    with pytest.raises(FormatError, match=r"^<model>: node 'nms1' \(NonMaxSuppression\): this op \(version 11, "
+    with pytest.raises(FormatError, match=r"^<model>: node 'sn1' \(StringNormalizer\): this op \(version 10, "
                                           r"opset 13\) "
                                           r"is not supported by the importer$"):
         import_model(model)

@@ -23,6 +23,7 @@ from uopcli.interop.onnx.importer import import_model  # noqa: E402
 from uopcli.tools.differentiate import differentiate  # noqa: E402
 from uopcli import evaluate_graph  # noqa: E402
 
+TESTED_OPS = {"DFT", "STFT", "MelWeightMatrix"}
 RNG = np.random.default_rng(29)
 _TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE}
 

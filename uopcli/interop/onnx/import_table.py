@@ -178,6 +178,7 @@ TABLE: dict[str, OpRow] = {
     "Compress": _row(ix.compress, (9, 11, 28), axis=None),      # numpy.compress: slices where the condition holds
     "NonZero": _row(ix.non_zero, (9, 13)),                    # the indices of nonzero elements, [rank, count]
     "Unique": _row(ix.unique, (11, 28), axis=None, sorted=1),  # numpy.unique, first occurrences, inverse, counts
+    "NonMaxSuppression": _row(ix.non_max_suppression, (10, 11), center_point_box=0),  # kept boxes, [count, 3]
     # -- layer ops of issue 29 (ops_norm.py, ops_nn.py, ops_recurrent.py, ops_resize.py, ops_grid.py, ops_roi.py,
     #    ops_attention.py); the spec of each: https://onnx.ai/onnx/operators/onnx__<Op>.html
     "InstanceNormalization": _row(_float32_inside(norm.instance_normalization), (6, 22), epsilon=1e-5),  # per instance and channel

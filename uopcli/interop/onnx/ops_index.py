@@ -1,6 +1,7 @@
 """ONNX's tiling, one-hot, block rearranging and scattering ops, and Range's newer version:
 Tile, OneHot, DepthToSpace/SpaceToDepth, ScatterElements/ScatterND (with their reduction
-attribute), Range-27. Scatters are the builder's one-hot masked scatter (a `where` over a
+attribute), Range-27, and the ops whose output's size is a count of known values (Compress,
+NonZero, Unique, NonMaxSuppression). Scatters are the builder's one-hot masked scatter (a `where` over a
 mask of the index against each axis place), so they differentiate with respect to both
 the data and the updates. Calling conventions as in ops_tensor.py."""
 
@@ -290,3 +291,65 @@ def tensor_scatter(ctx):
     index = inside.where(offset, 0).reshape(*layout).expand(*cache.shape[:axis], length, *cache.shape[axis + 1:])
     gathered = t.take(update, axis, index)
     return inside.reshape(*layout).where(gathered, cache)
+
+
+def non_max_suppression(ctx):
+    """NonMaxSuppression-11: per batch and class, the boxes scoring above score_threshold
+    (all, without one) in descending score, a tie by the lower index first, each kept unless
+    its IoU with a box kept before exceeds iou_threshold, at most max_output_boxes_per_class
+    (0 without one): [count, 3] int64 rows (batch, class, box). The count depends on the
+    values, so boxes and scores must be known when importing; a detection model computes
+    them, and is differentiated up to its boxes and scores, before its NMS. Arithmetic in
+    the boxes' type, as onnx.reference's op_non_max_suppression.py."""
+    what = "{}, whose values decide how many boxes are kept (differentiate the model up to its boxes and scores),"
+    boxes, scores = (np.asarray(ctx.static(i, what.format(name))) for i, name in enumerate(("boxes", "scores")))
+    limit, iou, floor = (ctx.static(i, name) for i, name in ((2, "max_output_boxes_per_class"), (3, "iou_threshold"),
+                                                             (4, "score_threshold")))
+    if boxes.ndim != 3 or boxes.shape[2] != 4 or scores.ndim != 3 or scores.shape[::2] != boxes.shape[:2]:
+        ctx.refuse(f"boxes {list(boxes.shape)} and scores {list(scores.shape)} must be [batches, boxes, 4] and "
+                   f"[batches, classes, boxes]")
+    center = ctx.attr("center_point_box")
+    if center not in (0, 1):
+        ctx.refuse(f"center_point_box={center} is not 0 or 1")
+    limit = max(int(np.asarray(limit).reshape(-1)[0]), 0) if limit is not None and np.size(limit) else 0
+    iou = np.asarray(iou).reshape(-1)[0] if iou is not None and np.size(iou) else 0.0
+    floor = np.asarray(floor).reshape(-1)[0] if floor is not None and np.size(floor) else None
+    kept = []
+    for batch in range(boxes.shape[0]):
+        corners = _corners(boxes[batch], center)
+        for cls in range(scores.shape[1]):
+            score = scores[batch, cls]
+            order = [i for i in sorted(range(score.size), key=lambda i: (-score[i], i)) if floor is None or score[i] > floor]
+            chosen: list[int] = []
+            for box in order:
+                if len(chosen) >= limit:
+                    break
+                if not any(_overlap(corners[box], corners[other]) > iou for other in chosen):
+                    chosen.append(box)
+            kept += [(batch, cls, box) for box in chosen]
+    return np.array(kept, dtype=np.int64).reshape(-1, 3)
+
+
+def _corners(boxes: np.ndarray, center: int) -> list[tuple]:
+    """Each box as (x_min, x_max, y_min, y_max): from [y1, x1, y2, x2] (either diagonal), or
+    from [x_center, y_center, width, height]."""
+    if center:
+        half_w, half_h = boxes[:, 2] / boxes.dtype.type(2), boxes[:, 3] / boxes.dtype.type(2)
+        return list(zip(boxes[:, 0] - half_w, boxes[:, 0] + half_w, boxes[:, 1] - half_h, boxes[:, 1] + half_h))
+    return list(zip(np.minimum(boxes[:, 1], boxes[:, 3]), np.maximum(boxes[:, 1], boxes[:, 3]),
+                    np.minimum(boxes[:, 0], boxes[:, 2]), np.maximum(boxes[:, 0], boxes[:, 2])))
+
+
+def _overlap(a: tuple, b: tuple):
+    """IoU of two boxes (x_min, x_max, y_min, y_max); 0 where they do not overlap or one has
+    no area (never suppressed)."""
+    width = min(a[1], b[1]) - max(a[0], b[0])
+    height = min(a[3], b[3]) - max(a[2], b[2])
+    if width <= 0 or height <= 0:
+        return 0.0
+    inter = width * height
+    area_a, area_b = (a[1] - a[0]) * (a[3] - a[2]), (b[1] - b[0]) * (b[3] - b[2])
+    union = area_a + area_b - inter
+    if inter <= 0 or area_a <= 0 or area_b <= 0 or union <= 0:
+        return 0.0
+    return inter / union
