@@ -60,7 +60,7 @@ TESTS = [
                              "tests/test_onnx_bitcast.py", "tests/test_onnx_constant_inputs.py",
                              "tests/test_onnx_import_counted_shapes.py", "tests/test_onnx_torch_architectures.py",
                              "tests/test_onnx_fuzz.py", "tests/test_onnx_grad_fuzz.py",
-                             "tests/test_onnx_signal.py"]),
+                             "tests/test_onnx_signal.py", "tests/test_onnx_flex_attention.py"]),
     # the device tests' zoo models cost minutes; their division test (4 s) is the one that runs
     # a renderer without FDIV (backend.py's spelling of it), their sine tests (3 s) the ones that
     # run SIN on a renderer without SIN (backend.py's 2 pi reduction) and with it

@@ -1,6 +1,7 @@
 """ONNX ops that the spec defines by a function body (AffineGrid, CausalConvWithState,
-LinearAttention, ...): where the import table has no row for the op's version, the node is
-imported as its body, node by node, as onnx.reference runs such an op.
+LinearAttention, ...; of the preview domain, FlexAttention): where the import table has no
+row for the op's version, the node is imported as its body, node by node, as onnx.reference
+runs such an op.
 
 A schema's body is fixed (`function_body`) or made for the node at hand (a context-dependent
 function: its attributes and its inputs' element types and shapes choose the body). The body's
@@ -18,13 +19,13 @@ from typing import Sequence
 SEPARATOR = "::"
 
 
-def function_of(op: str, opset: int, node, input_types: Sequence):
-    """The FunctionProto that defines ai.onnx's `op` at `opset` for `node` (its inputs'
-    TypeProtos, in order, for a context-dependent body), or None where the spec has none."""
+def function_of(op: str, opset: int, node, input_types: Sequence, domain: str = ""):
+    """The FunctionProto that defines `op` of `domain` (ai.onnx: "") at `opset` for `node` (its
+    inputs' TypeProtos, in order, for a context-dependent body), or None where the spec has none."""
     import onnx
     import onnx.defs
     try:
-        schema = onnx.defs.get_schema(op, opset, "")
+        schema = onnx.defs.get_schema(op, opset, domain)
     except onnx.defs.SchemaError:
         return None
     if schema.has_function:
@@ -38,11 +39,13 @@ def function_of(op: str, opset: int, node, input_types: Sequence):
     return None
 
 
-def has_function(op: str, opset: int) -> bool:
-    """Whether the spec defines `op` at `opset` by a body (fixed or context-dependent)."""
+def has_function(op: str, opset: int | None, domain: str = "") -> bool:
+    """Whether the spec defines `op` of `domain` at `opset` by a body (fixed or context-dependent)."""
     import onnx.defs
+    if opset is None:
+        return False
     try:
-        schema = onnx.defs.get_schema(op, opset, "")
+        schema = onnx.defs.get_schema(op, opset, domain)
     except onnx.defs.SchemaError:
         return False
     return schema.has_function or schema.has_context_dependent_function
@@ -53,11 +56,11 @@ def body_opset(function, default: int) -> int:
     return next((entry.version for entry in function.opset_import if entry.domain in ("", "ai.onnx")), default)
 
 
-def expanded_nodes(function, node, op: str, opset: int) -> list:
+def expanded_nodes(function, node, op: str, opset: int, domain: str = "") -> list:
     """The body's nodes, renamed into `node`'s namespace, their attribute references bound."""
     import onnx
     import onnx.defs
-    defaults = onnx.defs.get_schema(op, opset, "").attributes
+    defaults = onnx.defs.get_schema(op, opset, domain).attributes
     given = {a.name: a for a in node.attribute}
     names = {formal: actual for formal, actual in zip(function.input, node.input)}
     names.update({formal: "" for formal in function.input[len(node.input):]})  # left out: empty

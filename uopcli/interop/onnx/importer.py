@@ -44,6 +44,8 @@ from .import_versions import VERSIONS
 from .ops_sequence import TAKE_A_SEQUENCE, Sequence
 
 ONNX_DOMAINS = ("", "ai.onnx")
+# other domains whose ops the spec defines by function bodies, imported as those (functions.py)
+BODY_DOMAINS = ("ai.onnx.preview",)
 
 
 class Value:
@@ -124,6 +126,7 @@ class _Importer:
         self.weight_order: list[str] = []   # input names of the weights used, in the file's order
         self._weight_source: dict[str, str] = {}  # input name -> initializer name
         self.opset = _onnx_opset(model, source)
+        self.domain_opsets = {entry.domain: entry.version for entry in model.opset_import}
         self._since: dict[tuple[str, int], int] = {}  # (op, opset) -> the version it picks
         self._copied_from: dict[str, str] = {}  # a weight copied by an Identity -> its initializer
         self._made_by: dict[str, tuple[str, str]] = {}  # a sequence's name -> (node label, op) that made it
@@ -306,6 +309,8 @@ class _Importer:
         for index, node in enumerate(self.graph.node):
             op = _text(node.op_type)
             if node.domain not in ONNX_DOMAINS:
+                if node.domain in BODY_DOMAINS and has_function(op, self.domain_opsets.get(node.domain), node.domain):
+                    continue  # imported as its function body, its ops checked then
                 key = (f"{node.domain}.{op}", None, "")
             else:
                 since = self._since_version(op, None)
@@ -330,6 +335,9 @@ class _Importer:
     def _import_node(self, node, index: int) -> None:
         op, name = _text(node.op_type), _text(node.name) or f"#{index}"
         label = repr(name)
+        if node.domain not in ONNX_DOMAINS:  # another domain's op: its function body, if it has one
+            self._import_function(node, index, op, None, label)
+            return
         since = self._since_version(op, label)
         if op in CONTROL and node.domain in ONNX_DOMAINS:  # decided when importing (control.py)
             if since not in CONTROL[op][1]:
@@ -389,14 +397,15 @@ class _Importer:
     def _import_function(self, node, index: int, op: str, since: int, label: str) -> None:
         """`node` as the nodes of the function body that defines its op (functions.py), each
         imported at the body's opset; refused in one line where the spec gives no body."""
-        if node.domain not in ONNX_DOMAINS or not has_function(op, self.opset):
-            self.fail(_unsupported(op if node.domain in ONNX_DOMAINS else f"{node.domain}.{op}", since, "",
-                                   self.opset), label, op)
+        domain = "" if node.domain in ONNX_DOMAINS else node.domain
+        version = self.domain_opsets.get(domain) if domain else self.opset
+        if (domain and domain not in BODY_DOMAINS) or not has_function(op, version, domain):
+            self.fail(_unsupported(f"{domain}.{op}" if domain else op, since, "", self.opset), label, op)
         types = [self._type_proto(name, label, op) for name in node.input]
-        function = function_of(op, self.opset, node, types)
+        function = function_of(op, version, node, types, domain)
         outer, self.opset = self.opset, body_opset(function, self.opset)
         try:
-            nodes = expanded_nodes(function, node, op, outer)
+            nodes = expanded_nodes(function, node, op, version, domain)
             for inner in nodes:  # refused as this node's, in one line, before any is built
                 inner_op = _text(inner.op_type)
                 inner_since = self._since_version(inner_op, label)
@@ -705,7 +714,8 @@ def _unsupported(op: str, since: int | None, what: str, opset: int) -> str:
     if what:
         return f"{what} is not supported" if what.count("attribute") == 1 else f"{what} are not supported"
     if "." in op:
-        return f"op {op} is not supported (only the standard ai.onnx ops are)"
+        return (f"op {op} is not supported (the standard ai.onnx ops are, and those of "
+                f"{', '.join(BODY_DOMAINS)} that the spec defines by a function body)")
     if since is None:
         return f"{op} does not exist in opset {opset}"
     if op not in TABLE:
