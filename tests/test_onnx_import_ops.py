@@ -229,6 +229,15 @@ CASES = [
          equation="i...,j...->ij...", opset=12, id="Einsum-ellipsis-broadcast-both"),
     # num_outputs that leave the last part empty: 4 in 3 is [2, 2, 0] (it was refused)
     case("Split", np.arange(4, dtype=np.float32), num_outputs=3, outs=3, id="Split-num-outputs-last-empty"),
+    # gathers of bools and narrow integers by indices known only when evaluating keep the
+    # data's type (they came out int32, uint32: a Where on the gathered mask of torch's
+    # dynamo-exported attention was refused, "the condition must be bool")
+    case("Gather", np.array([[True, False, True], [False, False, True]]), i64([[2, 0], [-1, 1]]), axis=1, types=[B],
+         id="Gather-bool"),
+    case("Gather", np.array([3, -4, 127, -128], np.int8), i64([3, 0, 2]), types=[TensorProto.INT8], id="Gather-int8"),
+    case("Gather", np.array([3, 4, 255], np.uint8), i64([[2], [0]]), types=[TensorProto.UINT8], id="Gather-uint8"),
+    case("GatherND", np.array([[True, False], [False, True]]), i64([[0, 1], [1, 1], [0, 0]]), types=[B],
+         id="GatherND-bool"),
 ]
 
 _ONNX_TYPE = {np.dtype(np.float32): F, np.dtype(np.int64): I64, np.dtype(bool): B, np.dtype(np.int32): TensorProto.INT32,

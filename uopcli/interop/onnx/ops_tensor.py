@@ -517,7 +517,10 @@ def gather_index(data: UOp, axis: int, index: UOp) -> UOp:
     spread = data.reshape(*before, *(1,) * len(index.shape), size, *after)
     mask = index._one_hot_mask(size, len(index.shape)).reshape(
         *(1,) * len(before), *index.shape, size, *(1,) * len(after))
-    return mask.where(spread, _exact_fill(data)).sum(len(before) + len(index.shape))  # -0.0 copied (see take)
+    # -0.0 copied (see take); one value added to zeros, so in data's own dtype where sum() would
+    # widen it (bools and narrow integers to int32, as a count): a bool mask gathers as bool
+    picked = mask.where(spread, _exact_fill(data))
+    return picked.sum(len(before) + len(index.shape), dtype=None if data.dtype.is_float else data.dtype)
 
 
 def gather_elements(ctx):
