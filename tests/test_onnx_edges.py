@@ -558,3 +558,49 @@ def test_l2_norms_in_range_are_bit_for_bit_the_plain_forms(dtype):
             assert np.isnan(by_hand_slopes[90]).all() and np.array_equal(slopes[90], np.zeros(5, dtype))
             slopes, by_hand_slopes = np.delete(slopes, 90, 0), np.delete(by_hand_slopes, 90, 0)
         assert_exact(slopes, by_hand_slopes, f"{op} gradient")
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.DOUBLE], ids=["float32", "float64"])
+def test_a_row_of_minus_inf_is_nan_and_its_guarded_gradient_zero(op, dtype):
+    """Attention as torch's TorchScript exporter writes it for a padding mask that hides a
+    whole row (left padding, causal): scores = q·kᵀ + mask (-inf where hidden), p = Softmax,
+    Where(IsNaN(p), 0, p), times v. The hidden row's softmax is nan (the spec; both
+    runtimes), the Where makes it 0, and the gradients are torch's with that row 0 (they were
+    nan for q's row and all of k: the softmax's slope on the row of -inf was nan, and nan·0
+    is nan)."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed: the gradient comparison skips")
+    np_type = np.float64 if dtype == TensorProto.DOUBLE else np.float32
+    rng = np.random.default_rng(41)
+    q, k, v, c = (rng.standard_normal(shape).astype(np_type) for shape in ((4, 3), (5, 3), (5, 2), (4, 2)))
+    mask = np.zeros((4, 5), np_type)
+    mask[0, 3:], mask[1, :], mask[3, 0] = -np.inf, -np.inf, -np.inf  # row 1 hidden throughout
+    nodes = [helper.make_node("Constant", [], ["zero"], value=numpy_helper.from_array(np.zeros((), np_type))),
+             helper.make_node("Transpose", ["k"], ["kt"]), helper.make_node("MatMul", ["q", "kt"], ["qk"]),
+             helper.make_node("Add", ["qk", "mask"], ["scores"]), helper.make_node(op, ["scores"], ["p"], axis=-1),
+             helper.make_node("IsNaN", ["p"], ["hidden"]), helper.make_node("Where", ["hidden", "zero", "p"], ["kept"]),
+             helper.make_node("MatMul", ["kept", "v"], ["out"])]
+    inputs = {"q": q, "k": k, "v": v, "mask": mask}
+    graph = helper.make_graph(
+        nodes, "attention", [helper.make_tensor_value_info(n, dtype, a.shape) for n, a in inputs.items()],
+        [helper.make_tensor_value_info("p", dtype, (4, 5)), helper.make_tensor_value_info("out", dtype, (4, 2))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+
+    ours, _ = import_model(model)
+    values = evaluate_graph(ours, inputs)
+    p, out = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)
+    assert np.isnan(values["p"][1]).all() and np.isnan(p[1]).all()
+    rtol = 1e-12 if dtype == TensorProto.DOUBLE else 1e-5
+    np.testing.assert_allclose(values["out"], out, rtol=rtol, atol=rtol)
+
+    grads, _ = differentiate(ours, ["q", "k", "v"], of=["out"], cotangent="input")
+    mine = evaluate_graph(grads, {**inputs, "cotangent_out": c})
+    tq, tk, tv = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
+    scores = tq @ tk.T + torch.tensor(mask)
+    shown = [0, 2, 3]  # the rows with an element above -inf
+    kept = torch.zeros(4, 5, dtype=scores.dtype).index_put(
+        (torch.tensor(shown),), (torch.softmax if op == "Softmax" else torch.log_softmax)(scores[shown], -1))
+    ((kept @ tv) * torch.tensor(c)).sum().backward()
+    for name, truth in {"q": tq.grad, "k": tk.grad, "v": tv.grad}.items():
+        np.testing.assert_allclose(mine[f"grad_{name}"], truth.numpy(), rtol=rtol, atol=rtol, err_msg=name)

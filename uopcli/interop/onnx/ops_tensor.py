@@ -268,14 +268,28 @@ def softmax(ctx, log: bool = False):
 
 def softmax_of(x: UOp, axis: int) -> UOp:
     """The builder's e^(x - max) / Σe^(x - max); float64 by softmax64 (the builder's eˣ is
-    float32-grade there)."""
-    return softmax64(x, axis) if x.dtype is dtypes.float64 else x.softmax(axis)
+    float32-grade there). A row of -inf throughout is nan, see _masked_rows_nan."""
+    return _masked_rows_nan(x, axis, lambda v: softmax64(v, axis) if v.dtype is dtypes.float64 else v.softmax(axis))
 
 
 def log_softmax_of(x: UOp, axis: int) -> UOp:
     """The builder's x - max - log Σe^(x - max); float64 by log_softmax64 (the largest's
-    output was 0, and its slope to itself 0, where the rest is below 1e-16 of it)."""
-    return log_softmax64(x, axis) if x.dtype is dtypes.float64 else x.log_softmax(axis)
+    output was 0, and its slope to itself 0, where the rest is below 1e-16 of it). A row
+    of -inf throughout is nan, see _masked_rows_nan."""
+    return _masked_rows_nan(x, axis, lambda v: log_softmax64(v, axis) if v.dtype is dtypes.float64
+                            else v.log_softmax(axis))
+
+
+def _masked_rows_nan(x: UOp, axis: int, build) -> UOp:
+    """build(x) where a row along `axis` has an element above -inf; nan, as the spec's
+    e^(x - max) gives (-inf - -inf), where the row is -inf throughout (an attention row that
+    its mask hides entirely), computed from a row of zeros instead. The value is the same;
+    the gradient is not: built from the row of -inf, the nan reached the gradient of every
+    input upstream (the softmax's slope is nan there, and nan·0 is nan), where torch's
+    exports put a Where(IsNaN(softmax), 0, softmax) after it to mean 0 for such a row (the
+    TorchScript exporter's scaled_dot_product_attention with a padding mask)."""
+    hidden = x.max(axis, keepdim=True).eq(-math.inf)
+    return hidden.where(math.nan, build(hidden.where(0.0, x)))
 
 
 def log_softmax(ctx): return softmax(ctx, log=True)        # noqa: E704
