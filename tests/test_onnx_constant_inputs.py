@@ -128,14 +128,15 @@ def test_without_the_value_the_refusal_names_the_input_and_the_option(tmp_path):
                           "with --constant scales=...\n")
 
 
-def test_a_value_computed_from_an_input_is_still_refused_as_computed():
-    """Only the model's input itself can be fixed; scales computed from it (here x's own
-    values, through Abs) are refused as before, naming no input."""
+def test_a_value_computed_from_an_input_is_refused_naming_the_input_to_fix():
+    """Scales computed from the model's input (through Abs) are refused, naming the input
+    that fixing would fix them (it named none: "computed from the model's inputs")."""
     nodes = [helper.make_node("Abs", ["s"], ["scales"]),
              helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")]
     model = _model(nodes, [("x", T.FLOAT, [1, 1, 2, 3]), ("s", T.FLOAT, [4])])
     with pytest.raises(FormatError, match=r"scales \(input 2\) must be known when importing \(a constant or a "
-                                          r"shape\), but it is computed from the model's inputs$"):
+                                          r"shape\), but it is computed from the model's input 's': give its value "
+                                          r"with --constant s=\.\.\.$"):
         import_model(model)
     got = ours(model, {"x": X}, {"s": [1, 1, -2, 2]})  # fixing s fixes what is computed from it
     want = onnxruntime(model, {"x": X, "s": np.array([1, 1, -2, 2], np.float32)})

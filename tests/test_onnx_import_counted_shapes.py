@@ -86,8 +86,12 @@ def test_compress_refuses_a_computed_condition_and_names_an_input_one():
         [numpy_helper.from_array(np.array(0, np.float32), "zero")])
     with pytest.raises(FormatError) as refused:
         import_model(helper.make_model(computed, opset_imports=[helper.make_opsetid("", 11)]), source="m.onnx")
+    # the float initializer `zero` is a weight: never known, whatever the user fixes
     assert str(refused.value) == ("m.onnx: node 'n' (Compress): condition (input 1) must be known when importing "
-                                  "(a constant or a shape), but it is computed from the model's inputs")
+                                  "(a constant or a shape), but it is computed from weights ('zero') and the model's "
+                                  "input 'x': weights are never known when importing (they are inputs, to "
+                                  "differentiate with respect to), so a shape that follows their values cannot be "
+                                  "static; export the model in a form whose shapes do not depend on values")
     given = model("Compress", {"x": X, "c": np.array([True, False])}, {}, [("y", T.FLOAT)], 11, axis=1)
     with pytest.raises(FormatError, match="but it is the model's input 'c': give its value with --constant c=..."):
         import_model(given)
@@ -188,6 +192,42 @@ def test_unique_refuses_nan_where_the_peers_disagree(axis):
                                           r"onnxruntime and onnx.reference disagree on its class$"):
         import_model(m)
 
+
+def test_a_count_computed_from_weights_or_inputs_says_which_and_what_to_do():
+    """A mixture-of-experts router as torch's TorchScript exporter writes HF Mixtral with
+    eager experts: logits = x·W (W a weight), TopK, NonZero of the tokens sent to expert 0.
+    The count depends on the weights' values, which no option fixes: the refusal says so
+    (it said "computed from the model's inputs", as if --constant could help). Computed from
+    inputs alone (a + b), it names every input to fix."""
+    router = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w_router"], ["logits"]),
+         helper.make_node("TopK", ["logits", "two"], ["top", "experts"], axis=-1),
+         helper.make_node("Equal", ["experts", "zero"], ["chosen"]),
+         helper.make_node("NonZero", ["chosen"], ["where"], name="/mlp/experts/NonZero")],
+        "router", [helper.make_tensor_value_info("x", T.FLOAT, [4, 3])],
+        [helper.make_tensor_value_info("where", T.INT64, None)],
+        [numpy_helper.from_array(np.ones((3, 4), np.float32), "w_router"),
+         numpy_helper.from_array(np.array([2], np.int64), "two"), numpy_helper.from_array(np.array(0, np.int64), "zero")])
+    with pytest.raises(FormatError) as refused:
+        import_model(helper.make_model(router, opset_imports=[helper.make_opsetid("", 17)]), source="moe.onnx")
+    assert str(refused.value) == (
+        "moe.onnx: node '/mlp/experts/NonZero' (NonZero): X (input 0) must be known when importing (a constant or a "
+        "shape), but it is computed from weights ('w_router') and the model's input 'x': weights are never known when "
+        "importing (they are inputs, to differentiate with respect to), so a shape that follows their values cannot "
+        "be static; export the model in a form whose shapes do not depend on values")
+
+    summed = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["c"]), helper.make_node("NonZero", ["c"], ["where"], name="n")], "sum",
+        [helper.make_tensor_value_info(n, T.INT64, [3]) for n in ("b", "a")],
+        [helper.make_tensor_value_info("where", T.INT64, None)])
+    with pytest.raises(FormatError) as refused:
+        import_model(helper.make_model(summed, opset_imports=[helper.make_opsetid("", 17)]), source="m.onnx")
+    assert str(refused.value) == ("m.onnx: node 'n' (NonZero): X (input 0) must be known when importing (a constant "
+                                  "or a shape), but it is computed from the model's inputs 'a', 'b': give their values "
+                                  "with --constant a=... --constant b=...")
+    graph, _ = import_model(helper.make_model(summed, opset_imports=[helper.make_opsetid("", 17)]),
+                            constants={"a": [1, 0, -2], "b": [0, 0, 2]})
+    assert_exact(np.asarray(evaluate_graph(graph, {})["where"]), np.array([[0]]), "NonZero of a + b fixed")
 
 
 # ----------------------------------------------------------------------------- NonMaxSuppression

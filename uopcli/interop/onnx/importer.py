@@ -41,6 +41,7 @@ from .dtypes import CONSTANT_DOC, FROM_ONNX, TO_ONNX, UNSUPPORTED_NAMES
 from .functions import body_opset, expanded_nodes, function_of, has_function
 from .import_table import TABLE
 from .import_versions import VERSIONS
+from .ops_index import computed_from
 from .ops_sequence import TAKE_A_SEQUENCE, Sequence
 
 ONNX_DOMAINS = ("", "ai.onnx")
@@ -537,7 +538,7 @@ class NodeContext:
                 self.refuse(f"{what} (input {i}) must be known when importing (a constant or a shape), "
                             f"but it is the model's input {name!r}: give its value with --constant {name}=...")
             self.refuse(f"{what} (input {i}) must be known when importing (a constant or a shape), "
-                        f"but it is computed from the model's inputs")
+                        f"but it is computed from {computed_from(value.node, self.importer.input_names)}")
         return value.const
 
     def sequence(self, i: int) -> list:

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from uopcli import UOp, dtypes
+from uopcli import Ops, UOp, dtypes
 
 from . import ops_tensor as t
 
@@ -149,7 +149,36 @@ def scatter_nd(ctx):
 # ----------------------------------------------------------------------------- shapes set by values
 # The output's shape is a count of the input's values: the format's shapes are static, so
 # those values must be known when importing (a constant, or a model input fixed with
-# --constant); the refusal says so otherwise.
+# --constant); the refusal says so otherwise, and what the values are computed from.
+
+
+def computed_from(node: UOp, input_names: dict) -> str:
+    """What a value that must be known when importing is computed from, and what the user
+    can do, for its refusal: the model's inputs alone can be fixed (--constant); a value of
+    the weights never is (they are inputs to differentiate), as an MoE router's choice of
+    experts (torch's NonZero of the top-k mask) or any shape that follows the data."""
+    inputs, weights, seen, stack = [], [], {node}, [node]
+    while stack:
+        for src in stack.pop().src:
+            if src not in seen:
+                seen.add(src)
+                stack.append(src)
+                if src.op == Ops.PARAM:
+                    (inputs if src in input_names else weights).append(input_names.get(src, src.arg))
+    listed, plural = _listed, "s" * (len(inputs) > 1)
+    if not weights:
+        return (f"the model's input{plural} {listed(inputs, 8)}: give {'their values' if plural else 'its value'} "
+                f"with {' '.join(f'--constant {n}=...' for n in sorted(inputs))}")
+    also = f" and the model's input{plural} {listed(inputs)}" if inputs else ""
+    return (f"weights ({listed(weights)}){also}: weights are never known when importing (they are inputs, to "
+            f"differentiate with respect to), so a shape that follows their values cannot be static; export the "
+            f"model in a form whose shapes do not depend on values")
+
+
+def _listed(names, most: int = 3) -> str:
+    names = [repr(n) for n in sorted(names)]
+    return ", ".join(names) if len(names) <= most else f"{', '.join(names[:most])} and {len(names) - most} more"
+
 
 def compress(ctx):
     """Compress-11: the slices along `axis` (of the flattened input, without one) at the
