@@ -152,14 +152,17 @@ $(ONNX_STAMP): $(STAMP)
 
 # torch==2.13.0 (the [torch-test] extra, a CPU build) for the tests against PyTorch: forward
 # mode against torch.func (tests/test_forward_torch.py), exported models against autograd;
-# onnxscript for torch's default (dynamo) ONNX exporter. Each where it can be installed, else
-# its tests skip, saying why. Pinned: a bare `torch` would fetch a multi-GB CUDA build.
+# onnxscript for torch's default (dynamo) ONNX exporter; transformers for the HuggingFace
+# models users export (tests/test_onnx_hf_models.py). Each where it can be installed, else its
+# tests skip, saying why. Pinned: a bare `torch` would fetch a multi-GB CUDA build.
 $(TORCH_STAMP): $(STAMP)
-	@echo "make: installing torch==2.13.0 and onnxscript for the tests against PyTorch (pip's log: $(VENV)/install.log)"
+	@echo "make: installing torch==2.13.0, onnxscript and transformers for the tests against PyTorch (pip's log: $(VENV)/install.log)"
 	@$(PY) -m pip install 'torch==2.13.0' >>$(VENV)/install.log 2>&1 || \
 		echo "make: torch==2.13.0 cannot be installed for $$($(PY) --version 2>&1): tests/test_forward_torch.py will skip (see $(VENV)/install.log)" >&2
-	@$(PY) -m pip install 'onnxscript==0.7.2' >>$(VENV)/install.log 2>&1 || \
-		echo "make: onnxscript cannot be installed for $$($(PY) --version 2>&1): the dynamo-export tests will skip (see $(VENV)/install.log)" >&2
+	@for package in 'onnxscript==0.7.2' 'transformers==5.23.0'; do \
+		$(PY) -m pip install "$$package" >>$(VENV)/install.log 2>&1 || \
+		echo "make: $$package cannot be installed for $$($(PY) --version 2>&1): its tests will skip (see $(VENV)/install.log)" >&2; \
+	done
 	@touch $@
 
 # dask and distributed (the [dask] extra) for `eval --map --dask` and its tests, which start real
