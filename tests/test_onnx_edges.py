@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from _onnx_helpers import assert_exact, evaluated, need_onnx_and_runtime, run_onnx
-from uopcli import Graph, Ops, UOp, dtypes, evaluate_graph
+from uopcli import FormatError, Graph, Ops, UOp, dtypes, evaluate_graph
 
 onnx, ort = need_onnx_and_runtime()
 
@@ -604,3 +604,26 @@ def test_a_row_of_minus_inf_is_nan_and_its_guarded_gradient_zero(op, dtype):
     ((kept @ tv) * torch.tensor(c)).sum().backward()
     for name, truth in {"q": tq.grad, "k": tk.grad, "v": tv.grad}.items():
         np.testing.assert_allclose(mine[f"grad_{name}"], truth.numpy(), rtol=rtol, atol=rtol, err_msg=name)
+
+
+@pytest.mark.parametrize("stored, hint", [("weight", True), ("input", True), ("string", False)])
+def test_a_float_type_the_format_lacks_is_refused_with_the_export_that_imports(stored, hint):
+    """A model stored in bfloat16, as torch exports a checkpoint loaded in it (transformers
+    loads Llama's in bfloat16 by default), or float8: the format has no such float, and the
+    refusal says which export imports instead (it said only "is not supported"). A type
+    with no float to export in (STRING) gets no such advice."""
+    code = {"weight": TensorProto.BFLOAT16, "input": TensorProto.FLOAT8E4M3FN, "string": TensorProto.STRING}[stored]
+    if stored == "input":
+        inputs, initializers = [helper.make_tensor_value_info("w", code, [2])], []
+    else:
+        inputs = []
+        initializers = [helper.make_tensor("w", code, [2], [b"a", b"b"] if stored == "string" else [16256, 16384])]
+    graph = helper.make_graph([helper.make_node("Identity", ["w"], ["y"])], "g", inputs,
+                              [helper.make_tensor_value_info("y", code, None)], initializers)
+    with pytest.raises(FormatError) as caught:
+        import_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), source="m.onnx")
+    name = {"weight": "BFLOAT16", "input": "FLOAT8E4M3FN", "string": "STRING"}[stored]
+    what = "input 'w'" if stored == "input" else "initializer 'w'"
+    assert str(caught.value) == f"m.onnx: {what}: element type {name} is not supported" + (
+        " (the format's floats are float16, float32 and float64: export the model in one, e.g. torch's "
+        "model.float() before torch.onnx.export)" if hint else "")

@@ -19,6 +19,19 @@ UNSUPPORTED_NAMES = {0: "UNDEFINED", 8: "STRING", 14: "COMPLEX64", 15: "COMPLEX1
                      17: "FLOAT8E4M3FN", 18: "FLOAT8E4M3FNUZ", 19: "FLOAT8E5M2", 20: "FLOAT8E5M2FNUZ",
                      21: "UINT4", 22: "INT4", 23: "FLOAT4E2M1"}
 
+# the float types the format lacks (bfloat16, the float8s, float4): a model stored in one,
+# as torch exports a checkpoint loaded in bfloat16, is refused with what to do instead
+NARROW_FLOATS = {16, 17, 18, 19, 20, 23, 24}
+
+
+def unsupported_type(code: int) -> str:
+    """'element type NAME is not supported', and for a float type the format lacks, the
+    export that imports."""
+    hint = (" (the format's floats are float16, float32 and float64: export the model in one, e.g. torch's "
+            "model.float() before torch.onnx.export)") if code in NARROW_FLOATS else ""
+    return f"element type {UNSUPPORTED_NAMES.get(code, code)} is not supported{hint}"
+
+
 # The doc_string the exporter gives the initializers it writes for a graph's constants (CONST
 # values, BUFFER data, shapes and axes), so the importer reads them back as constants: other
 # float initializers are a model's weights, which become inputs (a round trip

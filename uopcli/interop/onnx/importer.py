@@ -37,7 +37,7 @@ from uopcli import FormatError, Graph, Metadata, UOp, UOpError
 from uopcli.core.uop import next_serial, valid_name
 
 from .control import CONTROL
-from .dtypes import CONSTANT_DOC, FROM_ONNX, TO_ONNX, UNSUPPORTED_NAMES
+from .dtypes import CONSTANT_DOC, FROM_ONNX, TO_ONNX, unsupported_type
 from .functions import body_opset, expanded_nodes, function_of, has_function
 from .import_table import TABLE
 from .import_versions import VERSIONS
@@ -234,8 +234,7 @@ class _Importer:
                       repr(user[0]) if user[0] else None, user[1])
         dtype = FROM_ONNX.get(tensor_type.elem_type)
         if dtype is None:
-            self.fail(f"input {inp.name!r}: element type "
-                      f"{UNSUPPORTED_NAMES.get(tensor_type.elem_type, tensor_type.elem_type)} is not supported")
+            self.fail(f"input {inp.name!r}: {unsupported_type(tensor_type.elem_type)}")
         if not tensor_type.HasField("shape"):
             return dtype, None
         return dtype, [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None
@@ -264,8 +263,7 @@ class _Importer:
         """A TensorProto's values (its external data file read first)."""
         from onnx import external_data_helper, numpy_helper
         if tensor.data_type not in FROM_ONNX:
-            self.fail(f"{what}: element type {UNSUPPORTED_NAMES.get(tensor.data_type, tensor.data_type)} "
-                      f"is not supported", node, op)
+            self.fail(f"{what}: {unsupported_type(tensor.data_type)}", node, op)
         if external_data_helper.uses_external_data(tensor):
             location = next((e.value for e in tensor.external_data if e.key == "location"), "?")
             if self.base_dir is None:
