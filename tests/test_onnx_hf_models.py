@@ -39,8 +39,8 @@ import pytest
 pytest.importorskip("onnx", reason="onnx has no wheel for this Python: the ONNX import tests skip")
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed: the HF model tests skip")
 torch = pytest.importorskip("torch", reason="PyTorch is not installed: the HF model tests skip")
-tf = pytest.importorskip("transformers", reason="transformers is not installed (pip install transformers==5.23.0 "
-                         "--no-deps and its pure deps): the HF model tests skip")
+tf = pytest.importorskip("transformers", reason="transformers is not installed (make test installs "
+                         "transformers==5.23.0, the [torch-test] extra): the HF model tests skip")
 
 from uopcli import evaluate_graph  # noqa: E402
 from uopcli.interop.onnx.importer import load_onnx  # noqa: E402
