@@ -1,9 +1,9 @@
 """ONNX's tiling, one-hot, block rearranging and scattering ops, and Range's newer version:
 Tile, OneHot, DepthToSpace/SpaceToDepth, ScatterElements/ScatterND (with their reduction
 attribute), Range-27, and the ops whose output's size is a count of known values (Compress,
-NonZero, Unique, NonMaxSuppression). Scatters are the builder's one-hot masked scatter (a `where` over a
-mask of the index against each axis place), so they differentiate with respect to both
-the data and the updates. Calling conventions as in ops_tensor.py."""
+NonZero, Unique, NonMaxSuppression). Scatters are the builder's one-hot masked scatter (a
+`where` over a mask of the index against each axis place), so they differentiate with
+respect to both the data and the updates. Calling conventions as in ops_tensor.py."""
 
 from __future__ import annotations
 
@@ -348,7 +348,8 @@ def non_max_suppression(ctx):
         corners = _corners(boxes[batch], center)
         for cls in range(scores.shape[1]):
             score = scores[batch, cls]
-            order = [i for i in sorted(range(score.size), key=lambda i: (-score[i], i)) if floor is None or score[i] > floor]
+            ranked = sorted(range(score.size), key=lambda i: (-score[i], i))  # a tie: the lower index first
+            order = [i for i in ranked if floor is None or score[i] > floor]
             chosen: list[int] = []
             for box in order:
                 if len(chosen) >= limit:
