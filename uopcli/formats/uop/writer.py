@@ -117,6 +117,7 @@ def _canonical_nodes(graph: Graph, encoders: dict, append) -> dict[UOp, int]:
     index: dict[UOp, int] = {}
     written = 0
     meta_maps: dict[Metadata, dict] = {}  # tag -> its meta map, built once per tag
+    last_meta, tag = None, None  # the last metadata looked up and its map (a None meta never gets there)
     call = Ops.CALL
     emit = _EMIT
     for root in (*graph.outputs.values(), *graph.inputs):
@@ -184,9 +185,11 @@ def _canonical_nodes(graph: Graph, encoders: dict, append) -> dict[UOp, int]:
             if meta is None:
                 append((op, node.dtype.name, src_indices, arg))
                 continue
-            tag = meta_maps.get(meta)
-            if tag is None:
-                tag = meta_maps[meta] = _meta_map(meta)
+            if meta is not last_meta:  # neighbours share metadata objects: one look-up (a tuple hash) per run
+                last_meta = meta
+                tag = meta_maps.get(meta)
+                if tag is None:
+                    tag = meta_maps[meta] = _meta_map(meta)
             append((op, node.dtype.name, src_indices, arg, tag) if tag else (op, node.dtype.name, src_indices, arg))
     return index
 
