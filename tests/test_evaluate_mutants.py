@@ -330,3 +330,124 @@ def test_a_shape_0_factor_anywhere_in_a_product_scales_it():
     assert stats.contractions == 3
     for value in got:
         bits(value, (2 * xv @ yv).reshape(4, 1, 5))
+
+
+def test_a_where_of_shape_0_picks_its_branch_bit_for_bit():
+    c, a, b = UOp.param("c", (), dtypes.bool), UOp.param("a", ()), UOp.param("b", ())
+    for cv in (True, False):
+        for av, bv in ((-0.0, 2.5), (np.nan, -0.0), (0.0, -np.inf), (3.0, 0.0)):
+            expected = np.float32(av if cv else bv)
+            bits(one(c.where(a, b), c=np.array(cv), a=np.array(av, np.float32), b=np.array(bv, np.float32)),
+                 np.array(expected))
+
+
+# ----------------------------------------------------------------------------- scatter-adds over padded chains
+
+def _windows_gradient(dtype, length: int = 12):
+    """A 3-wide stride-1 window's input gradient spelled as a REDUCE ADD over a PAD chain (as
+    the gradient of x._pool spells it): out[j] = g[j, 0] + g[j - 1, 1] + g[j - 2, 2]."""
+    count = length - 2
+    g = UOp.param("g", (1, 1, count, 3), dtype)
+    rows = g.permute((0, 1, 3, 2)).pad(((0, 0), (0, 0), (0, 0), (0, 3)))          # (1, 1, 3, length + 1)
+    flat = rows.reshape((1, 1, 3 * (length + 1))).pad(((0, 0), (0, 0), (0, length - 3)))  # (1, 1, 4 * length)
+    return g, flat.reshape((1, 1, 1, 1, 4, length)).r("ADD", (4,))
+
+
+def _windows_gradient_expected(gv, dtype):
+    count = gv.shape[2]
+    out = np.zeros(count + 2, dtype)
+    for k in range(3):  # window position by window position, as the scatter adds them
+        out[k:k + count] += gv[0, 0, :, k].astype(dtype)
+    return out.reshape(1, 1, 1, 1, 1, count + 2)
+
+
+def test_a_float16_scatter_add_sums_in_float32_and_rounds_once():
+    g, grad = _windows_gradient(dtypes.float16)
+    gv = RNG.integers(0, 2049, (1, 1, 10, 3)).astype(np.float16)  # integers: the float32 sums are exact
+    stats = EvalStats()
+    (got,) = evaluate([grad], {"g": gv}, stats=stats)
+    assert stats.nodes_evaluated == 1  # one scatter-add step
+    bits(got, _windows_gradient_expected(gv.astype(np.int64), np.int64).astype(np.float64).astype(np.float16))
+
+
+def test_a_float32_scatter_add_sums_in_float32():
+    g, grad = _windows_gradient(dtypes.float32)
+    gv = np.ones((1, 1, 10, 3), np.float32)
+    gv[0, 0, :, 0] = 2.0 ** 24  # 2^24 + 1 + 1 is 2^24 in float32, added window position by position
+    got = one(grad, g=gv)
+    bits(got, _windows_gradient_expected(gv, np.float32))
+    assert got[0, 0, 0, 0, 0, 5] == np.float32(2.0 ** 24)
+
+
+# ----------------------------------------------------------------------------- what the contraction pass takes in
+
+def test_sums_of_sums_and_of_selections_with_other_fills():
+    x, y = UOp.param("x", (4, 3)), UOp.param("y", (4, 3))
+    p = UOp.param("p", (4, 3), dtypes.bool)
+    c = UOp.param("c", (), dtypes.bool)
+    xv = RNG.integers(-8, 8, (4, 3)).astype(np.float32)
+    yv = RNG.integers(-8, 8, (4, 3)).astype(np.float32)
+    xv[0, 0] = -0.0
+    pv = RNG.integers(0, 2, (4, 3)).astype(bool)
+    outputs = [(x + y).r("ADD", (0,)),                       # a sum of inputs: no product, no selection
+               p.where(x, 1.0).r("ADD", (0,)),               # a fill of 1 is not a selection
+               p.where(x, y).r("ADD", (1,)),
+               c.where(x, 0.0).r("ADD", (0,))]               # a shape-() condition
+    for cv in (True, False):
+        got = evaluate(outputs, {"x": xv, "y": yv, "p": pv, "c": np.array(cv)})
+        bits(got[0], (xv + yv).sum(0, keepdims=True))
+        bits(got[1], np.where(pv, xv, np.float32(1)).sum(0, keepdims=True))
+        bits(got[2], np.where(pv, xv, yv).sum(1, keepdims=True))
+        bits(got[3], (xv if cv else np.zeros_like(xv)).sum(0, keepdims=True) + np.float32(0))
+
+
+def test_a_selection_read_elsewhere_is_evaluated_and_summed():
+    x = UOp.param("x", (4, 3))
+    p = UOp.param("p", (4, 3), dtypes.bool)
+    xv = RNG.standard_normal((4, 3)).astype(np.float32)
+    pv = RNG.integers(0, 2, (4, 3)).astype(bool)
+    picked = p.where(x, 0.0)
+    got_picked, got_sum = evaluate([picked, picked.r("ADD", (1,))], {"x": xv, "p": pv})
+    bits(got_picked, np.where(pv, xv, np.float32(0)))
+    np.testing.assert_allclose(got_sum, np.where(pv, xv, np.float32(0)).sum(1, keepdims=True), rtol=1e-6)
+
+
+def test_a_product_cast_before_its_sum_is_rounded_in_its_own_dtype_first():
+    # int8 products wrap before the CAST to int32; float32 products round before the CAST to
+    # float64: the contraction may not multiply in the wider dtype
+    a, b = UOp.param("a", (4, 6), dtypes.int8), UOp.param("b", (4, 6), dtypes.int8)
+    av = RNG.integers(-128, 128, (4, 6)).astype(np.int8)
+    bv = RNG.integers(-128, 128, (4, 6)).astype(np.int8)
+    with np.errstate(over="ignore"):
+        wrapped = (av * bv).astype(np.int32)
+    bits(one((a * b).cast(dtypes.int32).r("ADD", (1,)), a=av, b=bv), wrapped.sum(1, keepdims=True, dtype=np.int32))
+    x, y = UOp.param("x", (3, 5)), UOp.param("y", (3, 5))
+    xv = (1 + RNG.integers(1, 2 ** 12, (3, 5)) * 2.0 ** -12).astype(np.float32)  # 13-bit mantissas:
+    yv = (1 + RNG.integers(1, 2 ** 12, (3, 5)) * 2.0 ** -12).astype(np.float32)  # products need 26 bits
+    rounded = (xv * yv).astype(np.float64)
+    bits(one((x * y).cast(dtypes.float64).r("ADD", (1,)), x=xv, y=yv), rounded.sum(1, keepdims=True))
+    assert not np.array_equal(rounded, xv.astype(np.float64) * yv.astype(np.float64))
+
+
+# ----------------------------------------------------------------------------- steps over broadcast sources
+
+def test_steps_over_broadcast_sources_with_scalars_and_node_dependent_impls():
+    # 64 x 96 x 8 elements: large enough to run once along the broadcast axis
+    full = (64, 96, 8)
+    a, b = UOp.param("a", (64, 96, 1)), UOp.param("b", (64, 96, 1))
+    s = UOp.param("s", ())
+    av = RNG.standard_normal((64, 96, 1)).astype(np.float32)
+    bv = RNG.standard_normal((64, 96, 1)).astype(np.float32)
+    av[0, :4, 0] = -0.0
+    sv = np.array(1.5, np.float32)
+    ae, be = a.expand(full), b.expand(full)
+    outputs = [ae * 2.0, ae * s, (ae < be).where(ae, be), (ae < be).where(ae, -0.0), ae / be]
+    got = evaluate(outputs, {"a": av, "b": bv, "s": sv})
+    expected = [av * np.float32(2), av * sv, np.where(av < bv, av, bv), np.where(av < bv, av, np.float32(-0.0)), av / bv]
+    for value, reference in zip(got, expected):
+        bits(value, np.broadcast_to(reference, full))
+    i, j = UOp.param("i", (64, 96, 1), dtypes.int32), UOp.param("j", (64, 96, 1), dtypes.int32)
+    iv = RNG.integers(-50, 50, (64, 96, 1)).astype(np.int32)
+    jv = RNG.integers(1, 7, (64, 96, 1)).astype(np.int32) * np.where(RNG.random((64, 96, 1)) < 0.5, 1, -1).astype(np.int32)
+    quotient = one(UOp.make(Ops.FDIV, dtypes.int32, (i.expand(full), j.expand(full))), i=iv, j=jv)  # C division
+    bits(quotient, np.broadcast_to((np.trunc(iv / jv)).astype(np.int32), full))
