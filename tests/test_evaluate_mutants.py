@@ -451,3 +451,19 @@ def test_steps_over_broadcast_sources_with_scalars_and_node_dependent_impls():
     jv = RNG.integers(1, 7, (64, 96, 1)).astype(np.int32) * np.where(RNG.random((64, 96, 1)) < 0.5, 1, -1).astype(np.int32)
     quotient = one(UOp.make(Ops.FDIV, dtypes.int32, (i.expand(full), j.expand(full))), i=iv, j=jv)  # C division
     bits(quotient, np.broadcast_to((np.trunc(iv / jv)).astype(np.int32), full))
+
+
+def test_products_of_small_integers_wrap_in_their_dtype():
+    x = UOp.param("x", (3, 5), dtypes.int8)
+    xv = RNG.integers(-128, 128, (3, 5)).astype(np.int8)
+    wide = np.prod(xv.astype(np.int64), axis=1, keepdims=True)  # exact: 5 factors of 8 bits
+    bits(one(x.r("MUL", (1,)), x=xv), wide.astype(np.int8))  # int64 -> int8 wraps, as int8 products do
+    u = UOp.param("u", (4,), dtypes.uint16)
+    uv = np.array([300, 500, 7, 1000], np.uint16)
+    bits(one(u.r("MUL", (0,)), u=uv), np.array([300 * 500 * 7 * 1000 % 2 ** 16], np.uint16))
+
+
+def test_an_integer_max_over_nothing_is_the_dtypes_least_value():
+    for dtype, kind in ((np.int32, dtypes.int32), (np.uint8, dtypes.uint8), (np.int8, dtypes.int8)):
+        e = UOp.param("e", (2, 0), kind)
+        bits(one(e.r("MAX", (1,)), e=np.zeros((2, 0), dtype)), np.full((2, 1), np.iinfo(dtype).min, dtype))
