@@ -276,6 +276,8 @@ def test_a_sum_of_two_selections_keeps_each_zeros_sign(fills):
     zeros = np.where(signs, np.float32(-0.0), np.float32(0.0))
     values_a, values_b = zeros[0], zeros[1]
     values_a[0, 0, 0] = 1.5  # one nonzero sum
+    values_a[0, :, 1:], values_b[0, :, 1] = 0.0, -0.0  # column 1: only the first selection has +0.0s,
+    values_b[0, :, 2] = 0.0                              # column 2: both have
     masks = RNG.integers(0, 2, (2, 4, m, n)).astype(bool)
     masks[:, 0] = True  # every element selected in one row: the values' own signs decide
     masks[:, 1] = False  # none in another: the fills' signs decide
