@@ -396,22 +396,33 @@ def test_sums_of_sums_and_of_selections_with_other_fills():
                p.where(x, y).r("ADD", (1,)),
                c.where(x, 0.0).r("ADD", (0,))]               # a shape-() condition
     for cv in (True, False):
-        got = evaluate(outputs, {"x": xv, "y": yv, "p": pv, "c": np.array(cv)})
+        inputs = {"x": xv, "y": yv, "p": pv, "c": np.array(cv)}
+        # one at a time: each input read by that sum alone
+        got = [one(out, **{k: v for k, v in inputs.items() if k in _input_names(out)}) for out in outputs]
         bits(got[0], (xv + yv).sum(0, keepdims=True))
         bits(got[1], np.where(pv, xv, np.float32(1)).sum(0, keepdims=True))
         bits(got[2], np.where(pv, xv, yv).sum(1, keepdims=True))
         bits(got[3], (xv if cv else np.zeros_like(xv)).sum(0, keepdims=True) + np.float32(0))
 
 
+def _input_names(out) -> set:
+    from uopcli.core.walks import toposort
+    return {n.arg for n in toposort([out]) if n.op == Ops.PARAM}
+
+
 def test_a_selection_read_elsewhere_is_evaluated_and_summed():
-    x = UOp.param("x", (4, 3))
-    p = UOp.param("p", (4, 3), dtypes.bool)
+    x, y = UOp.param("x", (4, 3)), UOp.param("y", (4, 3))
+    p, q = UOp.param("p", (4, 3), dtypes.bool), UOp.param("q", (4, 3), dtypes.bool)
     xv = RNG.standard_normal((4, 3)).astype(np.float32)
+    yv = RNG.standard_normal((4, 3)).astype(np.float32)
     pv = RNG.integers(0, 2, (4, 3)).astype(bool)
-    picked = p.where(x, 0.0)
-    got_picked, got_sum = evaluate([picked, picked.r("ADD", (1,))], {"x": xv, "p": pv})
-    bits(got_picked, np.where(pv, xv, np.float32(0)))
-    np.testing.assert_allclose(got_sum, np.where(pv, xv, np.float32(0)).sum(1, keepdims=True), rtol=1e-6)
+    qv = RNG.integers(0, 2, (4, 3)).astype(bool)
+    picked, other = p.where(x, 0.0), q.where(y, 0.0)
+    got = evaluate([picked, picked.r("ADD", (1,)), (picked + other).r("ADD", (1,))], {"x": xv, "y": yv, "p": pv, "q": qv})
+    expected = np.where(pv, xv, np.float32(0)), np.where(qv, yv, np.float32(0))
+    bits(got[0], expected[0])
+    np.testing.assert_allclose(got[1], expected[0].sum(1, keepdims=True), rtol=1e-6)
+    np.testing.assert_allclose(got[2], (expected[0] + expected[1]).sum(1, keepdims=True), rtol=1e-6)
 
 
 def test_a_product_cast_before_its_sum_is_rounded_in_its_own_dtype_first():
@@ -469,3 +480,10 @@ def test_an_integer_max_over_nothing_is_the_dtypes_least_value():
     for dtype, kind in ((np.int32, dtypes.int32), (np.uint8, dtypes.uint8), (np.int8, dtypes.int8)):
         e = UOp.param("e", (2, 0), kind)
         bits(one(e.r("MAX", (1,)), e=np.zeros((2, 0), dtype)), np.full((2, 1), np.iinfo(dtype).min, dtype))
+
+
+def test_a_sum_of_bools_selected_by_a_mask_is_their_or():
+    p, b = UOp.param("p", (4, 6), dtypes.bool), UOp.param("b", (4, 6), dtypes.bool)
+    pv = RNG.integers(0, 2, (4, 6)).astype(bool)
+    bv = RNG.integers(0, 2, (4, 6)).astype(bool)
+    bits(one(p.where(b, False).r("ADD", (1,)), p=pv, b=bv), np.any(pv & bv, axis=1, keepdims=True))
