@@ -481,9 +481,3 @@ def test_an_integer_max_over_nothing_is_the_dtypes_least_value():
         e = UOp.param("e", (2, 0), kind)
         bits(one(e.r("MAX", (1,)), e=np.zeros((2, 0), dtype)), np.full((2, 1), np.iinfo(dtype).min, dtype))
 
-
-def test_a_sum_of_bools_selected_by_a_mask_is_their_or():
-    p, b = UOp.param("p", (4, 6), dtypes.bool), UOp.param("b", (4, 6), dtypes.bool)
-    pv = RNG.integers(0, 2, (4, 6)).astype(bool)
-    bv = RNG.integers(0, 2, (4, 6)).astype(bool)
-    bits(one(p.where(b, False).r("ADD", (1,)), p=pv, b=bv), np.any(pv & bv, axis=1, keepdims=True))
