@@ -481,3 +481,14 @@ def test_an_integer_max_over_nothing_is_the_dtypes_least_value():
         e = UOp.param("e", (2, 0), kind)
         bits(one(e.r("MAX", (1,)), e=np.zeros((2, 0), dtype)), np.full((2, 1), np.iinfo(dtype).min, dtype))
 
+
+
+def test_integer_division_and_power_into_dying_arrays_stay_c_style():
+    a, b = UOp.param("a", (6,), dtypes.int32), UOp.param("b", (6,), dtypes.int32)
+    av = np.array([-7, 7, -7, 7, 9, 2], np.int32)
+    bv = np.array([2, 2, -2, -2, 0, 3], np.int32)
+    made_a, made_b = a * 1, b * 1  # arrays the evaluator made, dying at the FDIV/POW
+    quotient, power = evaluate([UOp.make(Ops.FDIV, dtypes.int32, (made_a, made_b)), made_a.pow(made_b - 1)],
+                               {"a": av, "b": bv})
+    bits(quotient, np.array([-3, 3, 3, -3, 0, 0], np.int32))   # truncated; x / 0 is 0
+    bits(power, np.array([-7, 7, 0, 0, 0, 4], np.int32))      # (+-7)^-3 truncates to 0, 9^-1 to 0
