@@ -32,11 +32,12 @@ FORWARD_TESTS = ["tests/test_forward.py", "tests/test_forward_cli.py", "tests/te
 # target prefix -> the test files that check it (the first prefix that matches wins)
 TESTS = [
     # the evaluators (numpy backend and the reference one): the tests that compare evaluated values
-    # with numpy, torch or the reference evaluator (13 s whole); the ONNX files reach the backend
-    # too but cost minutes and check the importer first
+    # with numpy, torch or the reference evaluator (15 s whole; test_evaluate_mutants.py holds those
+    # written for the first run's survivors); the ONNX files reach the backend too but cost
+    # minutes and check the importer first
     ("uopcli/backends", ["tests/test_evaluate.py", "tests/test_evaluate_fastpaths.py",
-                         "tests/test_evaluate_in_place.py", "tests/test_strided.py", "tests/test_reference.py",
-                         "tests/test_accumulation.py", "tests/test_onnx_float16_sums.py"]),
+                         "tests/test_evaluate_in_place.py", "tests/test_evaluate_mutants.py", "tests/test_strided.py",
+                         "tests/test_reference.py", "tests/test_accumulation.py", "tests/test_onnx_float16_sums.py"]),
     ("uopcli/core/simplify", ["tests/test_simplify.py", "tests/test_simplify_rows.py", "tests/test_simplify_walk.py",
                               "tests/test_simplify_differential.py", "tests/test_simplify_ulps.py"]),
     ("uopcli/core/gradient.py", ["tests/test_gradient.py", "tests/test_gradient_properties.py",
