@@ -492,3 +492,11 @@ def test_integer_division_and_power_into_dying_arrays_stay_c_style():
                                {"a": av, "b": bv})
     bits(quotient, np.array([-3, 3, 3, -3, 0, 0], np.int32))   # truncated; x / 0 is 0
     bits(power, np.array([-7, 7, 0, 0, 0, 4], np.int32))      # (+-7)^-3 truncates to 0, 9^-1 to 0
+
+
+def test_peak_bytes_leave_out_embedded_buffers():
+    data = np.arange(8, dtype=np.float32)
+    stats = EvalStats()
+    (value,) = evaluate([UOp.buffer(data) * 2.0], {}, stats=stats)
+    bits(value, data * np.float32(2))
+    assert stats.peak_bytes == 4 + 32  # the CONST and the product; the BUFFER's bytes are not the evaluator's
