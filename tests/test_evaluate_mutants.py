@@ -500,3 +500,21 @@ def test_peak_bytes_leave_out_embedded_buffers():
     (value,) = evaluate([UOp.buffer(data) * 2.0], {}, stats=stats)
     bits(value, data * np.float32(2))
     assert stats.peak_bytes == 4 + 32  # the CONST and the product; the BUFFER's bytes are not the evaluator's
+
+
+@pytest.mark.parametrize("name", ["conv_transpose2d", "conv2d of a flipped weight"])
+def test_gradients_laid_out_for_their_scatter_with_factors_numpy_must_copy(name):
+    # a contraction read by a scatter-add lays its result out for it (Contraction.outer); here a
+    # factor is a flipped, permuted view that matmul's reshape copies (the copy is counted)
+    from uopcli.backends.reference import reference_evaluate
+    from uopcli.core.gradient import compute_gradient
+    x, w = UOp.param("x", (2, 8, 18, 18)), UOp.param("w", (8, 8, 3, 3))
+    y = x.conv_transpose2d(w, stride=2, padding=1) if name == "conv_transpose2d" \
+        else x.conv2d(w.flip((2, 3)).permute((1, 0, 2, 3)), padding=1)
+    grads = compute_gradient((y * y).sum(), UOp.const(1.0), [x, w])
+    inputs = {"x": RNG.standard_normal((2, 8, 18, 18)).astype(np.float32),
+              "w": RNG.standard_normal((8, 8, 3, 3)).astype(np.float32)}
+    got = evaluate([grads[x], grads[w]], inputs)
+    for value, expected in zip(got, reference_evaluate([grads[x], grads[w]], inputs)):
+        assert value.dtype == np.float32 and value.shape == expected.shape
+        np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
