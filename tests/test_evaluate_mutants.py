@@ -518,3 +518,31 @@ def test_gradients_laid_out_for_their_scatter_with_factors_numpy_must_copy(name)
     for value, expected in zip(got, reference_evaluate([grads[x], grads[w]], inputs)):
         assert value.dtype == np.float32 and value.shape == expected.shape
         np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+def test_a_selection_summed_through_a_permute_is_summed_along_the_permuted_axis():
+    p, x = UOp.param("p", (3, 5), dtypes.bool), UOp.param("x", (3, 5))
+    pv = RNG.integers(0, 2, (3, 5)).astype(bool)
+    xv = RNG.integers(-8, 8, (3, 5)).astype(np.float32)  # small integers: exact sums
+    got = one(p.where(x, 0.0).permute((1, 0)).r("ADD", (1,)), p=pv, x=xv)
+    bits(got, np.where(pv, xv, np.float32(0)).T.sum(1, keepdims=True))
+
+
+def test_peak_bytes_count_what_is_live_between_frees():
+    # three rounds of x*2 < 0.5 (a float32[1000], then a bool[1000], each also seen through a
+    # RESHAPE view) selecting x or 1: each round's arrays and their views are dropped after
+    # their last reader, so the peak is one round's float and bool arrays and the 3 CONSTs:
+    # 4,000 + 1,000 + 12 bytes
+    x = UOp.param("x", (1000,))
+    x2 = x.reshape((10, 100))
+    v = x2
+    for _ in range(3):
+        v = ((v * 2.0).reshape((1000,)) < 0.5).reshape((10, 100)).where(x2, 1.0)
+    stats = EvalStats()
+    xv = RNG.standard_normal(1000).astype(np.float32)
+    (got,) = evaluate([v], {"x": xv}, stats=stats)
+    expected = xv.reshape(10, 100)
+    for _ in range(3):
+        expected = np.where(expected * np.float32(2) < np.float32(0.5), xv.reshape(10, 100), np.float32(1))
+    bits(got, expected)
+    assert stats.peak_bytes == 4000 + 1000 + 12 and stats.nodes_evaluated == 19
