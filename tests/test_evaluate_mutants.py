@@ -546,3 +546,13 @@ def test_peak_bytes_count_what_is_live_between_frees():
         expected = np.where(expected * np.float32(2) < np.float32(0.5), xv.reshape(10, 100), np.float32(1))
     bits(got, expected)
     assert stats.peak_bytes == 4000 + 1000 + 12 and stats.nodes_evaluated == 19
+
+
+def test_a_shape_0_sum_added_to_a_tensor_is_not_written_into():
+    # x.sum() is a REDUCE reshaped to (): a writeable 0-d view of an array the evaluator made,
+    # dying at the ADD, but of another shape than the result: never its output
+    x, v = UOp.param("x", (4,)), UOp.param("v", (3,))
+    xv = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    vv = np.array([0.5, -1.0, 2.0], np.float32)
+    bits(one(x.sum() + v, x=xv, v=vv), xv.sum() + vv)
+    bits(one(v * x.sum(), x=xv, v=vv), vv * xv.sum())
