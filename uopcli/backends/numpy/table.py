@@ -224,8 +224,8 @@ class _ExactExp2:
         return result
 
 
-exp2 = _ExactExp2()
 _FLOAT32 = np.dtype(np.float32)
+exp2 = _ExactExp2()
 
 
 # Markers for ops the compiler handles without a step.
