@@ -110,17 +110,19 @@ def test_ieee_results_without_warnings():
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=lambda d: d.__name__)
 def test_exp2_of_an_integer_is_its_power_of_two_exactly(dtype):
-    """EXP2 of every integer of the type's exponent range (and beyond: inf, 0) is the power of
-    two, bit for bit, as graphs build exact scales (the ONNX L2 norms' 2^-e): numpy 2.4.6's
-    float32 exp2 gives 2^127 an ulp low on AVX-512 CPUs. Out of place (an input), in place
-    (into a dying sum), on a 0-d value and in the reference evaluator; ±inf and nan as exp2."""
+    """EXP2 of every integer of the type's exponent range (and beyond: inf, 0, up to ±max) is
+    the power of two, bit for bit, as graphs build exact scales (the ONNX L2 norms' 2^-e):
+    numpy 2.4.6's float32 exp2 gives 2^127 an ulp low on AVX-512 CPUs. Out of place (an
+    input), in place (into a dying sum), on a 0-d value and in the reference evaluator; ±inf
+    and nan as exp2."""
     from uopcli.backends.reference import reference_evaluate_graph
     info = np.finfo(dtype)
     k = np.arange(info.minexp - info.nmant - 3, info.maxexp + 3).astype(dtype)
     want = np.ldexp(np.ones_like(k), k.astype(np.int64))  # 2^k exactly, 0 below, inf above
-    edges = np.array([np.inf, -np.inf, np.nan, -0.0, 0.5], dtype)
+    # the largest finite values are whole too, far past any exponent (an int cast would wrap)
+    edges = np.array([np.inf, -np.inf, np.nan, -0.0, info.max, -info.max, 0.5], dtype)
     values = np.concatenate([k, edges])
-    want = np.concatenate([want, np.array([np.inf, 0.0, np.nan, 1.0, np.sqrt(2.0)], dtype)])
+    want = np.concatenate([want, np.array([np.inf, 0.0, np.nan, 1.0, np.inf, 0.0, np.sqrt(2.0)], dtype)])
     x = UOp.param("x", values.shape, dtype_of(np.dtype(dtype).name))
     graph = Graph({"out_of_place": x.exp2(), "in_place": (x + 0.0).exp2()})
     exact = values != 0.5  # √2 is no power of two: within an ulp
