@@ -130,9 +130,10 @@ def _export(model, x, path, exporter: str) -> None:
                       optimize=exporter == "dynamo-optimized", verbose=False)
 
 
-@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
-@pytest.mark.parametrize("name", list(ARCHITECTURES))
-def test_architecture_values_and_every_gradient_equal_pytorch(name, exporter, tmp_path):
+def _imported_with_pytorchs_value(name: str, exporter: str, tmp_path):
+    """The architecture exported, its gradient of sum(y·c) taken by PyTorch (c random), the
+    export imported and its value checked against PyTorch's: (model, x, c, graph, inputs,
+    tolerance)."""
     tolerance = ARCHITECTURES[name][2]
     model, x = _model(name)
     path = tmp_path / f"{name}.onnx"
@@ -140,11 +141,16 @@ def test_architecture_values_and_every_gradient_equal_pytorch(name, exporter, tm
     y = model(x)
     c = torch.randn_like(y)
     (y * c).sum().backward()
-
     graph, weights = load_onnx(str(path))
     inputs = {**weights, "x": x.detach().numpy()}
     assert _relative(np.asarray(evaluate_graph(graph, inputs)["y"]), y.detach().numpy()) < tolerance
+    return model, x, c, graph, inputs, tolerance
 
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_architecture_values_and_every_gradient_equal_pytorch(name, exporter, tmp_path):
+    model, x, c, graph, inputs, tolerance = _imported_with_pytorchs_value(name, exporter, tmp_path)
     parameters = dict(model.named_parameters())
     wrt = ["x"] + [n for n in graph.input_names if n in parameters]
     assert len(wrt) - 1 == len(parameters), f"parameters not in the import: {set(parameters) - set(wrt)}"
@@ -159,16 +165,7 @@ def test_architecture_values_and_every_gradient_equal_pytorch(name, exporter, tm
 def test_the_optimized_dynamo_export_keeps_the_values_and_the_inputs_gradient(name, tmp_path):
     """torch.onnx.export's defaults (dynamo, optimized): the weights may be fused or renamed,
     but the function of x is the model's: its value and x's gradient equal PyTorch's."""
-    tolerance = ARCHITECTURES[name][2]
-    model, x = _model(name)
-    path = tmp_path / f"{name}.onnx"
-    _export(model, x, path, "dynamo-optimized")
-    y = model(x)
-    c = torch.randn_like(y)
-    (y * c).sum().backward()
-    graph, weights = load_onnx(str(path))
-    inputs = {**weights, "x": x.detach().numpy()}
-    assert _relative(np.asarray(evaluate_graph(graph, inputs)["y"]), y.detach().numpy()) < tolerance
+    _, x, c, graph, inputs, tolerance = _imported_with_pytorchs_value(name, "dynamo-optimized", tmp_path)
     grads, _ = differentiate(graph, ["x"], cotangent="input")
     got = evaluate_graph(grads, {**inputs, "cotangent_y": c.numpy()})["grad_x"]
     assert _relative(np.asarray(got), x.grad.numpy()) < tolerance
