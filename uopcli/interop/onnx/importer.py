@@ -338,7 +338,7 @@ class _Importer:
             self._import_function(node, index, op, None, label)
             return
         since = self._since_version(op, label)
-        if op in CONTROL and node.domain in ONNX_DOMAINS:  # decided when importing (control.py)
+        if op in CONTROL:  # decided when importing (control.py); another domain's op returned above
             if since not in CONTROL[op][1]:
                 self.fail(_unsupported(op, since, "", self.opset), label, op)
             CONTROL[op][0](self, node, index, label, since)
