@@ -666,6 +666,54 @@ def test_check_hvp_failed_lines_name_the_targets(monkeypatch):
     assert lines[1].endswith("  FAILED") and lines[-1] == "FAILED: w, b"
 
 
+def _batch_norm_loss(detach_mean: bool):
+    """loss = sum(y^2 h) + sum(b^3), y = (h - mean) / sqrt(var + eps), h = x @ w, the
+    variance taken around mean.detach() as tinygrad's BatchNorm takes it (exact for the
+    gradient, as sum(h - mean) = 0; not for the Hessian), or around mean itself."""
+    x, w, b = UOp.param("x", (6, 3), f64), UOp.param("w", (3, 4), f64), UOp.param("b", (4,), f64)
+    h = x @ w
+    mean = h.mean(0, keepdim=True)
+    var = ((h - (mean.detach() if detach_mean else mean)) ** 2).mean(0, keepdim=True)
+    y = (h - mean) * (var + 1e-5).rsqrt()
+    return Graph({"loss": (y * y * h).sum() + (b * b * b).sum()}, inputs=[x, w, b])
+
+
+def test_check_hvp_holds_detach_values_and_says_how_far_the_functions_own_hessian_is():
+    """tinygrad's BatchNorm detaches its batch mean in the variance: H v (a DETACH is a
+    constant, as for the gradient) passes against differences with the DETACH values held,
+    and the note gives the distance to the function's own Hessian (that of the same model
+    with nothing detached) for the targets it concerns: w, not b, which the BatchNorm
+    does not see."""
+    detached = check_hvp(_batch_norm_loss(True), ["w", "b"], ["loss"])
+    assert detached.passed and max(t.max_rel_error for t in detached.targets) < 1e-6
+    moving, bias = detached.moving
+    assert not moving.passed and moving.max_rel_error > 0.1 and bias.passed
+    lines = detached.lines()
+    assert lines[-2] == "ok: Hessian-vector products of loss match finite differences of its gradient (float64)"
+    assert lines[-1].startswith(f"note: H v holds DETACH values constant, as the gradient does; with them moving "
+                                f"(the function's own Hessian) hvp_w differs (up to {moving.max_rel_error:.3g} relative)")
+    assert detached.to_dict()["with_detach_moving"][0]["passed"] is False
+    # the function's own Hessian: the model without the DETACH, whose H v is what moved
+    rng = np.random.default_rng(5)
+    values = {"x": rng.normal(size=(6, 3)), "w": rng.normal(size=(3, 4)), "b": rng.normal(size=4),
+              "tangent_w": rng.normal(size=(3, 4)), "tangent_b": rng.normal(size=4)}
+    own, held = (evaluate(list(graph_forward.hvp(_batch_norm_loss(d), ["w"], ["loss"]).outputs.values()), values)[0]
+                 for d in (False, True))
+    assert np.max(np.abs(own - held)) > 0.01 * np.max(np.abs(own))  # far above rounding (1e-12)
+
+
+def test_check_hvp_tells_nothing_of_a_detach_that_changes_no_difference():
+    """softmax's detached max: a softmax does not depend on its shift at any order, so
+    holding it changes no verdict, and there is no note."""
+    x, w = UOp.param("x", (5, 3), f64), UOp.param("w", (3, 4), f64)
+    h = x @ w
+    e = (h - h.max(1, keepdim=True).detach()).exp()
+    p = e / e.sum(1, keepdim=True)
+    report = check_hvp(Graph({"loss": (p * p * h).sum()}, inputs=[x, w]), ["x", "w"], ["loss"])
+    assert report.passed and report.moving is None and not report.lines()[-1].startswith("note")
+    assert "with_detach_moving" not in report.to_dict()
+
+
 def test_check_transpose_report_lines():
     graph = _mlp_graph()
     lines = check_transpose(graph, ["w", "b"], ["y"], seed=1, trials=2).lines()

@@ -109,7 +109,9 @@ def jvp(source, wrt, of_, keep_forward, output, stats, simplify_, opset):
 def hvp(source, wrt, of_, cotangent, output, stats, simplify_, opset):
     """Write H v for scalar output --of: hvp_<name> = sum over the --wrt inputs b of
     d2 of / d<name> db applied to tangent_b, the JVP of the gradient graph. Inputs: IN's,
-    then tangent_<name> per --wrt name.
+    then tangent_<name> per --wrt name. A DETACH is a constant here, as in diff's gradient
+    (stop-gradient): `check --hvp` says where that makes H v differ from the function's own
+    Hessian (tinygrad's BatchNorm in training detaches its batch mean).
 
     Names already taken are numbered: an hvp of a jvp or hvp file along w adds tangent2_w
     (and cotangent2_<of> where IN has cotangent_<of>), the lowest free number after the
@@ -153,7 +155,8 @@ def jacobian(source, wrt, of_, chunk, output, stats, simplify_, opset):
 def hessian(source, wrt, of_, cotangent, chunk, output, stats, simplify_, opset):
     """Write hessian_<a>_<b> = d2 of / da db (shape a.shape + b.shape) for each pair of
     --wrt inputs: the Jacobian of the gradient, --chunk basis tangents at a time. A block
-    above --limit max_tensor_elements is refused, saying its size.
+    above --limit max_tensor_elements is refused, saying its size. A DETACH is a constant,
+    as for hvp (see `uopgrad hvp --help`).
 
     A block whose name an earlier block has taken (--wrt p,q_r,p_q,r: the blocks (p, q_r)
     and (p_q, r) are both hessian_p_q_r) gets the lowest free number, blocks in row-major
