@@ -136,6 +136,27 @@ def test_convert_writes_the_graph_and_its_weights_beside(tmp_path):
     assert "# Conv" in listing or "Conv" in listing
 
 
+def test_simplify_keeps_an_onnx_models_weights_and_writes_onnx(tmp_path):
+    """simplify puts an ONNX model's weights where diff does: beside a .uop OUT, inside an
+    .onnx OUT (which onnxruntime runs to the model's values). It once wrote the .uop alone,
+    and refused an .onnx OUT naming the input file."""
+    reference = stored("cnn-legacy17.onnx")
+    run = uopgrad("simplify", SAMPLES / "cnn-legacy17.onnx", "-o", tmp_path / "small.uop")
+    assert run.returncode == 0, run.stderr
+    np.save(tmp_path / "x.npy", reference["x"])
+    run = uopgrad("eval", tmp_path / "small.uop", "-i", tmp_path / "small.npz", "-i", f"x={tmp_path / 'x.npy'}",
+                  "-o", tmp_path / "out.npz")
+    assert run.returncode == 0, run.stderr
+    assert_close(np.load(tmp_path / "out.npz")["out"], reference["out"], "simplified cnn")
+    run = uopgrad("simplify", SAMPLES / "cnn-legacy17.onnx", "-o", tmp_path / "small.onnx", "--opset", "18")
+    assert run.returncode == 0, run.stderr
+    model = onnx.load(tmp_path / "small.onnx")
+    assert model.opset_import[0].version == 18 and len(model.graph.node) > 0
+    session = ort.InferenceSession(str(tmp_path / "small.onnx"), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["x"]  # the weights are initializers
+    assert_close(session.run(["out"], {"x": reference["x"]})[0], reference["out"], "simplified cnn in onnxruntime")
+
+
 def test_a_nodes_scope_from_dynamos_nested_names_or_else_from_its_legacy_name():
     from uopcli.interop.onnx.importer import _scope
 

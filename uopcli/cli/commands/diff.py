@@ -6,7 +6,7 @@ import click
 
 from ..app import _command, _names
 from ..io import (_OPSET_HELP, _check_opset, _graph_data, _note, _read_graph, _refuse_binary_terminal, _same_file,
-                  _Steps, _uop_form, _with_onnx_weights, _write, _write_together)
+                  _Steps, _uop_form, _with_onnx_weights, _write_together)
 
 
 # ----------------------------------------------------------------------------- diff
@@ -82,22 +82,26 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats, 
   uopgrad simplify grad.uop --exact -o same-bits.uop
   uopgrad diff model.uop --wrt w | uopgrad simplify - -o grad.uop""")
 @click.argument("source", metavar="IN")
-@click.option("-o", "--output", required=True, metavar="OUT", help="Where to write (- for stdout; .json for JSON).")
+@click.option("-o", "--output", required=True, metavar="OUT",
+              help="Where to write (- for stdout; .json for JSON, .onnx for ONNX).")
 @click.option("--exact", is_flag=True, help="Only the rewrites that change no bit of any value.")
-def simplify(source, output, exact):
+@click.option("--opset", type=click.IntRange(min=1), metavar="N", help=_OPSET_HELP)
+def simplify(source, output, exact, opset):
     """Write IN simplified: rewrites that never change a value (x*1, -(-x), movements that
     undo each other, constant folding, ...) and, without --exact, the algebraic rewrites
     tinygrad's compiler applies (which change rounding, not meaning, and make the
     gradients of sigmoid, tanh, gelu, ... finite where tinygrad's are). Inputs, outputs
-    and node metadata are kept; the node counts before and after go to stderr.
+    and node metadata are kept; the node counts before and after go to stderr. An ONNX
+    model's weights go where diff puts them: beside a .uop OUT as OUT.npz, inside an .onnx
+    OUT.
     """
-    from ...formats.uop import dump_parts
     form = _uop_form(output)
+    _check_opset(form, opset)
     _refuse_binary_terminal(output, form, "give -o FILE")
     graph, _ = _read_graph(source)
     result = _simplified(graph, exact)
     before, after = len(graph.nodes()), len(result.nodes())
-    _write(output, dump_parts(result, form))
+    _write_together(_with_onnx_weights([(output, _graph_data(result, form, opset))], output, form))
     _note(f"{before} -> {after} nodes ({'exact rewrites' if exact else 'exact and tinygrad rewrites'})")
 
 
