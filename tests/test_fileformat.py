@@ -438,7 +438,7 @@ def test_refuses_trailing_bytes_and_garbage():
     good = msgpack.packb(file([X], [0], [("x", 0)]))
     refused(good + b"\x00", "trailing bytes")
     refused(json.dumps(file([X], [0], [("x", 0)])).encode() + b" {}", "trailing bytes")
-    refused(good[:-3], "not valid MessagePack")
+    refused(good[:-3], "truncated: the file ends inside the value of the key 'outputs'")
     refused(b"{not json", "not valid JSON")
     refused(b"", "empty file")
     refused(b"  \n", "empty file")
@@ -924,6 +924,31 @@ def test_a_file_that_ends_after_a_key_is_refused_as_truncated():
     data = b"\x84" + head[1:] + msgpack.packb("nodes")  # the map promises 4 keys; the file ends after "nodes"
     with pytest.raises(FormatError, match="truncated: the file ends after the key 'nodes'"):
         load(data)
+
+
+def test_every_cut_of_a_file_is_refused_as_truncated_saying_where():
+    """A file cut anywhere (a copy stopped early, a pipe closed) reads as truncated, with
+    the key whose value it ends in: not msgpack's "No more data to unpack"."""
+    x = UOp.param("x", (2,))
+    whole = save(Graph({"y": x.sin(), "z": (x * 2.0).exp()}))
+    keys = [k for k in msgpack.unpackb(whole)]
+    for end in range(1, len(whole)):
+        with pytest.raises(FormatError, match="^<bytes>: truncated: the file ends ") as refused:
+            load(whole[:end])
+        where = str(refused.value).removeprefix("<bytes>: truncated: the file ends ")
+        assert where == "inside the top-level map" or any(
+            where in (f"after the key {k!r}", f"inside the value of the key {k!r}") for k in keys), where
+    assert str(_refusal(whole[:-1])) == "<bytes>: truncated: the file ends after the key 'version'"
+    inside_a_key = whole.index(b"inputs") + 3  # in the second key's name: the map, not 'format''s value
+    assert str(_refusal(whole[:inside_a_key])) == "<bytes>: truncated: the file ends inside the top-level map"
+    assert str(_refusal(whole[:len(whole) // 2])) == "<bytes>: truncated: the file ends inside the value of the key 'nodes'"
+    assert str(_refusal(msgpack.packb([1, 2, 3])[:-1])) == "<bytes>: truncated: the file ends inside its first value"
+
+
+def _refusal(data: bytes) -> FormatError:
+    with pytest.raises(FormatError) as refused:
+        load(data)
+    return refused.value
 
 
 class _OutOfMemoryUnpacker:

@@ -105,8 +105,10 @@ def _parse_msgpack(data: bytes, name: str):
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, max_buffer_size=len(data))
     unpacker.feed(data)
     doc = {}
+    key = None  # the key whose value is being read: where a truncated file ends
     try:
         for _ in range(unpacker.read_map_header()):
+            key = None
             key = unpacker.unpack()
             if key.__class__ is not str:
                 raise FormatError(f"top-level keys are strings, got {kind_of(key)} {shorten(repr(key))}", source=name)
@@ -127,6 +129,9 @@ def _parse_msgpack(data: bytes, name: str):
             raise FormatError("trailing bytes after the file's map", source=name)
     except FormatError:
         raise
+    except msgpack.OutOfData as error:
+        where = "the top-level map" if key is None else f"the value of the key {shorten(repr(key))}"
+        raise FormatError(f"truncated: the file ends inside {where}", source=name) from error
     except _unpack_errors() as error:  # msgpack's refusals of bad bytes, all meaning one thing
         raise FormatError(_msgpack_refusal(error), source=name) from error
     return doc
@@ -142,7 +147,23 @@ def _parse_msgpack_whole(data: bytes, name: str):
                               f"(followed by {len(extra.extra)} more bytes)", source=name) from extra
         raise FormatError("trailing bytes after the file's map", source=name) from extra
     except _unpack_errors() as error:
+        if _cut_short(data):  # unpackb says "incomplete input", a ValueError like any other
+            raise FormatError("truncated: the file ends inside its first value", source=name) from error
         raise FormatError(_msgpack_refusal(error), source=name) from error
+
+
+def _cut_short(data: bytes) -> bool:
+    """Whether `data` starts a MessagePack value that it ends inside."""
+    import msgpack
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=len(data))
+    unpacker.feed(data)
+    try:
+        unpacker.skip()
+    except msgpack.OutOfData:
+        return True
+    except _unpack_errors():
+        return False
+    return False
 
 
 def _unpack_errors() -> tuple:
