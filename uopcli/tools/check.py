@@ -216,7 +216,7 @@ def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
     is evaluated (as evaluate_graph's: "tinygrad", "exact" or None)."""
     import numpy as np
     from ..backends.numpy import evaluate_graph
-    from .values import random_value
+    from .values import index_ranges_for, random_value
 
     if samples is not None and samples < 0:
         raise EvaluationError(f"samples must be at least 0, got {samples}")
@@ -227,7 +227,9 @@ def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
     grad_graph, report = differentiate(graph, wrt, of, cotangent="input")
     of = report.of
     given = dict(inputs or {})
-    values = {n.arg: np.asarray(given[n.arg]) if n.arg in given else random_value(n, seed) for n in grad_graph.inputs}
+    ranges = index_ranges_for(graph.outputs.values(), [n for n in grad_graph.inputs if n.arg not in given])
+    values = {n.arg: np.asarray(given[n.arg]) if n.arg in given else random_value(n, seed, ranges)
+              for n in grad_graph.inputs}
     values64 = {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in values.items()}
 
     forward = to_float64(Graph({name: graph.outputs[name] for name in of}, inputs=graph.inputs))

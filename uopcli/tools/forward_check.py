@@ -87,7 +87,7 @@ def check_transpose(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
     seeded random u and v (inputs not given: seeded random values too), in float64."""
     import numpy as np
     from ..backends.numpy import evaluate_graph
-    from .values import random_value
+    from .values import index_ranges_for, random_value
 
     forward = jvp(graph, wrt, of)
     of = forward.meta["jvp_of"].split(",")
@@ -97,9 +97,10 @@ def check_transpose(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
     forward64, backward64 = to_float64(forward), to_float64(backward)
     given = dict(inputs or {})
     result = TransposeReport(of, list(wrt))
+    ranges = index_ranges_for(graph.outputs.values(), [n for n in graph.inputs if n.arg not in given])
     for trial in range(trials):
         s = seed + trial
-        values = {n.arg: np.asarray(given[n.arg]) if n.arg in given else random_value(n, s)
+        values = {n.arg: np.asarray(given[n.arg]) if n.arg in given else random_value(n, s, ranges)
                   for n in graph.inputs}
         for node in (*forward64.inputs, *backward64.inputs):  # v: tangent_<x>; u: cotangent_<y>
             if node.arg not in values:
@@ -187,7 +188,7 @@ def check_hvp(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None,
     seeded random, in float64."""
     import numpy as np
     from ..backends.numpy import evaluate_graph
-    from .values import random_value
+    from .values import index_ranges_for, random_value
 
     # a non-scalar output weighted as `uopgrad check` weighs it: H of sum(u * y), u the new
     # input cotangent_<y>, seeded random like the other inputs (a scalar is seeded with 1)
@@ -197,7 +198,9 @@ def check_hvp(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None,
     tangent = tangent_names(graph, wrt)  # tangent_<x>, or tangent2_<x> where the graph has tangent_<x>
     products64, grads64 = to_float64(products), to_float64(grads)
     given = dict(inputs or {})
-    values = {n.arg: np.asarray(given[n.arg]) if n.arg in given else random_value(n, seed) for n in products.inputs}
+    ranges = index_ranges_for(graph.outputs.values(), [n for n in products.inputs if n.arg not in given])
+    values = {n.arg: np.asarray(given[n.arg]) if n.arg in given else random_value(n, seed, ranges)
+              for n in products.inputs}
     values = {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in values.items()}
     analytic = evaluate_graph(products64, values)
     # one step for all directions: h scaled to the inputs moved, as check's per-element step

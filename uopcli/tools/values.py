@@ -157,10 +157,11 @@ def check_value(name: str, node: UOp, array, where: str = "the value"):
     return array
 
 
-def random_value(node: UOp, seed: int):
+def random_value(node: UOp, seed: int, ranges: Mapping[str, int] | None = None):
     """Seeded values for input `node`: the same (seed, name, shape, dtype) always gives the
     same array, whichever other inputs there are, so a forward file and its gradient file
-    see the same random inputs. Floats are standard normal, integers 0..9, bools fair."""
+    see the same random inputs. Floats are standard normal, integers 0..9 (below n where
+    `ranges` gives the input n: the classes it indexes, index_range.py), bools fair."""
     import numpy as np
     rng = np.random.default_rng([seed, zlib.crc32(node.arg.encode())])
     dtype = node.dtype
@@ -168,14 +169,24 @@ def random_value(node: UOp, seed: int):
         return rng.standard_normal(node.shape).astype(dtype.np)
     if dtype.is_bool:
         return rng.random(node.shape) < 0.5
-    return rng.integers(0, 10, node.shape).astype(dtype.np)
+    return rng.integers(0, min(10, (ranges or {}).get(node.arg, 10)), node.shape).astype(dtype.np)
+
+
+def index_ranges_for(roots: Iterable[UOp] | None, drawn: Iterable[UOp]) -> dict[str, int]:
+    """The classes each integer input of `drawn` indexes in the graph of `roots`
+    (index_range.index_ranges), walked only when one of them is an integer."""
+    if roots is None or not any(node.dtype.is_int for node in drawn):
+        return {}
+    from .index_range import index_ranges
+    return index_ranges(roots)
 
 
 def gather_inputs(inputs: Iterable[UOp], specs: Iterable[str], random_seed: int | None = None,
-                  defaults: Mapping | None = None) -> dict:
+                  defaults: Mapping | None = None, roots: Iterable[UOp] | None = None) -> dict:
     """Every input's array from `NAME=VALUE` specs, then whole .npz files, then `defaults`;
-    missing ones random when `random_seed` is given, else an error listing each missing
-    input with its shape and dtype."""
+    missing ones random when `random_seed` is given (an integer index of the graph of
+    `roots` below the number of classes it picks from), else an error listing each
+    missing input with its shape and dtype."""
     nodes: Mapping[str, UOp] = {n.arg: n for n in inputs}
     values, from_archive = {}, {}
     for spec in specs:
@@ -201,8 +212,9 @@ def gather_inputs(inputs: Iterable[UOp], specs: Iterable[str], random_seed: int 
         listed = ", ".join(f"{n.arg} {type_text(n)}" for n in missing)
         raise EvaluationError(f"missing input value{'s' if len(missing) > 1 else ''}: {listed} "
                               f"(give -i NAME=VALUE, or --random)")
+    ranges = index_ranges_for(roots, missing)
     for node in missing:
-        values[node.arg] = random_value(node, random_seed)
+        values[node.arg] = random_value(node, random_seed, ranges)
     return {name: values[name] for name in nodes}
 
 

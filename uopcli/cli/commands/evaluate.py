@@ -24,7 +24,8 @@ from .evaluate_map import check_map_usage, eval_map, map_options
 @click.option("-i", "--input", "specs", multiple=True, metavar="NAME=VALUE", callback=_check_specs,
               help="An input's value: x.npy, data.npz (member NAME), data.npz:key, or a number filled to its shape; "
                    "a bare data.npz gives every input its member.")
-@click.option("--random", "use_random", is_flag=True, help="Fill inputs not given with seeded random values.")
+@click.option("--random", "use_random", is_flag=True, help="Fill inputs not given with seeded random values "
+              "(an integer index below the number of classes the graph compares it with).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of --random.")
 @click.option("-o", "--output", metavar="OUT.npz", help="Store the outputs in an .npz under their names (- for stdout).")
 @click.option("--json", "as_json", is_flag=True, help="Print the outputs as JSON.")
@@ -69,7 +70,8 @@ def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep
     with _Steps("reading", "evaluating") as steps:
         graph, _ = _read_graph(source)
         _explain_inputs(source, graph, specs, use_random)
-        inputs = gather_inputs(graph.inputs, specs, seed if use_random else None, defaults=_onnx_weights())
+        inputs = gather_inputs(graph.inputs, specs, seed if use_random else None, defaults=_onnx_weights(),
+                               roots=graph.outputs.values())
         steps.next()
         eval_stats = EvalStats() if stats else None
         simplify = "exact" if literal else "tinygrad"
@@ -200,7 +202,7 @@ def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal, 
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     graph, _ = _read_graph(source)
     _explain_inputs(source, graph, specs, True)
-    given = gather_inputs(graph.inputs, specs, seed, defaults=_onnx_weights())
+    given = gather_inputs(graph.inputs, specs, seed, defaults=_onnx_weights(), roots=graph.outputs.values())
     if transpose or hvp:  # forward mode's checks (tools/forward_check.py)
         from .forward import forward_check
         return forward_check(graph, wrt_names, of_names or None, given, seed, as_json, hvp)

@@ -111,4 +111,4 @@ def _fixed_inputs(graph, shard_inputs, specs, random_seed) -> dict:
     """The inputs the shards do not give: -i, an ONNX model's own weights, or --random."""
     from ...tools.values import gather_inputs
     others = [node for node in graph.inputs if node.arg not in shard_inputs]
-    return gather_inputs(others, specs, random_seed, defaults=_onnx_weights())
+    return gather_inputs(others, specs, random_seed, defaults=_onnx_weights(), roots=graph.outputs.values())
