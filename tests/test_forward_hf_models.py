@@ -127,12 +127,22 @@ class Case:
         return f
 
 
-def relative(ours, theirs) -> float:
+def relative(ours, theirs, scale=None) -> float:
+    """max |ours - theirs| / max |theirs| (or / scale); inf where ours has a nan or inf that
+    torch has not (a nan would pass every comparison, and vanish in a max() of errors)."""
     ours, theirs = np.asarray(ours, np.float64), np.asarray(theirs, np.float64)
     assert ours.shape == theirs.shape, (ours.shape, theirs.shape)
-    scale = np.abs(theirs).max()
+    scale = np.abs(theirs).max() if scale is None else scale
     assert scale > 0, "torch's derivative is zero: the comparison would be weak"
-    return float(np.abs(ours - theirs).max() / scale)
+    error = float(np.abs(ours - theirs).max() / scale)
+    return error if math.isfinite(error) else math.inf
+
+
+def hvp_relative(mine: dict, theirs: dict) -> dict:
+    """Per parameter, relative to its own HVP or, where that is 0 but for roundings (a
+    key's bias: softmax is shift invariant), to a thousandth of the largest of all."""
+    largest = max(t.abs().max().item() for t in theirs.values())
+    return {n: relative(mine[n], t.numpy(), max(t.abs().max().item(), 1e-3 * largest)) for n, t in theirs.items()}
 
 
 def torch_jvp(case: Case, v: dict, module=None, attention=None):
@@ -165,12 +175,7 @@ def hvp_errors(case: Case) -> dict:
                            {**case.feeds, f"cotangent_{out}": u.numpy(),
                             **{f"tangent_{n}": t.numpy() for n, t in case.in_file(v).items()}})
     mine = case.of_file({n: found[f"hvp_{n}"] for n in case.wrt})
-    theirs = torch_hvp(case, v, u)
-    largest = max(t.abs().max().item() for t in theirs.values())
-    # a parameter whose HVP is 0 but for roundings (a key's bias: softmax is shift invariant)
-    # is compared with a thousandth of the largest of all
-    return {f"hvp {n}": float(np.abs(mine[n] - theirs[n].numpy()).max()
-                              / max(theirs[n].abs().max().item(), 1e-3 * largest)) for n in theirs}
+    return {f"hvp {n}": e for n, e in hvp_relative(mine, torch_hvp(case, v, u)).items()}
 
 
 # ----------------------------------------------------------------------------- the models
@@ -352,17 +357,15 @@ def cli_errors(case: Case, folder, check=None) -> dict:
         uopgrad(operation, case.path, "--wrt", wrt, *options, "-o", f"{operation}.uop", cwd=folder)
         times[operation] = time.perf_counter() - start
         start = time.perf_counter()
-        done = uopgrad("eval", f"{operation}.uop", "-i", f"{operation}.npz", "-i", "data.npz", "-i", "tangents.npz",
-                       "--json", cwd=folder)
+        weights = ["-i", f"{operation}.npz"] if (folder / f"{operation}.npz").exists() else []  # none: no npz
+        done = uopgrad("eval", f"{operation}.uop", *weights, "-i", "data.npz", "-i", "tangents.npz", "--json", cwd=folder)
         times[f"eval {operation}"] = time.perf_counter() - start
         found[operation] = {k: np.array(o["values"]) for k, o in json.loads(done.stdout)["outputs"].items()}
     errors = {"jvp": relative(found["jvp"][f"jvp_{out}"].reshape(case.graph.outputs[out].shape),
                               torch_jvp(case, v).numpy())}
     theirs = torch_hvp(case, v, None)
     mine = case.of_file({n: found["hvp"][f"hvp_{n}"].reshape(np.shape(case.feeds[n])) for n in case.wrt})
-    largest = max(t.abs().max().item() for t in theirs.values())
-    errors["hvp"] = max(float(np.abs(mine[n] - theirs[n].numpy()).max() / max(theirs[n].abs().max().item(),
-                                                                              1e-3 * largest)) for n in theirs)
+    errors["hvp"] = max(hvp_relative(mine, theirs).values())
     if check:
         start = time.perf_counter()
         done = uopgrad("check", case.path, "--hvp", "--wrt", ",".join(check), "--of", out, "-i", "data.npz", cwd=folder)
