@@ -290,11 +290,13 @@ def _flex(folder) -> Case:
 
 CASES = [*HF, "fnet", "stft", "flex"]
 IDS = [f"{k[0]}-{k[1]}" if isinstance(k, tuple) else k for k in CASES]
+SLOW = {("t5", "torchscript")}  # 5-8 s, and its float32 RMSNorm is Llama's: with --runslow
 
 
 # ----------------------------------------------------------------------------- the comparisons
 
-@pytest.mark.parametrize("key", CASES, ids=IDS)
+@pytest.mark.parametrize("key", [pytest.param(k, id=i, marks=[pytest.mark.slow] if k in SLOW else [])
+                                 for k, i in zip(CASES, IDS)])
 def test_jvp_and_hvp_of_an_export_equal_torch_func_on_the_model(cases, key):
     case = cases(key)
     errors = {**jvp_errors(case), **hvp_errors(case)}
