@@ -191,8 +191,11 @@ def exported(tmp_path_factory):
 
 
 def _relative(ours, theirs, floor=0.0) -> float:
+    """max |ours - theirs| over the larger of max |theirs| and `floor`; a nan anywhere is an
+    infinite error (max() over the errors would skip a nan that is not first)."""
     ours, theirs = np.asarray(ours, np.float64), np.asarray(theirs, np.float64)
-    return float(np.abs(ours - theirs).max() / max(np.abs(theirs).max(), floor, 1e-300))
+    error = float(np.abs(ours - theirs).max() / max(np.abs(theirs).max(), floor, 1e-300))
+    return error if error == error else float("inf")
 
 
 def _parameter_of(weights: dict, parameters: dict) -> dict:

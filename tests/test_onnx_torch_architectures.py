@@ -104,7 +104,9 @@ ARCHITECTURES = {  # module, input shape, tolerance
 
 
 def _relative(ours, theirs) -> float:
-    return float(np.abs(ours - theirs).max() / max(np.abs(theirs).max(), 1e-300))
+    """A nan anywhere is an infinite error (max() over the errors would skip a nan that is not first)."""
+    error = float(np.abs(ours - theirs).max() / max(np.abs(theirs).max(), 1e-300))
+    return error if error == error else float("inf")
 
 
 def _model(name: str):
