@@ -247,7 +247,7 @@ def run_case(case: Case) -> Outcome:
 
 
 # the refusals a run retries with its inputs' values and shapes known at import
-SPECIALIZED = ("must be known when importing", "has a symbolic dimension")
+SPECIALIZED = ("must be known when importing", "symbolic dimension", "no shape in the file")
 _NAMED_INPUT = re.compile(r"but it is the model's input '([^']+)': give its value with --constant")
 
 

@@ -154,7 +154,7 @@ def test_a_value_computed_from_an_input_is_refused_naming_the_input_to_fix():
     (reshape_model, {"shape": [3, -1, 1]}, "--constant shape: 3 values of shape [3] do not fit the file's shape [2]"),
     (reshape_model, {"shape": ["3", "2"]}, "--constant shape: give numbers, not <U1"),
     (reshape_model, {"shapes": [3, 2]}, "--constant names no input of the model: shapes; inputs: x, shape, w"),
-    (onehot_model, {"depth": [[5]]}, "--constant depth: 1 value of shape [1, 1] do not fit the file's shape [?]"),
+    (onehot_model, {"depth": [[5]]}, "--constant depth: 1 value of shape [1, 1] do not fit the file's shape [one]"),
 ])
 def test_values_that_do_not_fit_are_refused_in_one_line(model, constants, why):
     with pytest.raises(FormatError) as refused:

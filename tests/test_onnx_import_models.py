@@ -238,7 +238,8 @@ def test_a_symbolic_dimension_needs_a_shape(tmp_path):
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
     path = save(model, tmp_path / "dynamic.onnx")
     run = uopgrad("eval", path, "-i", "x=1")
-    one_line_refusal(run, "dynamic.onnx", "'x'", "'batch'", "--shape x=N,8")
+    one_line_refusal(run, "dynamic.onnx", "input with a symbolic dimension: x [batch, 8]: give its size with "
+                     "--shape batch=<size> (or --shape x=<dims>)")
     run = uopgrad("eval", path, "--shape", "x=5,8", "-i", "x=1", "--json")
     assert run.returncode == 0 and '"shape": [5, 4]' in run.stdout, run.stderr
     run = uopgrad("eval", path, "--shape", "x=5,9", "-i", "x=1")

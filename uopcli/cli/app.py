@@ -188,7 +188,8 @@ def _set_limits(ctx: click.Context, param: click.Parameter, values: tuple[str, .
 
 
 def _set_shapes(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> None:
-    """--shape NAME=D1,D2,... (repeatable): an ONNX input's shape where the file's is symbolic."""
+    """--shape NAME=D1,D2,... (repeatable): the size of an ONNX model's symbolic dimension
+    NAME, or input NAME's shape (the importer tells which, an input first)."""
     chosen = ctx.meta.setdefault("uopgrad.shapes", {})
     for text in values:
         name, _, dims = text.partition("=")
@@ -197,7 +198,9 @@ def _set_shapes(ctx: click.Context, param: click.Parameter, values: tuple[str, .
         except ValueError:
             shape = (-1,)
         if not name or not dims or any(d < 0 for d in shape):
-            raise click.BadParameter(f"{text!r}: give NAME=D1,D2,... with whole sizes >= 0", ctx, param)
+            named = [d.strip() for d in dims.split(",") if d.strip().isidentifier()]
+            hint = f" (size a symbolic dimension by its name: --shape {named[0]}=<size>)" if named else ""
+            raise click.BadParameter(f"{text!r}: give NAME=D1,D2,... with whole sizes >= 0{hint}", ctx, param)
         chosen[name] = shape
 
 
@@ -271,8 +274,9 @@ def _common_options(fn):
                       metavar="NAME=N", help="Raise (or lower) a reader limit, e.g. max_nodes=50000000 "
                       "(names: max_file_bytes, max_nodes, max_arg_depth, max_rank, max_tensor_elements).")(fn)
     fn = click.option("--shape", multiple=True, expose_value=False, is_eager=True, callback=_set_shapes,
-                      metavar="NAME=DIMS", help="For an .onnx IN: the shape of an input whose dimensions are "
-                      "symbolic, e.g. x=1,3,224,224.")(fn)
+                      metavar="NAME=DIMS", help="For an ONNX IN (a file or stdin): the size of a symbolic "
+                      "dimension, everywhere it appears (N=8), or an input's shape (x=8,3,224,224); a name that is "
+                      "both is the input. eval and check take sizes not given from the -i arrays.")(fn)
     fn = click.option("--constant", multiple=True, expose_value=False, is_eager=True, callback=_set_constants,
                       metavar="NAME=VALUES", help="For an .onnx IN: fix an input to a value when importing, "
                       "e.g. scales=1,1,2,2 or depth=10 or shape=FILE.npy (an input that sets a shape, which "

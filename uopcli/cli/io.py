@@ -22,14 +22,16 @@ BINARY_FORMS = {"msgpack", "npz", "png", "pdf", "onnx"}
 
 # ----------------------------------------------------------------------------- reading, writing
 
-def _read_graph(path: str, remember: bool = True):
-    """(Graph, raw bytes) from a path or `-` (stdin); an .onnx path is imported (interop/onnx)."""
+def _read_graph(path: str, remember: bool = True, specs: tuple = ()):
+    """(Graph, raw bytes) from a path or `-` (stdin); an .onnx path is imported (interop/onnx),
+    its symbolic dimensions sized by --shape, else by the arrays that the -i `specs` (eval's,
+    check's) give those inputs."""
     from ..formats.uop import loads, read_bytes
     display = "<stdin>" if path == "-" else path
     if remember:
         click.get_current_context().meta["uopgrad.file"] = display
     if path.lower().endswith(".onnx"):
-        return _read_onnx(path), None
+        return _read_onnx(path, specs), None
     if click.get_current_context().meta.get("uopgrad.constants"):
         raise CommandFailed("--constant fixes inputs of an .onnx IN when importing; a .uop's inputs take "
                             "their values with -i/--input")
@@ -103,14 +105,16 @@ def _write_together(files: list[tuple[str, object]]) -> None:
 # float initializers (its weights) are inputs of the graph; their values are the inputs'
 # defaults for eval and check, and go beside a .uop that convert or diff writes (OUT.npz).
 
-def _read_onnx(path: str):
+def _read_onnx(path: str, specs: tuple = ()):
     try:
         import onnx  # noqa: F401 - only to say what is missing
     except ImportError:
         raise CommandFailed(f"{path}: reading ONNX models needs the onnx package: pip install 'uopgrad[onnx]'") from None
     from ..interop.onnx.importer import load_onnx
+    from ..tools.values import given_shapes
     ctx = click.get_current_context()
-    graph, weights = load_onnx(path, ctx.meta.get("uopgrad.shapes"), ctx.meta.get("uopgrad.constants"))
+    given = given_shapes(specs) if specs else None  # the -i arrays' shapes, read from their headers
+    graph, weights = load_onnx(path, ctx.meta.get("uopgrad.shapes"), ctx.meta.get("uopgrad.constants"), given)
     ctx.meta["uopgrad.weights"] = weights
     return graph
 

@@ -90,6 +90,68 @@ def read_value(name: str, value: str, node: UOp):
     return check_value(name, node, array, where)
 
 
+def given_shapes(specs: Iterable[str]) -> dict:
+    """{input name: shape} of the arrays the specs give (numbers fill any shape: none), read
+    from the files' headers alone: what sizes an imported model's symbolic dimensions
+    before the values are read (gather_inputs, which then checks them). A NAME=VALUE spec
+    wins over an archive's member, as there."""
+    named, from_archives = {}, {}
+    for spec in specs:
+        name, value = split_spec(spec)
+        if name is None:
+            for member, shape in _archive_shapes(value).items():
+                from_archives.setdefault(member, shape)
+            continue
+        path, key = _npz_member(value, name)
+        if path is not None:
+            shape = _archive_shapes(path, key, name).get(key)
+        elif value.endswith(".npy"):
+            shape = _npy_shape(value, name)
+        else:
+            continue  # a number: it fills whatever shape the input has
+        if shape is not None:
+            named[name] = shape
+    return {**from_archives, **named}
+
+
+def _npy_shape(path: str, name: str) -> tuple:
+    import numpy as np
+    try:
+        return tuple(np.load(_starts_with(path, (NPY_MAGIC,), ".npy", "numpy's magic"), mmap_mode="r",
+                             allow_pickle=False).shape)
+    except OSError as e:
+        raise EvaluationError(f"input {name!r}: cannot read {e.filename or path}: {e.strerror or e}") from None
+    except Exception as e:  # noqa: BLE001 - numpy's refusals of a damaged header
+        raise EvaluationError(f"input {name!r}: cannot read {path}: {' '.join(str(e).split())}") from None
+
+
+def _archive_shapes(path: str, key: str | None = None, name: str | None = None) -> dict:
+    """{member: shape} of the .npz at `path` (only `key`'s, if given), from each member's
+    .npy header: nothing is decompressed past it."""
+    import zipfile
+
+    import numpy as np
+    where = f"input {name!r}: " if name else ""
+    shapes = {}
+    try:
+        with zipfile.ZipFile(_starts_with(path, ZIP_MAGIC, ".npz", "a zip archive's")) as archive:
+            for member in archive.namelist():
+                stem = member[:-4] if member.endswith(".npy") else member
+                if key is not None and stem != key:
+                    continue
+                with archive.open(member) as f:
+                    version = np.lib.format.read_magic(f)
+                    read = {(1, 0): np.lib.format.read_array_header_1_0,
+                            (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+                    if read is not None:  # (3.0's, for unicode field names, is read with the array)
+                        shapes[stem] = tuple(read(f)[0])
+    except OSError as e:
+        raise EvaluationError(f"{where}cannot read {e.filename or path}: {e.strerror or e}") from None
+    except Exception as e:  # noqa: BLE001 - zipfile's and numpy's refusals of a damaged file
+        raise EvaluationError(f"{where}cannot read {path}: {' '.join(str(e).split())}") from None
+    return shapes
+
+
 NPY_MAGIC = b"\x93NUMPY"
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip archive's first entry, or an empty one's end record
 

@@ -1,10 +1,13 @@
 """ONNX models as Graphs: `load_onnx("model.onnx") -> (Graph, weights)`.
 
-- Graph inputs become named inputs (PARAMs) of the shapes the file gives, or `shapes`
-  gives where a dimension is symbolic. An input named in `constants` (the CLI's
-  --constant) is fixed to that value instead, a constant of the graph: for the inputs that
-  set a shape or the sampling positions (a Reshape's shape, a Resize's scales, a OneHot's
-  depth), which a graph of static shapes must know when importing.
+- Graph inputs become named inputs (PARAMs) of the shapes the file gives. A symbolic
+  dimension (`["N", 6]`) takes its size from `shapes`, by its name (N: 7, everywhere it
+  appears) or by the input's (x: (7, 6)), else from `given_shapes`, the shapes of the
+  values the inputs will be given; sizes that contradict each other are refused at once,
+  and the inputs left unsized are listed in one refusal. An input named in `constants`
+  (the CLI's --constant) is fixed to that value instead, a constant of the graph: for the
+  inputs that set a shape or the sampling positions (a Reshape's shape, a Resize's scales,
+  a OneHot's depth), which a graph of static shapes must know when importing.
 - Float initializers (the weights) become named inputs too, so they can be differentiated
   with respect to; their values are returned as `weights` {name: array} (the CLI writes
   them beside a converted file as model.npz, and uses them for inputs not given). Integer
@@ -70,11 +73,12 @@ class Value:
         return self.node.dtype if self.node is not None else FROM_ONNX_NP(np.asarray(self.const))
 
 
-def load_onnx(path: str, shapes: Mapping[str, tuple[int, ...]] | None = None, constants: Mapping | None = None):
+def load_onnx(path: str, shapes: Mapping[str, tuple[int, ...]] | None = None, constants: Mapping | None = None,
+              given_shapes: Mapping[str, tuple[int, ...]] | None = None):
     """(Graph, weights) from an ONNX file; external data files are read from its folder."""
     model = read_model(path)
     return import_model(model, shapes, source=path, base_dir=os.path.dirname(os.path.abspath(path)),
-                        constants=constants)
+                        constants=constants, given_shapes=given_shapes)
 
 
 def read_model(path: str):
@@ -98,13 +102,17 @@ def read_model(path: str):
 
 
 def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None, source: str = "<model>",
-                 base_dir: str | None = None, constants: Mapping | None = None):
-    """(Graph, weights) from a ModelProto (see the module's docstring). `shapes`: {input
-    name: shape} for inputs with symbolic dimensions; `constants`: {input name: values
-    (array-like)} for inputs fixed when importing, each converted to the input's element
-    type (exactly, for an integer or bool input) and shape."""
+                 base_dir: str | None = None, constants: Mapping | None = None,
+                 given_shapes: Mapping[str, tuple[int, ...]] | None = None):
+    """(Graph, weights) from a ModelProto (see the module's docstring). `shapes`: the sizes
+    of symbolic dimensions, {dimension name: size} or {input name: shape} (a name that is
+    both is the input's); `constants`: {input name: values (array-like)} for inputs fixed
+    when importing, each converted to the input's element type (exactly, for an integer or
+    bool input) and shape; `given_shapes`: {input name: the shape of the value it will be
+    given}, sizing what `shapes` leaves symbolic (names of other inputs are ignored)."""
     try:
-        return _Importer(model, dict(shapes or {}), source, base_dir, dict(constants or {})).run()
+        return _Importer(model, dict(shapes or {}), source, base_dir, dict(constants or {}),
+                         dict(given_shapes or {})).run()
     except UOpError:
         raise
     except (TypeError, ValueError, AttributeError, KeyError, IndexError, UnicodeError, OverflowError) as e:
@@ -117,9 +125,12 @@ def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None, sou
 
 
 class _Importer:
-    def __init__(self, model, shapes: dict, source: str, base_dir: str | None, constants: dict | None = None):
+    def __init__(self, model, shapes: dict, source: str, base_dir: str | None, constants: dict | None = None,
+                 given_shapes: dict | None = None):
         self.model, self.graph, self.shapes, self.source, self.base_dir = model, model.graph, shapes, source, base_dir
-        self.constants = constants or {}
+        self.constants, self.given_shapes = constants or {}, given_shapes or {}
+        self.sizes: dict[str, int] = {}  # a symbolic dimension's name -> its size
+        self._sized_by: dict[str, str] = {}  # ... -> what gave it (for a contradiction's refusal)
         self.values: dict[str, Value] = {}
         self.inputs: list[UOp] = []
         self.input_names: dict[UOp, str] = {}  # a graph input's PARAM -> its ONNX name (for refusals)
@@ -177,34 +188,110 @@ class _Importer:
                 self.values[tensor.name] = Value(const=array)
 
     def _read_inputs(self) -> None:
-        given, pinned = set(self.shapes), set(self.constants)
-        names = [inp.name for inp in self.graph.input if inp.name not in self.values]
-        for inp in self.graph.input:
-            if inp.name in self.values:  # an initializer listed as an input too (IR < 4): a weight
-                given.discard(inp.name)
-                continue
+        listed = [inp for inp in self.graph.input if inp.name not in self.values]
+        initializers = {inp.name for inp in self.graph.input if inp.name in self.values}  # listed too (IR < 4)
+        names = [inp.name for inp in listed]
+        declared = {inp.name: self._declared_type(inp) for inp in listed}
+        symbols = list(dict.fromkeys(d for _, dims in declared.values() for d in dims or () if isinstance(d, str)))
+        by_input = {n: tuple(s) for n, s in self.shapes.items() if n in declared}  # an input's name wins
+        by_name = {n: s for n, s in self.shapes.items() if n not in declared and n in symbols}
+        for option, unknown, also in (
+                ("--constant", [n for n in self.constants if n not in declared], ""),
+                ("--shape", [n for n in self.shapes if n not in declared and n not in symbols and n not in initializers],
+                 f"; symbolic dimensions: {', '.join(symbols) or 'none'}")):
+            if unknown:
+                self.fail(f"{option} names no input{' or symbolic dimension' * bool(also)} of the model: "
+                          f"{', '.join(sorted(unknown))}; inputs: {', '.join(names) or 'none'}{also}")
+        for name, shape in by_name.items():  # sizes by name first, then those inputs' shapes give
+            size = shape if isinstance(shape, int) else shape[0] if len(shape) == 1 else None
+            if size is None:
+                self.fail(f"--shape {name}={','.join(map(str, shape))}: {name} is a symbolic dimension: give one size, "
+                          f"--shape {name}=<size>")
+            self._size(name, int(size), f"--shape {name}={size}")
+        for name, shape in by_input.items():
+            if name in self.constants:
+                self.fail(f"--shape and --constant both name input {name!r}: a constant's shape is its value's")
+            self._size_from(shape, declared[name][1], name, f"--shape {name}={','.join(map(str, shape))}")
+        for inp in listed:  # a constant's value sizes its symbolic dimensions too
             if inp.name in self.constants:
-                if inp.name in self.shapes:
-                    self.fail(f"--shape and --constant both name input {inp.name!r}: a constant's shape is its value's")
-                self.values[inp.name] = Value(const=self._pinned(inp))
-                pinned.discard(inp.name)
+                self.values[inp.name] = Value(const=self._pinned(inp, declared[inp.name]))
+        given = {}  # shapes of the values to be given, for the inputs of symbolic shape --shape left
+        for name, (_, dims) in declared.items():
+            shape = self.given_shapes.get(name)
+            symbolic = dims is None or not all(isinstance(d, int) for d in dims)
+            if shape is not None and symbolic and name not in by_input and name not in self.constants:
+                given[name] = tuple(int(n) for n in shape)
+                self._size_from(given[name], dims, name, f"the value given for {name} ([{', '.join(map(str, shape))}])")
+        unsized = []
+        for inp in listed:
+            if inp.name in self.constants:
                 continue
-            dtype, dims = self._input_type(inp)
-            given.discard(inp.name)
-            node = UOp.param(_safe_name(inp.name, {n.arg: n for n in self.inputs}), dims, dtype)
+            dtype, dims = declared[inp.name]
+            shape = by_input.get(inp.name)
+            shape = self._sized(dims) if shape is None else shape
+            shape = given.get(inp.name) if shape is None else shape
+            if shape is None:
+                unsized.append((inp.name, dims))
+                continue
+            node = UOp.param(_safe_name(inp.name, {n.arg: n for n in self.inputs}), shape, dtype)
             self.values[inp.name] = Value(node=node)
             self.inputs.append(node)
             self.input_names[node] = inp.name
-        for option, unknown in (("--shape", given), ("--constant", pinned)):
-            if unknown:
-                self.fail(f"{option} names no input of the model: {', '.join(sorted(unknown))}; inputs: "
-                          f"{', '.join(names) or 'none'}")
+        if unsized:
+            self.fail(self._unsized(unsized))
 
-    def _pinned(self, inp) -> np.ndarray:
+    def _size(self, name: str, size: int, by: str) -> None:
+        """Symbolic dimension `name` is `size`, as `by` says; a contradiction is refused naming both."""
+        if name in self.sizes and self.sizes[name] != size:
+            self.fail(f"{by} gives {name}={size}, but {self._sized_by[name]}: a symbolic dimension has one size")
+        if name not in self.sizes:
+            self.sizes[name] = size
+            self._sized_by[name] = by if by == f"--shape {name}={size}" else f"{by} gives {name}={size}"
+
+    def _size_from(self, shape: tuple, dims, name: str, by: str) -> None:
+        """The sizes `shape` (input `name`'s) gives its symbolic dimensions, once it fits the file's."""
+        if dims is not None and (len(shape) != len(dims) or any(isinstance(d, int) and d != n
+                                                               for d, n in zip(dims, shape))):
+            self.fail(f"{by} does not fit the file's shape [{_dims_text(dims)}] of input {name!r}")
+        for d, n in zip(dims or (), shape):
+            if isinstance(d, str):
+                self._size(d, int(n), by)
+
+    def _sized(self, dims) -> tuple[int, ...] | None:
+        """The file's shape with its symbolic dimensions sized; None while one is not."""
+        if dims is None:
+            return None
+        shape = tuple(self.sizes.get(d) if isinstance(d, str) else d for d in dims)
+        return None if None in shape else shape
+
+    def _unsized(self, unsized: list) -> str:
+        """The one refusal for every input whose shape is still open, with what to type."""
+        listed = ", ".join(f"{name} (no shape in the file)" if dims is None else
+                           f"{name} [{_dims_text([self.sizes.get(d, d) if isinstance(d, str) else d for d in dims])}]"
+                           for name, dims in unsized)
+        symbols = list(dict.fromkeys(d for _, dims in unsized for d in dims or ()
+                                     if isinstance(d, str) and d not in self.sizes))
+        whole = [name for name, dims in unsized if dims is None or None in dims]  # no name to size it by
+        example = " ".join([f"--shape {d}=<size>" for d in symbols] + [f"--shape {n}=<dims>" for n in whole])
+        if not whole:
+            example += f" (or --shape {unsized[0][0]}=<dims>)"
+        if all(dims is None for _, dims in unsized):
+            return (f"{'inputs' if len(unsized) > 1 else 'input'} with no shape in the file: "
+                    f"{', '.join(name for name, _ in unsized)}: give {'their shapes' if len(unsized) > 1 else 'its shape'}"
+                    f" with {example}")
+        one = len(unsized) == 1 and len(symbols) + unsized[0][1].count(None) == 1
+        what = "a symbolic dimension" if one else "symbolic dimensions"
+        if any(dims is None for _, dims in unsized):
+            what += " or no shape"
+        return (f"{'inputs' if len(unsized) > 1 else 'input'} with {what}: {listed}: give "
+                f"{'its size' if one else 'their sizes'} with {example}")
+
+    def _pinned(self, inp, declared) -> np.ndarray:
         """Input `inp`'s value from `constants`, as its element type (an integer or bool
         input exactly: 2.5 is no int64) and its shape (a symbolic dimension takes the
         value's size; values in a row fill a shape of as many elements)."""
-        dtype, dims = self._declared_type(inp)
+        dtype, named = declared
+        dims = None if named is None else [self.sizes.get(d) if isinstance(d, str) else d for d in named]
         given = np.asarray(self.constants[inp.name])
         what = f"--constant {inp.name}"
         if given.dtype.kind not in "biuf":
@@ -218,14 +305,15 @@ class _Importer:
         if None not in dims and value.size == int(np.prod(dims, dtype=np.int64)):
             return value.reshape(dims)
         if value.ndim != len(dims) or any(d is not None and d != n for d, n in zip(dims, value.shape)):
-            shape = ",".join("?" if d is None else str(d) for d in dims)
+            shape = _dims_text([n if n is not None else d for n, d in zip(dims, named)])
             self.fail(f"{what}: {value.size} value{'s' * (value.size != 1)} of shape {list(value.shape)} "
                       f"do not fit the file's shape [{shape}]")
+        self._size_from(value.shape, named, inp.name, what)  # its symbolic dimensions take its sizes
         return value
 
     def _declared_type(self, inp):
         """(DType, dims) of a graph input as the file declares it: dims None where the file
-        gives no shape, a dimension None where it is symbolic."""
+        gives no shape; a symbolic dimension is its name (a str), or None if it has none."""
         tensor_type = inp.type.tensor_type if inp.type.HasField("tensor_type") else None
         if tensor_type is None:  # named with the first node that takes it
             user = next(((_text(n.name) or f"#{i}", _text(n.op_type)) for i, n in enumerate(self.graph.node)
@@ -237,27 +325,9 @@ class _Importer:
             self.fail(f"input {inp.name!r}: {unsupported_type(tensor_type.elem_type)}")
         if not tensor_type.HasField("shape"):
             return dtype, None
-        return dtype, [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None
+        return dtype, [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else
+                       (_text(d.dim_param) or None) if d.HasField("dim_param") else None
                        for d in tensor_type.shape.dim]
-
-    def _input_type(self, inp):
-        dtype, dims = self._declared_type(inp)
-        tensor_type = inp.type.tensor_type
-        wanted = self.shapes.get(inp.name)
-        if wanted is not None:
-            if dims is not None and (len(wanted) != len(dims) or any(d is not None and d != w for d, w in zip(dims, wanted))):
-                self.fail(f"--shape {inp.name}={','.join(map(str, wanted))} does not fit the file's shape "
-                          f"[{','.join('?' if d is None else str(d) for d in dims)}]")
-            return dtype, tuple(wanted)
-        if dims is None:
-            self.fail(f"input {inp.name!r} has no shape in the file: give one with --shape {inp.name}=...")
-        for axis, (d, proto) in enumerate(zip(dims, tensor_type.shape.dim)):
-            if d is None or d < 0:
-                symbol = f" {proto.dim_param!r}" if proto.dim_param else ""
-                example = ",".join("N" if x is None else str(x) for x in dims)
-                self.fail(f"input {inp.name!r} has a symbolic dimension{symbol} (axis {axis}): "
-                          f"give its size with --shape {inp.name}={example}")
-        return dtype, tuple(dims)
 
     def tensor_array(self, tensor, what: str, node=None, op=None) -> np.ndarray:
         """A TensorProto's values (its external data file read first)."""
@@ -748,6 +818,11 @@ def _first_misfit(given: np.ndarray, dtype):
         if not low <= int(element) <= high:
             return element
     return None
+
+
+def _dims_text(dims) -> str:
+    """`N, 6`: a shape as the file gives it, `?` for a symbolic dimension without a name."""
+    return ", ".join("?" if d is None else str(d) for d in dims)
 
 
 def _safe_name(name: str, taken) -> str:
