@@ -1,7 +1,7 @@
-"""Reading and writing for the commands: graphs from a path or stdin (an .onnx IN imported,
-its weights kept as the inputs' defaults), graph files written atomically (.uop, JSON, or
-ONNX; an ONNX model's weights beside a .uop OUT as OUT.npz), terminals refused binary
-data, -i specs checked, notes and progress on stderr."""
+"""Reading and writing for the commands: graphs from a path or stdin (an .onnx IN, or ONNX
+bytes on stdin, imported, its weights kept as the inputs' defaults), graph files written
+atomically (.uop, JSON, or ONNX; an ONNX model's weights beside a .uop OUT as OUT.npz),
+terminals refused binary data, -i specs checked, notes and progress on stderr."""
 
 from __future__ import annotations
 
@@ -23,18 +23,15 @@ BINARY_FORMS = {"msgpack", "npz", "png", "pdf", "onnx"}
 # ----------------------------------------------------------------------------- reading, writing
 
 def _read_graph(path: str, remember: bool = True, specs: tuple = ()):
-    """(Graph, raw bytes) from a path or `-` (stdin); an .onnx path is imported (interop/onnx),
-    its symbolic dimensions sized by --shape, else by the arrays that the -i `specs` (eval's,
-    check's) give those inputs."""
+    """(Graph, raw bytes) from a path or `-` (stdin); an .onnx path, or ONNX bytes on stdin,
+    is imported (interop/onnx), its symbolic dimensions sized by --shape, else by the arrays
+    that the -i `specs` (eval's, check's) give those inputs."""
     from ..formats.uop import loads, read_bytes
     display = "<stdin>" if path == "-" else path
     if remember:
         click.get_current_context().meta["uopgrad.file"] = display
     if path.lower().endswith(".onnx"):
-        return _read_onnx(path, specs), None
-    if click.get_current_context().meta.get("uopgrad.constants"):
-        raise CommandFailed("--constant fixes inputs of an .onnx IN when importing; a .uop's inputs take "
-                            "their values with -i/--input")
+        return _read_onnx(path, None, specs), None
     if path == "-":
         if sys.stdin is None:
             raise CommandFailed("IN is - but stdin is closed: pipe a graph in (... | uopgrad ...) "
@@ -45,9 +42,21 @@ def _read_graph(path: str, remember: bool = True, specs: tuple = ()):
         source = sys.stdin.buffer
     else:
         source = path
+        _refuse_constants()
     limits = _limits()
     data = read_bytes(source, limits=limits, name=display)  # refuses an oversized file before reading it all
+    if path == "-":
+        from ..formats.sniff import looks_like_uop
+        if not looks_like_uop(data):  # no name to go by: ONNX is what else a graph comes as
+            return _read_onnx(display, data, specs), None
+        _refuse_constants()
     return loads(data, limits=limits, name=display), data
+
+
+def _refuse_constants() -> None:
+    if click.get_current_context().meta.get("uopgrad.constants"):
+        raise CommandFailed("--constant fixes inputs of an .onnx IN when importing; a .uop's inputs take "
+                            "their values with -i/--input")
 
 
 def _is_terminal(stream) -> bool:
@@ -101,20 +110,38 @@ def _write_together(files: list[tuple[str, object]]) -> None:
 
 
 # ----------------------------------------------------------------------------- ONNX models (IN ending in .onnx)
-# interop/onnx, and onnx itself, are imported only when an .onnx file is given. The model's
+# interop/onnx, and onnx itself, are imported only when an .onnx file is given, or stdin's
+# bytes are neither MessagePack's nor JSON's map (formats/sniff.py). The model's
 # float initializers (its weights) are inputs of the graph; their values are the inputs'
 # defaults for eval and check, and go beside a .uop that convert or diff writes (OUT.npz).
 
-def _read_onnx(path: str, specs: tuple = ()):
+def _read_onnx(path: str, data: bytes | None = None, specs: tuple = ()):
+    """The graph of the ONNX model at `path`, or in `data` (read from stdin, named `path`)."""
+    from ..formats.sniff import describe, looks_like_onnx
     try:
         import onnx  # noqa: F401 - only to say what is missing
     except ImportError:
+        if data is not None:
+            raise CommandFailed(f"{path}: not a .uop file (a MessagePack or JSON map) but {describe(data)}; "
+                                "reading ONNX models needs the onnx package: pip install 'uopgrad[onnx]'") from None
         raise CommandFailed(f"{path}: reading ONNX models needs the onnx package: pip install 'uopgrad[onnx]'") from None
-    from ..interop.onnx.importer import load_onnx
+    from ..errors import FormatError
+    from ..interop.onnx.importer import import_model, load_onnx, parse_model
     from ..tools.values import given_shapes
     ctx = click.get_current_context()
+    shapes, constants = ctx.meta.get("uopgrad.shapes"), ctx.meta.get("uopgrad.constants")
     given = given_shapes(specs) if specs else None  # the -i arrays' shapes, read from their headers
-    graph, weights = load_onnx(path, ctx.meta.get("uopgrad.shapes"), ctx.meta.get("uopgrad.constants"), given)
+    if data is None:
+        graph, weights = load_onnx(path, shapes, constants, given)
+    else:
+        try:
+            model = parse_model(data, path)
+        except FormatError:
+            if looks_like_onnx(data):  # a truncated or damaged model: the parser's words
+                raise
+            raise CommandFailed(f"{path}: neither a .uop file (a MessagePack or JSON map) nor an ONNX model: "
+                                f"{describe(data)}") from None
+        graph, weights = import_model(model, shapes, source=path, constants=constants, given_shapes=given)
     ctx.meta["uopgrad.weights"] = weights
     return graph
 

@@ -83,21 +83,27 @@ def load_onnx(path: str, shapes: Mapping[str, tuple[int, ...]] | None = None, co
 
 def read_model(path: str):
     """The ModelProto of `path`, refusing what is not a whole ONNX model."""
-    import onnx
-    from google.protobuf.message import DecodeError
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
         raise FormatError(f"cannot read: {e.strerror or e}", source=path) from None
+    return parse_model(data, path)
+
+
+def parse_model(data: bytes, source: str = "<bytes>"):
+    """The ModelProto in `data` (a file's bytes, or stdin's), refusing what is not a whole
+    ONNX model; `source` names it in the refusal."""
+    import onnx
+    from google.protobuf.message import DecodeError
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
     except (DecodeError, ValueError, RuntimeError) as e:
         raise FormatError(f"not an ONNX model (truncated or another kind of file: {' '.join(str(e).split())})",
-                          source=path) from None
+                          source=source) from None
     if not model.HasField("graph") or not model.graph.output:
-        raise FormatError("not an ONNX model: it has no graph with outputs", source=path)
+        raise FormatError("not an ONNX model: it has no graph with outputs", source=source)
     return model
 
 
@@ -174,7 +180,7 @@ class _Importer:
         meta = {"onnx.opset": str(self.opset)}
         if self.model.producer_name:
             meta["onnx.producer"] = f"{self.model.producer_name} {self.model.producer_version}".strip()
-        if self.source != "<model>":
+        if not self.source.startswith("<"):  # a file's name, not <model> or <stdin>
             meta["imported_from"] = os.path.basename(self.source)
         return meta
 
@@ -337,8 +343,8 @@ class _Importer:
         if external_data_helper.uses_external_data(tensor):
             location = next((e.value for e in tensor.external_data if e.key == "location"), "?")
             if self.base_dir is None:
-                self.fail(f"{what}: its values are in an external file {location!r}, and the model has no folder",
-                          node, op)
+                self.fail(f"{what}: its values are in an external file {location!r}, read from the model's "
+                          "folder: give the model's path (not its bytes, as on stdin)", node, op)
             try:
                 external_data_helper.load_external_data_for_tensor(tensor, self.base_dir)
             except FileNotFoundError:
