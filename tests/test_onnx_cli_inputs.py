@@ -1,0 +1,265 @@
+"""How an ONNX model comes in through the CLI, tested through the installed `uopgrad`:
+
+- on stdin (`uopgrad info - < model.onnx`): the bytes tell a .uop file (a MessagePack or
+  JSON map) from an ONNX model; the commands give what the path gives (values, the weights
+  written beside a .uop OUT), and refusals (a truncated model, other bytes, no onnx
+  package) are one line naming <stdin>;
+- with symbolic dimensions (a dynamic batch): `--shape N=5` sizes N in every input,
+  `--shape x=5,6` one input's shape, and eval's and check's `-i` arrays size what is left;
+  sizes missing or contradicting each other are refused at once, in one line that says
+  what to type."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="onnx has no wheel for this Python: the ONNX import tests skip")
+ort = pytest.importorskip("onnxruntime", reason="onnxruntime has no wheel for this Python: the ONNX tests skip")
+
+from onnx import TensorProto as T, helper, numpy_helper  # noqa: E402
+
+from _onnx_helpers import assert_close  # noqa: E402
+
+UOPGRAD = shutil.which("uopgrad", path=os.path.dirname(sys.executable)) or shutil.which("uopgrad")
+W = np.arange(18, dtype=np.float32).reshape(6, 3) / 10 - 0.8
+
+
+def batch_model(x_dims=("N", 6), y_dims=("N", 3)) -> onnx.ModelProto:
+    """d = x @ W - y, loss = sum(d * d): x [N, 6] and y [N, 3] share the symbolic batch N;
+    W [6, 3] is a weight (an initializer)."""
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Sub", ["h", "y"], ["d"]),
+             helper.make_node("Mul", ["d", "d"], ["e"]), helper.make_node("ReduceSum", ["e"], ["loss"], keepdims=0)]
+    graph = helper.make_graph(nodes, "batch", [helper.make_tensor_value_info("x", T.FLOAT, list(x_dims)),
+                                               helper.make_tensor_value_info("y", T.FLOAT, list(y_dims))],
+                              [helper.make_tensor_value_info("d", T.FLOAT, None),
+                               helper.make_tensor_value_info("loss", T.FLOAT, [])],
+                              initializer=[numpy_helper.from_array(W, "W")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def data(rows: int, seed: int = 0) -> dict:
+    r = np.random.default_rng(seed)
+    return {"x": r.standard_normal((rows, 6)).astype(np.float32), "y": r.standard_normal((rows, 3)).astype(np.float32)}
+
+
+def onnxruntime(model, feeds) -> dict:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+
+
+def uopgrad(cwd, *args, stdin: bytes | None = None):
+    return subprocess.run([UOPGRAD, *map(str, args)], cwd=cwd, input=stdin, capture_output=True, timeout=120)
+
+
+def ok(run) -> str:
+    assert run.returncode == 0, run.stderr.decode()
+    return run.stdout.decode()
+
+
+def refusal(run, code: int = 1) -> str:
+    """The one error line of a failed run (nothing on stdout, no traceback)."""
+    assert run.returncode == code, (run.returncode, run.stderr.decode())
+    assert run.stdout == b"" and b"Traceback" not in run.stderr
+    lines = run.stderr.decode().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("uopgrad: error: "), lines
+    return lines[0][len("uopgrad: error: "):]
+
+
+@pytest.fixture
+def saved(tmp_path):
+    """The batch model as m.onnx and its bytes, with 4 rows of data as data.npz."""
+    model = batch_model()
+    onnx.save(model, tmp_path / "m.onnx")
+    np.savez(tmp_path / "data.npz", **data(4))
+    return tmp_path, model, (tmp_path / "m.onnx").read_bytes()
+
+
+# ----------------------------------------------------------------------------- an ONNX model on stdin
+
+def test_info_eval_and_diff_on_stdin_give_what_the_path_gives(saved):
+    tmp_path, model, raw = saved
+    by_path = ok(uopgrad(tmp_path, "info", "m.onnx", "--shape", "N=4")).splitlines()
+    on_stdin = ok(uopgrad(tmp_path, "info", "-", "--shape", "N=4", stdin=raw)).splitlines()
+    assert "inputs          x float32[4,6], y float32[4,3], W float32[6,3]" in on_stdin
+    # the same graph; a file's name is kept as meta.imported_from, so the hash differs by that
+    assert [line for line in by_path if not line.startswith(("sha256", "meta.imported_from"))] == \
+           [line for line in on_stdin if not line.startswith("sha256")]
+    assert "meta.imported_from m.onnx" in by_path and not any("imported_from" in line for line in on_stdin)
+
+    ok(uopgrad(tmp_path, "eval", "m.onnx", "-i", "data.npz", "-o", "path.npz"))
+    ok(uopgrad(tmp_path, "eval", "-", "-i", "data.npz", "-o", "stdin.npz", stdin=raw))
+    want = onnxruntime(model, dict(np.load(tmp_path / "data.npz")))
+    for name in ("d", "loss"):
+        assert np.array_equal(np.load(tmp_path / "stdin.npz")[name], np.load(tmp_path / "path.npz")[name]), name
+        assert_close(np.load(tmp_path / "stdin.npz")[name], want[name], name)
+
+    (tmp_path / "p").mkdir()
+    ok(uopgrad(tmp_path, "diff", "m.onnx", "--shape", "N=4", "--wrt", "W", "--of", "loss", "-o", "p/g.uop"))
+    run = uopgrad(tmp_path, "diff", "-", "--shape", "N=4", "--wrt", "W", "--of", "loss", "-o", "g.uop", stdin=raw)
+    ok(run)
+    assert "weights are not written" not in run.stderr.decode()
+    assert (tmp_path / "g.npz").read_bytes() == (tmp_path / "p" / "g.npz").read_bytes()  # the weights, beside OUT
+    assert list(np.load(tmp_path / "g.npz")) == ["W"] and np.array_equal(np.load(tmp_path / "g.npz")["W"], W)
+    assert ok(uopgrad(tmp_path, "print", "g.uop")) == ok(uopgrad(tmp_path, "print", "p/g.uop"))
+    ok(uopgrad(tmp_path, "eval", "g.uop", "-i", "data.npz", "-i", "g.npz", "-o", "grad.npz"))
+    x, y = np.load(tmp_path / "data.npz")["x"], np.load(tmp_path / "data.npz")["y"]
+    assert_close(np.load(tmp_path / "grad.npz")["grad_W"], 2 * x.T @ (x @ W - y), "d loss / d W")
+
+
+def test_options_work_on_stdin_as_on_a_path(tmp_path):
+    """--constant fixes an input of an ONNX model on stdin (and is refused for a .uop on
+    stdin); --opset writes the gradient of a model read from stdin as ONNX."""
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"]), helper.make_node("Mul", ["r", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", T.FLOAT, [1, 6]),
+                                           helper.make_tensor_value_info("shape", T.INT64, [2]),
+                                           helper.make_tensor_value_info("w", T.FLOAT, [3, 2])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, None)])
+    raw = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]).SerializeToString()
+    out = ok(uopgrad(tmp_path, "eval", "-", "--constant", "shape=3,-1", "-i", "x=2", "-i", "w=0.5", stdin=raw))
+    assert out.splitlines()[1].split()[:2] == ["y", "[3,2]"] and "1 1 1 1 1 1" in out
+    assert "must be known when importing" in refusal(uopgrad(tmp_path, "info", "-", stdin=raw))
+    ok(uopgrad(tmp_path, "diff", "-", "--constant", "shape=3,-1", "--wrt", "x", "--cotangent", "ones", "-o",
+               "g.onnx", "--opset", "19", stdin=raw))
+    assert onnx.load(tmp_path / "g.onnx").opset_import[0].version == 19
+    uop = ok(uopgrad(tmp_path, "convert", "-", "--constant", "shape=3,-1", "-o", "-", "--to", "json", stdin=raw))
+    assert refusal(uopgrad(tmp_path, "info", "-", "--constant", "x=1", stdin=uop.encode())).startswith(
+        "--constant fixes inputs of an .onnx IN when importing")
+
+
+def test_a_truncated_model_on_stdin_is_refused_in_one_line_as_from_a_path(saved):
+    tmp_path, _, raw = saved
+    (tmp_path / "cut.onnx").write_bytes(raw[:100])
+    by_path = refusal(uopgrad(tmp_path, "eval", "cut.onnx", "--random"))
+    on_stdin = refusal(uopgrad(tmp_path, "eval", "-", "--random", stdin=raw[:100]))
+    assert on_stdin.startswith("<stdin>: not an ONNX model (truncated or another kind of file: ")
+    assert by_path == on_stdin.replace("<stdin>", "cut.onnx", 1)
+
+
+def test_weights_in_an_external_file_need_the_models_path(saved):
+    tmp_path, model, _ = saved
+    onnx.save(model, tmp_path / "ext.onnx", save_as_external_data=True, location="ext.data", size_threshold=0)
+    assert "x float32[2,6]" in ok(uopgrad(tmp_path, "info", "ext.onnx", "--shape", "N=2"))
+    assert refusal(uopgrad(tmp_path, "info", "-", "--shape", "N=2", stdin=(tmp_path / "ext.onnx").read_bytes())) == (
+        "<stdin>: initializer 'W': its values are in an external file 'ext.data', read from the model's folder: "
+        "give the model's path (not its bytes, as on stdin)")
+
+
+@pytest.mark.parametrize("given, looks", [
+    (b"digraph G { a -> b }\n", "text starting 'digraph G { a -> b }'"),
+    (b"PK\x03\x04\x14\x00\x00\x00", "a zip archive (an .npz?)"),
+    (b"\x05\x00\xff\x13", "binary data starting 05 00 ff 13"),
+])
+def test_other_bytes_on_stdin_are_said_to_be_neither(tmp_path, given, looks):
+    assert refusal(uopgrad(tmp_path, "info", "-", stdin=given)) == (
+        f"<stdin>: neither a .uop file (a MessagePack or JSON map) nor an ONNX model: {looks}")
+
+
+def test_a_damaged_uop_on_stdin_still_gets_the_uop_readers_words(tmp_path):
+    assert refusal(uopgrad(tmp_path, "info", "-", stdin=b'{"format": "uop"')).startswith("<stdin>: ")
+    assert "ONNX" not in refusal(uopgrad(tmp_path, "info", "-", stdin=b"\x81\xa6format"))
+    assert refusal(uopgrad(tmp_path, "info", "-", stdin=b"  [1, 2]")) == (
+        "<stdin>: not a .uop file: the top level is an array, not a map")
+
+
+def test_without_the_onnx_package_stdin_says_what_the_bytes_look_like(saved):
+    tmp_path, _, raw = saved
+    script = ("import sys; sys.modules['onnx'] = None\n"
+              "from uopcli.cli.app import main\n"
+              "sys.exit(main.main(sys.argv[1:], standalone_mode=False))\n")
+    done = subprocess.run([sys.executable, "-c", script, "info", "-"], cwd=tmp_path, input=raw, capture_output=True,
+                          timeout=120)
+    assert done.returncode == 1 and done.stdout == b""
+    assert done.stderr.decode() == ("uopgrad: error: <stdin>: not a .uop file (a MessagePack or JSON map) but "
+                                    "protobuf starting as an ONNX model does (ir_version first); reading ONNX "
+                                    "models needs the onnx package: pip install 'uopgrad[onnx]'\n")
+
+
+# ----------------------------------------------------------------------------- symbolic dimensions
+
+def test_shape_by_dimension_name_sizes_both_inputs_as_onnxruntime_computes(saved):
+    tmp_path, model, _ = saved
+    feeds = data(5, seed=1)
+    np.save(tmp_path / "x.npy", feeds["x"])
+    np.save(tmp_path / "y.npy", feeds["y"])
+    ok(uopgrad(tmp_path, "eval", "m.onnx", "--shape", "N=5", "-i", "x=x.npy", "-i", "y=y.npy", "-o", "out.npz"))
+    want = onnxruntime(model, feeds)
+    for name in ("d", "loss"):
+        assert_close(np.load(tmp_path / "out.npz")[name], want[name], name)
+    # an input's whole shape still sizes it, and N with it; the gradient written as ONNX is static
+    ok(uopgrad(tmp_path, "diff", "m.onnx", "--shape", "x=5,6", "--wrt", "W", "--of", "loss", "-o", "g.onnx"))
+    inputs = {i.name: [d.dim_value if d.HasField("dim_value") else d.dim_param for d in i.type.tensor_type.shape.dim]
+              for i in onnx.load(tmp_path / "g.onnx").graph.input}
+    assert inputs["x"] == [5, 6] and inputs["y"] == [5, 3]
+    session = ort.InferenceSession(str(tmp_path / "g.onnx"), providers=["CPUExecutionProvider"])
+    grad = session.run(["grad_W"], feeds)[0]
+    assert_close(grad, 2 * feeds["x"].T @ (feeds["x"] @ W - feeds["y"]), "d loss / d W")
+
+
+def test_missing_sizes_are_one_line_listing_every_input_and_what_to_type(saved):
+    tmp_path, _, _ = saved
+    assert refusal(uopgrad(tmp_path, "info", "m.onnx")) == (
+        "m.onnx: inputs with symbolic dimensions: x [N, 6], y [N, 3]: give their sizes with --shape N=<size> "
+        "(or --shape x=<dims>)")
+    onnx.save(batch_model(("B", "T"), (None, 3)), tmp_path / "two.onnx")
+    assert refusal(uopgrad(tmp_path, "info", "two.onnx", "--shape", "B=2")) == (
+        "two.onnx: inputs with symbolic dimensions: x [2, T], y [?, 3]: give their sizes with --shape T=<size> "
+        "--shape y=<dims>")
+
+
+def test_contradicting_sizes_are_refused_at_once_naming_both(saved):
+    tmp_path, _, _ = saved
+    assert refusal(uopgrad(tmp_path, "info", "m.onnx", "--shape", "x=5,6", "--shape", "y=4,3")) == (
+        "m.onnx: --shape y=4,3 gives N=4, but --shape x=5,6 gives N=5: a symbolic dimension has one size")
+    assert refusal(uopgrad(tmp_path, "info", "m.onnx", "--shape", "N=4", "--shape", "x=5,6")) == (
+        "m.onnx: --shape x=5,6 gives N=5, but --shape N=4: a symbolic dimension has one size")
+    assert refusal(uopgrad(tmp_path, "info", "m.onnx", "--shape", "x=4,7")) == (
+        "m.onnx: --shape x=4,7 does not fit the file's shape [N, 6] of input 'x'")
+
+
+def test_eval_and_check_take_sizes_from_the_input_arrays(saved):
+    tmp_path, model, raw = saved
+    np.savez(tmp_path / "seven.npz", **data(7, seed=2))
+    want = onnxruntime(model, data(7, seed=2))
+    for source, stdin in (("m.onnx", None), ("-", raw)):
+        ok(uopgrad(tmp_path, "eval", source, "-i", "seven.npz", "-o", "out.npz", stdin=stdin))
+        assert np.load(tmp_path / "out.npz")["d"].shape == (7, 3)
+        assert_close(np.load(tmp_path / "out.npz")["loss"], want["loss"], f"loss ({source})")
+    np.save(tmp_path / "x.npy", data(7, seed=2)["x"])
+    out = ok(uopgrad(tmp_path, "eval", "m.onnx", "-i", "x=x.npy", "--random", "--json"))
+    assert '"shape": [7, 3]' in out  # y, random, takes N from x's array
+    assert "ok: gradients of loss match" in ok(uopgrad(tmp_path, "check", "m.onnx", "--wrt", "W", "--of", "loss",
+                                                       "-i", "seven.npz"))
+    np.savez(tmp_path / "odd.npz", x=data(7)["x"], y=data(5)["y"])
+    assert refusal(uopgrad(tmp_path, "eval", "m.onnx", "-i", "odd.npz")) == (
+        "m.onnx: the value given for y ([5, 3]) gives N=5, but the value given for x ([7, 6]) gives N=7: "
+        "a symbolic dimension has one size")
+    assert refusal(uopgrad(tmp_path, "eval", "m.onnx", "-i", "seven.npz", "--shape", "N=3")) == (
+        "m.onnx: the value given for x ([7, 6]) gives N=7, but --shape N=3: a symbolic dimension has one size")
+
+
+def test_a_name_the_model_does_not_have_is_refused_listing_its_dimensions(saved):
+    tmp_path, _, _ = saved
+    assert refusal(uopgrad(tmp_path, "info", "m.onnx", "--shape", "M=3")) == (
+        "m.onnx: --shape names no input or symbolic dimension of the model: M; inputs: x, y; symbolic dimensions: N")
+    assert refusal(uopgrad(tmp_path, "info", "m.onnx", "--shape", "N=3,4")) == (
+        "m.onnx: --shape N=3,4: N is a symbolic dimension: give one size, --shape N=<size>")
+    run = uopgrad(tmp_path, "info", "m.onnx", "--shape", "x=N,6")  # the size is a number, the name goes left
+    assert "--shape N=<size>" in refusal(run, code=2)
+
+
+def test_an_input_named_like_a_dimension_wins(tmp_path):
+    """--shape N=3 where N is an input and a dimension's name: the input's shape, as --help says."""
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0), helper.make_node("Add", ["s", "N"], ["y"])]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", T.FLOAT, ["N", 2]),
+                                           helper.make_tensor_value_info("N", T.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, None)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)]), tmp_path / "n.onnx")
+    assert refusal(uopgrad(tmp_path, "info", "n.onnx", "--shape", "N=3")) == (
+        "n.onnx: --shape N=3 does not fit the file's shape [1] of input 'N'")
+    assert "x float32[3,2], N float32[1]" in ok(uopgrad(tmp_path, "info", "n.onnx", "--shape", "x=3,2"))
