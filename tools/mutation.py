@@ -32,12 +32,13 @@ FORWARD_TESTS = ["tests/test_forward.py", "tests/test_forward_cli.py", "tests/te
 # target prefix -> the test files that check it (the first prefix that matches wins)
 TESTS = [
     # the evaluators (numpy backend and the reference one): the tests that compare evaluated values
-    # with numpy, torch or the reference evaluator (15 s whole; test_evaluate_mutants.py holds those
-    # written for the first run's survivors); the ONNX files reach the backend too but cost
+    # with numpy, torch or the reference evaluator (15 s whole; test_evaluate_mutants.py and
+    # test_reference_mutants.py hold those written for the survivors of each); the ONNX files reach the backend too but cost
     # minutes and check the importer first
     ("uopcli/backends", ["tests/test_evaluate.py", "tests/test_evaluate_fastpaths.py",
                          "tests/test_evaluate_in_place.py", "tests/test_evaluate_mutants.py", "tests/test_strided.py",
-                         "tests/test_reference.py", "tests/test_accumulation.py", "tests/test_onnx_float16_sums.py"]),
+                         "tests/test_reference.py", "tests/test_reference_mutants.py", "tests/test_accumulation.py",
+                         "tests/test_onnx_float16_sums.py"]),
     ("uopcli/core/simplify", ["tests/test_simplify.py", "tests/test_simplify_rows.py", "tests/test_simplify_walk.py",
                               "tests/test_simplify_differential.py", "tests/test_simplify_ulps.py"]),
     ("uopcli/core/gradient.py", ["tests/test_gradient.py", "tests/test_gradient_properties.py",
@@ -115,6 +116,32 @@ def scratch_copy(targets: list[str], tests: list[str]) -> Path:
     with open(where / "pyproject.toml", "a") as f:
         f.write("\n[tool.mutmut]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items()))
     return where
+
+
+def run_failure(returncode: int, output: str) -> str | None:
+    """Why `mutmut run` stopped before its mutants, in one line, or None if it did not.
+
+    mutmut exits 1 after printing its reason ("Failed to run clean test" when a mapped test
+    fails on the unmutated code in the process that just collected the stats, whose module
+    state, such as a test file's RNG, the first run left advanced); its results stay unset,
+    which a score would count as 0/0."""
+    if returncode == 0:
+        return None
+    lines = [x.strip() for x in output.replace("\r", "\n").splitlines() if x.strip()]
+    failed = [x for x in lines if x.startswith("FAILED ") or x.startswith("ERROR ")][:3]
+    said = [x for x in lines if x.lower().startswith(("failed to", "failed:", "stopping early"))]
+    reason = said[-1] if said else (lines[-1] if lines else "no output")
+    return f"mutmut run exited {returncode}: {reason}" + (f" ({'; '.join(failed)})" if failed else "")
+
+
+def counted(stats: dict, log="mutmut's output") -> tuple[int, int]:
+    """(mutants run, of them killed) from score()'s stats: a run in which no mutant's tests
+    ran (mutmut stopped before them, or no mapped test reaches any) is an error, not 0/0."""
+    ran = stats["killed"] + stats["survived"] + stats.get("timeout", 0) + stats.get("segfault", 0)
+    if not ran:
+        raise SystemExit(f"mutation: no mutant ran: of {stats.get('total', 0)}, {stats.get('no_tests', 0)} "
+                         f"reached by no mapped test, the others without a result; see {log}")
+    return ran, ran - stats["survived"]
 
 
 def score(where: Path) -> dict:
@@ -271,13 +298,14 @@ def main() -> int:
               (f" (a sample, seed {args.seed})" if args.sample is not None else ""), flush=True)
     run = subprocess.run([mutmut, "run", "--max-children", str(args.max_children), *chosen], cwd=where,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if "failed to collect stats" in run.stdout or not (where / "mutants").exists():
+    log = where / "mutmut-run.log"
+    log.write_text(run.stdout)
+    stopped = run_failure(run.returncode, run.stdout)
+    if stopped or not (where / "mutants").exists():
         print(run.stdout[-4000:], file=sys.stderr)
-        print("mutation: the mapped tests fail on the unmutated code (above): fix them first", file=sys.stderr)
-        return 1
+        raise SystemExit(f"mutation: {stopped or 'mutmut made no mutants/'}; its output: {log.relative_to(ROOT)}")
     stats = score(where)
-    ran = stats["killed"] + stats["survived"] + stats.get("timeout", 0) + stats.get("segfault", 0)
-    killed = ran - stats["survived"]
+    ran, killed = counted(stats, log.relative_to(ROOT))
     print(json.dumps({k: v for k, v in stats.items() if k != "survivors"}))
     for name in stats["survivors"]:
         print(f"survived: {name}")
@@ -296,8 +324,7 @@ def report_rechecked(where: Path, jobs: int, ran: int | None = None, killed: int
     """Print which survivors a fresh interpreter kills, and the score counted with them."""
     stats = score(where)
     if ran is None:
-        ran = stats["killed"] + stats["survived"] + stats.get("timeout", 0) + stats.get("segfault", 0)
-        killed = ran - stats["survived"]
+        ran, killed = counted(stats, where / "mutmut-run.log")
     alive = recheck(where, stats["survivors"] + stats["timed_out"], jobs, whole_files)
     for name, survives in sorted(alive.items()):
         kind = "timed out" if name in stats["timed_out"] else "survived"
