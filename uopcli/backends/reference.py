@@ -74,8 +74,9 @@ def _c_power(a, b):
         return np.power(a, b)
     negative = b < 0 if b.dtype.kind == "i" else np.zeros(b.shape, bool)
     magnitude = np.power(a, np.where(negative, 0, b).astype(b.dtype))
-    one_over = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0))
-    return np.where(negative, one_over, magnitude).astype(a.dtype)
+    one_over = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 0, 1, -1), 0)).astype(a.dtype)
+    # in a's dtype: int64 beside uint64 promotes to float64, which rounds powers past 2^53
+    return np.where(negative, one_over, magnitude)
 
 
 def _shift(ufunc):
