@@ -252,12 +252,20 @@ def test_keep_fills_the_values_of_nodes_that_later_nodes_read():
 
 def test_known_values_are_used_as_given_as_sources_and_as_outputs():
     x, y = UOp.param("x", (2,)), UOp.param("y", (2,))
-    a = x * 3.0
+    a, c = x * 3.0, x * 5.0
     b = a + y
     given = np.array([10, 20], np.float32)  # not x * 3: taken as it is, x is never read
-    got = reference_evaluate([b, a], {"y": np.array([1, 2], np.float32)}, known={a: given}, keep={a: None})
+    other = np.array([7, 8], np.float32)    # c: an output that nothing computed reads (check's outputs
+    #                                         that do not depend on the input it changes)
+    got = reference_evaluate([b, a, c], {"y": np.array([1, 2], np.float32)}, known={a: given, c: other},
+                             keep={a: None})
     bits(got[0], np.array([11, 22], np.float32))
     bits(got[1], given)
+    bits(got[2], other)
+    keep = {c: None}
+    (alone,) = reference_evaluate([c], {}, known={c: other}, keep=keep)
+    bits(alone, other)
+    bits(keep[c], other)
 
 
 def test_a_tuple_output_is_the_tuple_of_its_elements_values():
