@@ -130,6 +130,18 @@ def test_a_float16_sum_of_products_is_fused_by_default_products_unrounded(fuse, 
         bits(one(total, a=_F16_A, b=_F16_B), np.array([want], np.float16))
 
 
+def test_a_contracted_sum_of_only_negative_zero_products_is_plus_zero_op_by_op_minus_zero():
+    # the contraction sums from +0.0 as the numpy backend's BLAS does (its documented one
+    # difference in a zero's sign); REDUCE ADD op by op keeps IEEE's -0.0
+    a, b = UOp.param("a", (2, 3)), UOp.param("b", (2, 3))
+    av, bv = -np.ones((2, 3), np.float32), np.zeros((2, 3), np.float32)
+    bv[1, 0] = 1
+    total = (a * b).r("ADD", (1,))
+    bits(one(total, a=av, b=bv), np.array([[0.0], [-1.0]], np.float32))
+    (unfused,) = reference_evaluate([total], {"a": av, "b": bv}, fuse=False)
+    bits(unfused, np.array([[-0.0], [-1.0]], np.float32))
+
+
 def test_a_rank_52_product_is_still_contracted():
     # 52 axes: one letter each for einsum, the most it can name
     shape = (2,) + (1,) * 51

@@ -21,6 +21,8 @@ Memory stays that of the graph, not of its spelling (check runs it on whole mode
   so the rank-4 product is never built. Integers wrap as the MUL and the sum would; float16
   factors are multiplied and summed in float32 (the REDUCE's own accumulation), so the
   products are not rounded to float16 first: within float16 rounding of the unfused value.
+  Its sums start from +0.0, as the numpy backend's BLAS ones: where every product is -0.0
+  it gives +0.0 (op by op, and with fuse=False, -0.0).
 - a value is dropped once its last user is computed.
 
 `known` and `keep` let a caller reuse values across evaluations (check's finite
