@@ -12,6 +12,8 @@ done in a scratch copy of the tracked files (out/mutation/<target>/): the worktr
 changed, and its tests can run meanwhile. Each mutant runs only the mapped tests that reach
 the mutated function. At the end the score (killed / all that ran) and the surviving
 mutants' names are printed; `mutmut show NAME` in the scratch directory prints a mutant's diff.
+A run that gives no score (mutmut stopped: a mapped test failing in its clean run; or no mutant
+has a result) ends with one line saying why and exit status 1, never with 0/0.
 """
 
 from __future__ import annotations
