@@ -61,6 +61,7 @@ TESTS = [
     # ONNX's own node cases (test_onnx_conformance.py) reach every import row with the spec's values;
     # float64.py's forms are held to mpmath by test_onnx_float64_accuracy.py
     ("uopcli/interop/onnx", ["tests/test_onnx_bridge.py", "tests/test_onnx_export.py", "tests/test_onnx_export_ops.py",
+                             "tests/test_onnx_cli_inputs.py",
                              "tests/test_onnx_export_timeouts.py",
                              "tests/test_onnx_import_ops.py", "tests/test_onnx_import_models.py",
                              "tests/test_onnx_edges.py", "tests/test_onnx_conformance.py",
