@@ -660,6 +660,40 @@ def test_check_hvp_relative_error_is_over_the_magnitude():
     assert report.passed and 0 < t.max_rel_error < t.max_abs_error
 
 
+def _relu_step_loss():
+    """loss = sum(c relu(w)) + sum(w^2): its gradient c [w > 0] + 2w jumps by c at w = 0,
+    where H v = 2v on either side."""
+    w = UOp.param("w", (3,), f64)
+    return Graph({"loss": (w.relu() * 3.0).sum() + (w * w).sum()}, inputs=[w])
+
+
+def test_check_hvp_retries_closer_where_the_step_crosses_a_kink():
+    """w = 1e-7 is within the first step (6e-6) of relu's kink: the gradient's jump over 2h
+    is no second derivative. Closer, as `check` retries, the difference is 2v."""
+    given = {"w": np.array([1.0, 1e-7, 0.5]), "tangent_w": np.ones(3)}
+    (target,) = check_hvp(_relu_step_loss(), ["w"], ["loss"], inputs=given).targets
+    assert target.passed and not target.kink and target.max_abs_error < 1e-6
+
+
+def test_check_hvp_calls_a_kink_at_the_point_not_compared_and_says_so():
+    """At w = 0 itself the one-sided differences of the gradient disagree (2v and 3/s + 2v)
+    with H v = 2v between them: no derivative there to compare, as `check` says of a kink."""
+    given = {"w": np.array([1.0, 0.0, 0.5]), "tangent_w": np.ones(3)}
+    report = check_hvp(_relu_step_loss(), ["w"], ["loss"], inputs=given)
+    (target,) = report.targets
+    assert report.passed and target.kink and math.isnan(target.max_abs_error)
+    lines = report.lines()
+    assert lines[1].split() == ["hvp_w", "kink:", "not", "compared"]
+    assert lines[-1].startswith("note: the gradient jumps at the point along v for hvp_w (a relu's or max's kink")
+    assert report.to_dict()["targets"][0]["kink"] is True
+
+
+def test_check_hvp_table_fits_long_target_names():
+    w = UOp.param("encoder.layers.0.linear1.weight", (3,), f64)
+    lines = check_hvp(Graph({"loss": (w * w * w).sum()}, inputs=[w]), [w.arg], ["loss"]).lines()
+    assert len(lines[0]) == len(lines[1].rsplit("  ", 1)[0])  # the columns line up under their heads
+
+
 def test_check_hvp_failed_lines_name_the_targets(monkeypatch):
     monkeypatch.setitem(FORWARD_RULES, Ops.EXP2, lambda y, t, w: t[0] * w.lift(y, t[0]) * 0.69)
     lines = check_hvp(_mlp_graph(), ["w", "b"], ["loss"]).lines()
