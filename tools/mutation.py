@@ -50,6 +50,8 @@ TESTS = [
     # forward mode: its rule table and walk, the graph-level commands and the transpose check
     ("uopcli/core/forward.py", FORWARD_TESTS),
     ("uopcli/tools/forward", FORWARD_TESTS),
+    # the classes a random integer index is drawn below (eval --random, check)
+    ("uopcli/tools/index_range.py", ["tests/test_index_range.py"]),
     # the names differentiation gives what it adds, numbered where taken (diff, jvp, hvp, check)
     ("uopcli/tools/names.py", ["tests/test_forward_names.py", "tests/test_cli_library.py"]),
     # control flow (If, Scan, Loop unrolled): If through function bodies, Scan/Loop/LinearAttention's
@@ -280,9 +282,10 @@ def main() -> int:
     missing = [t for t in args.targets if not (ROOT / t).exists()]
     if missing:
         raise SystemExit(f"mutation: {' '.join(missing)} does not exist")
-    tests = list(dict.fromkeys(t for target in args.targets for t in mapped_tests(target)))
-    if args.tests:
+    if args.tests:  # given: a target no mapping covers can be run too
         tests = args.tests.split(",")
+    else:
+        tests = list(dict.fromkeys(t for target in args.targets for t in mapped_tests(target)))
     where = scratch_copy(args.targets, tests)
     target = " ".join(args.targets)
     print(f"mutation: {target} with {' '.join(tests)}, in {where.relative_to(ROOT)}", flush=True)
