@@ -37,6 +37,20 @@ def test_an_index_compared_with_an_arange_draws_below_its_size():
     assert index_ranges(_classifier(40).outputs.values()) == {"labels": 40}  # above 10: draws stay 0..9
 
 
+def test_binary_labels_draw_0_or_1_and_a_view_of_the_index_as_an_output_sets_nothing():
+    assert index_ranges(_classifier(2).outputs.values()) == {"labels": 2}
+    labels = UOp.param("labels", (4,), dtypes.int32)
+    assert index_ranges([labels.reshape((2, 2))]) == {}  # a view nothing reads further
+
+
+def test_an_index_changed_before_the_comparison_sets_no_range():
+    """labels + 1 == arange(5) picks classes 1..5 of labels 0..4: not the labels' own range,
+    so nothing is assumed (only views pass an index on unchanged)."""
+    labels = UOp.param("labels", (6,), dtypes.int32)
+    shifted = (labels + 1).reshape((6, 1)).eq(UOp.arange(5).reshape((1, 5)))
+    assert index_ranges([shifted.cast(dtypes.float32).sum()]) == {}
+
+
 def test_a_gather_index_draws_below_the_gathered_axis_and_the_smallest_range_wins():
     x = UOp.param("x", (4, 7))
     index = UOp.param("index", (4, 2), dtypes.int32)

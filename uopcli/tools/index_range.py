@@ -38,7 +38,7 @@ def index_ranges(roots: Iterable[UOp]) -> dict[str, int]:
     found: dict[str, int] = {}
     for node in order:
         if node.op == Ops.PARAM and isinstance(node.arg, str) and node.dtype.is_int:
-            ranges = [n for n in _compared_ranges(node, users, variable) if n > 0]
+            ranges = _compared_ranges(node, users, variable)  # each n >= 1: a range holds 0..n-1
             if ranges:
                 found[node.arg] = min(ranges)
     return found
