@@ -67,27 +67,51 @@ def input_users(graph: Graph, nodes: list[UOp]) -> dict[str, list[str]]:
     one initializer then shows both."""
     if "onnx.opset" not in graph.meta:  # only an imported model's locations are its node names
         return {}
+    users: dict[str, list[str]] = {}
+    for name, readers in _readers_through_views(graph.inputs, nodes).items():
+        seen = [f"{m.loc} ({m.name})" if m.name else m.loc for m in _metas(readers) if m.loc]
+        if seen:
+            users[name] = list(dict.fromkeys(seen))
+    return users
+
+
+def modules_reading(graph: Graph, names: list[str]) -> dict[str, list[str]]:
+    """{input name: the module paths (node scopes) that read it}, for each of `names` that
+    more than one module reads, in an imported model: a weight the exporter merged because
+    its modules' values were equal (or one the model ties), whose gradient sums theirs."""
+    if "onnx.opset" not in graph.meta:
+        return {}
+    wanted = [node for node in graph.inputs if node.arg in names]
+    shared = {}
+    for name, readers in _readers_through_views(wanted, graph.nodes()).items():
+        scopes = list(dict.fromkeys(m.scope for m in _metas(readers) if m.scope))
+        if len(scopes) > 1:
+            shared[name] = scopes
+    return shared
+
+
+def _readers_through_views(params: list[UOp], nodes: list[UOp]) -> dict[str, list[UOp]]:
+    """{param name: the nodes that read it, directly or through views of it, in order}."""
     readers: dict[UOp, list[UOp]] = {}
     for node in nodes:
         for src in dict.fromkeys(node.src):
             readers.setdefault(src, []).append(node)
-    users: dict[str, list[str]] = {}
-    for param in graph.inputs:
-        seen: list[str] = []
+    found: dict[str, list[UOp]] = {}
+    for param in params:
+        seen: list[UOp] = []
         stack, visited = [param], {param}
         while stack:
             for node in readers.get(stack.pop(), ()):
-                meta = node.meta
-                if meta is not None and meta.loc:
-                    named = f"{meta.loc} ({meta.name})" if meta.name else meta.loc
-                    if named not in seen:
-                        seen.append(named)
+                seen.append(node)
                 if node.op in _VIEWS and node not in visited:
                     visited.add(node)
                     stack.append(node)
-        if seen:
-            users[param.arg] = seen
-    return users
+        found[param.arg] = seen
+    return found
+
+
+def _metas(nodes: list[UOp]) -> list:
+    return [node.meta for node in nodes if node.meta is not None]
 
 
 def depth(nodes: list[UOp]) -> int:

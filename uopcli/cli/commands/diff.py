@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from ..app import _command, _names
-from ..io import (_OPSET_HELP, _check_opset, _graph_data, _note, _read_graph, _refuse_binary_terminal, _same_file,
+from ..io import (_OPSET_HELP, _check_opset, _graph_data, _note, _note_shared_weights, _read_graph,
+                  _refuse_binary_terminal, _same_file,
                   _Steps, _uop_form, _with_onnx_weights, _write_together)
 
 
@@ -54,6 +55,7 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats, 
         graph, _ = _read_graph(source)
         steps.next()
         result, report = differentiate(graph, wrt_names, of_names or None, cotangent, keep_forward)
+        _note_shared_weights(graph, wrt_names)
         result = _simplified(result) if simplify_ else result  # --simplify
         steps.next()
         data = _graph_data(result, form, opset)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from ..app import EXIT_FAILURE, _command, _names
-from ..io import _OPSET_HELP, _check_opset, _graph_data, _note, _read_graph, _refuse_binary_terminal, _Steps, \
-    _uop_form, _with_onnx_weights, _write_together
+from ..io import _OPSET_HELP, _check_opset, _graph_data, _note, _note_shared_weights, _read_graph, \
+    _refuse_binary_terminal, _Steps, _uop_form, _with_onnx_weights, _write_together
 from .diff import _simplified
 
 
@@ -32,9 +32,11 @@ def _matrix_options(fn):
     return fn
 
 
-def _run(build, source: str, output: str, stats: bool, simplify_: bool, opset, keep_forward: bool = False) -> None:
+def _run(build, source: str, output: str, stats: bool, simplify_: bool, opset, keep_forward: bool = False,
+         wrt: list[str] = ()) -> None:
     """Read IN, build the result with `build(graph)`, write it (atomically) to OUT; a note
-    names the new inputs and outputs numbered because their plain names were taken."""
+    names the new inputs and outputs numbered because their plain names were taken, and
+    each --wrt weight several modules read (_note_shared_weights)."""
     form = _uop_form(output)
     _check_opset(form, opset)
     _refuse_binary_terminal(output, form, "give -o FILE")
@@ -42,6 +44,7 @@ def _run(build, source: str, output: str, stats: bool, simplify_: bool, opset, k
         graph, _ = _read_graph(source)
         steps.next()
         result = build(graph)
+        _note_shared_weights(graph, list(wrt))
         result = _simplified(result) if simplify_ else result
         steps.next()
         data = _graph_data(result, form, opset)
@@ -94,7 +97,7 @@ def jvp(source, wrt, of_, keep_forward, output, stats, simplify_, opset):
     from ...tools.forward import jvp as build
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     _run(lambda g: build(g, wrt_names, of_names or None, keep_forward), source, output, stats, simplify_, opset,
-         keep_forward)
+         keep_forward, wrt_names)
 
 
 @_command("hvp", short="Hessian-vector products of a scalar output (forward over reverse).", example="""\
@@ -118,7 +121,8 @@ def hvp(source, wrt, of_, cotangent, output, stats, simplify_, opset):
     kind; a note on stderr says which."""
     from ...tools.forward import hvp as build
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
-    _run(lambda g: build(g, wrt_names, of_names or None, cotangent), source, output, stats, simplify_, opset)
+    _run(lambda g: build(g, wrt_names, of_names or None, cotangent), source, output, stats, simplify_, opset,
+         wrt=wrt_names)
 
 
 @_command("jacobian", short="Full Jacobians, output.shape + input.shape, by batched forward mode.", example="""\
@@ -140,7 +144,8 @@ def jacobian(source, wrt, of_, chunk, output, stats, simplify_, opset):
     from ...tools.forward import jacobian as build
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     limit = _size_limit()
-    _run(lambda g: build(g, wrt_names, of_names or None, chunk, limit), source, output, stats, simplify_, opset)
+    _run(lambda g: build(g, wrt_names, of_names or None, chunk, limit), source, output, stats, simplify_, opset,
+         wrt=wrt_names)
 
 
 @_command("hessian", short="Full Hessian blocks of a scalar output (forward over reverse).", example="""\
@@ -166,7 +171,7 @@ def hessian(source, wrt, of_, cotangent, chunk, output, stats, simplify_, opset)
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     limit = _size_limit()
     _run(lambda g: build(g, wrt_names, of_names or None, chunk, limit, cotangent), source, output, stats, simplify_,
-         opset)
+         opset, wrt=wrt_names)
 
 
 def forward_check(graph, wrt, of, given, seed, as_json, hvp) -> int:
