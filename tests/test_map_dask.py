@@ -205,10 +205,28 @@ def test_a_shard_failing_on_a_worker_is_one_line_and_writes_nothing(cluster, dat
                    cluster.address, "-o", "out.npz", cwd=tmp_path)
     lines = done.stderr.decode().splitlines()
     assert done.returncode == 1 and len(lines) == 1, lines
-    assert lines[0].startswith(f"uopgrad: error: {shards / 'part-03.npz'}: cannot read"), lines
+    assert lines[0].startswith("uopgrad: error: shards/part-03.npz: cannot read: "), lines  # as the glob named it
     with pytest.raises(ShardError, match=f"^{shards / 'part-03.npz'}: cannot read"):
         map_graph(mlp_gradient(BATCH, sizes=SIZES), sorted(shards.glob("*.npz")), data["fixed"], reduce="none",
                   out_dir=str(tmp_path / "out"), dask=cluster.address)
+    assert sorted(os.listdir(tmp_path)) == ["shards"]
+
+
+def test_a_cut_shard_on_a_local_cluster_is_one_line_without_the_workers_log(data, tmp_path):
+    """local:N's workers log a failed task ("distributed.worker - ERROR - Compute Failed"
+    and its traceback) to this process's stderr: silenced, the run says it once."""
+    shards = tmp_path / "shards"
+    shutil.copytree(data["dir"] / "shards", shards)
+    with zipfile.ZipFile(shards / "part-05.npz") as source:
+        members = [(info.filename, source.read(info)) for info in source.infolist()]
+    with zipfile.ZipFile(shards / "part-05.npz", "w") as target:
+        for name, content in members:
+            target.writestr(name, content[:-8])
+    done = uopgrad("eval", data["dir"] / "grad.uop", "--map", "shards/*.npz", *data["inputs"], "--dask", "local:1",
+                   "-o", "out.npz", cwd=tmp_path)
+    lines = done.stderr.decode().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, lines
+    assert lines[0].startswith("uopgrad: error: shards/part-05.npz: cannot read: "), lines
     assert sorted(os.listdir(tmp_path)) == ["shards"]
 
 

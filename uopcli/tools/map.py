@@ -83,9 +83,9 @@ def read_members(path: str) -> dict[str, tuple[tuple[int, ...], object]]:
                     shape, _, dtype = read(member)
                 headers[name] = (tuple(shape), dtype)
     except OSError as e:
-        raise ShardError(f"cannot read {e.filename or path}: {e.strerror or e}") from None
+        raise ShardError(f"{e.filename or path}: cannot read: {e.strerror or e}") from None
     except Exception as e:  # noqa: BLE001 - zipfile's and numpy's refusals of a damaged file
-        raise ShardError(f"cannot read {path}: {' '.join(str(e).split())}") from None
+        raise ShardError(f"{path}: cannot read: {' '.join(str(e).split())}") from None
     return headers
 
 
@@ -353,7 +353,8 @@ def map_graph(graph: Graph, paths: Sequence[str], fixed: Mapping | None = None, 
         shard_inputs = check_shards(graph, paths, list(fixed))
     if reduce == "none":
         output_names(paths)
-    paths = [os.path.abspath(p) for p in paths]  # as the workers, started elsewhere, find them
+    given = {os.path.abspath(p): str(p) for p in paths}  # a shard as its refusals name it: as the user did
+    paths = list(given)  # absolute: as the workers, started elsewhere, find them
     _check_fixed(graph, fixed, shard_inputs)
     if reduce == "mean":  # refused before the shards run (mean_of checks tuple elements after)
         for name, node in graph.outputs.items():
@@ -373,10 +374,20 @@ def map_graph(graph: Graph, paths: Sequence[str], fixed: Mapping | None = None, 
             report = run_on_dask(work, paths, reduce, sink, progress or _ignore, dask)
         if staged is not None:
             staged.commit()
+    except ShardError as e:
+        raise ShardError(_as_given(str(e), given)) from None
     finally:
         if staged is not None:
             staged.discard()
     return report
+
+
+def _as_given(message: str, given: Mapping[str, str]) -> str:
+    """`message` with each shard's absolute path written as the shard was given."""
+    for absolute, shown in given.items():
+        if absolute != shown:
+            message = message.replace(absolute, shown)
+    return message
 
 
 def _check_fixed(graph: Graph, fixed: Mapping, shard_inputs: Sequence[str]) -> None:

@@ -76,7 +76,7 @@ def client_for(target):
             with dask.config.set({"distributed.worker.multiprocessing-method": method}), _frozen_heap():
                 cluster = stack.enter_context(distributed.LocalCluster(
                     n_workers=count or os.cpu_count() or 1, threads_per_worker=1, processes=True, host="127.0.0.1",
-                    dashboard_address=None, silence_logs=logging.ERROR))
+                    dashboard_address=None, silence_logs=logging.CRITICAL))  # a task's failure is ours to say, in one line
             client = stack.enter_context(distributed.Client(cluster))
             if method == "fork":
                 client.run(_as_a_fresh_process)

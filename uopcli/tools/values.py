@@ -56,9 +56,9 @@ def read_archive(path: str, nodes: Mapping[str, UOp]) -> dict:
     except EvaluationError:
         raise
     except OSError as e:
-        raise EvaluationError(f"cannot read {e.filename or path}: {e.strerror or e}") from None
+        raise EvaluationError(f"{e.filename or path}: cannot read: {e.strerror or e}") from None
     except Exception as e:  # noqa: BLE001 - zipfile's and numpy's refusals of a damaged file
-        raise EvaluationError(f"cannot read {path}: {' '.join(str(e).split())}") from None
+        raise EvaluationError(f"{path}: cannot read: {' '.join(str(e).split())}") from None
     return {name: check_value(name, nodes[name], array, f"{path}:{name}") for name, array in arrays.items()}
 
 
