@@ -66,6 +66,7 @@ def client_for(target):
     with contextlib.ExitStack() as stack:
         if kind == "local":
             import logging
+            import warnings
 
             import dask
             # workers forked from this process (where fork exists) start in a fraction of the
@@ -73,7 +74,11 @@ def client_for(target):
             # machine): they have numpy, uopcli and distributed imported already
             method = "fork" if hasattr(os, "fork") else "spawn"
             import threadpoolctl  # noqa: F401 - imported once, here, for the forked workers' first shard
-            with dask.config.set({"distributed.worker.multiprocessing-method": method}), _frozen_heap():
+            with dask.config.set({"distributed.worker.multiprocessing-method": method}), _frozen_heap(), \
+                    warnings.catch_warnings():
+                # its scheduler's HTTP server takes another port where 8787 is busy (another
+                # cluster's): nothing for our stderr, which has one line per failure
+                warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
                 cluster = stack.enter_context(distributed.LocalCluster(
                     n_workers=count or os.cpu_count() or 1, threads_per_worker=1, processes=True, host="127.0.0.1",
                     dashboard_address=None, silence_logs=logging.CRITICAL))  # a task's failure is ours to say, in one line
