@@ -191,7 +191,7 @@ def _uop_form(dest: str, to: str | None = None) -> str:
 # A graph written to a .onnx OUT (or --to onnx) is exported as standard ONNX
 # (uopcli.interop.onnx.exporter); the onnx package is imported only then.
 
-_OPSET_HELP = "ONNX opset of an ONNX OUT (default 20)."
+_OPSET_HELP = "ONNX opset of an ONNX OUT: 18 up to the newest the installed onnx knows (default 20)."
 
 
 def _check_opset(form: str, opset: int | None) -> None:
