@@ -198,11 +198,7 @@ def test_a_shard_failing_on_a_worker_is_one_line_and_writes_nothing(cluster, dat
     one line naming it, exit status 1, no OUT."""
     shards = tmp_path / "shards"
     shutil.copytree(data["dir"] / "shards", shards)
-    with zipfile.ZipFile(shards / "part-03.npz") as source:
-        members = [(info.filename, source.read(info)) for info in source.infolist()]
-    with zipfile.ZipFile(shards / "part-03.npz", "w") as target:
-        for name, content in members:
-            target.writestr(name, content[:-8])
+    _cut_members(shards / "part-03.npz")
     done = uopgrad("eval", data["dir"] / "grad.uop", "--map", "shards/*.npz", *data["inputs"], "--dask",
                    cluster.address, "-o", "out.npz", cwd=tmp_path)
     lines = done.stderr.decode().splitlines()
@@ -214,6 +210,16 @@ def test_a_shard_failing_on_a_worker_is_one_line_and_writes_nothing(cluster, dat
     assert sorted(os.listdir(tmp_path)) == ["shards"]
 
 
+def _cut_members(path) -> None:
+    """Every member of the .npz at `path` cut 8 bytes short: its headers pass the check
+    before the run, its data fails on the worker that reads it."""
+    with zipfile.ZipFile(path) as source:
+        members = [(info.filename, source.read(info)) for info in source.infolist()]
+    with zipfile.ZipFile(path, "w") as target:
+        for name, content in members:
+            target.writestr(name, content[:-8])
+
+
 def test_a_cut_shard_on_a_local_cluster_is_one_line_without_the_workers_log(data, tmp_path):
     """local:N's workers log a failed task ("distributed.worker - ERROR - Compute Failed"
     and its traceback) to this process's stderr: silenced, the run says it once. Port 8787
@@ -221,11 +227,7 @@ def test_a_cut_shard_on_a_local_cluster_is_one_line_without_the_workers_log(data
     it took another port is no line of ours either."""
     shards = tmp_path / "shards"
     shutil.copytree(data["dir"] / "shards", shards)
-    with zipfile.ZipFile(shards / "part-05.npz") as source:
-        members = [(info.filename, source.read(info)) for info in source.infolist()]
-    with zipfile.ZipFile(shards / "part-05.npz", "w") as target:
-        for name, content in members:
-            target.writestr(name, content[:-8])
+    _cut_members(shards / "part-05.npz")
     with contextlib.closing(socket.socket()) as busy:
         with contextlib.suppress(OSError):  # taken already: busy all the same
             busy.bind(("127.0.0.1", 8787))
