@@ -353,8 +353,9 @@ def map_graph(graph: Graph, paths: Sequence[str], fixed: Mapping | None = None, 
         shard_inputs = check_shards(graph, paths, list(fixed))
     if reduce == "none":
         output_names(paths)
-    given = {os.path.abspath(p): str(p) for p in paths}  # a shard as its refusals name it: as the user did
-    paths = list(given)  # absolute: as the workers, started elsewhere, find them
+    absolute = [os.path.abspath(p) for p in paths]  # as the workers, started elsewhere, find them
+    given = dict(zip(absolute, map(str, paths)))  # a shard as its refusals name it: as the user did
+    paths = absolute
     _check_fixed(graph, fixed, shard_inputs)
     if reduce == "mean":  # refused before the shards run (mean_of checks tuple elements after)
         for name, node in graph.outputs.items():
