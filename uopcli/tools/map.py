@@ -41,7 +41,7 @@ from typing import Callable, Mapping, Sequence
 from ..errors import EvaluationError
 from ..core.graph import Graph
 from ..core.uop import UOp
-from .values import ZIP_MAGIC, _starts_with, npz_bytes, read_archive, type_text
+from .values import npz_bytes, npz_headers, read_archive, type_text
 
 REDUCTIONS = ("sum", "mean", "none")
 
@@ -67,26 +67,12 @@ def shard_paths(pattern: str) -> list[str]:
 
 
 def read_members(path: str) -> dict[str, tuple[tuple[int, ...], object]]:
-    """{member: (shape, dtype)} of the .npz at `path`, from each member's .npy header alone:
-    np.load of an .npz reads only the zip directory, and a member's header is its first bytes,
-    so checking a large data set reads almost none of it."""
-    import numpy as np
-    headers = {}
+    """{member: (shape, dtype)} of the shard at `path`, from its members' headers alone
+    (values.npz_headers): checking a large data set reads almost none of it."""
     try:
-        with np.load(_starts_with(path, ZIP_MAGIC, ".npz", "a zip archive's"), allow_pickle=False) as archive:
-            stored = set(archive.zip.namelist())
-            for name in archive.files:
-                with archive.zip.open(f"{name}.npy" if f"{name}.npy" in stored else name) as member:
-                    version = np.lib.format.read_magic(member)
-                    read = np.lib.format.read_array_header_1_0 if version == (1, 0) \
-                        else np.lib.format.read_array_header_2_0
-                    shape, _, dtype = read(member)
-                headers[name] = (tuple(shape), dtype)
-    except OSError as e:
-        raise ShardError(f"{e.filename or path}: cannot read: {e.strerror or e}") from None
-    except Exception as e:  # noqa: BLE001 - zipfile's and numpy's refusals of a damaged file
-        raise ShardError(f"{path}: cannot read: {' '.join(str(e).split())}") from None
-    return headers
+        return npz_headers(path)
+    except EvaluationError as e:
+        raise ShardError(str(e)) from None
 
 
 def check_shards(graph: Graph, paths: Sequence[str], fixed_names: Sequence[str] = ()) -> list[str]:

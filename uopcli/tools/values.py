@@ -128,28 +128,34 @@ def _npy_shape(path: str, name: str) -> tuple:
 def _archive_shapes(path: str, key: str | None = None, name: str | None = None) -> dict:
     """{member: shape} of the .npz at `path` (only `key`'s, if given), from each member's
     .npy header: nothing is decompressed past it."""
-    import zipfile
-
-    import numpy as np
-    where = f"input {name!r}: " if name else ""
-    shapes = {}
     try:
-        with zipfile.ZipFile(_starts_with(path, ZIP_MAGIC, ".npz", "a zip archive's")) as archive:
-            for member in archive.namelist():
-                stem = member[:-4] if member.endswith(".npy") else member
-                if key is not None and stem != key:
-                    continue
-                with archive.open(member) as f:
-                    version = np.lib.format.read_magic(f)
-                    read = {(1, 0): np.lib.format.read_array_header_1_0,
-                            (2, 0): np.lib.format.read_array_header_2_0}.get(version)
-                    if read is not None:  # (3.0's, for unicode field names, is read with the array)
-                        shapes[stem] = tuple(read(f)[0])
+        headers = npz_headers(path)
+    except EvaluationError as e:
+        raise EvaluationError(f"input {name!r}: {e}" if name else str(e)) from None
+    return {member: shape for member, (shape, _) in headers.items() if key is None or member == key}
+
+
+def npz_headers(path: str) -> dict[str, tuple[tuple[int, ...], object]]:
+    """{member: (shape, dtype)} of the .npz at `path`, from each member's .npy header alone:
+    np.load of an .npz reads only the zip directory, and a member's header is its first
+    bytes, so checking a large data set reads almost none of it."""
+    import numpy as np
+    headers = {}
+    try:
+        with np.load(_starts_with(path, ZIP_MAGIC, ".npz", "a zip archive's"), allow_pickle=False) as archive:
+            stored = set(archive.zip.namelist())
+            for name in archive.files:
+                with archive.zip.open(f"{name}.npy" if f"{name}.npy" in stored else name) as member:
+                    version = np.lib.format.read_magic(member)
+                    read = np.lib.format.read_array_header_1_0 if version == (1, 0) \
+                        else np.lib.format.read_array_header_2_0
+                    shape, _, dtype = read(member)
+                headers[name] = (tuple(shape), dtype)
     except OSError as e:
-        raise EvaluationError(f"{where}cannot read {e.filename or path}: {e.strerror or e}") from None
+        raise EvaluationError(f"{e.filename or path}: cannot read: {e.strerror or e}") from None
     except Exception as e:  # noqa: BLE001 - zipfile's and numpy's refusals of a damaged file
-        raise EvaluationError(f"{where}cannot read {path}: {' '.join(str(e).split())}") from None
-    return shapes
+        raise EvaluationError(f"{path}: cannot read: {' '.join(str(e).split())}") from None
+    return headers
 
 
 NPY_MAGIC = b"\x93NUMPY"
