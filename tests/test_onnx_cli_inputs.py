@@ -243,6 +243,21 @@ def test_eval_and_check_take_sizes_from_the_input_arrays(saved):
         "m.onnx: the value given for x ([7, 6]) gives N=7, but --shape N=3: a symbolic dimension has one size")
 
 
+def test_eval_map_takes_sizes_from_the_first_shard(saved):
+    """--map over shards of 7 rows: N is 7, from the first shard's members (as -i's arrays
+    give it); the sum over the shards is onnxruntime's, shard by shard."""
+    tmp_path, model, _ = saved
+    (tmp_path / "shards").mkdir()
+    for k in range(3):
+        np.savez(tmp_path / "shards" / f"part-{k}.npz", **data(7, seed=10 + k))
+    ok(uopgrad(tmp_path, "eval", "m.onnx", "--map", "shards/*.npz", "-o", "sum.npz"))
+    want = sum(onnxruntime(model, data(7, seed=10 + k))["loss"] for k in range(3))
+    assert_close(np.load(tmp_path / "sum.npz")["loss"], want, "loss summed over the shards")
+    np.savez(tmp_path / "shards" / "part-3.npz", **data(5, seed=13))  # a shorter last shard: static shapes
+    assert refusal(uopgrad(tmp_path, "eval", "m.onnx", "--map", "shards/*.npz", "-o", "sum.npz")).startswith(
+        "shards/part-3.npz: member 'x' is float32[5,6] but input 'x' is float32[7,6]")
+
+
 def test_a_name_the_model_does_not_have_is_refused_listing_its_dimensions(saved):
     tmp_path, _, _ = saved
     assert refusal(uopgrad(tmp_path, "info", "m.onnx", "--shape", "M=3")) == (

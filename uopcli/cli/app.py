@@ -276,7 +276,8 @@ def _common_options(fn):
     fn = click.option("--shape", multiple=True, expose_value=False, is_eager=True, callback=_set_shapes,
                       metavar="NAME=DIMS", help="For an ONNX IN (a file or stdin): the size of a symbolic "
                       "dimension, everywhere it appears (N=8), or an input's shape (x=8,3,224,224); a name that is "
-                      "both is the input. eval and check take sizes not given from the -i arrays.")(fn)
+                      "both is the input. eval and check take sizes not given from the -i arrays (eval --map: "
+                      "from its first shard).")(fn)
     fn = click.option("--constant", multiple=True, expose_value=False, is_eager=True, callback=_set_constants,
                       metavar="NAME=VALUES", help="For an .onnx IN: fix an input to a value when importing, "
                       "e.g. scales=1,1,2,2 or depth=10 or shape=FILE.npy (an input that sets a shape, which "

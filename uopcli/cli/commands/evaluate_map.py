@@ -49,8 +49,10 @@ def eval_map(source, specs, use_random, seed, output, as_json, stats, literal, k
             from ...tools.map_dask import parse_target, require
             require()
             parse_target(dask_target)
-        graph, _ = _read_graph(source)
         paths = mapping.shard_paths(map_pattern)
+        # an ONNX model's symbolic sizes: from -i's arrays, else from the first shard's members
+        sizing = (*specs, paths[0]) if paths[0].lower().endswith(".npz") else specs
+        graph, _ = _read_graph(source, specs=sizing)
         shard_inputs = mapping.check_shards(graph, paths, _named_by(specs))
         if reduction == "none":
             mapping.output_names(paths)
