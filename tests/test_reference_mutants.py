@@ -17,15 +17,14 @@ import pytest
 from uopcli import EvaluationError, Ops, UOp, dtypes
 from uopcli.core.ops import dtype_of
 from uopcli.backends.reference import reference_evaluate
+from test_evaluate_mutants import bits as same_bytes
 
 
 def bits(value, expected):
-    """The same type, dtype, shape and bytes (so -0.0 is not 0.0 and a numpy scalar is not a 0-d array)."""
+    """An array (a numpy scalar is not a 0-d array) of the same dtype, shape and bytes (so
+    -0.0 is not 0.0)."""
     assert type(value) is np.ndarray, type(value)
-    expected = np.asarray(expected)
-    assert value.dtype == expected.dtype, (value.dtype, expected.dtype)
-    assert value.shape == expected.shape, (value.shape, expected.shape)
-    assert value.tobytes() == expected.tobytes(), (value, expected)
+    same_bytes(value, expected)
 
 
 def one(output, **inputs):
