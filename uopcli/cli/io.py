@@ -222,14 +222,10 @@ def _note(message: str) -> None:
 
 def _note_shared_weights(graph, wrt: list[str]) -> None:
     """A note for each --wrt weight of an imported model that several modules read: its
-    gradient is the sum of theirs, and the exporter may have merged their equal weights."""
-    from ..tools.inspect import modules_reading
-    for name, modules in modules_reading(graph, wrt).items():
-        shown = ", ".join(modules[:4]) + (f", ... ({len(modules)} in all)" if len(modules) > 4 else "")
-        hint = (": torch's dynamo exporter merges weights equal when it runs (its optimizer, on by default); "
-                "torch.onnx.export(..., optimize=False) keeps each module's own"
-                if graph.meta.get("onnx.producer", "").startswith("pytorch") else "")
-        _note(f"{name} is read by {len(modules)} modules ({shown}), so its gradient is the sum of theirs{hint}")
+    gradient is the sum of theirs (tools/inspect.shared_weight_notes)."""
+    from ..tools.inspect import shared_weight_notes
+    for line in shared_weight_notes(graph, wrt):
+        _note(line)
 
 
 def _stderr_is_terminal() -> bool:

@@ -161,7 +161,8 @@ def _target(inputs: dict[str, UOp], name: str, meta: dict | None = None) -> UOp:
 def _exporter_hint(meta: dict | None) -> str:
     """What to do where a model's parameter is missing because its exporter folded it: PyTorch's
     exporters optimize for inference (README, "Exporting for gradients")."""
-    if meta is None or not meta.get("onnx.producer", "").startswith("pytorch"):
+    from .inspect import exported_by_pytorch
+    if not exported_by_pytorch(meta):
         return ""
     return ("; PyTorch's ONNX exporter may have folded or renamed it (BatchNorm fused into the Conv weight, "
             "Linear weights stored transposed as val_N, equal weights merged): export with "

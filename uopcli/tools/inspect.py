@@ -90,6 +90,24 @@ def modules_reading(graph: Graph, names: list[str]) -> dict[str, list[str]]:
     return shared
 
 
+def shared_weight_notes(graph: Graph, names: list[str]) -> list[str]:
+    """A line for each of `names` that several modules read (modules_reading): its gradient
+    is the sum of theirs, and for a PyTorch export, which export keeps each module's own."""
+    notes = []
+    for name, modules in modules_reading(graph, names).items():
+        shown = ", ".join(modules[:4]) + (f", ... ({len(modules)} in all)" if len(modules) > 4 else "")
+        hint = (": torch's dynamo exporter merges weights equal when it runs (its optimizer, on by default); "
+                "torch.onnx.export(..., optimize=False) keeps each module's own" if exported_by_pytorch(graph.meta)
+                else "")
+        notes.append(f"{name} is read by {len(modules)} modules ({shown}), so its gradient is the sum of theirs{hint}")
+    return notes
+
+
+def exported_by_pytorch(meta: dict | None) -> bool:
+    """Whether the graph was imported from an ONNX file that torch.onnx wrote."""
+    return meta is not None and meta.get("onnx.producer", "").startswith("pytorch")
+
+
 def _readers_through_views(params: list[UOp], nodes: list[UOp]) -> dict[str, list[UOp]]:
     """{param name: the nodes that read it, directly or through views of it, in order}."""
     readers: dict[UOp, list[UOp]] = {}
