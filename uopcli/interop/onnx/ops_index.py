@@ -340,9 +340,7 @@ def non_max_suppression(ctx):
     center = ctx.attr("center_point_box")
     if center not in (0, 1):
         ctx.refuse(f"center_point_box={center} is not 0 or 1")
-    limit = max(int(np.asarray(limit).reshape(-1)[0]), 0) if limit is not None and np.size(limit) else 0
-    iou = np.asarray(iou).reshape(-1)[0] if iou is not None and np.size(iou) else 0.0
-    floor = np.asarray(floor).reshape(-1)[0] if floor is not None and np.size(floor) else None
+    limit, iou, floor = max(int(_first(limit, 0)), 0), _first(iou, 0.0), _first(floor, None)
     kept = []
     for batch in range(boxes.shape[0]):
         corners = _corners(boxes[batch], center)
@@ -358,6 +356,12 @@ def non_max_suppression(ctx):
                     chosen.append(box)
             kept += [(batch, cls, box) for box in chosen]
     return np.array(kept, dtype=np.int64).reshape(-1, 3)
+
+
+def _first(value, default):
+    """An optional scalar input's value: `default` where it is absent or empty (NMS reads
+    an empty tensor as no value, as onnx.reference does)."""
+    return np.asarray(value).reshape(-1)[0] if value is not None and np.size(value) else default
 
 
 def _corners(boxes: np.ndarray, center: int) -> list[tuple]:
