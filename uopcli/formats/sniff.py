@@ -6,7 +6,9 @@ Imports nothing: the .uop route stays as fast as a path's."""
 from __future__ import annotations
 
 _WHITESPACE = b" \t\r\n"
-_MSGPACK_MAP = frozenset(range(0x80, 0x90)) | {0xDE, 0xDF}  # fixmap, map16, map32
+# first bytes of a MessagePack map and array (fixmap, map16, map32; fixarray, array16, array32)
+MSGPACK_MAP = frozenset(range(0x80, 0x90)) | {0xDE, 0xDF}
+MSGPACK_ARRAY = frozenset(range(0x90, 0xA0)) | {0xDC, 0xDD}
 
 
 def looks_like_uop(data: bytes) -> bool:
@@ -18,7 +20,7 @@ def looks_like_uop(data: bytes) -> bool:
         return True
     if text.startswith(b"\xef\xbb\xbf"):  # a BOM before JSON: the reader names it
         text = text[3:].lstrip(_WHITESPACE)
-    return text[:1] in (b"{", b"[") or data[0] in _MSGPACK_MAP
+    return text[:1] in (b"{", b"[") or data[0] in MSGPACK_MAP
 
 
 def looks_like_onnx(data: bytes) -> bool:

@@ -14,6 +14,7 @@ from ...core.graph import Graph
 from ...core.ops import DTYPES, Ops
 from ...core.uop import Metadata, UOp, valid_name
 from ...core.walks import no_gc, scope_sources
+from ..sniff import MSGPACK_ARRAY, MSGPACK_MAP
 from .decoders import (ARG_FORM, CANONICAL_OP, DECODERS, JSON_DECODERS, ONLY_TYPE, PLAIN_CANONICAL, Bad, diagnose,
                        kind_of, shorten)
 from .tables import (ALLOWED_KEYS, DEFAULT_LIMITS, FORMAT, META_KEYS, REQUIRED_KEYS, V1_ARG_DEPTH, VERSION, Limits,
@@ -100,7 +101,7 @@ def _parse_msgpack(data: bytes, name: str):
     node is refused before the rest are parsed. Other values are parsed as they come; an
     unknown key's value is skipped unparsed (the reader refuses the key)."""
     import msgpack  # here, not at the top: `import uopcli` stays fast for commands that read no file
-    if not _MSGPACK_MAP.get(data[0], False):
+    if data[0] not in MSGPACK_MAP:
         return _parse_msgpack_whole(data, name)  # not a map: say what it is instead
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, max_buffer_size=len(data))
     unpacker.feed(data)
@@ -116,7 +117,7 @@ def _parse_msgpack(data: bytes, name: str):
                 raise FormatError(f"the key {shorten(repr(key))} appears twice in the top-level map", source=name)
             if unpacker.tell() == len(data):
                 raise FormatError(f"truncated: the file ends after the key {shorten(repr(key))}", source=name)
-            if key == "nodes" and _MSGPACK_ARRAY.get(data[unpacker.tell()], False):
+            if key == "nodes" and data[unpacker.tell()] in MSGPACK_ARRAY:
                 begin = unpacker.tell()
                 unpacker.skip()  # checks the structure in C, building nothing
                 doc[key] = _NodeStream(data, begin, unpacker.tell())
@@ -181,9 +182,6 @@ def _msgpack_refusal(error: Exception) -> str:
     return f"not valid MessagePack: {shorten(str(error) or type(error).__name__)}"
 
 
-# first byte -> whether a MessagePack value starting with it is a map / an array
-_MSGPACK_MAP = {**{b: True for b in range(0x80, 0x90)}, 0xDE: True, 0xDF: True}
-_MSGPACK_ARRAY = {**{b: True for b in range(0x90, 0xA0)}, 0xDC: True, 0xDD: True}
 
 
 class _NodeStream:
