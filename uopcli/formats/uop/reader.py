@@ -182,8 +182,6 @@ def _msgpack_refusal(error: Exception) -> str:
     return f"not valid MessagePack: {shorten(str(error) or type(error).__name__)}"
 
 
-
-
 class _NodeStream:
     """The file's "nodes" array, parsed entry by entry: len() is its declared count (known
     before any entry is parsed); entries() gives the function that parses the next one,
