@@ -96,6 +96,28 @@ def test_exit_codes(work):
     assert failed.stderr.decode().startswith("uopgrad: error: m.uop: ") and failed.stderr.count(b"\n") == 1
 
 
+def test_an_error_under_json_is_a_json_document_on_stdout_too(work):
+    """A script parsing --json output (or a CI job keeping it as an artifact) reads why the
+    command failed, not an empty stdout; stderr keeps its one line, the status is kept."""
+    cases = [("check m.uop --wrt nope --json", 1, "m.uop: no input named 'nope'"),
+             ("check missing.uop --wrt x --json", 1, "missing.uop: cannot read"),
+             ("check m.uop --wrt x --samples 0 --directions 0 --json", 2, "compare nothing"),
+             ("eval m.uop -i x=x.npy --json", 1, "m.uop: "),
+             ("info missing.uop --json", 1, "missing.uop: cannot read")]
+    for command, status, says in cases:
+        done = sh(f"uopgrad {command}", work)
+        line = done.stderr.decode()
+        assert done.returncode == status and line.count("\n") == 1, (command, line)
+        document = json.loads(done.stdout)
+        assert document["error"] == line.removeprefix("uopgrad: error: ").rstrip("\n"), command
+        assert says in document["error"] and document["exit_status"] == status
+        assert document.get("passed", "absent") == (False if command.startswith("check") else "absent")
+    failed_check = sh("uopgrad check m.uop --wrt x -i x=inf -i w=1 --json", work)  # a failed check is a report
+    report = json.loads(failed_check.stdout)
+    assert failed_check.returncode == 1 and report["passed"] is False and "error" not in report
+    assert sh("uopgrad check m.uop --wrt nope", work).stdout == b""  # without --json: stderr only
+
+
 def test_a_negative_seed_is_a_usage_error_and_check_keeps_numpy_warnings_to_itself(work):
     for command in ("eval m.uop --random --seed -1", "check m.uop --wrt x --seed -1"):
         done = sh(f"uopgrad {command}", work)

@@ -285,30 +285,57 @@ def _common_options(fn):
     return fn
 
 
-def _guarded(fn):
+def _guarded(fn, name: str):
     """Library errors become one line naming the file; anything else is a bug, reported as
-    one line too (with the traceback under --debug)."""
+    one line too (with the traceback under --debug). Under --json the error is also the
+    JSON document on stdout (_json_error): a script that parses it, or a CI artifact,
+    reads why, not an empty file."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
-        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort, BrokenPipeError):
+            return _one_line_errors(fn, args, kwargs)
+        except click.ClickException as e:
+            if kwargs.get("as_json"):
+                _json_error(e, name)
             raise
-        except UOpError as e:
-            _maybe_traceback()
-            raise CommandFailed(_name_file(" ".join(str(e).split()))) from e
-        except OSError as e:
-            _maybe_traceback()
-            where = e.filename if e.filename is not None else _current_file()
-            raise CommandFailed(f"{where}: {e.strerror or e}" if where else str(e)) from e
-        except MemoryError as e:
-            _maybe_traceback()
-            raise CommandFailed(_name_file("out of memory")) from e
-        except Exception as e:  # noqa: BLE001 - a bug: still one line, traceback on request
-            _maybe_traceback()
-            hint = "" if _flag("debug") else " (run with --debug for the traceback)"
-            raise CommandFailed(_name_file(f"internal error: {type(e).__name__}: {e}{hint}")) from e
     return wrapper
+
+
+def _json_error(e: click.ClickException, name: str) -> None:
+    """{"error": the error line's message, "exit_status": 1 or 2} on stdout; `check`'s
+    report has "passed", so its error document says false there too."""
+    import json
+    if isinstance(e, click.UsageError) and e.ctx is None:  # as click will set it: the line names --help
+        e.ctx = click.get_current_context(silent=True)
+    document = {"error": _one_line(e), "exit_status": e.exit_code}
+    if name == "check":
+        document = {"passed": False, **document}
+    try:
+        click.echo(json.dumps(document))
+    except OSError:  # stdout gone: the error line on stderr still says it
+        pass
+
+
+def _one_line_errors(fn, args, kwargs):
+    """fn(*args, **kwargs), its errors turned into CommandFailed (see _guarded)."""
+    try:
+        return fn(*args, **kwargs)
+    except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort, BrokenPipeError):
+        raise
+    except UOpError as e:
+        _maybe_traceback()
+        raise CommandFailed(_name_file(" ".join(str(e).split()))) from e
+    except OSError as e:
+        _maybe_traceback()
+        where = e.filename if e.filename is not None else _current_file()
+        raise CommandFailed(f"{where}: {e.strerror or e}" if where else str(e)) from e
+    except MemoryError as e:
+        _maybe_traceback()
+        raise CommandFailed(_name_file("out of memory")) from e
+    except Exception as e:  # noqa: BLE001 - a bug: still one line, traceback on request
+        _maybe_traceback()
+        hint = "" if _flag("debug") else " (run with --debug for the traceback)"
+        raise CommandFailed(_name_file(f"internal error: {type(e).__name__}: {e}{hint}")) from e
 
 
 def _maybe_traceback() -> None:
@@ -340,7 +367,7 @@ def _cleandoc(doc: str) -> str:
 def _command(name: str, example: str, short: str):
     """A subcommand with --quiet/--debug, error guarding, and an example in its --help."""
     def decorate(fn):
-        fn = _guarded(fn)
+        fn = _guarded(fn, name)
         fn = _common_options(fn)
         fn.__click_params__ = fn.__click_params__[-4:] + fn.__click_params__[:-4]  # listed last in --help
         doc = _cleandoc(fn.__doc__ or "")

@@ -28,7 +28,7 @@ from .evaluate_map import check_map_usage, eval_map, map_options
               "(an integer index below the number of classes the graph compares it with).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of --random.")
 @click.option("-o", "--output", metavar="OUT.npz", help="Store the outputs in an .npz under their names (- for stdout).")
-@click.option("--json", "as_json", is_flag=True, help="Print the outputs as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outputs as JSON (an error too: {\"error\": ...}).")
 @click.option("--stats", is_flag=True, help="Add the evaluation time and peak live bytes.")
 @click.option("--literal", is_flag=True, help="Run the graph as written: without tinygrad's algebraic rewrites "
               "(the exact ones, which change no bit, still apply).")
@@ -179,7 +179,7 @@ def _evaluate_on_tinygrad(graph, inputs: dict, device: str | None, simplify: str
                    "large model fewer, as the report says].")
 @click.option("--directions", type=click.IntRange(min=0), default=2, show_default=True,
               help="Random directions through every target at once, two evaluations each.")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (an error too: {\"passed\": false, \"error\": ...}).")
 @click.option("--literal", is_flag=True, help="Evaluate the gradient graph as written (not simplified as eval does).")
 @click.option("--transpose", is_flag=True, help="Forward mode: <u, J v> from jvp against <J^T u, v> from diff.")
 @click.option("--hvp", is_flag=True, help="Forward mode: hvp against finite differences of the gradient.")

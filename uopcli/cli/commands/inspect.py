@@ -17,7 +17,7 @@ from ..io import (_OPSET_HELP, _check_opset, _graph_data, _read_graph, _refuse_b
   uopgrad info model.uop
   uopgrad info model.uop --json | jq .flops""")
 @click.argument("source", metavar="IN")
-@click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON (an error too: {\"error\": ...}).")
 def info(source, as_json):
     """Node count, count per op, inputs and outputs with shape and dtype, depth, total input
     elements, embedded bytes, an estimate of floating-point operations, and the sha256 of
