@@ -464,9 +464,22 @@ def test_random_bits_not_realized_are_refused(tmp_path):
 
 
 def test_a_dtype_the_format_lacks_is_refused(tmp_path):
-    x = Tensor.ones(4).contiguous()
+    """tinygrad records no Tensor function on a CAST: the refusal names the nearest ones
+    around it (what made its value, what reads it) and the floats the format has."""
+    # data of their own: tinygrad shares equal nodes between tensors, with the metadata of
+    # whichever made them first (Tensor.ones(4) made in another test would name its function)
+    x = Tensor(np.array([1.5, -2.0, 0.25, 3.0], np.float32))
     message = _refused(tmp_path, {"y": x.cast(dtypes.bfloat16).cast(dtypes.float32).sum()}, {"x": x})
-    assert "CAST" in message and "bfloat16" in message
+    assert message == ("cannot export tinygrad CAST (an input of Tensor.sum), reached from output 'y': has dtype "
+                       "bfloat16, which format v1 does not have: the format's floats are float16, float32 and "
+                       "float64, build the model in one (Tensor.float(), or dtypes.default_float)")
+    w = Tensor(np.array([[0.5, 1.0], [2.0, -1.0], [0.0, 3.0], [1.0, 1.0]], np.float32))
+    mixed = (x.reshape(1, 4).cast(dtypes.bfloat16) @ w.cast(dtypes.bfloat16)).float().relu()
+    message = _refused(tmp_path, {"y": mixed.sum()}, {"x": x, "w": w})
+    assert message.startswith("cannot export tinygrad CAST (from Tensor.__matmul__, an input of Tensor.relu), "
+                              "reached from output 'y': has dtype bfloat16")
+    fp8 = _refused(tmp_path, {"y": x.cast(dtypes.fp8e4m3).float().sum()}, {"x": x})
+    assert "has dtype fp8e4m3, which format v1 does not have: the format's floats are" in fp8
 
 
 def test_colliding_input_names_are_refused(tmp_path):

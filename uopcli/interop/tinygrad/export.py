@@ -191,7 +191,7 @@ class _Walk:
         self._data_chain = {TOps.RESHAPE, TOps.COPY, TOps.CONTIGUOUS, TOps.AFTER}
         self._rules = _rules(TOps)
         self._weak = set(tg.dtypes.weaks)
-        self._output = ""
+        self._output, self._root = "", None
         self._buffers = 0
         self._taken = set(names.values())
 
@@ -223,7 +223,7 @@ class _Walk:
 
     # -- second pass
     def translate(self, root, output_name: str) -> UOp:
-        self._output = output_name
+        self._output, self._root = output_name, root
         want = self._default(root.dtype) if root.dtype in self._weak else None
         memo, flags = self.memo, self.flags
         stack = [(root, want, False)]
@@ -282,7 +282,10 @@ class _Walk:
     def dtype(self, node) -> DType:
         dtype = our_dtype(node.dtype)
         if dtype is None:
-            raise self._refuse(node, f"has dtype {str(node.dtype).removeprefix('dtypes.')}, which format v1 does not have")
+            # every integer width is the format's: what lands here is a float (bfloat16, fp8)
+            raise self._refuse(node, f"has dtype {str(node.dtype).removeprefix('dtypes.')}, which format v1 does not "
+                                     "have: the format's floats are float16, float32 and float64, build the model in "
+                                     "one (Tensor.float(), or dtypes.default_float)")
         return dtype
 
     def shape(self, node) -> tuple[int, ...]:
@@ -317,6 +320,37 @@ class _Walk:
         return dtype if src.dtype in self._weak else None
 
     def _refuse(self, node, why: str) -> ExportError:
-        made_by = f" (made by Tensor.{node.metadata[0].name})" if node.metadata else ""
-        return ExportError(f"cannot export tinygrad {node.op.name}{made_by}, reached from output "
+        return ExportError(f"cannot export tinygrad {node.op.name}{self._made_by(node)}, reached from output "
                            f"{self._output!r}: {why}")
+
+    def _made_by(self, node) -> str:
+        """` (made by Tensor.f)`; for a node tinygrad records no function on (Tensor.cast's
+        CAST, matmul's cast back from its accumulator), the functions around it: ` (from
+        Tensor.f, an input of Tensor.g)`, f a source's, g the nearest user's on a shortest
+        path from the output that has one; "" where none has."""
+        if node.metadata:
+            return f" (made by Tensor.{node.metadata[0].name})"
+        user_of = _breadth_first(self._root, until=node)  # node -> the user it was reached from
+        user = user_of.get(node)
+        while user is not None and not user.metadata:
+            user = user_of[user]
+        # its own sources only: below them tinygrad shares nodes (devices, constants) among
+        # tensors, with the metadata of whichever tensor made them first
+        source = next((s for s in node.src if s.metadata), None)
+        around = [f"from Tensor.{source.metadata[0].name}"] if source is not None else []
+        around += [f"an input of Tensor.{user.metadata[0].name}"] if user is not None else []
+        return f" ({', '.join(around)})" if around else ""
+
+
+def _breadth_first(root, until) -> dict:
+    """The nodes below tinygrad node `root`, nearest first, each mapped to the user it was
+    first reached from (root: None), until `until` is reached."""
+    user_of = {root: None}
+    queue, at = [root], 0
+    while at < len(queue) and until not in user_of:
+        for s in queue[at].src:
+            if s not in user_of:
+                user_of[s] = queue[at]
+                queue.append(s)
+        at += 1
+    return user_of
