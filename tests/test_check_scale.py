@@ -237,6 +237,37 @@ def test_cnn_with_batchnorm_notes_its_npz_and_passes_with_it(cnn):
     assert [t["target"] for t in report["targets"]] == CNN_WEIGHTS.split(",")
 
 
+def test_map_random_refuses_running_statistics_as_eval_random_does(cnn):
+    """eval --map --random filled BatchNorm's running_var with noise (negative variances:
+    every output nan, exit 0), where eval --random refuses; both now refuse, with the note
+    that cnn.npz beside the file holds the values. Given them, --map sums what one
+    evaluation per shard gives."""
+    shards = cnn / "shards"
+    shards.mkdir(exist_ok=True)
+    rng = np.random.default_rng(5)
+    xs = [rng.standard_normal((2, 3, 8, 8)).astype(np.float32) for _ in range(3)]
+    for i, x in enumerate(xs):
+        np.savez(shards / f"part-{i}.npz", x=x)
+    for extra in ([], ["--dask", "local:1"]):
+        refused = uopgrad("eval", "cnn.uop", "--map", "shards/*.npz", "--random", *extra, cwd=cnn)
+        assert refused.returncode == 1 and refused.stdout == "", refused.stderr
+        note, error = refused.stderr.splitlines()
+        assert note.startswith("uopgrad: cnn.npz beside cnn.uop holds values for inputs given none (conv1.weight")
+        assert error.startswith("uopgrad: error: cnn.uop: not filling bn1.running_mean, bn1.running_var, "
+                                "bn2.running_mean, bn2.running_var (running statistics) with random values")
+    missing = uopgrad("eval", "cnn.uop", "--map", "shards/*.npz", cwd=cnn)
+    assert missing.returncode == 1 and missing.stderr.startswith("uopgrad: cnn.npz beside cnn.uop holds values")
+    summed = uopgrad("eval", "cnn.uop", "--map", "shards/*.npz", "-i", "cnn.npz", "--random", "--json", cwd=cnn)
+    assert summed.returncode == 0 and summed.stderr == "", summed.stderr
+    each = []
+    for i in range(3):
+        one = uopgrad("eval", "cnn.uop", "-i", "cnn.npz", "-i", f"x=shards/part-{i}.npz:x", "--json", cwd=cnn)
+        each.append(np.array(json.loads(one.stdout)["outputs"]["out"]["values"]))
+    got = np.array(json.loads(summed.stdout)["outputs"]["out"]["values"])
+    np.testing.assert_allclose(got, sum(each), rtol=1e-6)
+    assert np.all(np.isfinite(got)) and np.abs(got).max() > 0
+
+
 def test_a_running_statistics_tangent_is_a_direction_random_values_fill(cnn):
     """hvp --wrt bn1.running_var adds the input tangent_bn1.running_var, a direction: eval
     --random fills it (it was refused as a running statistic, by its name's ending), and

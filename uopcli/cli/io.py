@@ -146,6 +146,19 @@ def _read_onnx(path: str, data: bytes | None = None, specs: tuple = ()):
     return graph
 
 
+def _explain_inputs(source: str, inputs, specs, use_random: bool) -> None:
+    """Of `inputs` (a graph's, or those --map's shards do not give): a note when IN's .npz
+    beside it holds values for those given none; random values never fill what the file
+    says is a buffer or a statistic (tools/model_inputs.py)."""
+    from ..tools.model_inputs import beside_note, missing_inputs, refuse_random_state
+    missing = missing_inputs(inputs, specs, _onnx_weights())
+    note = beside_note(source, specs, missing)
+    if note:
+        _note(note)
+    if use_random:
+        refuse_random_state(source, missing)
+
+
 def _onnx_weights() -> dict | None:
     """The weights of the ONNX model IN (None for a .uop IN)."""
     return click.get_current_context().meta.get("uopgrad.weights")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import click
 
 from ..app import EXIT_FAILURE, PROG, CommandFailed, _command, _given, _names
-from ..io import (_check_specs, _note, _onnx_weights, _progress_bar, _read_graph, _refuse_binary_terminal, _Steps,
-                  _write)
+from ..io import (_check_specs, _explain_inputs, _onnx_weights, _progress_bar, _read_graph,
+                  _refuse_binary_terminal, _Steps, _write)
 from ...tools.values import npz_bytes
 from ..output import _elements, _stats_json, _stats_text, _table, _value_json
 from .evaluate_map import check_map_usage, eval_map, map_options
@@ -69,7 +69,7 @@ def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep
     from ...tools.values import gather_inputs
     with _Steps("reading", "evaluating") as steps:
         graph, _ = _read_graph(source, specs=specs)  # (an ONNX model's symbolic sizes from -i's arrays)
-        _explain_inputs(source, graph, specs, use_random)
+        _explain_inputs(source, graph.inputs, specs, use_random)
         inputs = gather_inputs(graph.inputs, specs, seed if use_random else None, defaults=_onnx_weights(),
                                roots=graph.outputs.values())
         steps.next()
@@ -100,18 +100,6 @@ def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep
             click.echo(_stats_text(eval_stats))
     if debug_nans:  # --debug-nans (tools/nans.py)
         return _debug_nans(graph, inputs, results)
-
-
-def _explain_inputs(source: str, graph, specs, use_random: bool) -> None:
-    """A note when IN's .npz beside it holds values for inputs given none; random values
-    never fill what the file says is a buffer or a statistic (tools/model_inputs.py)."""
-    from ...tools.model_inputs import beside_note, missing_inputs, refuse_random_state
-    missing = missing_inputs(graph.inputs, specs, _onnx_weights())
-    note = beside_note(source, specs, missing)
-    if note:
-        _note(note)
-    if use_random:
-        refuse_random_state(source, missing)
 
 
 def _debug_nans(graph, inputs: dict, results: dict) -> int:
@@ -201,7 +189,7 @@ def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal, 
         raise click.UsageError("--samples 0 and --directions 0 compare nothing: give one of them more")
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     graph, _ = _read_graph(source, specs=specs)
-    _explain_inputs(source, graph, specs, True)
+    _explain_inputs(source, graph.inputs, specs, True)
     given = gather_inputs(graph.inputs, specs, seed, defaults=_onnx_weights(), roots=graph.outputs.values())
     if transpose or hvp:  # forward mode's checks (tools/forward_check.py)
         from .forward import forward_check

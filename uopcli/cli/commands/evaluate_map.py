@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 
 from ..app import CommandFailed, _given
-from ..io import _onnx_weights, _progress_bar, _read_graph, _refuse_binary_terminal, _write
+from ..io import _explain_inputs, _onnx_weights, _progress_bar, _read_graph, _refuse_binary_terminal, _write
 from ..output import _table, _value_json
 
 
@@ -58,6 +58,7 @@ def eval_map(source, specs, use_random, seed, output, as_json, stats, literal, k
             mapping.output_names(paths)
     except mapping.MapError as e:  # names its shard and member: no need of IN's name in front
         raise CommandFailed(str(e)) from None
+    _explain_inputs(source, [node for node in graph.inputs if node.arg not in shard_inputs], specs, use_random)
     fixed = _fixed_inputs(graph, shard_inputs, specs, seed if use_random else None)
     with _progress_bar(len(paths), "shards") as bar:
         try:
