@@ -90,3 +90,98 @@ def test_no_note_for_a_weight_one_module_reads_nor_a_torch_hint_for_another_prod
                            capture_output=True, text=True, timeout=300)
     assert other.returncode == 0
     assert "uopgrad: n1.weight is read by 2 modules (n1, n2), so its gradient is the sum of theirs\n" in other.stderr
+
+
+# ----------------------------------------------------------------------------- a BatchNorm folded into a weight
+# torch's dynamo exporter (its optimizer, on by default) folds a BatchNorm into the Conv
+# before it: the Conv keeps its weight's name for W·γ/σ, and onnxscript tags the node with
+# the rule and the BatchNorm's module path. diff and the forward commands say so.
+
+def folded_model(producer: str = "pytorch") -> onnx.ModelProto:
+    """y = sum(conv(x) * s): the Conv node tagged as onnxscript tags a fused BatchNorm."""
+    conv = helper.make_node("Conv", ["x", "conv.weight", "conv.bias"], ["c"], name="node_Conv_13", pads=[1, 1, 1, 1])
+    for key, value in (("pkg.onnxscript.rewriter.rule_name", "FuseBatchNormIntoConv"),
+                       ("pkg.torch.onnx.name_scopes", "['', 'bn', '_native_batch_norm_legit_no_training']")):
+        prop = conv.metadata_props.add()
+        prop.key, prop.value = key, value
+    nodes = [conv, helper.make_node("Mul", ["c", "s"], ["m"]), helper.make_node("ReduceSum", ["m"], ["y"], keepdims=0)]
+    rng = np.random.default_rng(2)
+    weights = {"conv.weight": rng.normal(size=(3, 2, 3, 3)), "conv.bias": rng.normal(size=3),
+               "s": rng.normal(size=(1, 3, 4, 4))}
+    graph = helper.make_graph(nodes, "folded", [helper.make_tensor_value_info("x", T.DOUBLE, [1, 2, 4, 4])],
+                              [helper.make_tensor_value_info("y", T.DOUBLE, [])],
+                              [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], producer_name=producer)
+
+
+FOLDED_NOTE = ("uopgrad: conv.weight has the BatchNorm bn folded into it by the exporter's optimizer "
+               "(FuseBatchNormIntoConv): its gradient is that of the folded weight, not of the module's own; "
+               "torch.onnx.export(..., optimize=False) keeps the Conv's own weights")
+
+
+def test_the_import_records_the_weights_a_batchnorm_was_folded_into():
+    from uopcli.tools.inspect import FOLDED_WEIGHTS, folded_weight_notes
+    graph, _ = import_model(folded_model())
+    assert graph.meta[FOLDED_WEIGHTS] == ('{"conv.bias": ["FuseBatchNormIntoConv", "bn"], '
+                                         '"conv.weight": ["FuseBatchNormIntoConv", "bn"]}')
+    assert folded_weight_notes(graph, ["s", "x", "conv.weight"]) == [FOLDED_NOTE.removeprefix("uopgrad: ")]
+    other, _ = import_model(folded_model(producer="other"))
+    assert folded_weight_notes(other, ["conv.bias"]) == [
+        "conv.bias has the BatchNorm bn folded into it by the exporter's optimizer (FuseBatchNormIntoConv): its "
+        "gradient is that of the folded weight, not of the module's own"]
+    merged, _ = import_model(merged_model())
+    assert FOLDED_WEIGHTS not in merged.meta and folded_weight_notes(merged, ["n1.weight"]) == []
+
+
+@pytest.mark.skipif(UOPGRAD is None, reason="the uopgrad console script is not installed")
+@pytest.mark.parametrize("command", ["diff", "hvp", "jacobian"])
+def test_each_command_notes_a_folded_wrt_weight_once_also_after_convert(tmp_path, command):
+    onnx.save(folded_model(), tmp_path / "m.onnx")
+    converted = subprocess.run([UOPGRAD, "convert", "m.onnx", "-o", "m.uop"], cwd=tmp_path, capture_output=True,
+                               text=True, timeout=300)
+    assert converted.returncode == 0 and converted.stderr == "", converted.stderr
+    for source in ("m.onnx", "m.uop"):
+        done = subprocess.run([UOPGRAD, command, source, "--wrt", "conv.weight,s", "-o", "out.uop"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert [line for line in done.stderr.splitlines() if "folded" in line] == [FOLDED_NOTE], source
+    plain = subprocess.run([UOPGRAD, command, "m.onnx", "--wrt", "s", "-o", "out.uop"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300)
+    assert plain.returncode == 0 and "folded" not in plain.stderr
+
+
+@pytest.mark.skipif(UOPGRAD is None, reason="the uopgrad console script is not installed")
+def test_torchs_default_export_folds_batchnorm_and_diff_says_so(tmp_path):
+    """torch.onnx.export with every default (dynamo, optimize=True): the gradient of the file's
+    conv.weight is that of W·γ/σ (a chain rule away from torch's, which the note says), and
+    diff notes it; with optimize=False the same command gives torch's gradient and no note."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    pytest.importorskip("onnxscript", reason="onnxscript is not installed: torch's dynamo exporter needs it")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(2, 3, 3), torch.nn.BatchNorm2d(3), torch.nn.Tanh()).double().eval()
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-1, 1)
+        model[1].running_var.uniform_(0.5, 2)
+        model[1].weight.uniform_(0.5, 2)
+    x = torch.randn(2, 2, 5, 5, dtype=torch.float64)
+    model(x).sum().backward()
+    np.save(tmp_path / "x.npy", x.numpy())
+    for optimize in (True, False):
+        path = tmp_path / f"m{int(optimize)}.onnx"
+        torch.onnx.export(model, (x,), str(path), input_names=["x"], output_names=["y"], dynamo=True,
+                          optimize=optimize, external_data=False)
+        done = subprocess.run([UOPGRAD, "diff", path.name, "--wrt", "0.weight", "--cotangent", "ones",
+                               "-o", f"g{int(optimize)}.uop"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        notes = [line for line in done.stderr.splitlines() if "folded" in line]
+        assert notes == ([FOLDED_NOTE.replace("conv.weight", "0.weight").replace("BatchNorm bn", "BatchNorm 1")]
+                         if optimize else [])
+        run = subprocess.run([UOPGRAD, "eval", f"g{int(optimize)}.uop", "-i", f"g{int(optimize)}.npz", "-i",
+                              "x=x.npy", "-o", "out.npz"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr
+        got = np.load(tmp_path / "out.npz")["grad_0.weight"]
+        scale = (model[1].weight / torch.sqrt(model[1].running_var + model[1].eps)).detach().numpy()
+        truth = model[0].weight.grad.numpy()  # torch's: d/dW, where the file's W' = W * scale
+        expected = truth / scale[:, None, None, None] if optimize else truth
+        np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)

@@ -234,10 +234,11 @@ def _note(message: str) -> None:
 
 
 def _note_shared_weights(graph, wrt: list[str]) -> None:
-    """A note for each --wrt weight of an imported model that several modules read: its
-    gradient is the sum of theirs (tools/inspect.shared_weight_notes)."""
-    from ..tools.inspect import shared_weight_notes
-    for line in shared_weight_notes(graph, wrt):
+    """A note for each --wrt weight of an imported model that several modules read (its
+    gradient is the sum of theirs), or that has a BatchNorm folded into it (its gradient is
+    the folded weight's): tools/inspect.shared_weight_notes and folded_weight_notes."""
+    from ..tools.inspect import folded_weight_notes, shared_weight_notes
+    for line in shared_weight_notes(graph, wrt) + folded_weight_notes(graph, wrt):
         _note(line)
 
 

@@ -8,6 +8,7 @@ Nothing here needs numpy: `info` must start fast.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections import Counter
 from typing import Iterator
@@ -100,6 +101,31 @@ def shared_weight_notes(graph: Graph, names: list[str]) -> list[str]:
                 "torch.onnx.export(..., optimize=False) keeps each module's own" if exported_by_pytorch(graph.meta)
                 else "")
         notes.append(f"{name} is read by {len(modules)} modules ({shown}), so its gradient is the sum of theirs{hint}")
+    return notes
+
+
+# graph meta of an imported model: JSON {weight: [rewrite rule, module]}, the weights an
+# exporter's optimizer folded a BatchNorm into (interop/onnx/importer.py, _folded_weights)
+FOLDED_WEIGHTS = "onnx.folded_weights"
+
+
+def folded_weight_notes(graph: Graph, names: list[str]) -> list[str]:
+    """A line for each of `names` that holds a BatchNorm folded into it at export: it keeps
+    the Conv's (Gemm's) name, but its gradient is that of W·γ/σ, not of the module's W."""
+    try:
+        folded = json.loads(graph.meta.get(FOLDED_WEIGHTS, "{}"))
+    except ValueError:
+        return []  # not ours to refuse: the note is a courtesy
+    notes = []
+    for name in names:
+        entry = folded.get(name) if isinstance(folded, dict) else None
+        if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(e, str) for e in entry)):
+            continue
+        rule, module = entry
+        hint = ("; torch.onnx.export(..., optimize=False) keeps the Conv's own weights" if exported_by_pytorch(graph.meta)
+                else "")
+        notes.append(f"{name} has the BatchNorm {module or '(unnamed)'} folded into it by the exporter's optimizer "
+                     f"({rule}): its gradient is that of the folded weight, not of the module's own{hint}")
     return notes
 
 

@@ -31,6 +31,7 @@ onnx is imported inside the functions: importing this module needs nothing optio
 from __future__ import annotations
 
 import ast
+import json
 import os
 from typing import Mapping
 
@@ -38,6 +39,7 @@ import numpy as np
 
 from uopcli import FormatError, Graph, Metadata, UOp, UOpError
 from uopcli.core.uop import next_serial
+from uopcli.tools.inspect import FOLDED_WEIGHTS
 
 from .control import CONTROL
 from .dtypes import CONSTANT_DOC, FROM_ONNX, TO_ONNX, unsupported_type
@@ -183,7 +185,26 @@ class _Importer(GraphInputs):
             meta["onnx.producer"] = f"{self.model.producer_name} {self.model.producer_version}".strip()
         if not self.source.startswith("<"):  # a file's name, not <model> or <stdin>
             meta["imported_from"] = os.path.basename(self.source)
+        folded = self._folded_weights()
+        if folded:
+            meta[FOLDED_WEIGHTS] = json.dumps(folded, sort_keys=True)
         return meta
+
+    def _folded_weights(self) -> dict[str, list[str]]:
+        """{weight: [rewrite rule, module]} for each weight a node reads that an exporter's
+        optimizer made by folding a BatchNorm into it: onnxscript (torch's dynamo export,
+        optimize=True by default) tags such a node `pkg.onnxscript.rewriter.rule_name =
+        FuseBatchNormIntoConv` (Gemm, ConvTranspose), with the BatchNorm's module path. The
+        weight keeps the Conv's name but holds W·γ/σ, so its gradient is not the Conv's."""
+        inputs_named = {self._weight_source[name]: name for name in self.weight_order}  # ONNX value -> input
+        folded = {}
+        for node in self.graph.node:
+            rule = next((p.value for p in node.metadata_props if p.key == "pkg.onnxscript.rewriter.rule_name"), "")
+            if rule.startswith("FuseBatchNorm"):
+                for value in node.input:
+                    if value in inputs_named:
+                        folded[inputs_named[value]] = [rule, _scope(node) or ""]
+        return folded
 
     # -------------------------------------------------------------- inputs and initializers
     def _read_initializers(self) -> None:
