@@ -278,3 +278,39 @@ def test_an_input_named_like_a_dimension_wins(tmp_path):
     assert refusal(uopgrad(tmp_path, "info", "n.onnx", "--shape", "N=3")) == (
         "n.onnx: --shape N=3 does not fit the file's shape [1] of input 'N'")
     assert "x float32[3,2], N float32[1]" in ok(uopgrad(tmp_path, "info", "n.onnx", "--shape", "x=3,2"))
+
+
+# ----------------------------------------------------------------------------- weights a pipe cannot carry
+
+SAMPLE_MLP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "samples", "onnx",
+                          "mlp-legacy14.onnx")
+
+
+def _pipe(command: str, cwd) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{os.path.dirname(UOPGRAD)}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.skipif(UOPGRAD is None, reason="the uopgrad console script is not installed")
+def test_eval_of_a_piped_onnx_graph_says_its_weights_did_not_come_with_it(tmp_path):
+    """`hvp model.onnx | eval - --random` filled the model's weights with noise, and only the
+    first command's note said the weights stay behind: the .uop on stdout now names them in
+    its meta, and eval says which inputs they are, with --random and without."""
+    weights = "fc1.weight, fc1.bias, fc2.weight, fc2.bias: mlp-legacy14.onnx's weights"
+    rest = "which were not written with the graph on stdout; -o FILE.uop writes them beside it as FILE.npz, for -i FILE.npz"
+    head = f"uopgrad hvp {SAMPLE_MLP} --wrt fc1.weight --cotangent ones 2>/dev/null"
+    filled = _pipe(f"{head} | uopgrad eval - --random -o out.npz", tmp_path)
+    assert filled.returncode == 0 and filled.stderr == f"uopgrad: random values fill {weights}, {rest}\n"
+    missing = _pipe(f"{head} | uopgrad eval -", tmp_path)
+    note, error = missing.stderr.splitlines()
+    assert missing.returncode == 1 and note == f"uopgrad: no value is given for {weights}, {rest}"
+    assert error.startswith("uopgrad: error: <stdin>: missing input values: x float32[3,8], fc1.weight")
+    # given the values (as -o FILE writes them), no note; a graph never piped has no such meta
+    written = _pipe(f"uopgrad hvp {SAMPLE_MLP} --wrt fc1.weight --cotangent ones -o h.uop && "
+                    "uopgrad eval h.uop -i h.npz --random -o out.npz && uopgrad eval h.uop --random -o out.npz", tmp_path)
+    assert written.returncode == 0 and "were not written" not in written.stderr
+    assert "h.npz beside h.uop holds values" in written.stderr
+    kept = _pipe(f"uopgrad convert {SAMPLE_MLP} -o - | uopgrad diff - --wrt x --cotangent ones | "
+                 "uopgrad eval - --random -o out.npz", tmp_path)  # the meta goes down the pipeline
+    assert kept.returncode == 0 and f"random values fill {weights}" in kept.stderr

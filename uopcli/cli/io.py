@@ -146,15 +146,16 @@ def _read_onnx(path: str, data: bytes | None = None, specs: tuple = ()):
     return graph
 
 
-def _explain_inputs(source: str, inputs, specs, use_random: bool) -> None:
-    """Of `inputs` (a graph's, or those --map's shards do not give): a note when IN's .npz
-    beside it holds values for those given none; random values never fill what the file
-    says is a buffer or a statistic (tools/model_inputs.py)."""
-    from ..tools.model_inputs import beside_note, missing_inputs, refuse_random_state
-    missing = missing_inputs(inputs, specs, _onnx_weights())
-    note = beside_note(source, specs, missing)
-    if note:
-        _note(note)
+def _explain_inputs(source: str, graph, specs, use_random: bool, inputs=None) -> None:
+    """Of `inputs` (default the graph's; --map: those its shards do not give): a note when
+    IN's .npz beside it holds values for those given none, or when they are an ONNX model's
+    weights a pipe carried none of; random values never fill what the file says is a
+    buffer or a statistic (tools/model_inputs.py)."""
+    from ..tools.model_inputs import beside_note, missing_inputs, refuse_random_state, unwritten_weights_note
+    missing = missing_inputs(graph.inputs if inputs is None else inputs, specs, _onnx_weights())
+    for note in (beside_note(source, specs, missing), unwritten_weights_note(graph.meta, missing, use_random)):
+        if note:
+            _note(note)
     if use_random:
         refuse_random_state(source, missing)
 
@@ -212,12 +213,18 @@ def _check_opset(form: str, opset: int | None) -> None:
         raise click.UsageError("--opset is for ONNX output: give -o FILE.onnx (or --to onnx)")
 
 
-def _graph_data(graph, form: str, opset: int | None):
+def _graph_data(graph, form: str, opset: int | None, output: str):
     """What a graph file holds: the .uop form's pieces (formats.uop.dump_parts), or ONNX
     bytes, where an ONNX model IN's weights are initializers, as in IN: the file runs
-    given only the model's own inputs (and cotangents)."""
+    given only the model's own inputs (and cotangents). A .uop of an ONNX model on stdout
+    goes without its weights (no file beside it to hold them): its meta names them, so
+    that eval can say why they are missing (tools/model_inputs.unwritten_weights_note)."""
     if form != "onnx":
         from ..formats.uop import dump_parts
+        weights = _onnx_weights()
+        if weights and output == "-":
+            from ..tools.model_inputs import mark_unwritten_weights
+            mark_unwritten_weights(graph, list(weights))
         return dump_parts(graph, form)
     try:
         from ..interop.onnx.exporter import onnx_bytes

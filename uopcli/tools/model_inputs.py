@@ -19,6 +19,7 @@ which inputs random values must never fill.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Iterable, Sequence
@@ -102,6 +103,34 @@ def beside_note(source: str, specs: Sequence[str], missing: Sequence[UOp]) -> st
         return None
     shown = ", ".join(held[:4]) + (f", ... ({len(held)} in all)" if len(held) > 4 else "")
     return f"{path} beside {source} holds values for inputs given none ({shown}): -i {path} gives them theirs"
+
+
+# graph meta: JSON list of the inputs that are an ONNX model's weights the file was written
+# without (a .uop on stdout: nothing beside it to hold them; cli/io.py's _graph_data)
+UNWRITTEN_WEIGHTS = "onnx.weights_not_written"
+
+
+def mark_unwritten_weights(graph, names: list[str]) -> None:
+    """Record in `graph`'s meta that its inputs `names` (an ONNX model's weights) are not
+    written with it."""
+    graph.meta[UNWRITTEN_WEIGHTS] = json.dumps(names)
+
+
+def unwritten_weights_note(meta: dict, missing: Sequence[UOp], use_random: bool) -> str | None:
+    """One note when inputs given no value are an ONNX model's weights that a pipe carried
+    no values of (mark_unwritten_weights): random values fill them, or they are missing."""
+    try:
+        weights = set(json.loads(meta.get(UNWRITTEN_WEIGHTS, "[]")))
+    except (ValueError, TypeError):
+        return None  # a note is a courtesy: a damaged entry gets none
+    named = [node.arg for node in missing if node.arg in weights]
+    if not named:
+        return None
+    model = meta.get("imported_from", "the ONNX model")
+    shown = ", ".join(named[:4]) + (f", ... ({len(named)} in all)" if len(named) > 4 else "")
+    what = "random values fill" if use_random else "no value is given for"
+    return (f"{what} {shown}: {model}'s weights, which were not written with the graph on stdout; "
+            f"-o FILE.uop writes them beside it as FILE.npz, for -i FILE.npz")
 
 
 def refuse_random_state(source: str, missing: Sequence[UOp]) -> None:

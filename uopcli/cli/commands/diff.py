@@ -58,7 +58,7 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats, 
         _note_shared_weights(graph, wrt_names)
         result = _simplified(result) if simplify_ else result  # --simplify
         steps.next()
-        data = _graph_data(result, form, opset)
+        data = _graph_data(result, form, opset, output)
         steps.next()
         files = _with_onnx_weights([(output, data)], output, form)
         if report_path:
@@ -103,7 +103,7 @@ def simplify(source, output, exact, opset):
     graph, _ = _read_graph(source)
     result = _simplified(graph, exact)
     before, after = len(graph.nodes()), len(result.nodes())
-    _write_together(_with_onnx_weights([(output, _graph_data(result, form, opset))], output, form))
+    _write_together(_with_onnx_weights([(output, _graph_data(result, form, opset, output))], output, form))
     _note(f"{before} -> {after} nodes ({'exact rewrites' if exact else 'exact and tinygrad rewrites'})")
 
 

@@ -69,7 +69,7 @@ def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep
     from ...tools.values import gather_inputs
     with _Steps("reading", "evaluating") as steps:
         graph, _ = _read_graph(source, specs=specs)  # (an ONNX model's symbolic sizes from -i's arrays)
-        _explain_inputs(source, graph.inputs, specs, use_random)
+        _explain_inputs(source, graph, specs, use_random)
         inputs = gather_inputs(graph.inputs, specs, seed if use_random else None, defaults=_onnx_weights(),
                                roots=graph.outputs.values())
         steps.next()
@@ -189,7 +189,7 @@ def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal, 
         raise click.UsageError("--samples 0 and --directions 0 compare nothing: give one of them more")
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     graph, _ = _read_graph(source, specs=specs)
-    _explain_inputs(source, graph.inputs, specs, True)
+    _explain_inputs(source, graph, specs, True)
     given = gather_inputs(graph.inputs, specs, seed, defaults=_onnx_weights(), roots=graph.outputs.values())
     if transpose or hvp:  # forward mode's checks (tools/forward_check.py)
         from .forward import forward_check

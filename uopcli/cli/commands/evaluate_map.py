@@ -58,7 +58,7 @@ def eval_map(source, specs, use_random, seed, output, as_json, stats, literal, k
             mapping.output_names(paths)
     except mapping.MapError as e:  # names its shard and member: no need of IN's name in front
         raise CommandFailed(str(e)) from None
-    _explain_inputs(source, [node for node in graph.inputs if node.arg not in shard_inputs], specs, use_random)
+    _explain_inputs(source, graph, specs, use_random, [node for node in graph.inputs if node.arg not in shard_inputs])
     fixed = _fixed_inputs(graph, shard_inputs, specs, seed if use_random else None)
     with _progress_bar(len(paths), "shards") as bar:
         try:

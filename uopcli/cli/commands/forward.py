@@ -47,7 +47,7 @@ def _run(build, source: str, output: str, stats: bool, simplify_: bool, opset, k
         _note_shared_weights(graph, list(wrt))
         result = _simplified(result) if simplify_ else result
         steps.next()
-        data = _graph_data(result, form, opset)
+        data = _graph_data(result, form, opset, output)
         steps.next()
         _write_together(_with_onnx_weights([(output, data)], output, form))
         steps.next()

@@ -67,7 +67,7 @@ def convert(source, output, to, opset):
     _check_opset(form, opset)
     _refuse_binary_terminal(output, form, "use --to json, or give -o FILE")
     graph, _ = _read_graph(source)
-    _write_together(_with_onnx_weights([(output, _graph_data(graph, form, opset))], output, form))
+    _write_together(_with_onnx_weights([(output, _graph_data(graph, form, opset, output))], output, form))
 
 
 @_command("validate", short="Check a file against the format; print ok and counts.", example="""\
