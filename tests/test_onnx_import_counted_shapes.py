@@ -304,3 +304,34 @@ def test_non_max_suppression_refuses_boxes_that_do_not_fit_the_scores():
     with pytest.raises(FormatError, match=r"boxes \[1, 4, 4\] and scores \[1, 2, 5\] must be \[batches, boxes, 4\] "
                                           r"and \[batches, classes, boxes\]$"):
         import_model(m)
+
+
+def test_differentiating_an_input_fixed_with_constant_says_why_it_has_no_gradient(tmp_path):
+    """x[x + y > 0].sum() of float tensors: the refusal advises --constant; a newcomer who
+    followed it with --wrt x was told PyTorch's exporter may have folded x. Differentiating a
+    fixed input now says it was fixed and why that leaves no gradient, also after saving."""
+    from uopcli.errors import GradientError
+    from uopcli.formats.uop import load, save
+    from uopcli.tools.inspect import FIXED_INPUTS
+    nodes = [helper.make_node("Add", ["x", "y"], ["s"]), helper.make_node("NonZero", ["s"], ["where"], name="n"),
+             helper.make_node("Cast", ["where"], ["f"], to=T.FLOAT), helper.make_node("ReduceSum", ["f"], ["out"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, T.FLOAT, [3]) for n in ("x", "y")],
+                              [helper.make_tensor_value_info("out", T.FLOAT, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(FormatError) as refused:
+        import_model(m, source="m.onnx")
+    assert str(refused.value) == (
+        "m.onnx: node 'n' (NonZero): X (input 0) must be known when importing (a constant or a shape), but it is "
+        "computed from the model's inputs 'x', 'y': give their values with --constant x=... --constant y=...")
+    fixed, _ = import_model(m, source="m.onnx", constants={"x": [1.0, -2.0, 0.5], "y": [0.0, 1.0, -1.0]})
+    assert fixed.meta[FIXED_INPUTS] == '["x", "y"]' and fixed.inputs == []
+    save(fixed, tmp_path / "m.uop")
+    for graph in (fixed, load(tmp_path / "m.uop")):
+        with pytest.raises(GradientError) as caught:
+            differentiate(graph, ["x"])
+        assert str(caught.value) == (
+            "input 'x' was fixed with --constant x=... when importing, so it is a constant of the graph, with no "
+            "gradient; where its values set a shape (why an import asks for --constant), the format's static shapes "
+            "cannot follow them, and the model cannot be differentiated with respect to x as exported")
+        with pytest.raises(GradientError, match="^no input named 'w' to differentiate"):
+            differentiate(graph, ["w"])

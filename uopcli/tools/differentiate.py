@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -150,12 +151,27 @@ def _chosen_outputs(graph: Graph, of: Sequence[str] | None) -> list[str]:
 def _target(inputs: dict[str, UOp], name: str, meta: dict | None = None) -> UOp:
     """The input `name` of a graph whose inputs are `inputs` (and file metadata `meta`)."""
     node = inputs.get(name)
+    if node is None and name in _fixed_inputs(meta):
+        raise GradientError(f"input {name!r} was fixed with --constant {name}=... when importing, so it is a "
+                            f"constant of the graph, with no gradient; where its values set a shape (why an import "
+                            f"asks for --constant), the format's static shapes cannot follow them, and the model "
+                            f"cannot be differentiated with respect to {name} as exported")
     if node is None:
         raise GradientError(f"no input named {name!r} to differentiate with respect to; "
                             f"inputs: {', '.join(inputs) or 'none'}{_exporter_hint(meta)}")
     if not node.dtype.is_float:
         raise GradientError(f"input {name!r} is {_type(node)}: only floating-point inputs have gradients")
     return node
+
+
+def _fixed_inputs(meta: dict | None) -> list:
+    """The inputs of an imported model that --constant fixed (tools/inspect.FIXED_INPUTS)."""
+    from .inspect import FIXED_INPUTS
+    try:
+        fixed = json.loads((meta or {}).get(FIXED_INPUTS, "[]"))
+    except ValueError:
+        return []
+    return fixed if isinstance(fixed, list) else []
 
 
 def _exporter_hint(meta: dict | None) -> str:

@@ -107,6 +107,8 @@ def shared_weight_notes(graph: Graph, names: list[str]) -> list[str]:
 # graph meta of an imported model: JSON {weight: [rewrite rule, module]}, the weights an
 # exporter's optimizer folded a BatchNorm into (interop/onnx/importer.py, _folded_weights)
 FOLDED_WEIGHTS = "onnx.folded_weights"
+# graph meta of an imported model: JSON list of the inputs --constant fixed when importing
+FIXED_INPUTS = "onnx.fixed_inputs"
 
 
 def folded_weight_notes(graph: Graph, names: list[str]) -> list[str]:

@@ -39,7 +39,7 @@ import numpy as np
 
 from uopcli import FormatError, Graph, Metadata, UOp, UOpError
 from uopcli.core.uop import next_serial
-from uopcli.tools.inspect import FOLDED_WEIGHTS
+from uopcli.tools.inspect import FIXED_INPUTS, FOLDED_WEIGHTS
 
 from .control import CONTROL
 from .dtypes import CONSTANT_DOC, FROM_ONNX, TO_ONNX, unsupported_type
@@ -185,6 +185,8 @@ class _Importer(GraphInputs):
             meta["onnx.producer"] = f"{self.model.producer_name} {self.model.producer_version}".strip()
         if not self.source.startswith("<"):  # a file's name, not <model> or <stdin>
             meta["imported_from"] = os.path.basename(self.source)
+        if self.constants:  # inputs --constant fixed: the file no longer has them as inputs
+            meta[FIXED_INPUTS] = json.dumps(sorted(self.constants))
         folded = self._folded_weights()
         if folded:
             meta[FOLDED_WEIGHTS] = json.dumps(folded, sort_keys=True)
