@@ -211,6 +211,10 @@ def bad_shards(directory):
     good = {"x": np.zeros((4, 5)), "y": np.zeros((4, 3))}
     return [
         ("wrong-shape.npz", {**good, "x": np.zeros((5, 5))}, "member 'x' is float64[5,5] but input 'x' is float64[4,5]"),
+        ("short.npz", {"x": np.zeros((3, 5)), "y": np.zeros((3, 3))},
+         "member 'x' is float64[3,5] but input 'x' is float64[4,5]: every shard must hold the graph's 4 rows; "),
+        ("short-and-wide.npz", {"x": np.zeros((3, 6)), "y": np.zeros((3, 3))},
+         "member 'x' is float64[3,6] but input 'x' is float64[4,5]"),
         ("wrong-dtype.npz", {**good, "y": np.zeros((4, 3), np.float32)},
          "member 'y' is float32[4,3] but input 'y' is float64[4,3]"),
         ("unknown.npz", {**good, "z": np.zeros(2)}, "member 'z' names no input; inputs: x, y, w1, w2"),
@@ -219,7 +223,7 @@ def bad_shards(directory):
     ]
 
 
-@pytest.mark.parametrize("case", range(5))
+@pytest.mark.parametrize("case", range(7))
 def test_a_bad_shard_is_refused_before_anything_runs(tmp_path, case):
     """The bad shard is the last: it is found from its header before the first shard runs."""
     name, members, words = bad_shards(tmp_path)[case]
@@ -232,6 +236,8 @@ def test_a_bad_shard_is_refused_before_anything_runs(tmp_path, case):
                   progress=ran.append)
     assert str(refused.value).startswith(f"{bad}: ") and words in str(refused.value)
     assert ran == [] and os.listdir(tmp_path) == ["shards"]
+    if name in ("wrong-shape.npz", "short-and-wide.npz"):  # not a shorter shard alone: no hint about those
+        assert str(refused.value).endswith("but input 'x' is float64[4,5]")
 
 
 @needs_cli

@@ -104,8 +104,12 @@ def _check_member(path: str, name: str, shape: tuple, dtype, nodes: Mapping[str,
                          f"give it in one place")
     native = dtype.newbyteorder("=") if not dtype.isnative else dtype
     if shape != node.shape or native != node.dtype.np:
+        short = (native == node.dtype.np and len(shape) == len(node.shape) > 0 and shape[0] < node.shape[0]
+                 and shape[1:] == node.shape[1:])
+        hint = (f": every shard must hold the graph's {node.shape[0]} rows; run a shorter one on its own, with a "
+                f"graph of its size (an ONNX model with a symbolic batch takes it from `-i {path}`)" if short else "")
         raise ShardError(f"{path}: member {name!r} is {dtype.name}[{','.join(map(str, shape))}] but input "
-                         f"{name!r} is {type_text(node)}")
+                         f"{name!r} is {type_text(node)}{hint}")
 
 
 def output_names(paths: Sequence[str]) -> list[str]:
