@@ -211,5 +211,5 @@ def test_check_hvp_weights_a_non_scalar_output_as_check_does(work):
         done = ok("check", "m.uop", "--wrt", "x,w", "--of", "y", *flag, cwd=work)
         assert done.stdout.splitlines()[-1].startswith("ok: "), done.stdout
     report = json.loads(ok("check", "m.uop", "--wrt", "x", "--of", "y", "--hvp", "--json", cwd=work).stdout)
-    assert report["passed"] and report["of"] == "y" and [t["target"] for t in report["targets"]] == ["x"]
+    assert report["passed"] and report["of"] == ["y"] and [t["target"] for t in report["targets"]] == ["x"]
     assert all(t["max_rel_error"] < 1e-5 for t in report["targets"])

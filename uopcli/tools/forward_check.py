@@ -152,7 +152,7 @@ class HvpReport:
         return all(t.passed for t in self.targets)
 
     def to_dict(self) -> dict:
-        found = {"check": "hvp", "of": self.of, "seed": self.seed, "passed": self.passed, "rtol": RTOL, "atol": ATOL,
+        found = {"check": "hvp", "of": [self.of], "seed": self.seed, "passed": self.passed, "rtol": RTOL, "atol": ATOL,
                  "dtype": "float64", "targets": _targets_json(self.targets)}
         if self.moving is not None:
             found["with_detach_moving"] = _targets_json(self.moving)
