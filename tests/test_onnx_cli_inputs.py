@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -203,13 +204,16 @@ def test_shape_by_dimension_name_sizes_both_inputs_as_onnxruntime_computes(saved
 
 def test_missing_sizes_are_one_line_listing_every_input_and_what_to_type(saved):
     tmp_path, _, _ = saved
-    assert refusal(uopgrad(tmp_path, "info", "m.onnx")) == (
+    assert refusal(uopgrad(tmp_path, "convert", "m.onnx", "-o", "m.uop")) == (
         "m.onnx: inputs with symbolic dimensions: x [N, 6], y [N, 3]: give their sizes with --shape N=<size> "
         "(or --shape x=<dims>)")
     onnx.save(batch_model(("B", "T"), (None, 3)), tmp_path / "two.onnx")
-    assert refusal(uopgrad(tmp_path, "info", "two.onnx", "--shape", "B=2")) == (
+    assert refusal(uopgrad(tmp_path, "convert", "two.onnx", "-o", "two.uop", "--shape", "B=2")) == (
         "two.onnx: inputs with symbolic dimensions: x [2, T], y [?, 3]: give their sizes with --shape T=<size> "
         "--shape y=<dims>")
+    # info counts a named dimension left unsized as 1, but a dimension with no name it cannot
+    assert refusal(uopgrad(tmp_path, "info", "two.onnx", "--shape", "B=2")) == (
+        "two.onnx: input with a symbolic dimension: y [?, 3]: give its size with --shape y=<dims>")
 
 
 def test_contradicting_sizes_are_refused_at_once_naming_both(saved):
@@ -319,3 +323,19 @@ def test_eval_of_a_piped_onnx_graph_says_its_weights_did_not_come_with_it(tmp_pa
     kept = _pipe(f"uopgrad convert {SAMPLE_MLP} -o - | uopgrad diff - --wrt x --cotangent ones | "
                  "uopgrad eval - --random -o out.npz", tmp_path)  # the meta goes down the pipeline
     assert kept.returncode == 0 and f"random values fill {weights}" in kept.stderr
+
+
+def test_info_counts_unsized_symbolic_dimensions_as_1_and_says_so(saved):
+    """info looks at a model nobody has sized yet (it refused, asking for --shape, before
+    the user could see what to size); every other command still refuses."""
+    tmp_path, _, data = saved
+    shown = ok(uopgrad(tmp_path, "info", "m.onnx")).splitlines()
+    assert "inputs          x float32[1,6], y float32[1,3], W float32[6,3]" in shown
+    assert "meta.onnx.assumed_sizes N=1 (given no size; --shape NAME=N sets one)" in shown
+    as_json = json.loads(ok(uopgrad(tmp_path, "info", "-", "--json", stdin=data)))
+    assert as_json["meta"]["onnx.assumed_sizes"].startswith("N=1 ")
+    sized = ok(uopgrad(tmp_path, "info", "m.onnx", "--shape", "N=4")).splitlines()
+    assert "inputs          x float32[4,6], y float32[4,3], W float32[6,3]" in sized
+    assert not any("assumed" in line for line in sized)
+    assert refusal(uopgrad(tmp_path, "convert", "m.onnx", "-o", "m.uop")).startswith(
+        "m.onnx: inputs with symbolic dimensions")

@@ -131,8 +131,9 @@ def _read_onnx(path: str, data: bytes | None = None, specs: tuple = ()):
     ctx = click.get_current_context()
     shapes, constants = ctx.meta.get("uopgrad.shapes"), ctx.meta.get("uopgrad.constants")
     given = given_shapes(specs) if specs else None  # the -i arrays' shapes, read from their headers
+    assume = ctx.meta.get("uopgrad.assume_size")  # uopgrad info: a size for the symbolic dimensions left
     if data is None:
-        graph, weights = load_onnx(path, shapes, constants, given)
+        graph, weights = load_onnx(path, shapes, constants, given, assume)
     else:
         try:
             model = parse_model(data, path)
@@ -141,7 +142,8 @@ def _read_onnx(path: str, data: bytes | None = None, specs: tuple = ()):
                 raise
             raise CommandFailed(f"{path}: neither a .uop file (a MessagePack or JSON map) nor an ONNX model: "
                                 f"{describe(data)}") from None
-        graph, weights = import_model(model, shapes, source=path, constants=constants, given_shapes=given)
+        graph, weights = import_model(model, shapes, source=path, constants=constants, given_shapes=given,
+                                      assume_size=assume)
     ctx.meta["uopgrad.weights"] = weights
     return graph
 

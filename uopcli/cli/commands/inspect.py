@@ -21,8 +21,10 @@ from ..io import (_OPSET_HELP, _check_opset, _graph_data, _read_graph, _refuse_b
 def info(source, as_json):
     """Node count, count per op, inputs and outputs with shape and dtype, depth, total input
     elements, embedded bytes, an estimate of floating-point operations, and the sha256 of
-    the graph's canonical bytes."""
+    the graph's canonical bytes. An ONNX model's symbolic dimensions that --shape does not
+    size are counted as 1 (meta.onnx.assumed_sizes says which)."""
     from ...tools.inspect import graph_info, info_text
+    click.get_current_context().meta["uopgrad.assume_size"] = 1  # an ONNX model's symbolic sizes left: 1
     graph, _ = _read_graph(source)
     stats = graph_info(graph)
     if as_json:

@@ -53,6 +53,11 @@ class GraphInputs:
             if shape is not None and symbolic and name not in by_input and name not in self.constants:
                 given[name] = tuple(int(n) for n in shape)
                 self._size_from(given[name], dims, name, f"the value given for {name} ([{', '.join(map(str, shape))}])")
+        if self.assume_size is not None:  # what no option and no value sized (uopgrad info)
+            for name in symbols:
+                if name not in self.sizes:
+                    self._size(name, self.assume_size, "assumed")
+                    self.assumed.append(name)
         unsized = []
         for inp in listed:
             if inp.name in self.constants:

@@ -77,11 +77,11 @@ class Value:
 
 
 def load_onnx(path: str, shapes: Mapping[str, tuple[int, ...]] | None = None, constants: Mapping | None = None,
-              given_shapes: Mapping[str, tuple[int, ...]] | None = None):
+              given_shapes: Mapping[str, tuple[int, ...]] | None = None, assume_size: int | None = None):
     """(Graph, weights) from an ONNX file; external data files are read from its folder."""
     model = read_model(path)
     return import_model(model, shapes, source=path, base_dir=os.path.dirname(os.path.abspath(path)),
-                        constants=constants, given_shapes=given_shapes)
+                        constants=constants, given_shapes=given_shapes, assume_size=assume_size)
 
 
 def read_model(path: str):
@@ -112,16 +112,18 @@ def parse_model(data: bytes, source: str = "<bytes>"):
 
 def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None, source: str = "<model>",
                  base_dir: str | None = None, constants: Mapping | None = None,
-                 given_shapes: Mapping[str, tuple[int, ...]] | None = None):
+                 given_shapes: Mapping[str, tuple[int, ...]] | None = None, assume_size: int | None = None):
     """(Graph, weights) from a ModelProto (see the module's docstring). `shapes`: the sizes
     of symbolic dimensions, {dimension name: size} or {input name: shape} (a name that is
     both is the input's); `constants`: {input name: values (array-like)} for inputs fixed
     when importing, each converted to the input's element type (exactly, for an integer or
     bool input) and shape; `given_shapes`: {input name: the shape of the value it will be
-    given}, sizing what `shapes` leaves symbolic (names of other inputs are ignored)."""
+    given}, sizing what `shapes` leaves symbolic (names of other inputs are ignored);
+    `assume_size`: the size of each symbolic dimension still unsized then (`uopgrad info`
+    looks at a model nobody has sized yet), recorded in the graph's meta."""
     try:
         return _Importer(model, dict(shapes or {}), source, base_dir, dict(constants or {}),
-                         dict(given_shapes or {})).run()
+                         dict(given_shapes or {}), assume_size).run()
     except UOpError:
         raise
     except (TypeError, ValueError, AttributeError, KeyError, IndexError, UnicodeError, OverflowError) as e:
@@ -135,9 +137,10 @@ def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None, sou
 
 class _Importer(GraphInputs):
     def __init__(self, model, shapes: dict, source: str, base_dir: str | None, constants: dict | None = None,
-                 given_shapes: dict | None = None):
+                 given_shapes: dict | None = None, assume_size: int | None = None):
         self.model, self.graph, self.shapes, self.source, self.base_dir = model, model.graph, shapes, source, base_dir
         self.constants, self.given_shapes = constants or {}, given_shapes or {}
+        self.assume_size, self.assumed = assume_size, []  # symbolic dimensions sized by assume_size
         self.sizes: dict[str, int] = {}  # a symbolic dimension's name -> its size
         self._sized_by: dict[str, str] = {}  # ... -> what gave it (for a contradiction's refusal)
         self.values: dict[str, Value] = {}
@@ -187,6 +190,9 @@ class _Importer(GraphInputs):
             meta["imported_from"] = os.path.basename(self.source)
         if self.constants:  # inputs --constant fixed: the file no longer has them as inputs
             meta[FIXED_INPUTS] = json.dumps(sorted(self.constants))
+        if self.assumed:
+            meta["onnx.assumed_sizes"] = (f"{', '.join(f'{n}={self.assume_size}' for n in self.assumed)} (given no "
+                                          f"size; --shape NAME=N sets one)")
         folded = self._folded_weights()
         if folded:
             meta[FOLDED_WEIGHTS] = json.dumps(folded, sort_keys=True)
