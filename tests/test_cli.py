@@ -539,6 +539,15 @@ def test_convert_forms_and_round_trip(files, tmp_path):
     assert msgpack.exit_code == 0 and (tmp_path / "x.json").read_bytes() == back.read_bytes()
 
 
+def test_convert_writes_to_stdout_without_o(files):
+    # -o defaults to - as diff's does (the README: `convert --to onnx` also to stdout)
+    as_json = run("convert", files["vec"], "--to", "json")
+    assert as_json.exit_code == 0 and as_json.stdout_bytes == run("convert", files["vec"], "--to", "json",
+                                                                   "-o", "-").stdout_bytes
+    as_msgpack = run("convert", files["vec"])                    # not a terminal: binary is fine
+    assert as_msgpack.exit_code == 0 and as_msgpack.stdout_bytes == files["vec"].read_bytes()
+
+
 def test_validate(files):
     result = run("validate", files["vec"])
     graph = load(files["vec"])

@@ -371,6 +371,8 @@ def test_binary_output_refused_on_a_terminal(work):
     assert message.startswith("uopgrad: error: ") and "terminal" in message and "-o" in message
     status, shown, err = run_on_terminal(["convert", "m.uop", "--to", "json", "-o", "-"], work)
     assert status == 0 and shown.lstrip().startswith(b"{")      # text is fine
+    status, shown, err = run_on_terminal(["convert", "m.uop"], work)   # -o defaults to -: still refused
+    assert status == 1 and shown == b"" and b"terminal" in err and b"--to json" in err
     status, _, err = run_on_terminal(["eval", "m.uop", "--random", "-o", "-"], work)
     assert status == 1 and b"terminal" in err
 

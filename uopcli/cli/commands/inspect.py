@@ -56,9 +56,10 @@ def print_(source):
   uopgrad convert model.uop -o model.json
   uopgrad convert model.json -o model.uop
   uopgrad convert grad.uop -o grad.onnx --opset 21
-  uopgrad convert model.uop --to json -o - | less""")
+  uopgrad convert model.uop --to json | less""")
 @click.argument("source", metavar="IN")
-@click.option("-o", "--output", required=True, metavar="OUT", help="Where to write (- for stdout).")
+@click.option("-o", "--output", default="-", show_default=True, metavar="OUT",
+              help="Where to write (- for stdout; binary forms only to a pipe or a file, not a terminal).")
 @click.option("--to", type=click.Choice(["json", "msgpack", "onnx"]),
               help="The form (default: JSON for a .json OUT, ONNX for .onnx, else MessagePack).")
 @click.option("--opset", type=click.IntRange(min=1), metavar="N", help=_OPSET_HELP)
