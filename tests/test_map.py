@@ -194,6 +194,8 @@ def test_a_progress_bar_of_shards_on_a_terminal(tmp_path):
     (["--dask", "local:2"], "--dask is for a run over shards: give --map"),
     (["--map", "s/*.npz", "--reduce", "none"], "give -o DIR"),
     (["--map", "s/*.npz", "--reduce", "none", "-o", "-"], "give -o DIR"),
+    (["--map", "s/*.npz", "--reduce", "none", "-o", "x.npz"], "a directory of one .npz per shard, not the file x.npz"),
+    (["--map", "s/*.npz", "--reduce", "none", "-o", "out/X.NPZ"], "not the file out/X.NPZ"),
     (["--map", "s/*.npz", "--keep-intermediates", "-o", "o.npz"], "not --map"),
     (["--map", "s/*.npz", "--backend", "tinygrad"], "not with --backend tinygrad"),
     (["--map", "s/*.npz", "--json", "-o", "o.npz"], "either -o OUT.npz or --json"),
@@ -202,6 +204,7 @@ def test_a_progress_bar_of_shards_on_a_terminal(tmp_path):
 def test_cli_usage_errors(tmp_path, args, message):
     done = uopgrad("eval", "grad.uop", *args, cwd=tmp_path)
     assert done.returncode == 2 and message in done.stderr.decode(), done.stderr.decode()
+    assert not list(tmp_path.iterdir())          # nothing written (no directory named x.npz)
 
 
 # ----------------------------------------------------------------------------- bad shards

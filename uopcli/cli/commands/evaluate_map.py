@@ -91,6 +91,9 @@ def _check_usage(output, as_json, keep_intermediates, backend, device, reduction
     if reduction == "none":
         if not output or output == "-":
             raise click.UsageError("--reduce none writes one .npz per shard into a directory: give -o DIR")
+        if output.lower().endswith(".npz"):  # the directory would be named like a file
+            raise click.UsageError(f"--reduce none writes a directory of one .npz per shard, not the file {output}: "
+                                   "give -o DIR (or --reduce sum/mean for one OUT.npz)")
         if as_json:
             raise click.UsageError("--reduce none writes files: not --json")
     elif output:
