@@ -226,6 +226,17 @@ def test_contradicting_sizes_are_refused_at_once_naming_both(saved):
         "m.onnx: --shape x=4,7 does not fit the file's shape [N, 6] of input 'x'")
 
 
+def test_a_size_below_one_is_refused_naming_the_value(saved):
+    """--shape N=0 made an empty batch: diff then called every gradient "identically zero:
+    not reached"."""
+    tmp_path, _, _ = saved
+    for value in ("N=0", "x=0,6", "N=-1"):
+        line = refusal(uopgrad(tmp_path, "diff", "m.onnx", "--shape", value, "--wrt", "W", "--of", "loss",
+                               "-o", "g.uop"), code=2)
+        assert f"--shape': '{value}': give NAME=D1,D2,... with whole sizes >= 1" in line, line
+    assert not (tmp_path / "g.uop").exists()
+
+
 def test_eval_and_check_take_sizes_from_the_input_arrays(saved):
     tmp_path, model, raw = saved
     np.savez(tmp_path / "seven.npz", **data(7, seed=2))

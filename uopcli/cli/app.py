@@ -189,7 +189,9 @@ def _set_limits(ctx: click.Context, param: click.Parameter, values: tuple[str, .
 
 def _set_shapes(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> None:
     """--shape NAME=D1,D2,... (repeatable): the size of an ONNX model's symbolic dimension
-    NAME, or input NAME's shape (the importer tells which, an input first)."""
+    NAME, or input NAME's shape (the importer tells which, an input first). A size is at
+    least 1 (a batch of 0 has nothing to differentiate: every gradient would be "not
+    reached")."""
     chosen = ctx.meta.setdefault("uopgrad.shapes", {})
     for text in values:
         name, _, dims = text.partition("=")
@@ -197,10 +199,10 @@ def _set_shapes(ctx: click.Context, param: click.Parameter, values: tuple[str, .
             shape = tuple(int(d) for d in dims.split(",")) if dims.strip() else ()
         except ValueError:
             shape = (-1,)
-        if not name or not dims or any(d < 0 for d in shape):
+        if not name or not dims or any(d < 1 for d in shape):
             named = [d.strip() for d in dims.split(",") if d.strip().isidentifier()]
             hint = f" (size a symbolic dimension by its name: --shape {named[0]}=<size>)" if named else ""
-            raise click.BadParameter(f"{text!r}: give NAME=D1,D2,... with whole sizes >= 0{hint}", ctx, param)
+            raise click.BadParameter(f"{text!r}: give NAME=D1,D2,... with whole sizes >= 1{hint}", ctx, param)
         chosen[name] = shape
 
 
