@@ -237,6 +237,18 @@ def test_a_size_below_one_is_refused_naming_the_value(saved):
     assert not (tmp_path / "g.uop").exists()
 
 
+def test_a_name_sized_twice_differently_is_refused_naming_both(saved):
+    """--shape N=5 --shape N=6 used 6 without a word; the same size twice is fine, also
+    when one is the group's option and one the command's."""
+    tmp_path, _, _ = saved
+    line = refusal(uopgrad(tmp_path, "info", "m.onnx", "--shape", "N=5", "--shape", "N=6"), code=2)
+    assert "--shape': 'N=5' and 'N=6' give N two sizes: give one" in line, line
+    line = refusal(uopgrad(tmp_path, "--shape", "x=5,6", "info", "m.onnx", "--shape", "x=4,6"), code=2)
+    assert "'x=5,6' and 'x=4,6' give x two sizes" in line, line
+    assert "x float32[5,6]" in ok(uopgrad(tmp_path, "info", "m.onnx", "--shape", "N=5", "--shape", "N=05"))
+    assert "x float32[5,6]" in ok(uopgrad(tmp_path, "--shape", "N=5", "info", "m.onnx", "--shape", "N=5"))
+
+
 def test_eval_and_check_take_sizes_from_the_input_arrays(saved):
     tmp_path, model, raw = saved
     np.savez(tmp_path / "seven.npz", **data(7, seed=2))

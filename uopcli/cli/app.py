@@ -191,8 +191,9 @@ def _set_shapes(ctx: click.Context, param: click.Parameter, values: tuple[str, .
     """--shape NAME=D1,D2,... (repeatable): the size of an ONNX model's symbolic dimension
     NAME, or input NAME's shape (the importer tells which, an input first). A size is at
     least 1 (a batch of 0 has nothing to differentiate: every gradient would be "not
-    reached")."""
+    reached"); a name given twice has one size (the same repeat is fine)."""
     chosen = ctx.meta.setdefault("uopgrad.shapes", {})
+    texts = ctx.meta.setdefault("uopgrad.shape_texts", {})  # name -> the --shape that gave it, for the error
     for text in values:
         name, _, dims = text.partition("=")
         try:
@@ -203,7 +204,9 @@ def _set_shapes(ctx: click.Context, param: click.Parameter, values: tuple[str, .
             named = [d.strip() for d in dims.split(",") if d.strip().isidentifier()]
             hint = f" (size a symbolic dimension by its name: --shape {named[0]}=<size>)" if named else ""
             raise click.BadParameter(f"{text!r}: give NAME=D1,D2,... with whole sizes >= 1{hint}", ctx, param)
-        chosen[name] = shape
+        if name in chosen and chosen[name] != shape:
+            raise click.BadParameter(f"{texts[name]!r} and {text!r} give {name} two sizes: give one", ctx, param)
+        chosen[name], texts[name] = shape, text
 
 
 def _set_constants(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> None:
