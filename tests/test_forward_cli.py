@@ -203,6 +203,14 @@ def test_check_hvp_and_check_of_an_empty_target(tmp_path):
     assert got["hvp_x"].size == 0 and np.array_equal(got["hvp_v"], 6 * np.array([1.0, -2.0, 0.5]) * [3, 1, -1])
 
 
+def test_check_hvp_and_transpose_together_is_a_usage_error(work):
+    """check --hvp --transpose ran only --hvp, without a word."""
+    for flags in (["--hvp", "--transpose"], ["--transpose", "--hvp", "--json"]):
+        done = uopgrad("check", "m.uop", "--wrt", "x", "--of", "loss", *flags, cwd=work)
+        assert done.returncode == 2 and "give one of --hvp and --transpose" in done.stderr, done.stderr
+        assert done.stderr.count("\n") == 1 and "ok" not in done.stdout
+
+
 def test_check_hvp_weights_a_non_scalar_output_as_check_does(work):
     """`check` weights a non-scalar output by seeded random cotangents; `check --hvp` does
     the same (it refused, pointing at a --cotangent option check has not got), and the HVP

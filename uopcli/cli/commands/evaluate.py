@@ -170,7 +170,8 @@ def _evaluate_on_tinygrad(graph, inputs: dict, device: str | None, simplify: str
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (an error too: {\"passed\": false, \"error\": ...}).")
 @click.option("--literal", is_flag=True, help="Evaluate the gradient graph as written (not simplified as eval does).")
 @click.option("--transpose", is_flag=True, help="Forward mode: <u, J v> from jvp against <J^T u, v> from diff.")
-@click.option("--hvp", is_flag=True, help="Forward mode: hvp against finite differences of the gradient.")
+@click.option("--hvp", is_flag=True, help="Forward mode: hvp against finite differences of the gradient "
+              "(not with --transpose: one check a run).")
 def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal, transpose, hvp):
     """Differentiate IN, evaluate the gradients in float64 and compare them with central
     finite differences: along --directions random directions through every target at once
@@ -187,6 +188,8 @@ def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal, 
     from ...tools.values import gather_inputs
     if samples == 0 and directions == 0:
         raise click.UsageError("--samples 0 and --directions 0 compare nothing: give one of them more")
+    if transpose and hvp:  # two reports of different kinds: one check a run (forward_check)
+        raise click.UsageError("give one of --hvp and --transpose: each is a check of its own (run check twice)")
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     graph, _ = _read_graph(source, specs=specs)
     _explain_inputs(source, graph, specs, True)
