@@ -151,6 +151,33 @@ def test_weights_in_an_external_file_need_the_models_path(saved):
         "give the model's path (not its bytes, as on stdin)")
 
 
+def test_external_data_outside_the_models_folder_is_refused_as_such(saved):
+    """A location climbing out of the model's folder was reported as "missing" (whether the
+    file was there or not): it is refused because it lies outside; a file truly missing
+    inside the folder is still "missing"."""
+    tmp_path, model, _ = saved
+    (tmp_path / "secret.data").write_bytes(b"\0" * 72)            # there, beside the folder
+    (tmp_path / "m").mkdir()
+    onnx.save(model, tmp_path / "m" / "ext.onnx", save_as_external_data=True, location="ext.data", size_threshold=0)
+    for location, why in (("../secret.data", "it lies outside the model's folder"),
+                          ("../../../etc/passwd", "it lies outside the model's folder"),
+                          ("sub/../../secret.data", "it lies outside the model's folder"),
+                          (str(tmp_path / "secret.data"), "an absolute path"),
+                          ("gone.data", None)):
+        moved = onnx.load(tmp_path / "m" / "ext.onnx", load_external_data=False)
+        for tensor in moved.graph.initializer:
+            for entry in tensor.external_data:
+                if entry.key == "location":
+                    entry.value = location
+        onnx.save(moved, tmp_path / "m" / "moved.onnx")
+        line = refusal(uopgrad(tmp_path, "info", "m/moved.onnx", "--shape", "N=2"))
+        if why is None:
+            assert line == "m/moved.onnx: initializer 'W': its external data file 'gone.data' is missing", line
+        else:
+            assert line.startswith(f"m/moved.onnx: initializer 'W': its external data file {location!r} is refused: "
+                                   f"{why}"), line
+
+
 @pytest.mark.parametrize("given, looks", [
     (b"digraph G { a -> b }\n", "text starting 'digraph G { a -> b }'"),
     (b"PK\x03\x04\x14\x00\x00\x00", "a zip archive (an .npz?)"),

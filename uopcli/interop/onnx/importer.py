@@ -238,6 +238,9 @@ class _Importer(GraphInputs):
             except FileNotFoundError:
                 self.fail(f"{what}: its external data file {location!r} is missing", node, op)
             except Exception as e:  # noqa: BLE001 - onnx's ValidationError (a missing or escaping path), OSError
+                outside = _outside_folder(location)
+                if outside:  # refused whether or not the file is there: say so, not "missing"
+                    self.fail(f"{what}: its external data file {location!r} is refused: {outside}", node, op)
                 if not os.path.isfile(os.path.join(self.base_dir, location)):
                     self.fail(f"{what}: its external data file {location!r} is missing", node, op)
                 self.fail(f"{what}: cannot read its external data {location!r}: {' '.join(str(e).split())}", node, op)
@@ -589,6 +592,17 @@ def _evaluated(results: list) -> list:
     nodes = [r for r in results if isinstance(r, UOp)]
     arrays = iter(evaluate(nodes, {}))
     return [next(arrays) if isinstance(r, UOp) else r for r in results]
+
+
+def _outside_folder(location: str) -> str | None:
+    """Why an external data `location` is refused as lying outside the model's folder (an
+    absolute path, or one whose `..` climbs out of it, as onnx's loader refuses them), or
+    None."""
+    if os.path.isabs(location) or os.path.splitdrive(location)[0]:
+        return "an absolute path (external data is read only from the model's folder and below, by a relative path)"
+    if os.path.normpath(location).split(os.sep)[0] == os.pardir:
+        return "it lies outside the model's folder (external data is read only from there and below)"
+    return None
 
 
 def constant_node(array: np.ndarray) -> UOp:
