@@ -420,6 +420,29 @@ def test_eval_writes_npz(files):
     assert piped.stdout_bytes == out.read_bytes()
 
 
+def test_eval_refuses_an_output_that_is_an_input_file(files, monkeypatch):
+    """eval -i gg.npz -o gg.npz overwrote the values it read (exit 0): every way -i names a
+    file (a bare data.npz, NAME=data.npz, NAME=data.npz:key, NAME=x.npy), compared by real
+    path, is a usage error that writes nothing."""
+    d = files["dir"]
+    monkeypatch.chdir(d)
+    np.savez(d / "data.npz", x=np.ones(3, np.float32), w=np.ones(3, np.float32))
+    np.save(d / "z.npy", np.zeros(3, np.float32))
+    os.symlink(d / "data.npz", d / "link.npz")
+    rest = ["-i", "z=0", "-i", "d=0"]
+    before = (d / "data.npz").read_bytes()
+    for inputs, output in ((["-i", "data.npz"], "data.npz"),
+                           (["-i", "x=data.npz", "-i", "w=1"], "./data.npz"),
+                           (["-i", "x=data.npz:w", "-i", "w=1"], d / "data.npz"),
+                           (["-i", "data.npz"], "link.npz"),
+                           (["-i", "data.npz", "-i", "z=z.npy", "-i", "d=0"], "z.npy")):
+        result = run("eval", files["vec"], *inputs, *rest, "-o", output)
+        assert result.exit_code == 2 and f"-o {output} is the file -i " in error_line(result), result.stderr
+        assert (d / "data.npz").read_bytes() == before and np.load(d / "z.npy").tolist() == [0, 0, 0]
+    result = run("eval", files["vec"], "-i", "data.npz", *rest, "-o", "out.npz")   # another file: fine
+    assert result.exit_code == 0 and (d / "out.npz").exists()
+
+
 def test_eval_missing_inputs_list_shape_and_dtype(files):
     result = run("eval", files["vec"], "-i", "x=1")
     assert result.exit_code == 1

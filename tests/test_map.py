@@ -200,6 +200,7 @@ def test_a_progress_bar_of_shards_on_a_terminal(tmp_path):
     (["--map", "s/*.npz", "--backend", "tinygrad"], "not with --backend tinygrad"),
     (["--map", "s/*.npz", "--json", "-o", "o.npz"], "either -o OUT.npz or --json"),
     (["--map", "s/*.npz", "--seed", "3"], "--seed is the seed of --random"),
+    (["--map", "s/*.npz", "-i", "w=w.npz:w", "-o", "w.npz"], "-o w.npz is the file -i w=w.npz:w reads"),
 ])
 def test_cli_usage_errors(tmp_path, args, message):
     done = uopgrad("eval", "grad.uop", *args, cwd=tmp_path)

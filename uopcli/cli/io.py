@@ -183,6 +183,20 @@ def _same_file(a: str, b: str) -> bool:
     return a != "-" and b != "-" and os.path.realpath(a) == os.path.realpath(b)
 
 
+def _refuse_output_read(output: str | None, specs: tuple) -> None:
+    """-o naming a file that a -i spec reads (x.npy, data.npz, data.npz:key, a bare
+    data.npz; the same real path) is a usage error: writing it would destroy the values."""
+    from ..tools.values import _npz_member, split_spec
+    if not output or output == "-":
+        return
+    for spec in specs:
+        name, value = split_spec(spec)
+        path = value if name is None else _npz_member(value, name)[0] or (value if value.endswith(".npy") else None)
+        if path is not None and _same_file(path, output):
+            raise click.UsageError(f"-o {output} is the file -i {spec} reads: writing it would overwrite those "
+                                   "values; give -o another file")
+
+
 def _check_specs(ctx, param, specs: tuple) -> tuple:
     """-i values look like NAME=VALUE or data.npz (values.split_spec): a usage error otherwise (exit 2),
     before any reading."""
