@@ -93,6 +93,17 @@ def test_jacobian_and_hessian_files(work):
     np.testing.assert_allclose(hess, np.diag(2 * w * np.cos(y) - (2 * x * w) ** 2 * np.sin(y)), rtol=1e-12)
 
 
+@pytest.mark.parametrize("command", ["jacobian", "hessian"])
+def test_chunk_help_says_what_a_chunk_trades(command):
+    """--chunk said it "bounds the memory of evaluating it"; measured, chunk 1 took 17 times
+    the time and 5.6 times the memory of 256: a larger chunk is faster, a smaller one bounds
+    only each intermediate tensor."""
+    text = " ".join(ok(command, "--help").stdout.split())
+    assert "bounds the memory" not in text
+    assert "A larger chunk makes fewer nodes, faster to write and to evaluate" in text
+    assert "a smaller chunk bounds the size of each intermediate tensor (about chunk x the largest activation)" in text
+
+
 def test_a_matrix_over_the_limit_is_refused_in_one_line_writing_nothing(work):
     done = uopgrad("jacobian", "m.uop", "--wrt", "x", "--of", "y", "--limit", "max_tensor_elements=8",
                    "-o", "jac.uop", cwd=work)
