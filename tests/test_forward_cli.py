@@ -104,6 +104,38 @@ def test_chunk_help_says_what_a_chunk_trades(command):
     assert "a smaller chunk bounds the size of each intermediate tensor (about chunk x the largest activation)" in text
 
 
+def test_blocks_large_in_all_get_a_note_of_their_total(work, monkeypatch):
+    """Each block is held to --limit max_tensor_elements, not their sum: a Hessian of 9.4 GB
+    in all was written without a word and failed in eval. Above forward.TOTAL_NOTE_BYTES
+    (1 GiB, lowered here) one note says the total in values and bytes."""
+    from click.testing import CliRunner
+    from uopcli.cli import main
+    from uopcli.cli.commands import forward
+    assert forward.TOTAL_NOTE_BYTES == 1 << 30
+    monkeypatch.chdir(work)
+
+    def stderr(*args):
+        done = CliRunner().invoke(main, list(map(str, args)), catch_exceptions=False)
+        assert done.exit_code == 0, done.stderr
+        return done.stderr
+    hessian = ("hessian", "m.uop", "--wrt", "x,w", "--of", "loss", "-o", "h.uop")   # 4 blocks of 3x3 float64
+    jacobian = ("jacobian", "m.uop", "--wrt", "x,w", "-o", "j.uop")                 # y: 2 of 3x3, loss: 2 of 3
+    assert stderr(*hessian) == stderr(*jacobian) == ""
+    monkeypatch.setattr(forward, "TOTAL_NOTE_BYTES", 36 * 8 - 1)
+    assert stderr(*hessian) == ("uopgrad: note: the Hessian blocks hold 36 float64 values (288 bytes) in all: "
+                                "evaluating them needs at least that memory\n")
+    monkeypatch.setattr(forward, "TOTAL_NOTE_BYTES", 24 * 8 - 1)
+    assert stderr(*jacobian) == ("uopgrad: note: the Jacobian blocks hold 24 float64 values (192 bytes) in all: "
+                                 "evaluating them needs at least that memory\n")
+    assert stderr(*jacobian, "--quiet") == ""
+    monkeypatch.setattr(forward, "TOTAL_NOTE_BYTES", 36 * 8)        # at the threshold: no note
+    assert stderr(*hessian) == ""
+    big = UOp.param("b", (1001,), dtypes.float64)
+    save(Graph({"s": big.sin().sum()}, inputs=[big]), work / "big.uop")
+    monkeypatch.setattr(forward, "TOTAL_NOTE_BYTES", 1 << 20)
+    assert "hold 1.00e6 float64 values (8.0 MB) in all" in stderr("hessian", "big.uop", "--wrt", "b", "-o", "bh.uop")
+
+
 def test_a_matrix_over_the_limit_is_refused_in_one_line_writing_nothing(work):
     done = uopgrad("jacobian", "m.uop", "--wrt", "x", "--of", "y", "--limit", "max_tensor_elements=8",
                    "-o", "jac.uop", cwd=work)

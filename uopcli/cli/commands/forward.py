@@ -10,6 +10,9 @@ from ..io import _OPSET_HELP, _check_opset, _graph_data, _note, _note_shared_wei
 from .diff import _simplified
 
 
+TOTAL_NOTE_BYTES = 1 << 30  # the blocks' values together, above which a note says what evaluating them needs
+
+
 def _writing_options(fn):
     """-o, --simplify, --stats and --opset, as diff has them."""
     fn = click.option("--opset", type=click.IntRange(min=1), metavar="N", help=_OPSET_HELP)(fn)
@@ -36,10 +39,12 @@ def _matrix_options(fn):
 
 
 def _run(build, source: str, output: str, stats: bool, simplify_: bool, opset, keep_forward: bool = False,
-         wrt: list[str] = ()) -> None:
+         wrt: list[str] = (), matrix: str | None = None) -> None:
     """Read IN, build the result with `build(graph)`, write it (atomically) to OUT; a note
     names the new inputs and outputs numbered because their plain names were taken, and
-    each --wrt weight several modules read (_note_shared_weights)."""
+    each --wrt weight several modules read (_note_shared_weights); for the blocks of a
+    `matrix` ("Jacobian", "Hessian"), what they hold in all when that is large
+    (_note_total)."""
     form = _uop_form(output)
     _check_opset(form, opset)
     _refuse_binary_terminal(output, form, "give -o FILE")
@@ -48,6 +53,8 @@ def _run(build, source: str, output: str, stats: bool, simplify_: bool, opset, k
         steps.next()
         result = build(graph)
         _note_shared_weights(graph, list(wrt))
+        if matrix:
+            _note_total(matrix, result)
         result = _simplified(result) if simplify_ else result
         steps.next()
         data = _graph_data(result, form, opset, output)
@@ -57,6 +64,25 @@ def _run(build, source: str, output: str, stats: bool, simplify_: bool, opset, k
     _note_renamed(graph, result, keep_forward)
     if stats:
         click.echo(steps.table(), err=True)
+
+
+def _note_total(matrix: str, result) -> None:
+    """A note when the blocks (the result's outputs) together hold more than
+    TOTAL_NOTE_BYTES: each is checked against --limit max_tensor_elements, but not their
+    sum, and the file is small (the blocks are symbolic) while evaluating them is not."""
+    import math
+    from ...tools.forward import _bytes
+    blocks = list(result.outputs.values())
+    size = sum(math.prod(block.shape) * block.dtype.itemsize for block in blocks)
+    if size <= TOTAL_NOTE_BYTES:
+        return
+    elements = sum(math.prod(block.shape) for block in blocks)
+    mantissa, exponent = f"{elements:.2e}".split("e")
+    count = f"{elements:,}" if elements < 1_000_000 else f"{mantissa}e{int(exponent)}"  # 1.17e9
+    names = {block.dtype.name for block in blocks}
+    kind = f"{names.pop()} " if len(names) == 1 else ""
+    _note(f"note: the {matrix} blocks hold {count} {kind}values ({_bytes(size)}) in all: evaluating them needs "
+          "at least that memory")
 
 
 def _note_renamed(graph, result, keep_forward: bool) -> None:
@@ -148,7 +174,7 @@ def jacobian(source, wrt, of_, chunk, output, stats, simplify_, opset):
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     limit = _size_limit()
     _run(lambda g: build(g, wrt_names, of_names or None, chunk, limit), source, output, stats, simplify_, opset,
-         wrt=wrt_names)
+         wrt=wrt_names, matrix="Jacobian")
 
 
 @_command("hessian", short="Full Hessian blocks of a scalar output (forward over reverse).", example="""\
@@ -174,7 +200,7 @@ def hessian(source, wrt, of_, cotangent, chunk, output, stats, simplify_, opset)
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     limit = _size_limit()
     _run(lambda g: build(g, wrt_names, of_names or None, chunk, limit, cotangent), source, output, stats, simplify_,
-         opset, wrt=wrt_names)
+         opset, wrt=wrt_names, matrix="Hessian")
 
 
 def forward_check(graph, wrt, of, given, seed, as_json, hvp) -> int:
