@@ -292,6 +292,15 @@ def test_readme_shows_the_two_quick_start_commands():
     assert "make demo" in commands and "make test" in commands
 
 
+def test_readme_make_targets_table_lists_every_target_make_help_names():
+    makefile = (ROOT / "Makefile").read_text()
+    helped = re.findall(r'^\t@echo "make ([\w-]+)', makefile, flags=re.M)
+    table = (ROOT / "README.md").read_text().split("## Make targets", 1)[1].split("\n#", 1)[0]
+    listed = set(re.findall(r"^\| `make ([\w-]+)", table, flags=re.M))
+    assert len(helped) >= 10 and len(listed) >= 10
+    assert [t for t in helped if t not in listed] == [], "add these to the README's Make targets table"
+
+
 def _onnx_missing() -> str | None:
     """Why the README's ONNX commands cannot run here (onnx or onnxruntime has no wheel for
     this Python; `make test` installs both where they do), or None."""
