@@ -452,6 +452,24 @@ def test_the_layer_norm_hessian_block_torch_func_gets_wrong_is_the_finite_differ
     assert np.abs(wrong - differences).max() / scale > 0.1
 
 
+def test_the_readme_shows_torch_func_hessian_wrong_through_layer_norm_as_the_xfail_above_says():
+    """The README's forward-mode section names the reference to compare Hessians with
+    (jvp of grad, column by column) and shows torch.func.hessian's error in a snippet:
+    run it. When torch fixes it, the strict xfail above and this fail together."""
+    readme = (ROOT / "README.md").read_text()
+    text = " ".join(readme.split())
+    assert "torch 2.13's `torch.func.hessian` (a vmapped `jacfwd` of `jacrev`) is wrong through `F.layer_norm`" in text
+    assert "Compare with `torch.func.jvp` of `torch.func.grad`, one basis tangent (one column) at a time" in text
+    assert "strict xfail (0.77 relative in the weight x input block" in text
+    snippet = readme.split("```python\nimport torch, torch.nn.functional as F\n", 1)[1].split("```", 1)[0]
+    scope: dict = {"print": lambda *a: None}
+    exec("import torch, torch.nn.functional as F\n" + snippet, scope)  # noqa: S102 - the README's own code
+    H, H_gb = scope["H"], scope["H_gb"]
+    assert abs((H["g"]["b"] - H_gb).abs().max().item() - 0.206) < 1e-3
+    assert abs((H["g"]["b"] - H["b"]["g"].T).abs().max().item() - 0.206) < 1e-3
+    assert abs(H_gb.abs().max().item() - 0.915) < 1e-3
+
+
 def test_embedding_padding_idx_is_torchs_gradient_convention_not_in_the_export(tmp_path):
     """nn.Embedding(padding_idx=0) reads row 0 like any other, but torch's gradient leaves it
     out (so that training never moves it); the export is a plain Gather. Our HVP equals
