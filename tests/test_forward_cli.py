@@ -136,6 +136,34 @@ def test_blocks_large_in_all_get_a_note_of_their_total(work, monkeypatch):
     assert "hold 1.00e6 float64 values (8.0 MB) in all" in stderr("hessian", "big.uop", "--wrt", "b", "-o", "bh.uop")
 
 
+def test_a_note_names_the_values_beside_in_for_another_out(work):
+    """hvp.npz beside hvp.uop holds the model's values, but jvp hvp.uop -o d3.uop writes no
+    d3.npz: one note says to evaluate d3.uop with -i hvp.npz; none for OUT on stdout, for
+    OUT of IN's stem (eval finds the .npz beside it), or without an .npz beside IN."""
+    ok("hvp", "m.uop", "--wrt", "x", "--of", "loss", "-o", "hvp.uop", cwd=work)
+
+    def notes(*args, cwd=work):  # (bytes: OUT may be stdout)
+        done = subprocess.run([UOPGRAD, *map(str, args)], cwd=cwd, capture_output=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return [line for line in done.stderr.decode().splitlines() if "holds the model's values" in line]
+    assert notes("jvp", "hvp.uop", "--wrt", "x", "-o", "d3.uop") == []
+    np.savez(work / "hvp.npz", x=np.load(work / "x.npy"), w=np.load(work / "w.npy"))
+    note = "uopgrad: note: hvp.npz beside hvp.uop holds the model's values: evaluate {} with -i hvp.npz"
+    commands = {"jvp": ("--wrt", "x"), "hvp": ("--wrt", "x", "--of", "hvp_x", "--cotangent", "ones"),
+                "diff": ("--wrt", "x", "--of", "hvp_x", "--cotangent", "ones"),
+                "jacobian": ("--wrt", "x"), "hessian": ("--wrt", "w", "--of", "hvp_x", "--cotangent", "ones")}
+    for command, args in commands.items():
+        assert notes(command, "hvp.uop", *args, "-o", "d3.uop") == [note.format("d3.uop")], command
+        assert notes(command, "hvp.uop", *args) == []                         # OUT on stdout
+        assert notes(command, "hvp.uop", *args, "-o", "hvp.json") == []       # IN's stem: eval finds hvp.npz
+        assert ok(command, "hvp.uop", *args, "-o", "d3.uop", "--quiet", cwd=work).stderr == ""
+    assert notes("jvp", work / "hvp.uop", "--wrt", "x", "-o", work / "d4.uop", cwd=work.parent) == [
+        f"uopgrad: note: {work / 'hvp.npz'} beside {work / 'hvp.uop'} holds the model's values: "
+        f"evaluate {work / 'd4.uop'} with -i {work / 'hvp.npz'}"]
+    ok("jvp", "hvp.uop", "--wrt", "x", "-o", "d3.uop", cwd=work)
+    assert values("d3.uop", "-i", "hvp.npz", "--random", cwd=work)            # what the note says runs
+
+
 def test_a_matrix_over_the_limit_is_refused_in_one_line_writing_nothing(work):
     done = uopgrad("jacobian", "m.uop", "--wrt", "x", "--of", "y", "--limit", "max_tensor_elements=8",
                    "-o", "jac.uop", cwd=work)

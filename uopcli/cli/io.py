@@ -162,6 +162,19 @@ def _explain_inputs(source: str, graph, specs, use_random: bool, inputs=None) ->
         refuse_random_state(source, missing)
 
 
+def _note_values_beside(source: str, output: str) -> None:
+    """A note when IN is a .uop with IN.npz beside it (the model's values) and OUT a file
+    of another stem: no OUT.npz is written beside OUT, so evaluating it needs -i IN.npz
+    (eval notes that by itself only for the .npz beside the file it evaluates)."""
+    from ..tools.model_inputs import archive_beside
+    values = archive_beside(source)
+    if values is None or output == "-":
+        return
+    if os.path.splitext(os.path.realpath(output))[0] == os.path.splitext(os.path.realpath(source))[0]:
+        return  # OUT.npz is IN.npz: eval OUT finds it
+    _note(f"note: {values} beside {source} holds the model's values: evaluate {output} with -i {values}")
+
+
 def _onnx_weights() -> dict | None:
     """The weights of the ONNX model IN (None for a .uop IN)."""
     return click.get_current_context().meta.get("uopgrad.weights")

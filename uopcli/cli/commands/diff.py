@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from ..app import _command, _names
-from ..io import (_OPSET_HELP, _check_opset, _graph_data, _note, _note_shared_weights, _read_graph,
-                  _refuse_binary_terminal, _same_file,
+from ..io import (_OPSET_HELP, _check_opset, _graph_data, _note, _note_shared_weights, _note_values_beside,
+                  _read_graph, _refuse_binary_terminal, _same_file,
                   _Steps, _uop_form, _with_onnx_weights, _write_together)
 
 
@@ -73,6 +73,7 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats, 
                            list(result.outputs)[len(graph.outputs) if keep_forward else 0:])
     for line in ([renamed] if renamed else []) + report.lines():
         _note(line)
+    _note_values_beside(source, output)
     if stats:
         click.echo(steps.table(), err=True)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from ..app import EXIT_FAILURE, _command, _names
-from ..io import _OPSET_HELP, _check_opset, _graph_data, _note, _note_shared_weights, _read_graph, \
-    _refuse_binary_terminal, _Steps, _uop_form, _with_onnx_weights, _write_together
+from ..io import _OPSET_HELP, _check_opset, _graph_data, _note, _note_shared_weights, _note_values_beside, \
+    _read_graph, _refuse_binary_terminal, _Steps, _uop_form, _with_onnx_weights, _write_together
 from .diff import _simplified
 
 
@@ -44,7 +44,8 @@ def _run(build, source: str, output: str, stats: bool, simplify_: bool, opset, k
     names the new inputs and outputs numbered because their plain names were taken, and
     each --wrt weight several modules read (_note_shared_weights); for the blocks of a
     `matrix` ("Jacobian", "Hessian"), what they hold in all when that is large
-    (_note_total)."""
+    (_note_total); and the .npz beside a .uop IN, which evaluating OUT needs
+    (_note_values_beside)."""
     form = _uop_form(output)
     _check_opset(form, opset)
     _refuse_binary_terminal(output, form, "give -o FILE")
@@ -62,6 +63,7 @@ def _run(build, source: str, output: str, stats: bool, simplify_: bool, opset, k
         _write_together(_with_onnx_weights([(output, data)], output, form))
         steps.next()
     _note_renamed(graph, result, keep_forward)
+    _note_values_beside(source, output)
     if stats:
         click.echo(steps.table(), err=True)
 
