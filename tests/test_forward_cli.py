@@ -122,10 +122,10 @@ def test_blocks_large_in_all_get_a_note_of_their_total(work, monkeypatch):
     jacobian = ("jacobian", "m.uop", "--wrt", "x,w", "-o", "j.uop")                 # y: 2 of 3x3, loss: 2 of 3
     assert stderr(*hessian) == stderr(*jacobian) == ""
     monkeypatch.setattr(forward, "TOTAL_NOTE_BYTES", 36 * 8 - 1)
-    assert stderr(*hessian) == ("uopgrad: note: the Hessian blocks hold 36 float64 values (288 bytes) in all: "
+    assert stderr(*hessian) == ("uopgrad: the Hessian blocks hold 36 float64 values (288 bytes) in all: "
                                 "evaluating them needs at least that memory\n")
     monkeypatch.setattr(forward, "TOTAL_NOTE_BYTES", 24 * 8 - 1)
-    assert stderr(*jacobian) == ("uopgrad: note: the Jacobian blocks hold 24 float64 values (192 bytes) in all: "
+    assert stderr(*jacobian) == ("uopgrad: the Jacobian blocks hold 24 float64 values (192 bytes) in all: "
                                  "evaluating them needs at least that memory\n")
     assert stderr(*jacobian, "--quiet") == ""
     monkeypatch.setattr(forward, "TOTAL_NOTE_BYTES", 36 * 8)        # at the threshold: no note
@@ -148,7 +148,7 @@ def test_a_note_names_the_values_beside_in_for_another_out(work):
         return [line for line in done.stderr.decode().splitlines() if "holds the model's values" in line]
     assert notes("jvp", "hvp.uop", "--wrt", "x", "-o", "d3.uop") == []
     np.savez(work / "hvp.npz", x=np.load(work / "x.npy"), w=np.load(work / "w.npy"))
-    note = "uopgrad: note: hvp.npz beside hvp.uop holds the model's values: evaluate {} with -i hvp.npz"
+    note = "uopgrad: hvp.npz beside hvp.uop holds the model's values: evaluate {} with -i hvp.npz"
     commands = {"jvp": ("--wrt", "x"), "hvp": ("--wrt", "x", "--of", "hvp_x", "--cotangent", "ones"),
                 "diff": ("--wrt", "x", "--of", "hvp_x", "--cotangent", "ones"),
                 "jacobian": ("--wrt", "x"), "hessian": ("--wrt", "w", "--of", "hvp_x", "--cotangent", "ones")}
@@ -158,7 +158,7 @@ def test_a_note_names_the_values_beside_in_for_another_out(work):
         assert notes(command, "hvp.uop", *args, "-o", "hvp.json") == []       # IN's stem: eval finds hvp.npz
         assert ok(command, "hvp.uop", *args, "-o", "d3.uop", "--quiet", cwd=work).stderr == ""
     assert notes("jvp", work / "hvp.uop", "--wrt", "x", "-o", work / "d4.uop", cwd=work.parent) == [
-        f"uopgrad: note: {work / 'hvp.npz'} beside {work / 'hvp.uop'} holds the model's values: "
+        f"uopgrad: {work / 'hvp.npz'} beside {work / 'hvp.uop'} holds the model's values: "
         f"evaluate {work / 'd4.uop'} with -i {work / 'hvp.npz'}"]
     ok("jvp", "hvp.uop", "--wrt", "x", "-o", "d3.uop", cwd=work)
     assert values("d3.uop", "-i", "hvp.npz", "--random", cwd=work)            # what the note says runs

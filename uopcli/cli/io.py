@@ -172,7 +172,7 @@ def _note_values_beside(source: str, output: str) -> None:
         return
     if os.path.splitext(os.path.realpath(output))[0] == os.path.splitext(os.path.realpath(source))[0]:
         return  # OUT.npz is IN.npz: eval OUT finds it
-    _note(f"note: {values} beside {source} holds the model's values: evaluate {output} with -i {values}")
+    _note(f"{values} beside {source} holds the model's values: evaluate {output} with -i {values}")
 
 
 def _onnx_weights() -> dict | None:

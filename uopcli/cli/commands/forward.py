@@ -83,7 +83,7 @@ def _note_total(matrix: str, result) -> None:
     count = f"{elements:,}" if elements < 1_000_000 else f"{mantissa}e{int(exponent)}"  # 1.17e9
     names = {block.dtype.name for block in blocks}
     kind = f"{names.pop()} " if len(names) == 1 else ""
-    _note(f"note: the {matrix} blocks hold {count} {kind}values ({_bytes(size)}) in all: evaluating them needs "
+    _note(f"the {matrix} blocks hold {count} {kind}values ({_bytes(size)}) in all: evaluating them needs "
           "at least that memory")
 
 
