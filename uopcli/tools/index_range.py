@@ -6,13 +6,26 @@ the builder's gather: `index == arange(n)`) picks one of those values. `eval --r
 `check` draw such an input from 0 to below the smallest such range (never above the usual
 0..9), so that every random label names a class and the loss evaluated is the model's: a
 label 7 of a 5-class model would match no class and silently zero its term.
+
+Values GIVEN for such an input (eval -i, eval --map's shards, check -i) are checked by
+check_index_values: each must lie in 0..n-1, or equal a constant the graph also compares
+the input with through views (an ignore_index: `labels != -100`); any other value is
+refused, as torch ("Target 12 is out of bounds") and onnxruntime ("Out of range value in
+index tensor") refuse it, where the graph would silently drop its term. An input that
+reaches its comparison through arithmetic (ONNX Gather's and OneHot's wrap of a negative
+index, `(i < 0).where(i + n, i)`) has no range and is not checked: negatives are legitimate
+there. The evaluator (backends.numpy.evaluate_graph) checks nothing: it is the raw
+evaluator; the CLI, and map_graph for its shards, call the check. The walk is made once per
+graph (cached on its outputs) and only for graphs with an integer input.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable
+from dataclasses import dataclass
+from typing import Iterable, Mapping
 
+from ..errors import EvaluationError
 from ..core.ops import Ops
 from ..core.uop import UOp
 from ..core.walks import toposort
@@ -23,11 +36,104 @@ _COMPARISONS = frozenset({Ops.CMPEQ, Ops.CMPNE})
 _SAME_VALUES = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE})  # the same set of values, rearranged
 
 
+@dataclass(frozen=True)
+class IndexLimit:
+    """The values integer input `name` may hold: 0..n-1, the classes the comparison `node`
+    (described as messages name it) makes with it, or one of `others`, the constants it is
+    also compared with (an ignore_index). Plain data: it travels to map's workers."""
+    name: str
+    n: int
+    node: str
+    others: tuple[int, ...] = ()
+
+    def first_outside(self, array):
+        """(value, index) of the first element of `array` that is neither in 0..n-1 nor
+        one of `others`, else None: one vectorised test."""
+        import numpy as np
+        array = np.asarray(array)
+        bad = (array < 0) | (array >= self.n)
+        if self.others:
+            bad &= ~np.isin(array, np.asarray(self.others, dtype=array.dtype))
+        if not bad.any():
+            return None
+        index = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), array.shape))
+        return int(array[index]), index
+
+    def refusal(self, value: int, index: tuple, holder: str) -> str:
+        """`holder` (input 'labels', or a shard's member 'labels') holds `value` at `index`: why not."""
+        at = f" (at [{','.join(map(str, index))}])" if index else ""
+        others = ""
+        if len(self.others) == 1:
+            others = f", and not {self.others[0]}, the other value it is compared with"
+        elif self.others:
+            others = f", and none of {', '.join(map(str, self.others))}, the other values it is compared with"
+        return (f"{holder} holds {value}{at}, outside 0..{self.n - 1}, the classes node {self.node} compares it "
+                f"with{others} (torch and onnxruntime refuse such labels too)")
+
+
+class IndexOutOfRange(EvaluationError):
+    """A given integer input holds a value outside the classes the graph compares it with."""
+
+
+def index_limits(graph) -> dict[str, IndexLimit]:
+    """{integer input name: IndexLimit} for each integer input of `graph` (a Graph) that it
+    compares with a range of known values through views; {} at once when no input is an
+    integer. The walk is cached on the graph's outputs."""
+    if not any(node.dtype.is_int for node in graph.inputs):
+        return {}
+    imported = "onnx.opset" in graph.meta  # an imported model's locations are its node names
+    return {name: IndexLimit(name, n, _describe(node, number, imported), others)
+            for name, (n, node, number, others) in _walk(tuple(graph.outputs.values())).items()}
+
+
+def check_index_values(graph, values: Mapping) -> None:
+    """IndexOutOfRange, one line, for the first input of `values` ({name: array}) holding a
+    value outside its IndexLimit (index_limits); inputs without one are not looked at.
+    Values drawn by --random (values.random_value) lie in range: checking them costs a
+    comparison and never refuses."""
+    for name, limit in index_limits(graph).items():
+        if name in values:
+            found = limit.first_outside(values[name])
+            if found is not None:
+                raise IndexOutOfRange(limit.refusal(*found, f"input {name!r}"))
+
+
+def _describe(node: UOp, number: int, imported: bool) -> str:
+    """An imported model's node by its ONNX name (and op type, when the name does not say
+    it); another node by its metadata name; else by its number (as `uopgrad print` numbers
+    it, %12) and op."""
+    meta = node.meta
+    if meta is not None and imported and meta.loc:
+        return f"{meta.loc!r}" + (f" ({meta.name})" if meta.name and meta.name not in meta.loc else "")
+    if meta is not None and meta.name:
+        return repr(meta.name)
+    return f"%{number} {node.op}"
+
+
+_CACHE: dict = {}  # the outputs of a few graphs walked last -> what _walk found
+_CACHED = 4
+
+
+def _walk(roots: tuple) -> dict:
+    """{input name: (n, the comparison node, its number, the constants)}, cached."""
+    found = _CACHE.get(roots)
+    if found is None:
+        found = _CACHE[roots] = _compute(roots)
+        while len(_CACHE) > _CACHED:
+            del _CACHE[next(iter(_CACHE))]
+    return found
+
+
 def index_ranges(roots: Iterable[UOp]) -> dict[str, int]:
     """{integer input name: n} for each integer PARAM the graph compares with a range of
     known values 0..n-1 (an input-free node of more than one element, none negative):
     the smallest n where it meets several."""
+    return {name: n for name, (n, *_) in _walk(tuple(roots)).items()}
+
+
+def _compute(roots: tuple) -> dict:
     order = toposort(roots)
+    number = {node: i for i, node in enumerate(order)}
     users: dict[UOp, list[UOp]] = defaultdict(list)
     variable: set[UOp] = set()  # nodes whose value depends on an input
     for node in order:
@@ -35,18 +141,20 @@ def index_ranges(roots: Iterable[UOp]) -> dict[str, int]:
             users[source].append(node)
         if node.op == Ops.PARAM or any(s in variable for s in node.src):
             variable.add(node)
-    found: dict[str, int] = {}
+    found: dict = {}
     for node in order:
         if node.op == Ops.PARAM and isinstance(node.arg, str) and node.dtype.is_int:
-            ranges = _compared_ranges(node, users, variable)  # each n >= 1: a range holds 0..n-1
+            ranges, others = _compared_ranges(node, users, variable)  # each n >= 1: a range holds 0..n-1
             if ranges:
-                found[node.arg] = min(ranges)
+                n, comparison = min(ranges, key=lambda r: (r[0], number[r[1]]))
+                found[node.arg] = (n, comparison, number[comparison], tuple(sorted(v for v in others if not 0 <= v < n)))
     return found
 
 
-def _compared_ranges(index: UOp, users: dict, variable: set) -> list[int]:
-    """n for each range 0..n-1 that `index`, seen through views, is compared with."""
-    views, stack, ranges = {index}, [index], []
+def _compared_ranges(index: UOp, users: dict, variable: set) -> tuple[list, set]:
+    """[(n, the comparison)] for each range 0..n-1 that `index`, seen through views, is
+    compared with, and the constants it is compared with besides (a sentinel)."""
+    views, stack, ranges, others = {index}, [index], [], set()
     while stack:
         node = stack.pop()
         for user in users.get(node, ()):
@@ -56,8 +164,11 @@ def _compared_ranges(index: UOp, users: dict, variable: set) -> list[int]:
             elif user.op in _COMPARISONS:
                 other = user.src[1] if user.src[0] is node else user.src[0]
                 if other not in variable:
-                    ranges += _range_of(other)
-    return ranges
+                    compared = _range_of(other)
+                    ranges += [(n, user) for n in compared]
+                    if not compared:  # a larger range's values are not legitimate for the smaller
+                        others |= _constants_of(other)
+    return ranges, others
 
 
 def _range_of(node: UOp) -> list[int]:
@@ -73,3 +184,18 @@ def _range_of(node: UOp) -> list[int]:
     if values.min() < 0:
         return []
     return [int(values.max()) + 1]
+
+
+_FEW = 64  # a compared constant of more elements than this is a table, not a sentinel
+
+
+def _constants_of(node: UOp) -> set[int]:
+    """The values of an input-free integer node of few elements (a view of a scalar: the
+    ignore_index of `labels != -100`) that `index` is compared with: legitimate values."""
+    import numpy as np
+    from ..backends.numpy import evaluate
+    while node.op in _SAME_VALUES:
+        node = node.src[0]
+    if not node.dtype.is_int or int(np.prod(node.shape or ())) > _FEW:
+        return set()
+    return {int(v) for v in np.unique(np.asarray(evaluate([node], {})[0]))}
