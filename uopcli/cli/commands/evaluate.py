@@ -67,12 +67,14 @@ def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep
     if output:
         _refuse_binary_terminal(output, "npz", "give -o OUT.npz")
     from ...backends.numpy import EvalStats, evaluate_graph
+    from ...tools.index_range import check_index_values
     from ...tools.values import gather_inputs
     with _Steps("reading", "evaluating") as steps:
         graph, _ = _read_graph(source, specs=specs)  # (an ONNX model's symbolic sizes from -i's arrays)
         _explain_inputs(source, graph, specs, use_random)
         inputs = gather_inputs(graph.inputs, specs, seed if use_random else None, defaults=_onnx_weights(),
                                roots=graph.outputs.values())
+        check_index_values(graph, inputs)  # a label outside the classes: refused (tools/index_range.py)
         steps.next()
         eval_stats = EvalStats() if stats else None
         simplify = "exact" if literal else "tinygrad"
@@ -186,6 +188,7 @@ def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal, 
     is not finite names the node that made it. Exit status 1 when anything fails.
     """
     from ...tools.check import check_gradients, planned_evaluations
+    from ...tools.index_range import check_index_values
     from ...tools.values import gather_inputs
     if samples == 0 and directions == 0:
         raise click.UsageError("--samples 0 and --directions 0 compare nothing: give one of them more")
@@ -195,6 +198,7 @@ def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal, 
     graph, _ = _read_graph(source, specs=specs)
     _explain_inputs(source, graph, specs, True)
     given = gather_inputs(graph.inputs, specs, seed, defaults=_onnx_weights(), roots=graph.outputs.values())
+    check_index_values(graph, given)  # before any mode: --hvp and --transpose evaluate these values too
     if transpose or hvp:  # forward mode's checks (tools/forward_check.py)
         from .forward import forward_check
         return forward_check(graph, wrt_names, of_names or None, given, seed, as_json, hvp)
