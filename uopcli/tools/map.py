@@ -17,6 +17,9 @@ the graph and the fixed inputs, is one `Work` object, sent to each worker once.
   number of shards; "none" writes one .npz per shard into a directory, named after it.
 - Every shard's member headers are checked before any shard runs (check_shards): a wrong
   member is one line naming the shard and the member, and nothing runs or is written.
+- A label outside the classes the graph compares it with (index_range.py) is refused: in a
+  fixed input before any shard runs, in a shard's member as the shard is read (one line
+  naming the shard and the member; the run stops and writes nothing).
 - Outputs are all-or-nothing: a directory of per-shard files is built beside its target
   and renamed into place at the end (StagedDirectory).
 - Each shard runs its BLAS calls (the matrix products) on one thread, here and on every
@@ -132,12 +135,14 @@ class Work:
     .uop bytes, the fixed inputs, the reader limits. One object, sent to each worker once;
     the graph is parsed on first use in each process and kept on the object (not pickled)."""
 
-    def __init__(self, graph: Graph, fixed: Mapping, shard_inputs: Sequence[str], limits=None):
+    def __init__(self, graph: Graph, fixed: Mapping, shard_inputs: Sequence[str], limits=None,
+                 index_limits: Mapping | None = None):
         from ..formats.uop import dumps
         self.graph_bytes = dumps(graph)
         self.fixed = dict(fixed)
         self.shard_inputs = list(shard_inputs)
         self.limits = limits
+        self.index_limits = dict(index_limits or {})  # {shard input: IndexLimit}: its values' range
         self._graph: Graph | None = None
 
     def __getstate__(self):
@@ -198,7 +203,9 @@ def run_shard(work: Work, path: str) -> ShardResult:
     parsed, cpu_parsed = time.perf_counter(), time.thread_time()
     nodes = {node.arg: node for node in graph.inputs if node.arg in work.shard_inputs}
     try:
-        inputs = {**work.fixed, **read_archive(path, nodes)}
+        given = read_archive(path, nodes)
+        _check_indices(work.index_limits, given, path)
+        inputs = {**work.fixed, **given}
         read = time.perf_counter()
         with work.one_blas_thread():
             outputs = _flat(evaluate_graph(graph, inputs))
@@ -209,6 +216,14 @@ def run_shard(work: Work, path: str) -> ShardResult:
     stats = ShardStats(path, f"{socket.gethostname()}:{os.getpid()}", threading.get_ident(), started, time.time(),
                        read - parsed, done - read, 0.0 if prepared else parsed - clock, time.thread_time() - cpu_parsed)
     return ShardResult(outputs, [stats])
+
+
+def _check_indices(limits: Mapping, given: Mapping, path: str) -> None:
+    """ShardError naming the shard and member when a member holds a label outside its range."""
+    for name, limit in limits.items():
+        found = limit.first_outside(given[name]) if name in given else None
+        if found is not None:
+            raise ShardError(f"{path}: {limit.refusal(*found, f'member {name!r}')}")
 
 
 def _flat(results: dict) -> dict:
@@ -326,14 +341,17 @@ class MapReport:
 
 def map_graph(graph: Graph, paths: Sequence[str], fixed: Mapping | None = None, *, reduce: str = "sum",
               out_dir: str | None = None, dask=None, simplify: str | None = "tinygrad", limits=None,
-              progress: Callable[[int], None] | None = None, shard_inputs: Sequence[str] | None = None) -> MapReport:
+              progress: Callable[[int], None] | None = None, shard_inputs: Sequence[str] | None = None,
+              check_indices: bool = True) -> MapReport:
     """Evaluate `graph` on every shard in `paths` with the `fixed` inputs; reduce the
     outputs ("sum", "mean") or write each shard's into `out_dir` ("none", all or nothing).
     `dask`: None runs the shards here, one after another; "local" or "local:N" starts a
     local cluster of N worker processes for the run; any other text is a scheduler's
     address (tcp://host:8786); a distributed.Client is used as it is. `simplify` as for
     evaluate_graph (done once, here). `progress(1)` is called as each shard finishes.
-    `shard_inputs`: what check_shards returned, if the caller has run it (else it runs here)."""
+    `shard_inputs`: what check_shards returned, if the caller has run it (else it runs here).
+    `check_indices`: refuse a fixed input's or a shard's label outside the classes the graph
+    compares it with (index_range.check_index_values; evaluate_graph itself checks nothing)."""
     if reduce not in REDUCTIONS:
         raise EvaluationError(f"reduce must be one of {', '.join(REDUCTIONS)}, got {reduce!r}")
     if (reduce == "none") != (out_dir is not None):
@@ -347,6 +365,11 @@ def map_graph(graph: Graph, paths: Sequence[str], fixed: Mapping | None = None, 
     given = dict(zip(absolute, map(str, paths)))  # a shard as its refusals name it: as the user did
     paths = absolute
     _check_fixed(graph, fixed, shard_inputs)
+    ranged = {}
+    if check_indices:  # on the graph as given: simplifying may fold the comparisons it looks for
+        from .index_range import check_index_values, index_limits
+        check_index_values(graph, fixed)
+        ranged = {name: limit for name, limit in index_limits(graph).items() if name in shard_inputs}
     if reduce == "mean":  # refused before the shards run (mean_of checks tuple elements after)
         for name, node in graph.outputs.items():
             if node.dtype.is_int or node.dtype.is_bool:
@@ -354,7 +377,7 @@ def map_graph(graph: Graph, paths: Sequence[str], fixed: Mapping | None = None, 
     if simplify is not None:
         from ..backends.numpy import _simplified
         graph = _simplified(graph, simplify)
-    work = Work(graph, fixed, shard_inputs, limits)
+    work = Work(graph, fixed, shard_inputs, limits, index_limits=ranged)
     staged = StagedDirectory(out_dir) if out_dir is not None else None
     sink = staged.write if staged is not None else None
     try:
