@@ -50,8 +50,8 @@ TESTS = [
     # forward mode: its rule table and walk, the graph-level commands and the transpose check
     ("uopcli/core/forward.py", FORWARD_TESTS),
     ("uopcli/tools/forward", FORWARD_TESTS),
-    # the classes a random integer index is drawn below (eval --random, check)
-    ("uopcli/tools/index_range.py", ["tests/test_index_range.py"]),
+    # the classes a random integer index is drawn below (eval --random, check), and given ones are checked against
+    ("uopcli/tools/index_range.py", ["tests/test_index_range.py", "tests/test_index_check.py"]),
     # the names differentiation gives what it adds, numbered where taken (diff, jvp, hvp, check)
     ("uopcli/tools/names.py", ["tests/test_forward_names.py", "tests/test_cli_library.py"]),
     # control flow (If, Scan, Loop unrolled): If through function bodies, Scan/Loop/LinearAttention's
