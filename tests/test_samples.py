@@ -370,7 +370,7 @@ def test_readme_python_example_runs(tmp_path):
     """The README's Python API example, run as a script in a scratch directory (the other
     Python block, torch.func.hessian's error, is run by tests/test_forward_torch_onnx.py)."""
     blocks = re.findall(r"^```python\n(.*?)^```", (ROOT / "README.md").read_text(), flags=re.S | re.M)
-    blocks = [block for block in blocks if not block.startswith("import torch")]
+    blocks = [block for block in blocks if not block.startswith(("import torch", "# sharpness"))]
     assert len(blocks) == 1
     (tmp_path / "example.py").write_text(blocks[0])
     result = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True,
@@ -379,3 +379,26 @@ def test_readme_python_example_runs(tmp_path):
     assert result.stdout.splitlines()[:2] == ["['loss', 'grad_w']", "(16, 8)"]
     assert result.stdout.splitlines()[-1] == "True"
     assert (tmp_path / "model.uop").is_file() and (tmp_path / "grad.svg").read_bytes().startswith(b"<?xml")
+
+
+def test_readme_sharpness_example_finds_the_hessians_largest_eigenvalue(tmp_path):
+    """The README's power iteration on H v, run from the repository's root as a reader runs
+    it, prints the largest eigenvalue of the Hessian that `hessian` writes in full."""
+    import numpy as np
+    from uopcli import evaluate_graph
+    from uopcli.formats.uop import load
+    from uopcli.tools.forward import hessian
+    (block,) = [b for b in re.findall(r"^```python\n(.*?)^```", (ROOT / "README.md").read_text(), flags=re.S | re.M)
+                if b.startswith("# sharpness")]
+    (tmp_path / "sharpness.py").write_text(block)
+    result = subprocess.run([sys.executable, str(tmp_path / "sharpness.py")], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    model = load(ROOT / "samples" / "mlp.uop")
+    rng = np.random.default_rng(0)  # the block's point
+    point = {n.arg: rng.standard_normal(n.shape).astype(np.float32) for n in model.inputs[:6]}
+    blocks = evaluate_graph(hessian(model, ["w1", "w2"]), point)
+    size = {"w1": 256, "w2": 128}
+    full = np.block([[blocks[f"hessian_{a}_{b}"].reshape(size[a], size[b]) for b in size] for a in size])
+    largest = np.linalg.eigvalsh(full.astype(np.float64))[-1]
+    assert result.stdout == f"largest eigenvalue {largest:.4f}\n" == "largest eigenvalue 51.0672\n"
