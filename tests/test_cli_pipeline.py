@@ -286,6 +286,10 @@ def test_the_table_mean_neither_overflows_nor_warns_and_min_max_skip_nans(work):
     assert some_nan.stdout.decode().splitlines()[1].split()[3:] == ["2", "nan", "3", "2", "nan", "3"]
     np.save(work / "d3.npy", np.array([-4.0, -1.0, -9.0]))
     assert sh("uopgrad eval root.uop -i d=d3.npy", work).stdout.decode().splitlines()[1].split()[3:6] == ["nan"] * 3
+    for values, mean in (([-0.0, -0.0], "-0"), ([-0.0, 0.0], "0")):  # a -0 loss: its mean is -0 too
+        np.save(work / "z.npy", np.array(values))
+        low, got, high = sh("uopgrad eval d.uop -i d=z.npy", work).stdout.decode().splitlines()[1].split()[3:6]
+        assert got == mean and (low, high) == (("-0", "-0") if mean == "-0" else (low, "0"))
 
 
 def test_output_replaces_its_own_input(work):

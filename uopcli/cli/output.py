@@ -75,8 +75,9 @@ def _table(results: dict, leading: int = 6) -> str:
         if flat.size and array.dtype.kind in "biuf":
             numeric = flat.astype(np.float64)
             with np.errstate(all="ignore"):  # the mean of [inf, -inf] is nan, and says so in the table
-                # summing the shares, not dividing the sum, which overflows near the largest float64
-                mean = np.sum(numeric / flat.size)
+                # summing the shares, not dividing the sum, which overflows near the largest float64;
+                # from -0.0, the identity of IEEE addition (numpy's 0.0 made the mean of [-0.0] +0)
+                mean = np.sum(numeric / flat.size, initial=-0.0)
             # min and max of the numbers there are: a nan shows in the mean (and the values)
             numbers = numeric[~np.isnan(numeric)]
             low, high = (numbers.min(), numbers.max()) if numbers.size else (math.nan, math.nan)
