@@ -282,6 +282,18 @@ def test_check_hvp_and_transpose_together_is_a_usage_error(work):
         assert done.stderr.count("\n") == 1 and "ok" not in done.stdout
 
 
+def test_check_options_of_the_gradient_comparison_are_refused_with_a_forward_check(work):
+    """--samples, --directions and --literal shape check's finite-difference comparison of
+    the gradient; --hvp and --transpose ignored them without a word."""
+    for flag in ("--hvp", "--transpose"):
+        for extra, named in ((["--samples", "4"], "--samples is"), (["--literal", "--directions", "3"],
+                                                                     "--directions and --literal are")):
+            done = uopgrad("check", "m.uop", "--wrt", "x", "--of", "loss", flag, *extra, cwd=work)
+            assert done.returncode == 2 and done.stdout == "", done.stderr
+            assert done.stderr.startswith(f"uopgrad: error: {named} for check's gradient comparison, not {flag}")
+    assert ok("check", "m.uop", "--wrt", "x", "--of", "loss", "--samples", "4", cwd=work).returncode == 0
+
+
 def test_check_hvp_weights_a_non_scalar_output_as_check_does(work):
     """`check` weights a non-scalar output by seeded random cotangents; `check --hvp` does
     the same (it refused, pointing at a --cotangent option check has not got), and the HVP

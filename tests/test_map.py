@@ -208,6 +208,20 @@ def test_cli_usage_errors(tmp_path, args, message):
     assert not list(tmp_path.iterdir())          # nothing written (no directory named x.npz)
 
 
+@needs_cli
+def test_an_output_that_is_a_shard_is_refused(tmp_path):
+    """-o naming one of the shards would overwrite the data set: a usage error, nothing written."""
+    grad = write_gradient(tmp_path / "grad.uop", 2)
+    paths, _ = write_shards(tmp_path / "shards", 3, 2)
+    before = paths[1].read_bytes()
+    done = uopgrad("eval", grad, "--map", "shards/*.npz", "--random", "-o", "./shards/../shards/part-01.npz",
+                   cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.decode().startswith(
+        "uopgrad: error: -o ./shards/../shards/part-01.npz is the shard shards/part-01.npz: writing it would "
+        "overwrite the data set; give -o another file")
+    assert paths[1].read_bytes() == before
+
+
 # ----------------------------------------------------------------------------- bad shards
 
 def bad_shards(directory):

@@ -192,6 +192,10 @@ def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal, 
     from ...tools.values import gather_inputs
     if samples == 0 and directions == 0:
         raise click.UsageError("--samples 0 and --directions 0 compare nothing: give one of them more")
+    ignored = [f"--{name}" for name in ("samples", "directions", "literal") if _given(name)]
+    if ignored and (hvp or transpose):  # they shape the finite-difference check of the gradient
+        raise click.UsageError(f"{' and '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} for check's "
+                               f"gradient comparison, not --{'hvp' if hvp else 'transpose'}")
     if transpose and hvp:  # two reports of different kinds: one check a run (forward_check)
         raise click.UsageError("give one of --hvp and --transpose: each is a check of its own (run check twice)")
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")

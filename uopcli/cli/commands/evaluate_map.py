@@ -7,7 +7,8 @@ from __future__ import annotations
 import click
 
 from ..app import CommandFailed, _given
-from ..io import _explain_inputs, _onnx_weights, _progress_bar, _read_graph, _refuse_binary_terminal, _write
+from ..io import (_explain_inputs, _onnx_weights, _progress_bar, _read_graph, _refuse_binary_terminal, _same_file,
+                  _write)
 from ..output import _table, _value_json
 
 
@@ -50,6 +51,10 @@ def eval_map(source, specs, use_random, seed, output, as_json, stats, literal, k
             require()
             parse_target(dask_target)
         paths = mapping.shard_paths(map_pattern)
+        shard = next((path for path in paths if output and _same_file(path, output)), None)
+        if shard is not None:
+            raise click.UsageError(f"-o {output} is the shard {shard}: writing it would overwrite the data set; "
+                                   "give -o another file")
         # an ONNX model's symbolic sizes: from -i's arrays, else from the first shard's members
         sizing = (*specs, paths[0]) if paths[0].lower().endswith(".npz") else specs
         graph, _ = _read_graph(source, specs=sizing)
