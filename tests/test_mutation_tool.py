@@ -38,3 +38,22 @@ def test_a_run_whose_mutants_have_no_result_fails_instead_of_scoring_zero_of_zer
 def test_a_run_counts_timeouts_and_segfaults_as_killed():
     stats = {"killed": 400, "survived": 130, "total": 572, "no_tests": 2, "timeout": 30, "segfault": 10}
     assert mutation.counted(stats) == (570, 440)
+
+
+def test_current_tests_include_a_file_mapped_after_the_run(tmp_path, monkeypatch):
+    """--recheck DIR --current-tests runs the run's mapped files and those mapped to its targets
+    now: a tests/test_*_mutants.py written for the survivors, absent when the run started."""
+    root = tmp_path / "root"
+    (root / "tests").mkdir(parents=True)
+    for name in ["test_a.py", "test_a_mutants.py"]:
+        (root / "tests" / name).write_text("def test_x():\n    pass\n")
+    where = tmp_path / "scratch"
+    (where / "mutants" / "tests").mkdir(parents=True)
+    (where / "pyproject.toml").write_text('[tool.mutmut]\nonly_mutate = ["pkg/mod.py", "pkg/sub/*"]\n'
+                                          'pytest_add_cli_args_test_selection = ["tests/test_a.py"]\n'
+                                          'pytest_add_cli_args = ["-q"]\n')
+    monkeypatch.setattr(mutation, "ROOT", root)
+    monkeypatch.setattr(mutation, "TESTS", [("pkg/mod.py", ["tests/test_a_mutants.py", "tests/test_a.py"]),
+                                            ("pkg/sub", ["tests/test_a.py", "tests/test_gone.py"])])
+    assert mutation.refresh_tests(where) == ["tests/test_a_mutants.py", "tests/test_a.py"]
+    assert (where / "mutants" / "tests" / "test_a_mutants.py").exists()

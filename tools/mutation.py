@@ -83,6 +83,13 @@ TESTS = [
                                  "tests/test_tinygrad_devices.py::test_float64_sine_keeps_its_digits",
                                  "tests/test_tinygrad_devices.py::test_division_on_a_device_without_float64_stays_in_its_dtype",
                                  "tests/test_tinygrad_devices.py::test_float32_sine_and_the_python_devices_are_tinygrads_own"]),
+    # the gradient checker (check.py, check_numeric.py, check_float64.py): its verdicts, errors and
+    # retries in-process (test_check_mutants.py holds the tests written for the survivors; the
+    # subprocess tests run the installed uopgrad, not the mutant); 30 s whole
+    ("uopcli/tools/check", ["tests/test_check_mutants.py", "tests/test_check_scale.py", "tests/test_cli_library.py",
+                            "tests/test_uop.py", "tests/test_cli.py", "tests/test_reference.py"]),
+    # the NaN tracer (eval --debug-nans, check's not-finite notes)
+    ("uopcli/tools/nans.py", ["tests/test_nans_mutants.py", "tests/test_check_scale.py", "tests/test_cli_library.py"]),
     ("uopcli/views/html", ["tests/test_html_viewer.py", "tests/test_html_groups.py"]),
 ]
 
@@ -208,14 +215,20 @@ def interval(killed: int, ran: int) -> str:
 
 def refresh_tests(where: Path) -> list[str]:
     """Copy today's tests/ into the scratch copy (tests written for survivors since the run)
-    and return the run's mapped test files, to be run whole: the run's per-function map
-    knows only the tests there were when it started."""
+    and return the run's mapped test files and those its targets are mapped to now (a file
+    written for the survivors, named in TESTS before it existed), to be run whole: the run's
+    per-function map knows only the tests there were when it started."""
     target = where / "mutants" / "tests"
     for source in (ROOT / "tests").glob("*.py"):
         shutil.copy2(source, target / source.name)
     settings = (where / "pyproject.toml").read_text().split("[tool.mutmut]", 1)[1]
-    line = next(x for x in settings.splitlines() if x.startswith("pytest_add_cli_args_test_selection"))
-    return json.loads(line.split("=", 1)[1])
+
+    def setting(name: str) -> list[str]:
+        line = next(x for x in settings.splitlines() if x.startswith(name + " "))
+        return json.loads(line.split("=", 1)[1])
+    # the mapped files first: a survivor killed by a test written for it stops there (-x)
+    mapped = [t for pattern in setting("only_mutate") for t in mapped_tests(pattern.removesuffix("/*"))]
+    return list(dict.fromkeys(mapped + setting("pytest_add_cli_args_test_selection")))
 
 
 def recheck(where: Path, survivors: list[str], jobs: int, whole_files: list[str] | None = None) -> dict[str, bool]:
