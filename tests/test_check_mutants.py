@@ -426,3 +426,33 @@ def test_a_check_failing_only_through_a_direction_says_so_last():
     assert two.lines()[0] == "target             samples  max abs err  max rel err  worst at"
     assert two.lines()[-1] == "ok: gradients of a, b match finite differences (float64)"
 
+
+# ----------------------------------------------------------------------------- kinks told from curvature
+
+def test_a_smooth_minimum_is_no_kink_and_a_wrong_gradient_there_fails():
+    """1e4·w² at w = 0: the one-sided differences at the small step (6e-9) disagree by 1.2e-4,
+    which the kink test took for a kink, passing any gradient within ±6e-5 as a subgradient: a
+    gradient 5e-5 off (the bound is 1e-6) passed. A curvature's gap shrinks with the step (1.2e-1
+    at the first step), a kink's does not: now it fails, elements and directions alike."""
+    w = UOp.param("w", (1,))
+    for seed in range(3):
+        wrong = check_gradients(square(w, offset=5e-5, scale=1e4), ["w"], inputs={"w": np.zeros(1)}, seed=seed)
+        t = wrong.targets[0]
+        assert not wrong.passed and (t.samples, t.kinks) == (1, 0) and t.max_abs_error == pytest.approx(5e-5)
+        assert not any(d.kink for d in wrong.directions) and not any(d.passed for d in wrong.directions)
+    right = check_gradients(square(w, scale=1e4), ["w"], inputs={"w": np.zeros(1)})
+    assert right.passed and right.targets[0].kinks == 0 and right.evaluations == 7
+
+
+def test_a_relu_kink_along_a_direction_passes_its_right_gradient_whatever_the_seed():
+    """relu at 0: the rule's gradient there (0) is one of the one-sided slopes, which the
+    direction's bound (1e-9·|L|) placed inside or outside by their rounding (4e-7 here): 6 seeds
+    of 10 failed a right gradient. Now the interval is widened by that rounding."""
+    x = UOp.param("x", (2,))
+    graph = Graph({"loss": (x.relu() * 3.0).sum()}, inputs=[x])
+    for seed in range(10):
+        report = check_gradients(graph, ["x"], inputs={"x": np.array([0.0, 2.0])}, seed=seed)
+        assert report.passed and report.targets[0].kinks == 1, seed
+        assert all(d.kink and d.passed for d in report.directions), seed
+    wrong = Graph({"loss": UOp.trace_call("r", lambda v: v.relu() * 3.0, lambda v, g: (g * 0.0 + 4.0,), x)[0].sum()})
+    assert not check_gradients(wrong, ["x"], inputs={"x": np.array([0.0, 2.0])}).passed   # 4: outside [0, 3]

@@ -27,6 +27,10 @@ from ..core.ops import Ops
 from ..core.walks import scope_toposort
 
 KINK_STEP_FACTOR = 1e-3  # the second, smaller step after a failure
+# a kink's one-sided differences disagree by the same at both steps, a smooth function's by
+# KINK_STEP_FACTOR times less at the smaller: a kink keeps more than this share of the gap
+KINK_GAP_KEPT = 0.1
+ROUNDING = 4 * 2.0 ** -52  # float64 rounding of L, a few eps of |L|, for the one-sided differences' error
 
 
 def step_base(dtype) -> float:
@@ -132,8 +136,11 @@ def difference(loss: Loss, move: Callable[[float], dict], analytic: float, scale
                h: float) -> Difference:
     """The central difference of L along `move(t)` ({name: array} at parameter t, t = 0 the
     base point), compared with `analytic`; retried closer on a failure, and called a kink
-    when the one-sided differences then disagree and `analytic` lies between them."""
-    numeric = _central(loss, move, h)
+    when the one-sided differences then disagree, by as much as at the first step (a
+    curvature's disagreement shrinks with the step, a kink's does not), and `analytic` lies
+    between them (to within their rounding: a rule's subgradient is often one of them)."""
+    ahead, behind = _pair(loss, move, h)
+    numeric = _quotient(ahead - behind, 2 * h)
     if agree(analytic, numeric, scale, rtol) or not (math.isfinite(numeric) and math.isfinite(analytic)):
         return Difference(numeric)
     small = h * KINK_STEP_FACTOR
@@ -141,9 +148,24 @@ def difference(loss: Loss, move: Callable[[float], dict], analytic: float, scale
     if agree(analytic, closer, scale, rtol):  # the kink was within the first step only
         return Difference(closer)
     down, up = _one_sided(loss, move, small)
-    if not agree(down, up, scale, rtol) and min(down, up) - scale <= analytic <= max(down, up) + scale:
+    base = loss.base
+    wide = _quotient((ahead - base) - (base - behind), h)  # the one-sided differences' gap at step h
+    rounding = ROUNDING * max(1.0, abs(base)) / small      # of a one-sided difference at the small step
+    bent = not agree(down, up, scale, rtol) and abs(up - down) > KINK_GAP_KEPT * abs(wide)
+    if bent and min(down, up) - scale - rounding <= analytic <= max(down, up) + scale + rounding:
         return Difference(math.nan, kink=True)  # no derivative here: a subgradient is all one can ask
     return Difference(numeric)
+
+
+def _pair(loss: Loss, move, h: float) -> tuple[float, float]:
+    """(L(move(h)), L(move(-h)))."""
+    return loss(move(h)), loss(move(-h))
+
+
+def _quotient(a: float, b: float) -> float:
+    import numpy as np
+    with np.errstate(all="ignore"):  # inf or nan inputs give a nan difference, reported as such
+        return float(np.float64(a) / b)
 
 
 def _central(loss: Loss, move, h: float) -> float:
