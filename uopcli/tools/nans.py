@@ -191,7 +191,7 @@ class _Hunt:
                 + ("from sources that hold no nan there" if kind == "nan" else "from finite sources"))
         if node.op == Ops.GETTUPLE:
             call = node.src[0]
-            made += f", inside the body of {call.op} {call.arg.name}"
+            made += f", inside the body of {call.op} {call.arg.name if call.op == Ops.CALL else call.arg}"
         sources = [f"{self._name(s)}: {self.seen[s].summary}" for s in _hunt_sources(node) if s in self.seen]
         finding = Finding(kind, self._name(node), self._meta(shown, node), made, sources,
                           self._elements(node, first))
@@ -294,7 +294,11 @@ def _leading_inputs(node: UOp, mask) -> dict:
             if isinstance(n.arg, str):
                 reached[n.arg] = reached[n.arg] | m if n.arg in reached else m
             continue
-        for s, sm in zip(scope_sources(n), _back(n, m)):
+        if n.op == Ops.GETTUPLE:  # a call's output: every element of every arg, as far as shapes tell
+            pairs = [(s, np.ones(s.shape, bool)) for s in _hunt_sources(n) if s.shape is not None]
+        else:
+            pairs = zip(scope_sources(n), _back(n, m))
+        for s, sm in pairs:
             if s.shape is None:
                 continue
             sm = np.broadcast_to(sm, s.shape) if sm.shape != s.shape else sm
