@@ -456,3 +456,39 @@ def test_a_relu_kink_along_a_direction_passes_its_right_gradient_whatever_the_se
         assert all(d.kink and d.passed for d in report.directions), seed
     wrong = Graph({"loss": UOp.trace_call("r", lambda v: v.relu() * 3.0, lambda v, g: (g * 0.0 + 4.0,), x)[0].sum()})
     assert not check_gradients(wrong, ["x"], inputs={"x": np.array([0.0, 2.0])}).passed   # 4: outside [0, 3]
+
+
+def test_a_target_failing_only_along_its_direction_is_failed_as_false():
+    bad = check_gradients(square(W, factor=1 + 3e-6), ["w"], inputs=AT, samples=3)
+    t = bad.targets[0]
+    assert t.max_rel_error < 1e-4 and t.passed is False and bad.to_dict()["targets"][0]["passed"] is False
+
+
+def test_random_labels_of_a_check_are_drawn_below_their_classes():
+    """Labels not given are drawn among the classes the one-hot picks (values.index_ranges_for):
+    every row of the cross-entropy picks a class, so L is the sum of -log p over all 6 rows."""
+    from uopcli import dtypes
+    from uopcli.tools.values import random_value
+    logits = UOp.param("logits", (6, 5))
+    labels = UOp.param("labels", (6,), dtypes.int32)
+    picked = labels.one_hot(5).cast(dtypes.float32) * logits.log_softmax(-1)
+    graph = Graph({"loss": -picked.sum()}, inputs=[logits, labels])
+    report = check_gradients(graph, ["logits"], seed=4, samples=2)
+    z = random_value(logits, 4, {}).astype(np.float64)
+    drawn = random_value(labels, 4, {"labels": 5})
+    assert drawn.min() >= 0 and drawn.max() < 5
+    log_p = z - np.log(np.exp(z).sum(-1, keepdims=True))
+    assert report.passed and report.loss == pytest.approx(-log_p[np.arange(6), drawn].sum(), rel=1e-12)
+
+
+def test_a_bitcast_to_float_keeps_its_bits_in_float64():
+    """to_float64: a BITCAST to float32 reads the int32 bits as float32, then widens."""
+    from uopcli import dtypes
+    from uopcli.backends.numpy import evaluate_graph
+    from uopcli.tools.check_float64 import to_float64
+    i = UOp.param("i", (2,), dtypes.int32)
+    wide = to_float64(Graph({"f": i.bitcast(dtypes.float32) * 2.0}, inputs=[i]))
+    assert wide.outputs["f"].dtype is dtypes.float64
+    bits = np.array([0x3F800000, 0x40490FDB], np.int32)   # 1.0 and pi in float32
+    out = evaluate_graph(wide, {"i": bits})["f"]
+    assert out.dtype == np.float64 and out.tolist() == [2.0, 2 * float(np.float32(np.pi))]

@@ -184,3 +184,119 @@ def test_a_backward_node_names_the_forward_node_it_differentiates():
     marked = named(x.reciprocal(), backward=True, scope="s")
     assert lines(Graph({"g": marked}, inputs=[x]), x_meta=[1, 0, 4])[0].startswith(
         "first inf: %1 RECIPROCAL float32[3], backward, in scope s: 1 inf")
+
+
+def test_a_finding_as_json_has_every_part_and_its_origin():
+    x = UOp.param("x_json", (2,))
+    finding = hunt_nans(Graph({"o": x.reciprocal() * x}, inputs=[x]), {"x_json": np.array([0, 1], np.float32)})
+    d = finding.to_dict()
+    assert d == {"kind": "nan", "node": "%2 MUL float32[2]", "meta": "",
+                 "made": "1 nan among 2 elements (first made at [0]), from sources that hold no nan there",
+                 "sources": ["%1 RECIPROCAL float32[2]: min 1 max 1, 1 of 2 not finite",
+                             "%0 PARAM float32[2]: min 0 max 1, 0 of 2 not finite"],
+                 "elements": ["its element [0] depends on: input x_json[0] = 0.0"],
+                 "origin": {"kind": "inf", "node": "%1 RECIPROCAL float32[2]", "meta": "",
+                            "made": "1 inf among 2 elements (first made at [0]), from finite sources",
+                            "sources": ["%0 PARAM float32[2]: min 0 max 1, 0 of 2 not finite"],
+                            "elements": ["its element [0] depends on: input x_json[0] = 0.0"], "origin": None}}
+
+
+# ----------------------------------------------------------------------------- the dependency walk, further
+
+def test_elements_through_an_expand_of_a_column_a_3d_permute_and_two_reads_of_one_input():
+    y = UOp.param("y_col", (2, 1))
+    out = lines(Graph({"o": y.expand(2, 3).sqrt()}, inputs=[y]), y_col=[[1], [-2]])
+    assert out[0].startswith("first nan: %2 SQRT float32[2,3]: 3 nans among 6 elements (first made at [1,0])")
+    assert out[-1] == "  its element [1,0] depends on: input y_col[1,0] = -2.0"
+    z = UOp.param("z_3d", (2, 3, 4))
+    value = np.where(np.arange(24).reshape(2, 3, 4) == 13, -1, 1)          # z[1,0,1] = -1
+    out = lines(Graph({"o": z.permute((1, 2, 0)).sqrt()}, inputs=[z]), z_3d=value)
+    assert out[0].startswith("first nan: %2 SQRT float32[3,4,2]: 1 nan among 24 elements (first made at [0,1,1])")
+    assert out[-1] == "  its element [0,1,1] depends on: input z_3d[1,0,1] = -1.0"
+    x = UOp.param("x_twice", (2, 3))
+    out = lines(Graph({"o": (x[:, 1:] + x[:, :2]).sqrt()}, inputs=[x]), x_twice=[[1, 2, 3], [4, -9, 6]])
+    assert out[0].startswith("first nan: %4 SQRT float32[2,2]: 2 nans among 4 elements (first made at [1,0])")
+    assert out[-1] == "  its element [1,0] depends on: input x_twice[1,0] = 4.0; input x_twice[1,1] = -9.0"
+
+
+def test_a_comparison_passes_on_every_element_of_its_sources():
+    """A compare is no elementwise op of the walk: as far as shapes tell, every element."""
+    a, b = UOp.param("a_cmp", (2,)), UOp.param("b_cmp", (2,))
+    out = lines(Graph({"o": (a < b).where(a, b).sqrt()}, inputs=[a, b]), a_cmp=[1, -2], b_cmp=[3, 4])
+    assert out[0].startswith("first nan: %") and "1 nan among 2 elements (first made at [1])" in out[0]
+    assert out[-1] == ("  its element [1] depends on: input b_cmp[0] = 3.0; input b_cmp[1] = 4.0; "
+                       "input a_cmp[0] = 1.0; input a_cmp[1] = -2.0")
+
+
+def test_exactly_eight_input_elements_are_listed_nine_are_counted():
+    for n, listed in [(8, True), (9, False)]:
+        a = UOp.param(f"a{n}", (n,))
+        value = np.ones(n)
+        value[0] = -2 * n
+        out = lines(Graph({"o": a.sum().sqrt()}, inputs=[a]), **{f"a{n}": value})
+        assert out[-1].startswith("  its element [] depends on: input") is listed, out[-1]
+        if not listed:
+            assert out[-1] == "  its element [] depends on 9 input elements: a9 (9)"
+
+
+def test_a_call_output_read_with_its_arg_and_a_call_made_nan_before_a_later_one():
+    a = UOp.param("fa", (3,))
+    call = UOp.trace_function("fb", lambda t: ((t * 2.0).sqrt(),), a)
+    out = lines(Graph({"o": call[0] + a}, inputs=[a]), fa=[1, -2, 4])
+    assert out[-1] == "  its element [1] depends on: input fa[0] = 1.0; input fa[1] = -2.0; input fa[2] = 4.0"
+    # the call's nan (at [2]) comes before the SQRT's of the ADD (at [2] too): the call is named
+    later = Graph({"o": (call[0] * 0.0 + 1.0).log2() + (a + 3.0).sqrt()}, inputs=[a])
+    assert lines(later, fa=[1, 2, -4])[0].startswith("first nan: %7 GETTUPLE float32[3]: 1 nan among 3 elements "
+                                                     "(first made at [2])")
+    # a nan made after a call: the call's output is a source, with its span
+    doubled = UOp.trace_function("fd", lambda t: (t * 2.0,), a)[0]
+    after = lines(Graph({"o": doubled.sqrt()}, inputs=[a]), fa=[1, -2, 8])
+    assert after[0].startswith("first nan: %7 SQRT float32[3]: 1 nan among 3 elements (first made at [1])")
+    assert after[1] == "  source %6 GETTUPLE float32[3]: min -4 max 16, 0 of 3 not finite"
+    # an arg that holds an inf: the call passes it on, the input is named
+    passes = Graph({"o": UOp.trace_function("fc", lambda t: (t * 2.0,), a)[0]}, inputs=[a])
+    assert lines(passes, fa=[1, np.inf, 4]) == [
+        "first inf: %4 PARAM float32[3]: input fa holds 1 inf among 3 elements: given, not made"]
+
+
+def test_the_input_named_is_the_one_that_holds_the_value_not_another():
+    p, q = UOp.param("p_finite", (3,)), UOp.param("q_nan", (3,))
+    assert lines(Graph({"o": p * 1.0 + q}, inputs=[p, q]), p_finite=[1, 2, 3], q_nan=[1, np.nan, 3]) == [
+        "first nan: %3 PARAM float32[3]: input q_nan holds 1 nan among 3 elements: given, not made"]
+    finding = hunt_nans(Graph({"o": p * 1.0 + q}, inputs=[p, q]),
+                        {"p_finite": np.ones(3, np.float32), "q_nan": np.array([1, np.nan, 3], np.float32)})
+    assert finding.to_dict()["meta"] == "" and finding.to_dict()["sources"] == []
+
+
+def test_the_forward_twin_is_the_one_read_else_the_last_of_the_graph_else_none():
+    x = UOp.param("x_twin", (3,))
+    early = named(x * 2.0, name="act", scope="s")
+    late = named(x * 3.0, name="act", scope="s")
+    grad = named(early.reciprocal(), name="act", scope="s", backward=True)
+    # it reads %early: that one, though a later forward node has the same function and scope
+    graph = Graph({"a": late, "g": grad}, inputs=[x])
+    numbered = {n: i for i, n in enumerate(graph.nodes())}
+    out = lines(graph, x_twin=[1, 0, 2])
+    assert f"∇ act (differentiates %{numbered[early]} MUL float32)" in out[0]
+    # a backward node reading no such node: the graph's last forward node of the function
+    lone = named(x.reciprocal(), name="act", scope="s", backward=True)
+    graph = Graph({"a": early, "b": late, "g": lone}, inputs=[x])
+    numbered = {n: i for i, n in enumerate(graph.nodes())}
+    assert f"∇ act (differentiates %{numbered[late]} MUL float32)" in lines(graph, x_twin=[1, 0, 2])[0]
+    # no forward node of that function at all: no twin named
+    other = named((x * 5.0).reciprocal(), name="nothing_forward", backward=True)
+    assert lines(Graph({"g": other}, inputs=[x]), x_twin=[1, 0, 2])[0].startswith(
+        "first inf: %3 RECIPROCAL float32[3], ∇ nothing_forward: 1 inf")
+
+
+def test_a_nan_made_by_a_sum_of_infinities_is_named_at_the_sum_and_the_inf_at_the_input():
+    """inf + -inf in a REDUCE: a nan made where no source holds one, from an inf the input holds."""
+    x = UOp.param("x_infs", (2, 2))
+    out = lines(Graph({"o": x.sum(axis=1)}, inputs=[x]), x_infs=[[np.inf, -np.inf], [1, 2]])
+    assert out == [
+        "first nan: %1 REDUCE float32[2,1]: 1 nan among 2 elements (first made at [0,0]), from sources that hold no "
+        "nan there",
+        "  source %0 PARAM float32[2,2]: min 1 max 2, 2 of 4 not finite",
+        "  its element [0,0] depends on: input x_infs[0,0] = inf; input x_infs[0,1] = -inf",
+        "  the inf it is made from:",
+        "    first inf: %0 PARAM float32[2,2]: input x_infs holds 2 infs among 4 elements: given, not made"]
