@@ -300,3 +300,11 @@ def test_a_nan_made_by_a_sum_of_infinities_is_named_at_the_sum_and_the_inf_at_th
         "  its element [0,0] depends on: input x_infs[0,0] = inf; input x_infs[0,1] = -inf",
         "  the inf it is made from:",
         "    first inf: %0 PARAM float32[2,2]: input x_infs holds 2 infs among 4 elements: given, not made"]
+
+
+def test_a_node_reached_twice_does_not_end_the_walk():
+    """The walk meets `shared` twice before it reaches the SQRT, which made its nan first."""
+    x, y = UOp.param("cx", (3,)), UOp.param("cy", (3,))
+    shared = y.log2() * 2.0
+    graph = Graph({"o": x.sqrt() + (shared + shared * 3.0)}, inputs=[x, y])
+    assert lines(graph, cx=[1, -1, 4], cy=[-1, 1, 1])[0].startswith("first nan: %1 SQRT float32[3]: 1 nan")
