@@ -492,3 +492,30 @@ def test_a_bitcast_to_float_keeps_its_bits_in_float64():
     bits = np.array([0x3F800000, 0x40490FDB], np.int32)   # 1.0 and pi in float32
     out = evaluate_graph(wide, {"i": bits})["f"]
     assert out.dtype == np.float64 and out.tolist() == [2.0, 2 * float(np.float32(np.pi))]
+
+
+def test_the_whole_report_of_two_failing_targets_and_of_a_pass():
+    w, u = UOp.param("w", (1,)), UOp.param("u", (1,))   # one element each: no tie for the worst
+    wrong_w = UOp.trace_call("sq", lambda v: v * v, lambda v, g: (g * v * 3.0,), w)[0].sum()
+    wrong_u = UOp.trace_call("sq2", lambda v: v * v, lambda v, g: (g * v * 3.0,), u)[0].sum()
+    report = check_gradients(Graph({"loss": wrong_w + wrong_u}), ["w", "u"],
+                             inputs={"w": np.array([2.0]), "u": np.array([1.0])}, directions=0)
+    assert report.lines() == [
+        "target       samples  max abs err  max rel err  worst at",
+        "w                  1    2.000e+00    3.333e-01  [0] analytic 6 numeric 4  FAILED",
+        "u                  1    1.000e+00    3.333e-01  [0] analytic 3 numeric 2  FAILED",
+        "step: h = 6.06e-06 · max(1, |x|) (float64: eps^(1/3))",
+        "note: w: " + NOTE.format("sq"),
+        "note: u: " + NOTE.format("sq2"),
+        "evaluators: analytic by the numpy evaluator on the gradient graph simplified as tinygrad runs it (--literal: "
+        "as written), finite differences by the reference evaluator (op by op)",
+        "FAILED: w, u"]
+    ok = check_gradients(square(W), ["w"], inputs=AT, directions=0, simplify="exact")
+    assert ok.lines() == [
+        "target       samples  max abs err  max rel err  worst at",
+        ok.lines()[1],
+        "step: h = 6.06e-06 · max(1, |x|) (float64: eps^(1/3))",
+        "evaluators: analytic by the numpy evaluator on the gradient graph as written (--literal), finite differences "
+        "by the reference evaluator (op by op)",
+        "ok: gradients of loss match finite differences (float64)"]
+    assert ok.lines()[1].startswith("w                  3  ") and ok.lines()[1].endswith("  ok")
