@@ -253,6 +253,9 @@ def test_a_call_output_read_with_its_arg_and_a_call_made_nan_before_a_later_one(
     after = lines(Graph({"o": doubled.sqrt()}, inputs=[a]), fa=[1, -2, 8])
     assert after[0].startswith("first nan: %7 SQRT float32[3]: 1 nan among 3 elements (first made at [1])")
     assert after[1] == "  source %6 GETTUPLE float32[3]: min -4 max 16, 0 of 3 not finite"
+    # the arg read by the call and beside it: both masks of the same input, joined
+    beside = lines(Graph({"o": (doubled + a).sqrt()}, inputs=[a]), fa=[1, -2, 8])
+    assert beside[-1] == "  its element [1] depends on: input fa[0] = 1.0; input fa[1] = -2.0; input fa[2] = 8.0"
     # an arg that holds an inf: the call passes it on, the input is named
     passes = Graph({"o": UOp.trace_function("fc", lambda t: (t * 2.0,), a)[0]}, inputs=[a])
     assert lines(passes, fa=[1, np.inf, 4]) == [
