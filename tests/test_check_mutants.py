@@ -145,7 +145,8 @@ def test_a_target_failing_a_direction_gets_elements_compared_when_the_budget_giv
     x = {"w": np.linspace(-1.0, 1.0, 10)}
     good = check_gradients(square(w), ["w"], inputs=x)
     assert good.passed and good.targets[0].samples == 0
-    assert good.limited == ("0 of 10 elements compared one by one (16 a target), as one evaluation costs about "
+    assert good.limited == ("0 elements compared one by one, not the default's 10 (up to 16 a target; the targets "
+                            "hold 10), as one evaluation costs about "
                             f"{check_module.evaluation_work(_outputs(square(w))):.1e} element operations; the "
                             "directions cover every element (--samples N compares up to N a target)")
     assert good.lines()[1] == ("w                  0            -            -  (no element compared)  ok")

@@ -315,9 +315,9 @@ def _allocation(sizes: dict, samples: int | None, outputs: list, attributed: dic
     given = sum(allocation.values())
     if given >= wanted:
         return allocation, ""
-    return allocation, (f"{given} of {wanted} elements compared one by one ({SAMPLES} a target), as one evaluation "
-                        f"costs about {work:.1e} element operations; the directions cover every element "
-                        f"(--samples N compares up to N a target)")
+    return allocation, (f"{given} elements compared one by one, not the default's {wanted} (up to {SAMPLES} a target; "
+                        f"the targets hold {sum(sizes.values()):,}), as one evaluation costs about {work:.1e} element "
+                        f"operations; the directions cover every element (--samples N compares up to N a target)")
 
 
 def _custom_backward_note(graph: Graph, of: list[str], target: UOp) -> str:
