@@ -185,3 +185,22 @@ def test_torchs_default_export_folds_batchnorm_and_diff_says_so(tmp_path):
         truth = model[0].weight.grad.numpy()  # torch's: d/dW, where the file's W' = W * scale
         expected = truth / scale[:, None, None, None] if optimize else truth
         np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.skipif(UOPGRAD is None, reason="the uopgrad console script is not installed")
+def test_a_derived_file_notes_only_the_models_own_modules(tmp_path):
+    """In an hvp file the nodes differentiation made read a weight too, under the module's
+    scope marked backward or tangent (∂/lin): a weight one module reads was noted as read
+    by two ('lin, ∂/lin'); a merged one is still noted, with the model's modules only."""
+    onnx.save(merged_model(), tmp_path / "m.onnx")
+    made = subprocess.run([UOPGRAD, "hvp", "m.onnx", "--wrt", "w,n1.weight", "-o", "h.uop"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    for command in (["jvp", "h.uop"], ["diff", "h.uop", "--of", "hvp_w", "--cotangent", "ones"]):
+        done = subprocess.run([UOPGRAD, *command, "--wrt", "w,n1.weight", "-o", "out.uop"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert [line for line in done.stderr.splitlines() if "is read by" in line] == [
+            "uopgrad: n1.weight is read by 2 modules (n1, n2), so its gradient is the sum of theirs: torch's dynamo "
+            "exporter merges weights equal when it runs (its optimizer, on by default); torch.onnx.export(..., "
+            "optimize=False) keeps each module's own"], command

@@ -82,10 +82,14 @@ def modules_reading(graph: Graph, names: list[str]) -> dict[str, list[str]]:
     its modules' values were equal (or one the model ties), whose gradient sums theirs."""
     if "onnx.opset" not in graph.meta:
         return {}
+    from ..core.forward import TANGENT_SCOPE
     wanted = [node for node in graph.inputs if node.arg in names]
     shared = {}
     for name, readers in _readers_through_views(wanted, graph.nodes()).items():
-        scopes = list(dict.fromkeys(m.scope for m in _metas(readers) if m.scope))
+        # the model's own modules: in a forward-mode file the nodes made for a module's node
+        # read the weight too, under the module's scope below the tangent one (∂/lin is lin)
+        scopes = [m.scope.removeprefix(TANGENT_SCOPE).removeprefix("/") for m in _metas(readers) if m.scope]
+        scopes = list(dict.fromkeys(scope for scope in scopes if scope))
         if len(scopes) > 1:
             shared[name] = scopes
     return shared
