@@ -389,3 +389,20 @@ def test_info_counts_unsized_symbolic_dimensions_as_1_and_says_so(saved):
     assert not any("assumed" in line for line in sized)
     assert refusal(uopgrad(tmp_path, "convert", "m.onnx", "-o", "m.uop")).startswith(
         "m.onnx: inputs with symbolic dimensions")
+
+
+@pytest.mark.skipif(UOPGRAD is None, reason="the uopgrad console script is not installed")
+@pytest.mark.parametrize("command", [["diff", "--cotangent", "ones"], ["hvp"], ["check"]])
+def test_the_commands_tell_the_import_which_inputs_they_differentiate(tmp_path, command):
+    """x[x > 0].sum(): the import's refusal advised --constant x=..., a dead end for --wrt x;
+    every differentiating command passes its --wrt names to the import, which then says why."""
+    nodes = [helper.make_node("NonZero", ["x"], ["where"], name="n"),
+             helper.make_node("Cast", ["where"], ["f"], to=T.FLOAT), helper.make_node("ReduceSum", ["f"], ["out"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [3])],
+                              [helper.make_tensor_value_info("out", T.FLOAT, None)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    said = refusal(uopgrad(tmp_path, command[0], "m.onnx", "--wrt", "x", *command[1:]))
+    assert said.endswith("but it is the model's input 'x'; --wrt names 'x': a shape that follows its values cannot "
+                         "be static, so the model cannot be differentiated with respect to it as exported (--constant "
+                         "would make it a constant, with no gradient)")
+    assert refusal(uopgrad(tmp_path, "eval", "m.onnx", "-i", "x=1")).endswith("give its value with --constant x=...")

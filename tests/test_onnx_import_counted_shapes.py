@@ -335,3 +335,30 @@ def test_differentiating_an_input_fixed_with_constant_says_why_it_has_no_gradien
             "cannot follow them, and the model cannot be differentiated with respect to x as exported")
         with pytest.raises(GradientError, match="^no input named 'w' to differentiate"):
             differentiate(graph, ["w"])
+
+
+@pytest.mark.parametrize("computed, wrt", [(False, ["x"]), (True, ["x", "y"]), (True, ["y", "w"])])
+def test_a_shape_set_by_an_input_to_differentiate_is_refused_saying_it_cannot_be(computed, wrt):
+    """NonZero of x itself, or of x + y: the refusal advised --constant x=... even to a user
+    differentiating with respect to x, who then lost x's gradient; given --wrt's names, it
+    says why the model cannot be differentiated with respect to them as exported."""
+    source = "s" if computed else "x"
+    nodes = ([helper.make_node("Add", ["x", "y"], ["s"])] if computed else []) + [
+        helper.make_node("NonZero", [source], ["where"], name="n"),
+        helper.make_node("Cast", ["where"], ["f"], to=T.FLOAT), helper.make_node("ReduceSum", ["f"], ["out"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, T.FLOAT, [3]) for n in ("x", "y")],
+                              [helper.make_tensor_value_info("out", T.FLOAT, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(FormatError) as refused:
+        import_model(m, source="m.onnx", wrt=wrt)
+    named = [n for n in wrt if n in ("x", "y")]
+    what = "computed from the model's inputs 'x', 'y'" if computed else "the model's input 'x'"
+    listed = ", ".join(map(repr, named))
+    many = len(named) > 1
+    assert str(refused.value) == (
+        f"m.onnx: node 'n' (NonZero): X (input 0) must be known when importing (a constant or a shape), but it is "
+        f"{what}; --wrt names {listed}: a shape that follows {'their' if many else 'its'} values cannot be static, "
+        f"so the model cannot be differentiated with respect to {'them' if many else 'it'} as exported (--constant "
+        f"would make {'them constants' if many else 'it a constant'}, with no gradient)")
+    with pytest.raises(FormatError, match=r"give (its value|their values) with --constant x=\.\.\."):
+        import_model(m, source="m.onnx", wrt=["w"])  # an input not differentiated: fixing it is the way

@@ -22,14 +22,16 @@ BINARY_FORMS = {"msgpack", "npz", "png", "pdf", "onnx"}
 
 # ----------------------------------------------------------------------------- reading, writing
 
-def _read_graph(path: str, remember: bool = True, specs: tuple = ()):
+def _read_graph(path: str, remember: bool = True, specs: tuple = (), wrt: list[str] = ()):
     """(Graph, raw bytes) from a path or `-` (stdin); an .onnx path, or ONNX bytes on stdin,
     is imported (interop/onnx), its symbolic dimensions sized by --shape, else by the arrays
-    that the -i `specs` (eval's, check's) give those inputs."""
+    that the -i `specs` (eval's, check's) give those inputs; `wrt` (--wrt's names) tells its
+    refusals which inputs are to be differentiated with respect to."""
     from ..formats.uop import loads, read_bytes
     display = "<stdin>" if path == "-" else path
     if remember:
         click.get_current_context().meta["uopgrad.file"] = display
+    click.get_current_context().meta["uopgrad.wrt"] = list(wrt)
     if path.lower().endswith(".onnx"):
         return _read_onnx(path, None, specs), None
     if path == "-":
@@ -132,8 +134,9 @@ def _read_onnx(path: str, data: bytes | None = None, specs: tuple = ()):
     shapes, constants = ctx.meta.get("uopgrad.shapes"), ctx.meta.get("uopgrad.constants")
     given = given_shapes(specs) if specs else None  # the -i arrays' shapes, read from their headers
     assume = ctx.meta.get("uopgrad.assume_size")  # uopgrad info: a size for the symbolic dimensions left
+    wrt = ctx.meta.get("uopgrad.wrt", ())
     if data is None:
-        graph, weights = load_onnx(path, shapes, constants, given, assume)
+        graph, weights = load_onnx(path, shapes, constants, given, assume, wrt)
     else:
         try:
             model = parse_model(data, path)
@@ -143,7 +146,7 @@ def _read_onnx(path: str, data: bytes | None = None, specs: tuple = ()):
             raise CommandFailed(f"{path}: neither a .uop file (a MessagePack or JSON map) nor an ONNX model: "
                                 f"{describe(data)}") from None
         graph, weights = import_model(model, shapes, source=path, constants=constants, given_shapes=given,
-                                      assume_size=assume)
+                                      assume_size=assume, wrt=wrt)
     ctx.meta["uopgrad.weights"] = weights
     return graph
 

@@ -52,7 +52,7 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats, 
         raise click.UsageError(f"--report and -o name the same file ({output}): give the report another")
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     with _Steps("reading", "differentiating", "encoding", "writing") as steps:
-        graph, _ = _read_graph(source)
+        graph, _ = _read_graph(source, wrt=wrt_names)
         steps.next()
         result, report = differentiate(graph, wrt_names, of_names or None, cotangent, keep_forward)
         _note_shared_weights(graph, wrt_names)

@@ -199,7 +199,7 @@ def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal, 
     if transpose and hvp:  # two reports of different kinds: one check a run (forward_check)
         raise click.UsageError("give one of --hvp and --transpose: each is a check of its own (run check twice)")
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
-    graph, _ = _read_graph(source, specs=specs)
+    graph, _ = _read_graph(source, specs=specs, wrt=wrt_names)
     _explain_inputs(source, graph, specs, True)
     given = gather_inputs(graph.inputs, specs, seed, defaults=_onnx_weights(), roots=graph.outputs.values())
     check_index_values(graph, given)  # before any mode: --hvp and --transpose evaluate these values too

@@ -50,7 +50,7 @@ def _run(build, source: str, output: str, stats: bool, simplify_: bool, opset, k
     _check_opset(form, opset)
     _refuse_binary_terminal(output, form, "give -o FILE")
     with _Steps("reading", "differentiating", "encoding", "writing") as steps:
-        graph, _ = _read_graph(source)
+        graph, _ = _read_graph(source, wrt=list(wrt))
         steps.next()
         result = build(graph)
         _note_shared_weights(graph, list(wrt))

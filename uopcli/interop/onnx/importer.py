@@ -33,7 +33,7 @@ from __future__ import annotations
 import ast
 import json
 import os
-from typing import Mapping
+from typing import Iterable, Mapping
 
 import numpy as np
 
@@ -47,7 +47,7 @@ from .functions import body_opset, expanded_nodes, function_of, has_function
 from .graph_inputs import GraphInputs, safe_name
 from .import_table import TABLE
 from .import_versions import VERSIONS
-from .ops_index import computed_from
+from .ops_index import computed_from, differentiated
 from .ops_sequence import TAKE_A_SEQUENCE, Sequence
 
 ONNX_DOMAINS = ("", "ai.onnx")
@@ -77,11 +77,12 @@ class Value:
 
 
 def load_onnx(path: str, shapes: Mapping[str, tuple[int, ...]] | None = None, constants: Mapping | None = None,
-              given_shapes: Mapping[str, tuple[int, ...]] | None = None, assume_size: int | None = None):
+              given_shapes: Mapping[str, tuple[int, ...]] | None = None, assume_size: int | None = None,
+              wrt: Iterable[str] = ()):
     """(Graph, weights) from an ONNX file; external data files are read from its folder."""
     model = read_model(path)
     return import_model(model, shapes, source=path, base_dir=os.path.dirname(os.path.abspath(path)),
-                        constants=constants, given_shapes=given_shapes, assume_size=assume_size)
+                        constants=constants, given_shapes=given_shapes, assume_size=assume_size, wrt=wrt)
 
 
 def read_model(path: str):
@@ -112,7 +113,8 @@ def parse_model(data: bytes, source: str = "<bytes>"):
 
 def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None, source: str = "<model>",
                  base_dir: str | None = None, constants: Mapping | None = None,
-                 given_shapes: Mapping[str, tuple[int, ...]] | None = None, assume_size: int | None = None):
+                 given_shapes: Mapping[str, tuple[int, ...]] | None = None, assume_size: int | None = None,
+                 wrt: Iterable[str] = ()):
     """(Graph, weights) from a ModelProto (see the module's docstring). `shapes`: the sizes
     of symbolic dimensions, {dimension name: size} or {input name: shape} (a name that is
     both is the input's); `constants`: {input name: values (array-like)} for inputs fixed
@@ -120,10 +122,11 @@ def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None, sou
     bool input) and shape; `given_shapes`: {input name: the shape of the value it will be
     given}, sizing what `shapes` leaves symbolic (names of other inputs are ignored);
     `assume_size`: the size of each symbolic dimension still unsized then (`uopgrad info`
-    looks at a model nobody has sized yet), recorded in the graph's meta."""
+    looks at a model nobody has sized yet), recorded in the graph's meta; `wrt`: the inputs
+    the caller will differentiate with respect to (a refusal says they cannot be fixed)."""
     try:
         return _Importer(model, dict(shapes or {}), source, base_dir, dict(constants or {}),
-                         dict(given_shapes or {}), assume_size).run()
+                         dict(given_shapes or {}), assume_size, frozenset(wrt)).run()
     except UOpError:
         raise
     except (TypeError, ValueError, AttributeError, KeyError, IndexError, UnicodeError, OverflowError) as e:
@@ -137,10 +140,11 @@ def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None, sou
 
 class _Importer(GraphInputs):
     def __init__(self, model, shapes: dict, source: str, base_dir: str | None, constants: dict | None = None,
-                 given_shapes: dict | None = None, assume_size: int | None = None):
+                 given_shapes: dict | None = None, assume_size: int | None = None, wrt: frozenset = frozenset()):
         self.model, self.graph, self.shapes, self.source, self.base_dir = model, model.graph, shapes, source, base_dir
         self.constants, self.given_shapes = constants or {}, given_shapes or {}
         self.assume_size, self.assumed = assume_size, []  # symbolic dimensions sized by assume_size
+        self.wrt = wrt  # the inputs to differentiate with respect to (--wrt), for refusals
         self.sizes: dict[str, int] = {}  # a symbolic dimension's name -> its size
         self._sized_by: dict[str, str] = {}  # ... -> what gave it (for a contradiction's refusal)
         self.values: dict[str, Value] = {}
@@ -499,11 +503,14 @@ class NodeContext:
         value = self.inputs[i]
         if value.const is None:
             name = self.importer.input_names.get(value.node)
+            if name is not None and name in self.importer.wrt:  # to differentiate with respect to: it cannot be
+                self.refuse(f"{what} (input {i}) must be known when importing (a constant or a shape), "
+                            f"but it is the model's input {name!r}; {differentiated([name])}")
             if name is not None:  # the model's input itself: the user can fix it
                 self.refuse(f"{what} (input {i}) must be known when importing (a constant or a shape), "
                             f"but it is the model's input {name!r}: give its value with --constant {name}=...")
-            self.refuse(f"{what} (input {i}) must be known when importing (a constant or a shape), "
-                        f"but it is computed from {computed_from(value.node, self.importer.input_names)}")
+            self.refuse(f"{what} (input {i}) must be known when importing (a constant or a shape), but it is "
+                        f"computed from {computed_from(value.node, self.importer.input_names, self.importer.wrt)}")
         return value.const
 
     def sequence(self, i: int) -> list:

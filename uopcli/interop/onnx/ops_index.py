@@ -152,7 +152,15 @@ def scatter_nd(ctx):
 # --constant); the refusal says so otherwise, and what the values are computed from.
 
 
-def computed_from(node: UOp, input_names: dict) -> str:
+def differentiated(names: list[str]) -> str:
+    """Why inputs --wrt names cannot be fixed with --constant, for a refusal."""
+    plural = len(names) > 1
+    return (f"--wrt names {_listed(names)}: a shape that follows {'their' if plural else 'its'} values cannot be "
+            f"static, so the model cannot be differentiated with respect to {'them' if plural else 'it'} as "
+            f"exported (--constant would make {'them constants' if plural else 'it a constant'}, with no gradient)")
+
+
+def computed_from(node: UOp, input_names: dict, wrt: frozenset = frozenset()) -> str:
     """What a value that must be known when importing is computed from, and what the user
     can do, for its refusal: the model's inputs alone can be fixed (--constant); a value of
     the weights never is (they are inputs to differentiate), as an MoE router's choice of
@@ -166,6 +174,9 @@ def computed_from(node: UOp, input_names: dict) -> str:
                 if src.op == Ops.PARAM:
                     (inputs if src in input_names else weights).append(input_names.get(src, src.arg))
     listed, plural = _listed, "s" * (len(inputs) > 1)
+    wanted = [name for name in inputs if name in wrt]
+    if wanted and not weights:
+        return f"the model's input{plural} {listed(inputs, 8)}; {differentiated(wanted)}"
     if not weights:
         return (f"the model's input{plural} {listed(inputs, 8)}: give {'their values' if plural else 'its value'} "
                 f"with {' '.join(f'--constant {n}=...' for n in sorted(inputs))}")
