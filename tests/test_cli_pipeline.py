@@ -103,7 +103,9 @@ def test_an_error_under_json_is_a_json_document_on_stdout_too(work):
              ("check missing.uop --wrt x --json", 1, "missing.uop: cannot read"),
              ("check m.uop --wrt x --samples 0 --directions 0 --json", 2, "compare nothing"),
              ("eval m.uop -i x=x.npy --json", 1, "m.uop: "),
-             ("info missing.uop --json", 1, "missing.uop: cannot read")]
+             ("info missing.uop --json", 1, "missing.uop: cannot read"),
+             ("check m.uop --wrt x --json --bogus", 2, "No such option '--bogus'"),  # while click reads the options
+             ("eval m.uop --json --shape N=0", 2, "'N=0': give NAME=D1,D2,... with whole sizes >= 1")]
     for command, status, says in cases:
         done = sh(f"uopgrad {command}", work)
         line = done.stderr.decode()

@@ -68,6 +68,8 @@ class _Group(click.Group):
             click.echo(e.ctx.get_help() if e.ctx else e.format_message(), err=True)
             code = e.exit_code
         except click.ClickException as e:
+            if "--json" in (sys.argv[1:] if args is None else list(args)) and not getattr(e, "json_written", False):
+                _json_error(e, e.ctx.command.name if e.ctx is not None else "")  # an option parsed wrong
             _error_line(_one_line(e))
             code = e.exit_code
         except BrokenPipeError:
@@ -319,6 +321,7 @@ def _json_error(e: click.ClickException, name: str) -> None:
         click.echo(json.dumps(document))
     except OSError:  # stdout gone: the error line on stderr still says it
         pass
+    e.json_written = True  # once: the group's handler sees the error again
 
 
 def _one_line_errors(fn, args, kwargs):
