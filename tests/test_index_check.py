@@ -22,7 +22,7 @@ from uopcli.tools.map import ShardError, map_graph
 from _map_helpers import UOPGRAD, uopgrad
 
 needs_cli = pytest.mark.skipif(UOPGRAD is None, reason="the uopgrad console script is not installed")
-WHY = "(torch and onnxruntime refuse such labels too)"
+WHY = "(torch refuses such labels too)"
 
 
 def sparse_xent(classes: int = 5, batch: int = 6) -> Graph:

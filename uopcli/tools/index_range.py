@@ -10,8 +10,9 @@ label 7 of a 5-class model would match no class and silently zero its term.
 Values GIVEN for such an input (eval -i, eval --map's shards, check -i) are checked by
 check_index_values: each must lie in 0..n-1, or equal a constant the graph also compares
 the input with through views (an ignore_index: `labels != -100`); any other value is
-refused, as torch ("Target 12 is out of bounds") and onnxruntime ("Out of range value in
-index tensor") refuse it, where the graph would silently drop its term. An input that
+refused, as torch refuses it ("Target 12 is out of bounds"; onnxruntime refuses one at or
+above n, "Out of range value in index tensor", and reads -1 from the end), where the graph
+would silently drop its term. An input that
 reaches its comparison through arithmetic (ONNX Gather's and OneHot's wrap of a negative
 index, `(i < 0).where(i + n, i)`) has no range and is not checked: negatives are legitimate
 there. The evaluator (backends.numpy.evaluate_graph) checks nothing: it is the raw
@@ -68,7 +69,7 @@ class IndexLimit:
         elif self.others:
             others = f", and none of {', '.join(map(str, self.others))}, the other values it is compared with"
         return (f"{holder} holds {value}{at}, outside 0..{self.n - 1}, the classes node {self.node} compares it "
-                f"with{others} (torch and onnxruntime refuse such labels too)")
+                f"with{others} (torch refuses such labels too)")
 
 
 class IndexOutOfRange(EvaluationError):
