@@ -204,3 +204,17 @@ def test_a_derived_file_notes_only_the_models_own_modules(tmp_path):
             "uopgrad: n1.weight is read by 2 modules (n1, n2), so its gradient is the sum of theirs: torch's dynamo "
             "exporter merges weights equal when it runs (its optimizer, on by default); torch.onnx.export(..., "
             "optimize=False) keeps each module's own"], command
+
+
+def test_a_folded_batchnorms_parameter_is_said_to_be_in_the_weights_it_was_folded_into():
+    """--wrt bn.weight of a model whose BatchNorm bn the optimizer folded: the refusal named
+    the usual suspects; the import recorded exactly where bn went."""
+    from uopcli.errors import GradientError
+    graph, _ = import_model(folded_model(), source="m.onnx")
+    with pytest.raises(GradientError) as caught:
+        differentiate(graph, ["bn.weight"])
+    assert str(caught.value).endswith(
+        "; the exporter's optimizer folded the BatchNorm bn into conv.bias, conv.weight (FuseBatchNormIntoConv), so "
+        "its parameters are no inputs of the file: torch.onnx.export(..., optimize=False) keeps them")
+    with pytest.raises(GradientError, match="PyTorch's ONNX exporter may have folded or renamed it"):
+        differentiate(graph, ["fc.weight"])  # no folded module of that name: the general hint

@@ -176,8 +176,8 @@ def test_the_optimized_dynamo_export_keeps_the_values_and_the_inputs_gradient(na
 def test_a_parameter_the_optimizer_fused_away_is_refused_with_the_export_that_keeps_it(tmp_path):
     """The installed `uopgrad diff` on the optimized export, asked for a BatchNorm weight the
     exporter fused into the Conv: exit status 1, one line naming the file, the inputs there
-    are and the export settings that keep it; no output file. A file from elsewhere gets no
-    PyTorch advice."""
+    are, the weights bn1 was folded into and the export setting that keeps it; no output
+    file. A file from elsewhere gets no PyTorch advice."""
     model, x = _model("mobilenet")
     path = tmp_path / "mobilenet.onnx"
     _export(model, x, path, "dynamo-optimized")
@@ -188,8 +188,9 @@ def test_a_parameter_the_optimizer_fused_away_is_refused_with_the_export_that_ke
     (line,) = run.stderr.splitlines()
     assert line.startswith(f"uopgrad: error: {path}: no input named 'bn1.weight' to differentiate with respect to; "
                            "inputs: x, expand.weight, expand.bias, dw.weight")
-    assert line.endswith("export with torch.onnx.export(..., dynamo=True, optimize=False), "
-                         "or dynamo=False, do_constant_folding=False")
+    assert line.endswith("; the exporter's optimizer folded the BatchNorm bn1 into expand.bias, expand.weight "
+                         "(FuseBatchNormIntoConv), so its parameters are no inputs of the file: "
+                         "torch.onnx.export(..., optimize=False) keeps them")  # where bn1 went, as the import saw
     graph = Graph({"y": UOp.param("w", (2,)).sum()}, meta={"onnx.producer": "tf2onnx 1.16"})
     with pytest.raises(GradientError) as refused:
         differentiate(graph, ["v"])

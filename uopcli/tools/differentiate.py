@@ -158,7 +158,7 @@ def _target(inputs: dict[str, UOp], name: str, meta: dict | None = None) -> UOp:
                             f"cannot be differentiated with respect to {name} as exported")
     if node is None:
         raise GradientError(f"no input named {name!r} to differentiate with respect to; "
-                            f"inputs: {', '.join(inputs) or 'none'}{_exporter_hint(meta)}")
+                            f"inputs: {', '.join(inputs) or 'none'}{_folded_hint(name, meta) or _exporter_hint(meta)}")
     if not node.dtype.is_float:
         raise GradientError(f"input {name!r} is {_type(node)}: only floating-point inputs have gradients")
     return node
@@ -172,6 +172,24 @@ def _fixed_inputs(meta: dict | None) -> list:
     except ValueError:
         return []
     return fixed if isinstance(fixed, list) else []
+
+
+def _folded_hint(name: str, meta: dict | None) -> str:
+    """Where parameter `name`'s module is a BatchNorm the exporter folded into a weight
+    (tools/inspect.FOLDED_WEIGHTS), which weights hold it now."""
+    from .inspect import FOLDED_WEIGHTS
+    try:
+        folded = json.loads((meta or {}).get(FOLDED_WEIGHTS, "{}"))
+    except ValueError:
+        return ""
+    module = name.rpartition(".")[0]
+    into = [weight for weight, entry in (folded.items() if isinstance(folded, dict) else ())
+            if isinstance(entry, list) and len(entry) == 2 and str(entry[1]).replace("/", ".") == module]
+    if not module or not into:
+        return ""
+    return (f"; the exporter's optimizer folded the BatchNorm {module} into {', '.join(into)} "
+            f"({folded[into[0]][0]}), so its parameters are no inputs of the file: torch.onnx.export(..., "
+            f"optimize=False) keeps them")
 
 
 def _exporter_hint(meta: dict | None) -> str:
