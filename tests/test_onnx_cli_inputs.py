@@ -406,3 +406,21 @@ def test_the_commands_tell_the_import_which_inputs_they_differentiate(tmp_path, 
                          "be static, so the model cannot be differentiated with respect to it as exported (--constant "
                          "would make it a constant, with no gradient)")
     assert refusal(uopgrad(tmp_path, "eval", "m.onnx", "-i", "x=1")).endswith("give its value with --constant x=...")
+
+
+@pytest.mark.skipif(UOPGRAD is None, reason="the uopgrad console script is not installed")
+def test_eval_of_a_piped_graph_names_the_values_beside_the_uop_it_came_from(tmp_path):
+    """`jvp pp.uop | eval - --random`, pp.npz beside pp.uop: random values filled the model's
+    weights without a word (the pipe carries no values); eval now names the file that holds
+    them. A .uop with nothing beside it gets no such note."""
+    made = _pipe(f"uopgrad convert {SAMPLE_MLP} -o pp.uop", tmp_path)
+    assert made.returncode == 0 and (tmp_path / "pp.npz").is_file(), made.stderr
+    filled = _pipe("uopgrad jvp pp.uop --wrt fc1.weight | uopgrad eval - --random -o out.npz", tmp_path)
+    assert filled.returncode == 0 and filled.stderr == (
+        "uopgrad: random values fill fc1.weight, fc1.bias, fc2.weight, fc2.bias: their values are in pp.npz, which "
+        "a pipe does not carry; -i pp.npz gives them\n")
+    given = _pipe("uopgrad jvp pp.uop --wrt fc1.weight | uopgrad eval - -i pp.npz --random -o out.npz", tmp_path)
+    assert given.returncode == 0 and given.stderr == ""
+    (tmp_path / "pp.npz").rename(tmp_path / "elsewhere.npz")
+    alone = _pipe("uopgrad jvp pp.uop --wrt fc1.weight | uopgrad eval - --random -o out.npz", tmp_path)
+    assert alone.returncode == 0 and alone.stderr == ""

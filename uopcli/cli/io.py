@@ -13,7 +13,7 @@ import click
 
 from ..errors import UOpError
 from ..formats.atomic import descriptor_named, write_all, write_atomically_together
-from .app import PROG, CommandFailed, _flag, _limits
+from .app import PROG, CommandFailed, _current_file, _flag, _limits
 from ..tools.values import npz_bytes
 
 
@@ -254,9 +254,12 @@ def _graph_data(graph, form: str, opset: int | None, output: str):
     if form != "onnx":
         from ..formats.uop import dump_parts
         weights = _onnx_weights()
-        if weights and output == "-":
-            from ..tools.model_inputs import mark_unwritten_weights
-            mark_unwritten_weights(graph, list(weights))
+        if output == "-":
+            from ..tools.model_inputs import mark_unwritten_weights, mark_values_beside
+            if weights:
+                mark_unwritten_weights(graph, list(weights))
+            elif _current_file() not in (None, "<stdin>"):  # a .uop IN: the values beside it stay behind
+                mark_values_beside(graph, _current_file())
         return dump_parts(graph, form)
     try:
         from ..interop.onnx.exporter import onnx_bytes

@@ -110,15 +110,31 @@ def beside_note(source: str, specs: Sequence[str], missing: Sequence[UOp]) -> st
 UNWRITTEN_WEIGHTS = "onnx.weights_not_written"
 
 
-def mark_unwritten_weights(graph, names: list[str]) -> None:
-    """Record in `graph`'s meta that its inputs `names` (an ONNX model's weights) are not
-    written with it."""
+# ... and, where they are the values in the .npz beside a .uop IN, that file's path
+UNWRITTEN_FROM = "weights_not_written_from"
+
+
+def mark_unwritten_weights(graph, names: list[str], archive: str | None = None) -> None:
+    """Record in `graph`'s meta that its inputs `names` are not written with it: an ONNX
+    model's weights, or (`archive`) the values in the .npz beside the .uop it came from."""
     graph.meta[UNWRITTEN_WEIGHTS] = json.dumps(names)
+    if archive is not None:
+        graph.meta[UNWRITTEN_FROM] = archive
+
+
+def mark_values_beside(graph, source: str) -> None:
+    """For a graph made from the .uop `source` and written to stdout: the inputs the .npz
+    beside `source` holds values for (archive_beside) go unwritten, as a pipe carries none."""
+    archive = archive_beside(source)
+    held = set(_members(archive)) if archive else set()
+    names = [node.arg for node in graph.inputs if node.arg in held]
+    if names:
+        mark_unwritten_weights(graph, names, archive)
 
 
 def unwritten_weights_note(meta: dict, missing: Sequence[UOp], use_random: bool) -> str | None:
-    """One note when inputs given no value are an ONNX model's weights that a pipe carried
-    no values of (mark_unwritten_weights): random values fill them, or they are missing."""
+    """One note when inputs given no value are weights a pipe carried no values of
+    (mark_unwritten_weights): random values fill them, or they are missing."""
     try:
         weights = set(json.loads(meta.get(UNWRITTEN_WEIGHTS, "[]")))
     except (ValueError, TypeError):
@@ -126,9 +142,12 @@ def unwritten_weights_note(meta: dict, missing: Sequence[UOp], use_random: bool)
     named = [node.arg for node in missing if node.arg in weights]
     if not named:
         return None
-    model = meta.get("imported_from", "the ONNX model")
     shown = ", ".join(named[:4]) + (f", ... ({len(named)} in all)" if len(named) > 4 else "")
     what = "random values fill" if use_random else "no value is given for"
+    archive = meta.get(UNWRITTEN_FROM)
+    if archive:
+        return f"{what} {shown}: their values are in {archive}, which a pipe does not carry; -i {archive} gives them"
+    model = meta.get("imported_from", "the ONNX model")
     return (f"{what} {shown}: {model}'s weights, which were not written with the graph on stdout; "
             f"-o FILE.uop writes them beside it as FILE.npz, for -i FILE.npz")
 
