@@ -242,14 +242,14 @@ def test_a_cut_shard_on_a_local_cluster_is_one_line_without_the_workers_log(data
 
 def test_an_interrupted_cluster_run_leaves_no_partial_output(cluster, data):
     """Stopped by SIGINT once its first shard's output is written: one line, exit status 1,
-    nothing left. 1,024 shards (links to each of the 16, 64 times), so that the run cannot
-    end before the signal lands, however slow the machine: 16, and then 128, each once
-    ended first in a fresh-clone CI under load (the test's own poll waits for a core)."""
+    nothing left. 4,096 shards (links to each of the 16, 256 times), so that the run cannot
+    end before the signal lands, however slow the machine: 16, then 128, then 1,024 each
+    once ended first in a fresh-clone CI (the test's own poll waits for a core)."""
     directory = data["dir"]
     many = directory / "many-shards"
     if not many.exists():
         many.mkdir()
-        for copy in range(64):
+        for copy in range(256):
             for path in data["paths"]:
                 os.symlink(os.path.abspath(path), many / f"{copy}-{os.path.basename(path)}")
     process = uopgrad_process("eval", "grad.uop", "--map", "many-shards/*.npz", *data["inputs"], "--dask",
