@@ -92,11 +92,19 @@ def check_index_values(graph, values: Mapping) -> None:
     value outside its IndexLimit (index_limits); inputs without one are not looked at.
     Values drawn by --random (values.random_value) lie in range: checking them costs a
     comparison and never refuses."""
-    for name, limit in index_limits(graph).items():
-        if name in values:
-            found = limit.first_outside(values[name])
-            if found is not None:
-                raise IndexOutOfRange(limit.refusal(*found, f"input {name!r}"))
+    refusal = first_refusal(index_limits(graph), values, "input")
+    if refusal is not None:
+        raise IndexOutOfRange(refusal)
+
+
+def first_refusal(limits: Mapping[str, IndexLimit], values: Mapping, holder: str) -> str | None:
+    """Why the first of `values` ({name: array}) with a limit holds a value outside it
+    (`holder` names what holds it: "input", a shard's "member"), else None."""
+    for name, limit in limits.items():
+        found = limit.first_outside(values[name]) if name in values else None
+        if found is not None:
+            return limit.refusal(*found, f"{holder} {name!r}")
+    return None
 
 
 def _describe(node: UOp, number: int, imported: bool) -> str:

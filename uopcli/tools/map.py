@@ -220,10 +220,10 @@ def run_shard(work: Work, path: str) -> ShardResult:
 
 def _check_indices(limits: Mapping, given: Mapping, path: str) -> None:
     """ShardError naming the shard and member when a member holds a label outside its range."""
-    for name, limit in limits.items():
-        found = limit.first_outside(given[name]) if name in given else None
-        if found is not None:
-            raise ShardError(f"{path}: {limit.refusal(*found, f'member {name!r}')}")
+    from .index_range import first_refusal
+    refusal = first_refusal(limits, given, "member")
+    if refusal is not None:
+        raise ShardError(f"{path}: {refusal}")
 
 
 def _flat(results: dict) -> dict:
