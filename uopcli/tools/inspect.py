@@ -16,6 +16,7 @@ from typing import Iterator
 from ..core.graph import Graph
 from ..core.ops import CALLS, MOVEMENT, Ops
 from ..core.uop import UOp, printable
+from .names import briefly
 
 _VIEWS = MOVEMENT | {Ops.CAST, Ops.DETACH, Ops.CONTIGUOUS}  # what reads a weight without computing on it
 
@@ -100,7 +101,7 @@ def shared_weight_notes(graph: Graph, names: list[str]) -> list[str]:
     is the sum of theirs, and for a PyTorch export, which export keeps each module's own."""
     notes = []
     for name, modules in modules_reading(graph, names).items():
-        shown = ", ".join(modules[:4]) + (f", ... ({len(modules)} in all)" if len(modules) > 4 else "")
+        shown = briefly(modules)
         hint = (": torch's dynamo exporter merges weights equal when it runs (its optimizer, on by default); "
                 "torch.onnx.export(..., optimize=False) keeps each module's own" if exported_by_pytorch(graph.meta)
                 else "")

@@ -26,7 +26,7 @@ from typing import Iterable, Sequence
 
 from ..errors import EvaluationError
 from ..core.uop import UOp
-from .names import is_direction
+from .names import briefly, is_direction
 
 # (pattern on the input's name, or on its PARAM's metadata name; what it is)
 STATE_MARKS = [
@@ -101,7 +101,7 @@ def beside_note(source: str, specs: Sequence[str], missing: Sequence[UOp]) -> st
     held = [node.arg for node in missing if node.arg in set(_members(path))]
     if not held:
         return None
-    shown = ", ".join(held[:4]) + (f", ... ({len(held)} in all)" if len(held) > 4 else "")
+    shown = briefly(held)
     return f"{path} beside {source} holds values for inputs given none ({shown}): -i {path} gives them theirs"
 
 
@@ -142,7 +142,7 @@ def unwritten_weights_note(meta: dict, missing: Sequence[UOp], use_random: bool)
     named = [node.arg for node in missing if node.arg in weights]
     if not named:
         return None
-    shown = ", ".join(named[:4]) + (f", ... ({len(named)} in all)" if len(named) > 4 else "")
+    shown = briefly(named)
     what = "random values fill" if use_random else "no value is given for"
     archive = meta.get(UNWRITTEN_FROM)
     if archive:

@@ -72,5 +72,9 @@ def renamed_note(new_inputs: Sequence[str], new_outputs: Sequence[str]) -> str |
     pairs += [f"{plain} -> {new} (output)" for plain, new in numbered(new_outputs)]
     if not pairs:
         return None
-    shown = ", ".join(pairs[:4]) + (f", ... ({len(pairs)} in all)" if len(pairs) > 4 else "")
-    return f"names already taken, so numbered: {shown}"
+    return f"names already taken, so numbered: {briefly(pairs)}"
+
+
+def briefly(items: Sequence[str], most: int = 4) -> str:
+    """`items` for one line of a note: the first `most`, then how many in all."""
+    return ", ".join(items[:most]) + (f", ... ({len(items)} in all)" if len(items) > most else "")
