@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -166,25 +165,17 @@ def _target(inputs: dict[str, UOp], name: str, meta: dict | None = None) -> UOp:
 
 def _fixed_inputs(meta: dict | None) -> list:
     """The inputs of an imported model that --constant fixed (tools/inspect.FIXED_INPUTS)."""
-    from .inspect import FIXED_INPUTS
-    try:
-        fixed = json.loads((meta or {}).get(FIXED_INPUTS, "[]"))
-    except ValueError:
-        return []
-    return fixed if isinstance(fixed, list) else []
+    from .inspect import FIXED_INPUTS, meta_json
+    return meta_json(meta, FIXED_INPUTS, list)
 
 
 def _folded_hint(name: str, meta: dict | None) -> str:
     """Where parameter `name`'s module is a BatchNorm the exporter folded into a weight
-    (tools/inspect.FOLDED_WEIGHTS), which weights hold it now."""
-    from .inspect import FOLDED_WEIGHTS
-    try:
-        folded = json.loads((meta or {}).get(FOLDED_WEIGHTS, "{}"))
-    except ValueError:
-        return ""
+    (tools/inspect.folded_weights), which weights hold it now."""
+    from .inspect import folded_weights
     module = name.rpartition(".")[0]
-    into = [weight for weight, entry in (folded.items() if isinstance(folded, dict) else ())
-            if isinstance(entry, list) and len(entry) == 2 and str(entry[1]).replace("/", ".") == module]
+    folded = folded_weights(meta)
+    into = [weight for weight, (_, where) in folded.items() if where.replace("/", ".") == module]
     if not module or not into:
         return ""
     return (f"; the exporter's optimizer folded the BatchNorm {module} into {', '.join(into)} "

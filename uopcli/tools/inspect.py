@@ -116,19 +116,31 @@ FOLDED_WEIGHTS = "onnx.folded_weights"
 FIXED_INPUTS = "onnx.fixed_inputs"
 
 
+def meta_json(meta: dict | None, key: str, kind: type):
+    """The JSON value graph meta `key` holds, when it is a `kind` (list, dict); else an empty
+    one: the notes and hints these entries feed are courtesies, a damaged entry gets none."""
+    try:
+        value = json.loads((meta or {}).get(key, "null"))
+    except ValueError:
+        return kind()
+    return value if isinstance(value, kind) else kind()
+
+
+def folded_weights(meta: dict | None) -> dict[str, tuple[str, str]]:
+    """{weight: (rewrite rule, module)} of FOLDED_WEIGHTS, its well-formed entries."""
+    return {weight: tuple(entry) for weight, entry in meta_json(meta, FOLDED_WEIGHTS, dict).items()
+            if isinstance(entry, list) and len(entry) == 2 and all(isinstance(e, str) for e in entry)}
+
+
 def folded_weight_notes(graph: Graph, names: list[str]) -> list[str]:
     """A line for each of `names` that holds a BatchNorm folded into it at export: it keeps
     the Conv's (Gemm's) name, but its gradient is that of W·γ/σ, not of the module's W."""
-    try:
-        folded = json.loads(graph.meta.get(FOLDED_WEIGHTS, "{}"))
-    except ValueError:
-        return []  # not ours to refuse: the note is a courtesy
+    folded = folded_weights(graph.meta)
     notes = []
     for name in names:
-        entry = folded.get(name) if isinstance(folded, dict) else None
-        if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(e, str) for e in entry)):
+        if name not in folded:
             continue
-        rule, module = entry
+        rule, module = folded[name]
         hint = ("; torch.onnx.export(..., optimize=False) keeps the Conv's own weights" if exported_by_pytorch(graph.meta)
                 else "")
         notes.append(f"{name} has the BatchNorm {module or '(unnamed)'} folded into it by the exporter's optimizer "

@@ -26,6 +26,7 @@ from typing import Iterable, Sequence
 
 from ..errors import EvaluationError
 from ..core.uop import UOp
+from .inspect import meta_json
 from .names import briefly, is_direction
 
 # (pattern on the input's name, or on its PARAM's metadata name; what it is)
@@ -135,10 +136,7 @@ def mark_values_beside(graph, source: str) -> None:
 def unwritten_weights_note(meta: dict, missing: Sequence[UOp], use_random: bool) -> str | None:
     """One note when inputs given no value are weights a pipe carried no values of
     (mark_unwritten_weights): random values fill them, or they are missing."""
-    try:
-        weights = set(json.loads(meta.get(UNWRITTEN_WEIGHTS, "[]")))
-    except (ValueError, TypeError):
-        return None  # a note is a courtesy: a damaged entry gets none
+    weights = {name for name in meta_json(meta, UNWRITTEN_WEIGHTS, list) if isinstance(name, str)}
     named = [node.arg for node in missing if node.arg in weights]
     if not named:
         return None
