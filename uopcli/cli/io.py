@@ -22,18 +22,18 @@ BINARY_FORMS = {"msgpack", "npz", "png", "pdf", "onnx"}
 
 # ----------------------------------------------------------------------------- reading, writing
 
-def _read_graph(path: str, remember: bool = True, specs: tuple = (), wrt: list[str] = ()):
+def _read_graph(path: str, remember: bool = True, specs: tuple = (), wrt: list[str] = (),
+                assume_size: int | None = None):
     """(Graph, raw bytes) from a path or `-` (stdin); an .onnx path, or ONNX bytes on stdin,
     is imported (interop/onnx), its symbolic dimensions sized by --shape, else by the arrays
-    that the -i `specs` (eval's, check's) give those inputs; `wrt` (--wrt's names) tells its
-    refusals which inputs are to be differentiated with respect to."""
+    that the -i `specs` (eval's, check's) give those inputs, else (info) `assume_size`;
+    `wrt` (--wrt's names) tells its refusals which inputs are to be differentiated."""
     from ..formats.uop import loads, read_bytes
     display = "<stdin>" if path == "-" else path
     if remember:
         click.get_current_context().meta["uopgrad.file"] = display
-    click.get_current_context().meta["uopgrad.wrt"] = list(wrt)
     if path.lower().endswith(".onnx"):
-        return _read_onnx(path, None, specs), None
+        return _read_onnx(path, None, specs, wrt, assume_size), None
     if path == "-":
         if sys.stdin is None:
             raise CommandFailed("IN is - but stdin is closed: pipe a graph in (... | uopgrad ...) "
@@ -50,7 +50,7 @@ def _read_graph(path: str, remember: bool = True, specs: tuple = (), wrt: list[s
     if path == "-":
         from ..formats.sniff import looks_like_uop
         if not looks_like_uop(data):  # no name to go by: ONNX is what else a graph comes as
-            return _read_onnx(display, data, specs), None
+            return _read_onnx(display, data, specs, wrt, assume_size), None
         _refuse_constants()
     return loads(data, limits=limits, name=display), data
 
@@ -117,7 +117,8 @@ def _write_together(files: list[tuple[str, object]]) -> None:
 # float initializers (its weights) are inputs of the graph; their values are the inputs'
 # defaults for eval and check, and go beside a .uop that convert or diff writes (OUT.npz).
 
-def _read_onnx(path: str, data: bytes | None = None, specs: tuple = ()):
+def _read_onnx(path: str, data: bytes | None = None, specs: tuple = (), wrt: list[str] = (),
+               assume: int | None = None):
     """The graph of the ONNX model at `path`, or in `data` (read from stdin, named `path`)."""
     from ..formats.sniff import describe, looks_like_onnx
     try:
@@ -133,8 +134,6 @@ def _read_onnx(path: str, data: bytes | None = None, specs: tuple = ()):
     ctx = click.get_current_context()
     shapes, constants = ctx.meta.get("uopgrad.shapes"), ctx.meta.get("uopgrad.constants")
     given = given_shapes(specs) if specs else None  # the -i arrays' shapes, read from their headers
-    assume = ctx.meta.get("uopgrad.assume_size")  # uopgrad info: a size for the symbolic dimensions left
-    wrt = ctx.meta.get("uopgrad.wrt", ())
     if data is None:
         graph, weights = load_onnx(path, shapes, constants, given, assume, wrt)
     else:

@@ -24,8 +24,7 @@ def info(source, as_json):
     the graph's canonical bytes. An ONNX model's symbolic dimensions that --shape does not
     size are counted as 1 (meta.onnx.assumed_sizes says which)."""
     from ...tools.inspect import graph_info, info_text
-    click.get_current_context().meta["uopgrad.assume_size"] = 1  # an ONNX model's symbolic sizes left: 1
-    graph, _ = _read_graph(source)
+    graph, _ = _read_graph(source, assume_size=1)  # an ONNX model's symbolic sizes left unsized: 1
     stats = graph_info(graph)
     if as_json:
         import json
