@@ -279,6 +279,11 @@ def test_cli_errors_are_one_line_and_write_nothing(tmp_path):
     done = uopgrad("convert", sample, "-o", "kept.onnx", "--opset", "5", cwd=tmp_path)
     assert done.returncode == 1 and (tmp_path / "kept.onnx").read_bytes() == b"old"
     assert done.stderr.decode().count("\n") == 1 and f"{sample}: opset 5 is not supported" in done.stderr.decode()
+    for opset in ("0", "-3"):  # said by the exporter, with the opsets it writes, not by click's range
+        done = uopgrad("convert", sample, "-o", "kept.onnx", "--opset", opset, cwd=tmp_path)
+        assert done.returncode == 1 and (tmp_path / "kept.onnx").read_bytes() == b"old"
+        assert f"opset {opset} is not supported: the exporter writes opsets {MIN_OPSET} to" in done.stderr.decode()
+    assert b"x>=1" not in uopgrad("convert", "--help", cwd=tmp_path).stdout
     done = uopgrad("diff", sample, "--wrt", "w1", "-o", "grad.uop", "--opset", "20", cwd=tmp_path)
     assert done.returncode == 2 and b"--opset is for ONNX output" in done.stderr
     from uopcli import save

@@ -239,6 +239,8 @@ def test_cli_simplify_diff_simplify_and_eval_literal(sigmoid_file, tmp_path):
     assert again.read_bytes() == small.read_bytes()  # idempotent, byte for byte
     piped = _uopgrad("diff", sigmoid_file, "--wrt", "x", "--simplify", "-o", "-")
     assert piped.returncode == 0 and piped.stdout == small.read_bytes()
+    to_stdout = _uopgrad("simplify", grad)  # without -o, as diff: stdout, for the next command
+    assert to_stdout.returncode == 0 and to_stdout.stdout == small.read_bytes()
     exact = tmp_path / "exact.uop"
     assert _uopgrad("simplify", grad, "--exact", "-o", exact).returncode == 0
     assert len(load(exact)) < len(load(grad)) and len(load(small)) < len(load(exact))

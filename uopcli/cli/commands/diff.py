@@ -29,7 +29,7 @@ from ..io import (_OPSET_HELP, _check_opset, _graph_data, _note, _note_shared_we
 @click.option("--report", "report_path", metavar="FILE", help="Also write the zero-gradient report as JSON.")
 @click.option("--stats", is_flag=True, help="Print each step's wall and CPU time on stderr (also with --quiet).")
 @click.option("--simplify", "simplify_", is_flag=True, help="Simplify the gradient graph (as uopgrad simplify does).")
-@click.option("--opset", type=click.IntRange(min=1), metavar="N", help=_OPSET_HELP)
+@click.option("--opset", type=int, metavar="N", help=_OPSET_HELP)
 def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats, simplify_, opset):
     """Write the gradient graph of IN's output(s) with respect to the inputs --wrt.
 
@@ -83,12 +83,12 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats, 
 @_command("simplify", short="Rewrite a graph smaller: exact rewrites, and tinygrad's algebraic ones.", example="""\
   uopgrad simplify grad.uop -o grad-small.uop
   uopgrad simplify grad.uop --exact -o same-bits.uop
-  uopgrad diff model.uop --wrt w | uopgrad simplify - -o grad.uop""")
+  uopgrad diff model.uop --wrt w | uopgrad simplify - | uopgrad eval - --random""")
 @click.argument("source", metavar="IN")
-@click.option("-o", "--output", required=True, metavar="OUT",
-              help="Where to write (- for stdout; .json for JSON, .onnx for ONNX).")
+@click.option("-o", "--output", default="-", show_default=True, metavar="OUT",
+              help="Where to write (.json for JSON, .onnx for ONNX).")
 @click.option("--exact", is_flag=True, help="Only the rewrites that change no bit of any value.")
-@click.option("--opset", type=click.IntRange(min=1), metavar="N", help=_OPSET_HELP)
+@click.option("--opset", type=int, metavar="N", help=_OPSET_HELP)
 def simplify(source, output, exact, opset):
     """Write IN simplified: rewrites that never change a value (x*1, -(-x), movements that
     undo each other, constant folding, ...) and, without --exact, the algebraic rewrites

@@ -15,7 +15,7 @@ TOTAL_NOTE_BYTES = 1 << 30  # the blocks' values together, above which a note sa
 
 def _writing_options(fn):
     """-o, --simplify, --stats and --opset, as diff has them."""
-    fn = click.option("--opset", type=click.IntRange(min=1), metavar="N", help=_OPSET_HELP)(fn)
+    fn = click.option("--opset", type=int, metavar="N", help=_OPSET_HELP)(fn)
     fn = click.option("--simplify", "simplify_", is_flag=True, help="Simplify the result (as uopgrad simplify does).")(fn)
     fn = click.option("--stats", is_flag=True, help="Print each step's wall and CPU time on stderr.")(fn)
     fn = click.option("-o", "--output", default="-", show_default=True, metavar="OUT",

@@ -61,7 +61,7 @@ def print_(source):
               help="Where to write (- for stdout; binary forms only to a pipe or a file, not a terminal).")
 @click.option("--to", type=click.Choice(["json", "msgpack", "onnx"]),
               help="The form (default: JSON for a .json OUT, ONNX for .onnx, else MessagePack).")
-@click.option("--opset", type=click.IntRange(min=1), metavar="N", help=_OPSET_HELP)
+@click.option("--opset", type=int, metavar="N", help=_OPSET_HELP)
 def convert(source, output, to, opset):
     """Write IN in canonical form, as JSON or MessagePack; or as a standard ONNX model
     (inputs and outputs keep their names; every op exported exactly)."""
