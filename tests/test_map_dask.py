@@ -171,7 +171,8 @@ def test_a_worker_killed_mid_run_has_its_shards_rerun(cluster, data):
             return
         busy = {w: keys for w, keys in cluster.client.processing().items() if keys and w in pids}
         worker = sorted(busy)[0]
-        killed.update(pid=pids[worker], keys=[k for k in busy[worker] if "shard" in str(k)], at=time.time())
+        killed.update(pid=pids[worker], address=worker, keys=[k for k in busy[worker] if "shard" in str(k)],
+                      at=time.time())
         os.kill(killed["pid"], signal.SIGKILL)
 
     report = map_graph(mlp_gradient(BATCH, sizes=SIZES), data["paths"], fixed, dask=cluster.address,
@@ -190,6 +191,52 @@ def test_a_worker_killed_mid_run_has_its_shards_rerun(cluster, data):
     for shard in rerun:
         assert not ran[shard].worker.endswith(f":{killed['pid']}") or ran[shard].ended <= killed["at"], shard
     assert all(s.ended <= killed["at"] for s in report.shards if s.worker.endswith(f":{killed['pid']}"))
+    # the report says which worker left (the nanny's new one is not "lost"), and the note why it matters
+    assert report.lost_workers == [killed["address"]]
+    assert report.lost_workers_note() == (f"1 worker left the cluster during the run ({killed['address']}): Dask ran "
+                                          "the shards and sums it held again on the others (the result does not "
+                                          "depend on where a shard runs)")
+    cluster.wait_for_workers(2)  # the nanny starts a new worker in its place
+
+
+def test_the_cli_notes_a_worker_lost_mid_run(cluster, data, monkeypatch):
+    """uopgrad eval --map --dask with a worker SIGKILLed at the first shard done (the CLI
+    in this process, its progress bar the trigger): the sequential bits, exit status 0, and
+    a note naming the worker; a run that loses none has no such note."""
+    from click.testing import CliRunner
+    from uopcli.cli import main
+    from uopcli.cli.commands import evaluate_map
+    directory = data["dir"]
+    cluster.wait_for_workers(2)
+    pids = cluster.worker_pids()
+    killed = []
+
+    class KillingBar:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def update(self, _):
+            if not killed:
+                worker = sorted(pids)[0]
+                killed.append(worker)
+                os.kill(pids[worker], signal.SIGKILL)
+
+    def run(output):
+        args = ["eval", str(directory / "grad.uop"), "--map", str(directory / "shards/*.npz"), *data["inputs"],
+                "--dask", cluster.address, "-o", str(directory / output)]
+        return CliRunner().invoke(main, args, catch_exceptions=False)
+
+    monkeypatch.chdir(directory)
+    done = run("unlost.npz")
+    assert done.exit_code == 0 and "left the cluster" not in done.stderr, done.stderr
+    monkeypatch.setattr(evaluate_map, "_progress_bar", lambda *_: KillingBar())
+    done = run("lost.npz")
+    assert done.exit_code == 0, done.stderr
+    assert (directory / "lost.npz").read_bytes() == (directory / "seq.npz").read_bytes()
+    assert f"uopgrad: 1 worker left the cluster during the run ({killed[0]}): Dask ran the shards" in done.stderr
     cluster.wait_for_workers(2)  # the nanny starts a new worker in its place
 
 

@@ -304,6 +304,18 @@ class MapReport:
     startup_seconds: float  # starting (or reaching) the cluster; 0 in this process
     send_seconds: float     # sending the Work to every worker once
     run_seconds: float      # from the first shard submitted to the last result in
+    lost_workers: list = field(default_factory=list)  # cluster workers there at the start, gone at the end
+
+    def lost_workers_note(self) -> str | None:
+        """Workers that left the cluster during the run: Dask ran again elsewhere what they
+        held (shards, sums), so the result is the same, but the run took longer, and a
+        worker that dies again and again is worth a look."""
+        if not self.lost_workers:
+            return None
+        count = len(self.lost_workers)
+        return (f"{count} worker{'s' if count != 1 else ''} left the cluster during the run "
+                f"({', '.join(self.lost_workers)}): Dask ran the shards and sums {'they' if count != 1 else 'it'} "
+                "held again on the others (the result does not depend on where a shard runs)")
 
     def scheduling_gaps(self) -> list[float]:
         """Each worker thread's time between one shard's end and its next shard's start (on

@@ -128,7 +128,8 @@ def run_on_dask(work: Work, paths: list, reduce: str, sink, progress, target) ->
     """map_graph's run on the cluster `target` (see client_for)."""
     from distributed import as_completed
     with client_for(target) as (client, startup):
-        workers = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
+        at_start = client.scheduler_info()["workers"]
+        workers = sum(w.get("nthreads", 1) for w in at_start.values())
         clock = time.perf_counter()
         shared = client.scatter(work, broadcast=True, hash=False)  # each worker receives it once
         start = time.perf_counter()
@@ -162,8 +163,9 @@ def run_on_dask(work: Work, paths: list, reduce: str, sink, progress, target) ->
             total = _result(tree.root, "the sum of the shards")
             shards = total.stats
         elapsed = time.perf_counter() - start
+        lost = sorted(set(at_start) - set(client.scheduler_info()["workers"]))
         return MapReport(finish(total, reduce, len(paths)) if total is not None else None, shards, workers,
-                         startup, send, elapsed)
+                         startup, send, elapsed, lost)
 
 
 def _result(future, where: str):

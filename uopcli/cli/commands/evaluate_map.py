@@ -7,8 +7,8 @@ from __future__ import annotations
 import click
 
 from ..app import CommandFailed, _given
-from ..io import (_explain_inputs, _onnx_weights, _progress_bar, _read_graph, _refuse_binary_terminal, _same_file,
-                  _write)
+from ..io import (_explain_inputs, _note, _onnx_weights, _progress_bar, _read_graph, _refuse_binary_terminal,
+                  _same_file, _write)
 from ..output import _table, _value_json
 
 
@@ -74,6 +74,8 @@ def eval_map(source, specs, use_random, seed, output, as_json, stats, literal, k
             raise CommandFailed(str(e)) from None
     if stats:
         click.echo("\n".join(report.lines()), err=True)
+    if report.lost_workers:
+        _note(report.lost_workers_note())
     if reduction == "none":
         return
     if output:
