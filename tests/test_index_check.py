@@ -9,6 +9,8 @@ index) has no range and stays unchecked. The evaluator itself checks nothing."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -16,7 +18,7 @@ from uopcli import Graph, UOp, dtypes
 from uopcli.backends.numpy import evaluate_graph
 from uopcli.core.ops import Ops
 from uopcli.formats.uop import save
-from uopcli.tools.index_range import IndexOutOfRange, check_index_values, index_limits
+from uopcli.tools.index_range import IndexLimit, IndexOutOfRange, check_index_values, index_limits
 from uopcli.tools.map import ShardError, map_graph
 
 from _map_helpers import UOPGRAD, uopgrad
@@ -232,27 +234,98 @@ def test_eval_map_refuses_a_fixed_label_naming_the_model(xent):
     assert refusal(run) == f"net.onnx: input 'labels' holds -7 (at [0]), {REFUSED}"
 
 
+def one_node_model(node, inputs, output, initializers) -> onnx.ModelProto:
+    return helper.make_model(helper.make_graph([node], "one", inputs, [output], initializer=initializers),
+                             opset_imports=[helper.make_opsetid("", 13)])
+
+
+def ort_run(model: onnx.ModelProto, feeds: dict):
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
 @needs_onnx
-def test_a_gather_with_a_negative_index_is_not_checked_and_wraps_as_onnxruntime(tmp_path):
-    """ONNX Gather counts a negative index from the end: the importer wraps it with
-    arithmetic before the one-hot comparison, so the index gets no range and -1 stays legal."""
+def test_a_gather_takes_indices_from_the_end_and_refuses_any_outside_as_onnxruntime(tmp_path):
+    """ONNX Gather counts a negative index from the end (the importer wraps it): -5..4 of an
+    axis of 5 give onnxruntime's rows; 5 and -6, which onnxruntime refuses, are refused in
+    one line (they would read a row of zeros)."""
     table = np.arange(15, dtype=np.float32).reshape(5, 3)
-    node = helper.make_node("Gather", ["table", "idx"], ["rows"], name="/Gather", axis=0)
-    model = helper.make_model(helper.make_graph(
-        [node], "gather", [helper.make_tensor_value_info("idx", T.INT64, [3])],
-        [helper.make_tensor_value_info("rows", T.FLOAT, [3, 3])], initializer=[numpy_helper.from_array(table, "table")]),
-        opset_imports=[helper.make_opsetid("", 13)])
+    model = one_node_model(helper.make_node("Gather", ["table", "idx"], ["rows"], name="/emb/Gather", axis=0),
+                           [helper.make_tensor_value_info("idx", T.INT64, [3])],
+                           helper.make_tensor_value_info("rows", T.FLOAT, [3, 3]), [numpy_helper.from_array(table, "table")])
     onnx.save(model, tmp_path / "gather.onnx")
     from uopcli.interop.onnx.importer import load_onnx
-    assert index_limits(load_onnx(str(tmp_path / "gather.onnx"))[0]) == {}
+    assert index_limits(load_onnx(str(tmp_path / "gather.onnx"))[0]) == {
+        "idx": IndexLimit("idx", 5, "'/emb/Gather'", (), -5)}
     idx = np.array([-1, 2, -5])
     np.save(tmp_path / "idx.npy", idx)
     run = uopgrad("eval", "gather.onnx", "-i", "idx=idx.npy", "-o", "out.npz", cwd=tmp_path)
     assert run.returncode == 0, run.stderr.decode()
-    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
-        None, {"idx": idx})[0]
+    expected = ort_run(model, {"idx": idx})
     np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["rows"], expected)
     np.testing.assert_array_equal(expected, table[[4, 2, 0]])
+    for bad, at in (([0, 4, 5], 2), ([-6, 0, 1], 0)):
+        np.save(tmp_path / "idx.npy", np.array(bad))
+        run = uopgrad("eval", "gather.onnx", "-i", "idx=idx.npy", "-o", "bad.npz", cwd=tmp_path)
+        assert refusal(run) == (f"gather.onnx: input 'idx' holds {bad[at]} (at [{at}]), outside -5..4, the indices "
+                                "node '/emb/Gather' takes along an axis of 5 (onnxruntime and torch refuse such "
+                                "indices too)")
+        assert not (tmp_path / "bad.npz").exists()
+        with pytest.raises(Exception, match="out of data bounds"):
+            ort_run(model, {"idx": np.array(bad)})
+
+
+@needs_onnx
+def test_gather_elements_takes_the_same_range_and_one_hot_is_left_unchecked(tmp_path):
+    """GatherElements wraps as Gather does, and refuses alike. OneHot's wrap is the same
+    arithmetic, but an index outside its depth gives an all-off row (the spec's, and
+    onnxruntime's): its index keeps no range, and 7 of a depth of 4 evaluates as there."""
+    from uopcli.interop.onnx.importer import load_onnx
+    scores = helper.make_tensor_value_info("scores", T.FLOAT, [2, 4])
+    model = one_node_model(helper.make_node("GatherElements", ["scores", "pick"], ["picked"], name="pick", axis=1),
+                           [scores, helper.make_tensor_value_info("pick", T.INT64, [2, 1])],
+                           helper.make_tensor_value_info("picked", T.FLOAT, [2, 1]), [])
+    onnx.save(model, tmp_path / "ge.onnx")
+    assert index_limits(load_onnx(str(tmp_path / "ge.onnx"))[0]) == {"pick": IndexLimit("pick", 4, "'pick' (GatherElements)",
+                                                                                        (), -4)}
+    np.save(tmp_path / "s.npy", np.arange(8, dtype=np.float32).reshape(2, 4))
+    run = uopgrad("eval", "ge.onnx", "-i", "scores=s.npy", "-i", "pick=4", cwd=tmp_path)
+    assert "holds 4 (at [0,0]), outside -4..3, the indices node 'pick' (GatherElements)" in refusal(run)
+    run = uopgrad("eval", "ge.onnx", "-i", "scores=s.npy", "-i", "pick=-4", "--json", cwd=tmp_path)
+    assert run.returncode == 0 and json.loads(run.stdout)["outputs"]["picked"]["values"] == [[0.0], [4.0]]
+
+    model = one_node_model(helper.make_node("OneHot", ["labels", "depth", "off_on"], ["hot"], name="hot"),
+                           [helper.make_tensor_value_info("labels", T.INT64, [3])],
+                           helper.make_tensor_value_info("hot", T.FLOAT, [3, 4]),
+                           [numpy_helper.from_array(np.array(4, np.int64), "depth"),
+                            numpy_helper.from_array(np.array([0, 1], np.float32), "off_on")])
+    onnx.save(model, tmp_path / "hot.onnx")
+    assert index_limits(load_onnx(str(tmp_path / "hot.onnx"))[0]) == {}
+    labels = np.array([7, -1, 2])
+    np.save(tmp_path / "labels.npy", labels)
+    run = uopgrad("eval", "hot.onnx", "-i", "labels=labels.npy", "-o", "hot.npz", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr.decode()
+    expected = ort_run(model, {"labels": labels})
+    np.testing.assert_array_equal(np.load(tmp_path / "hot.npz")["hot"], expected)
+    np.testing.assert_array_equal(expected, [[0, 0, 0, 0], [0, 0, 0, 1], [0, 0, 1, 0]])
+
+
+@needs_onnx
+def test_torchs_embedding_export_refuses_a_token_id_past_the_vocabulary(tmp_path):
+    """nn.Embedding(10, 4) exported by torch: token id 10 is torch's IndexError and
+    onnxruntime's refusal; uopgrad eval read it as a row of zeros, and now refuses it."""
+    embedding = torch.nn.Embedding(10, 4)
+    torch.onnx.export(torch.nn.Sequential(embedding), (torch.tensor([[1, 2, 9]]),), str(tmp_path / "emb.onnx"),
+                      input_names=["ids"], output_names=["vectors"], dynamo=True, external_data=False, verbose=False)
+    np.save(tmp_path / "ids.npy", np.array([[1, 2, 10]]))
+    run = uopgrad("eval", "emb.onnx", "-i", "ids=ids.npy", "-o", "out.npz", cwd=tmp_path)
+    assert "input 'ids' holds 10 (at [0,2]), outside -10..9, the indices node" in refusal(run)
+    with pytest.raises(IndexError):
+        embedding(torch.tensor([[1, 2, 10]]))
+    np.save(tmp_path / "ids.npy", np.array([[1, 2, 9]]))
+    run = uopgrad("eval", "emb.onnx", "-i", "ids=ids.npy", "-o", "out.npz", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr.decode()
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["vectors"],
+                                  embedding(torch.tensor([[1, 2, 9]])).detach().numpy())
 
 
 @needs_cli

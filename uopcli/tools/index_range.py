@@ -12,10 +12,15 @@ check_index_values: each must lie in 0..n-1, or equal a constant the graph also 
 the input with through views (an ignore_index: `labels != -100`); any other value is
 refused, as torch refuses it ("Target 12 is out of bounds"; onnxruntime refuses one at or
 above n, "Out of range value in index tensor", and reads -1 from the end), where the graph
-would silently drop its term. An input that
-reaches its comparison through arithmetic (ONNX Gather's and OneHot's wrap of a negative
-index, `(i < 0).where(i + n, i)`) has no range and is not checked: negatives are legitimate
-there. The evaluator (backends.numpy.evaluate_graph) checks nothing: it is the raw
+would silently drop its term.
+
+An imported ONNX Gather, GatherElements or ScatterElements counts a negative index from
+the end: the importer wraps it, `(i < 0).where(i + n, i)`, before the comparison. Through
+such a wrap (the WHERE's metadata names the op) the index may hold -n..n-1, and anything
+else is refused, as onnxruntime and torch refuse it ("indices element out of data bounds"):
+a token id past an Embedding's vocabulary would otherwise read a row of zeros. OneHot's
+wrap is the same arithmetic, but there an index outside the classes legitimately gives an
+all-off row: it, and any other arithmetic on the way, leaves the index unchecked. The evaluator (backends.numpy.evaluate_graph) checks nothing: it is the raw
 evaluator; the CLI, and map_graph for its shards, call the check. The walk is made once per
 graph (cached on its outputs) and only for graphs with an integer input.
 """
@@ -41,18 +46,20 @@ _SAME_VALUES = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE})  # the same set
 class IndexLimit:
     """The values integer input `name` may hold: 0..n-1, the classes the comparison `node`
     (described as messages name it) makes with it, or one of `others`, the constants it is
-    also compared with (an ignore_index). Plain data: it travels to map's workers."""
+    also compared with (an ignore_index); from `low` (-n where an ONNX gather counts
+    negative indices from the end) instead of 0. Plain data: it travels to map's workers."""
     name: str
     n: int
     node: str
     others: tuple[int, ...] = ()
+    low: int = 0
 
     def first_outside(self, array):
         """(value, index) of the first element of `array` that is neither in 0..n-1 nor
         one of `others`, else None: one vectorised test."""
         import numpy as np
         array = np.asarray(array)
-        bad = (array < 0) | (array >= self.n)
+        bad = (array < self.low) | (array >= self.n)
         if self.others:
             bad &= ~np.isin(array, np.asarray(self.others, dtype=array.dtype))
         if not bad.any():
@@ -68,6 +75,9 @@ class IndexLimit:
             others = f", and not {self.others[0]}, the other value it is compared with"
         elif self.others:
             others = f", and none of {', '.join(map(str, self.others))}, the other values it is compared with"
+        if self.low < 0:
+            return (f"{holder} holds {value}{at}, outside {self.low}..{self.n - 1}, the indices node {self.node} "
+                    f"takes along an axis of {self.n} (onnxruntime and torch refuse such indices too)")
         return (f"{holder} holds {value}{at}, outside 0..{self.n - 1}, the classes node {self.node} compares it "
                 f"with{others} (torch refuses such labels too)")
 
@@ -83,8 +93,8 @@ def index_limits(graph) -> dict[str, IndexLimit]:
     if not any(node.dtype.is_int for node in graph.inputs):
         return {}
     imported = "onnx.opset" in graph.meta  # an imported model's locations are its node names
-    return {name: IndexLimit(name, n, _describe(node, number, imported), others)
-            for name, (n, node, number, others) in _walk(tuple(graph.outputs.values())).items()}
+    return {name: IndexLimit(name, n, _describe(node, number, imported), others, low)
+            for name, (n, node, number, others, low) in _walk(tuple(graph.outputs.values())).items()}
 
 
 def check_index_values(graph, values: Mapping) -> None:
@@ -124,7 +134,7 @@ _CACHED = 4
 
 
 def _walk(roots: tuple) -> dict:
-    """{input name: (n, the comparison node, its number, the constants)}, cached."""
+    """{input name: (n, the comparison node, its number, the constants, the lowest value)}, cached."""
     found = _CACHE.get(roots)
     if found is None:
         found = _CACHE[roots] = _compute(roots)
@@ -155,29 +165,58 @@ def _compute(roots: tuple) -> dict:
         if node.op == Ops.PARAM and isinstance(node.arg, str) and node.dtype.is_int:
             ranges, others = _compared_ranges(node, users, variable)  # each n >= 1: a range holds 0..n-1
             if ranges:
-                n, comparison = min(ranges, key=lambda r: (r[0], number[r[1]]))
-                found[node.arg] = (n, comparison, number[comparison], tuple(sorted(v for v in others if not 0 <= v < n)))
+                n, comparison, low = min(ranges, key=lambda r: (r[0], number[r[1]]))
+                found[node.arg] = (n, comparison, number[comparison],
+                                   tuple(sorted(v for v in others if not low <= v < n)), max(low, -n))
     return found
 
 
 def _compared_ranges(index: UOp, users: dict, variable: set) -> tuple[list, set]:
-    """[(n, the comparison)] for each range 0..n-1 that `index`, seen through views, is
+    """[(n, the comparison, the lowest value)] for each range 0..n-1 that `index`, seen
+    through views and an ONNX gather's wrap of negative indices (then from -size), is
     compared with, and the constants it is compared with besides (a sentinel)."""
-    views, stack, ranges, others = {index}, [index], [], set()
+    views, stack, ranges, others = {index: 0}, [(index, 0)], [], set()
     while stack:
-        node = stack.pop()
+        node, low = stack.pop()
         for user in users.get(node, ()):
             if user.op in _VIEWS and user.dtype.is_int and user not in views:
-                views.add(user)
-                stack.append(user)
+                views[user] = low
+                stack.append((user, low))
+            elif user.op == Ops.WHERE and user not in views and low == 0 and (size := _wrap_size(user, node, variable)):
+                views[user] = -size
+                stack.append((user, -size))
             elif user.op in _COMPARISONS:
                 other = user.src[1] if user.src[0] is node else user.src[0]
                 if other not in variable:
                     compared = _range_of(other)
-                    ranges += [(n, user) for n in compared]
+                    ranges += [(n, user, low) for n in compared if n == -low or not low]  # a wrap's own classes
                     if not compared:  # a larger range's values are not legitimate for the smaller
                         others |= _constants_of(other)
     return ranges, others
+
+
+# the imported ONNX ops whose negative indices count from the end and whose indices outside
+# -size..size-1 are an error (onnxruntime's "indices element out of data bounds"); OneHot's
+# are not: an index outside its depth gives an all-off row
+_STRICT_GATHERS = frozenset({"Gather", "GatherElements", "ScatterElements"})
+
+
+def _wrap_size(where: UOp, index: UOp, variable: set) -> int | None:
+    """size, when `where` is an imported gather's wrap of `index`: (index < 0).where(index +
+    size, index), ops_tensor._nonnegative_index, with its op named in the metadata."""
+    meta = where.meta
+    if meta is None or meta.name not in _STRICT_GATHERS:
+        return None
+    condition, wrapped, kept = where.src
+    if kept is not index or condition.op != Ops.CMPLT or condition.src[0] is not index:
+        return None
+    if wrapped.op != Ops.ADD or wrapped.src[0] is not index:
+        return None
+    zero, size = condition.src[1], wrapped.src[1]
+    if zero in variable or size in variable or _constants_of(zero) != {0}:
+        return None
+    sizes = _constants_of(size)
+    return sizes.pop() if len(sizes) == 1 and min(sizes) > 0 else None
 
 
 def _range_of(node: UOp) -> list[int]:
