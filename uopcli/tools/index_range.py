@@ -20,9 +20,11 @@ such a wrap (the WHERE's metadata names the op) the index may hold -n..n-1, and 
 else is refused, as onnxruntime and torch refuse it ("indices element out of data bounds"):
 a token id past an Embedding's vocabulary would otherwise read a row of zeros. OneHot's
 wrap is the same arithmetic, but there an index outside the classes legitimately gives an
-all-off row: it, and any other arithmetic on the way, leaves the index unchecked. The evaluator (backends.numpy.evaluate_graph) checks nothing: it is the raw
-evaluator; the CLI, and map_graph for its shards, call the check. The walk is made once per
-graph (cached on its outputs) and only for graphs with an integer input.
+all-off row: it, and any other arithmetic on the way, leaves the index unchecked.
+
+The evaluator (backends.numpy.evaluate_graph) checks nothing: it is the raw evaluator; the
+CLI, and map_graph for its shards, call the check. The walk is made once per graph (cached
+on its outputs) and only for graphs with an integer input.
 """
 
 from __future__ import annotations
@@ -167,7 +169,7 @@ def _compute(roots: tuple) -> dict:
             if ranges:
                 n, comparison, low = min(ranges, key=lambda r: (r[0], number[r[1]]))
                 found[node.arg] = (n, comparison, number[comparison],
-                                   tuple(sorted(v for v in others if not low <= v < n)), max(low, -n))
+                                   tuple(sorted(v for v in others if not low <= v < n)), low)
     return found
 
 
