@@ -492,6 +492,15 @@ def test_check_passes_and_is_deterministic(files):
     assert report["passed"] and report["targets"][0]["target"] == "x" and report["targets"][0]["samples"] == 4
 
 
+def test_check_of_an_output_not_there_is_one_line_naming_the_outputs(files):
+    """--of naming no output: "no output named", as diff says it, also on the way to the
+    progress bar's length (it divided by the work of evaluating no output: an internal error)."""
+    for extra in ([], ["--directions", "0"], ["--json"]):
+        result = run("check", files["vec"], "--of", "nosuch", "--wrt", "x", *extra)
+        assert result.exit_code == 1 and "no output named 'nosuch'; outputs: " in error_line(result), result.output
+        assert "internal error" not in result.output
+
+
 def test_check_non_scalar_output_uses_random_cotangents(files):
     result = run("check", files["vec"], "--of", "prod", "--wrt", "x,w", "--json")
     assert result.exit_code == 0 and json.loads(result.stdout)["passed"]

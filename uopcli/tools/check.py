@@ -306,7 +306,7 @@ def _allocation(sizes: dict, samples: int | None, outputs: list, attributed: dic
     if samples is not None:
         return {name: min(size, samples) for name, size in sizes.items()}, ""
     work = evaluation_work(outputs)
-    pairs = int(PAIR_BUDGET // work)
+    pairs = int(PAIR_BUDGET // max(work, 1))  # no outputs: a --of naming none, refused by check_gradients
     allocation = allocate_samples(sizes, SAMPLES, pairs)
     for name, check in attributed.items():  # name the worst element of a target at fault
         if not check.passed:
