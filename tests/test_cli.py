@@ -371,12 +371,18 @@ def test_output_through_a_symlink_replaces_its_target(files, tmp_path):
     assert link.is_symlink() and real.read_bytes() == files["cube"].read_bytes()
 
 
-def test_output_may_name_the_input(files):
+def test_output_may_name_the_input_where_it_is_the_same_graph(files):
+    """convert and simplify write IN in place (the same graph, in another form or smaller);
+    diff's OUT is another function: -o IN would replace the model with its gradient."""
     source = files["cube"]
     assert run("convert", source, "--to", "json", "-o", source).exit_code == 0
     assert source.read_bytes().lstrip().startswith(b"{")
-    assert run("diff", source, "--wrt", "x", "-o", source).exit_code == 0
-    assert load(source).output_names == ["grad_x"]
+    names = load(source).output_names
+    assert run("simplify", source, "-o", source).exit_code == 0 and load(source).output_names == names
+    kept = source.read_bytes()
+    result = run("diff", source, "--wrt", "x", "-o", source)
+    assert result.exit_code == 2 and f"-o {source} is IN: writing it would replace the file read" in error_line(result)
+    assert source.read_bytes() == kept
 
 
 # ----------------------------------------------------------------------------- eval

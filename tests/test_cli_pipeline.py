@@ -294,10 +294,13 @@ def test_the_table_mean_neither_overflows_nor_warns_and_min_max_skip_nans(work):
         assert got == mean and (low, high) == (("-0", "-0") if mean == "-0" else (low, "0"))
 
 
-def test_output_replaces_its_own_input(work):
-    done = sh("uopgrad diff m.uop --wrt x -o m.uop && uopgrad info m.uop --json", work)
-    assert done.returncode == 0
-    assert [o["name"] for o in json.loads(done.stdout)["outputs"]] == ["grad_x"]
+def test_convert_replaces_its_own_input_and_diff_refuses_to(work):
+    done = sh("uopgrad convert m.uop --to json -o m.uop && uopgrad info m.uop --json", work)
+    assert done.returncode == 0 and (work / "m.uop").read_bytes().lstrip().startswith(b"{")
+    names = [o["name"] for o in json.loads(done.stdout)["outputs"]]
+    refused = sh("uopgrad diff m.uop --wrt x -o m.uop || echo $?", work)
+    assert refused.stdout.strip() == b"2" and b"-o m.uop is IN" in refused.stderr
+    assert [o["name"] for o in json.loads(sh("uopgrad info m.uop --json", work).stdout)["outputs"]] == names
 
 
 def test_stdin_stdout_conversion_round_trip(work):

@@ -424,3 +424,35 @@ def test_eval_of_a_piped_graph_names_the_values_beside_the_uop_it_came_from(tmp_
     (tmp_path / "pp.npz").rename(tmp_path / "elsewhere.npz")
     alone = _pipe("uopgrad jvp pp.uop --wrt fc1.weight | uopgrad eval - --random -o out.npz", tmp_path)
     assert alone.returncode == 0 and alone.stderr == ""
+
+
+# ----------------------------------------------------------------------------- outputs that would destroy a file
+
+@pytest.mark.parametrize("command", [["diff", "--wrt", "W"], ["hvp", "--wrt", "W"], ["render", "--format", "dot"]])
+def test_an_output_naming_the_input_is_refused_and_the_model_kept(saved, command):
+    """`uopgrad diff m.onnx --wrt W -o m.onnx` replaced the model with its gradient, exit 0.
+    (convert and simplify may write IN in place: the same graph; tests/test_cli.py.)"""
+    tmp_path, _, raw = saved
+    run = uopgrad(tmp_path, command[0], "m.onnx", *command[1:], "--shape", "N=4", "-o", "./m.onnx")
+    assert refusal(run, 2).startswith("-o ./m.onnx is IN: writing it would replace the file read; give -o another "
+                                      "file")
+    assert (tmp_path / "m.onnx").read_bytes() == raw
+
+
+def test_the_weights_beside_a_uop_out_replace_an_earlier_runs_but_no_other_file(saved):
+    """convert m.onnx -o m.uop writes m.npz beside it: over an earlier run's m.npz (a
+    member in common), but not over a file of other arrays, or no .npz at all (kept)."""
+    tmp_path, _, _ = saved
+    np.savez(tmp_path / "m.npz", W=np.zeros((6, 3), np.float32), old=np.zeros(1))  # an earlier version's
+    ok(uopgrad(tmp_path, "convert", "m.onnx", "--shape", "N=4", "-o", "m.uop"))
+    with np.load(tmp_path / "m.npz") as written:
+        assert written.files == ["W"] and np.array_equal(written["W"], W)
+    (tmp_path / "m.uop").unlink()
+    for other, held in ((lambda p: np.savez(p, x=np.ones(2), y=np.ones(3)), "holds other arrays (x, y)"),
+                        (lambda p: p.write_bytes(b"a note"), "is no .npz")):
+        other(tmp_path / "m.npz")
+        kept = (tmp_path / "m.npz").read_bytes()
+        run = uopgrad(tmp_path, "diff", "m.onnx", "--wrt", "W", "--of", "loss", "--shape", "N=4", "-o", "m.uop")
+        assert refusal(run, 2).startswith(f"m.npz {held}: writing the model's weights beside m.uop would replace "
+                                          "it; move it, or give -o another name")
+        assert (tmp_path / "m.npz").read_bytes() == kept and not (tmp_path / "m.uop").exists()

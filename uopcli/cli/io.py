@@ -191,7 +191,35 @@ def _with_onnx_weights(files: list, output: str, form: str) -> list:
     if output == "-":
         _note("the model's weights are not written with OUT on stdout: give -o FILE to get FILE.npz beside it")
         return files
-    return files + [(os.path.splitext(output)[0] + ".npz", npz_bytes(weights))]
+    beside = os.path.splitext(output)[0] + ".npz"
+    _refuse_replacing_other_values(beside, output, weights)
+    return files + [(beside, npz_bytes(weights))]
+
+
+def _refuse_replacing_other_values(beside: str, output: str, weights) -> None:
+    """OUT.npz, the weights written beside a .uop OUT, may replace an earlier run's (some
+    member names in common: the same model, or a version of it), not a file of other arrays
+    (a data set named like the model): that is refused, as -o over an input is."""
+    if not os.path.exists(beside):
+        return
+    from ..tools.names import briefly
+    from ..tools.values import npz_headers
+    try:
+        held = set(npz_headers(beside))
+    except UOpError:
+        held = None  # not an .npz at all: no earlier run wrote it
+    if held is None or not held & set(weights):
+        what = "is no .npz" if held is None else f"holds other arrays ({briefly(sorted(held))})"
+        raise click.UsageError(f"{beside} {what}: writing the model's weights beside {output} would replace it; "
+                               "move it, or give -o another name")
+
+
+def _refuse_writing_over_input(source: str, output: str) -> None:
+    """-o naming IN itself, for a command whose OUT is another thing than IN (a gradient, a
+    picture): it would replace the model it reads. (convert and simplify may write IN in
+    place: the same graph in another form, or smaller.)"""
+    if _same_file(source, output):
+        raise click.UsageError(f"-o {output} is IN: writing it would replace the file read; give -o another file")
 
 
 def _same_file(a: str, b: str) -> bool:

@@ -183,8 +183,9 @@ def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal, 
     Non-scalar outputs are weighted by seeded random cotangents; DETACH values are held
     fixed (gradients do not flow through them). The step is h = eps^(1/3)·max(1,|x|) in
     float64. An element fails when |analytic - numeric| > 1e-6*max(1,|L|) +
-    1e-4*max(|analytic|,|numeric|), a direction when it is off by more than 1e-8*max(1,|L|) +
-    1e-6*max(...). A forward value that is not finite is reported first, and a gradient that
+    1e-4*max(|analytic|,|numeric|), a direction when it is off by more than 1e-9*max(1,|L|) +
+    1e-6*max(...); a target whose gradient is too small beside |L| for its elements to show
+    an error is also compared along a direction of its own. A forward value that is not finite is reported first, and a gradient that
     is not finite names the node that made it. Exit status 1 when anything fails.
     """
     from ...tools.check import check_gradients, planned_evaluations

@@ -68,7 +68,7 @@ def convert(source, output, to, opset):
     form = _uop_form(output, to)
     _check_opset(form, opset)
     _refuse_binary_terminal(output, form, "use --to json, or give -o FILE")
-    graph, _ = _read_graph(source)
+    graph, _ = _read_graph(source)  # -o may be IN: converted in place (the same graph, another form)
     _write_together(_with_onnx_weights([(output, _graph_data(graph, form, opset, output))], output, form))
 
 

@@ -9,7 +9,7 @@ import sys
 import click
 
 from ..app import CommandFailed, _command, _given, _names
-from ..io import _note, _read_graph, _refuse_binary_terminal, _write
+from ..io import _note, _read_graph, _refuse_binary_terminal, _refuse_writing_over_input, _write
 
 
 RENDER_EXTENSIONS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv": "dot",
@@ -41,6 +41,7 @@ def render(source, output, fmt, max_nodes, outputs, around, depth, collapse_func
     """Draw IN: one box per node (op, dtype, shape, arg, the function that made it),
     colours by op family, backward nodes dashed red, function bodies as clusters, a legend.
     With --format html (or OUT.html): one self-contained page, see `uopgrad view`."""
+    _refuse_writing_over_input(source, output)
     if (fmt or _render_format(output)) == "html":  # the page: views/html
         _write(output, _html_page(source, outputs, values_path, max_nodes=max_nodes, around=around,
                                   collapse_functions=collapse_functions))
