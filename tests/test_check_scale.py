@@ -327,6 +327,18 @@ def test_debug_nans_on_sigmoid_gradient_in_float16_written_literally(tmp_path):
     piped = subprocess.run(f"{UOPGRAD} diff sig.uop --wrt x | {UOPGRAD} eval - -i x=x.npy --literal --debug-nans",
                            shell=True, capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert piped.returncode == 1 and piped.stderr.splitlines()[0] == head
+    # --json: the finding is in the document too, with the exit status; -o still gets the values computed
+    done = uopgrad("eval", "grad.uop", "-i", "x=x.npy", "--literal", "--debug-nans", "--json", cwd=tmp_path)
+    document = json.loads(done.stdout)
+    assert done.returncode == 1 and document["exit_status"] == 1 and document["outputs"]["grad_x"]["values"][0] == "nan"
+    found = document["not_finite"]
+    assert (found["kind"], found["node"]) == ("nan", f"%{index} MUL float16[3]") and found["origin"]["kind"] == "inf"
+    assert head.endswith(found["made"]) and found["sources"] and found["elements"]
+    fine = json.loads(uopgrad("eval", "grad.uop", "-i", "x=x.npy", "--debug-nans", "--json", cwd=tmp_path).stdout)
+    assert "not_finite" not in fine and "exit_status" not in fine
+    done = uopgrad("eval", "grad.uop", "-i", "x=x.npy", "--literal", "--debug-nans", "-o", "out.npz", cwd=tmp_path)
+    assert done.returncode == 1 and done.stderr.splitlines()[0] == head
+    assert np.isnan(np.load(tmp_path / "out.npz")["grad_x"][0])
 
 
 def test_debug_nans_on_a_log_of_an_underflow():

@@ -41,7 +41,8 @@ from .evaluate_map import check_map_usage, eval_map, map_options
 @click.option("--device", metavar="DEV", help="tinygrad's device (CPU, CUDA, METAL, ...; default: tinygrad's DEV).")
 @click.option("--debug-nans", is_flag=True, help="When an output holds a nan or inf, name the node that first makes "
               "one (%index as `print` numbers it, op, metadata, sources, the input elements it depends on) on "
-              "stderr, and exit 1. Costs one more evaluation, only then.")
+              "stderr (with --json: also under \"not_finite\" in the document), and exit 1; the outputs are still "
+              "printed or written, as computed. Costs one more evaluation, only then.")
 @map_options
 def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep_intermediates, backend, device,
           debug_nans, map_pattern, reduction, dask_target):
@@ -83,6 +84,7 @@ def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep
         else:
             results = evaluate_graph(graph, inputs, stats=eval_stats, simplify=simplify)
         steps.next()
+    finding = _not_finite(graph, inputs, results) if debug_nans else None  # --debug-nans (tools/nans.py)
     if output:
         arrays = {name: a for name, a in _elements(results).items() if a is not None}
         if keep_intermediates:  # --keep-intermediates: every node's value too (tools/intermediates.py)
@@ -96,33 +98,40 @@ def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep
         document = {"outputs": {name: _value_json(a) for name, a in results.items()}}
         if eval_stats is not None:
             document["stats"] = _stats_json(eval_stats)
+        if finding is not None:
+            document.update(not_finite=finding.to_dict() if finding is not _REWRITES_MADE else _REWRITES_MADE,
+                            exit_status=EXIT_FAILURE)
         click.echo(json.dumps(document))
     else:
         click.echo(_table(_elements(results)))
         if eval_stats is not None:
             click.echo(_stats_text(eval_stats))
-    if debug_nans:  # --debug-nans (tools/nans.py)
-        return _debug_nans(graph, inputs, results)
+    if finding is not None:
+        _say_not_finite(finding)
+        return EXIT_FAILURE
 
 
-def _debug_nans(graph, inputs: dict, results: dict) -> int:
-    """--debug-nans: exit 1, naming the node that first makes a non-finite output value."""
-    import sys
+_REWRITES_MADE = ("the outputs are not finite, but the graph as written computes finite values: the rewrites eval "
+                  "runs make them (--literal runs it as written)")
 
+
+def _not_finite(graph, inputs: dict, results: dict):
+    """--debug-nans: None when every float output is finite; else the Finding of the node
+    that first makes a non-finite value (tools/nans.py), or _REWRITES_MADE when the graph
+    as written makes none."""
     import numpy as np
     from ...tools.nans import hunt_nans
     arrays = [a for a in _elements(results).values() if a is not None and np.asarray(a).dtype.kind == "f"]
     if all(np.all(np.isfinite(a)) for a in arrays):
-        return 0
-    finding = hunt_nans(graph, inputs)
+        return None
+    return hunt_nans(graph, inputs) or _REWRITES_MADE
+
+
+def _say_not_finite(finding) -> None:
+    import sys
     sys.stdout.flush()  # the values first, then why, also when both go to one pipe
-    if finding is None:
-        click.echo(f"{PROG}: the outputs are not finite, but the graph as written computes finite values: "
-                   f"the rewrites eval runs make them (--literal runs it as written)", err=True)
-    else:
-        click.echo("\n".join(f"{PROG}: {line}" if i == 0 else line
-                             for i, line in enumerate(finding.lines())), err=True)
-    return EXIT_FAILURE
+    lines = [finding] if finding is _REWRITES_MADE else finding.lines()
+    click.echo("\n".join(f"{PROG}: {line}" if i == 0 else line for i, line in enumerate(lines)), err=True)
 
 
 def _check_backend(backend: str, device: str | None, stats: bool, keep_intermediates: bool) -> None:
