@@ -57,8 +57,7 @@ def test_labels_in_range_or_the_ignore_value_pass_and_any_other_is_refused_at_it
         with pytest.raises(IndexOutOfRange) as refused:
             check_index_values(graph, {"labels": np.array(bad, np.int32)})
         assert str(refused.value) == (f"input 'labels' holds {value} (at [{at}]), outside 0..4, the classes node "
-                                      f"'one_hot' compares it with, and not -1, the other value it is compared "
-                                      f"with {WHY}")
+                                      f"'one_hot' compares it with, and not -1, the value it ignores {WHY}")
     check_index_values(graph, {"logits": np.zeros((6, 5), np.float32)})  # labels not given: nothing to check
 
 
@@ -72,6 +71,31 @@ def test_a_comparison_without_metadata_is_named_by_its_number_and_the_index_by_e
         check_index_values(graph, {"labels": np.array([[0, 1, 2], [3, 0, 4]])})
     assert str(refused.value) == (f"input 'labels' holds 4 (at [1,2]), outside 0..3, the classes node %{number} "
                                   f"CMPEQ compares it with {WHY}")
+
+
+def shifted_labels_loss() -> Graph:
+    """A causal LM's label shift as HuggingFace writes it: the labels padded with -100 on the
+    right (PAD, then a WHERE on an input-free mask), the first position dropped (SHRINK),
+    then a one-hot against 5 classes and a mask of the -100s."""
+    labels, logits = UOp.param("labels", (2, 4), dtypes.int64), UOp.param("logits", (2, 4, 5))
+    keep = UOp.const(True, dtypes.bool).reshape((1, 1)).expand((2, 4)).pad(((0, 0), (0, 1)))
+    shifted = keep.where(labels.pad(((0, 0), (0, 1))), UOp.const(-100, dtypes.int64)).shrink(((0, 2), (1, 5)))
+    hit = shifted.reshape((2, 4, 1)).eq(UOp.arange(5, dtype=dtypes.int64).reshape((1, 1, 5)))
+    return Graph({"loss": (hit.where(logits, 0.0).sum(-1) * shifted.ne(-100).cast(dtypes.float32)).sum()},
+                 inputs=[logits, labels])
+
+
+def test_a_shifted_label_is_followed_through_padding_and_a_mask_and_checked_where_compared():
+    """The index is followed through PAD and the mask's WHERE to the classes; only the
+    elements that reach them are checked: the first of each row, dropped by the shift, may
+    hold anything (torch's HF loss never reads it), any other must be a class or -100."""
+    graph = shifted_labels_loss()
+    limit = index_limits(graph)["labels"]
+    assert (limit.n, limit.others, limit.reached) == (5, (-100,), (1, 2, 3, 5, 6, 7))
+    check_index_values(graph, {"labels": np.array([[9, 1, 2, -100], [-7, 4, 3, 2]])})
+    with pytest.raises(IndexOutOfRange, match=r"holds 9 \(at \[0,2\]\), outside 0\.\.4, the classes node %\d+ "
+                                              r"CMPEQ compares it with, and not -100, the value it ignores"):
+        check_index_values(graph, {"labels": np.array([[9, 1, 9, -100], [0, 4, 3, 2]])})
 
 
 def test_the_evaluator_checks_nothing_and_values_drawn_at_random_always_pass():
@@ -93,11 +117,20 @@ def test_tinygrads_own_sparse_cross_entropy_refuses_a_label_past_its_classes():
     assert index_limits(graph)["labels"].n == 3
     check_index_values(graph, {"labels": np.array([2, 0], np.int32)})
     with pytest.raises(IndexOutOfRange, match=r"holds 3 \(at \[1\]\), outside 0\.\.2, the classes node "
-                                              r"'sparse_categorical_crossentropy' compares it with \("):
+                                              r"'sparse_categorical_crossentropy' compares it with, and not -1, "
+                                              r"the value it ignores \("):
         check_index_values(graph, {"labels": np.array([0, 3], np.int32)})
-    # its default ignore_index -1 builds no mask (Y.ne(-1) is skipped): -1 would match no class, silently
-    with pytest.raises(IndexOutOfRange, match=r"holds -1 \(at \[0\]\)"):
-        check_index_values(graph, {"labels": np.array([-1, 0], np.int32)})
+    # its default ignore_index -1 builds no mask (Y.ne(-1) is skipped), but -1 is its ignore value: a
+    # label -1 is accepted and counts nothing, as in tinygrad (its mean still divides by every label)
+    assert index_limits(graph)["labels"].others == (-1,)
+    check_index_values(graph, {"labels": np.array([-1, 0], np.int32)})
+    from tinygrad import Tensor, dtypes as tiny_dtypes
+    x = case.inputs["x"]
+    ours = evaluate_graph(graph, {"x": x.numpy(), "labels": np.array([-1, 2], np.int32),
+                                  **{k: v.numpy() for k, v in case.state_dict.items()}})["loss"]
+    tiny = tinygrad_zoo._seeded(tinygrad_zoo._ConvNet())(x).sparse_categorical_crossentropy(
+        Tensor([-1, 2], dtype=tiny_dtypes.int32)).numpy()
+    assert float(ours) == pytest.approx(float(tiny), rel=1e-6)
 
 
 def test_map_graph_refuses_a_shards_label_and_a_fixed_one(tmp_path):
@@ -132,8 +165,8 @@ needs_onnx = pytest.mark.skipif(onnx is None or UOPGRAD is None, reason="onnx, o
 CLASSES, ROWS = 4, 5
 W = np.arange(6 * CLASSES, dtype=np.float32).reshape(6, CLASSES) / 10 - 1.1
 LOSS_NODE = "/SoftmaxCrossEntropyLoss"
-REFUSED = (f"outside 0..{CLASSES - 1}, the classes node '{LOSS_NODE}' compares it with, and not -100, the other "
-           f"value it is compared with {WHY}")
+REFUSED = (f"outside 0..{CLASSES - 1}, the classes node '{LOSS_NODE}' compares it with, and not -100, the value "
+           f"it ignores {WHY}")
 
 
 def xent_model(reduction: str = "mean") -> onnx.ModelProto:
@@ -334,7 +367,49 @@ def test_the_builders_graph_saved_refuses_through_eval(tmp_path):
     np.save(tmp_path / "labels.npy", np.array([0, 1, 2, 3, 4, 8], np.int32))
     run = uopgrad("eval", "m.uop", "-i", "logits=0", "-i", "labels=labels.npy", cwd=tmp_path)
     assert refusal(run) == (f"m.uop: input 'labels' holds 8 (at [5]), outside 0..4, the classes node 'one_hot' "
-                            f"compares it with, and not -1, the other value it is compared with {WHY}")
+                            f"compares it with, and not -1, the value it ignores {WHY}")
     np.save(tmp_path / "labels.npy", np.array([0, 1, 2, 3, 4, -1], np.int32))
     run = uopgrad("eval", "m.uop", "-i", "logits=0", "-i", "labels=labels.npy", "--json", cwd=tmp_path)
     assert run.returncode == 0, run.stderr.decode()
+
+
+@needs_onnx
+def test_a_huggingface_causal_lm_loss_refuses_a_label_past_its_vocabulary(tmp_path):
+    """GPT-2's LM loss shifts the labels before SoftmaxCrossEntropyLoss (pad with -100, drop
+    the first): a label 500 of a vocabulary of 100 was accepted (a loss torch refuses, exit 0);
+    now it is refused, and one in the first position, which the shift drops, is not (the
+    exported graph never reads it; onnxruntime gives the same loss)."""
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    torch.manual_seed(0)
+    lm = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=100,
+                                                              n_positions=8)).eval()
+
+    class Loss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = lm
+
+        def forward(self, ids, labels):
+            return self.m(input_ids=ids, labels=labels).loss
+
+    ids = torch.randint(0, 100, (2, 6))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Loss(), (ids, ids), str(tmp_path / "lm.onnx"), input_names=["ids", "labels"],
+                          output_names=["loss"], dynamo=False)
+    for position, refused in (((0, 3), True), ((1, 0), False)):
+        labels = ids.clone()
+        labels[position] = 500
+        np.savez(tmp_path / "in.npz", ids=ids.numpy(), labels=labels.numpy())
+        run = uopgrad("eval", "lm.onnx", "-i", "in.npz", *([] if refused else ["--json"]), cwd=tmp_path)
+        if refused:
+            assert f"input 'labels' holds 500 (at [{position[0]},{position[1]}]), outside 0..99" in refusal(run)
+            with pytest.raises(IndexError, match="out of bounds"):
+                Loss()(ids, labels)
+        else:
+            assert run.returncode == 0, run.stderr.decode()
+            loss = json.loads(run.stdout)["outputs"]["loss"]["values"]  # the file's loss, as onnxruntime runs it
+            feeds = {"ids": ids.numpy(), "labels": labels.numpy()}
+            assert loss == pytest.approx(float(ort.InferenceSession(str(tmp_path / "lm.onnx")).run(None, feeds)[0]),
+                                         rel=1e-5)

@@ -55,15 +55,20 @@ class IndexLimit:
     node: str
     others: tuple[int, ...] = ()
     low: int = 0
+    reached: tuple[int, ...] | None = None  # the flat indices of the elements compared (None: all)
 
     def first_outside(self, array):
-        """(value, index) of the first element of `array` that is neither in 0..n-1 nor
-        one of `others`, else None: one vectorised test."""
+        """(value, index) of the first element of `array` that is compared and neither in
+        0..n-1 nor one of `others`, else None: one vectorised test."""
         import numpy as np
         array = np.asarray(array)
         bad = (array < self.low) | (array >= self.n)
         if self.others:
             bad &= ~np.isin(array, np.asarray(self.others, dtype=array.dtype))
+        if self.reached is not None:  # an element sliced or masked away never meets a class
+            compared = np.zeros(array.size, dtype=bool)
+            compared[list(self.reached)] = True
+            bad &= compared.reshape(array.shape)
         if not bad.any():
             return None
         index = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), array.shape))
@@ -74,9 +79,9 @@ class IndexLimit:
         at = f" (at [{','.join(map(str, index))}])" if index else ""
         others = ""
         if len(self.others) == 1:
-            others = f", and not {self.others[0]}, the other value it is compared with"
+            others = f", and not {self.others[0]}, the value it ignores"
         elif self.others:
-            others = f", and none of {', '.join(map(str, self.others))}, the other values it is compared with"
+            others = f", and none of {', '.join(map(str, self.others))}, the values it ignores"
         if self.low < 0:
             return (f"{holder} holds {value}{at}, outside {self.low}..{self.n - 1}, the indices node {self.node} "
                     f"takes along an axis of {self.n} (onnxruntime and torch refuse such indices too)")
@@ -95,8 +100,8 @@ def index_limits(graph) -> dict[str, IndexLimit]:
     if not any(node.dtype.is_int for node in graph.inputs):
         return {}
     imported = "onnx.opset" in graph.meta  # an imported model's locations are its node names
-    return {name: IndexLimit(name, n, _describe(node, number, imported), others, low)
-            for name, (n, node, number, others, low) in _walk(tuple(graph.outputs.values())).items()}
+    return {name: IndexLimit(name, n, _describe(node, number, imported), others, low, reached)
+            for name, (n, node, number, others, low, reached) in _walk(tuple(graph.outputs.values())).items()}
 
 
 def check_index_values(graph, values: Mapping) -> None:
@@ -136,7 +141,8 @@ _CACHED = 4
 
 
 def _walk(roots: tuple) -> dict:
-    """{input name: (n, the comparison node, its number, the constants, the lowest value)}, cached."""
+    """{input name: (n, the comparison node, its number, the constants, the lowest value,
+    the elements compared)}, cached."""
     found = _CACHE.get(roots)
     if found is None:
         found = _CACHE[roots] = _compute(roots)
@@ -167,34 +173,120 @@ def _compute(roots: tuple) -> dict:
         if node.op == Ops.PARAM and isinstance(node.arg, str) and node.dtype.is_int:
             ranges, others = _compared_ranges(node, users, variable)  # each n >= 1: a range holds 0..n-1
             if ranges:
-                n, comparison, low = min(ranges, key=lambda r: (r[0], number[r[1]]))
+                n, comparison, low, reached = min(ranges, key=lambda r: (r[0], number[r[1]]))
+                if comparison.meta is not None and comparison.meta.name == "sparse_categorical_crossentropy":
+                    others.add(-1)  # tinygrad's default ignore_index: it compares with nothing, and counts 0
                 found[node.arg] = (n, comparison, number[comparison],
-                                   tuple(sorted(v for v in others if not low <= v < n)), low)
+                                   tuple(sorted(v for v in others if not low <= v < n)), low, reached)
     return found
 
 
 def _compared_ranges(index: UOp, users: dict, variable: set) -> tuple[list, set]:
-    """[(n, the comparison, the lowest value)] for each range 0..n-1 that `index`, seen
-    through views and an ONNX gather's wrap of negative indices (then from -size), is
-    compared with, and the constants it is compared with besides (a sentinel)."""
-    views, stack, ranges, others = {index: 0}, [(index, 0)], [], set()
+    """[(n, the comparison, the lowest value, the elements compared)] for each range 0..n-1
+    that `index`, seen through views, an ONNX gather's wrap of negative indices (then from
+    -size), a padding and a selection by an input-free mask (HF's label shift: pad with
+    -100, drop the first), is compared with; and the constants it is compared with besides
+    (a sentinel). Each path carries the id map of its node (_Ids): which of the index's
+    elements each element is, so that an element sliced or masked away is not checked."""
+    views, stack, ranges, others = {index}, [(index, 0, _Ids.of(index))], [], set()
     while stack:
-        node, low = stack.pop()
+        node, low, ids = stack.pop()
         for user in users.get(node, ()):
-            if user.op in _VIEWS and user.dtype.is_int and user not in views:
-                views[user] = low
-                stack.append((user, low))
-            elif user.op == Ops.WHERE and user not in views and low == 0 and (size := _wrap_size(user, node, variable)):
-                views[user] = -size
-                stack.append((user, -size))
+            if user in views:
+                continue
+            if user.op in _VIEWS and user.dtype.is_int:
+                views.add(user)
+                stack.append((user, low, ids.moved(user)))
+            elif user.op == Ops.PAD and user.dtype.is_int:  # the padding is 0s, always a class
+                views.add(user)
+                stack.append((user, low, ids.padded(user)))
+            elif user.op == Ops.WHERE and low == 0 and (size := _wrap_size(user, node, variable)):
+                views.add(user)
+                stack.append((user, -size, ids))
+            elif user.op == Ops.WHERE and user.src[0] is not node and _selects(user, node, variable):
+                views.add(user)
+                stack.append((user, low, ids.selected(user, node)))
             elif user.op in _COMPARISONS:
                 other = user.src[1] if user.src[0] is node else user.src[0]
                 if other not in variable:
                     compared = _range_of(other)
-                    ranges += [(n, user, low) for n in compared if n == -low or not low]  # a wrap's own classes
+                    reached = ids.reached()
+                    ranges += [(n, user, low, reached) for n in compared if n == -low or not low]  # a wrap's own
                     if not compared:  # a larger range's values are not legitimate for the smaller
                         others |= _constants_of(other)
     return ranges, others
+
+
+def _selects(where: UOp, index: UOp, variable: set) -> bool:
+    """`where` picks `index`'s elements or another branch's by a mask, both input-free (a
+    label masked to an ignore value): the index passes where the mask lets it."""
+    condition, kept, other = where.src
+    if kept is not index:
+        kept, other = other, kept
+    return kept is index and condition not in variable and other not in variable
+
+
+_MOST_TRACKED = 1 << 22  # elements an id map may hold: past it, every element counts as compared
+
+
+class _Ids:
+    """Which element of the index each element of a node on its path is (its flat index,
+    or -1 for a value of no element: padding, a masked-off place); held broadcastable to
+    the node's shape (an EXPAND costs nothing). None: not followed (too large), and then
+    every element counts as compared."""
+
+    def __init__(self, ids, size: int):
+        self.ids, self.size = ids, size
+
+    @classmethod
+    def of(cls, index: UOp) -> "_Ids":
+        import numpy as np
+        size = int(np.prod(index.shape))
+        return cls(np.arange(size).reshape(index.shape) if size <= _MOST_TRACKED else None, size)
+
+    def _full(self, shape: tuple):
+        import numpy as np
+        if self.ids is None or int(np.prod(shape)) > _MOST_TRACKED:
+            return None
+        return np.broadcast_to(self.ids, shape)
+
+    def moved(self, user: UOp) -> "_Ids":
+        """Through a view: RESHAPE, EXPAND, PERMUTE, SHRINK, CAST."""
+        ids, op, arg = self.ids, user.op, user.arg
+        if ids is None or op in (Ops.CAST, Ops.EXPAND):  # an EXPAND's map stays broadcastable
+            return self
+        if op == Ops.PERMUTE:
+            return _Ids(ids.transpose(arg), self.size)
+        if op == Ops.SHRINK:  # a broadcast axis of one stays one
+            return _Ids(ids[tuple(slice(None) if n == 1 else slice(b, e) for n, (b, e) in zip(ids.shape, arg))],
+                        self.size)
+        full = self._full(user.src[0].shape)
+        return _Ids(None if full is None else full.reshape(arg), self.size)
+
+    def padded(self, user: UOp) -> "_Ids":
+        import numpy as np
+        full = self._full(user.src[0].shape)
+        return _Ids(None if full is None else np.pad(full, user.arg, constant_values=-1), self.size)
+
+    def selected(self, where: UOp, index: UOp) -> "_Ids":
+        """Through where(mask, index, other) (or where(mask, other, index)): -1 where the
+        mask picks the other branch (a pick of both keeps every element)."""
+        import numpy as np
+        from ..backends.numpy import evaluate
+        condition, first, second = where.src
+        full = self._full(where.shape)
+        if full is None or (first is index and second is index):
+            return self if full is None else _Ids(full, self.size)
+        mask = np.broadcast_to(np.asarray(evaluate([condition], {})[0], dtype=bool), where.shape)
+        return _Ids(np.where(mask if first is index else ~mask, full, -1), self.size)
+
+    def reached(self) -> tuple[int, ...] | None:
+        """The flat indices of the index's elements this node holds (None: all of them)."""
+        import numpy as np
+        if self.ids is None:
+            return None
+        held = np.unique(self.ids[self.ids >= 0])
+        return None if held.size == self.size else tuple(int(i) for i in held)
 
 
 # the imported ONNX ops whose negative indices count from the end and whose indices outside
