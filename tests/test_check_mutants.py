@@ -520,3 +520,64 @@ def test_the_whole_report_of_two_failing_targets_and_of_a_pass():
         "by the reference evaluator (op by op)",
         "ok: gradients of loss match finite differences (float64)"]
     assert ok.lines()[1].startswith("w                  3  ") and ok.lines()[1].endswith("  ok")
+
+
+# ----------------------------------------------------------------------------- errors small beside |L|
+
+def decay_beside_data(factor: float, c: float = 1e-4) -> Graph:
+    """L = Σ(x w - y)² over 256 rows (about 1e4 at random inputs) + c·Σ w2², w2's gradient
+    given by a backward body as 2c·w2·factor: right for factor 1. A newcomer's weight decay
+    with the 2 dropped (factor 0.5) passed `check`."""
+    x, w, y, w2 = UOp.param("x", (256, 8)), UOp.param("w", (8, 4)), UOp.param("y", (256, 4)), UOp.param("w2", (4, 4))
+    decay = UOp.trace_call("decay", lambda a: (a * a).sum() * c,
+                           lambda a, g: (a * g.expand(a.shape) * (2 * c * factor),), w2)[0]
+    return Graph({"loss": ((x @ w - y) ** 2).sum() + decay}, inputs=[x, w, y, w2])
+
+
+def test_rounding_alone_at_the_small_step_is_no_kink():
+    """w2 alone: its directional derivative (1e-5) is far below the rounding of L (1e4) at the
+    kink test's small step (about 1e-3), so the one-sided differences there were two numbers of
+    noise, and a gradient half the right one fell between them: 'kink', ok. A kink's gap must
+    stand out of that rounding: the first step's failure stands, on every seed."""
+    for seed in range(4):
+        wrong = check_gradients(decay_beside_data(0.5), ["w2"], seed=seed)
+        assert abs(wrong.loss) > 5e3 and not wrong.passed, seed
+        assert not any(d.kink for d in wrong.directions) and not all(d.passed for d in wrong.directions), seed
+        assert check_gradients(decay_beside_data(1.0), ["w2"], seed=seed).passed, seed
+
+
+def test_a_target_too_small_for_its_elements_gets_a_direction_of_its_own():
+    """w and w2 together: w's gradient (about 100) drowns w2's error (1e-5) in the directions
+    through both, and w2's elements are within ATOL·|L| (1e-2) whatever their error; w2, whose
+    largest gradient is under BLIND·ATOL·|L|, is also compared along a direction of its own."""
+    wrong = check_gradients(decay_beside_data(0.5), ["w", "w2"], seed=0)
+    w, w2 = wrong.targets
+    assert all(d.passed for d in wrong.directions) and w.passed and w.direction is None
+    assert not wrong.passed and not w2.passed and w2.max_rel_error == pytest.approx(0.5, abs=1e-3)
+    assert w2.direction.own and w2.direction.targets == ["w2"] and w2.direction.rel_error == pytest.approx(0.5, rel=1e-3)
+    assert "alone along a direction of its own: rel err 5.00e-01  FAILED" in wrong.lines()[2]
+    assert wrong.to_dict()["targets"][1]["direction"]["own"] is True
+    right = check_gradients(decay_beside_data(1.0), ["w", "w2"], seed=0)
+    assert right.passed and right.targets[1].direction.own and right.targets[1].direction.passed
+    assert right.targets[0].direction is None  # w's gradient is large: its elements tell
+    assert "alone along a direction of its own: rel err" in right.lines()[2] and right.lines()[2].endswith("  ok")
+    assert "own" not in right.to_dict()["directions"][0]
+
+
+def test_a_target_within_blind_times_the_element_bound_is_compared_alone_too():
+    """c = 1e-2: w2's gradient (up to 0.04) is above ATOL·|L| (1e-2) but under BLIND times it;
+    0.4% off, its elements pass (4e-5 under their 1e-2 bound) and so do the directions through
+    w too (w's gradient, 1000s of times larger, drowns it): its own direction fails it."""
+    for seed in range(3):
+        wrong = check_gradients(decay_beside_data(0.996, c=1e-2), ["w", "w2"], seed=seed)
+        w2 = wrong.targets[1]
+        assert all(d.passed for d in wrong.directions) and w2.max_rel_error < 5e-3, seed
+        assert 1e-6 * abs(wrong.loss) < 0.04 < check_module.BLIND * 1e-6 * abs(wrong.loss), seed
+        assert not wrong.passed and w2.direction.own and not w2.direction.passed, seed
+
+
+def test_a_kink_along_a_targets_direction_reads_kink_not_a_zero_error():
+    from uopcli.tools.check import DirectionCheck, TargetCheck, _target_line
+    t = TargetCheck("x", 1, 0.0, 0.0, (0,), 1.0, 1.0, True,
+                    direction=DirectionCheck(["x"], 0.5, math.nan, True, kink=True))
+    assert _target_line(t, 12).endswith("alone along the direction: kink  ok")

@@ -16,7 +16,9 @@ How, and why so:
   * directions: `directions` random directions v through every target at once, each one
     pair of evaluations: <grad, v> against (L(x + h v) - L(x - h v)) / 2h (PyTorch's
     gradcheck fast mode, JAX's check_grads). When one fails, each target is tried alone
-    along its part of v, which names the targets at fault.
+    along its part of v, which names the targets at fault. A target whose largest
+    gradient element is under BLIND times the elements' absolute bound gets a direction
+    of its own as well (its elements could not show its error, nor the shared directions).
   * elements: up to `samples` elements per target (all of a smaller target; a seeded
     random choice), each its own central difference, which names the worst element.
     With samples=None, 16 a target while they cost little; on a large model the elements
@@ -34,7 +36,8 @@ How, and why so:
   sum of many terms: a small target's error must show); a NaN anywhere fails.
 - A kink (relu's 0, max's tie) within h of the point spoils a difference, not the
   gradient: a failure is tried again with a step 1000 times smaller; when even then the
-  one-sided differences disagree, L has no derivative there: not compared, counted.
+  one-sided differences disagree (by more than their rounding), L has no derivative
+  there: not compared, counted.
 - Non-finite values say where they come from: a forward value that is not finite at the
   point is reported first (no gradient is compared), with the node that made it; a
   gradient that is not finite names the node of the gradient graph that made it (tools/nans).
@@ -67,6 +70,11 @@ ATOL = 1e-6
 DIRECTION_RTOL = 1e-6
 DIRECTION_ATOL = 1e-9
 DIRECTIONS = 2
+# a target whose largest gradient element is below this many times the element bound's
+# absolute part (ATOL · max(1, |L|)) has elements that cannot show an error under 1/BLIND
+# of the gradient: it is also compared along a direction of its own (DIRECTION_ATOL is
+# 1000 times tighter), where a large target's gradient cannot drown its error
+BLIND = 1e3
 SAMPLES = 16                # elements a target, by default, while they cost little
 NAMING_SAMPLES = 4          # elements compared at least in a target that fails a direction
 PAIR_BUDGET = 2e9           # element operations the default element samples may cost in all
@@ -79,6 +87,7 @@ class DirectionCheck:
     numeric: float           # (L(x + hv) - L(x - hv)) / 2h
     passed: bool
     kink: bool = False
+    own: bool = False  # a target's own direction (BLIND), not its part of one through every target
 
     @property
     def rel_error(self) -> float:
@@ -90,7 +99,7 @@ class DirectionCheck:
     def to_dict(self) -> dict:
         return {"targets": len(self.targets), "analytic": _json_float(self.analytic),
                 "numeric": _json_float(self.numeric), "rel_error": _json_float(self.rel_error),
-                "passed": self.passed, "kink": self.kink}
+                "passed": self.passed, "kink": self.kink, **({"own": True} if self.own else {})}
 
 
 @dataclass
@@ -177,7 +186,8 @@ def _target_line(t: TargetCheck, width: int) -> str:
     verdict = "ok" if t.passed else "FAILED"
     along = ""
     if t.direction is not None:
-        along = f"  alone along the direction: rel err {t.direction.rel_error:.2e}"
+        error = "kink" if t.direction.kink else f"rel err {t.direction.rel_error:.2e}"
+        along = f"  alone along {'a direction of its own' if t.direction.own else 'the direction'}: {error}"
     if not t.samples:
         return f"{t.name:<{width}} {0:>7} {'-':>12} {'-':>12}  (no element compared){along}  {verdict}"
     where = "[" + ",".join(map(str, t.worst_index)) + "]"
@@ -256,6 +266,9 @@ def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
 
     scale = ATOL * max(1.0, abs(loss.base))
     result.directions, attributed = _directions(loss, gradients, values64, targets, h, seed, directions, bad)
+    if directions:
+        attributed.update(_alone_where_elements_are_blind(loss, gradients, values64, targets, h, seed, scale,
+                                                          bad, attributed))
     sizes = {name: int(values64[name].size) for name in targets}
     allocation, result.limited = _allocation(sizes, samples, outputs, attributed)
     rng = np.random.default_rng(seed)
@@ -292,6 +305,27 @@ def _directions(loss: Loss, gradients: dict, feed: dict, targets: list[str], h: 
                 if name not in bad:  # a non-finite gradient has failed already
                     attributed[name] = _along(loss, gradients, feed, {name: v[name]}, h, scale)
     return checks, attributed
+
+
+def _alone_where_elements_are_blind(loss: Loss, gradients: dict, feed: dict, targets: list[str], h: float,
+                                    seed: int, scale: float, bad: list[str], attributed: dict) -> dict:
+    """{target: DirectionCheck} along a direction of its own, for each target (not tried
+    alone already) whose gradient is too small beside |L| for its elements to show an
+    error (BLIND): a weight decay term beside a data term thousands of times larger, whose
+    gradient is off by half, passed its elements' bound and was drowned in the directions
+    through every target."""
+    import numpy as np
+    blind = [name for name in targets if name not in attributed and name not in bad and feed[name].size
+             and float(np.max(np.abs(gradients[name]))) < BLIND * scale]
+    if not blind or (len(blind) == 1 and len(targets) == 1):  # one target: the directions were its own
+        return {}
+    rng = np.random.default_rng([seed, 2])
+    direction_scale = DIRECTION_ATOL * max(1.0, abs(loss.base))
+    found = {name: _along(loss, gradients, feed, random_direction(feed, [name], rng), h, direction_scale)
+             for name in blind}
+    for check in found.values():
+        check.own = True
+    return found
 
 
 def _along(loss: Loss, gradients: dict, feed: dict, v: dict, h: float, scale: float) -> DirectionCheck:

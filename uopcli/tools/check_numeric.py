@@ -151,7 +151,11 @@ def difference(loss: Loss, move: Callable[[float], dict], analytic: float, scale
     base = loss.base
     wide = _quotient((ahead - base) - (base - behind), h)  # the one-sided differences' gap at step h
     rounding = ROUNDING * max(1.0, abs(base)) / small      # of a one-sided difference at the small step
-    bent = not agree(down, up, scale, rtol) and abs(up - down) > KINK_GAP_KEPT * abs(wide)
+    # a kink's gap must stand out of the rounding of the two differences it is the gap of:
+    # where |L| dwarfs the slope along the move, both are rounding alone, and a wrong gradient
+    # between two such numbers is no subgradient (the first step's failure stands)
+    gap = abs(up - down)
+    bent = not agree(down, up, scale, rtol) and gap > KINK_GAP_KEPT * abs(wide) and gap > 2 * rounding
     if bent and min(down, up) - scale - rounding <= analytic <= max(down, up) + scale + rounding:
         return Difference(math.nan, kink=True)  # no derivative here: a subgradient is all one can ask
     return Difference(numeric)
