@@ -66,6 +66,10 @@ def test_the_merged_weights_gradient_is_the_sum_of_its_modules():
     np.testing.assert_allclose(got, numeric, rtol=1e-6)
 
 
+HINT = ("; unless the model shares it (a module applied twice, tied weights), torch's dynamo exporter merged weights "
+        "of equal values (its optimizer, on by default): torch.onnx.export(..., optimize=False) keeps each module's own")
+
+
 @pytest.mark.skipif(UOPGRAD is None, reason="the uopgrad console script is not installed")
 @pytest.mark.parametrize("command", ["diff", "jvp", "hvp", "jacobian", "hessian"])
 def test_each_command_notes_a_merged_wrt_weight_once(tmp_path, command):
@@ -74,9 +78,7 @@ def test_each_command_notes_a_merged_wrt_weight_once(tmp_path, command):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     notes = [line for line in done.stderr.splitlines() if "is read by" in line]
-    assert notes == ["uopgrad: n1.weight is read by 2 modules (n1, n2), so its gradient is the sum of theirs: "
-                     "torch's dynamo exporter merges weights equal when it runs (its optimizer, on by default); "
-                     "torch.onnx.export(..., optimize=False) keeps each module's own"]
+    assert notes == [f"uopgrad: n1.weight is read by 2 modules (n1, n2), so its gradient is the sum of theirs{HINT}"]
 
 
 @pytest.mark.skipif(UOPGRAD is None, reason="the uopgrad console script is not installed")
@@ -201,9 +203,7 @@ def test_a_derived_file_notes_only_the_models_own_modules(tmp_path):
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
         assert [line for line in done.stderr.splitlines() if "is read by" in line] == [
-            "uopgrad: n1.weight is read by 2 modules (n1, n2), so its gradient is the sum of theirs: torch's dynamo "
-            "exporter merges weights equal when it runs (its optimizer, on by default); torch.onnx.export(..., "
-            "optimize=False) keeps each module's own"], command
+            f"uopgrad: n1.weight is read by 2 modules (n1, n2), so its gradient is the sum of theirs{HINT}"], command
 
 
 def test_a_folded_batchnorms_parameter_is_said_to_be_in_the_weights_it_was_folded_into():
@@ -218,3 +218,23 @@ def test_a_folded_batchnorms_parameter_is_said_to_be_in_the_weights_it_was_folde
         "its parameters are no inputs of the file: torch.onnx.export(..., optimize=False) keeps them")
     with pytest.raises(GradientError, match="PyTorch's ONNX exporter may have folded or renamed it"):
         differentiate(graph, ["fc.weight"])  # no folded module of that name: the general hint
+
+
+@pytest.mark.skipif(UOPGRAD is None, reason="the uopgrad console script is not installed")
+def test_a_data_input_several_modules_read_gets_no_exporter_hint(tmp_path):
+    """x read by q and k (attention's input): its gradient sums theirs, said plainly; the
+    dynamo optimizer merges weights, never a model's inputs, so no hint on it."""
+    nodes = [helper.make_node("MatMul", ["x", "wq"], ["q"], name="/q/MatMul"),
+             helper.make_node("MatMul", ["x", "wk"], ["k"], name="/k/MatMul"),
+             helper.make_node("Add", ["q", "k"], ["s"], name="/Add"),
+             helper.make_node("ReduceSum", ["s"], ["y"], name="/ReduceSum", keepdims=0)]
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(nodes, "qk", [helper.make_tensor_value_info("x", T.DOUBLE, [3, 4])],
+                              [helper.make_tensor_value_info("y", T.DOUBLE, [])],
+                              [numpy_helper.from_array(rng.normal(size=(4, 4)), n) for n in ("wq", "wk")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], producer_name="pytorch"),
+              tmp_path / "qk.onnx")
+    done = subprocess.run([UOPGRAD, "diff", "qk.onnx", "--wrt", "x", "-o", "g.uop"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "uopgrad: x is read by 2 modules (q, k), so its gradient is the sum of theirs\n" in done.stderr

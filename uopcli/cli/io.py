@@ -307,7 +307,8 @@ def _note_shared_weights(graph, wrt: list[str]) -> None:
     gradient is the sum of theirs), or that has a BatchNorm folded into it (its gradient is
     the folded weight's): tools/inspect.shared_weight_notes and folded_weight_notes."""
     from ..tools.inspect import folded_weight_notes, shared_weight_notes
-    for line in shared_weight_notes(graph, wrt) + folded_weight_notes(graph, wrt):
+    weights = set(_onnx_weights() or ()) or None  # an .onnx IN's weights: a data input gets no hint on them
+    for line in shared_weight_notes(graph, wrt, weights) + folded_weight_notes(graph, wrt):
         _note(line)
 
 

@@ -96,15 +96,18 @@ def modules_reading(graph: Graph, names: list[str]) -> dict[str, list[str]]:
     return shared
 
 
-def shared_weight_notes(graph: Graph, names: list[str]) -> list[str]:
+def shared_weight_notes(graph: Graph, names: list[str], weights=None) -> list[str]:
     """A line for each of `names` that several modules read (modules_reading): its gradient
-    is the sum of theirs, and for a PyTorch export, which export keeps each module's own."""
+    is the sum of theirs; for a weight of a PyTorch export (`weights`: the model's weight
+    names, when known), either the model shares it (a siamese encoder, tied embeddings) or
+    torch's dynamo exporter merged equal ones, and which export keeps each module's own."""
     notes = []
     for name, modules in modules_reading(graph, names).items():
         shown = briefly(modules)
-        hint = (": torch's dynamo exporter merges weights equal when it runs (its optimizer, on by default); "
-                "torch.onnx.export(..., optimize=False) keeps each module's own" if exported_by_pytorch(graph.meta)
-                else "")
+        hint = ("; unless the model shares it (a module applied twice, tied weights), torch's dynamo exporter "
+                "merged weights of equal values (its optimizer, on by default): torch.onnx.export(..., "
+                "optimize=False) keeps each module's own"
+                if exported_by_pytorch(graph.meta) and (weights is None or name in weights) else "")
         notes.append(f"{name} is read by {len(modules)} modules ({shown}), so its gradient is the sum of theirs{hint}")
     return notes
 
