@@ -14,9 +14,10 @@ gradients):
   computation runs at least at the default width and is cast to it (tinygrad's
   commit rules), so the file only has concrete dtypes;
 - data: a BUFFER, and what a tensor's storage becomes (a RESHAPE or COPY of it, an assign's
-  AFTER, a CONTIGUOUS of random values) is an input of the graph, not a computation. Named
-  tensors (`inputs`, `state_dict`) become PARAMs of those names, others `buffer_0`, ...; all
-  their values are realized with tinygrad and returned (and saved beside the file as .npz);
+  AFTER, a CONTIGUOUS of random values) is an input of the graph, not a computation, one per
+  storage: its views (RESHAPE, COPY) read that input reshaped. Named tensors (`inputs`,
+  `state_dict`) become PARAMs of those names, others `buffer_0`, ...; all their values are
+  realized with tinygrad and returned (and saved beside the file as .npz);
 - COPY between devices is the value itself (the file has no devices).
 What has no counterpart (random bits not realized, multi-device ops, custom kernels,
 symbolic shapes) is refused with one line naming the tinygrad op and the Tensor function
@@ -31,7 +32,7 @@ from typing import Mapping, NamedTuple
 
 from ...errors import UOpError
 from ...core.graph import Graph
-from ...core.ops import DType, dtypes, least_upper_dtype
+from ...core.ops import DType, Ops, dtypes, least_upper_dtype
 from ...core.uop import Metadata, UOp, next_serial, tag_new_nodes, valid_name
 from ._tinygrad import import_tinygrad, our_dtype
 from .export_rules import _rules
@@ -189,6 +190,9 @@ class _Walk:
         self.source_of: dict[str, object] = {}  # input name -> the tinygrad node it stands for
         self._param_of: dict = {}
         self._data_chain = {TOps.RESHAPE, TOps.COPY, TOps.CONTIGUOUS, TOps.AFTER}
+        # what data passes through unchanged, element order included: views of one storage
+        self._same_values = {TOps.RESHAPE, TOps.COPY, TOps.CONTIGUOUS}
+        self._stands_for: dict = {}  # data node -> the data node whose input holds its values
         self._rules = _rules(TOps)
         self._weak = set(tg.dtypes.weaks)
         self._output, self._root = "", None
@@ -220,6 +224,35 @@ class _Walk:
                          or (node.op is T.CONTIGUOUS and random)):
                 f |= _DATA
             flags[node] = f
+        self._group_data()
+
+    def _group_data(self) -> None:
+        """Each data node -> the one node whose input holds its values. Views of one
+        storage (a realized `h` and `h.reshape(...)`, one rand draw and its flatten) are
+        one input, reshaped where used: an input per view would let `-i` and `--wrt` change
+        only some of the uses of the one tensor."""
+        by_storage: dict = {}
+        for node, f in self.flags.items():
+            if f & _DATA:
+                by_storage.setdefault(self._storage(node), []).append(node)
+        for storage, nodes in by_storage.items():
+            held_by = self._holder(storage, nodes)
+            self._stands_for.update((node, held_by) for node in nodes)
+
+    def _storage(self, node):
+        """The data below `node` that it passes on unchanged (a named tensor is its own)."""
+        while node not in self.names and node.op in self._same_values and self.flags[node.src[0]] & _DATA:
+            node = node.src[0]
+        return node
+
+    def _holder(self, storage, nodes):
+        """The node an input stands for: the tensor over a flat BUFFER (its RESHAPE) when
+        the graph views the buffer through one tensor only, else the storage itself."""
+        if storage.op is self.T.BUFFER:
+            tensors = {n for n in nodes if n.op is self.T.RESHAPE and n.src[0] is storage}
+            if len(tensors) == 1:
+                return tensors.pop()
+        return storage
 
     # -- second pass
     def translate(self, root, output_name: str) -> UOp:
@@ -233,7 +266,7 @@ class _Walk:
             if key in memo:
                 continue
             if flags.get(node, 0) & _DATA:
-                memo[key] = self.param(node, self.names.get(node))
+                memo[key] = self._data(node)
                 continue
             rule = self._rules.get(node.op)
             if rule is None:
@@ -258,6 +291,19 @@ class _Walk:
         if metadata:
             tag_new_nodes(result, since, Metadata(name=metadata[0].name))
         return result
+
+    def _data(self, node) -> UOp:
+        """Data `node` as the input holding its values, reshaped to its shape."""
+        held_by = self._stands_for[node]
+        param = self.param(held_by, self.names.get(held_by))
+        shape = self.shape(node)
+        if shape == param.shape:
+            return param
+        since = next_serial()
+        view = UOp.make(Ops.RESHAPE, param.dtype, (param,), shape)
+        if node.metadata:
+            tag_new_nodes(view, since, Metadata(name=node.metadata[0].name))
+        return view
 
     def param(self, node, name: str | None) -> UOp:
         """The graph input standing for tinygrad data `node` (named, or buffer_0, ...)."""
