@@ -482,6 +482,22 @@ def test_a_dtype_the_format_lacks_is_refused(tmp_path):
     assert "has dtype fp8e4m3, which format v1 does not have: the format's floats are" in fp8
 
 
+def test_a_symbolic_shape_is_refused_naming_its_variables(tmp_path):
+    """A bound Variable (as an unbound one) in a shape: one line naming the op, the Variable
+    (and what it is bound to) and what to do, never tinygrad's reprs of its UOps."""
+    from tinygrad import Variable
+    n = Variable("n", 1, 8)
+    a = Tensor(np.arange(8, dtype=np.float32))
+    message = _refused(tmp_path, {"y": a[:n.bind(3)].sum()}, {"a": a})
+    assert message == ("cannot export tinygrad SHRINK (made by Tensor.__getitem__), reached from output 'y': its shape "
+                       "depends on the Variable n (bound to 3), and format v1 has static shapes: build the graph with "
+                       "an int in its place (a file per size)")
+    grid = Tensor(np.arange(64, dtype=np.float32).reshape(8, 8))
+    message = _refused(tmp_path, {"y": grid[:n, :Variable("m", 1, 8).bind(2)].sum()}, {"grid": grid})
+    assert message.endswith("'y': its shape depends on the Variables n, m (bound to 2), and format v1 has static "
+                            "shapes: build the graph with ints in their place (a file per size)")
+
+
 def test_colliding_input_names_are_refused(tmp_path):
     x, w = Tensor.ones(2).contiguous(), Tensor.ones(2).contiguous()
     message = _refused(tmp_path, {"y": (x * w).sum()}, {"weight": x}, {"weight": w})

@@ -337,15 +337,23 @@ class _Walk:
     def shape(self, node) -> tuple[int, ...]:
         shape = node.shape
         if not all(isinstance(s, int) for s in shape):
-            raise self._refuse(node, f"has a symbolic shape {shape}: bind the variables first")
+            raise self._symbolic(node, shape)
         return tuple(shape)
 
     def marg(self, node):
         arg = node.marg
         flat = [a for pair in arg for a in (pair if isinstance(pair, tuple) else (pair,))]
         if not all(isinstance(a, int) for a in flat):
-            raise self._refuse(node, f"has a symbolic argument {arg}: bind the variables first")
+            raise self._symbolic(node, flat)
         return arg
+
+    def _symbolic(self, node, values) -> ExportError:
+        """The refusal of a shape that holds tinygrad Variables (bound or not), naming them."""
+        named = dict.fromkeys(text for value in values if not isinstance(value, int) for text in _variables(value))
+        which = f"Variables {', '.join(named)}" if len(named) > 1 else f"Variable {''.join(named) or '(unnamed)'}"
+        instead = "ints in their place" if len(named) > 1 else "an int in its place"
+        return self._refuse(node, f"its shape depends on the {which}, and format v1 has static shapes: "
+                                  f"build the graph with {instead} (a file per size)")
 
     def is_weak(self, node) -> bool:
         return node.dtype in self._weak
@@ -386,6 +394,19 @@ class _Walk:
         around = [f"from Tensor.{source.metadata[0].name}"] if source is not None else []
         around += [f"an input of Tensor.{user.metadata[0].name}"] if user is not None else []
         return f" ({', '.join(around)})" if around else ""
+
+
+def _variables(value) -> list[str]:
+    """`n (bound to 3)` for each tinygrad Variable in shape `value` (`n` where unbound):
+    tinygrad 0.14 binds one as AFTER(variable, STORE(variable, CONST))."""
+    bound = {n.src[0]: n.src[1].src[1].arg for n in value.toposort()
+             if n.op.name == "AFTER" and len(n.src) == 2 and n.src[1].op.name == "STORE"
+             and n.src[1].src[-1].op.name == "CONST"}
+    texts = []
+    for variable in value.variables():
+        name = getattr(variable.arg, "name", None) or str(variable.arg)
+        texts.append(f"{name} (bound to {bound[variable]})" if variable in bound else name)
+    return texts
 
 
 def _breadth_first(root, until) -> dict:
