@@ -51,7 +51,7 @@ def _tinygrad_recursion_limit():
 from tinygrad import Tensor, dtypes  # noqa: E402
 
 from tinygrad_zoo import ZOO  # noqa: E402
-from uopcli import load  # noqa: E402
+from uopcli import evaluate_graph, load  # noqa: E402
 from uopcli.interop.tinygrad import ExportError, export, save, to_graph, to_tinygrad  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
@@ -472,7 +472,8 @@ def test_a_dtype_the_format_lacks_is_refused(tmp_path):
     message = _refused(tmp_path, {"y": x.cast(dtypes.bfloat16).cast(dtypes.float32).sum()}, {"x": x})
     assert message == ("cannot export tinygrad CAST (an input of Tensor.sum), reached from output 'y': has dtype "
                        "bfloat16, which format v1 does not have: the format's floats are float16, float32 and "
-                       "float64, build the model in one (Tensor.float(), or dtypes.default_float)")
+                       "float64, build the model in one (Tensor.float(); tinygrad's default float: "
+                       "DEFAULT_FLOAT=float32 in the environment, or Context(DEFAULT_FLOAT='float32'))")
     w = Tensor(np.array([[0.5, 1.0], [2.0, -1.0], [0.0, 3.0], [1.0, 1.0]], np.float32))
     mixed = (x.reshape(1, 4).cast(dtypes.bfloat16) @ w.cast(dtypes.bfloat16)).float().relu()
     message = _refused(tmp_path, {"y": mixed.sum()}, {"x": x, "w": w})
@@ -480,6 +481,30 @@ def test_a_dtype_the_format_lacks_is_refused(tmp_path):
                               "reached from output 'y': has dtype bfloat16")
     fp8 = _refused(tmp_path, {"y": x.cast(dtypes.fp8e4m3).float().sum()}, {"x": x})
     assert "has dtype fp8e4m3, which format v1 does not have: the format's floats are" in fp8
+
+
+def test_the_dtype_refusals_hint_works(tmp_path):
+    """A model built in bfloat16 by tinygrad's default float is refused; built again as the
+    refusal says (Context in Python, DEFAULT_FLOAT in the environment: tinygrad 0.14's
+    dtypes.default_float cannot be set), it exports and gives tinygrad's value."""
+    from tinygrad import Context
+
+    def model():
+        x = Tensor([[1.5, 2.0, 0.25]]).contiguous()
+        return x, (x @ Tensor([[0.5], [1.0], [2.0]])).relu().sum()
+
+    with Context(DEFAULT_FLOAT="bfloat16"):
+        x, y = model()
+        assert "DEFAULT_FLOAT=float32 in the environment, or Context(DEFAULT_FLOAT='float32')" in \
+            _refused(tmp_path, {"y": y}, {"x": x})
+        with Context(DEFAULT_FLOAT="float32"):
+            x, y = model()
+            exported = save(tmp_path / "m.uop", {"y": y}, {"x": x})
+    assert evaluate_graph(exported.graph, exported.values)["y"] == y.item() == 3.25
+    script = "from tinygrad import Tensor; print(Tensor([1.5]).dtype)"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env={**os.environ, "DEFAULT_FLOAT": "float32"})
+    assert done.stdout.strip() == "dtypes.float", done.stderr
 
 
 def test_a_symbolic_shape_is_refused_naming_its_variables(tmp_path):

@@ -331,7 +331,8 @@ class _Walk:
             # every integer width is the format's: what lands here is a float (bfloat16, fp8)
             raise self._refuse(node, f"has dtype {str(node.dtype).removeprefix('dtypes.')}, which format v1 does not "
                                      "have: the format's floats are float16, float32 and float64, build the model in "
-                                     "one (Tensor.float(), or dtypes.default_float)")
+                                     "one (Tensor.float(); tinygrad's default float: DEFAULT_FLOAT=float32 in the "
+                                     "environment, or Context(DEFAULT_FLOAT='float32'))")
         return dtype
 
     def shape(self, node) -> tuple[int, ...]:
