@@ -240,8 +240,9 @@ def test_evaluate_on_tinygrad_in_process_gives_the_evaluators_values(monkeypatch
     for mode, got in found.items():
         np.testing.assert_allclose(got, evaluate_graph(gradient, at, simplify=mode)["grad_x"], rtol=1e-6)
 
-    # the device asked for is the one used: a device tinygrad does not have fails in one line
-    with pytest.raises(EvaluationError, match="tinygrad could not run the graph: ModuleNotFoundError: .*ops_nosuch"):
+    # the device asked for is the one used: a device tinygrad does not have fails in one line,
+    # before tinygrad imports its module (test_a_device_tinygrad_lacks_is_a_usage_error)
+    with pytest.raises(EvaluationError, match=r"^no tinygrad device 'NOSUCH': tinygrad's devices are [A-Z, ]*CPU"):
         evaluate_on_tinygrad(graph, inputs, "NOSUCH")
 
     def fails(*tensors):
@@ -572,6 +573,35 @@ def test_backend_option_without_tinygrad_says_how_to_install(zoo, tmp_path):
                             "print('tinygrad' in sys.modules)"], capture_output=True, text=True,
                            env={**os.environ, **env})
     assert probe.stdout.strip() == "False", probe.stderr
+
+
+def _devices_text() -> str:
+    """tinygrad's devices as its runtime modules (ops_<device>.py) name them, storage aside."""
+    runtime = Path(tinygrad.__file__).parent / "runtime"
+    names = {p.stem[4:].upper() for p in runtime.glob("ops_*.py")} - {"DISK", "TINYFS", "NPY"}
+    return ", ".join(sorted(names))
+
+
+@pytest.mark.parametrize("device, renamed", [
+    ("CLANG", "tinygrad 0.14 renamed CLANG to CPU (DEV=CPU:CLANG picks its clang renderer); "),
+    ("llvm", "tinygrad 0.14 renamed LLVM to CPU (DEV=CPU:LLVM picks its LLVM renderer); "),
+    ("GPU:1", "tinygrad 0.14 renamed GPU to CL; "),
+    ("NOSUCHDEVICE", "")])
+def test_a_device_tinygrad_lacks_is_a_usage_error(tmp_path, device, renamed):
+    """Checked before anything runs: an old name said ModuleNotFoundError, and a graph that
+    folds to constants (samples/poly.uop) ran on a device that does not exist, exit 0."""
+    poly = Path(__file__).parent.parent / "samples" / "poly.uop"
+    done = uopgrad("eval", str(poly), "-i", "x=2", "--backend", "tinygrad", "--device", device, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (f"uopgrad: error: Invalid value for '--device': {device!r}: {renamed}tinygrad's devices "
+                           f"are {_devices_text()} (see 'uopgrad eval --help')\n")
+    from uopcli.errors import EvaluationError
+    from uopcli.interop.tinygrad import evaluate_on_tinygrad
+    graph = load(poly)
+    with pytest.raises(EvaluationError) as info:
+        evaluate_on_tinygrad(graph, {"x": np.float32(2)}, device=device)
+    assert str(info.value) == f"no tinygrad device {device!r}: {renamed}tinygrad's devices are {_devices_text()}"
+    assert evaluate_on_tinygrad(graph, {"x": np.float32(2)}, device="cpu")["y"] == 33
 
 
 def test_loaded_file_is_the_exported_graph(zoo):

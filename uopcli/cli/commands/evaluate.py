@@ -146,11 +146,14 @@ def _check_backend(backend: str, device: str | None, stats: bool, keep_intermedi
     if keep_intermediates:
         raise click.UsageError("--keep-intermediates evaluates every node with the numpy evaluator: "
                                "not with --backend tinygrad")
-    from ...interop.tinygrad import TinygradMissing, import_tinygrad
+    from ...interop.tinygrad import TinygradMissing, import_tinygrad, unknown_device
     try:
         import_tinygrad()
     except TinygradMissing as e:
         raise CommandFailed(f"--backend tinygrad: {e}") from None
+    unknown = device is not None and unknown_device(device)
+    if unknown:
+        raise click.BadParameter(unknown, param_hint="'--device'")
 
 
 def _evaluate_on_tinygrad(graph, inputs: dict, device: str | None, simplify: str) -> dict:

@@ -6,9 +6,9 @@ tinygrad only inside their functions, on first use: importing them (and `uopcli`
 needs it; a call without it raises TinygradMissing saying how to install the extra.
 """
 
-from ._tinygrad import INSTALL_HINT, TinygradMissing, import_tinygrad
+from ._tinygrad import INSTALL_HINT, TinygradMissing, import_tinygrad, unknown_device
 from .backend import close_compile_workers, evaluate_on_tinygrad, to_tinygrad
 from .export import Exported, ExportError, export, save, to_graph
 
 __all__ = ["save", "export", "to_graph", "to_tinygrad", "evaluate_on_tinygrad", "close_compile_workers", "Exported", "ExportError",
-           "TinygradMissing", "INSTALL_HINT", "import_tinygrad"]
+           "TinygradMissing", "INSTALL_HINT", "import_tinygrad", "unknown_device"]

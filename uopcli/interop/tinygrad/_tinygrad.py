@@ -42,3 +42,24 @@ def tinygrad_dtype(dtype: DType):
     """tinygrad's dtype object for one of ours."""
     from tinygrad import dtypes as tg_dtypes
     return getattr(tg_dtypes, dtype.name)
+
+
+# device names of earlier tinygrads -> what 0.14 calls them (its CPU device picks a
+# renderer by DEV=CPU:<RENDERER>, not by the device name)
+_RENAMED = {"CLANG": "CPU (DEV=CPU:CLANG picks its clang renderer)",
+            "LLVM": "CPU (DEV=CPU:LLVM picks its LLVM renderer)",
+            "GPU": "CL"}
+_STORAGE_ONLY = {"DISK", "TINYFS", "NPY"}  # devices that hold data but compute nothing
+
+
+def unknown_device(device: str) -> str | None:
+    """Why tinygrad has no device `device` (checked before anything runs: tinygrad itself
+    fails with an import error of its module, or not at all where the graph folds to
+    constants), or None. Its devices are its runtime modules (tinygrad.Device._devices)."""
+    from tinygrad import Device
+    known = getattr(Device, "_devices", None)
+    name = device.split(":", 1)[0].upper()
+    if not isinstance(known, list) or name in known:
+        return None
+    renamed = f"tinygrad {SUPPORTED} renamed {name} to {_RENAMED[name]}; " if name in _RENAMED else ""
+    return f"{device!r}: {renamed}tinygrad's devices are {', '.join(sorted(set(known) - _STORAGE_ONLY))}"

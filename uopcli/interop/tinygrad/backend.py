@@ -37,7 +37,7 @@ from ...errors import EvaluationError
 from ...core.ops import CALLS, Ops
 from ...core.uop import UOp
 from ...core.walks import scope_toposort
-from ._tinygrad import import_tinygrad, tinygrad_dtype
+from ._tinygrad import import_tinygrad, tinygrad_dtype, unknown_device
 
 
 def to_tinygrad(graph, device: str | None = None, fdiv: bool = True):
@@ -46,6 +46,9 @@ def to_tinygrad(graph, device: str | None = None, fdiv: bool = True):
     `fdiv=False`: every FDIV spelled as a * (1/b), as on a renderer without it (see the
     module's docstring: for a graph tinygrad cannot compile with FDIV)."""
     tg = import_tinygrad()
+    unknown = device and unknown_device(device)
+    if unknown:
+        raise EvaluationError(f"no tinygrad device {unknown}")
 
     def run(**inputs) -> dict:
         missing = [n for n in graph.input_names if n not in inputs]
