@@ -157,7 +157,8 @@ def _target(inputs: dict[str, UOp], name: str, meta: dict | None = None) -> UOp:
                             f"cannot be differentiated with respect to {name} as exported")
     if node is None:
         raise GradientError(f"no input named {name!r} to differentiate with respect to; "
-                            f"inputs: {', '.join(inputs) or 'none'}{_folded_hint(name, meta) or _exporter_hint(meta)}")
+                            f"inputs: {', '.join(inputs) or 'none'}"
+                            f"{_folded_hint(name, meta) or _tinygrad_hint(name, meta) or _exporter_hint(meta)}")
     if not node.dtype.is_float:
         raise GradientError(f"input {name!r} is {_type(node)}: only floating-point inputs have gradients")
     return node
@@ -181,6 +182,20 @@ def _folded_hint(name: str, meta: dict | None) -> str:
     return (f"; the exporter's optimizer folded the BatchNorm {module} into {', '.join(into)} "
             f"({folded[into[0]][0]}), so its parameters are no inputs of the file: torch.onnx.export(..., "
             f"optimize=False) keeps them")
+
+
+def _tinygrad_hint(name: str, meta: dict | None) -> str:
+    """Why tinygrad tensor `name`, given to the export, is no input (tools/inspect.SAME_TENSORS,
+    UNREACHED): another name of an input's tensor, or a tensor no output depended on."""
+    from .inspect import SAME_TENSORS, UNREACHED, meta_json
+    same = meta_json(meta, SAME_TENSORS, dict).get(name)
+    if isinstance(same, str):
+        return (f"; {name} is the same tensor as {same} in the tinygrad model exported (tied), so {same}'s "
+                f"gradient holds the uses of both: --wrt {same}")
+    if name in meta_json(meta, UNREACHED, list):
+        return (f"; {name} was given to the tinygrad export, but no output depended on it (an output realized "
+                f"before the export holds its value, not the graph that computed it)")
+    return ""
 
 
 def _exporter_hint(meta: dict | None) -> str:

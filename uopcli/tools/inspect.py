@@ -118,6 +118,13 @@ FOLDED_WEIGHTS = "onnx.folded_weights"
 # graph meta of an imported model: JSON list of the inputs --constant fixed when importing
 FIXED_INPUTS = "onnx.fixed_inputs"
 
+# graph meta of a tinygrad export: JSON {name: the input's name}, the names given for a
+# tensor already named (tied weights: GPT-2's head.weight is wte.weight), which are no inputs
+SAME_TENSORS = "tinygrad.same_tensors"
+# graph meta of a tinygrad export: JSON list of the named tensors given that no output
+# depends on (all of them: an output realized before the export holds its value, not its graph)
+UNREACHED = "tinygrad.unreached"
+
 
 def meta_json(meta: dict | None, key: str, kind: type):
     """The JSON value graph meta `key` holds, when it is a `kind` (list, dict); else an empty

@@ -8,7 +8,7 @@ needs it; a call without it raises TinygradMissing saying how to install the ext
 
 from ._tinygrad import INSTALL_HINT, TinygradMissing, import_tinygrad, unknown_device
 from .backend import close_compile_workers, evaluate_on_tinygrad, to_tinygrad
-from .export import Exported, ExportError, export, save, to_graph
+from .export import Exported, ExportError, ExportWarning, export, save, to_graph
 
-__all__ = ["save", "export", "to_graph", "to_tinygrad", "evaluate_on_tinygrad", "close_compile_workers", "Exported", "ExportError",
+__all__ = ["save", "export", "to_graph", "to_tinygrad", "evaluate_on_tinygrad", "close_compile_workers", "Exported", "ExportError", "ExportWarning",
            "TinygradMissing", "INSTALL_HINT", "import_tinygrad", "unknown_device"]

@@ -17,7 +17,10 @@ gradients):
   AFTER, a CONTIGUOUS of random values) is an input of the graph, not a computation, one per
   storage: its views (RESHAPE, COPY) read that input reshaped. Named tensors (`inputs`,
   `state_dict`) become PARAMs of those names, others `buffer_0`, ...; all their values are
-  realized with tinygrad and returned (and saved beside the file as .npz);
+  realized with tinygrad and returned (and saved beside the file as .npz). A tensor's second
+  name (tied weights) and, where no output depends on any named tensor (an output realized
+  before the export), the names are recorded in graph meta for `diff --wrt` to explain;
+  the latter is also an ExportWarning;
 - COPY between devices is the value itself (the file has no devices).
 What has no counterpart (random bits not realized, multi-device ops, custom kernels,
 symbolic shapes) is refused with one line naming the tinygrad op and the Tensor function
@@ -41,6 +44,10 @@ from .scopes import assign_scopes
 
 class ExportError(UOpError):
     """A tinygrad graph that the format cannot hold, or a bad inputs/outputs request."""
+
+
+class ExportWarning(UserWarning):
+    """An export that is likely not what was meant (no output depends on any named tensor)."""
 
 
 class Exported(NamedTuple):
@@ -74,18 +81,55 @@ def to_graph(outputs: Mapping, inputs: Mapping | None = None, state_dict: Mappin
 def _translated(tg, outputs, inputs, state_dict):
     outputs = _check_names(outputs, "output")
     inputs = _check_names(inputs or {}, "input")
-    named = _named_uops(tg, inputs, dict(state_dict or {}))
+    named, same = _named_uops(tg, inputs, dict(state_dict or {}))
     walk = _Walk(tg, {uop: name for name, (uop, _) in named.items()})
     roots = {name: _uop_of(tg, value, f"output {name!r}") for name, value in outputs.items()}
     walk.classify(roots.values())
     graph_outputs = {name: walk.translate(root, name) for name, root in roots.items()}
+    reached = {p.arg for p in walk.params}
     # the user's inputs all stay, in their order, used or not; the rest as reached
     given = [walk.param(named[name][0], name) for name in inputs]
     listed = set(given)
     graph = Graph(graph_outputs, given + [p for p in walk.params if p not in listed],
                   meta={"producer": "uopgrad tinygrad export", "tinygrad": _version()})
+    _note_names(graph, same, [name for name in named if name not in reached], len(named))
     assign_scopes(graph, {key for key in state_dict or {} if key in named and key not in inputs})
     return graph, walk, named
+
+
+def _note_names(graph: Graph, same: dict, unreached: list, given: int) -> None:
+    """Record in the graph's meta the names given that are no input of it, for `diff --wrt`
+    to say why: another name of an input's tensor (tied weights), or none reached at all
+    (then also a warning now: the outputs are constants, likely realized before export)."""
+    import json
+    import warnings
+
+    from ...tools.inspect import SAME_TENSORS, UNREACHED
+    from ...tools.names import briefly
+    inputs = set(graph.input_names)
+    same = {alias: name for alias, name in same.items() if name in inputs}
+    if same:
+        graph.meta[SAME_TENSORS] = json.dumps(same)
+    if given and len(unreached) == given:
+        graph.meta[UNREACHED] = json.dumps(unreached)
+        outputs = ", ".join(map(repr, graph.outputs))
+        which = f"outputs {outputs} depend" if len(graph.outputs) > 1 else f"output {outputs} depends"
+        warnings.warn(ExportWarning(f"tinygrad export: {which} on none of the named tensors given "
+                                    f"({briefly(unreached)}): a tensor realized before the export (loss.realize()) "
+                                    f"holds its value, not the graph that computed it; export before realizing"),
+                      stacklevel=_caller_level())
+
+
+def _caller_level() -> int:
+    """warnings.warn's stacklevel of the first caller outside this package (save, export and
+    to_graph reach the warning through different depths)."""
+    import os
+    import sys
+    here = os.path.dirname(__file__)
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.dirname(frame.f_code.co_filename) == here:
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def save(path, outputs: Mapping, inputs: Mapping | None = None, state_dict: Mapping | None = None,
@@ -132,11 +176,12 @@ def _uop_of(tg, value, what: str):
     raise ExportError(f"{what} must be a tinygrad Tensor or UOp, got {type(value).__name__}")
 
 
-def _named_uops(tg, inputs: dict, state_dict: dict) -> dict:
+def _named_uops(tg, inputs: dict, state_dict: dict) -> tuple[dict, dict]:
     """name -> (tinygrad UOp, the Tensor or UOp given): `inputs` first, then state_dict
     keys. A name in both collides; a tensor under two input names is refused; a state_dict
-    tensor already named (tied weights) keeps its first name."""
+    tensor already named (tied weights) keeps its first name: second, {its key: that name}."""
     named: dict = {}
+    same: dict = {}
     by_uop: dict = {}
     for name, value in inputs.items():
         uop = _uop_of(tg, value, f"input {name!r}")
@@ -149,9 +194,11 @@ def _named_uops(tg, inputs: dict, state_dict: dict) -> dict:
         if key in named:
             raise ExportError(f"input name {key!r} collides: it is given in inputs and is a state_dict key")
         uop = _uop_of(tg, value, f"state_dict[{key!r}]")
-        if uop not in by_uop:
+        if uop in by_uop:
+            same[key] = by_uop[uop]
+        else:
             named[key], by_uop[uop] = (uop, value), key
-    return named
+    return named, same
 
 
 def _realize_values(tg, graph: Graph, walk: "_Walk", named: dict) -> dict:
