@@ -301,6 +301,23 @@ def test_readme_make_targets_table_lists_every_target_make_help_names():
     assert [t for t in helped if t not in listed] == [], "add these to the README's Make targets table"
 
 
+def test_readme_says_which_python_the_tinygrad_extra_needs():
+    """The tinygrad section and the quick start name the Python tinygrad's pinned release
+    requires (its Requires-Python; pip on an older Python fails at the extra's line)."""
+    from importlib.metadata import PackageNotFoundError, metadata
+    try:
+        requires = metadata("tinygrad")["Requires-Python"]
+    except PackageNotFoundError:
+        pytest.skip("tinygrad is not installed for this Python: its Requires-Python is unknown here")
+    version = re.fullmatch(r">=\s*(3\.\d+)", requires.strip()).group(1)
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    section = readme.split("## From tinygrad, and back", 1)[1].split(" ## ", 1)[0]
+    quick_start = readme.split("`make test` adds", 1)[1].split(". ", 1)[0]
+    for text in (section, quick_start):
+        assert f"tinygrad 0.14 needs Python {version} or newer" in text or \
+            f"tinygrad 0.14, which needs Python {version} or newer" in text
+
+
 def _onnx_missing() -> str | None:
     """Why the README's ONNX commands cannot run here (onnx or onnxruntime has no wheel for
     this Python; `make test` installs both where they do), or None."""
