@@ -2,8 +2,8 @@
 exported (scopes from its state_dict's module paths), differentiated and drawn by the
 installed `uopgrad`, then opened in headless Chromium at 1400x900. The top level is the
 model's modules, each beside its ∇ twin; no label is drawn under 10 px; a block opens as
-its sub-modules, and its calls of `linear` are numbered apart, each beside its numbered ∇
-twin. UOPGRAD_SHOTS=<dir> also writes the three screenshots of docs/."""
+its sub-modules, each `linear` inside its Linear module, and its ∇ twin likewise.
+UOPGRAD_SHOTS=<dir> also writes the three screenshots of docs/."""
 
 from __future__ import annotations
 
@@ -118,22 +118,18 @@ def test_a_block_opens_as_its_sub_modules_and_its_gradient_as_theirs(tab):
     _shot(tab, "tinygrad-gpt-grad-backward-block.png")
 
 
-def test_a_blocks_several_calls_of_linear_are_numbered_apart_and_so_are_their_gradients(tab):
-    """Three calls of `linear` that tinygrad tags alike in one block (no source location):
-    numbered apart in graph order, each beside its ∇ twin numbered alike; a panel says which."""
-    calls = ["linear #1", "linear #2", "linear #3"]
-    for label, twin in ((None, "∇ blocks.2"), ("blocks.2", None)):
+def test_a_blocks_calls_of_linear_are_inside_its_linear_modules_and_so_are_their_gradients(tab):
+    """Each `linear` node is in the Linear that called it, its input reshapes too: a block
+    and its attention hold no `linear` group of their own (the input reshapes once made
+    stray `linear #1..#3` groups beside up, down and attn), nor do their ∇ twins. Calls
+    numbered apart are tests/test_html_groups.py's."""
+    for block, attn, modules in (("blocks.2", "attn", ["up", "down"]), ("∇ blocks.2", "∇ attn", ["∇ up", "∇ down"])):
         tab.evaluate("window.uopViewer.open(0)")
-        level = _open(tab, label or twin)
-        labels = {label for label, _ in level["kids"]}
-        numbered = calls if label else ["∇ " + call for call in calls]
-        assert set(numbered) <= labels and "linear" not in labels and "∇ linear" not in labels, labels
-        if label:
-            assert [level["twin"][dict(level["kids"])[call]] for call in calls] == ["∇ " + call for call in calls]
-        _open(tab, numbered[1])
-        details = tab.inner_text("#details")
-        assert "call #2 of linear here made: one of 3 calls told apart" in details, details
-        assert ("backward of" in details) == (label is None)
+        labels = {label for label, _ in _open(tab, block)["kids"]}
+        assert set(modules) <= labels and not any("linear" in label for label in labels), labels
+        labels = {label for label, _ in _open(tab, attn)["kids"]}
+        assert {m.replace("up", "q").replace("down", "o") for m in modules} <= labels, labels
+        assert not any("linear" in label for label in labels), labels
 
 
 def test_the_page_data_names_every_scope_from_the_state_dict(page):

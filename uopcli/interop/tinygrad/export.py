@@ -26,7 +26,8 @@ What has no counterpart (random bits not realized, multi-device ops, custom kern
 symbolic shapes) is refused with one line naming the tinygrad op and the Tensor function
 that made it. tinygrad's metadata (the Tensor function that made a node) becomes node
 metadata `name`; tinygrad 0.14 records no source location, so `loc` stays empty. Each node's
-`scope` comes from the module paths of the state_dict's keys (scopes.py).
+`scope` is the module whose forward made it (module_calls.py), its path from the state_dict's
+keys (scopes.py).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from ...core.ops import DType, Ops, dtypes, least_upper_dtype
 from ...core.uop import Metadata, UOp, next_serial, tag_new_nodes, valid_name
 from ._tinygrad import import_tinygrad, our_dtype
 from .export_rules import _rules
+from .module_calls import ModuleScopes
 from .scopes import assign_scopes
 
 
@@ -82,7 +84,8 @@ def _translated(tg, outputs, inputs, state_dict):
     outputs = _check_names(outputs, "output")
     inputs = _check_names(inputs or {}, "input")
     named, same = _named_uops(tg, inputs, dict(state_dict or {}))
-    walk = _Walk(tg, {uop: name for name, (uop, _) in named.items()})
+    scopes = ModuleScopes(tg, dict(state_dict or {}))
+    walk = _Walk(tg, {uop: name for name, (uop, _) in named.items()}, scopes.scope_of)
     roots = {name: _uop_of(tg, value, f"output {name!r}") for name, value in outputs.items()}
     walk.classify(roots.values())
     graph_outputs = {name: walk.translate(root, name) for name, root in roots.items()}
@@ -93,7 +96,7 @@ def _translated(tg, outputs, inputs, state_dict):
     graph = Graph(graph_outputs, given + [p for p in walk.params if p not in listed],
                   meta={"producer": "uopgrad tinygrad export", "tinygrad": _version()})
     _note_names(graph, same, [name for name in named if name not in reached], len(named))
-    assign_scopes(graph, {key for key in state_dict or {} if key in named and key not in inputs})
+    assign_scopes(graph, {key for key in state_dict or {} if key in named and key not in inputs}, scopes.recorded)
     return graph, walk, named
 
 
@@ -228,9 +231,9 @@ class _Walk:
     """Two iterative passes over tinygrad's graph: `classify` marks what is data and what
     depends on named inputs; `translate` builds our nodes, one rule per tinygrad op."""
 
-    def __init__(self, tg, names: dict):
+    def __init__(self, tg, names: dict, scope_of):
         from tinygrad.uop.ops import Ops as TOps
-        self.tg, self.T, self.names = tg, TOps, names
+        self.tg, self.T, self.names, self.scope_of = tg, TOps, names, scope_of
         self.flags: dict = {}
         self.memo: dict = {}
         self.params: list[UOp] = []         # graph inputs in the order reached
@@ -334,9 +337,9 @@ class _Walk:
             raise
         except UOpError as e:
             raise self._refuse(node, f"does not fit the format: {e}") from None
-        metadata = node.metadata
-        if metadata:
-            tag_new_nodes(result, since, Metadata(name=metadata[0].name))
+        metadata, scope = node.metadata, self.scope_of(node)
+        if metadata or scope:
+            tag_new_nodes(result, since, Metadata(name=metadata[0].name if metadata else None, scope=scope))
         return result
 
     def _data(self, node) -> UOp:
@@ -348,8 +351,9 @@ class _Walk:
             return param
         since = next_serial()
         view = UOp.make(Ops.RESHAPE, param.dtype, (param,), shape)
-        if node.metadata:
-            tag_new_nodes(view, since, Metadata(name=node.metadata[0].name))
+        metadata, scope = node.metadata, self.scope_of(node)
+        if metadata or scope:
+            tag_new_nodes(view, since, Metadata(name=metadata[0].name if metadata else None, scope=scope))
         return view
 
     def param(self, node, name: str | None) -> UOp:

@@ -1,10 +1,18 @@
 """Module scopes for an exported tinygrad graph, from the state_dict's key paths.
 
-tinygrad records which Tensor function made a node (metadata `name`) but not which module
-called it. The state_dict says which module owns each weight: `blocks.0.attn.q.weight` is
-a parameter of module `blocks.0/attn/q` (a list index stays with its list's name). A node
-gets the `scope` of the deepest module whose parameters it uses and whose inputs it takes,
-found in four passes over the graph (each iterative, in canonical order):
+The state_dict says which module owns each weight: `blocks.0.attn.q.weight` is a parameter
+of module `blocks.0/attn/q` (a list index stays with its list's name). Where the export saw
+the modules that made the nodes (module_calls.py, recorded as the model ran), each node is
+in the module whose forward made it: a LayerNorm's normalisation in it, a Linear's or a
+Conv's input reshapes and windows in it, what the parent's forward does between two of its
+modules (an activation, a residual add) in the parent. Here only constants lose theirs.
+
+Where nothing was recorded (the model ran before `uopcli.interop.tinygrad` was imported),
+the scopes are guessed from the graph: tinygrad records which Tensor function made a node
+(metadata `name`) but not which module called it. A node gets the `scope` of the deepest
+module whose parameters it uses and whose inputs it takes, found in four passes over the
+graph (each iterative, in canonical order); a node between two modules is ambiguous there
+(`ln(enc(x))` and `enc(x).layernorm()` make the same nodes) and lands in the one before:
 
 1. weights: a state_dict input, and a movement or cast of weights of one module, belong to
    that module (the transposes and reshapes of a Linear's weight);
@@ -44,15 +52,20 @@ def module_of(key: str) -> tuple[str, ...]:
     return tuple(parts)
 
 
-def assign_scopes(graph: Graph, weights: set[str]) -> None:
+def assign_scopes(graph: Graph, weights: set[str], recorded: bool = False) -> None:
     """Set each node's metadata `scope` (see the module docstring); `weights` are the names
-    of the inputs that came from the state_dict."""
+    of the inputs that came from the state_dict; `recorded`: the export gave the nodes the
+    scopes of the modules that made them."""
     order = graph.nodes()
     users: dict[UOp, list[UOp]] = {}
     for node in order:
         for src in node.src:
             users.setdefault(src, []).append(node)
     free = _free(order)
+    if recorded:
+        _unscope_free(order, free)
+        _inherit_names(order, users)
+        return
     scope = _seeded(order, weights, free)
     _from_users(order, users, scope, free)
     _from_sources(order, scope, free)
@@ -62,6 +75,14 @@ def assign_scopes(graph: Graph, weights: set[str]) -> None:
         if path and node not in free:
             meta = node.meta or Metadata()
             node.set_meta(meta._replace(scope="/".join(path)))
+
+
+def _unscope_free(order: list, free: set) -> None:
+    """Constants and what is made of them alone are shared among modules (tinygrad and the
+    format keep one node for equal ones): drawn where their users are, not in a module."""
+    for node in order:
+        if node in free and node.meta is not None and node.meta.scope:
+            node.set_meta(node.meta._replace(scope=None))
 
 
 def _common(paths) -> tuple:
