@@ -531,8 +531,9 @@ def _within_ulps(got: np.ndarray, want: np.ndarray, ulps: int) -> bool:
 def test_l2_norms_in_range_are_bit_for_bit_the_plain_forms(dtype):
     """Scaled by a power of two, exactly: where Σx² neither overflows nor underflows, the
     values and gradients are bit for bit those of √Σx² and x/√Σx² (nan, inf and zero rows
-    included), so float32 and float16 models keep their numbers, and onnxruntime's. A float16
-    LpNormalization is x/√Σx² in float32 rounded once (import_table._float32_inside)."""
+    included, but for a zero row's gradient: 0, torch's, not nan), so float32 and float16
+    models keep their numbers, and onnxruntime's. A float16 LpNormalization is x/√Σx² in
+    float32 rounded once (import_table._float32_inside)."""
     rng = np.random.default_rng(7)
     spread = rng.standard_normal((90, 5)) * np.repeat([0.1, 1.0, 10.0], 30)[:, None]
     x = np.concatenate([np.copysign(np.abs(spread) + 0.01, spread),  # float16's squares normal too
@@ -554,9 +555,10 @@ def test_l2_norms_in_range_are_bit_for_bit_the_plain_forms(dtype):
             slopes = evaluate_graph(gradient, {"x": x})["grad_x"]
             by_hand_slopes = evaluate_graph(differentiate(Graph({"loss": plain[op].sum()}, inputs=[param]), ["x"])[0],
                                             {"x": x})["grad_x"]
-        if op == "LpNormalization":  # a zero row: 0, where the root's slope at 0 made it nan
-            assert np.isnan(by_hand_slopes[90]).all() and np.array_equal(slopes[90], np.zeros(5, dtype))
-            slopes, by_hand_slopes = np.delete(slopes, 90, 0), np.delete(by_hand_slopes, 90, 0)
+        # a zero row: 0 (ReduceL2: torch's x·0, -0.0 kept), where the root's slope at 0 made it nan
+        assert np.isnan(by_hand_slopes[90]).all()
+        assert_exact(slopes[90], np.zeros(5, dtype) if op == "LpNormalization" else x[90] * 0, f"{op} at 0")
+        slopes, by_hand_slopes = np.delete(slopes, 90, 0), np.delete(by_hand_slopes, 90, 0)
         assert_exact(slopes, by_hand_slopes, f"{op} gradient")
 
 

@@ -55,15 +55,25 @@ def unit_scale(x: UOp, axes) -> UOp:
     return (-e).exp2()
 
 
+def norm_root(squares: UOp) -> UOp:
+    """√ of a sum of squares with torch's norm gradient at 0: 0 (its norm backward masks a
+    zero norm). √'s slope at 0 is inf, and the cotangent times x = 0 made it nan (0·inf),
+    also under F.normalize's clamp, whose zero cotangent is 0·inf too. The values are √'s,
+    bit for bit: a sum of squares is never -0.0, so 0 is √0; nan and inf are not 0."""
+    zero = squares.eq(0)
+    return zero.where(squares.const_like(0), zero.where(1.0, squares).sqrt())
+
+
 def reduce_l2(ctx):
     """ReduceL2-18: √Σx² (integers: the root truncated, as the reference's astype); floats
-    as √Σ(x·s)²/s with s = unit_scale (no overflow, and no underflow, of Σx²)."""
+    as √Σ(x·s)²/s with s = unit_scale (no overflow, and no underflow, of Σx²), the root by
+    norm_root (gradient 0 at a zero norm, as torch's; an explicit Sqrt keeps its inf slope)."""
     def fold(x: UOp, axes, keep: bool) -> UOp:
         if not x.dtype.is_float:
             return _sum(x * x, axes, keep).sqrt()
         scale = unit_scale(x, axes)
         scaled = x * scale
-        total = _sum(scaled * scaled, axes, keep).sqrt()
+        total = norm_root(_sum(scaled * scaled, axes, keep))
         return total / scale.reshape(total.shape)
     return _reduced(ctx, fold)
 
