@@ -8,6 +8,8 @@ from. Each finding is pinned line by line."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -192,12 +194,12 @@ def test_a_finding_as_json_has_every_part_and_its_origin():
     d = finding.to_dict()
     assert d == {"kind": "nan", "node": "%2 MUL float32[2]", "meta": "",
                  "made": "1 nan among 2 elements (first made at [0]), from sources that hold no nan there",
-                 "sources": ["%1 RECIPROCAL float32[2]: min 1 max 1, 1 of 2 not finite",
+                 "cause": "computed", "sources": ["%1 RECIPROCAL float32[2]: min 1 max 1, 1 of 2 not finite",
                              "%0 PARAM float32[2]: min 0 max 1, 0 of 2 not finite"],
                  "elements": ["its element [0] depends on: input x_json[0] = 0.0"],
                  "origin": {"kind": "inf", "node": "%1 RECIPROCAL float32[2]", "meta": "",
                             "made": "1 inf among 2 elements (first made at [0]), from finite sources",
-                            "sources": ["%0 PARAM float32[2]: min 0 max 1, 0 of 2 not finite"],
+                            "cause": "computed", "sources": ["%0 PARAM float32[2]: min 0 max 1, 0 of 2 not finite"],
                             "elements": ["its element [0] depends on: input x_json[0] = 0.0"], "origin": None}}
 
 
@@ -269,6 +271,27 @@ def test_the_input_named_is_the_one_that_holds_the_value_not_another():
     finding = hunt_nans(Graph({"o": p * 1.0 + q}, inputs=[p, q]),
                         {"p_finite": np.ones(3, np.float32), "q_nan": np.array([1, np.nan, 3], np.float32)})
     assert finding.to_dict()["meta"] == "" and finding.to_dict()["sources"] == []
+
+
+def test_a_nan_an_ops_definition_gives_is_made_by_its_where():
+    """A WHERE built for an op (metadata naming it, not an ONNX Where) taking a nan CONST:
+    made there, by that op (cause "defined"), the condition named when it is no row of
+    -inf; a WHERE of no op, or an ONNX Where, passes the CONST's nan on (given)."""
+    x = UOp.param("x_def", (3,))
+    chosen = named(x < 0.0, name="Mod")
+    out = lines(Graph({"o": named(chosen.where(math.nan, x), name="Mod", loc="/Mod")}, inputs=[x]), x_def=[1, -2, 3])
+    assert out == ["first nan: %4 WHERE float32[3], Mod, at /Mod: 1 nan among 3 elements (first made at [1]): made by "
+                   "Mod, whose definition gives nan where %2 CMPLT bool[3] is true",
+                   "  source %3 CONST float32[]: no finite element, 1 of 1 not finite",
+                   "  source %0 PARAM float32[3]: min -2 max 3, 0 of 3 not finite",
+                   "  its element [1] depends on: input x_def[0] = 1.0; input x_def[1] = -2.0; input x_def[2] = 3.0"]
+    at_three = x.max(0, keepdim=True).eq(3.0).expand(3)  # a row's max, but not -inf: no row named
+    out = lines(Graph({"o": named(at_three.where(math.nan, x), name="Top")}, inputs=[x]), x_def=[1, -2, 3])
+    assert out[0].endswith("(first made at [0]): made by Top, whose definition gives nan where %4 EXPAND bool[3] is true")
+    for meta, cut in (({}, -1.0), ({"name": "Where"}, -1.5)):  # (other nodes: equal ones are one)
+        plain = (x < cut).where(math.nan, x)
+        out = lines(Graph({"o": named(plain, **meta) if meta else plain}, inputs=[x]), x_def=[1, -2, 3])
+        assert out[0].endswith("a CONST of the file holds 1 nan among 1 elements: given, not made")
 
 
 def test_the_forward_twin_is_the_one_read_else_the_last_of_the_graph_else_none():

@@ -19,6 +19,10 @@ node it differentiates: the latest forward node with the same function and scope
 reads), the sources' min/max and non-finite counts, and the input elements its first
 such element depends on, when there are few (a dependency walk on shapes: no values).
 For a nan made from an inf, where that inf was made too.
+
+A nan an op's own definition gives (the importer's Softmax of a row that is -inf
+throughout: WHERE(row max == -inf, CONST nan, ...)) is made by that op's WHERE, not given
+by the file: the CONST is a branch of a WHERE built for an op (not an ONNX Where).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ class _Seen:
     made_nan: object = None    # first element index of a nan made here, or None
     made_inf: object = None    # first element index of an inf made here
     summary: str = ""
+    defined: bool = False      # a WHERE taking a nan its op's definition gives (_defined_nan_branch)
 
 
 @dataclass
@@ -60,6 +65,8 @@ class Finding:
     sources: list[str] = field(default_factory=list)
     elements: list[str] = field(default_factory=list)
     origin: "Finding | None" = None   # where the inf a nan was made from was made
+    cause: str = "computed"        # "given" (an input, a constant of the file), "computed" from
+    #                                sources without one, or "defined": the op's definition gives it
 
     def lines(self, indent: str = "") -> list[str]:
         out = [f"{indent}first {self.kind}: {self.node}{', ' + self.meta if self.meta else ''}: {self.made}"]
@@ -71,7 +78,7 @@ class Finding:
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "node": self.node, "meta": self.meta, "made": self.made,
-                "sources": self.sources, "elements": self.elements,
+                "cause": self.cause, "sources": self.sources, "elements": self.elements,
                 "origin": None if self.origin is None else self.origin.to_dict()}
 
 
@@ -114,7 +121,11 @@ class _Hunt:
             shape = value.shape
             source_nan = np.zeros(shape, bool)
             source_bad = np.zeros(shape, bool)
-            for s in float_sources:
+            own = _defined_nan_branch(node, sources)
+            seen.defined = own is not None
+            for i, s in enumerate(sources):
+                if i == own or not (isinstance(s, np.ndarray) and s.dtype.kind == "f"):
+                    continue  # (the op's own nan is made here, not passed on)
                 source_nan |= np.broadcast_to(np.isnan(s), shape)
                 source_bad |= np.broadcast_to(~np.isfinite(s), shape)
             seen.made_nan = _first(nan & ~source_nan)
@@ -180,24 +191,42 @@ class _Hunt:
         count = record.nans if kind == "nan" else record.infs
         what = f"input {node.arg}" if node.op == Ops.PARAM else f"a {node.op} of the file"
         return Finding(kind, self._name(node), self._meta(self.rename.get(node, node), node),
-                       f"{what} holds {_plural(count, kind)} among {_size(node)} elements: given, not made")
+                       f"{what} holds {_plural(count, kind)} among {_size(node)} elements: given, not made",
+                       cause="given")
 
     def _describe(self, node: UOp, kind: str) -> Finding:
         record = self.seen[node]
         first = record.made_nan if kind == "nan" else record.made_inf
         count = record.nans if kind == "nan" else record.infs
         shown = self.rename.get(node, node)
-        made = (f"{_plural(count, kind)} among {_size(node)} elements (first made at {_index(first)}), "
-                + ("from sources that hold no nan there" if kind == "nan" else "from finite sources"))
+        made = f"{_plural(count, kind)} among {_size(node)} elements (first made at {_index(first)})"
+        defined = kind == "nan" and record.defined
+        made += (f": {self._defined(node, first)}" if defined else ", from sources that hold no nan there"
+                 if kind == "nan" else ", from finite sources")
         if node.op == Ops.GETTUPLE:
             call = node.src[0]
             made += f", inside the body of {call.op} {call.arg.name if call.op == Ops.CALL else call.arg}"
         sources = [f"{self._name(s)}: {self.seen[s].summary}" for s in _hunt_sources(node) if s in self.seen]
         finding = Finding(kind, self._name(node), self._meta(shown, node), made, sources,
-                          self._elements(node, first))
-        if kind == "nan" and any(self.seen[s].infs for s in _hunt_sources(node) if s in self.seen):
+                          self._elements(node, first), cause="defined" if defined else "computed")
+        if kind == "nan" and not defined and any(self.seen[s].infs for s in _hunt_sources(node) if s in self.seen):
             finding.origin = self._culprit([s for s in _hunt_sources(node) if s in self.seen], "inf")
         return finding
+
+    def _defined(self, node: UOp, first) -> str:
+        """Why the op's definition gives a nan at `first` of its WHERE: a row of its input
+        that is -inf throughout (Softmax, LogSoftmax: e^(x - max) is -inf - -inf), else
+        where the WHERE's condition holds."""
+        name = node.meta.name
+        row = _minus_inf_row(node.src[0])
+        if row is None:
+            return f"made by {name}, whose definition gives nan where {self._name(node.src[0])} is true"
+        top, values = row
+        axes = top.arg[1]
+        at = "[" + ",".join(":" if a in axes else str(i) for a, i in enumerate(first)) + "]"
+        meta = self._meta(self.rename.get(values, values), values)
+        return (f"made by {name}, whose definition gives nan for a row that is -inf throughout: its input "
+                f"{self._name(values)}{f' ({meta})' if meta else ''} is -inf throughout {at}")
 
     def _name(self, node: UOp) -> str:
         shown = self.rename.get(node, node)
@@ -258,6 +287,37 @@ def _hunt_sources(node: UOp) -> tuple:
     if node.op == Ops.GETTUPLE:
         return tuple(node.src[0].src[1:])
     return tuple(s for s in scope_sources(node) if s.op not in CALLS)
+
+
+def _defined_nan_branch(node: UOp, sources: list) -> int | None:
+    """The branch (src index) of a WHERE made for an op, not for an ONNX Where (the
+    importer's Softmax), that takes a nan CONST: a nan that op's definition gives. The
+    CONST's own metadata does not tell: equal constants are one node, a file's nan and
+    the import's alike, tagged by the first op that made it. None otherwise."""
+    import numpy as np
+    meta = node.meta
+    if node.op != Ops.WHERE or meta is None or meta.name in (None, "Where"):
+        return None
+    for i in (1, 2):
+        value = sources[i]
+        if (node.src[i].op == Ops.CONST and isinstance(value, np.ndarray) and value.dtype.kind == "f"
+                and np.isnan(value).any()):
+            return i
+    return None
+
+
+def _minus_inf_row(condition: UOp):
+    """(the REDUCE MAX, its input) when `condition` is, through movements, max(v) == -inf:
+    v's row along the reduced axes is -inf throughout. Else None."""
+    while condition.op in (Ops.EXPAND, Ops.RESHAPE):
+        condition = condition.src[0]
+    if condition.op != Ops.CMPEQ:
+        return None
+    for top, other in (condition.src, condition.src[::-1]):
+        if (top.op == Ops.REDUCE and top.arg[0] == "MAX" and other.op == Ops.CONST
+                and other.arg == float("-inf")):
+            return top, top.src[0]
+    return None
 
 
 def _forward_twin(node: UOp, everything) -> UOp | None:
