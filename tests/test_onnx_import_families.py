@@ -302,6 +302,18 @@ def test_refusals_name_the_input_or_attribute_at_fault():
     assert "labels [1] do not fit scores [4]" in refusal("SoftmaxCrossEntropyLoss", n32(4), i64([0]))
 
 
+@pytest.mark.parametrize("op, name", [("SoftmaxCrossEntropyLoss", "labels"), ("NegativeLogLikelihoodLoss", "target")])
+def test_float_labels_are_refused_as_floats_not_as_a_shape(op, name):
+    """Soft labels (class probabilities) of the scores' own shape, as torch exports
+    F.cross_entropy with them: the spec's labels are int32 or int64 (onnxruntime refuses the
+    model by the type); they were said not to fit scores of the same shape."""
+    for labels, kind in ((f32(4, 6), "float32[4, 6]"), (np.zeros(4, np.float64), "float64[4]")):
+        message = refusal(op, n32(4, 6), labels, types=[F])
+        assert message.endswith(f"({op}): {name} are {kind}: {op} takes class indices, int32 or int64 (the spec's); "
+                                "float labels (class probabilities, as torch exports F.cross_entropy with soft labels) "
+                                "are no valid ONNX, and onnxruntime refuses them too"), message
+
+
 def test_gather_names_the_indices_outside_the_axis_as_the_model_gives_them():
     """Only the indices at fault, and negative ones as written (-4, not -4 + 3)."""
     assert "an index of [-4] is outside the axis' 3" in refusal("Gather", n32(3), Init(i64([-4])))

@@ -366,6 +366,11 @@ def _negative_log_likelihood(ctx, log_prob):
     (and weightless) where the label equals ignore_index; reduced by "mean" (over the
     weights taken part, or the count), "sum" or "none"."""
     labels, weights = ctx.x(1), ctx.x(2)
+    if labels.dtype not in (dtypes.int32, dtypes.int64):  # the spec's Tind; torch exports soft labels as floats
+        name = "labels" if ctx.op == "SoftmaxCrossEntropyLoss" else "target"
+        ctx.refuse(f"{name} are {labels.dtype.name}{list(labels.shape)}: {ctx.op} takes class indices, int32 or "
+                   f"int64 (the spec's); float labels (class probabilities, as torch exports F.cross_entropy with "
+                   f"soft labels) are no valid ONNX, and onnxruntime refuses them too")
     if len(log_prob.shape) < 2 or labels.shape != log_prob.shape[:1] + log_prob.shape[2:]:
         ctx.refuse(f"labels {list(labels.shape)} do not fit scores {list(log_prob.shape)}")
     classes = log_prob.shape[1]
