@@ -581,3 +581,20 @@ def test_a_kink_along_a_targets_direction_reads_kink_not_a_zero_error():
     t = TargetCheck("x", 1, 0.0, 0.0, (0,), 1.0, 1.0, True,
                     direction=DirectionCheck(["x"], 0.5, math.nan, True, kink=True))
     assert _target_line(t, 12).endswith("alone along the direction: kink  ok")
+
+
+def test_a_float16_models_own_overflow_is_noted_beside_a_passing_check():
+    """log(Σ exp(100 x)) in float16 at x = 1: exp(100) overflows to inf in the model's own
+    dtype, not in the float64 copy checked. The check passes (the rules are right) and says
+    the model's own loss is not finite; at x = 0.01 there is nothing to say."""
+    from uopcli import dtypes
+    x = UOp.param("x", (2,), dtypes.float16)
+    graph = Graph({"loss": (x * 100.0).exp().sum().log()}, inputs=[x])
+    over = check_gradients(graph, ["x"], inputs={"x": np.array([1.0, 0.5], np.float16)})
+    assert over.passed and over.loss == pytest.approx(100 + math.log1p(math.exp(-50)))
+    assert over.not_finite == ["note: in the file's own dtypes loss is not finite at these inputs (the checked float64 "
+                               "copy's is): the gradient rules were checked, not the model's overflow; `uopgrad eval "
+                               "--debug-nans` names the node that makes it"]
+    assert over.not_finite[0] in over.lines() and over.to_dict()["not_finite"] == over.not_finite
+    fine = check_gradients(graph, ["x"], inputs={"x": np.array([0.01, 0.02], np.float16)})
+    assert fine.passed and fine.not_finite == []

@@ -256,13 +256,14 @@ def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
         result.evaluations = loss.evaluations
         return result
 
+    result.not_finite = _own_dtype_overflow(graph, of, values, simplify)
     promoted: dict = {}
     grad64 = to_float64(grad_graph, promoted)
     analytic = evaluate_graph(grad64, values64, simplify=simplify)
     gradients = {name: np.asarray(analytic[f"grad_{name}"], dtype=np.float64) for name in targets}
     bad = [name for name in targets if not np.all(np.isfinite(gradients[name]))]
     if bad:
-        result.not_finite = _gradient_nans(grad_graph, grad64, promoted, values64, bad)
+        result.not_finite += _gradient_nans(grad_graph, grad64, promoted, values64, bad)
 
     scale = ATOL * max(1.0, abs(loss.base))
     result.directions, attributed = _directions(loss, gradients, values64, targets, h, seed, directions, bad)
@@ -427,6 +428,26 @@ def _forward_nans(graph: Graph, of: list[str], values: Mapping) -> list[str]:
     if finding is None:  # finite in the file's dtypes: float64 made it (an overflow of float64 itself)
         return ["note: in the file's own dtypes the forward value is finite; in float64 it is not"]
     return finding.lines()
+
+
+def _own_dtype_overflow(graph: Graph, of: list[str], values: Mapping, simplify) -> list[str]:
+    """A note when the forward value is finite in float64 but not in the file's own dtypes
+    (a float16 model's overflow): what is checked is the rules, in a float64 copy, and a
+    passing check would otherwise say nothing of a loss the model itself computes as inf."""
+    import numpy as np
+    from ..backends.numpy import evaluate_graph
+    if all(node.dtype.name == "float64" or not node.dtype.is_float for node in graph.inputs):
+        return []
+    forward = Graph({name: graph.outputs[name] for name in of}, inputs=graph.inputs)
+    own = {node.arg: np.asarray(values[node.arg]).astype(node.dtype.np, copy=False) for node in graph.inputs}
+    with np.errstate(all="ignore"):
+        outputs = evaluate_graph(forward, own, simplify=simplify)
+    bad = [name for name, value in outputs.items() if not np.all(np.isfinite(np.asarray(value, dtype=np.float64)))]
+    if not bad:
+        return []
+    return [f"note: in the file's own dtypes {', '.join(bad)} is not finite at these inputs (the checked float64 "
+            f"copy's is): the gradient rules were checked, not the model's overflow; `uopgrad eval --debug-nans` "
+            f"names the node that makes it"]
 
 
 def _gradient_nans(grad_graph: Graph, grad64: Graph, promoted: dict, values64: Mapping, bad: list[str]) -> list[str]:
