@@ -2,6 +2,7 @@
 
 import gc
 import math
+import os
 import re
 import sys
 
@@ -116,6 +117,8 @@ def test_no_gc_hands_new_nodes_to_the_oldest_generation_without_a_scan():
     assert live_node_count() < alive_before + 100
 
 
+@pytest.mark.skipif("MUTANT_UNDER_TEST" in os.environ, reason="under mutmut, whose workers freeze their own "
+                    "objects (some die inside the block, so the count drops whatever no_gc does)")
 def test_no_gc_leaves_a_programs_own_frozen_objects_frozen():
     from uopcli.core.walks import no_gc
     gc.freeze()

@@ -90,6 +90,14 @@ TESTS = [
                             "tests/test_uop.py", "tests/test_cli.py", "tests/test_reference.py"]),
     # the NaN tracer (eval --debug-nans, check's not-finite notes)
     ("uopcli/tools/nans.py", ["tests/test_nans_mutants.py", "tests/test_check_scale.py", "tests/test_cli_library.py"]),
+    # shape and dtype inference of every op: the node builders' refusals and shapes, through UOp's
+    # constructors and the builder (test_inference_mutants.py holds the tests written for the survivors)
+    ("uopcli/core/inference.py", ["tests/test_inference_mutants.py", "tests/test_uop.py",
+                                  "tests/test_builder_definitions.py", "tests/test_builder_gaps.py"]),
+    # reading .uop files: every refusal's one line (file, node, op) and exact loads, both forms
+    # (test_reader_mutants.py holds the tests written for the survivors)
+    ("uopcli/formats/uop", ["tests/test_reader_mutants.py", "tests/test_fileformat.py",
+                            "tests/test_fileformat_fuzz.py"]),
     ("uopcli/views/html", ["tests/test_html_viewer.py", "tests/test_html_groups.py"]),
 ]
 
