@@ -71,24 +71,12 @@ def broadcast_shape(a: tuple, b: tuple) -> tuple:
     return tuple(out)
 
 
-FLOAT_PROMOTING = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.POW, Ops.CMPLT, Ops.CMPNE,
-                              Ops.CMPEQ})  # ops where a Python float turns an integer operand float
-
-
 def promoted(a: UOp, b: UOp) -> tuple[UOp, UOp]:
     """Both cast to the least dtype above both (tinygrad's promotion: bool * float32 is float32)."""
     if a.dtype.is_void or b.dtype.is_void:
         return a, b  # not values: inference names the misfit
     wide = least_upper_dtype(a.dtype, b.dtype)
     return a.cast(wide), b.cast(wide)
-
-
-def python_dtype(*values) -> DType:
-    """The dtype Python numbers take together: float32 if any is a float, else int32 if
-    any is an int (not a bool), else bool."""
-    if any(isinstance(v, float) for v in values):
-        return dtypes.float32
-    return dtypes.int32 if any(not isinstance(v, bool) for v in values) else dtypes.bool
 
 
 def per_axis_pairs(pairs, what: str) -> tuple:
