@@ -195,7 +195,11 @@ def _infer_binary(op, dtype, src, arg):
         _need_src(op, dtype, src, 2)
         raise _misfit(op, dtype, src, "takes no arg")
     a, b = src
-    sa, sb = a.shape, b.shape
+    try:
+        sa, sb = a.shape, b.shape
+    except AttributeError:  # not UOps: say so (no check on the usual path)
+        _need_src(op, dtype, src, 2)
+        raise
     if sa is None or sb is None:
         raise _misfit(op, dtype, src, "a source is void")
     if a.dtype is not b.dtype:
@@ -406,7 +410,9 @@ def _infer_call(op, dtype, src, arg):
     for a in args:
         if not isinstance(a, UOp) or a.shape is None:
             raise _misfit(op, dtype, src, "call args must be values")
-    name = arg.name if op == Ops.CALL and isinstance(arg, CallArg) else arg
+    if op == Ops.CALL and not isinstance(arg, CallArg):
+        raise _misfit(op, dtype, src, f"arg must be CallArg(name, grad), got {arg!r}")
+    name = arg.name if op == Ops.CALL else arg
     if not isinstance(name, str) or not name:
         raise _misfit(op, dtype, src, f"arg must name the {op.lower()}, got {arg!r}")
     if any(e.op == Ops.NOOP for e in body.src):
@@ -422,8 +428,6 @@ def _infer_call(op, dtype, src, arg):
             if g.op != Ops.NOOP and (g.shape != a.shape or g.dtype is not a.dtype):
                 raise _misfit(op, dtype, src, f"backward element {i} is {g.dtype.name}{list(g.shape)}, "
                                               f"arg {i} is {a.dtype.name}{list(a.shape)}")
-    elif op == Ops.CALL and not isinstance(arg, CallArg):
-        raise _misfit(op, dtype, src, f"arg must be CallArg(name, grad), got {arg!r}")
     return None
 
 
