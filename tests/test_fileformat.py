@@ -327,7 +327,7 @@ def _buffer(b64: str) -> list:
     (["CONST", "float32", [], {"float": "-inf"}], True), (["CONST", "uint64", [], 2 ** 64 - 1], True),
     (_buffer("AAAA"), True), (_buffer("AAAA===="), False), (_buffer("A"), False), (_buffer("AAAA\n"), False),
     (["PARAM", "float32", [], {"name": "x\n", "shape": [3]}], False),
-], ids=lambda v: json.dumps(v) if isinstance(v, list) else str(v))
+], ids=lambda v: json.dumps(v).replace("\\n", "<newline>") if isinstance(v, list) else str(v))
 def test_the_schema_and_the_reader_agree(node, accepted):
     """Where the two used to differ: CONST values against their dtype, base64, a name
     ending in a newline. (Integral floats such as 2.0 in an int field remain: to JSON
