@@ -694,3 +694,55 @@ def test_call_with_a_backward_body():
             f"CALL -> void: the backward body reads slot 2 but only 2 are bound {src}")
     refused(lambda: UOp.call("c", outputs, (x,), (UOp.slot(0, (2,), I32).cast(F32) * float(n),)),
             f"CALL -> void: the backward body slot 0 is int32[2] but is bound to float32[2] {src}")
+
+
+def test_a_source_reading_nothing_does_not_end_the_gathering():
+    """A body node whose first source reads no slot (a constant) still reads its second's."""
+    n = float(next(_names)) + 0.25
+    body = (UOp.const(n) * UOp.slot(0, (2,)),)
+    assert body[0].src[0].op == Ops.CONST
+    refused(lambda: UOp.function("f", body, (p((3,)),)), "FUNCTION -> void: the body slot 0 is float32[2] but is "
+            "bound to float32[3] (sources: TUPLE void, PARAM float32[3])")
+    x = p((2,))
+    closed = (UOp.const(n) * x,)
+    refused(lambda: UOp.function("f", closed, (p((2,)),)), f"a function body is not closed: it reads graph input "
+            f"{x.arg!r}")
+    three = (make(Ops.WHERE, F32, (UOp.const(True), UOp.const(n), UOp.slot(0, (2,)))),)
+    refused(lambda: UOp.function("f", three, (p((3,)),)), "FUNCTION -> void: the body slot 0 is float32[2] but is "
+            "bound to float32[3] (sources: TUPLE void, PARAM float32[3])")
+
+
+def test_a_backward_body_must_be_a_tuple_even_of_the_right_length():
+    n = float(next(_names))
+    x = p((2,))
+    outputs = UOp.tuple(UOp.slot(0, (2,)) * n)
+    not_tuple = UOp.slot(1, (2,)).sin()  # one source, as many as the args
+    refused(lambda: make(Ops.CALL, dtypes.void, (outputs, x), CallArg("c", not_tuple)), "CALL -> void: the backward "
+            "body must be a TUPLE of 1 elements (sources: TUPLE void, PARAM float32[2])")
+
+
+def test_a_backward_body_reads_the_output_gradients_in_their_dtypes():
+    n = float(next(_names))
+    x = p((2,), dtypes.float64)
+    outputs = (UOp.slot(0, (2,), dtypes.float64) * n, UOp.slot(0, (2,), dtypes.float64).cast(dtypes.float16))
+    grad = (UOp.slot(1, (2,), dtypes.float64) * n + UOp.slot(2, (2,), dtypes.float16).cast(dtypes.float64),)
+    call = UOp.call("c", outputs, (x,), grad)
+    assert call.arg.grad.src == grad
+    wrong = (UOp.slot(1, (2,), dtypes.float64) * n + UOp.slot(2, (2,), dtypes.float32).cast(dtypes.float64),)
+    refused(lambda: UOp.call("c", outputs, (x,), wrong), "CALL -> void: the backward body slot 2 is float32[2] but "
+            "is bound to float16[2] (sources: TUPLE void, PARAM float64[2])")
+
+
+@pytest.mark.parametrize("op, arg", [(Ops.RESHAPE, (6,)), (Ops.EXPAND, (2, 3)), (Ops.PERMUTE, (1, 0)),
+                                     (Ops.REDUCE, (Ops.ADD, (0,))), (Ops.FLIP, (True, False)), (Ops.DETACH, None)])
+def test_movement_rows_take_one_node(op, arg):
+    a, b = p((2, 3)), p((2, 3))
+    refused(lambda: make(op, F32, (a, b), arg), f"{op} -> float32: takes 1 source, got 2 "
+            "(sources: PARAM float32[2, 3], PARAM float32[2, 3])")
+    refused(lambda: make(op, F32, (), arg), f"{op} -> float32: takes 1 source, got 0 (sources: none)")
+    refused(lambda: make(op, F32, (3,), arg), f"{op}: sources must be UOps, got int")
+
+
+def test_infer_shape_of_no_source():
+    for op, arg in [(Ops.NEG, None), (Ops.RESHAPE, (1,)), (Ops.REDUCE, (Ops.ADD, ()))]:
+        refused(lambda: infer_shape(op, F32, (), arg), f"{op} -> float32: takes 1 source, got 0 (sources: none)")
