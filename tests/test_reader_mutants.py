@@ -727,3 +727,92 @@ def test_save_and_load_keep_a_graph_built_here():
     for form in ("msgpack", "json"):
         graph = loads(save(__import__("uopcli").Graph({"y": y}, [x]), form=form))
         assert graph.outputs["y"] is y and graph.inputs == [x]
+
+
+def test_read_bytes_names_a_stream_by_its_name():
+    with pytest.raises(FormatError) as info:
+        read_bytes(_Named(b"12345"), limits=Limits(max_file_bytes=2))
+    assert str(info.value) == "s.uop: " + TOO_LARGE.format(2)
+    with pytest.raises(FormatError) as info:
+        read_bytes(_Failing())
+    assert str(info.value) == "<stream>: cannot read: Input/output error"
+
+
+def test_a_file_over_the_limit_is_refused_by_its_size_unread(tmp_path, monkeypatch):
+    from uopcli.formats.uop import reader
+    path = tmp_path / "big.uop"
+    path.write_bytes(GOOD_MP)
+    reads = []
+
+    class Counted:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def fileno(self):
+            return self.handle.fileno()
+
+        def read(self, size=-1):
+            reads.append(size)
+            return self.handle.read(size)
+
+    def counting_open(*args, **kwargs):
+        return Counted(open(*args, **kwargs))
+    monkeypatch.setattr(reader, "open", counting_open, raising=False)
+    with pytest.raises(FormatError) as info:
+        read_bytes(path, limits=Limits(max_file_bytes=10))
+    assert str(info.value) == f"{path}: " + TOO_LARGE.format(10) and reads == []
+    assert read_bytes(path, limits=Limits(max_file_bytes=len(GOOD_MP))) == GOOD_MP
+    assert reads == [len(GOOD_MP) + 1]
+
+
+def test_a_repeated_key_is_placed_past_nulls_and_maps_of_earlier_nodes():
+    data = (b'{"format": "uop", "version": 1, "nodes": [["PARAM", "float32", [], {"name": "x", "shape": [3]}], '
+            b'["SIN", "float32", [0], null], ["NEG", "float32", [0], null, {"name": "a", "name": "b"}]], '
+            b'"inputs": [0], "outputs": []}')
+    assert line(data) == "f.uop: node 2 (NEG): the key 'name' appears twice in one object"
+
+
+def test_a_map_key_that_is_not_a_string_is_refused_wherever_it_is():
+    top = msgpack.packb({"format": "uop", "version": 1, "nodes": [], "inputs": [], "outputs": [], "meta": {1: "a"}})
+    assert line(top) == "f.uop: not valid MessagePack: int is not allowed for map key when strict_map_key=True"
+    node = msgpack.packb(file([["PARAM", "float32", [], {1: 2, "shape": []}]]))
+    assert line(node) == "f.uop: node 0: not valid MessagePack: int is not allowed for map key when strict_map_key=True"
+    assert line(b"\x91\x81\x01\x02") == "f.uop: not valid MessagePack: int is not allowed for map key when " \
+        "strict_map_key=True"
+
+
+def test_more_decoder_lines():
+    for arg, message in [({"shape": [-1], "data": b""}, "BUFFER shape must be an array of non-negative ints, got [-1]"),
+                         ({"shape": 2, "data": b""}, "BUFFER shape must be an array of non-negative ints, got 2")]:
+        assert refusal(file([["BUFFER", "uint8", [], arg]])) == f"f.uop: node 0 (BUFFER): {message}"
+    json_buffer = ["BUFFER", "uint8", [0], {"shape": [1], "data": {"b64": "AA=="}}]
+    assert refusal(file([X, json_buffer], [0]), "json") == "f.uop: node 1 (BUFFER): BUFFER takes no sources, got 1"
+    json_buffer = ["BUFFER", "uint8", [], {"shape": [1], "data": {"b64": "AA=="}, "x": 1}]
+    assert refusal(file([json_buffer]), "json") == "f.uop: node 0 (BUFFER): BUFFER arg must be a map with keys " \
+        "data, shape; got {'shape': [1], 'data': {'b64': 'AA=='}, 'x': 1}"
+    assert refusal(file(None)) == "f.uop: 'nodes' must be an array, got nil"
+    assert refusal(file([]) | {"inputs": None}) == "f.uop: 'inputs' must be an array of node indices, got nil"
+
+
+def test_a_backward_body_may_be_node_0():
+    nodes = [["TUPLE", "void", [], None], ["CONST", "float32", [], 1.5], ["TUPLE", "void", [1], None],
+             ["CALL", "void", [2], {"name": "c", "grad": 0}], ["GETTUPLE", "float32", [3], 0]]
+    for form in ("msgpack", "json"):
+        call = one(file(nodes, [], [("y", 4)]), form).outputs["y"].src[0]
+        assert call.arg.grad.op == Ops.TUPLE and call.arg.grad.src == ()
+
+
+def test_a_refusal_outside_the_nodes_names_no_node_and_no_op():
+    with pytest.raises(FormatError) as info:
+        load(msgpack.packb(file([X], [])), name="f.uop")
+    assert (info.value.source, info.value.node, info.value.op) == ("f.uop", 0, Ops.PARAM)
+    for data in (msgpack.packb(file([X], [0], [("y", 5)])), b"", msgpack.packb(file([X], [0]) | {"x": 1})):
+        with pytest.raises(FormatError) as info:
+            load(data, name="f.uop")
+        assert (info.value.source, info.value.node, info.value.op) == ("f.uop", None, None)
