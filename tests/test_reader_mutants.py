@@ -816,3 +816,12 @@ def test_a_refusal_outside_the_nodes_names_no_node_and_no_op():
         with pytest.raises(FormatError) as info:
             load(data, name="f.uop")
         assert (info.value.source, info.value.node, info.value.op) == ("f.uop", None, None)
+
+
+def test_shorten_keeps_a_line_one_line():
+    from uopcli.formats.uop.decoders import kind_of, shorten
+    assert shorten("a\nb\rc") == "a\\nb\\rc"
+    assert shorten("x" * 80) == "x" * 80 and shorten("x" * 81) == "x" * 77 + "..."
+    assert shorten("ab\ncd", 4) == "a..."
+    assert [kind_of(v) for v in ({}, [], "", b"", 1, 1.0, True, None, ())] == \
+        ["a map", "an array", "a string", "bin", "an int", "a float", "a bool", "nil", "tuple"]
