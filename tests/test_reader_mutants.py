@@ -825,3 +825,16 @@ def test_shorten_keeps_a_line_one_line():
     assert shorten("ab\ncd", 4) == "a..."
     assert [kind_of(v) for v in ({}, [], "", b"", 1, 1.0, True, None, ())] == \
         ["a map", "an array", "a string", "bin", "an int", "a float", "a bool", "nil", "tuple"]
+
+
+@pytest.mark.parametrize("form", ["msgpack", "json"])
+def test_meta_maps_differing_in_one_value_give_their_own_tags(form):
+    metas = [{"name": "a", "loc": "x"}, {"name": "a", "loc": "y"}, {"name": "b", "loc": "y"},
+             {"name": "b", "loc": "y", "scope": "s"}, {"name": "b", "loc": "y", "scope": "t"},
+             {"name": "b", "loc": "y", "scope": "t", "backward": True}, {"name": "b", "loc": "y", "scope": "t"}]
+    ops = ["SIN", "NEG", "SQRT", "EXP2", "LOG2", "RECIPROCAL", "TRUNC"]
+    nodes = [X] + [[op, "float32", [0], None, meta] for op, meta in zip(ops, metas)]
+    graph = one(file(nodes, [0], [(op, i + 1) for i, op in enumerate(ops)]), form)
+    assert [graph.outputs[op].meta for op in ops] == [
+        Metadata("a", "x"), Metadata("a", "y"), Metadata("b", "y"), Metadata("b", "y", False, "s"),
+        Metadata("b", "y", False, "t"), Metadata("b", "y", True, "t"), Metadata("b", "y", False, "t")]
