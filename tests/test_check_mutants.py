@@ -149,7 +149,7 @@ def test_a_target_failing_a_direction_gets_elements_compared_when_the_budget_giv
                             "hold 10), as one evaluation costs about "
                             f"{check_module.evaluation_work(_outputs(square(w))):.1e} element operations; the "
                             "directions cover every element (--samples N compares up to N a target)")
-    assert good.lines()[1] == ("w                  0            -            -  (no element compared)  ok")
+    assert good.lines()[1] == ("w                  0            -            -  (no element compared: the directions only)  ok")
     assert good.to_dict()["limited"] == good.limited and f"note: {good.limited}" in good.lines()
     bad = check_gradients(square(w, factor=1.5), ["w"], inputs=x)
     assert not bad.passed and bad.targets[0].samples == 4  # NAMING_SAMPLES
@@ -256,7 +256,7 @@ def test_planned_evaluations_match_what_a_passing_check_makes():
     report = check_gradients(empty, ["w"], directions=2)
     assert report.passed and report.directions == [] and report.evaluations == 1
     assert planned_evaluations(empty, ["w"], None, 2) == 1
-    assert report.lines()[1] == "w                  0            -            -  (no element compared)  ok"
+    assert report.lines()[1] == "w                  0            -            -  (no element compared: the directions only)  ok"
     assert (report.targets[0].analytic, report.targets[0].numeric) == (0.0, 0.0)
     assert planned_evaluations(graph, ["not_an_input"], None, 2) == 1
 

@@ -305,7 +305,8 @@ def test_png_and_pdf_are_produced():
 
 def test_a_graph_over_the_limit_is_refused_with_a_hint():
     assert DEFAULT_MAX_NODES == 500
-    with pytest.raises(RenderError, match=r"--outputs .*--around"):
+    with pytest.raises(RenderError, match=r"--outputs .*--around.*, or draw the whole graph as a page a level at a "
+                                          r"time: -o graph.html \(or uopgrad view\)$"):
         to_dot(chain(600))
     with pytest.raises(RenderError, match="more than the limit of 5"):
         render(mlp(), "dot", max_nodes=5)

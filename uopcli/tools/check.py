@@ -189,7 +189,7 @@ def _target_line(t: TargetCheck, width: int) -> str:
         error = "kink" if t.direction.kink else f"rel err {t.direction.rel_error:.2e}"
         along = f"  alone along {'a direction of its own' if t.direction.own else 'the direction'}: {error}"
     if not t.samples:
-        return f"{t.name:<{width}} {0:>7} {'-':>12} {'-':>12}  (no element compared){along}  {verdict}"
+        return f"{t.name:<{width}} {0:>7} {'-':>12} {'-':>12}  (no element compared: the directions only){along}  {verdict}"
     where = "[" + ",".join(map(str, t.worst_index)) + "]"
     return (f"{t.name:<{width}} {t.samples:>7} {t.max_abs_error:>12.3e} {t.max_rel_error:>12.3e}  "
             f"{where} analytic {t.analytic:.6g} numeric {t.numeric:.6g}{along}  {verdict}")

@@ -143,7 +143,8 @@ def _too_large(count: int, limit: int, collapsible: bool) -> RenderError:
     """`collapsible`: the graph has calls not yet drawn as one box each, so say how to."""
     collapse = ", draw each function as one box with --collapse-functions," if collapsible else ""
     return RenderError(f"the picture would have {count} nodes, more than the limit of {limit}; draw a part "
-                       f"with --outputs NAMES or --around NAME --depth K{collapse} or raise --max-nodes")
+                       f"with --outputs NAMES or --around NAME --depth K{collapse} or raise --max-nodes, or draw "
+                       f"the whole graph as a page a level at a time: -o graph.html (or uopgrad view)")
 
 
 def _has_calls(nodes) -> bool:
