@@ -456,3 +456,14 @@ def test_the_weights_beside_a_uop_out_replace_an_earlier_runs_but_no_other_file(
         assert refusal(run, 2).startswith(f"m.npz {held}: writing the model's weights beside m.uop would replace "
                                           "it; move it, or give -o another name")
         assert (tmp_path / "m.npz").read_bytes() == kept and not (tmp_path / "m.uop").exists()
+
+
+def test_a_limit_is_refused_for_an_onnx_model_not_ignored(saved):
+    """--limit max_nodes=5 bounded a .uop IN but was silently ignored for an .onnx one."""
+    tmp_path, _, raw = saved
+    for source, stdin in (("m.onnx", None), ("-", raw)):
+        run = uopgrad(tmp_path, "info", source, "--shape", "N=4", "--limit", "max_nodes=5", stdin=stdin)
+        assert refusal(run, 2).startswith("--limit bounds a .uop file as it is read; an ONNX IN is read by onnx")
+    ok(uopgrad(tmp_path, "convert", "m.onnx", "--shape", "N=4", "-o", "m.uop"))
+    run = uopgrad(tmp_path, "info", "m.uop", "--limit", "max_nodes=5")
+    assert refusal(run).startswith("m.uop: ") and "max_nodes" in refusal(run)

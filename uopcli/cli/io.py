@@ -33,6 +33,7 @@ def _read_graph(path: str, remember: bool = True, specs: tuple = (), wrt: list[s
     if remember:
         click.get_current_context().meta["uopgrad.file"] = display
     if path.lower().endswith(".onnx"):
+        _refuse_limits_for_onnx()
         return _read_onnx(path, None, specs, wrt, assume_size), None
     if path == "-":
         if sys.stdin is None:
@@ -50,9 +51,19 @@ def _read_graph(path: str, remember: bool = True, specs: tuple = (), wrt: list[s
     if path == "-":
         from ..formats.sniff import looks_like_uop
         if not looks_like_uop(data):  # no name to go by: ONNX is what else a graph comes as
+            _refuse_limits_for_onnx()
             return _read_onnx(display, data, specs, wrt, assume_size), None
         _refuse_constants()
     return loads(data, limits=limits, name=display), data
+
+
+def _refuse_limits_for_onnx() -> None:
+    """--limit bounds what the .uop reader accepts; an ONNX model is read by onnx, which these
+    limits do not reach: said, not silently ignored."""
+    if click.get_current_context().meta.get("uopgrad.limits"):
+        raise click.UsageError("--limit bounds a .uop file as it is read; an ONNX IN is read by onnx, which it does "
+                               "not bound: convert it first (uopgrad convert model.onnx -o model.uop) to read it under "
+                               "limits")
 
 
 def _refuse_constants() -> None:
