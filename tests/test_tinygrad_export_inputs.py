@@ -26,19 +26,12 @@ from tinygrad.nn.state import get_state_dict  # noqa: E402
 
 from uopcli import differentiate, evaluate_graph  # noqa: E402
 from uopcli.interop.tinygrad import ExportWarning, export, save  # noqa: E402
+from _tinygrad_usable import unusable_reason  # noqa: E402
 
 UOPGRAD = shutil.which("uopgrad", path=os.path.dirname(sys.executable)) or shutil.which("uopgrad")
 
 
-def _unusable() -> str | None:
-    try:
-        Tensor([1.0, 2.0]).add(1).numpy()
-    except Exception as e:  # noqa: BLE001 - any reason tinygrad gives is the skip's reason
-        return f"tinygrad cannot run on this machine ({type(e).__name__}: {e}); its CPU backend needs clang"
-    return None
-
-
-_UNUSABLE = _unusable()
+_UNUSABLE = unusable_reason()
 pytestmark = pytest.mark.skipif(_UNUSABLE is not None, reason=_UNUSABLE or "")
 
 W = np.arange(6, dtype=np.float32).reshape(2, 3)

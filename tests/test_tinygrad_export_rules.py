@@ -29,17 +29,10 @@ from tinygrad.uop.ops import UOp as TinyUOp  # noqa: E402
 from uopcli import evaluate_graph  # noqa: E402
 from uopcli.interop.tinygrad import ExportError, export  # noqa: E402
 from uopcli.interop.tinygrad.export_rules import _rules  # noqa: E402
+from _tinygrad_usable import unusable_reason  # noqa: E402
 
 
-def _unusable() -> str | None:
-    try:
-        Tensor([1.0, 2.0]).add(1).numpy()
-    except Exception as e:  # noqa: BLE001 - any reason tinygrad gives is the skip's reason
-        return f"tinygrad cannot run on this machine ({type(e).__name__}: {e}); its CPU backend needs clang"
-    return None
-
-
-_UNUSABLE = _unusable()
+_UNUSABLE = unusable_reason()
 pytestmark = pytest.mark.skipif(_UNUSABLE is not None, reason=_UNUSABLE or "")
 
 F32 = np.array([-0.0, 0.0, 1.5, -2.25, np.inf, -np.inf, np.nan, 3e-39, 7.0, -1e30, 0.1, 1e-3], np.float32)
