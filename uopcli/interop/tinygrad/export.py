@@ -337,10 +337,15 @@ class _Walk:
             raise
         except UOpError as e:
             raise self._refuse(node, f"does not fit the format: {e}") from None
+        self._tag(node, result, since)
+        return result
+
+    def _tag(self, node, made: UOp, since: int) -> None:
+        """Our nodes made for tinygrad `node` since serial `since` get its function's name
+        and the scope of the module that made it."""
         metadata, scope = node.metadata, self.scope_of(node)
         if metadata or scope:
-            tag_new_nodes(result, since, Metadata(name=metadata[0].name if metadata else None, scope=scope))
-        return result
+            tag_new_nodes(made, since, Metadata(name=metadata[0].name if metadata else None, scope=scope))
 
     def _data(self, node) -> UOp:
         """Data `node` as the input holding its values, reshaped to its shape."""
@@ -351,9 +356,7 @@ class _Walk:
             return param
         since = next_serial()
         view = UOp.make(Ops.RESHAPE, param.dtype, (param,), shape)
-        metadata, scope = node.metadata, self.scope_of(node)
-        if metadata or scope:
-            tag_new_nodes(view, since, Metadata(name=metadata[0].name if metadata else None, scope=scope))
+        self._tag(node, view, since)
         return view
 
     def param(self, node, name: str | None) -> UOp:
