@@ -266,10 +266,12 @@ def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
         result.not_finite += _gradient_nans(grad_graph, grad64, promoted, values64, bad)
 
     scale = ATOL * max(1.0, abs(loss.base))
-    result.directions, attributed = _directions(loss, gradients, values64, targets, h, seed, directions, bad)
+    direction_scale = DIRECTION_ATOL * max(1.0, abs(loss.base))
+    result.directions, attributed = _directions(loss, gradients, values64, targets, h, seed, directions, bad,
+                                                direction_scale)
     if directions:
         attributed.update(_alone_where_elements_are_blind(loss, gradients, values64, targets, h, seed, scale,
-                                                          bad, attributed))
+                                                          direction_scale, bad, attributed))
     sizes = {name: int(values64[name].size) for name in targets}
     allocation, result.limited = _allocation(sizes, samples, outputs, attributed)
     rng = np.random.default_rng(seed)
@@ -287,13 +289,12 @@ def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
 
 
 def _directions(loss: Loss, gradients: dict, feed: dict, targets: list[str], h: float, seed: int, count: int,
-                bad: list[str]) -> tuple[list[DirectionCheck], dict]:
+                bad: list[str], scale: float) -> tuple[list[DirectionCheck], dict]:
     """`count` random directions through every target; on the first that fails, each
     target alone along its part of it ({target: DirectionCheck})."""
     import numpy as np
     rng = np.random.default_rng([seed, 1])
     checks, attributed = [], {}
-    scale = DIRECTION_ATOL * max(1.0, abs(loss.base))
     moving = [name for name in targets if feed[name].size]
     if not moving:
         return checks, attributed
@@ -309,7 +310,8 @@ def _directions(loss: Loss, gradients: dict, feed: dict, targets: list[str], h: 
 
 
 def _alone_where_elements_are_blind(loss: Loss, gradients: dict, feed: dict, targets: list[str], h: float,
-                                    seed: int, scale: float, bad: list[str], attributed: dict) -> dict:
+                                    seed: int, scale: float, direction_scale: float, bad: list[str],
+                                    attributed: dict) -> dict:
     """{target: DirectionCheck} along a direction of its own, for each target (not tried
     alone already) whose gradient is too small beside |L| for its elements to show an
     error (BLIND): a weight decay term beside a data term thousands of times larger, whose
@@ -321,19 +323,16 @@ def _alone_where_elements_are_blind(loss: Loss, gradients: dict, feed: dict, tar
     if not blind or (len(blind) == 1 and len(targets) == 1):  # one target: the directions were its own
         return {}
     rng = np.random.default_rng([seed, 2])
-    direction_scale = DIRECTION_ATOL * max(1.0, abs(loss.base))
-    found = {name: _along(loss, gradients, feed, random_direction(feed, [name], rng), h, direction_scale)
-             for name in blind}
-    for check in found.values():
-        check.own = True
-    return found
+    return {name: _along(loss, gradients, feed, random_direction(feed, [name], rng), h, direction_scale, own=True)
+            for name in blind}
 
 
-def _along(loss: Loss, gradients: dict, feed: dict, v: dict, h: float, scale: float) -> DirectionCheck:
+def _along(loss: Loss, gradients: dict, feed: dict, v: dict, h: float, scale: float,
+           own: bool = False) -> DirectionCheck:
     analytic, _ = inner(gradients, v)
     found = difference(loss, direction_move(feed, v), analytic, scale, DIRECTION_RTOL, h)
     passed = found.kink or agree(analytic, found.numeric, scale, DIRECTION_RTOL)
-    return DirectionCheck(list(v), analytic, found.numeric, passed, found.kink)
+    return DirectionCheck(list(v), analytic, found.numeric, passed, found.kink, own)
 
 
 def _allocation(sizes: dict, samples: int | None, outputs: list, attributed: dict) -> tuple[dict, str]:
