@@ -116,16 +116,15 @@ class _Hunt:
         self.seen[node] = seen
         if not (seen.nans or seen.infs):
             return
-        float_sources = [s for s in sources if isinstance(s, np.ndarray) and s.dtype.kind == "f"]
+        floats = [i for i, s in enumerate(sources) if isinstance(s, np.ndarray) and s.dtype.kind == "f"]
+        float_sources = [sources[i] for i in floats]
         if node.op in _ELEMENTWISE:
             shape = value.shape
             source_nan = np.zeros(shape, bool)
             source_bad = np.zeros(shape, bool)
             own = _defined_nan_branch(node, sources)
             seen.defined = own is not None
-            for i, s in enumerate(sources):
-                if i == own or not (isinstance(s, np.ndarray) and s.dtype.kind == "f"):
-                    continue  # (the op's own nan is made here, not passed on)
+            for s in (sources[i] for i in floats if i != own):  # (the op's own nan is made here, not passed on)
                 source_nan |= np.broadcast_to(np.isnan(s), shape)
                 source_bad |= np.broadcast_to(~np.isfinite(s), shape)
             seen.made_nan = _first(nan & ~source_nan)
