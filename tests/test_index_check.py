@@ -98,6 +98,30 @@ def test_a_shifted_label_is_followed_through_padding_and_a_mask_and_checked_wher
         check_index_values(graph, {"labels": np.array([[9, 1, 9, -100], [0, 4, 3, 2]])})
 
 
+def test_the_elements_compared_are_followed_through_a_permute_of_rank_3_and_a_shrunk_broadcast():
+    """Which elements reach the classes, exactly: labels [2,3,4] permuted to [4,2,3], its
+    last axis (the labels' axis 1) cut to 2, keep the flat indices with j < 2; a [3]
+    reshaped to [3,1], expanded to [3,5] and cut to rows 0-1, columns 1-2, keeps 0 and 1
+    (the expanded axis is held unexpanded: its cut must keep it whole)."""
+    labels, x = UOp.param("labels", (2, 3, 4), dtypes.int64), UOp.param("x", (4, 2, 2, 5))
+    moved = labels.permute((2, 0, 1)).shrink(((0, 4), (0, 2), (0, 2)))
+    hit = moved.reshape((4, 2, 2, 1)).eq(UOp.arange(5, dtype=dtypes.int64).reshape((1, 1, 1, 5)))
+    graph = Graph({"y": hit.where(x, 0.0).sum()}, inputs=[x, labels])
+    assert index_limits(graph)["labels"].reached == (*range(8), *range(12, 20))
+    given = np.zeros((2, 3, 4), np.int64)
+    given[1, 2, 3] = 9  # j = 2: cut away
+    check_index_values(graph, {"labels": given})
+    given[1, 1, 3] = 9
+    with pytest.raises(IndexOutOfRange, match=r"holds 9 \(at \[1,1,3\]\)"):
+        check_index_values(graph, {"labels": given})
+    rows, y = UOp.param("rows", (3,), dtypes.int64), UOp.param("y", (2, 2))
+    cut = rows.reshape((3, 1)).expand((3, 5)).shrink(((0, 2), (1, 3)))
+    hit = cut.eq(UOp.arange(2, dtype=dtypes.int64).reshape((1, 2)).expand((2, 2)))
+    graph = Graph({"y": hit.where(y, 0.0).sum()}, inputs=[y, rows])
+    assert index_limits(graph)["rows"].reached == (0, 1)
+    check_index_values(graph, {"rows": np.array([1, 0, 7])})
+
+
 def test_the_evaluator_checks_nothing_and_values_drawn_at_random_always_pass():
     graph = sparse_xent(3)
     logits = np.zeros((6, 3), np.float32)
