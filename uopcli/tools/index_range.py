@@ -18,9 +18,17 @@ An imported ONNX Gather, GatherElements or ScatterElements counts a negative ind
 the end: the importer wraps it, `(i < 0).where(i + n, i)`, before the comparison. Through
 such a wrap (the WHERE's metadata names the op) the index may hold -n..n-1, and anything
 else is refused, as onnxruntime and torch refuse it ("indices element out of data bounds"):
-a token id past an Embedding's vocabulary would otherwise read a row of zeros. OneHot's
-wrap is the same arithmetic, but there an index outside the classes legitimately gives an
-all-off row: it, and any other arithmetic on the way, leaves the index unchecked.
+a token id past an Embedding's vocabulary would otherwise read a row of zeros. GatherND
+wraps each column j of its index's last axis with its own axis' size, then combines the
+columns arithmetically into one place (linear * size + column): no comparison follows a
+column, so its wrap is its range (-size..size-1, over column j's elements alone), and
+[0, 7] of data [3, 5], which would read data[1, 2], is refused as onnxruntime refuses it.
+OneHot's wrap is the same arithmetic, but there an index outside the classes legitimately
+gives an all-off row: it, and any other arithmetic on the way, leaves the index unchecked.
+
+An input may meet several ranges (GatherND's columns, a label compared in two places):
+each is a limit of its own, on the elements that reach it, and a limit another makes
+redundant (a narrower range on at least its elements) is dropped.
 
 The evaluator (backends.numpy.evaluate_graph) checks nothing: it is the raw evaluator; the
 CLI, and map_graph for its shards, call the check. The walk is made once per graph (cached
@@ -49,13 +57,16 @@ class IndexLimit:
     """The values integer input `name` may hold: 0..n-1, the classes the comparison `node`
     (described as messages name it) makes with it, or one of `others`, the constants it is
     also compared with (an ignore_index); from `low` (-n where an ONNX gather counts
-    negative indices from the end) instead of 0. Plain data: it travels to map's workers."""
+    negative indices from the end) instead of 0; on the elements `reached` alone. Plain
+    data: it travels to map's workers."""
     name: str
     n: int
     node: str
     others: tuple[int, ...] = ()
     low: int = 0
-    reached: tuple[int, ...] | None = None  # the flat indices of the elements compared (None: all)
+    # the flat indices of the elements compared (None: all); a range where they step evenly
+    # (a GatherND column: every k-th element, three numbers however long the index)
+    reached: tuple[int, ...] | range | None = None
 
     def first_outside(self, array):
         """(value, index) of the first element of `array` that is compared and neither in
@@ -67,7 +78,9 @@ class IndexLimit:
             bad &= ~np.isin(array, np.asarray(self.others, dtype=array.dtype))
         if self.reached is not None:  # an element sliced or masked away never meets a class
             compared = np.zeros(array.size, dtype=bool)
-            compared[list(self.reached)] = True
+            reached = self.reached
+            compared[slice(reached.start, reached.stop, reached.step) if isinstance(reached, range) else
+                     list(reached)] = True
             bad &= compared.reshape(array.shape)
         if not bad.any():
             return None
@@ -93,15 +106,17 @@ class IndexOutOfRange(EvaluationError):
     """A given integer input holds a value outside the classes the graph compares it with."""
 
 
-def index_limits(graph) -> dict[str, IndexLimit]:
-    """{integer input name: IndexLimit} for each integer input of `graph` (a Graph) that it
-    compares with a range of known values through views; {} at once when no input is an
-    integer. The walk is cached on the graph's outputs."""
+def index_limits(graph) -> dict[str, tuple[IndexLimit, ...]]:
+    """{integer input name: its IndexLimits, the narrowest first} for each integer input of
+    `graph` (a Graph) that it compares with a range of known values through views (or
+    wraps as a GatherND column); {} at once when no input is an integer. The walk is
+    cached on the graph's outputs."""
     if not any(node.dtype.is_int for node in graph.inputs):
         return {}
     imported = "onnx.opset" in graph.meta  # an imported model's locations are its node names
-    return {name: IndexLimit(name, n, _describe(node, number, imported), others, low, reached)
-            for name, (n, node, number, others, low, reached) in _walk(tuple(graph.outputs.values())).items()}
+    return {name: tuple(IndexLimit(name, n, _describe(node, number, imported), others, low, reached)
+                        for n, node, number, others, low, reached in found)
+            for name, found in _walk(tuple(graph.outputs.values())).items()}
 
 
 def check_index_values(graph, values: Mapping) -> None:
@@ -114,13 +129,21 @@ def check_index_values(graph, values: Mapping) -> None:
         raise IndexOutOfRange(refusal)
 
 
-def first_refusal(limits: Mapping[str, IndexLimit], values: Mapping, holder: str) -> str | None:
-    """Why the first of `values` ({name: array}) with a limit holds a value outside it
-    (`holder` names what holds it: "input", a shard's "member"), else None."""
-    for name, limit in limits.items():
-        found = limit.first_outside(values[name]) if name in values else None
-        if found is not None:
-            return limit.refusal(*found, f"{holder} {name!r}")
+def first_refusal(limits: Mapping[str, tuple[IndexLimit, ...]], values: Mapping, holder: str) -> str | None:
+    """Why the first of `values` ({name: array}) with limits holds a value outside one
+    (`holder` names what holds it: "input", a shard's "member"), else None: its first such
+    element in row-major order (two limits refusing it: the narrower, listed first)."""
+    for name, kept in limits.items():
+        if name not in values:
+            continue
+        found = []
+        for limit in kept:
+            outside = limit.first_outside(values[name])
+            if outside is not None:
+                found.append((outside[1], outside[0], limit))
+        if found:
+            index, value, limit = min(found, key=lambda f: f[0])
+            return limit.refusal(value, index, f"{holder} {name!r}")
     return None
 
 
@@ -141,8 +164,8 @@ _CACHED = 4
 
 
 def _walk(roots: tuple) -> dict:
-    """{input name: (n, the comparison node, its number, the constants, the lowest value,
-    the elements compared)}, cached."""
+    """{input name: [(n, the comparison node, its number, the constants, the lowest value,
+    the elements compared)], the narrowest first}, cached."""
     found = _CACHE.get(roots)
     if found is None:
         found = _CACHE[roots] = _compute(roots)
@@ -154,8 +177,9 @@ def _walk(roots: tuple) -> dict:
 def index_ranges(roots: Iterable[UOp]) -> dict[str, int]:
     """{integer input name: n} for each integer PARAM the graph compares with a range of
     known values 0..n-1 (an input-free node of more than one element, none negative):
-    the smallest n where it meets several."""
-    return {name: n for name, (n, *_) in _walk(tuple(roots)).items()}
+    the smallest n where it meets several (a GatherND's columns: the shortest axis), so
+    that a value drawn below it suits every range."""
+    return {name: found[0][0] for name, found in _walk(tuple(roots)).items()}
 
 
 def _compute(roots: tuple) -> dict:
@@ -172,22 +196,41 @@ def _compute(roots: tuple) -> dict:
     for node in order:
         if node.op == Ops.PARAM and isinstance(node.arg, str) and node.dtype.is_int:
             ranges, others = _compared_ranges(node, users, variable)  # each n >= 1: a range holds 0..n-1
-            if ranges:
-                n, comparison, low, reached = min(ranges, key=lambda r: (r[0], number[r[1]]))
-                if comparison.meta is not None and comparison.meta.name == "sparse_categorical_crossentropy":
-                    others.add(-1)  # tinygrad's default ignore_index: it compares with nothing, and counts 0
-                found[node.arg] = (n, comparison, number[comparison],
-                                   tuple(sorted(v for v in others if not low <= v < n)), low, reached)
+            if any(c.meta is not None and c.meta.name == "sparse_categorical_crossentropy" for _, c, _, _ in ranges):
+                others.add(-1)  # tinygrad's default ignore_index: it compares with nothing, and counts 0
+            kept: list = []  # narrowest first: a range another makes redundant is dropped
+            for r in sorted(ranges, key=lambda r: (r[0], -r[2], number[r[1]])):
+                if not any(_narrower(k, r) for k in kept):
+                    kept = [k for k in kept if not _narrower(r, k)] + [r]
+            if kept:
+                found[node.arg] = [(n, comparison, number[comparison],
+                                    tuple(sorted(v for v in others if not low <= v < n)), low, reached)
+                                   for n, comparison, low, reached in kept]
     return found
+
+
+def _narrower(limit: tuple, other: tuple) -> bool:
+    """`limit` (n, the comparison, low, reached) refuses every value `other` refuses, on
+    every element `other` checks: `other` adds nothing (the constants accepted besides
+    are the input's, the same for both)."""
+    (n, _, low, reached), (other_n, _, other_low, other_reached) = limit, other
+    if n > other_n or low < other_low or reached is not None and other_reached is None:
+        return False
+    if reached is None:
+        return True
+    held = reached if isinstance(reached, range) else frozenset(reached)
+    return all(i in held for i in other_reached)  # (GatherND's columns are disjoint: False at once)
 
 
 def _compared_ranges(index: UOp, users: dict, variable: set) -> tuple[list, set]:
     """[(n, the comparison, the lowest value, the elements compared)] for each range 0..n-1
     that `index`, seen through views, an ONNX gather's wrap of negative indices (then from
     -size), a padding and a selection by an input-free mask (HF's label shift: pad with
-    -100, drop the first), is compared with; and the constants it is compared with besides
-    (a sentinel). Each path carries the id map of its node (_Ids): which of the index's
-    elements each element is, so that an element sliced or masked away is not checked."""
+    -100, drop the first), is compared with; for each GatherND column's wrap, -size..size-1
+    with the wrap as its node; and the constants it is compared with besides (a sentinel).
+    Each path carries the id map of its node (_Ids): which of the index's elements each
+    element is, so that an element sliced or masked away (a GatherND's other columns) is
+    not checked."""
     views, stack, ranges, others = {index}, [(index, 0, _Ids.of(index))], [], set()
     while stack:
         node, low, ids = stack.pop()
@@ -202,7 +245,12 @@ def _compared_ranges(index: UOp, users: dict, variable: set) -> tuple[list, set]
                 stack.append((user, low, ids.padded(user)))
             elif user.op == Ops.WHERE and low == 0 and (size := _wrap_size(user, node, variable)):
                 views.add(user)
-                stack.append((user, -size, ids))
+                if user.meta.name not in _COMBINED_GATHERS:
+                    stack.append((user, -size, ids))
+                elif ids.ids is not None:  # a GatherND column: its own range, on its elements alone
+                    ranges.append((size, user, -size, ids.reached()))
+                # (untracked, too large: which elements are the column's is unknown, and a limit on all
+                # would hold the other columns to its size: the index is left unchecked, as before)
             elif user.op == Ops.WHERE and user.src[0] is not node and _selects(user, node, variable):
                 views.add(user)
                 stack.append((user, low, ids.selected(user, node)))
@@ -280,26 +328,35 @@ class _Ids:
         mask = np.broadcast_to(np.asarray(evaluate([condition], {})[0], dtype=bool), where.shape)
         return _Ids(np.where(mask if first is index else ~mask, full, -1), self.size)
 
-    def reached(self) -> tuple[int, ...] | None:
-        """The flat indices of the index's elements this node holds (None: all of them)."""
+    def reached(self) -> tuple[int, ...] | range | None:
+        """The flat indices of the index's elements this node holds (None: all of them), a
+        range where they step evenly (a GatherND column's every k-th)."""
         import numpy as np
         if self.ids is None:
             return None
         held = np.unique(self.ids[self.ids >= 0])
-        return None if held.size == self.size else tuple(int(i) for i in held)
+        if held.size == self.size:
+            return None
+        steps = np.unique(np.diff(held))
+        if held.size and steps.size <= 1:
+            return range(int(held[0]), int(held[-1]) + 1, int(steps[0]) if steps.size else 1)
+        return tuple(int(i) for i in held)
 
 
 # the imported ONNX ops whose negative indices count from the end and whose indices outside
 # -size..size-1 are an error (onnxruntime's "indices element out of data bounds"); OneHot's
 # are not: an index outside its depth gives an all-off row
 _STRICT_GATHERS = frozenset({"Gather", "GatherElements", "ScatterElements"})
+# those that combine each column of the index's last axis, wrapped with its own axis' size,
+# into one place by arithmetic: the wrap is the column's last sight of its range
+_COMBINED_GATHERS = frozenset({"GatherND"})
 
 
 def _wrap_size(where: UOp, index: UOp, variable: set) -> int | None:
     """size, when `where` is an imported gather's wrap of `index`: (index < 0).where(index +
     size, index), ops_tensor._nonnegative_index, with its op named in the metadata."""
     meta = where.meta
-    if meta is None or meta.name not in _STRICT_GATHERS:
+    if meta is None or meta.name not in _STRICT_GATHERS | _COMBINED_GATHERS:
         return None
     condition, wrapped, kept = where.src
     if kept is not index or condition.op != Ops.CMPLT or condition.src[0] is not index:

@@ -142,7 +142,7 @@ class Work:
         self.fixed = dict(fixed)
         self.shard_inputs = list(shard_inputs)
         self.limits = limits
-        self.index_limits = dict(index_limits or {})  # {shard input: IndexLimit}: its values' range
+        self.index_limits = dict(index_limits or {})  # {shard input: its IndexLimits}: its values' ranges
         self._graph: Graph | None = None
 
     def __getstate__(self):
