@@ -7,8 +7,9 @@ elements alone; anything else is refused in one line by `eval`, `check` and `eva
 (a shard's member), with batch_dims too. Values in range, negative ones included, give
 onnxruntime's output bit for bit; values drawn by --random suit every column.
 
-An input meeting several ranges keeps each as a limit of its own (IndexLimit per range,
-on the elements that reach it), and drops those another makes redundant."""
+ScatterND, built by the same arithmetic, is checked the same way. An input meeting several
+ranges keeps each as a limit of its own (IndexLimit per range, on the elements that reach
+it), and drops those another makes redundant."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ needs_cli = pytest.mark.skipif(onnx is None or UOPGRAD is None,
                                reason="onnx, onnxruntime or the uopgrad console script is missing")
 
 NODE = "'gnd' (GatherND)"
+SND = "'snd' (ScatterND)"
 WHY = "(onnxruntime and torch refuse such indices too)"
 
 # (id, data shape, indices shape, batch_dims): the columns index axes of distinct sizes, so
@@ -297,3 +299,40 @@ def test_an_index_too_large_to_follow_is_left_unchecked_not_held_to_one_columns_
     graph = load_onnx(str(tmp_path / "gnd.onnx"))[0]
     assert index_limits(graph) == {}
     check_index_values(graph, {"indices": np.array([[0, 4], [2, 4], [1, 1], [0, 0]])})
+
+
+# ----------------------------------------------------------------------------- ScatterND, built the same way
+
+@needs_cli
+def test_scatter_nd_checks_each_column_as_gather_nd_does(tmp_path):
+    """ScatterND combines its columns by the same arithmetic: [0, 7] of data [3, 5] wrote
+    data[1, 2] (exit 0) where onnxruntime refuses it ("invalid indice found"). Each column
+    one past either end of its axis is refused; indices in range, negative ones at both
+    ends, give onnxruntime's bits."""
+    from uopcli.interop.onnx.importer import load_onnx
+    data = np.arange(15, dtype=np.float32).reshape(3, 5)
+    node = helper.make_node("ScatterND", ["data", "indices", "updates"], ["out"], name="snd")
+    graph = helper.make_graph([node], "snd", [helper.make_tensor_value_info("indices", T.INT64, [3, 2])],
+                              [helper.make_tensor_value_info("out", T.FLOAT, [3, 5])],
+                              initializer=[numpy_helper.from_array(data, "data"),
+                                           numpy_helper.from_array(np.array([-0.0, 100, 200], np.float32), "updates")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(model, tmp_path / "snd.onnx")
+    good = np.array([[-3, -5], [2, 4], [0, -1]])
+    np.save(tmp_path / "idx.npy", good)
+    run = uopgrad("eval", "snd.onnx", "-i", "indices=idx.npy", "-o", "out.npz", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr.decode()
+    assert np.load(tmp_path / "out.npz")["out"].tobytes() == ort_run(model, {"indices": good}).tobytes()
+    loaded = load_onnx(str(tmp_path / "snd.onnx"))[0]
+    for column, value, row, why in bad_cases((3, 2), [3, 5]):
+        bad, at = placed(good, row, column, value)
+        with pytest.raises(IndexOutOfRange) as refused:
+            check_index_values(loaded, {"indices": bad})
+        assert str(refused.value) == f"input 'indices' holds {value} {where(at)}, {why.replace(NODE, SND)} {WHY}"
+        with pytest.raises(Exception, match="invalid indice found"):
+            ort_run(model, {"indices": bad})
+    np.save(tmp_path / "idx.npy", np.array([[0, 7], [1, 1], [2, 2]]))
+    run = uopgrad("eval", "snd.onnx", "-i", "indices=idx.npy", "-o", "bad.npz", cwd=tmp_path)
+    assert refusal(run) == (f"snd.onnx: input 'indices' holds 7 (at [0,1]), outside -5..4, the indices node {SND} "
+                            f"takes along an axis of 5 {WHY}")
+    assert not (tmp_path / "bad.npz").exists()

@@ -22,9 +22,10 @@ a token id past an Embedding's vocabulary would otherwise read a row of zeros. G
 wraps each column j of its index's last axis with its own axis' size, then combines the
 columns arithmetically into one place (linear * size + column): no comparison follows a
 column, so its wrap is its range (-size..size-1, over column j's elements alone), and
-[0, 7] of data [3, 5], which would read data[1, 2], is refused as onnxruntime refuses it.
-OneHot's wrap is the same arithmetic, but there an index outside the classes legitimately
-gives an all-off row: it, and any other arithmetic on the way, leaves the index unchecked.
+[0, 7] of data [3, 5], which would read data[1, 2], is refused as onnxruntime refuses it
+(and ScatterND's, whose columns are combined alike: it would write there). OneHot's wrap is
+the same arithmetic, but there an index outside the classes legitimately gives an all-off
+row: it, and any other arithmetic on the way, leaves the index unchecked.
 
 An input may meet several ranges (GatherND's columns, a label compared in two places):
 each is a limit of its own, on the elements that reach it, and a limit another makes
@@ -348,8 +349,9 @@ class _Ids:
 # are not: an index outside its depth gives an all-off row
 _STRICT_GATHERS = frozenset({"Gather", "GatherElements", "ScatterElements"})
 # those that combine each column of the index's last axis, wrapped with its own axis' size,
-# into one place by arithmetic: the wrap is the column's last sight of its range
-_COMBINED_GATHERS = frozenset({"GatherND"})
+# into one place by arithmetic: the wrap is the column's last sight of its range (onnxruntime:
+# "invalid index found", "invalid indice found")
+_COMBINED_GATHERS = frozenset({"GatherND", "ScatterND"})
 
 
 def _wrap_size(where: UOp, index: UOp, variable: set) -> int | None:
