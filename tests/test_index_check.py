@@ -4,8 +4,9 @@ check_index_values): an integer input the graph compares, through views, with a 
 else `eval -i`, `eval --map` (a shard, or a fixed -i) and `check -i` refuse it in one line,
 exit 1, nothing written, where the one-hot comparison would silently drop its term (torch:
 "Target 12 is out of bounds"; onnxruntime: "Out of range value in index tensor").
-An index that reaches its comparison through arithmetic (ONNX Gather's wrap of a negative
-index) has no range and stays unchecked. The evaluator itself checks nothing."""
+An index that reaches its comparison through other arithmetic (OneHot's wrap of a negative
+index) has no range and stays unchecked; an imported Gather's wrap is followed (-n..n-1,
+test_index_check_gathernd.py has GatherND's columns). The evaluator itself checks nothing."""
 
 from __future__ import annotations
 
