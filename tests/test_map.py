@@ -222,6 +222,36 @@ def test_an_output_that_is_a_shard_is_refused(tmp_path):
     assert paths[1].read_bytes() == before
 
 
+@needs_cli
+@pytest.mark.parametrize("out, holds", [
+    ("shards", "the shard shards/part-00.npz"),                    # the data set replaced by its outputs
+    ("./shards/", "the shard shards/part-00.npz"),
+    ("data", "the file -i w1=data/w/w1.npy reads"),                # an -i file, deeper down
+    ("model", "IN (model/grad.uop)"),
+])
+def test_reduce_none_into_a_directory_this_run_reads_is_refused(tmp_path, out, holds):
+    """--reduce none replaces -o DIR whole: a DIR holding a shard, an -i file or IN (at any
+    depth) is a usage error, and every file stays as it was (-o shards replaced the data set
+    with the per-shard outputs, exit 0)."""
+    (tmp_path / "model").mkdir()
+    write_gradient(tmp_path / "model" / "grad.uop", 2)
+    (tmp_path / "data" / "w").mkdir(parents=True)
+    write_weights(tmp_path / "data" / "w")
+    inputs = ["-i", "w1=data/w/w1.npy", "-i", "w2=data/w/w2.npy"]
+    paths, _ = write_shards(tmp_path / "shards", 2, 2)
+    files = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    done = uopgrad("eval", "model/grad.uop", "--map", "shards/*.npz", *inputs, "--reduce", "none", "-o", out,
+                   cwd=tmp_path)
+    assert done.returncode == 2, done.stderr.decode()
+    assert done.stderr.decode().splitlines()[0] == (
+        f"uopgrad: error: -o {out} holds {holds}: --reduce none replaces the directory as a whole, which would "
+        "lose it; give -o a directory of its own (see 'uopgrad eval --help')")
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == files
+    done = uopgrad("eval", "model/grad.uop", "--map", "shards/*.npz", *inputs, "--reduce", "none", "-o", "each",
+                   cwd=tmp_path)
+    assert done.returncode == 0 and sorted(os.listdir(tmp_path / "each")) == [p.name for p in paths]
+
+
 # ----------------------------------------------------------------------------- bad shards
 
 def bad_shards(directory):
@@ -312,6 +342,11 @@ def test_an_output_directory_is_replaced_only_when_it_holds_outputs(tmp_path):
     with pytest.raises(EvaluationError, match="exists and is not a directory"):
         map_graph(mlp_gradient(4), paths, weights(), reduce="none", out_dir=str(tmp_path / "file"))
     assert sorted(os.listdir(tmp_path)) == ["file", "notes", "shards"]
+    before = {p: p.read_bytes() for p in paths}  # the shards' own directory (all .npz): never replaced
+    for out in (tmp_path / "shards", tmp_path):
+        with pytest.raises(EvaluationError, match=f"holds the shard {paths[0]}: replacing the directory would lose"):
+            map_graph(mlp_gradient(4), paths, weights(), reduce="none", out_dir=str(out))
+    assert {p: p.read_bytes() for p in paths} == before and sorted(os.listdir(tmp_path)) == ["file", "notes", "shards"]
 
 
 # ----------------------------------------------------------------------------- interrupted

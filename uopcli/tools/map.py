@@ -390,7 +390,7 @@ def map_graph(graph: Graph, paths: Sequence[str], fixed: Mapping | None = None, 
         from ..backends.numpy import _simplified
         graph = _simplified(graph, simplify)
     work = Work(graph, fixed, shard_inputs, limits, index_limits=ranged)
-    staged = StagedDirectory(out_dir) if out_dir is not None else None
+    staged = StagedDirectory(out_dir, keep=paths) if out_dir is not None else None
     sink = staged.write if staged is not None else None
     try:
         if dask is None:
@@ -462,10 +462,16 @@ class StagedDirectory:
     """The directory `target` built beside itself (`.NAME.<pid>.<random>.tmp`) and renamed
     into place by commit(); discard() removes what commit() did not place (an error, ^C,
     SIGTERM: no partial `target`). An existing `target` is replaced only if it holds
-    nothing but .npz files (an earlier run's outputs), never a directory of other files."""
+    nothing but .npz files (an earlier run's outputs), never a directory of other files,
+    nor one that holds a file of `keep` (the shards the run reads)."""
 
-    def __init__(self, target: str):
+    def __init__(self, target: str, keep: Sequence[str] = ()):
         self.target = os.path.abspath(target)
+        root = os.path.join(os.path.realpath(self.target), "")
+        inside = next((path for path in keep if os.path.realpath(path).startswith(root)), None)
+        if inside is not None:
+            raise EvaluationError(f"{target}: holds the shard {inside}: replacing the directory would lose the data "
+                                  f"set; write the outputs to a directory of their own")
         if os.path.lexists(self.target):
             if not os.path.isdir(self.target) or os.path.islink(self.target):
                 raise EvaluationError(f"{target}: exists and is not a directory: --reduce none writes a directory "
