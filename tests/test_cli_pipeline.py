@@ -167,6 +167,13 @@ def test_a_failed_diff_writes_no_report_either(work):
     assert (work / "r.json").read_bytes() == b"old report"
     assert sh("uopgrad diff m.uop --wrt x --report new.json -o /dev/full", work).returncode == 1
     assert not (work / "new.json").exists()
+    # the report to a stdout that fails: the graph file is not left behind either (it was, exit 1)
+    done = sh("uopgrad diff m.uop --wrt x --report - -o g.uop > /dev/full", work)
+    assert done.returncode == 1 and done.stderr == b"uopgrad: error: <stdout>: No space left on device\n"
+    assert not (work / "g.uop").exists() and not list(work.glob(".g.uop*"))
+    done = sh("uopgrad diff m.uop --wrt x --report - -o g.uop > r2.json", work)  # stdout taken: both written
+    assert done.returncode == 0 and json.loads((work / "r2.json").read_text())["of"] == ["y"]
+    assert (work / "g.uop").exists()
 
 
 def test_stdout_that_cannot_take_the_output_is_an_error_naming_stdout(work):

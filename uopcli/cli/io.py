@@ -110,16 +110,20 @@ def _write(dest: str, data) -> None:
 
 def _write_together(files: list[tuple[str, object]]) -> None:
     """Several outputs all or none: the files are renamed into place only once every one
-    is written (stdout, "-", goes last: what reached a pipe cannot be taken back)."""
-    to_files = [(dest, data) for dest, data in files if dest != "-"]
+    is written, stdout ("-") included, which is written after the files' temporaries and
+    before their renames (what reached a pipe cannot be taken back; a file renamed before
+    a failed stdout, `--report - > /dev/full`, was left behind with exit status 1)."""
+    def to_stdout():
+        for dest, data in files:
+            if dest == "-":
+                write_all(sys.stdout.buffer, data)
+                sys.stdout.buffer.flush()
     try:
-        write_atomically_together(to_files)
+        write_atomically_together([(dest, data) for dest, data in files if dest != "-"], before_renames=to_stdout)
     except OSError as e:
+        if e.filename == "<stdout>":  # the stream's own error, worded where every stdout error is
+            raise
         raise CommandFailed(f"{e.filename}: cannot write: {e.strerror or e}") from None
-    for dest, data in files:
-        if dest == "-":
-            write_all(sys.stdout.buffer, data)
-            sys.stdout.buffer.flush()
 
 
 # ----------------------------------------------------------------------------- ONNX models (IN ending in .onnx)

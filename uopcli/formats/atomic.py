@@ -25,11 +25,12 @@ def write_atomically(path: str, data) -> None:
     write_atomically_together([(path, data)])
 
 
-def write_atomically_together(files: list[tuple[str, object]]) -> None:
+def write_atomically_together(files: list[tuple[str, object]], before_renames=None) -> None:
     """Several files all or none (as far as renames go): each written to its temporary
     file first, and only when every one is written are they renamed over their targets.
-    Destinations written in place (devices, descriptors) go after every temporary and
-    before the renames, so a failure anywhere leaves every renamed target untouched."""
+    Destinations written in place (devices, descriptors), then `before_renames()` (the
+    CLI's stdout), go after every temporary and before the renames, so a failure anywhere
+    leaves every renamed target untouched."""
     staged: list[tuple[str, str]] = []  # (temporary, target)
     in_place: list[tuple[str, object]] = []
     try:
@@ -44,6 +45,8 @@ def write_atomically_together(files: list[tuple[str, object]]) -> None:
                 _write_in_place(path, data)
             except OSError as error:
                 raise OSError(error.errno, error.strerror, path) from None
+        if before_renames is not None:
+            before_renames()
         with _stop_signals_held():  # all renames or, for a stop before them, none
             for temp, target in staged:
                 os.replace(temp, target)
