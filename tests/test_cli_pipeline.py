@@ -495,3 +495,16 @@ def test_help_and_version_to_a_full_disk_are_one_line(work):
         done = sh(f"uopgrad {' '.join(args)} > /dev/full", work)
         assert done.returncode == 1, args
         assert done.stderr.decode() == "uopgrad: error: cannot write to stdout: No space left on device\n", args
+
+
+def test_python_m_uopcli_is_the_uopgrad_command(work):
+    """`python -m uopcli` and `python -m uopcli.cli` run the same command as the console
+    script (a newcomer's `python -m uopcli` said "No module named uopcli.__main__")."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    expected = subprocess.run([UOPGRAD, "info", "m.uop"], cwd=work, capture_output=True, timeout=60)
+    for module in ("uopcli", "uopcli.cli"):
+        done = subprocess.run([sys.executable, "-m", module, "info", "m.uop"], cwd=work, env=env, capture_output=True,
+                              timeout=60)
+        assert (done.returncode, done.stdout, done.stderr) == (0, expected.stdout, b""), module
+    done = subprocess.run([sys.executable, "-m", "uopcli", "nosuch"], cwd=work, env=env, capture_output=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.startswith(b"uopgrad: error: No such command 'nosuch'.")
