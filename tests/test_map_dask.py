@@ -343,6 +343,64 @@ def test_an_unreachable_scheduler_is_one_line(tmp_path, data):
     assert os.listdir(tmp_path) == []
 
 
+def _server(answer: bytes | None):
+    """A TCP server on a free port of 127.0.0.1 that answers every connection with `answer`
+    (None: accepts and stays silent, as a dashboard port reached by a Dask client does);
+    (its port, a stop function)."""
+    import socket
+    import threading
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    held = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            held.append(conn)
+            if answer is not None:
+                conn.sendall(answer)
+    threading.Thread(target=serve, daemon=True).start()
+
+    def stop():
+        listener.close()
+        for conn in held:
+            conn.close()
+    return listener.getsockname()[1], stop
+
+
+@pytest.mark.parametrize("answer, message", [
+    (b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n",
+     "what answers there does not speak Dask's protocol (MemoryError)"),        # was: "grad.uop: out of memory"
+    (None, "no answer within 2 s (a scheduler listens on port 8786 unless told otherwise; 8787 is its dashboard)"),
+])                                                                               # was: waiting forever
+def test_a_port_that_is_no_scheduler_is_one_line(tmp_path, data, answer, message):
+    env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"}
+    port, stop = _server(answer)
+    try:
+        done = subprocess.run([UOPGRAD, "eval", data["dir"] / "grad.uop", "--map", str(data["dir"] / "shards/*.npz"),
+                               *data["inputs"], "--dask", f"tcp://127.0.0.1:{port}", "-o", "out.npz"],
+                              cwd=tmp_path, env=env, capture_output=True, timeout=60)
+    finally:
+        stop()
+    assert done.returncode == 1 and done.stderr.decode().splitlines() == [
+        f"uopgrad: error: cannot reach the Dask scheduler at tcp://127.0.0.1:{port}: {message}"]
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_workers_address_is_no_scheduler(cluster, data, tmp_path):
+    worker = sorted(cluster.worker_pids())[0]
+    done = subprocess.run([UOPGRAD, "eval", data["dir"] / "grad.uop", "--map", str(data["dir"] / "shards/*.npz"),
+                           *data["inputs"], "--dask", worker, "-o", "out.npz"], cwd=tmp_path, capture_output=True,
+                          timeout=120)
+    assert done.returncode == 1 and done.stderr.decode().splitlines() == [
+        f"uopgrad: error: {worker} is not a Dask scheduler but a Worker: give the scheduler's address"]
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="local workers are spawned where fork does not exist")
 def test_local_workers_are_forked_from_a_frozen_heap_and_the_caller_is_left_unfrozen():
     """`local:N` forks its workers with this process's objects frozen (gc.freeze), so that a

@@ -86,6 +86,7 @@ def client_for(target):
             if method == "fork":
                 client.run(_as_a_fresh_process)
         else:
+            _probe(target)
             try:
                 client = stack.enter_context(distributed.Client(target))  # dask's connect timeout
             except (OSError, TimeoutError, ValueError) as e:
@@ -97,6 +98,36 @@ def client_for(target):
                 raise ClusterError(f"the Dask scheduler at {target} has had no worker for {WORKERS_TIMEOUT} s: "
                                       f"start some (dask worker {target})") from None
         yield client, time.perf_counter() - start
+
+
+def _probe(target: str) -> None:
+    """Ask `target` who it is, within dask's connect timeout, before a Client does: a Client
+    waits forever on a port that accepts and never answers (the scheduler's dashboard, 8787,
+    given for 8786), and reads another protocol's reply (an HTTP server's) as a message
+    of exabytes ("out of memory")."""
+    import asyncio
+
+    import dask
+    from dask.utils import parse_timedelta
+    from distributed.core import rpc
+    seconds = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds")
+
+    async def identity():
+        async with rpc(target, timeout=seconds) as scheduler:
+            return await asyncio.wait_for(scheduler.identity(), seconds)
+    try:
+        answer = asyncio.run(identity())
+    except (TimeoutError, asyncio.TimeoutError):
+        raise ClusterError(f"cannot reach the Dask scheduler at {target}: no answer within {seconds:g} s (a "
+                           f"scheduler listens on port 8786 unless told otherwise; 8787 is its dashboard)") from None
+    except (OSError, ValueError) as e:
+        raise ClusterError(f"cannot reach the Dask scheduler at {target}: {' '.join(str(e).split())}") from None
+    except (MemoryError, Exception) as e:  # noqa: BLE001 - whatever another protocol's bytes become
+        raise ClusterError(f"cannot reach the Dask scheduler at {target}: what answers there does not speak "
+                           f"Dask's protocol ({type(e).__name__})") from None
+    if not isinstance(answer, dict) or answer.get("type") != "Scheduler":
+        kind = answer.get("type") if isinstance(answer, dict) else type(answer).__name__
+        raise ClusterError(f"{target} is not a Dask scheduler but a {kind}: give the scheduler's address")
 
 
 @contextlib.contextmanager
