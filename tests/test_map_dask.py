@@ -199,6 +199,32 @@ def test_a_worker_killed_mid_run_has_its_shards_rerun(cluster, data):
     cluster.wait_for_workers(2)  # the nanny starts a new worker in its place
 
 
+def test_every_worker_killed_mid_run_has_the_run_finish_on_their_replacements(cluster, data):
+    """SIGKILL to both workers after the first shard: the Work (graph and fixed inputs) they
+    held is made again on the workers their nannies start (a task, not scattered data: the
+    run failed on "FutureCancelledError ... already forgotten"), the shards rerun, and the
+    result is the sequential run's, bit for bit."""
+    directory, fixed = data["dir"], data["fixed"]
+    pids = cluster.worker_pids()
+    killed = []
+
+    def kill_every_worker(_):
+        if not killed:
+            killed.extend(sorted(pids))
+            for pid in pids.values():
+                os.kill(pid, signal.SIGKILL)
+
+    report = map_graph(mlp_gradient(BATCH, sizes=SIZES), data["paths"], fixed, dask=cluster.address,
+                       progress=kill_every_worker)
+    with np.load(directory / "seq.npz") as expected:
+        assert list(report.outputs) == expected.files
+        for name in expected.files:
+            assert report.outputs[name].tobytes() == expected[name].tobytes()
+    assert report.lost_workers == killed and len(killed) == 2
+    assert {os.path.basename(s.shard) for s in report.shards} == {p.name for p in data["paths"]}
+    cluster.wait_for_workers(2)
+
+
 def test_the_cli_notes_a_worker_lost_mid_run(cluster, data, monkeypatch):
     """uopgrad eval --map --dask with a worker SIGKILLed at the first shard done (the CLI
     in this process, its progress bar the trigger): the sequential bits, exit status 0, and

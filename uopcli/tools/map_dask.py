@@ -1,6 +1,6 @@
 """map.map_graph's shards on a Dask cluster, with distributed's scheduler: one task per shard
-(the whole graph on one worker), the Work (graph and fixed inputs) scattered to every worker
-once, and the sum as a tree of addition tasks whose shape is map.SumTree's, so the result
+(the whole graph on one worker), the Work (graph and fixed inputs) made by one task and
+replicated to every worker once, and the sum as a tree of addition tasks whose shape is map.SumTree's, so the result
 is the sequential run's, bit for bit. The scheduler does the rest: placing tasks, moving
 data, and rerunning the tasks of a worker that dies (from their lineage: a lost sum is
 recomputed from its shards).
@@ -162,10 +162,14 @@ def run_on_dask(work: Work, paths: list, reduce: str, sink, progress, target) ->
         at_start = client.scheduler_info()["workers"]
         workers = sum(w.get("nthreads", 1) for w in at_start.values())
         clock = time.perf_counter()
-        shared = client.scatter(work, broadcast=True, hash=False)  # each worker receives it once
+        run = uuid.uuid4().hex[:12]
+        # a task that returns the Work, not scattered data: the scheduler keeps the task, so
+        # when every worker that held the Work dies, it is made again (scattered data was
+        # lost for good, and the run failed on "lost dependencies" with the workers back)
+        shared = client.submit(_the_work, work, key=f"uopgrad-work-{run}", pure=False)
+        client.replicate([shared])  # each worker receives it once
         start = time.perf_counter()
         send = start - clock
-        run = uuid.uuid4().hex[:12]
         futures = [client.submit(run_shard, shared, path, key=f"uopgrad-shard-{run}-{i}", pure=False)
                    for i, path in enumerate(paths)]
         shard_of = {future.key: path for future, path in zip(futures, paths)}
@@ -197,6 +201,10 @@ def run_on_dask(work: Work, paths: list, reduce: str, sink, progress, target) ->
         lost = sorted(set(at_start) - set(client.scheduler_info()["workers"]))
         return MapReport(finish(total, reduce, len(paths)) if total is not None else None, shards, workers,
                          startup, send, elapsed, lost)
+
+
+def _the_work(work: Work) -> Work:
+    return work
 
 
 def _result(future, where: str):
