@@ -372,15 +372,67 @@ def _cleandoc(doc: str) -> str:
     return "\n".join([lines[0].strip(), *(line[indent:] for line in lines[1:])]) if lines else ""
 
 
+class _Command(click.Command):
+    """A command whose single-valued options given twice are a usage error: click keeps the
+    last (`render -o a.svg -o b.svg` wrote b.svg alone, exit 0). Flags may repeat (the same
+    on), and options of many values accumulate (-i, --limit, and the NAMES lists, which
+    _accumulating turns into repeatable ones)."""
+
+    def make_parser(self, ctx: click.Context):
+        parser = super().make_parser(ctx)
+        parse = parser.parse_args
+
+        def parse_args(args):
+            opts, largs, order = parse(args=args)  # order: each option as often as it was given
+            _refuse_repeated(ctx, order)
+            return opts, largs, order
+        parser.parse_args = parse_args
+        return parser
+
+
+def _refuse_repeated(ctx: click.Context, order: list) -> None:
+    seen = set()
+    for param in order:
+        if not isinstance(param, click.Option) or param.multiple or param.count or param.is_flag:
+            continue
+        if param.name in seen:
+            raise click.UsageError(f"{'/'.join(param.opts)} is given twice: it takes one value, give it once", ctx)
+        seen.add(param.name)
+
+
+NAMES_METAVAR = "NAMES"  # a comma-separated list of names: --wrt, --of, --outputs
+
+
+def _accumulating(param: click.Parameter) -> click.Parameter:
+    """A NAMES option (a comma-separated list) as a repeatable one whose repeats add up:
+    `--wrt a --wrt b` is `--wrt a,b` (what a Makefile's foreach writes); the command still
+    gets one comma-separated text (None when not given)."""
+    if not isinstance(param, click.Option) or param.metavar != NAMES_METAVAR or param.multiple:
+        return param
+    option = param.opts[-1]
+    return click.Option([*param.opts, param.name], multiple=True, required=param.required, metavar=NAMES_METAVAR,
+                        callback=_joined_names, help=f"{param.help} Repeats add up: {option} a {option} b is "
+                        f"{option} a,b.")
+
+
+def _joined_names(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> str | None:
+    for text in values:
+        _names(text, param.opts[-1])  # an empty name refused as the text given says it
+    return ",".join(values) if values else None
+
+
 def _command(name: str, example: str, short: str):
-    """A subcommand with --quiet/--debug, error guarding, and an example in its --help."""
+    """A subcommand with --quiet/--debug, error guarding, and an example in its --help; a
+    single-valued option given twice is a usage error, a NAMES list's repeats add up
+    (_Command, _accumulating)."""
     def decorate(fn):
         fn = _guarded(fn, name)
         fn = _common_options(fn)
         fn.__click_params__ = fn.__click_params__[-4:] + fn.__click_params__[:-4]  # listed last in --help
+        fn.__click_params__ = [_accumulating(param) for param in fn.__click_params__]
         doc = _cleandoc(fn.__doc__ or "")
         fn.__doc__ = f"{doc}\n\n\b\nExample:\n{example}"
-        return main.command(name, short_help=short)(fn)
+        return main.command(name, cls=_Command, short_help=short)(fn)
     return decorate
 
 

@@ -1,0 +1,122 @@
+"""The installed `uopgrad` through a subprocess: how options are given (repeated, for the
+wrong kind of IN), which stream says what, and which exit status a refusal has (2: the
+command line is wrong by itself; 1: the files, the data, the environment, a failed check)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from uopcli.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "samples"
+MLP, POLY = SAMPLES / "mlp.uop", SAMPLES / "poly.uop"
+UOPGRAD = shutil.which("uopgrad", path=os.path.dirname(sys.executable)) or shutil.which("uopgrad")
+
+pytestmark = pytest.mark.skipif(UOPGRAD is None, reason="the uopgrad console script is not installed")
+
+
+def uopgrad(cwd, *args, stdin: bytes | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([UOPGRAD, *map(str, args)], cwd=cwd, input=stdin, capture_output=True, timeout=300,
+                          env=None if env is None else {**os.environ, **env})
+
+
+def ok(run) -> bytes:
+    assert run.returncode == 0, run.stderr.decode()
+    return run.stdout
+
+
+def refusal(run, code: int) -> str:
+    """The one error line of a failed run (nothing on stdout, no traceback), its prefix off."""
+    assert run.returncode == code, (run.returncode, run.stderr.decode())
+    assert run.stdout == b"" and b"Traceback" not in run.stderr
+    lines = run.stderr.decode().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("uopgrad: error: "), lines
+    return lines[0][len("uopgrad: error: "):]
+
+
+def outputs_of(tmp_path, graph: str) -> list[str]:
+    return [o["name"] for o in json.loads(ok(uopgrad(tmp_path, "info", graph, "--json")))["outputs"]]
+
+
+# ----------------------------------------------------------------------------- repeated options
+
+def test_repeated_wrt_and_of_add_up_as_a_comma_list_does(tmp_path):
+    """`--wrt w1 --wrt w2` kept w2 alone (exit 0); a Makefile's foreach writes that form."""
+    ok(uopgrad(tmp_path, "diff", MLP, "--wrt", "w1", "--wrt", "w2", "-o", "repeated.uop"))
+    ok(uopgrad(tmp_path, "diff", MLP, "--wrt", "w1,w2", "-o", "listed.uop"))
+    assert (tmp_path / "repeated.uop").read_bytes() == (tmp_path / "listed.uop").read_bytes()
+    assert outputs_of(tmp_path, "repeated.uop") == ["grad_w1", "grad_w2"]
+    ok(uopgrad(tmp_path, "diff", MLP, "--wrt", "w1", "--wrt", "b1,w2", "--keep-forward", "-o", "three.uop"))
+    assert outputs_of(tmp_path, "three.uop") == ["loss", "grad_w1", "grad_b1", "grad_w2"]
+    multi = "multi.uop"  # two outputs: --of's repeats add up too
+    ok(uopgrad(tmp_path, "diff", MLP, "--wrt", "w1", "--keep-forward", "-o", multi))
+    ok(uopgrad(tmp_path, "jvp", multi, "--wrt", "x", "--of", "loss", "--of", "grad_w1", "-o", "j.uop"))
+    assert outputs_of(tmp_path, "j.uop") == ["jvp_loss", "jvp_grad_w1"]
+
+
+def test_check_checks_every_repeated_target(tmp_path):
+    """`check --wrt w1 --wrt b2` checked b2 alone and passed."""
+    report = json.loads(ok(uopgrad(tmp_path, "check", MLP, "--wrt", "w1", "--wrt", "b2", "--samples", "1",
+                                   "--json")))
+    assert [target["target"] for target in report["targets"]] == ["w1", "b2"] and report["passed"]
+
+
+def test_render_outputs_repeated_add_up(tmp_path):
+    ok(uopgrad(tmp_path, "diff", MLP, "--wrt", "w1", "--keep-forward", "-o", "multi.uop"))
+    ok(uopgrad(tmp_path, "render", "multi.uop", "--outputs", "loss", "--outputs", "grad_w1", "-o", "a.dot"))
+    ok(uopgrad(tmp_path, "render", "multi.uop", "--outputs", "loss,grad_w1", "-o", "b.dot"))
+    assert (tmp_path / "a.dot").read_bytes() == (tmp_path / "b.dot").read_bytes()
+
+
+def test_an_empty_name_among_repeats_is_a_usage_error(tmp_path):
+    assert refusal(uopgrad(tmp_path, "diff", MLP, "--wrt", "w1", "--wrt", "", "-o", "g.uop"), 2) == (
+        "Invalid value for --wrt: '' is not a comma-separated list of names (see 'uopgrad diff --help')")
+    assert not (tmp_path / "g.uop").exists()
+
+
+def test_a_single_valued_option_given_twice_is_a_usage_error(tmp_path):
+    """render -o a.svg -o b.svg wrote b.svg alone (exit 0): now nothing is written, exit 2."""
+    run = uopgrad(tmp_path, "render", MLP, "-o", "a.svg", "-o", "b.svg")
+    assert refusal(run, 2) == "-o/--output is given twice: it takes one value, give it once " \
+                              "(see 'uopgrad render --help')"
+    assert list(tmp_path.iterdir()) == []
+    run = uopgrad(tmp_path, "eval", POLY, "--random", "--seed", "1", "--seed=2")
+    assert refusal(run, 2) == "--seed is given twice: it takes one value, give it once (see 'uopgrad eval --help')"
+    run = uopgrad(tmp_path, "eval", POLY, "--random", "--json", "--backend", "numpy", "--backend", "numpy")
+    assert run.returncode == 2 and json.loads(run.stdout) == {
+        "error": "--backend is given twice: it takes one value, give it once (see 'uopgrad eval --help')",
+        "exit_status": 2}
+    ok(uopgrad(tmp_path, "eval", POLY, "--random", "--random", "--stats", "--stats"))  # a flag may repeat
+
+
+def _commands():
+    return sorted(main.commands.items())
+
+
+@pytest.mark.parametrize("name, command", _commands(), ids=[name for name, _ in _commands()])
+def test_every_option_of_every_command_accumulates_or_is_refused_twice(name, command):
+    """The rule holds for every command, including ones added later: a NAMES list repeats
+    (adding up), a single-valued option given twice is refused (click kept the last)."""
+    runner = CliRunner()
+    for param in command.params:
+        if not isinstance(param, click.Option) or param.is_flag or param.count:
+            continue
+        if param.metavar == "NAMES":
+            assert param.multiple, f"{name} {param.opts}: a NAMES list that does not accumulate"
+            continue
+        if param.multiple:
+            continue
+        option = param.opts[-1]
+        result = runner.invoke(main, [name, str(POLY), option, "1", option, "1"])
+        assert result.exit_code == 2, (name, option, result.output)
+        assert f"{'/'.join(param.opts)} is given twice: it takes one value, give it once" in result.output
