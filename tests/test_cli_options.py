@@ -120,3 +120,27 @@ def test_every_option_of_every_command_accumulates_or_is_refused_twice(name, com
         result = runner.invoke(main, [name, str(POLY), option, "1", option, "1"])
         assert result.exit_code == 2, (name, option, result.output)
         assert f"{'/'.join(param.opts)} is given twice: it takes one value, give it once" in result.output
+
+
+# ----------------------------------------------------------------------------- options for an ONNX IN only
+
+@pytest.mark.parametrize("shape", ["x=3,3", "BATCH=4", "x=16,8"])
+def test_shape_for_a_uop_in_is_a_usage_error_not_ignored(tmp_path, shape):
+    """--shape x=3,3 was silently ignored for a .uop IN (x stayed [16,8], exit 0), and
+    --shape BATCH=4 accepted: a .uop's shapes are in the file. The same holds on stdin."""
+    (tmp_path / "mlp.uop").write_bytes(MLP.read_bytes())
+    run = uopgrad(tmp_path, "eval", "mlp.uop", "--shape", shape, "--random", "-o", "out.npz")
+    assert refusal(run, 2) == ("--shape sizes an ONNX IN's inputs and symbolic dimensions when importing; a .uop IN "
+                               "(mlp.uop) has its shapes in the file (uopgrad info lists them) "
+                               "(see 'uopgrad eval --help')")
+    assert not (tmp_path / "out.npz").exists()
+    run = uopgrad(tmp_path, "diff", "-", "--wrt", "x", "--shape", shape, "-o", "g.uop", stdin=MLP.read_bytes())
+    assert refusal(run, 2).startswith("--shape sizes an ONNX IN's inputs and symbolic dimensions when importing; "
+                                      "a .uop IN (<stdin>) has its shapes in the file")
+
+
+def test_constant_for_a_uop_in_is_refused_as_shape_is(tmp_path):
+    (tmp_path / "mlp.uop").write_bytes(MLP.read_bytes())
+    run = uopgrad(tmp_path, "eval", "mlp.uop", "--constant", "x=0", "--random")
+    assert refusal(run, 2) == ("--constant fixes inputs of an ONNX IN when importing; a .uop IN (mlp.uop) takes its "
+                               "inputs' values with -i/--input (see 'uopgrad eval --help')")

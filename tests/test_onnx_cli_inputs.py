@@ -129,8 +129,8 @@ def test_options_work_on_stdin_as_on_a_path(tmp_path):
                "g.onnx", "--opset", "19", stdin=raw))
     assert onnx.load(tmp_path / "g.onnx").opset_import[0].version == 19
     uop = ok(uopgrad(tmp_path, "convert", "-", "--constant", "shape=3,-1", "-o", "-", "--to", "json", stdin=raw))
-    assert refusal(uopgrad(tmp_path, "info", "-", "--constant", "x=1", stdin=uop.encode())).startswith(
-        "--constant fixes inputs of an .onnx IN when importing")
+    assert refusal(uopgrad(tmp_path, "info", "-", "--constant", "x=1", stdin=uop.encode()), 2).startswith(
+        "--constant fixes inputs of an ONNX IN when importing; a .uop IN (<stdin>)")
 
 
 def test_a_truncated_model_on_stdin_is_refused_in_one_line_as_from_a_path(saved):

@@ -177,9 +177,9 @@ def test_shape_and_constant_on_one_input_and_constant_on_a_uop_are_refused(tmp_p
     from uopcli import Graph, UOp, save
     save(Graph({"y": UOp.param("x", (2,)).sin()}), tmp_path / "m.uop")
     run = subprocess.run([UOPGRAD, "info", "m.uop", "--constant", "x=1,2"], cwd=tmp_path, capture_output=True, text=True)
-    assert run.returncode == 1 and run.stdout == ""
-    assert run.stderr == ("uopgrad: error: --constant fixes inputs of an .onnx IN when importing; a .uop's inputs "
-                          "take their values with -i/--input\n")
+    assert run.returncode == 2 and run.stdout == ""  # a usage error: the option does not apply to a .uop IN
+    assert run.stderr == ("uopgrad: error: --constant fixes inputs of an ONNX IN when importing; a .uop IN (m.uop) "
+                          "takes its inputs' values with -i/--input (see 'uopgrad info --help')\n")
 
 
 @pytest.mark.parametrize("given, why", [("scales=1,1,x,2", "'x' is not a number"),

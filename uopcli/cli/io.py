@@ -45,7 +45,7 @@ def _read_graph(path: str, remember: bool = True, specs: tuple = (), wrt: list[s
         source = sys.stdin.buffer
     else:
         source = path
-        _refuse_constants()
+        _refuse_import_options(display)
     limits = _limits()
     data = read_bytes(source, limits=limits, name=display)  # refuses an oversized file before reading it all
     if path == "-":
@@ -53,7 +53,7 @@ def _read_graph(path: str, remember: bool = True, specs: tuple = (), wrt: list[s
         if not looks_like_uop(data):  # no name to go by: ONNX is what else a graph comes as
             _refuse_limits_for_onnx()
             return _read_onnx(display, data, specs, wrt, assume_size), None
-        _refuse_constants()
+        _refuse_import_options(display)
     return loads(data, limits=limits, name=display), data
 
 
@@ -66,10 +66,17 @@ def _refuse_limits_for_onnx() -> None:
                                "limits")
 
 
-def _refuse_constants() -> None:
-    if click.get_current_context().meta.get("uopgrad.constants"):
-        raise CommandFailed("--constant fixes inputs of an .onnx IN when importing; a .uop's inputs take "
-                            "their values with -i/--input")
+def _refuse_import_options(display: str) -> None:
+    """--constant and --shape shape an ONNX model as it is imported; a .uop IN has its inputs'
+    shapes in the file: either given for one is a usage error (--shape x=3,3 was silently
+    ignored, x staying [16,8])."""
+    meta = click.get_current_context().meta
+    if meta.get("uopgrad.constants"):
+        raise click.UsageError(f"--constant fixes inputs of an ONNX IN when importing; a .uop IN ({display}) takes "
+                               "its inputs' values with -i/--input")
+    if meta.get("uopgrad.shapes"):
+        raise click.UsageError(f"--shape sizes an ONNX IN's inputs and symbolic dimensions when importing; a .uop IN "
+                               f"({display}) has its shapes in the file (uopgrad info lists them)")
 
 
 def _is_terminal(stream) -> bool:
