@@ -144,3 +144,19 @@ def test_constant_for_a_uop_in_is_refused_as_shape_is(tmp_path):
     run = uopgrad(tmp_path, "eval", "mlp.uop", "--constant", "x=0", "--random")
     assert refusal(run, 2) == ("--constant fixes inputs of an ONNX IN when importing; a .uop IN (mlp.uop) takes its "
                                "inputs' values with -i/--input (see 'uopgrad eval --help')")
+
+
+# ----------------------------------------------------------------------------- streams
+
+def test_eval_stats_go_to_stderr_with_the_table_as_with_a_file(tmp_path):
+    """eval --stats printed its time on stdout after the table (two runs' stdout differed),
+    while -o, --map and diff put theirs on stderr."""
+    import re
+    table = "name  shape  dtype    min  mean  max  values\ny     []     float32  4    4     4    4\n"
+    timing = r"time [0-9.]+ ms, peak live bytes \d+ \(\d+ B\)\n"
+    run = uopgrad(tmp_path, "eval", POLY, "-i", "x=1", "--stats")
+    assert run.returncode == 0 and run.stdout.decode() == table and re.fullmatch(timing, run.stderr.decode())
+    run = uopgrad(tmp_path, "eval", POLY, "-i", "x=1", "--stats", "-o", "out.npz")
+    assert run.returncode == 0 and run.stdout == b"" and re.fullmatch(timing, run.stderr.decode())
+    run = uopgrad(tmp_path, "eval", POLY, "-i", "x=1", "--stats", "--json")  # asked for in the document
+    assert run.returncode == 0 and run.stderr == b"" and set(json.loads(run.stdout)) == {"outputs", "stats"}

@@ -29,7 +29,8 @@ from .evaluate_map import check_map_usage, eval_map, map_options
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of --random.")
 @click.option("-o", "--output", metavar="OUT.npz", help="Store the outputs in an .npz under their names (- for stdout).")
 @click.option("--json", "as_json", is_flag=True, help="Print the outputs as JSON (an error too: {\"error\": ...}).")
-@click.option("--stats", is_flag=True, help="Add the evaluation time and peak live bytes.")
+@click.option("--stats", is_flag=True, help="Print the evaluation time and peak live bytes on stderr (with --json: "
+              "under \"stats\" in the document).")
 @click.option("--literal", is_flag=True, help="Run the graph as written: without tinygrad's algebraic rewrites "
               "(the exact ones, which change no bit, still apply).")
 @click.option("--keep-intermediates", is_flag=True, help="With -o OUT.npz, also store every node's value as %<i> "
@@ -91,8 +92,6 @@ def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep
             from ...tools.intermediates import with_intermediates
             arrays = with_intermediates(graph, inputs, arrays)
         _write(output, npz_bytes(arrays))
-        if eval_stats is not None:
-            click.echo(_stats_text(eval_stats), err=True)
     elif as_json:
         import json
         document = {"outputs": {name: _value_json(a) for name, a in results.items()}}
@@ -104,8 +103,10 @@ def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep
         click.echo(json.dumps(document))
     else:
         click.echo(_table(_elements(results)))
-        if eval_stats is not None:
-            click.echo(_stats_text(eval_stats))
+    if eval_stats is not None and not as_json:  # a diagnostic, as diff's and --map's: stdout holds the values alone
+        import sys
+        sys.stdout.flush()  # on a terminal, after the table
+        click.echo(_stats_text(eval_stats), err=True)
     if finding is not None:
         _say_not_finite(finding)
         return EXIT_FAILURE
