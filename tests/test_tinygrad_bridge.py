@@ -576,9 +576,10 @@ def test_backend_option_without_tinygrad_says_how_to_install(zoo, tmp_path):
 
 
 def _devices_text() -> str:
-    """tinygrad's devices as its runtime modules (ops_<device>.py) name them, storage aside."""
+    """tinygrad's devices as its runtime modules (ops_<device>.py) name them, storage and
+    NULL (which computes nothing) aside."""
     runtime = Path(tinygrad.__file__).parent / "runtime"
-    names = {p.stem[4:].upper() for p in runtime.glob("ops_*.py")} - {"DISK", "TINYFS", "NPY"}
+    names = {p.stem[4:].upper() for p in runtime.glob("ops_*.py")} - {"DISK", "TINYFS", "NPY", "NULL"}
     return ", ".join(sorted(names))
 
 
@@ -586,10 +587,14 @@ def _devices_text() -> str:
     ("CLANG", "tinygrad 0.14 renamed CLANG to CPU (DEV=CPU:CLANG picks its clang renderer); "),
     ("llvm", "tinygrad 0.14 renamed LLVM to CPU (DEV=CPU:LLVM picks its LLVM renderer); "),
     ("GPU:1", "tinygrad 0.14 renamed GPU to CL; "),
-    ("NOSUCHDEVICE", "")])
+    ("NOSUCHDEVICE", ""),
+    ("NULL", "tinygrad's NULL device computes nothing (its kernels run nothing and it returns no values); "),
+    ("disk", "tinygrad's DISK device computes nothing (it only holds data); ")])
 def test_a_device_tinygrad_lacks_is_a_usage_error(tmp_path, device, renamed):
     """Checked before anything runs: an old name said ModuleNotFoundError, and a graph that
-    folds to constants (samples/poly.uop) ran on a device that does not exist, exit 0."""
+    folds to constants (samples/poly.uop) ran on a device that does not exist, exit 0.
+    NULL was listed among the devices, then failed as 'internal error: RuntimeError: no
+    copyout on NULL'; DISK was accepted, unlisted."""
     poly = Path(__file__).parent.parent / "samples" / "poly.uop"
     done = uopgrad("eval", str(poly), "-i", "x=2", "--backend", "tinygrad", "--device", device, cwd=tmp_path)
     assert (done.returncode, done.stdout) == (2, "")

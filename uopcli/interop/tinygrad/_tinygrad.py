@@ -50,16 +50,27 @@ _RENAMED = {"CLANG": "CPU (DEV=CPU:CLANG picks its clang renderer)",
             "LLVM": "CPU (DEV=CPU:LLVM picks its LLVM renderer)",
             "GPU": "CL"}
 _STORAGE_ONLY = {"DISK", "TINYFS", "NPY"}  # devices that hold data but compute nothing
+# devices that run nothing: NULL's kernels are no-ops and it has no copyout (a device for
+# timing tinygrad's own compiler); eval there failed as "internal error: no copyout on NULL"
+_COMPUTES_NOTHING = {"NULL": "its kernels run nothing and it returns no values"}
 
 
 def unknown_device(device: str) -> str | None:
-    """Why tinygrad has no device `device` (checked before anything runs: tinygrad itself
-    fails with an import error of its module, or not at all where the graph folds to
-    constants), or None. Its devices are its runtime modules (tinygrad.Device._devices)."""
+    """Why tinygrad has no device `device` to evaluate on (checked before anything runs:
+    tinygrad itself fails with an import error of its module, or not at all where the graph
+    folds to constants), or None. Its devices are its runtime modules
+    (tinygrad.Device._devices), but those that hold data only, or compute nothing (NULL)."""
     from tinygrad import Device
     known = getattr(Device, "_devices", None)
     name = device.split(":", 1)[0].upper()
-    if not isinstance(known, list) or name in known:
+    if not isinstance(known, list):
         return None
-    renamed = f"tinygrad {SUPPORTED} renamed {name} to {_RENAMED[name]}; " if name in _RENAMED else ""
-    return f"{device!r}: {renamed}tinygrad's devices are {', '.join(sorted(set(known) - _STORAGE_ONLY))}"
+    usable = set(known) - _STORAGE_ONLY - set(_COMPUTES_NOTHING)
+    if name in usable:
+        return None
+    if name in known:
+        why = _COMPUTES_NOTHING.get(name, "it only holds data")
+        said = f"tinygrad's {name} device computes nothing ({why}); "
+    else:
+        said = f"tinygrad {SUPPORTED} renamed {name} to {_RENAMED[name]}; " if name in _RENAMED else ""
+    return f"{device!r}: {said}tinygrad's devices are {', '.join(sorted(usable))}"
