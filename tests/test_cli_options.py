@@ -160,3 +160,76 @@ def test_eval_stats_go_to_stderr_with_the_table_as_with_a_file(tmp_path):
     assert run.returncode == 0 and run.stdout == b"" and re.fullmatch(timing, run.stderr.decode())
     run = uopgrad(tmp_path, "eval", POLY, "-i", "x=1", "--stats", "--json")  # asked for in the document
     assert run.returncode == 0 and run.stderr == b"" and set(json.loads(run.stdout)) == {"outputs", "stats"}
+
+
+# ----------------------------------------------------------------------------- -i values: headers first, memory
+
+def _limited_memory():
+    """preexec_fn: at most 3 GB of address space, so that a huge allocation fails here as
+    MemoryError (not by the kernel's OOM killer, whatever its overcommit policy)."""
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+
+def limited(cwd, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([UOPGRAD, *map(str, args)], cwd=cwd, capture_output=True, timeout=300,
+                          preexec_fn=_limited_memory)
+
+
+def _npy_header(shape) -> bytes:
+    import io
+    import numpy as np
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    return buffer.getvalue()
+
+
+def _huge_graph(tmp_path, shape) -> str:
+    graph = {"format": "uop", "version": 1, "meta": {}, "inputs": [0], "outputs": [["y", 1]],
+             "nodes": [["PARAM", "float32", [], {"name": "x", "shape": list(shape)}],
+                       ["REDUCE", "float32", [0], ["ADD", list(range(len(shape)))]]]}
+    (tmp_path / "huge.json").write_text(json.dumps(graph))
+    return "huge.json"
+
+
+def test_a_number_for_an_input_too_large_for_memory_says_out_of_memory(tmp_path):
+    """-i x=0 said "cannot read 0: a damaged file (MemoryError ...)" where --random said
+    "out of memory": both say out of memory, naming the input and its size."""
+    huge = _huge_graph(tmp_path, (100000, 100000, 100))
+    prefix = "huge.json: input 'x' (float32[100000,100000,100], 3.6 TiB): out of memory"
+    assert refusal(limited(tmp_path, "eval", huge, "-i", "x=0"), 1) == f"{prefix} filling it with 0"
+    assert refusal(limited(tmp_path, "eval", huge, "--random"), 1) == f"{prefix} drawing its random values"
+
+
+def test_an_npy_of_the_input_s_shape_too_large_for_memory_says_out_of_memory(tmp_path):
+    huge = _huge_graph(tmp_path, (100000, 100000))
+    (tmp_path / "big.npy").write_bytes(_npy_header((100000, 100000)) + bytes(16))
+    assert refusal(limited(tmp_path, "eval", huge, "-i", "x=big.npy"), 1) == (
+        "huge.json: input 'x' (float32[100000,100000], 37.3 GiB): out of memory reading big.npy")
+
+
+def test_an_input_file_s_shape_is_checked_from_its_header_before_its_data_is_read(tmp_path):
+    """A 144-byte .npy whose header claims [100000,100000] was "a damaged file (MemoryError:
+    ... 37.3 GiB)"; it is the wrong shape for x, and says so."""
+    (tmp_path / "lie.npy").write_bytes(_npy_header((100000, 100000)) + bytes(16))
+    assert refusal(limited(tmp_path, "eval", MLP, "-i", "x=lie.npy", "--random"), 1) == (
+        f"{MLP}: input 'x' is float32[16,8] but lie.npy is float32[100000,100000]")
+
+
+def test_an_npz_member_of_the_wrong_shape_is_not_decompressed(tmp_path):
+    """A 0.4 MB .npz whose member x is float32[10000,10000] of zeros was decompressed (about
+    430 MB resident) before the shape error; now only its header is read."""
+    import zipfile
+    with zipfile.ZipFile(tmp_path / "bomb.npz", "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        with archive.open("x.npy", "w", force_zip64=True) as member:
+            member.write(_npy_header((10000, 10000)))
+            for _ in range(25):
+                member.write(bytes(1 << 24))
+    probe = ("import resource, subprocess, sys; run = subprocess.run(sys.argv[1:], capture_output=True); "
+             "sys.stdout.write(run.stderr.decode() + str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))")
+    for spec in ("x=bomb.npz", "x=bomb.npz:x", "bomb.npz"):
+        done = subprocess.run([sys.executable, "-c", probe, UOPGRAD, "eval", str(MLP), "-i", spec, "--random"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        error, peak_kib = done.stdout.rsplit("\n", 1)
+        assert error == f"uopgrad: error: {MLP}: input 'x' is float32[16,8] but bomb.npz:x is float32[10000,10000]"
+        assert int(peak_kib) < 200_000, (spec, peak_kib)  # decompressed, x alone is 400 MB

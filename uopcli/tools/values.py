@@ -52,7 +52,14 @@ def read_archive(path: str, nodes: Mapping[str, UOp]) -> dict:
                 raise EvaluationError(f"{path}: member{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
                                       f"name{'' if len(unknown) > 1 else 's'} no input; inputs: "
                                       f"{', '.join(nodes) or 'none'}")
-            arrays = {m: archive[m] for m in archive.files}
+            for m in archive.files:  # every member's header before any member's data
+                check_header(m, nodes[m], *_member_header(archive, m), f"{path}:{m}")
+            arrays = {}
+            for m in archive.files:
+                try:
+                    arrays[m] = archive[m]
+                except MemoryError:
+                    raise EvaluationError(_out_of_memory(m, nodes[m], f"reading {path}:{m}")) from None
     except EvaluationError:
         raise
     except OSError as e:
@@ -66,20 +73,25 @@ def read_value(name: str, value: str, node: UOp):
     """The array for input `node` (named `name`) from a VALUE text; checked against the node."""
     import numpy as np
     path, key = _npz_member(value, name)
-    try:
+    if path is None and not value.endswith(".npy"):
+        return _filled(name, value, node)
+    where = value if path is None else f"{path}:{key}"
+    try:  # the header's shape and dtype checked first: a file claiming 37 GiB is the wrong shape, not a read
         if path is not None:
             with np.load(_starts_with(path, ZIP_MAGIC, ".npz", "a zip archive's"), allow_pickle=False) as archive:
                 if key not in archive.files:
                     raise EvaluationError(f"input {name!r}: {path} has no member {key!r}; "
                                           f"members: {', '.join(archive.files) or 'none'}")
+                check_header(name, node, *_member_header(archive, key), where)
                 array = archive[key]
-            where = f"{path}:{key}"
-        elif value.endswith(".npy"):
-            array, where = np.load(_starts_with(value, (NPY_MAGIC,), ".npy", "numpy's magic"), allow_pickle=False), value
         else:
-            return _filled(name, value, node)
+            with open(_starts_with(value, (NPY_MAGIC,), ".npy", "numpy's magic"), "rb") as f:
+                check_header(name, node, *_npy_header(f), where)
+            array = np.load(value, allow_pickle=False)
     except EvaluationError:
         raise
+    except MemoryError:
+        raise EvaluationError(_out_of_memory(name, node, f"reading {where}")) from None
     except OSError as e:
         raise EvaluationError(f"input {name!r}: cannot read {e.filename or value}: {e.strerror or e}") from None
     except ValueError as e:
@@ -145,17 +157,51 @@ def npz_headers(path: str) -> dict[str, tuple[tuple[int, ...], object]]:
         with np.load(_starts_with(path, ZIP_MAGIC, ".npz", "a zip archive's"), allow_pickle=False) as archive:
             stored = set(archive.zip.namelist())
             for name in archive.files:
-                with archive.zip.open(f"{name}.npy" if f"{name}.npy" in stored else name) as member:
-                    version = np.lib.format.read_magic(member)
-                    read = np.lib.format.read_array_header_1_0 if version == (1, 0) \
-                        else np.lib.format.read_array_header_2_0
-                    shape, _, dtype = read(member)
-                headers[name] = (tuple(shape), dtype)
+                headers[name] = _member_header(archive, name, stored)
     except OSError as e:
         raise EvaluationError(f"{e.filename or path}: cannot read: {e.strerror or e}") from None
     except Exception as e:  # noqa: BLE001 - zipfile's and numpy's refusals of a damaged file
         raise EvaluationError(f"{path}: cannot read: {' '.join(str(e).split())}") from None
     return headers
+
+
+def _member_header(archive, name: str, stored: set | None = None) -> tuple[tuple[int, ...], object]:
+    """(shape, dtype) of member `name` of an open np.load archive, from its .npy header:
+    only the member's first bytes are decompressed."""
+    stored = set(archive.zip.namelist()) if stored is None else stored
+    with archive.zip.open(f"{name}.npy" if f"{name}.npy" in stored else name) as member:
+        return _npy_header(member)
+
+
+def _npy_header(stream) -> tuple[tuple[int, ...], object]:
+    """(shape, dtype) from the .npy header at the start of `stream`."""
+    import numpy as np
+    version = np.lib.format.read_magic(stream)
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, _, dtype = read(stream)
+    return tuple(shape), dtype
+
+
+def check_header(name: str, node: UOp, shape: tuple, dtype, where: str) -> None:
+    """check_value's refusal from an array file's header alone, before its data is read."""
+    import numpy as np
+    dtype = np.dtype(dtype)
+    if not dtype.isnative and dtype.newbyteorder("=") == node.dtype.np:
+        dtype = dtype.newbyteorder("=")  # the other byte order of the right dtype: check_value converts it
+    if tuple(shape) != node.shape or dtype != node.dtype.np:
+        raise EvaluationError(f"input {name!r} is {type_text(node)} but {where} is "
+                              f"{dtype.name}[{','.join(map(str, shape))}]")
+
+
+def _out_of_memory(name: str, node: UOp, doing: str) -> str:
+    """`input 'x' (float32[100000,100000], 37.3 GiB): out of memory reading x.npy`."""
+    size = math.prod(node.shape) * node.dtype.itemsize
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if size < 1024 or unit == "PiB":
+            break
+        size /= 1024
+    text = f"{size:.0f} bytes" if unit == "bytes" else f"{size:.1f} {unit}"
+    return f"input {name!r} ({type_text(node)}, {text}): out of memory {doing}"
 
 
 NPY_MAGIC = b"\x93NUMPY"
@@ -208,7 +254,10 @@ def _filled(name: str, value: str, node: UOp):
         if not np.isfinite(rounded):  # beyond the margin that rounds down to the largest
             raise EvaluationError(f"input {name!r}: {value} does not fit {dtype.name} (largest magnitude "
                                   f"{largest:.6g}; give inf or -inf for infinity)")
-    return np.full(node.shape, number, dtype=dtype.np)
+    try:
+        return np.full(node.shape, number, dtype=dtype.np)
+    except MemoryError:
+        raise EvaluationError(_out_of_memory(name, node, f"filling it with {value}")) from None
 
 
 def check_value(name: str, node: UOp, array, where: str = "the value"):
@@ -282,7 +331,10 @@ def gather_inputs(inputs: Iterable[UOp], specs: Iterable[str], random_seed: int 
                               f"(give -i NAME=VALUE, or --random)")
     ranges = index_ranges_for(roots, missing)
     for node in missing:
-        values[node.arg] = random_value(node, random_seed, ranges)
+        try:
+            values[node.arg] = random_value(node, random_seed, ranges)
+        except MemoryError:
+            raise EvaluationError(_out_of_memory(node.arg, node, "drawing its random values")) from None
     return {name: values[name] for name in nodes}
 
 
