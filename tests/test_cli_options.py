@@ -233,3 +233,13 @@ def test_an_npz_member_of_the_wrong_shape_is_not_decompressed(tmp_path):
         error, peak_kib = done.stdout.rsplit("\n", 1)
         assert error == f"uopgrad: error: {MLP}: input 'x' is float32[16,8] but bomb.npz:x is float32[10000,10000]"
         assert int(peak_kib) < 200_000, (spec, peak_kib)  # decompressed, x alone is 400 MB
+
+
+# ----------------------------------------------------------------------------- messages
+
+@pytest.mark.parametrize("command", [("view",), ("render", "-o", "page.html"), ("render", "-o", "picture.svg")])
+def test_an_output_not_in_the_file_is_named_with_the_file(tmp_path, command):
+    """view --outputs nope said "no output named 'nope'" without the file; render named it."""
+    run = uopgrad(tmp_path, command[0], MLP, "--outputs", "loss", "--outputs", "nope", *command[1:])
+    assert refusal(run, 1) == f"{MLP}: no output named 'nope'; outputs: loss"
+    assert list(tmp_path.iterdir()) == []

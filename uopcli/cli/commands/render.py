@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from ..app import CommandFailed, _command, _given, _names
+from ..app import CommandFailed, _command, _given, _name_file, _names
 from ..io import _note, _read_graph, _refuse_binary_terminal, _refuse_writing_over_input, _write
 
 
@@ -90,7 +90,8 @@ def _html_page(source: str, outputs: str | None, values_path: str | None, *, max
     if names:
         missing = [n for n in names if n not in graph.outputs]
         if missing:
-            raise CommandFailed(f"no output named {missing[0]!r}; outputs: {', '.join(graph.outputs) or 'none'}")
+            raise CommandFailed(_name_file(f"no output named {missing[0]!r}; outputs: "
+                                           f"{', '.join(graph.outputs) or 'none'}"))  # as render's pictures say it
         graph = Graph({n: graph.outputs[n] for n in dict.fromkeys(names)}, meta=graph.meta)
     values = value_stats(graph, values_path) if values_path else None
     title = "<stdin>" if source == "-" else os.path.basename(source)
