@@ -243,3 +243,35 @@ def test_an_output_not_in_the_file_is_named_with_the_file(tmp_path, command):
     run = uopgrad(tmp_path, command[0], MLP, "--outputs", "loss", "--outputs", "nope", *command[1:])
     assert refusal(run, 1) == f"{MLP}: no output named 'nope'; outputs: loss"
     assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- exit status: 2 usage, 1 the rest
+
+def test_a_malformed_dask_target_is_a_usage_error(tmp_path):
+    """--dask local:0 exited 1, as if the cluster had failed: the text is wrong (2), said
+    before dask is looked for or the shards are globbed."""
+    run = uopgrad(tmp_path, "eval", POLY, "--map", "none/*.npz", "--dask", "local:0")
+    assert refusal(run, 2) == ("--dask local:0: give local:N with N a number of workers >= 1 "
+                               "(see 'uopgrad eval --help')")
+
+
+def test_the_environment_is_no_usage_error(tmp_path):
+    """Binary output on a terminal is refused with 1, as gzip does: the command line is
+    right (the same one works in a pipe)."""
+    import pty
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: stdout on the terminal
+        os.execv(UOPGRAD, [UOPGRAD, "diff", str(POLY), "--wrt", "x"])
+    said = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        said += chunk
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 1
+    assert said.decode().strip() == ("uopgrad: error: refusing to write binary msgpack data to a terminal: redirect "
+                                     "or pipe it (> file, | uopgrad ...) or give -o FILE")

@@ -4,7 +4,11 @@ built for shell pipelines (the commands themselves are in commands/).
 - IN and OUT may be `-` (stdin / stdout); binary output to a terminal is refused (io.py).
 - Outputs are written atomically (a temporary file beside the target, then os.replace):
   a failing command writes nothing and leaves an existing file alone; -o may name IN.
-- Exit status 0 success, 1 bad input or a failed check, 2 wrong usage; every error is one
+- Exit status 0 success; 2 wrong usage: the command line is wrong by itself (an option
+  unknown, malformed, given twice, contradicting another or not for this IN, an OUT that
+  is a file the command reads), and another command line would work with the same files;
+  1 the command line is fine but the files, the data, the environment (a terminal where
+  binary output goes, a missing package, memory) or a check are not. Every error is one
   line `uopgrad: error: ...` naming the file (and the node, where the library names one);
   a traceback only with --debug.
 - Start-up matters (`uopgrad info` within 100 ms, whole process): numpy, graphviz, the
@@ -230,8 +234,9 @@ def _constant_values(given: str, text: str, ctx, param):
         try:
             return np.load(given, allow_pickle=False)
         except (OSError, ValueError) as e:
-            raise click.BadParameter(f"{text!r}: cannot read {given}: {getattr(e, 'strerror', None) or e}",
-                                     ctx, param) from None
+            # the file, not the command line, is at fault: exit status 1 (as an -i file's)
+            raise CommandFailed(f"--constant {text}: cannot read {given}: {getattr(e, 'strerror', None) or e}") \
+                from None
     numbers = []
     for token in given.split(","):
         word = token.strip().lower()

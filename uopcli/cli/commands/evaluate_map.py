@@ -45,13 +45,12 @@ def eval_map(source, specs, use_random, seed, output, as_json, stats, literal, k
              map_pattern, reduction, dask_target):
     """`eval --map`: check every shard, gather the fixed inputs, run, write."""
     reduction = reduction or "sum"
-    _check_usage(output, as_json, keep_intermediates, backend, device, reduction, use_random)
+    _check_usage(output, as_json, keep_intermediates, backend, device, reduction, use_random, dask_target)
     from ...tools import map as mapping
     try:
         if dask_target is not None:
-            from ...tools.map_dask import parse_target, require
+            from ...tools.map_dask import require
             require()
-            parse_target(dask_target)
         paths = mapping.shard_paths(map_pattern)
         shard = next((path for path in paths if output and _same_file(path, output)), None)
         if shard is not None:
@@ -91,7 +90,13 @@ def eval_map(source, specs, use_random, seed, output, as_json, stats, literal, k
         click.echo(_table(report.outputs))
 
 
-def _check_usage(output, as_json, keep_intermediates, backend, device, reduction, use_random) -> None:
+def _check_usage(output, as_json, keep_intermediates, backend, device, reduction, use_random, dask_target) -> None:
+    if dask_target is not None:  # the text itself (local:0): a usage error, before dask is looked for
+        from ...tools.map_dask import ClusterError, parse_target
+        try:
+            parse_target(dask_target)
+        except ClusterError as e:
+            raise click.UsageError(str(e)) from None
     if _given("seed") and not use_random:
         raise click.UsageError("--seed is the seed of --random: give --random too")
     if keep_intermediates:
