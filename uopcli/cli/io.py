@@ -232,8 +232,8 @@ def _refuse_replacing_other_values(beside: str, output: str, weights) -> None:
         held = None  # not an .npz at all: no earlier run wrote it
     if held is None or not held & set(weights):
         what = "is no .npz" if held is None else f"holds other arrays ({briefly(sorted(held))})"
-        raise click.UsageError(f"{beside} {what}: writing the model's weights beside {output} would replace it; "
-                               "move it, or give -o another name")
+        raise CommandFailed(f"{beside} {what}: writing the model's weights beside {output} would replace it; "
+                            "move it, or give -o another name")  # a file in the way, not named: exit status 1
 
 
 def _refuse_writing_over_input(source: str, output: str) -> None:
