@@ -275,3 +275,32 @@ def test_the_environment_is_no_usage_error(tmp_path):
     assert os.waitstatus_to_exitcode(status) == 1
     assert said.decode().strip() == ("uopgrad: error: refusing to write binary msgpack data to a terminal: redirect "
                                      "or pipe it (> file, | uopgrad ...) or give -o FILE")
+
+
+# ----------------------------------------------------------------------------- reproducible pictures
+
+def _pdf_objects_where_xref_says(pdf: bytes) -> bool:
+    """Every object the xref table lists starts at its offset (the date's rewrite kept them)."""
+    import re
+    table = pdf[int(pdf.rsplit(b"startxref", 1)[1].split()[0]):].split(b"\n")
+    assert table[0].strip() == b"xref"
+    first, count = map(int, table[1].split())
+    entries = [line.split() for line in table[2:2 + count]]
+    return all(re.match(rb"%d 0 obj" % (first + i), pdf[int(offset):]) for i, (offset, _, kind) in enumerate(entries)
+               if kind == b"n")
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot is not installed")
+def test_a_pdf_renders_to_the_same_bytes_every_time(tmp_path):
+    """render -o x.pdf embedded the wall-clock time (cairo's /CreationDate), so two renders
+    differed; SOURCE_DATE_EPOCH did nothing. The date is now 1980-01-01, or the epoch's."""
+    import time
+    ok(uopgrad(tmp_path, "render", POLY, "-o", "a.pdf"))
+    time.sleep(1.1)  # the date has whole seconds
+    ok(uopgrad(tmp_path, "render", POLY, "-o", "b.pdf"))
+    a = (tmp_path / "a.pdf").read_bytes()
+    assert a == (tmp_path / "b.pdf").read_bytes()
+    assert b"/CreationDate (D:19800101000000Z)" in a and _pdf_objects_where_xref_says(a)
+    ok(uopgrad(tmp_path, "render", POLY, "-o", "c.pdf", env={"SOURCE_DATE_EPOCH": "1700000000"}))
+    c = (tmp_path / "c.pdf").read_bytes()
+    assert b"/CreationDate (D:20231114221320Z)" in c and len(c) == len(a) and _pdf_objects_where_xref_says(c)

@@ -131,12 +131,37 @@ def _run_dot(text: bytes, fmt: str) -> bytes:
     except ImportError:
         raise RenderError("the Python package 'graphviz' is missing: pip install graphviz") from None
     try:
-        return graphviz.pipe("dot", fmt, text, quiet=True)
+        picture = graphviz.pipe("dot", fmt, text, quiet=True)
+        return _fixed_pdf_dates(picture) if fmt == "pdf" else picture
     except graphviz.ExecutableNotFound:
         raise RenderError(INSTALL_DOT_HINT) from None
     except graphviz.CalledProcessError as exc:
         detail = (exc.stderr or b"").decode(errors="replace").strip().splitlines()
         raise RenderError(f"dot failed: {detail[0] if detail else exc}") from None
+
+
+FIXED_DATE = 315532800  # 1980-01-01 00:00:00 UTC, as the members of the .npz files written (values.npz_bytes)
+
+
+def _fixed_pdf_dates(pdf: bytes) -> bytes:
+    """`pdf` with cairo's /CreationDate (and /ModDate) the time SOURCE_DATE_EPOCH gives, else
+    1980-01-01 UTC: the same graph renders to the same bytes, as svg and png do (cairo 1.16
+    writes the wall-clock time and ignores SOURCE_DATE_EPOCH). The entry keeps its length,
+    padded with spaces after the string where the date is shorter, so that the xref table's
+    byte offsets stay right; an entry the date would lengthen is left as it is."""
+    import os
+    import re
+    import time
+    try:
+        seconds = int(os.environ.get("SOURCE_DATE_EPOCH", FIXED_DATE))
+        date = time.strftime("D:%Y%m%d%H%M%SZ", time.gmtime(seconds)).encode()
+    except (ValueError, OverflowError, OSError):
+        date = time.strftime("D:%Y%m%d%H%M%SZ", time.gmtime(FIXED_DATE)).encode()
+
+    def fixed(match: re.Match) -> bytes:
+        entry = match.group(1) + b" (" + date + b")"
+        return entry.ljust(len(match.group(0))) if len(entry) <= len(match.group(0)) else match.group(0)
+    return re.sub(rb"(/CreationDate|/ModDate) \((D:[0-9]{4}[^()\\]*)\)", fixed, pdf)
 
 
 def _too_large(count: int, limit: int, collapsible: bool) -> RenderError:
