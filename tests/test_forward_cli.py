@@ -304,3 +304,37 @@ def test_check_hvp_weights_a_non_scalar_output_as_check_does(work):
     report = json.loads(ok("check", "m.uop", "--wrt", "x", "--of", "y", "--hvp", "--json", cwd=work).stdout)
     assert report["passed"] and report["of"] == ["y"] and [t["target"] for t in report["targets"]] == ["x"]
     assert all(t["max_rel_error"] < 1e-5 for t in report["targets"])
+
+
+@pytest.mark.parametrize("command", ["jvp", "hvp", "jacobian", "hessian"])
+def test_an_input_the_output_does_not_depend_on_is_noted(tmp_path, command):
+    """--wrt naming an input the output does not depend on (or only through DETACH) writes
+    zeros for it, as diff does, and says so as diff does (it said nothing: a misspelt or
+    unused weight gave a zero Hessian block without a word); an input it depends on is not
+    noted."""
+    x, u, d = (UOp.param(name, (3,), dtypes.float64) for name in ("x", "u", "d"))
+    save(Graph({"loss": (x * x).sum() + (d.detach() * x).sum()}, inputs=[x, u, d]), tmp_path / "m.uop")
+    done = uopgrad(command, "m.uop", "--wrt", "x,u,d", "-o", "out.uop", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == [
+        "uopgrad: derivatives of loss with respect to u are identically zero: not reached",
+        "uopgrad: derivatives of loss with respect to d are identically zero: reached only through DETACH"]
+    tangents = [f"tangent_{n}=1" for n in "xud"] if command in ("jvp", "hvp") else []
+    outputs = values(tmp_path / "out.uop", *(a for spec in ("x=1", "u=2", "d=3", *tangents) for a in ("-i", spec)),
+                     cwd=tmp_path)
+    zero = {"jvp": [], "hvp": ["hvp_u", "hvp_d"], "jacobian": ["jacobian_loss_u", "jacobian_loss_d"],
+            "hessian": [f"hessian_{a}_{b}" for a in "xud" for b in "xud" if "x" not in (a, b) or a != b]}[command]
+    for name in zero:
+        assert not np.any(outputs[name]), name
+    done = uopgrad(command, "m.uop", "--wrt", "x", "-o", "out.uop", cwd=tmp_path)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+@pytest.mark.parametrize("command", ["jvp", "jacobian"])
+def test_an_input_one_of_several_outputs_depends_on_is_not_noted(tmp_path, command):
+    x, u = (UOp.param(name, (3,), dtypes.float64) for name in ("x", "u"))
+    save(Graph({"a": (u * u).sum(), "b": x.sum()}, inputs=[x, u]), tmp_path / "m.uop")
+    done = uopgrad(command, "m.uop", "--wrt", "u", "-o", "out.uop", cwd=tmp_path)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    done = uopgrad(command, "m.uop", "--wrt", "u", "--of", "b", "-o", "out.uop", cwd=tmp_path)
+    assert done.stderr == "uopgrad: derivatives of b with respect to u are identically zero: not reached\n"

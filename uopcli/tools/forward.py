@@ -155,6 +155,29 @@ def _bytes(n: int) -> str:
     return str(n)
 
 
+# ----------------------------------------------------------------------------- zero derivatives
+
+def zero_derivatives(graph: Graph, wrt: Sequence[str], of: Sequence[str]) -> list[str]:
+    """A line per `wrt` input that outputs `of` do not depend on (or only through DETACH):
+    all its derivatives there are identically zero, as `differentiate` reports of a
+    gradient (the files hold zeros for it, which a misspelt or unused weight name would
+    otherwise give without a word)."""
+    from .differentiate import NOT_REACHED, ONLY_DETACH, _reachable
+    roots = [graph.outputs[name] for name in of]
+    inputs = _inputs(graph)
+    reached, live = set(), set()
+    for root in roots:
+        reached |= _reachable(root, through_detach=True)
+        live |= _reachable(root, through_detach=False)
+    lines = []
+    for name in wrt:
+        target = inputs.get(name)
+        if target is not None and target not in live:
+            reason = NOT_REACHED if target not in reached else ONLY_DETACH
+            lines.append(f"derivatives of {', '.join(of)} with respect to {name} are identically zero: {reason}")
+    return lines
+
+
 # ----------------------------------------------------------------------------- shared
 
 def _names(wrt: Sequence[str]) -> list[str]:

@@ -39,13 +39,24 @@ def _matrix_options(fn):
     return fn
 
 
+def _float_outputs(graph, of):  # the outputs whose derivatives a command writes
+    from ...tools.forward import _float_outputs as chosen
+    return chosen(graph, of)
+
+
+def _one_output(graph, of, cotangent):
+    from ...tools.forward import _one_output as chosen
+    return chosen(graph, of, cotangent)
+
+
 def _run(build, source: str, output: str, stats: bool, simplify_: bool, opset, keep_forward: bool = False,
-         wrt: list[str] = (), matrix: str | None = None) -> None:
+         wrt: list[str] = (), matrix: str | None = None, of=None) -> None:
     """Read IN, build the result with `build(graph)`, write it (atomically) to OUT; a note
     names the new inputs and outputs numbered because their plain names were taken, and
     each --wrt weight several modules read (_note_shared_weights); for the blocks of a
     `matrix` ("Jacobian", "Hessian"), what they hold in all when that is large
-    (_note_total); and the .npz beside a .uop IN, which evaluating OUT needs
+    (_note_total); each --wrt input the outputs `of(graph)` do not depend on (its
+    derivatives are zeros); and the .npz beside a .uop IN, which evaluating OUT needs
     (_note_values_beside)."""
     form = _uop_form(output)
     _check_opset(form, opset)
@@ -65,6 +76,10 @@ def _run(build, source: str, output: str, stats: bool, simplify_: bool, opset, k
         _write_together(_with_onnx_weights([(output, data)], output, form))
         steps.next()
     _note_renamed(graph, result, keep_forward)
+    if of is not None:
+        from ...tools.forward import zero_derivatives
+        for line in zero_derivatives(graph, wrt, of(graph)):
+            _note(line)
     _note_values_beside(source, output)
     if stats:
         click.echo(steps.table(), err=True)
@@ -130,7 +145,7 @@ def jvp(source, wrt, of_, keep_forward, output, stats, simplify_, opset):
     from ...tools.forward import jvp as build
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     _run(lambda g: build(g, wrt_names, of_names or None, keep_forward), source, output, stats, simplify_, opset,
-         keep_forward, wrt_names)
+         keep_forward, wrt_names, of=lambda g: _float_outputs(g, of_names or None))
 
 
 @_command("hvp", short="Hessian-vector products of a scalar output (forward over reverse).", example="""\
@@ -155,7 +170,7 @@ def hvp(source, wrt, of_, cotangent, output, stats, simplify_, opset):
     from ...tools.forward import hvp as build
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     _run(lambda g: build(g, wrt_names, of_names or None, cotangent), source, output, stats, simplify_, opset,
-         wrt=wrt_names)
+         wrt=wrt_names, of=lambda g: [_one_output(g, of_names or None, cotangent)])
 
 
 @_command("jacobian", short="Full Jacobians, output.shape + input.shape, by batched forward mode.", example="""\
@@ -178,7 +193,7 @@ def jacobian(source, wrt, of_, chunk, output, stats, simplify_, opset):
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     limit = _size_limit()
     _run(lambda g: build(g, wrt_names, of_names or None, chunk, limit), source, output, stats, simplify_, opset,
-         wrt=wrt_names, matrix="Jacobian")
+         wrt=wrt_names, matrix="Jacobian", of=lambda g: _float_outputs(g, of_names or None))
 
 
 @_command("hessian", short="Full Hessian blocks of a scalar output (forward over reverse).", example="""\
@@ -204,7 +219,7 @@ def hessian(source, wrt, of_, cotangent, chunk, output, stats, simplify_, opset)
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     limit = _size_limit()
     _run(lambda g: build(g, wrt_names, of_names or None, chunk, limit, cotangent), source, output, stats, simplify_,
-         opset, wrt=wrt_names, matrix="Hessian")
+         opset, wrt=wrt_names, matrix="Hessian", of=lambda g: [_one_output(g, of_names or None, cotangent)])
 
 
 def forward_check(graph, wrt, of, given, seed, as_json, hvp) -> int:
