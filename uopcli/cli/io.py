@@ -169,7 +169,20 @@ def _read_onnx(path: str, data: bytes | None = None, specs: tuple = (), wrt: lis
         graph, weights = import_model(model, shapes, source=path, constants=constants, given_shapes=given,
                                       assume_size=assume, wrt=wrt)
     ctx.meta["uopgrad.weights"] = weights
+    _note_renamed(path, graph.meta)
     return graph
+
+
+def _note_renamed(path: str, meta: dict) -> None:
+    """A note naming the model's inputs and outputs that the graph calls by other names
+    (their ONNX names have whitespace, '=' or ','; tools/inspect.RENAMED), so a user who
+    types the ONNX name learns the graph's."""
+    from ..tools.inspect import RENAMED, meta_json
+    from ..core.uop import printable
+    renamed = meta_json(meta, RENAMED, dict)
+    if renamed:
+        shown = ", ".join(f"{printable(repr(k))} is {printable(str(v))}" for k, v in renamed.items())
+        _note(f"{path}: ONNX names with whitespace, '=' or ',' are renamed: {shown}")
 
 
 def _explain_inputs(source: str, graph, specs, use_random: bool, inputs=None) -> None:

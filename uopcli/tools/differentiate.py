@@ -155,6 +155,10 @@ def _target(inputs: dict[str, UOp], name: str, meta: dict | None = None) -> UOp:
                             f"constant of the graph, with no gradient; where its values set a shape (why an import "
                             f"asks for --constant), the format's static shapes cannot follow them, and the model "
                             f"cannot be differentiated with respect to {name} as exported")
+    renamed = _renamed(meta).get(name)
+    if node is None and renamed in inputs:
+        raise GradientError(f"no input named {name!r} to differentiate with respect to: the ONNX model's {name!r} is "
+                            f"input {renamed} (renamed: a graph's names have no whitespace, '=' or ','); --wrt {renamed}")
     if node is None:
         raise GradientError(f"no input named {name!r} to differentiate with respect to; "
                             f"inputs: {', '.join(inputs) or 'none'}"
@@ -162,6 +166,12 @@ def _target(inputs: dict[str, UOp], name: str, meta: dict | None = None) -> UOp:
     if not node.dtype.is_float:
         raise GradientError(f"input {name!r} is {_type(node)}: only floating-point inputs have gradients")
     return node
+
+
+def _renamed(meta: dict | None) -> dict:
+    """{ONNX name: graph name} of an imported model's renamed inputs and outputs (tools/inspect.RENAMED)."""
+    from .inspect import RENAMED, meta_json
+    return meta_json(meta, RENAMED, dict)
 
 
 def _fixed_inputs(meta: dict | None) -> list:

@@ -117,6 +117,9 @@ def shared_weight_notes(graph: Graph, names: list[str], weights=None) -> list[st
 FOLDED_WEIGHTS = "onnx.folded_weights"
 # graph meta of an imported model: JSON list of the inputs --constant fixed when importing
 FIXED_INPUTS = "onnx.fixed_inputs"
+# graph meta of an imported model: JSON {ONNX name: graph name}, the inputs and outputs whose
+# ONNX names are no valid graph names (whitespace, '=', ','), renamed (interop/onnx/graph_inputs.py)
+RENAMED = "onnx.renamed"
 
 # graph meta of a tinygrad export: JSON {name: the input's name}, the names given for a
 # tensor already named (tied weights: GPT-2's head.weight is wte.weight), which are no inputs

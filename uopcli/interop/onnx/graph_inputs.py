@@ -69,7 +69,7 @@ class GraphInputs:
             if shape is None:
                 unsized.append((inp.name, dims))
                 continue
-            node = UOp.param(safe_name(inp.name, {n.arg: n for n in self.inputs}), shape, dtype)
+            node = UOp.param(self.graph_name(inp.name), shape, dtype)
             self.values[inp.name] = Value(node=node)
             self.inputs.append(node)
             self.input_names[node] = inp.name
@@ -186,10 +186,31 @@ def dims_text(dims) -> str:
 
 
 def safe_name(name: str, taken) -> str:
-    """An ONNX name as a graph input or output name (no whitespace, '=' or ','; unique)."""
+    """An ONNX name as a graph input or output name (no whitespace, '=' or ','; unique):
+    the name itself when it is valid and not taken, else its unsafe characters as '_' and
+    a suffix _2, _3, ... until it collides with nothing in `taken`."""
     safe = "".join("_" if ch.isspace() or ch in "=," else ch for ch in name) or "unnamed"
     candidate, n = safe, 1
     while candidate in taken or not valid_name(candidate):
         n += 1
         candidate = f"{safe}_{n}"
     return candidate
+
+
+def graph_names(graph) -> dict[str, str]:
+    """{ONNX name: graph name} for every name of `graph` that may name a graph input or
+    output (its inputs, initializers, nodes' outputs, outputs): a valid name is its own, so
+    every valid name is reserved first; only the others (whitespace, '=' or ',') are
+    renamed, in the file's order, to names that collide with none of them. First come first
+    served would have given initializer "a b" the name "a_b" and the real "a_b" "a_b_2", so
+    --wrt a_b differentiated with respect to "a b"."""
+    names = list(dict.fromkeys([v.name for v in graph.input] + [t.name for t in graph.initializer] +
+                               [o for node in graph.node for o in node.output if o] +
+                               [v.name for v in graph.output]))
+    taken = {name for name in names if valid_name(name)}
+    mapping = {name: name for name in taken}
+    for name in names:
+        if name not in mapping:
+            mapping[name] = safe_name(name, taken)
+            taken.add(mapping[name])
+    return mapping

@@ -39,12 +39,12 @@ import numpy as np
 
 from uopcli import FormatError, Graph, Metadata, UOp, UOpError
 from uopcli.core.uop import next_serial
-from uopcli.tools.inspect import FIXED_INPUTS, FOLDED_WEIGHTS
+from uopcli.tools.inspect import FIXED_INPUTS, FOLDED_WEIGHTS, RENAMED
 
 from .control import CONTROL
 from .dtypes import CONSTANT_DOC, FROM_ONNX, TO_ONNX, unsupported_type
 from .functions import body_opset, expanded_nodes, function_of, has_function
-from .graph_inputs import GraphInputs, safe_name
+from .graph_inputs import GraphInputs, graph_names, safe_name
 from .import_table import TABLE
 from .import_versions import VERSIONS
 from .ops_index import computed_from, differentiated
@@ -159,6 +159,8 @@ class _Importer(GraphInputs):
         self._copied_from: dict[str, str] = {}  # a weight copied by an Identity -> its initializer
         self._made_by: dict[str, tuple[str, str]] = {}  # a sequence's name -> (node label, op) that made it
         self.scope_prefix: str | None = None  # a Scan step's scope, over its body's nodes' own (control.py)
+        self._names = graph_names(model.graph)  # ONNX name -> graph input/output name (graph_inputs.py)
+        self.renamed: dict[str, str] = {}  # the ONNX names the graph's inputs and outputs do not keep -> theirs
 
     def fail(self, message: str, node=None, op=None):
         raise FormatError(message, node=node, op=op, source=self.source)
@@ -178,7 +180,11 @@ class _Importer(GraphInputs):
                 self.fail(f"output {output.name!r} is a sequence: the format has tensors only",
                           *self._made_by[output.name])
             node = self.weight_node(output.name, value) if value.weight else self.data(value)
-            outputs[safe_name(output.name, outputs)] = node
+            name = self.graph_name(output.name)
+            if name in outputs:  # the same value listed twice: a name of its own, colliding with nothing
+                name = safe_name(output.name, set(outputs) | set(self._names.values()))
+                self.renamed.setdefault(output.name, name)
+            outputs[name] = node
         in_file = {t.name: i for i, t in enumerate(self.graph.initializer)}  # weights in the file's order
         self.weight_order.sort(key=lambda name: in_file.get(self._copied_from.get(self._weight_source[name],
                                                                                   self._weight_source[name]), 0))
@@ -186,8 +192,20 @@ class _Importer(GraphInputs):
         graph = Graph(outputs, inputs=inputs, meta=self._meta())
         return graph, {name: self.weights[name] for name in self.weight_order}
 
+    def graph_name(self, name: str) -> str:
+        """The graph input or output name of ONNX value `name` (graph_names), a renaming
+        recorded for the graph's meta (RENAMED) and the CLI's note."""
+        graph_name = self._names.get(name)
+        if graph_name is None:  # not a name of the top graph (a body's): one that collides with nothing
+            graph_name = self._names[name] = safe_name(name, set(self._names.values()))
+        if graph_name != name:
+            self.renamed[name] = graph_name
+        return graph_name
+
     def _meta(self) -> dict:
         meta = {"onnx.opset": str(self.opset)}
+        if self.renamed:
+            meta[RENAMED] = json.dumps(self.renamed, sort_keys=True)
         if self.model.producer_name:
             meta["onnx.producer"] = f"{self.model.producer_name} {self.model.producer_version}".strip()
         if not self.source.startswith("<"):  # a file's name, not <model> or <stdin>
@@ -264,8 +282,7 @@ class _Importer(GraphInputs):
     def weight_node(self, name: str, value: Value) -> UOp:
         if value.node is None:
             array = value.const
-            value.node = UOp.param(safe_name(name, {n: None for n in self.weight_order} |
-                                              {n.arg: None for n in self.inputs}), array.shape, FROM_ONNX_NP(array))
+            value.node = UOp.param(self.graph_name(name), array.shape, FROM_ONNX_NP(array))
             self.weights[value.node.arg] = array
             self.weight_order.append(value.node.arg)
             self._weight_source[value.node.arg] = name

@@ -1,0 +1,119 @@
+"""What a CI engineer found in the ONNX bridge (newcomer 8), through the installed `uopgrad`
+and onnxruntime:
+
+- names: an ONNX name that is no valid graph name (whitespace, '=', ',') is renamed to one
+  that collides with no name of the model, and valid names keep theirs (initializer "a b"
+  took "a_b" and the real "a_b" became "a_b_2": --wrt a_b differentiated the other one);
+  the renaming is noted on stderr and kept in meta.onnx.renamed;
+- export: a graph output that is a graph input (output x = PARAM x, a model that returns
+  an input or an initializer) is a valid model (it was `Identity(x) -> x`, not SSA);
+- the graph's bytes depend on the model's bytes only, not on its file's name or a pipe;
+- ConstantOfShape of a huge constant shape costs nothing when importing;
+- a file's content, not only its extension, says what it is."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="onnx has no wheel for this Python: the ONNX import tests skip")
+ort = pytest.importorskip("onnxruntime", reason="onnxruntime has no wheel for this Python: the ONNX tests skip")
+
+from onnx import TensorProto as T, helper as h, numpy_helper as nh  # noqa: E402
+
+from uopcli.interop.onnx.importer import import_model  # noqa: E402
+
+UOPGRAD = shutil.which("uopgrad", path=os.path.dirname(sys.executable)) or shutil.which("uopgrad")
+
+
+def uopgrad(cwd, *args, stdin: bytes | None = None):
+    return subprocess.run([UOPGRAD, *map(str, args)], cwd=cwd, input=stdin, capture_output=True, timeout=120)
+
+
+def run(path, feeds) -> dict:
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+
+
+def model(nodes, inputs, outputs, initializers=(), opset=17) -> onnx.ModelProto:
+    graph = h.make_graph(nodes, "g", inputs, outputs, list(initializers))
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
+
+
+def vec(name, shape=(3,)):
+    return h.make_tensor_value_info(name, T.FLOAT, list(shape))
+
+
+# ----------------------------------------------------------------------------- names
+
+AB_SPACE, AB, A_COMMA = np.float32([1, 2, 3]), np.float32([10, 20, 30]), np.float32([-1, 5, 7])
+X = np.float32([0.5, 1.5, 2.5])
+
+
+def colliding_model() -> onnx.ModelProto:
+    """s = sum(x * "a b" * a_b + "a,b"), output "s t": the unsafe names come before the safe ones."""
+    return model([h.make_node("Mul", ["x", "a b"], ["m1"]), h.make_node("Mul", ["m1", "a_b"], ["m2"]),
+                  h.make_node("Add", ["m2", "a,b"], ["m3"]), h.make_node("ReduceSum", ["m3"], ["s t"], keepdims=0)],
+                 [vec("x")], [vec("s t", ())],
+                 [nh.from_array(AB_SPACE, "a b"), nh.from_array(AB, "a_b"), nh.from_array(A_COMMA, "a,b")])
+
+
+def test_valid_names_keep_theirs_and_the_others_collide_with_none():
+    graph, weights = import_model(colliding_model())
+    assert graph.input_names == ["x", "a_b_2", "a_b", "a_b_3"]
+    assert list(graph.outputs) == ["s_t"]
+    np.testing.assert_array_equal(weights["a_b"], AB)
+    np.testing.assert_array_equal(weights["a_b_2"], AB_SPACE)
+    np.testing.assert_array_equal(weights["a_b_3"], A_COMMA)
+    assert json.loads(graph.meta["onnx.renamed"]) == {"a b": "a_b_2", "a,b": "a_b_3", "s t": "s_t"}
+
+
+def test_a_renamed_name_collides_with_no_node_output_either():
+    """An intermediate value named a_b_2 reserves that name too: "a b" takes a_b_3... and a
+    node's output named like a parameter can become a weight of its own (merged weights)."""
+    m = model([h.make_node("Mul", ["x", "a b"], ["a_b_2"]), h.make_node("Mul", ["a_b_2", "a_b"], ["y"])],
+              [vec("x")], [vec("y")], [nh.from_array(AB_SPACE, "a b"), nh.from_array(AB, "a_b")])
+    graph, _ = import_model(m)
+    assert graph.input_names == ["x", "a_b_3", "a_b"]
+
+
+def test_no_renaming_no_meta():
+    m = model([h.make_node("Mul", ["x", "a_b"], ["y"])], [vec("x")], [vec("y")], [nh.from_array(AB, "a_b")])
+    assert "onnx.renamed" not in import_model(m)[0].meta
+
+
+def test_wrt_the_valid_name_is_that_tensor_through_onnxruntime(tmp_path):
+    onnx.save(colliding_model(), tmp_path / "col.onnx")
+    done = uopgrad(tmp_path, "diff", "col.onnx", "--wrt", "a_b,a_b_2", "-o", "grad.onnx")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.decode().splitlines() == [
+        "uopgrad: col.onnx: ONNX names with whitespace, '=' or ',' are renamed: 'a b' is a_b_2, 'a,b' is a_b_3, "
+        "'s t' is s_t"]
+    got = run(tmp_path / "grad.onnx", {"x": X})
+    np.testing.assert_allclose(got["grad_a_b"], X * AB_SPACE, rtol=1e-6)    # d s / d a_b
+    np.testing.assert_allclose(got["grad_a_b_2"], X * AB, rtol=1e-6)        # d s / d "a b"
+    forward = run(tmp_path / "col.onnx", {"x": X})["s t"]                   # the model itself, as onnxruntime runs it
+    np.testing.assert_allclose(forward, np.sum(X * AB_SPACE * AB + A_COMMA), rtol=1e-6)
+
+
+def test_wrt_the_onnx_name_says_the_graphs(tmp_path):
+    onnx.save(colliding_model(), tmp_path / "col.onnx")
+    done = uopgrad(tmp_path, "diff", "col.onnx", "--wrt", "a b", "-q", "-o", "grad.onnx")
+    assert done.returncode == 1
+    assert done.stderr.decode() == (
+        "uopgrad: error: col.onnx: no input named 'a b' to differentiate with respect to: the ONNX model's 'a b' is "
+        "input a_b_2 (renamed: a graph's names have no whitespace, '=' or ','); --wrt a_b_2\n")
+    assert not (tmp_path / "grad.onnx").exists()
+
+
+def test_info_shows_the_renaming(tmp_path):
+    onnx.save(colliding_model(), tmp_path / "col.onnx")
+    done = uopgrad(tmp_path, "info", "col.onnx", "-q")
+    assert done.returncode == 0, done.stderr
+    assert 'meta.onnx.renamed {"a b": "a_b_2", "a,b": "a_b_3", "s t": "s_t"}' in done.stdout.decode().splitlines()
