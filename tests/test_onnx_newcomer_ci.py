@@ -117,3 +117,71 @@ def test_info_shows_the_renaming(tmp_path):
     done = uopgrad(tmp_path, "info", "col.onnx", "-q")
     assert done.returncode == 0, done.stderr
     assert 'meta.onnx.renamed {"a b": "a_b_2", "a,b": "a_b_3", "s t": "s_t"}' in done.stdout.decode().splitlines()
+
+
+# ----------------------------------------------------------------------------- outputs that are inputs
+
+def checked(path) -> onnx.ModelProto:
+    m = onnx.load(str(path))
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
+def test_an_input_output_under_its_own_name_exports_valid(tmp_path):
+    """output x = PARAM x (and y = 2x): convert and diff --keep-forward write models the checker
+    and onnxruntime take, with the values."""
+    from uopcli import Graph, UOp, dtypes, save
+    x = UOp.param("x", (3,), dtypes.float32)
+    save(Graph({"x": x, "y": x * 2.0}, inputs=[x]), str(tmp_path / "ident.uop"))
+    done = uopgrad(tmp_path, "convert", "ident.uop", "-o", "ident.onnx")
+    assert done.returncode == 0, done.stderr
+    done = uopgrad(tmp_path, "diff", "ident.uop", "--of", "y", "--wrt", "x", "--cotangent", "ones", "--keep-forward",
+                   "-o", "grad.onnx")
+    assert done.returncode == 0, done.stderr
+    for name in ("ident.onnx", "grad.onnx"):
+        m = checked(tmp_path / name)
+        assert [o.name for o in m.graph.output][:2] == ["x", "y"]
+        assert "x" not in [o for n in m.graph.node for o in n.output]
+        got = run(tmp_path / name, {"x": X})
+        np.testing.assert_array_equal(got["x"], X)
+        np.testing.assert_array_equal(got["y"], X * 2)
+    np.testing.assert_array_equal(run(tmp_path / "grad.onnx", {"x": X})["grad_x"], np.full(3, 2, np.float32))
+
+
+def returning_model() -> onnx.ModelProto:
+    """Returns its input x, its initializer w, y = x * w twice (y and y2), and a Constant."""
+    return model([h.make_node("Mul", ["x", "w"], ["y"]), h.make_node("Identity", ["y"], ["y2"]),
+                  h.make_node("Constant", [], ["c"], value=nh.from_array(np.float32(3.5)))],
+                 [vec("x")], [vec("x"), vec("w"), vec("y"), vec("y2"), vec("c", ())], [nh.from_array(AB, "w")])
+
+
+def test_a_model_returning_its_input_and_initializer_round_trips(tmp_path):
+    onnx.save(returning_model(), tmp_path / "ret.onnx")
+    truth = run(tmp_path / "ret.onnx", {"x": X})
+    done = uopgrad(tmp_path, "convert", "ret.onnx", "-o", "out.onnx")
+    assert done.returncode == 0, done.stderr
+    m = checked(tmp_path / "out.onnx")
+    assert [o.name for o in m.graph.output] == ["x", "w", "y", "y2", "c"]
+    got = run(tmp_path / "out.onnx", {"x": X})
+    assert got.keys() == truth.keys()
+    for name in truth:
+        np.testing.assert_array_equal(got[name], truth[name], err_msg=name)
+    done = uopgrad(tmp_path, "diff", "ret.onnx", "--of", "y", "--wrt", "w", "--cotangent", "ones", "--keep-forward",
+                   "-o", "grad.onnx")
+    assert done.returncode == 0, done.stderr
+    checked(tmp_path / "grad.onnx")
+    got = run(tmp_path / "grad.onnx", {"x": X})
+    np.testing.assert_array_equal(got["grad_w"], X)
+    np.testing.assert_array_equal(got["w"], AB)
+
+
+def test_an_output_named_like_another_input_is_refused(tmp_path):
+    from uopcli import Graph, UOp, dtypes, save
+    x = UOp.param("x", (3,), dtypes.float32)
+    save(Graph({"x": x * 2.0}, inputs=[x]), str(tmp_path / "clash.uop"))
+    done = uopgrad(tmp_path, "convert", "clash.uop", "-o", "clash.onnx")
+    assert done.returncode == 1
+    assert done.stderr.decode() == ("uopgrad: error: clash.uop: output 'x' is named like input 'x' but is another "
+                                    "value: ONNX names each value once; rename the output\n")
+    assert not (tmp_path / "clash.onnx").exists()
+

@@ -135,7 +135,8 @@ class _Exporter:
                 self.top.values[node] = node.arg
         for name, root, scope in self.outputs:
             value = self._resolve(root, scope)
-            self.e.alias(value, name)
+            if value != name:  # an input (or weight) output under its own name is listed as it is: an
+                self.e.alias(value, name)  # Identity into its name would define it twice (not SSA)
             self.proto.output.append(_value_info(name, root))
 
     # ------------------------------------------------------------------ outputs
@@ -154,11 +155,14 @@ class _Exporter:
                 plan.append((name, node, None))
         if not plan:
             raise ExportError("nothing to export: the graph's outputs hold no value (tuples of NOOPs only)")
-        seen, inputs = set(), set(self.graph.input_names)
-        for name, _, _ in plan:
+        seen, inputs = set(), {node.arg: node for node in self.graph.inputs}
+        for name, root, call in plan:
             if name in seen or (name not in self.graph.outputs and name in inputs):
                 raise ExportError(f"output name {name!r} (a tuple element) is also the name of another input "
                                   "or output: rename one")
+            if name in inputs and (root is not inputs[name] or call is not None):
+                raise ExportError(f"output {name!r} is named like input {name!r} but is another value: ONNX names "
+                                  "each value once; rename the output")
             seen.add(name)
         return plan
 
