@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -88,10 +89,9 @@ def test_info_eval_and_diff_on_stdin_give_what_the_path_gives(saved):
     by_path = ok(uopgrad(tmp_path, "info", "m.onnx", "--shape", "N=4")).splitlines()
     on_stdin = ok(uopgrad(tmp_path, "info", "-", "--shape", "N=4", stdin=raw)).splitlines()
     assert "inputs          x float32[4,6], y float32[4,3], W float32[6,3]" in on_stdin
-    # the same graph; a file's name is kept as meta.imported_from, so the hash differs by that
-    assert [line for line in by_path if not line.startswith(("sha256", "meta.imported_from"))] == \
-           [line for line in on_stdin if not line.startswith("sha256")]
-    assert "meta.imported_from m.onnx" in by_path and not any("imported_from" in line for line in on_stdin)
+    # the same graph, to the byte: its meta has the model's sha256, not the file's name
+    assert by_path == on_stdin
+    assert f"meta.onnx.sha256 {hashlib.sha256(raw).hexdigest()}" in by_path
 
     ok(uopgrad(tmp_path, "eval", "m.onnx", "-i", "data.npz", "-o", "path.npz"))
     ok(uopgrad(tmp_path, "eval", "-", "-i", "data.npz", "-o", "stdin.npz", stdin=raw))
@@ -356,7 +356,7 @@ def test_eval_of_a_piped_onnx_graph_says_its_weights_did_not_come_with_it(tmp_pa
     """`hvp model.onnx | eval - --random` filled the model's weights with noise, and only the
     first command's note said the weights stay behind: the .uop on stdout now names them in
     its meta, and eval says which inputs they are, with --random and without."""
-    weights = "fc1.weight, fc1.bias, fc2.weight, fc2.bias: mlp-legacy14.onnx's weights"
+    weights = "fc1.weight, fc1.bias, fc2.weight, fc2.bias: the ONNX model's weights"
     rest = "which were not written with the graph on stdout; -o FILE.uop writes them beside it as FILE.npz, for -i FILE.npz"
     head = f"uopgrad hvp {SAMPLE_MLP} --wrt fc1.weight --cotangent ones 2>/dev/null"
     filled = _pipe(f"{head} | uopgrad eval - --random -o out.npz", tmp_path)

@@ -185,3 +185,26 @@ def test_an_output_named_like_another_input_is_refused(tmp_path):
                                     "value: ONNX names each value once; rename the output\n")
     assert not (tmp_path / "clash.onnx").exists()
 
+
+# ----------------------------------------------------------------------------- bytes from the model's bytes alone
+
+def test_the_gradient_file_depends_on_the_models_bytes_not_its_name(tmp_path):
+    """Two copies of a model, named differently, and the same bytes on stdin: one gradient
+    file, byte for byte; its meta holds the model's sha256 (what sha256sum prints)."""
+    import hashlib
+    raw = colliding_model().SerializeToString()
+    (tmp_path / "model-build1.onnx").write_bytes(raw)
+    (tmp_path / "model-build2.onnx").write_bytes(raw)
+    outputs = []
+    for name in ("model-build1.onnx", "model-build2.onnx", "-"):
+        done = uopgrad(tmp_path, "diff", name, "--wrt", "a_b", "--cotangent", "ones", "-q", "-o", "-",
+                       stdin=raw if name == "-" else None)
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout)
+    assert outputs[0] == outputs[1] == outputs[2]
+    infos = [uopgrad(tmp_path, "info", name, "-q", stdin=raw if name == "-" else None).stdout
+             for name in ("model-build1.onnx", "model-build2.onnx", "-")]
+    assert infos[0] == infos[1] == infos[2]
+    assert f"meta.onnx.sha256 {hashlib.sha256(raw).hexdigest()}".encode() in infos[0].splitlines()
+    assert b"model-build" not in outputs[0] + infos[0]
+

@@ -151,7 +151,7 @@ def _read_onnx(path: str, data: bytes | None = None, specs: tuple = (), wrt: lis
                                 "reading ONNX models needs the onnx package: pip install 'uopgrad[onnx]'") from None
         raise CommandFailed(f"{path}: reading ONNX models needs the onnx package: pip install 'uopgrad[onnx]'") from None
     from ..errors import FormatError
-    from ..interop.onnx.importer import import_model, load_onnx, parse_model
+    from ..interop.onnx.importer import import_model, load_onnx, model_digest, parse_model
     from ..tools.values import given_shapes
     ctx = click.get_current_context()
     shapes, constants = ctx.meta.get("uopgrad.shapes"), ctx.meta.get("uopgrad.constants")
@@ -167,7 +167,7 @@ def _read_onnx(path: str, data: bytes | None = None, specs: tuple = (), wrt: lis
             raise CommandFailed(f"{path}: neither a .uop file (a MessagePack or JSON map) nor an ONNX model: "
                                 f"{describe(data)}") from None
         graph, weights = import_model(model, shapes, source=path, constants=constants, given_shapes=given,
-                                      assume_size=assume, wrt=wrt)
+                                      assume_size=assume, wrt=wrt, digest=model_digest(data))
     ctx.meta["uopgrad.weights"] = weights
     _note_renamed(path, graph.meta)
     return graph

@@ -145,8 +145,7 @@ def unwritten_weights_note(meta: dict, missing: Sequence[UOp], use_random: bool)
     archive = meta.get(UNWRITTEN_FROM)
     if archive:
         return f"{what} {shown}: their values are in {archive}, which a pipe does not carry; -i {archive} gives them"
-    model = meta.get("imported_from", "the ONNX model")
-    return (f"{what} {shown}: {model}'s weights, which were not written with the graph on stdout; "
+    return (f"{what} {shown}: the ONNX model's weights, which were not written with the graph on stdout; "
             f"-o FILE.uop writes them beside it as FILE.npz, for -i FILE.npz")
 
 

@@ -80,19 +80,25 @@ def load_onnx(path: str, shapes: Mapping[str, tuple[int, ...]] | None = None, co
               given_shapes: Mapping[str, tuple[int, ...]] | None = None, assume_size: int | None = None,
               wrt: Iterable[str] = ()):
     """(Graph, weights) from an ONNX file; external data files are read from its folder."""
-    model = read_model(path)
-    return import_model(model, shapes, source=path, base_dir=os.path.dirname(os.path.abspath(path)),
-                        constants=constants, given_shapes=given_shapes, assume_size=assume_size, wrt=wrt)
+    data = read_bytes(path)
+    return import_model(parse_model(data, path), shapes, source=path, base_dir=os.path.dirname(os.path.abspath(path)),
+                        constants=constants, given_shapes=given_shapes, assume_size=assume_size, wrt=wrt,
+                        digest=model_digest(data))
 
 
-def read_model(path: str):
-    """The ModelProto of `path`, refusing what is not a whole ONNX model."""
+def read_bytes(path: str) -> bytes:
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            return f.read()
     except OSError as e:
         raise FormatError(f"cannot read: {e.strerror or e}", source=path) from None
-    return parse_model(data, path)
+
+
+def model_digest(data: bytes) -> str:
+    """The sha256 of a model file's bytes, as the graph's meta records it (onnx.sha256):
+    what `sha256sum model.onnx` prints, the same whatever the file is named or on stdin."""
+    import hashlib
+    return hashlib.sha256(data).hexdigest()
 
 
 def parse_model(data: bytes, source: str = "<bytes>"):
@@ -114,7 +120,7 @@ def parse_model(data: bytes, source: str = "<bytes>"):
 def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None, source: str = "<model>",
                  base_dir: str | None = None, constants: Mapping | None = None,
                  given_shapes: Mapping[str, tuple[int, ...]] | None = None, assume_size: int | None = None,
-                 wrt: Iterable[str] = ()):
+                 wrt: Iterable[str] = (), digest: str | None = None):
     """(Graph, weights) from a ModelProto (see the module's docstring). `shapes`: the sizes
     of symbolic dimensions, {dimension name: size} or {input name: shape} (a name that is
     both is the input's); `constants`: {input name: values (array-like)} for inputs fixed
@@ -123,10 +129,12 @@ def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None, sou
     given}, sizing what `shapes` leaves symbolic (names of other inputs are ignored);
     `assume_size`: the size of each symbolic dimension still unsized then (`uopgrad info`
     looks at a model nobody has sized yet), recorded in the graph's meta; `wrt`: the inputs
-    the caller will differentiate with respect to (a refusal says they cannot be fixed)."""
+    the caller will differentiate with respect to (a refusal says they cannot be fixed);
+    `digest`: the model file's model_digest, recorded in the graph's meta as onnx.sha256
+    (never its file's name: the graph's bytes depend on the model's alone)."""
     try:
         return _Importer(model, dict(shapes or {}), source, base_dir, dict(constants or {}),
-                         dict(given_shapes or {}), assume_size, frozenset(wrt)).run()
+                         dict(given_shapes or {}), assume_size, frozenset(wrt), digest).run()
     except UOpError:
         raise
     except (TypeError, ValueError, AttributeError, KeyError, IndexError, UnicodeError, OverflowError) as e:
@@ -140,7 +148,9 @@ def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None, sou
 
 class _Importer(GraphInputs):
     def __init__(self, model, shapes: dict, source: str, base_dir: str | None, constants: dict | None = None,
-                 given_shapes: dict | None = None, assume_size: int | None = None, wrt: frozenset = frozenset()):
+                 given_shapes: dict | None = None, assume_size: int | None = None, wrt: frozenset = frozenset(),
+                 digest: str | None = None):
+        self.digest = digest
         self.model, self.graph, self.shapes, self.source, self.base_dir = model, model.graph, shapes, source, base_dir
         self.constants, self.given_shapes = constants or {}, given_shapes or {}
         self.assume_size, self.assumed = assume_size, []  # symbolic dimensions sized by assume_size
@@ -208,8 +218,8 @@ class _Importer(GraphInputs):
             meta[RENAMED] = json.dumps(self.renamed, sort_keys=True)
         if self.model.producer_name:
             meta["onnx.producer"] = f"{self.model.producer_name} {self.model.producer_version}".strip()
-        if not self.source.startswith("<"):  # a file's name, not <model> or <stdin>
-            meta["imported_from"] = os.path.basename(self.source)
+        if self.digest:  # the model's bytes, not its file's name (a renamed copy, a pipe: the same graph)
+            meta["onnx.sha256"] = self.digest
         if self.constants:  # inputs --constant fixed: the file no longer has them as inputs
             meta[FIXED_INPUTS] = json.dumps(sorted(self.constants))
         if self.assumed:
