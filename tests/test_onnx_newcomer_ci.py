@@ -208,3 +208,99 @@ def test_the_gradient_file_depends_on_the_models_bytes_not_its_name(tmp_path):
     assert f"meta.onnx.sha256 {hashlib.sha256(raw).hexdigest()}".encode() in infos[0].splitlines()
     assert b"model-build" not in outputs[0] + infos[0]
 
+
+# ----------------------------------------------------------------------------- constants of the model's size
+
+def scalar_model(nodes, initializers, opset=17, x_shape=()) -> onnx.ModelProto:
+    """y = x + s, s made by `nodes` from `initializers`."""
+    return model(nodes + [h.make_node("Add", ["x", "s"], ["y"])], [vec("x", x_shape)], [vec("y", x_shape)],
+                 initializers, opset)
+
+
+def shape(dims, name="shp"):
+    return nh.from_array(np.array(dims, np.int64), name)
+
+
+def limited(args, cwd, megabytes=1500):
+    """uopgrad with its address space limited (a bomb fails fast instead of swapping)."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (megabytes << 20, megabytes << 20))
+    return subprocess.run([UOPGRAD, *args], cwd=cwd, capture_output=True, timeout=120, preexec_fn=limit)
+
+
+@pytest.mark.parametrize("dims", [[8192, 16384], [100000, 100000, 10]], ids=["half", "huge"])
+def test_constant_of_shape_of_a_huge_shape_costs_nothing_to_import(tmp_path, dims):
+    m = scalar_model([h.make_node("ConstantOfShape", ["shp"], ["big"], value=nh.from_array(np.float32([1.0]))),
+                      h.make_node("ReduceSum", ["big"], ["s"], keepdims=0, name="sum")], [shape(dims)])
+    onnx.save(m, tmp_path / "bomb.onnx")
+    done = limited(["validate", "bomb.onnx"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode().startswith("ok: ")
+
+
+def test_expand_of_constants_to_a_huge_shape_is_not_computed_when_importing(tmp_path):
+    m = scalar_model([h.make_node("Constant", [], ["one"], value=nh.from_array(np.float32(2.0))),
+                      h.make_node("Expand", ["one", "shp"], ["big"]),
+                      h.make_node("ReduceSum", ["big"], ["s"], keepdims=0)], [shape([100000, 100000, 10])])
+    onnx.save(m, tmp_path / "bomb.onnx")
+    done = limited(["validate", "bomb.onnx"], tmp_path)
+    assert done.returncode == 0, done.stderr
+
+
+def test_large_constants_made_when_the_graph_runs_have_onnxruntimes_values(tmp_path):
+    """Above the import limit (2 million elements): ConstantOfShape, an integer Range, an
+    EyeLike and a Tile of constants are nodes, and eval gives onnxruntime's values."""
+    n = 2_000_000
+    nodes = [h.make_node("ConstantOfShape", ["shp"], ["c"], value=nh.from_array(np.float32([0.25]))),
+             h.make_node("ReduceSum", ["c"], ["c_sum"], keepdims=0),
+             h.make_node("Range", ["r0", "r1", "r2"], ["r"]), h.make_node("Cast", ["r"], ["r_f"], to=T.FLOAT),
+             h.make_node("ReduceMax", ["r_f"], ["r_max"], keepdims=0),
+             h.make_node("EyeLike", ["e_in"], ["e"], k=3), h.make_node("ReduceSum", ["e"], ["e_sum"], keepdims=0),
+             h.make_node("Tile", ["tile_in", "reps"], ["tl"]), h.make_node("ReduceSum", ["tl"], ["t_sum"], keepdims=0),
+             h.make_node("Add", ["c_sum", "r_max"], ["s1"]), h.make_node("Add", ["s1", "e_sum"], ["s2"]),
+             h.make_node("Add", ["s2", "t_sum"], ["s"])]
+    inits = [shape([n // 1000, 1000]), nh.from_array(np.int64(5), "r0"), nh.from_array(np.int64(3 * n + 5), "r1"),
+             nh.from_array(np.int64(3), "r2"), nh.from_array(np.float32([1, 2]), "tile_in"),
+             nh.from_array(np.int64([n]), "reps")]
+    m = model(nodes + [h.make_node("Add", ["x", "s"], ["y"])],
+              [vec("x", ()), vec("e_in", (1000, 2001))], [vec("y", ())], inits)
+    onnx.save(m, tmp_path / "big.onnx")
+    feeds = {"x": np.array(0.5, np.float32), "e_in": np.zeros((1000, 2001), np.float32)}
+    np.savez(tmp_path / "in.npz", **feeds)
+    truth = run(tmp_path / "big.onnx", feeds)["y"]
+    assert truth == 0.25 * n + 3 * n + 2 + 1000 + 3 * n + 0.5  # 6000007.5 in float32: the sums, as ORT adds them
+    done = limited(["eval", "big.onnx", "-i", "in.npz", "-o", "out.npz"], tmp_path, 4000)
+    assert done.returncode == 0, done.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npz")["y"], truth)
+    graph, _ = import_model(m)
+    assert not any(node.op == "BUFFER" and node.arg is not None and getattr(node.arg, "size", 0) > 1 << 20
+                   for node in graph.nodes())
+
+
+def test_a_static_value_made_of_a_huge_constant_is_refused_naming_its_node(tmp_path):
+    nodes = [h.make_node("ConstantOfShape", ["shp"], ["big"], name="ones",
+                         value=nh.from_array(np.int64([1]))),
+             h.make_node("ReduceMax", ["big"], ["m"], keepdims=1, name="most"),
+             h.make_node("Reshape", ["x", "m"], ["s"], name="reshape")]
+    m = model(nodes, [vec("x", (1,))], [vec("s", (1,))], [shape([100000, 100000, 10])])
+    onnx.save(m, tmp_path / "m.onnx")
+    done = limited(["validate", "m.onnx"], tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.decode() == (
+        "uopgrad: error: m.onnx: node 'reshape' (Reshape): shape (input 1) must be known when importing, but it is "
+        "computed from the 100000000000 elements that ConstantOfShape 'ones' makes, more than the 1048576 computed "
+        "when importing\n")
+
+
+def test_a_float_range_too_long_to_compute_is_refused(tmp_path):
+    nodes = [h.make_node("Range", ["r0", "r1", "r2"], ["r"], name="rng"),
+             h.make_node("ReduceSum", ["r"], ["s"], keepdims=0)]
+    inits = [nh.from_array(np.float32(v), n) for v, n in ((0, "r0"), (2.0 ** 40, "r1"), (1, "r2"))]
+    onnx.save(scalar_model(nodes, inits), tmp_path / "m.onnx")
+    done = limited(["validate", "m.onnx"], tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.decode() == (
+        "uopgrad: error: m.onnx: node 'rng' (Range): makes 1099511627776 elements when importing, more than 1048576: "
+        "a float Range that long is not imported\n")

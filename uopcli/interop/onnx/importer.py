@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import os
 from typing import Iterable, Mapping
 
@@ -49,6 +50,7 @@ from .import_table import TABLE
 from .import_versions import VERSIONS
 from .ops_index import computed_from, differentiated
 from .ops_sequence import TAKE_A_SEQUENCE, Sequence
+from .ops_tensor import FOLD_LIMIT
 
 ONNX_DOMAINS = ("", "ai.onnx")
 # other domains whose ops the spec defines by function bodies, imported as those (functions.py)
@@ -170,6 +172,7 @@ class _Importer(GraphInputs):
         self._made_by: dict[str, tuple[str, str]] = {}  # a sequence's name -> (node label, op) that made it
         self.scope_prefix: str | None = None  # a Scan step's scope, over its body's nodes' own (control.py)
         self._names = graph_names(model.graph)  # ONNX name -> graph input/output name (graph_inputs.py)
+        self.unfolded: dict[UOp, tuple] = {}  # a node of constants too large to compute -> (op, label, elements)
         self.renamed: dict[str, str] = {}  # the ONNX names the graph's inputs and outputs do not keep -> theirs
 
     def fail(self, message: str, node=None, op=None):
@@ -201,6 +204,21 @@ class _Importer(GraphInputs):
         inputs = self.inputs + [self.values[self._weight_source[name]].node for name in self.weight_order]
         graph = Graph(outputs, inputs=inputs, meta=self._meta())
         return graph, {name: self.weights[name] for name in self.weight_order}
+
+    def unfolded_source(self, node: UOp):
+        """(op, node label, elements) of a value too large to compute when importing that
+        `node` is made from (self.unfolded), or None."""
+        if not self.unfolded:
+            return None
+        stack, seen = [node], set()
+        while stack:
+            current = stack.pop()
+            if current in self.unfolded:
+                return self.unfolded[current]
+            if current not in seen:
+                seen.add(current)
+                stack.extend(current.src)
+        return None
 
     def graph_name(self, name: str) -> str:
         """The graph input or output name of ONNX value `name` (graph_names), a renaming
@@ -529,6 +547,12 @@ class NodeContext:
             return None
         value = self.inputs[i]
         if value.const is None:
+            big = self.importer.unfolded_source(value.node)
+            if big is not None:
+                op, label, elements = big
+                self.refuse(f"{what} (input {i}) must be known when importing, but it is computed from the "
+                            f"{elements} elements that {op} {label} makes, more than the {FOLD_LIMIT} computed when "
+                            "importing")
             name = self.importer.input_names.get(value.node)
             if name is not None and name in self.importer.wrt:  # to differentiate with respect to: it cannot be
                 self.refuse(f"{what} (input {i}) must be known when importing (a constant or a shape), "
@@ -600,6 +624,7 @@ class NodeContext:
 
     # building
     def build_outputs(self) -> list[Value]:
+        since = next_serial()
         foldable = self.row.folds and self.inputs and all(
             v is None or (v.const is not None and not v.weight) for v in self.inputs)
         result = self.row.build(self)
@@ -609,7 +634,13 @@ class NodeContext:
         if len(results) < self.output_count:
             self.refuse(f"has {self.output_count} outputs; the importer makes {len(results)}")
         if foldable and any(isinstance(r, UOp) for r in results):
-            results = _evaluated(results)
+            largest = _largest([r for r in results if isinstance(r, UOp)], since)
+            if largest <= FOLD_LIMIT:
+                results = _evaluated(results)
+            else:  # too large to compute when importing: nodes, computed when the graph runs
+                for r in results:
+                    if isinstance(r, UOp):
+                        self.importer.unfolded.setdefault(r, (self.op, self.label, largest))
         return [Value(const=r) if isinstance(r, np.ndarray) else Value(seq=r.items) if isinstance(r, Sequence)
                 else Value(node=r) for r in results]
 
@@ -618,6 +649,21 @@ class NodeContext:
         inner = NodeContext(self.importer, self.label, self.op, {**self.attrs, **(attrs or {})}, self.row, self.since,
                             [Value(node=n) for n in inputs], [""] * len(inputs), 1)
         return build(inner)
+
+
+def _largest(roots: list[UOp], since: int) -> int:
+    """The most elements of a node made since serial `since` that `roots` are computed
+    from: what computing them when importing would hold at once, at least."""
+    largest, stack, seen = 0, list(roots), set()
+    while stack:
+        node = stack.pop()
+        if node in seen or node.serial < since:
+            continue
+        seen.add(node)
+        if isinstance(node.shape, tuple):
+            largest = max(largest, math.prod(node.shape))
+        stack.extend(node.src)
+    return largest
 
 
 def _evaluated(results: list) -> list:

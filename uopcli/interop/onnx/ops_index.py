@@ -250,7 +250,7 @@ def range_(ctx):
     if stash not in (0, 1):
         ctx.refuse(f"stash_type={stash} is not 0 or 1")
     out = t.range_(ctx)
-    if stash == 1 and out.dtype == np.float16:
+    if stash == 1 and isinstance(out, np.ndarray) and out.dtype == np.float16:
         start, limit, delta = (np.float32(ctx.static(i, "").reshape(-1)[0]) for i in range(3))
         count = max(int(math.ceil((limit - start) / delta)), 0)
         out = (start + np.arange(count, dtype=np.float32) * delta).astype(np.float16)
@@ -268,6 +268,10 @@ def eye_like(ctx):
         dtype = ctx.x(0).dtype.np
     else:
         dtype = t.dtype_from_code(ctx, code, "dtype").np
+    rows, columns = rows_columns
+    if rows * columns > t.FOLD_LIMIT:  # made when the graph runs (t.FOLD_LIMIT): row + k == column
+        row = UOp.arange(rows, dtype=dtypes.int64).reshape(rows, 1) + ctx.attr("k")
+        return row.eq(UOp.arange(columns, dtype=dtypes.int64).reshape(1, columns)).cast(t.FROM_NP(np.empty(0, dtype)))
     return np.eye(*rows_columns, k=ctx.attr("k"), dtype=dtype)
 
 

@@ -38,11 +38,24 @@ def axes_of(ctx, axes, rank: int, what: str = "axes") -> tuple[int, ...]:
     return out
 
 
+def FROM_NP(array: np.ndarray):  # noqa: N802 - a numpy array's element type, as the format's DType
+    from uopcli.core.ops import dtype_of
+    return dtype_of(array.dtype)
+
+
 def dtype_from_code(ctx, code: int, what: str = "to"):
     dtype = FROM_ONNX.get(int(code))
     if dtype is None:
         ctx.refuse(f"{what}: element type {UNSUPPORTED_NAMES.get(int(code), code)} is not supported")
     return dtype
+
+
+# The most elements a tensor computed when importing may have: a constant the model makes of
+# a huge shape (ConstantOfShape of [100000, 100000, 10], a Range, an EyeLike, any op of
+# constants alone) is a node of the graph instead, computed when the graph runs; a value
+# that must be known when importing (a shape, an index) and would be made of one is refused
+# (importer.NodeContext.static). A 179-byte model took 700 MB to validate, or ran out of memory.
+FOLD_LIMIT = 1 << 20
 
 
 def ints_of(ctx, i: int, what: str) -> list[int] | None:
@@ -601,6 +614,8 @@ def constant_of_shape(ctx):
     fill = np.zeros(1, np.float32) if value is None else ctx.tensor_value(value)
     if fill.size != 1 or any(s < 0 for s in sizes):
         ctx.refuse("value must hold one element and the shape sizes be >= 0")
+    if math.prod(sizes) > FOLD_LIMIT:  # a CONST expanded, made when the graph runs (FOLD_LIMIT)
+        return UOp.full(sizes, fill.reshape(-1)[0].item(), FROM_NP(fill))
     return np.full(sizes, fill.reshape(-1)[0], dtype=fill.dtype)
 
 
@@ -613,6 +628,13 @@ def range_(ctx):
     if delta == 0:
         ctx.refuse("delta is 0")
     count = max(int(math.ceil((limit - start) / delta)), 0)
+    if count > FOLD_LIMIT:  # never materialised when importing; its values are exact only as integers
+        if arrays[0].dtype.kind not in "iu":
+            ctx.refuse(f"makes {count} elements when importing, more than {FOLD_LIMIT}: a float Range that long "
+                       "is not imported")
+        dtype = FROM_NP(arrays[0])
+        return UOp.arange(count, dtype=dtypes.int64).cast(dtype) * UOp.const(delta.item(), dtype) + \
+            UOp.const(start.item(), dtype)
     return (start + np.arange(count, dtype=arrays[0].dtype) * delta).astype(arrays[0].dtype)
 
 
