@@ -574,8 +574,11 @@ def test_convert_forms_and_round_trip(files, tmp_path):
     assert back.read_bytes() == files["vec"].read_bytes() == save(load(files["vec"]))
     forced = run("convert", files["vec"], "--to", "json", "-o", "-")
     assert forced.stdout_bytes == as_json.read_bytes()
-    msgpack = run("convert", as_json, "--to", "msgpack", "-o", tmp_path / "x.json")
-    assert msgpack.exit_code == 0 and (tmp_path / "x.json").read_bytes() == back.read_bytes()
+    msgpack = run("convert", as_json, "--to", "msgpack", "-o", tmp_path / "x.uop")
+    assert msgpack.exit_code == 0 and (tmp_path / "x.uop").read_bytes() == back.read_bytes()
+    # --to that OUT's name contradicts is a usage error (MessagePack in x.json was written, exit 0)
+    contradicted = run("convert", as_json, "--to", "msgpack", "-o", tmp_path / "x.json")
+    assert contradicted.exit_code == 2 and not (tmp_path / "x.json").exists()
 
 
 def test_convert_writes_to_stdout_without_o(files):

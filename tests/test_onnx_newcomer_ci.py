@@ -304,3 +304,77 @@ def test_a_float_range_too_long_to_compute_is_refused(tmp_path):
     assert done.stderr.decode() == (
         "uopgrad: error: m.onnx: node 'rng' (Range): makes 1099511627776 elements when importing, more than 1048576: "
         "a float Range that long is not imported\n")
+
+
+# ----------------------------------------------------------------------------- what a file is, by its bytes
+
+SAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "samples")
+POLY, MLP = os.path.join(SAMPLES, "poly.uop"), os.path.join(SAMPLES, "onnx", "mlp-legacy17.onnx")
+
+
+def test_an_onnx_model_without_its_extension_is_read_as_onnx(tmp_path):
+    shutil.copy(MLP, tmp_path / "model")
+    shutil.copy(MLP, tmp_path / "model.bin")
+    truth = uopgrad(tmp_path, "validate", MLP)
+    assert truth.returncode == 0 and truth.stdout == b"ok: 32 nodes, 5 inputs, 1 output\n"
+    for name in ("model", "model.bin"):
+        done = uopgrad(tmp_path, "validate", name)
+        assert (done.returncode, done.stdout, done.stderr) == (0, truth.stdout, b""), name
+
+
+def test_a_descriptor_and_a_fifo_are_told_by_their_bytes(tmp_path):
+    """<(cat model.onnx) is /dev/fd/63, no extension, readable once; so is a FIFO."""
+    done = subprocess.run(["bash", "-c", f'"{UOPGRAD}" validate <(cat "{MLP}") && "{UOPGRAD}" validate <(cat "{POLY}")'],
+                          cwd=tmp_path, capture_output=True, timeout=120)
+    assert (done.returncode, done.stderr) == (0, b""), done.stderr
+    assert done.stdout == b"ok: 32 nodes, 5 inputs, 1 output\nok: 14 nodes, 1 input, 1 output\n"
+    os.mkfifo(tmp_path / "fifo")
+    done = subprocess.run(["bash", "-c", f'cat "{MLP}" > fifo & "{UOPGRAD}" info fifo -q --json; wait'],
+                          cwd=tmp_path, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["nodes"] == 32
+
+
+def test_bytes_that_contradict_the_extension_are_read_as_they_are_with_a_note(tmp_path):
+    shutil.copy(POLY, tmp_path / "out.onnx")
+    shutil.copy(MLP, tmp_path / "model.uop")
+    done = uopgrad(tmp_path, "validate", "out.onnx")
+    assert done.returncode == 0 and done.stdout == b"ok: 14 nodes, 1 input, 1 output\n"
+    assert done.stderr == (b"uopgrad: out.onnx: read as a .uop file (a MessagePack or JSON map), as its bytes are, "
+                           b"though its name ends in .onnx\n")
+    done = uopgrad(tmp_path, "validate", "model.uop")
+    assert done.returncode == 0 and done.stdout == b"ok: 32 nodes, 5 inputs, 1 output\n"
+    assert done.stderr == b"uopgrad: model.uop: read as an ONNX model, as its bytes are, though its name ends in .uop\n"
+
+
+def test_bytes_of_neither_kind_are_said_in_one_line(tmp_path):
+    (tmp_path / "notes").write_text("hello world\n")
+    (tmp_path / "bad.onnx").write_text("hello world\n")
+    done = uopgrad(tmp_path, "validate", "notes")
+    assert done.returncode == 1 and done.stderr == (b"uopgrad: error: notes: neither a .uop file (a MessagePack or "
+                                                    b"JSON map) nor an ONNX model: text starting 'hello world'\n")
+    done = uopgrad(tmp_path, "validate", "bad.onnx")
+    assert done.returncode == 1 and done.stderr.startswith(b"uopgrad: error: bad.onnx: not an ONNX model")
+    assert done.stderr.count(b"\n") == 1
+
+
+@pytest.mark.parametrize("to, out", [("msgpack", "out.onnx"), ("json", "out.onnx"), ("onnx", "out.json"),
+                                     ("onnx", "out.uop"), ("msgpack", "out.json"), ("json", "out.msgpack")])
+def test_to_that_outs_name_contradicts_is_a_usage_error(tmp_path, to, out):
+    done = uopgrad(tmp_path, "convert", POLY, "--to", to, "-o", out)
+    assert done.returncode == 2 and not (tmp_path / out).exists()
+    named = {".onnx": "ONNX", ".json": "JSON", ".msgpack": "MessagePack", ".uop": "the .uop format"}[
+        os.path.splitext(out)[1]]
+    right = {"onnx": ".onnx", "json": ".json or .uop", "msgpack": ".uop or .msgpack"}[to]
+    assert done.stderr.decode() == (f"uopgrad: error: --to {to} contradicts -o {out}, whose name says {named}: give "
+                                    f"-o a {right} name, or leave out --to (see 'uopgrad convert --help')\n")
+
+
+@pytest.mark.parametrize("to, out", [("json", "out.uop"), ("msgpack", "out.uop"), ("onnx", "out.onnx"),
+                                     ("onnx", "out.bin"), ("json", "-")])
+def test_to_that_agrees_with_outs_name_writes_what_reads_back(tmp_path, to, out):
+    done = uopgrad(tmp_path, "convert", POLY, "--to", to, "-o", out)
+    assert done.returncode == 0, done.stderr
+    if out != "-":
+        back = uopgrad(tmp_path, "validate", out)
+        assert (back.returncode, back.stdout, back.stderr) == (0, b"ok: 14 nodes, 1 input, 1 output\n", b"")

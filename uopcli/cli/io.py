@@ -32,7 +32,8 @@ def _read_graph(path: str, remember: bool = True, specs: tuple = (), wrt: list[s
     display = "<stdin>" if path == "-" else path
     if remember:
         click.get_current_context().meta["uopgrad.file"] = display
-    if path.lower().endswith(".onnx"):
+    form = None if path == "-" else _form_of_file(path)
+    if form == "onnx":
         _refuse_limits_for_onnx()
         return _read_onnx(path, None, specs, wrt, assume_size), None
     if path == "-":
@@ -45,16 +46,46 @@ def _read_graph(path: str, remember: bool = True, specs: tuple = (), wrt: list[s
         source = sys.stdin.buffer
     else:
         source = path
-        _refuse_import_options(display)
+        if form is not None:  # a file told by its bytes or name (a pipe's bytes are told below)
+            _refuse_import_options(display)
     limits = _limits()
     data = read_bytes(source, limits=limits, name=display)  # refuses an oversized file before reading it all
-    if path == "-":
+    if form is None:  # stdin, a pipe or a descriptor (<(cat model.onnx)): read once, told by its bytes
         from ..formats.sniff import looks_like_uop
         if not looks_like_uop(data):  # no name to go by: ONNX is what else a graph comes as
             _refuse_limits_for_onnx()
             return _read_onnx(display, data, specs, wrt, assume_size), None
         _refuse_import_options(display)
     return loads(data, limits=limits, name=display), data
+
+
+_NAMED_FORMS = {".onnx": "onnx", ".uop": "uop", ".json": "uop", ".msgpack": "uop"}
+
+
+def _form_of_file(path: str) -> str | None:
+    """How to read the file at `path`: "onnx" or "uop" by its first bytes where they say
+    (formats/sniff.py: a MessagePack map or JSON text, a protobuf starting as ONNX does),
+    else by its extension (.onnx; .uop, .json, .msgpack), whose reader's refusal says what
+    is wrong; a note when the bytes contradict the extension (out.onnx holding MessagePack).
+    None for what is no regular file (a pipe, /dev/fd/63: it can be read once) and for a
+    file of neither kind without such an extension: its bytes are read whole and told, or
+    refused, as stdin's are."""
+    import stat
+    from ..formats.sniff import looks_like_onnx, looks_like_uop
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # not opened: a FIFO's writer would be cut off
+            return None
+        with open(path, "rb") as file:
+            head = file.read(4096)
+    except OSError:
+        head = b""  # the reader says why it cannot be read
+    extension = os.path.splitext(path)[1].lower()
+    named = _NAMED_FORMS.get(extension)
+    content = None if not head else "uop" if looks_like_uop(head) else "onnx" if looks_like_onnx(head) else None
+    if content and named and content != named:
+        what = ("a .uop file (a MessagePack or JSON map)" if content == "uop" else "an ONNX model")
+        _note(f"{path}: read as {what}, as its bytes are, though its name ends in {extension}")
+    return content or named  # None: bytes of neither kind, and no name to go by: said as stdin's are
 
 
 def _refuse_limits_for_onnx() -> None:
@@ -288,7 +319,17 @@ def _check_specs(ctx, param, specs: tuple) -> tuple:
 
 
 def _uop_form(dest: str, to: str | None = None) -> str:
+    """The form of a graph OUT: --to's, else by OUT's extension (.onnx, .json, else
+    MessagePack); --to contradicting the extension (--to msgpack -o out.onnx, which no
+    reader would take for what it holds) is a usage error."""
     if to:
+        extension = os.path.splitext(dest)[1].lower() if dest != "-" else ""
+        says = {".onnx": "onnx", ".json": "json", ".msgpack": "msgpack"}.get(extension)
+        if (says is not None and says != to) or (extension == ".uop" and to == "onnx"):
+            right = {"onnx": ".onnx", "json": ".json or .uop", "msgpack": ".uop or .msgpack"}[to]
+            named = {".onnx": "ONNX", ".json": "JSON", ".msgpack": "MessagePack", ".uop": "the .uop format"}[extension]
+            raise click.UsageError(f"--to {to} contradicts -o {dest}, whose name says {named}: give -o a {right} "
+                                   "name, or leave out --to")
         return to
     if dest.lower().endswith(".onnx"):  # ONNX export: see _graph_data
         return "onnx"

@@ -60,7 +60,8 @@ def print_(source):
 @click.option("-o", "--output", default="-", show_default=True, metavar="OUT",
               help="Where to write (- for stdout; binary forms only to a pipe or a file, not a terminal).")
 @click.option("--to", type=click.Choice(["json", "msgpack", "onnx"]),
-              help="The form (default: JSON for a .json OUT, ONNX for .onnx, else MessagePack).")
+              help="The form (default: JSON for a .json OUT, ONNX for .onnx, else MessagePack); one that OUT's "
+                   "name contradicts (--to msgpack -o m.onnx) is refused.")
 @click.option("--opset", type=int, metavar="N", help=_OPSET_HELP)
 def convert(source, output, to, opset):
     """Write IN in canonical form, as JSON or MessagePack; or as a standard ONNX model
