@@ -88,8 +88,7 @@ def _stage(path: str, data, staged: list) -> bool:
         mode = None
     if mode is not None and not stat.S_ISREG(mode):
         return False
-    directory, base = os.path.split(target)
-    temp = os.path.join(directory, f".{base}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    temp = temporary_beside(target)
     staged.append((temp, target))
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as f:
@@ -98,6 +97,26 @@ def _stage(path: str, data, staged: list) -> bool:
         os.fsync(f.fileno())
     os.chmod(temp, _new_file_mode(target, mode))
     return True
+
+
+def temporary_beside(target: str, reserve: int = 0) -> str:
+    """A new name `.NAME.<pid>.<random>.tmp` in `target`'s directory for building `target`,
+    NAME cut short where needed to keep the name (plus `reserve` bytes the caller will add)
+    within the directory's longest file name: a legal OUT of 231 to 255 bytes was refused
+    "File name too long" for its temporary's sake."""
+    directory, base = os.path.split(target)
+    tail = f".{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    room = _name_max(directory) - len(os.fsencode(f".{tail}")) - reserve
+    while base and len(os.fsencode(base)) > room:
+        base = base[:-1]  # by characters: a name in UTF-8 is not cut inside one
+    return os.path.join(directory, f".{base}{tail}")
+
+
+def _name_max(directory: str) -> int:
+    try:
+        return os.pathconf(directory or ".", "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):  # no such limit known (or no pathconf): POSIX's usual
+        return 255
 
 
 def _write_in_place(path: str, data) -> None:

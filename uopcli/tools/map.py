@@ -480,8 +480,8 @@ class StagedDirectory:
             if others:
                 raise EvaluationError(f"{target}: holds {others[0]!r}, which this run did not write: refusing to "
                                       f"replace a directory that holds anything but .npz files")
-        parent, base = os.path.split(self.target)
-        self.temp = os.path.join(parent, f".{base}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        from ..formats.atomic import temporary_beside
+        self.temp = temporary_beside(self.target, reserve=len(".old"))  # commit's self.temp + ".old" fits too
         os.mkdir(self.temp)
         self.old: str | None = None
 
