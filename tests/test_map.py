@@ -218,7 +218,7 @@ def test_an_output_that_is_a_shard_is_refused(tmp_path):
                    cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.decode().startswith(
         "uopgrad: error: -o ./shards/../shards/part-01.npz is the shard shards/part-01.npz: writing it would "
-        "overwrite the data set; give -o another file")
+        "replace the file read; give -o another file")
     assert paths[1].read_bytes() == before
 
 

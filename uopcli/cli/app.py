@@ -224,6 +224,8 @@ def _set_constants(ctx: click.Context, param: click.Parameter, values: tuple[str
         if not name or not given.strip():
             raise click.BadParameter(f"{text!r}: give NAME=V1,V2,... or NAME=FILE.npy", ctx, param)
         chosen[name] = _constant_values(given.strip(), text, ctx, param)
+        if given.strip().lower().endswith(".npy"):  # a file read, that no output may replace (io._reading)
+            ctx.meta.setdefault("uopgrad.read", []).append((f"the file --constant {text} reads", given.strip()))
 
 
 def _constant_values(given: str, text: str, ctx, param):

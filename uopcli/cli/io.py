@@ -29,6 +29,7 @@ def _read_graph(path: str, remember: bool = True, specs: tuple = (), wrt: list[s
     that the -i `specs` (eval's, check's) give those inputs, else (info) `assume_size`;
     `wrt` (--wrt's names) tells its refusals which inputs are to be differentiated."""
     from ..formats.uop import loads, read_bytes
+    _reading_graph(path)
     display = "<stdin>" if path == "-" else path
     if remember:
         click.get_current_context().meta["uopgrad.file"] = display
@@ -150,7 +151,10 @@ def _write_together(files: list[tuple[str, object]]) -> None:
     """Several outputs all or none: the files are renamed into place only once every one
     is written, stdout ("-") included, which is written after the files' temporaries and
     before their renames (what reached a pipe cannot be taken back; a file renamed before
-    a failed stdout, `--report - > /dev/full`, was left behind with exit status 1)."""
+    a failed stdout, `--report - > /dev/full`, was left behind with exit status 1). No file
+    is written that the command reads, nor one file twice (_refuse_written_twice)."""
+    _refuse_written_twice(files)
+
     def to_stdout():
         for dest, data in files:
             if dest == "-":
@@ -258,6 +262,7 @@ def _with_onnx_weights(files: list, output: str, form: str) -> list:
         _note("the model's weights are not written with OUT on stdout: give -o FILE to get FILE.npz beside it")
         return files
     beside = os.path.splitext(output)[0] + ".npz"
+    _writing(beside, "-o", f"{beside}, the model's weights beside -o {output},")
     _refuse_replacing_other_values(beside, output, weights)
     return files + [(beside, npz_bytes(weights))]
 
@@ -280,41 +285,129 @@ def _refuse_replacing_other_values(beside: str, output: str, weights) -> None:
                             "move it, or give -o another name")  # a file in the way, not named: exit status 1
 
 
-def _refuse_writing_over_input(source: str, output: str) -> None:
-    """-o naming IN itself, for a command whose OUT is another thing than IN (a gradient, a
-    picture): it would replace the model it reads. (convert and simplify may write IN in
-    place: the same graph in another form, or smaller.)"""
-    if _same_file(source, output):
-        raise click.UsageError(f"-o {output} is IN: writing it would replace the file read; give -o another file")
+# ----------------------------------------------------------------------------- no file read is written over
+# The one policy, for every command: a command never writes over a file it reads, be it -o,
+# --report, or the weights beside OUT. What a command reads is recorded as it is named
+# (_reading): IN and the model's values beside a .uop IN (IN.npz, the only copy of a
+# converted model's weights), -i's files (_check_specs), --values, --constant's .npy
+# (app.py), --map's shards. Each command names its outputs before its work
+# (_refuse_writing_read), and _write_together checks every file again before writing any,
+# the guard no command can miss. convert and simplify may write IN itself (in_place: the
+# same graph in another form, or smaller), never the other files they read. An empty path
+# is a usage error naming its option. Devices and descriptors (/dev/null, /dev/stdout,
+# >(...)) are written in place, replacing no file: never refused.
+
+def _reading(what: str, path: str, option: str) -> None:
+    """Record that this command reads the file `path` (`what` names it in a refusal: "IN",
+    "the file -i x=x.npy reads", ...): no output may replace it."""
+    if path == "":
+        raise click.UsageError(f"{option} is an empty path: name a file" + (" (or - for stdin)" if option == "IN" else ""))
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and path != "-":
+        ctx.meta.setdefault("uopgrad.read", []).append((what, path))
+
+
+def _reading_graph(source: str) -> None:
+    """IN, and the model's values beside a .uop IN (model.npz beside model.uop)."""
+    from ..tools.model_inputs import archive_beside
+    _reading("IN", source, "IN")
+    values = archive_beside(source)
+    if values is not None:
+        _reading(f"the model's values beside IN {source}", values, "IN")
+
+
+def _writing(path: str, option: str, label: str | None = None) -> None:
+    """Record that `path` is written, for option `option` (`label`: how a refusal names it,
+    default "-o OUT"), and refuse it where it is a file the command reads."""
+    if path == "":
+        raise click.UsageError(f"{option} is an empty path: name a file (or - for stdout)")
+    label = label or f"{option} {path}"
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.meta.setdefault("uopgrad.written", {})[path] = (label, option)
+    _refuse_read(path, label, option)
+
+
+def _refuse_read(path: str, label: str, option: str) -> None:
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or path == "-" or _is_stream(path):
+        return
+    in_place = ctx.meta.get("uopgrad.in_place", False)
+    for what, read in ctx.meta.get("uopgrad.read", ()):
+        if _same_file(read, path) and not (in_place and what == "IN"):
+            raise click.UsageError(f"{label} is {what}: writing it would replace the file read; give {option} "
+                                   "another file")
+
+
+def _refuse_writing_read(source: str | None, outputs: dict, in_place: bool = False) -> None:
+    """Before any work: refuse each of `outputs` ({option: path}, None where not given) that
+    names a file the command reads (IN, unless `in_place`, the values beside it, -i's,
+    --values', --constant's, recorded as their options were read) or is empty."""
+    if source is not None:
+        _reading_graph(source)
+    if in_place:
+        click.get_current_context().meta["uopgrad.in_place"] = True
+    for option, path in outputs.items():
+        if path is not None:
+            _writing(path, option)
+
+
+def _refuse_written_twice(files: list) -> None:
+    """Every file about to be written, checked again against what the command reads (the
+    outputs named by _writing say their option), and for two outputs on one file."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return
+    written = ctx.meta.get("uopgrad.written", {})
+    seen: list[tuple[str, str]] = []
+    for dest, _ in files:
+        if dest == "-":
+            continue
+        label, option = written.get(dest, (f"-o {dest}", "-o"))
+        _refuse_read(dest, label, option)
+        for other, other_label in seen:
+            if not _is_stream(dest) and _same_file(other, dest):
+                raise click.UsageError(f"{other_label} and {label} are the same file: one would replace the other; "
+                                       f"give {option} another file")
+        seen.append((dest, label))
+
+
+def _is_stream(path: str) -> bool:
+    """A destination written in place, not a file replaced (atomic.py): a descriptor's path
+    (/dev/stdout, /dev/fd/63), a device (/dev/null), a FIFO or a socket."""
+    import stat
+    if descriptor_named(path) is not None:
+        return True
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 def _same_file(a: str, b: str) -> bool:
-    return a != "-" and b != "-" and os.path.realpath(a) == os.path.realpath(b)
-
-
-def _refuse_output_read(output: str | None, specs: tuple) -> None:
-    """-o naming a file that a -i spec reads (x.npy, data.npz, data.npz:key, a bare
-    data.npz; the same real path) is a usage error: writing it would destroy the values."""
-    from ..tools.values import _npz_member, split_spec
-    if not output or output == "-":
-        return
-    for spec in specs:
-        name, value = split_spec(spec)
-        path = value if name is None else _npz_member(value, name)[0] or (value if value.endswith(".npy") else None)
-        if path is not None and _same_file(path, output):
-            raise click.UsageError(f"-o {output} is the file -i {spec} reads: writing it would overwrite those "
-                                   "values; give -o another file")
+    """The same file by its path (symlinks followed) or, where both exist, by its device and
+    inode (a hard link)."""
+    if a == "-" or b == "-":
+        return False
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return os.path.realpath(a) == os.path.realpath(b)
 
 
 def _check_specs(ctx, param, specs: tuple) -> tuple:
     """-i values look like NAME=VALUE or data.npz (values.split_spec): a usage error otherwise (exit 2),
     before any reading."""
-    from ..tools.values import split_spec
+    from ..tools.values import _npz_member, split_spec
     for spec in specs:
         try:
-            split_spec(spec)
+            name, value = split_spec(spec)
         except UOpError as e:
             raise click.BadParameter(str(e), ctx, param) from None
+        path = value if name is None else _npz_member(value, name)[0] or (value if value.endswith(".npy") else None)
+        if path is not None:  # (eval -i gg.npz -o gg.npz overwrote the weights it read)
+            _reading(f"the file -i {spec} reads", path, "-i")
     return specs
 
 

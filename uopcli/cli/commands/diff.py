@@ -6,7 +6,7 @@ import click
 
 from ..app import _command, _names
 from ..io import (_OPSET_HELP, _check_opset, _graph_data, _note, _note_shared_weights, _note_values_beside,
-                  _read_graph, _refuse_binary_terminal, _refuse_writing_over_input, _same_file,
+                  _read_graph, _refuse_binary_terminal, _refuse_writing_read, _same_file,
                   _Steps, _uop_form, _with_onnx_weights, _write_together)
 
 
@@ -46,7 +46,7 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats, 
     form = _uop_form(output)
     _check_opset(form, opset)
     _refuse_binary_terminal(output, form, "give -o FILE")
-    _refuse_writing_over_input(source, output)
+    _refuse_writing_read(source, {"-o": output, "--report": report_path})
     if report_path == "-" and output == "-":
         raise click.UsageError("--report - and the graph cannot both go to stdout: give -o OUT")
     if report_path and _same_file(report_path, output):
@@ -102,7 +102,8 @@ def simplify(source, output, exact, opset):
     form = _uop_form(output)
     _check_opset(form, opset)
     _refuse_binary_terminal(output, form, "give -o FILE")
-    graph, _ = _read_graph(source)  # -o may be IN: simplified in place (the same function, smaller)
+    _refuse_writing_read(source, {"-o": output}, in_place=True)  # -o may be IN (the same function,
+    graph, _ = _read_graph(source)                                                 # smaller), no other file read
     result = _simplified(graph, exact)
     before, after = len(graph.nodes()), len(result.nodes())
     _write_together(_with_onnx_weights([(output, _graph_data(result, form, opset, output))], output, form))

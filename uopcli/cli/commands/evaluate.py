@@ -7,7 +7,7 @@ import click
 
 from ..app import EXIT_FAILURE, PROG, CommandFailed, _command, _given, _names
 from ..io import (_check_specs, _explain_inputs, _onnx_weights, _progress_bar, _read_graph,
-                  _refuse_binary_terminal, _refuse_output_read, _Steps, _write)
+                  _refuse_binary_terminal, _refuse_writing_read, _Steps, _write)
 from ...tools.values import npz_bytes
 from ..output import _elements, _stats_json, _stats_text, _table, _value_json
 from .evaluate_map import check_map_usage, eval_map, map_options
@@ -53,7 +53,7 @@ def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep
     values are what tinygrad computes (the gradient of sigmoid at -1000 is 0, not 0*inf);
     --literal runs it as written.
     """
-    _refuse_output_read(output, specs)  # (eval -i gg.npz -o gg.npz overwrote the weights it read)
+    _refuse_writing_read(source, {"-o": output})  # (eval -i gg.npz -o gg.npz overwrote the weights it read)
     if check_map_usage(map_pattern, reduction, dask_target):  # over a data set's shards (issue 34)
         if debug_nans:
             raise click.UsageError("--debug-nans runs one evaluation: give it without --map (on one shard's -i)")

@@ -9,8 +9,8 @@ import os
 import click
 
 from ..app import CommandFailed, _given
-from ..io import (_explain_inputs, _note, _onnx_weights, _progress_bar, _read_graph, _refuse_binary_terminal,
-                  _same_file, _write)
+from ..io import (_explain_inputs, _note, _onnx_weights, _progress_bar, _read_graph, _reading, _refuse_binary_terminal,
+                  _refuse_writing_read, _write)
 from ..output import _table, _value_json
 
 
@@ -52,10 +52,9 @@ def eval_map(source, specs, use_random, seed, output, as_json, stats, literal, k
             from ...tools.map_dask import require
             require()
         paths = mapping.shard_paths(map_pattern)
-        shard = next((path for path in paths if output and _same_file(path, output)), None)
-        if shard is not None:
-            raise click.UsageError(f"-o {output} is the shard {shard}: writing it would overwrite the data set; "
-                                   "give -o another file")
+        for path in paths:
+            _reading(f"the shard {path}", path, "--map")
+        _refuse_writing_read(None, {"-o": output})
         # an ONNX model's symbolic sizes: from -i's arrays, else from the first shard's members
         sizing = (*specs, paths[0]) if paths[0].lower().endswith(".npz") else specs
         graph, _ = _read_graph(source, specs=sizing)

@@ -6,7 +6,7 @@ import click
 
 from ..app import EXIT_FAILURE, _command, _names
 from ..io import _OPSET_HELP, _check_opset, _graph_data, _note, _note_shared_weights, _note_values_beside, \
-    _read_graph, _refuse_binary_terminal, _refuse_writing_over_input, _Steps, _uop_form, _with_onnx_weights, \
+    _read_graph, _refuse_binary_terminal, _refuse_writing_read, _Steps, _uop_form, _with_onnx_weights, \
     _write_together
 from .diff import _simplified
 
@@ -61,7 +61,7 @@ def _run(build, source: str, output: str, stats: bool, simplify_: bool, opset, k
     form = _uop_form(output)
     _check_opset(form, opset)
     _refuse_binary_terminal(output, form, "give -o FILE")
-    _refuse_writing_over_input(source, output)
+    _refuse_writing_read(source, {"-o": output})
     with _Steps("reading", "differentiating", "encoding", "writing") as steps:
         graph, _ = _read_graph(source, wrt=list(wrt))
         steps.next()

@@ -7,8 +7,8 @@ import sys
 import click
 
 from ..app import _command
-from ..io import (_OPSET_HELP, _check_opset, _graph_data, _read_graph, _refuse_binary_terminal, _uop_form,
-                  _with_onnx_weights, _write_together)
+from ..io import (_OPSET_HELP, _check_opset, _graph_data, _read_graph, _refuse_binary_terminal, _refuse_writing_read,
+                  _uop_form, _with_onnx_weights, _write_together)
 
 
 # ----------------------------------------------------------------------------- info, print
@@ -69,7 +69,8 @@ def convert(source, output, to, opset):
     form = _uop_form(output, to)
     _check_opset(form, opset)
     _refuse_binary_terminal(output, form, "use --to json, or give -o FILE")
-    graph, _ = _read_graph(source)  # -o may be IN: converted in place (the same graph, another form)
+    _refuse_writing_read(source, {"-o": output}, in_place=True)  # -o may be IN (the same graph,
+    graph, _ = _read_graph(source)                                                 # another form), no other file read
     _write_together(_with_onnx_weights([(output, _graph_data(graph, form, opset, output))], output, form))
 
 

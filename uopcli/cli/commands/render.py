@@ -9,7 +9,7 @@ import sys
 import click
 
 from ..app import CommandFailed, _command, _given, _name_file, _names
-from ..io import _note, _read_graph, _refuse_binary_terminal, _refuse_writing_over_input, _write
+from ..io import _note, _read_graph, _reading, _refuse_binary_terminal, _refuse_writing_read, _write
 
 
 RENDER_EXTENSIONS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv": "dot",
@@ -41,7 +41,9 @@ def render(source, output, fmt, max_nodes, outputs, around, depth, collapse_func
     """Draw IN: one box per node (op, dtype, shape, arg, the function that made it),
     colours by op family, backward nodes dashed red, function bodies as clusters, a legend.
     With --format html (or OUT.html): one self-contained page, see `uopgrad view`."""
-    _refuse_writing_over_input(source, output)
+    if values_path is not None:
+        _reading("the file --values reads", values_path, "--values")
+    _refuse_writing_read(source, {"-o": output})
     if (fmt or _render_format(output)) == "html":  # the page: views/html
         _write(output, _html_page(source, outputs, values_path, max_nodes=max_nodes, around=around,
                                   collapse_functions=collapse_functions))
@@ -109,6 +111,8 @@ def view(source, values_path, outputs):
     """Write IN's page (what `render -o OUT.html` writes) to a temporary file and open it in
     the browser; without a display (no DISPLAY or WAYLAND_DISPLAY on Linux), print its path."""
     import tempfile
+    if values_path is not None:
+        _reading("the file --values reads", values_path, "--values")
     page = _html_page(source, outputs, values_path)
     stem = "stdin" if source == "-" else os.path.splitext(os.path.basename(source))[0]
     descriptor, path = tempfile.mkstemp(prefix=f"uopgrad-{stem}-", suffix=".html")

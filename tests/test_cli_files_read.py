@@ -1,0 +1,184 @@
+"""No command writes over a file it reads (cli/io.py's one policy), tested through the installed
+`uopgrad`: -o, --report and the weights beside OUT naming IN, the values beside a .uop IN, an
+-i, --values or --constant file, or a shard, are a usage error (exit 2) in one line naming
+both, and every file is left byte for byte; convert and simplify still write IN in place.
+An empty IN or OUT is a usage error naming it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from uopcli import UOp
+from uopcli.core.graph import Graph
+from uopcli.formats.uop import load, save
+
+ROOT = Path(__file__).resolve().parent.parent
+UOPGRAD = shutil.which("uopgrad", path=os.path.dirname(sys.executable)) or shutil.which("uopgrad")
+MLP_ONNX = ROOT / "samples" / "onnx" / "mlp-legacy17.onnx"  # weights fc1.weight, fc1.bias, fc2.weight, fc2.bias
+
+pytestmark = pytest.mark.skipif(UOPGRAD is None, reason="the uopgrad console script is not installed")
+
+
+def uopgrad(cwd: Path, *args, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{os.path.dirname(UOPGRAD)}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run([UOPGRAD, *map(str, args)], cwd=cwd, env=env, input=stdin, capture_output=True,
+                          timeout=120)
+
+
+def sh(command: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{os.path.dirname(UOPGRAD)}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=cwd, env=env, capture_output=True,
+                          timeout=120)
+
+
+def files(directory: Path) -> dict:
+    """Every file under `directory`, by its relative path, with its bytes."""
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def refused(run: subprocess.CompletedProcess, line: str, code: int = 2) -> None:
+    """Exit `code`, nothing on stdout, and stderr exactly the one line `uopgrad: error: {line}`."""
+    assert (run.returncode, run.stderr.decode()) == (code, f"uopgrad: error: {line}\n")
+    assert run.stdout == b""
+
+
+def usage(command: str) -> str:
+    return f" (see 'uopgrad {command} --help')"
+
+
+@pytest.fixture
+def work(tmp_path):
+    """m.uop, y = sum(x*x*w), with m.npz beside it (the model's values, as convert writes
+    them); x.npy, w.npy; vals.npz (eval --keep-intermediates'); shards/a.npz."""
+    x, w = UOp.param("x", (3,)), UOp.param("w", (3,))
+    save(Graph({"y": (x * x * w).sum()}, inputs=[x, w]), tmp_path / "m.uop")
+    np.savez(tmp_path / "m.npz", w=np.array([1, 10, 100], np.float32))
+    np.save(tmp_path / "x.npy", np.array([1, 2, 3], np.float32))
+    np.save(tmp_path / "w.npy", np.array([1, 10, 100], np.float32))
+    (tmp_path / "shards").mkdir()
+    np.savez(tmp_path / "shards" / "a.npz", x=np.array([1, 2, 3], np.float32))
+    done = uopgrad(tmp_path, "eval", "m.uop", "-i", "m.npz", "-i", "x=x.npy", "--keep-intermediates", "-o", "vals.npz")
+    assert done.returncode == 0, done.stderr.decode()
+    return tmp_path
+
+
+def reshape_model(path: Path) -> None:
+    """rs.onnx: t = sum(reshape(x [3, 4], shape)), shape an input that --constant fixes."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto as T, helper as h
+    graph = h.make_graph([h.make_node("Reshape", ["x", "shape"], ["r"]), h.make_node("ReduceSum", ["r"], ["t"], keepdims=0)],
+                         "rs", [h.make_tensor_value_info("x", T.FLOAT, [3, 4]),
+                                h.make_tensor_value_info("shape", T.INT64, [2])],
+                         [h.make_tensor_value_info("t", T.FLOAT, [])])
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 13)]), path)
+
+
+# ----------------------------------------------------------------------------- an output naming a file read
+
+IS_IN = "is IN: writing it would replace the file read; give -o another file"
+BESIDE = "is the model's values beside IN m.uop: writing it would replace the file read; give -o another file"
+
+REFUSALS = [  # (arguments, the error line without its "(see ...)")
+    (["eval", "m.uop", "--random", "-o", "m.uop"], f"-o m.uop {IS_IN}"),
+    (["eval", "m.uop", "--random", "-o", "./sub/../m.uop"], f"-o ./sub/../m.uop {IS_IN}"),
+    (["eval", "m.uop", "--random", "-o", "hard.uop"], f"-o hard.uop {IS_IN}"),  # a hard link to m.uop
+    (["eval", "m.uop", "--map", "shards/*.npz", "-i", "w=w.npy", "-o", "m.uop"], f"-o m.uop {IS_IN}"),
+    (["eval", "m.uop", "--map", "shards/*.npz", "-i", "w=w.npy", "-o", "shards/a.npz"],
+     "-o shards/a.npz is the shard shards/a.npz: writing it would replace the file read; give -o another file"),
+    (["eval", "m.uop", "-i", "m.npz", "-i", "x=x.npy", "-o", "x.npy"],
+     "-o x.npy is the file -i x=x.npy reads: writing it would replace the file read; give -o another file"),
+    (["eval", "m.uop", "--random", "-o", "m.npz"], f"-o m.npz {BESIDE}"),
+    (["diff", "m.uop", "--wrt", "w", "-o", "g.uop", "--report", "m.uop"],
+     "--report m.uop is IN: writing it would replace the file read; give --report another file"),
+    (["diff", "m.uop", "--wrt", "w", "-o", "m.npz"], f"-o m.npz {BESIDE}"),
+    (["diff", "m.uop", "--wrt", "w", "--report", "m.npz"],
+     "--report m.npz is the model's values beside IN m.uop: writing it would replace the file read; give --report "
+     "another file"),
+    (["jvp", "m.uop", "--wrt", "w", "-o", "m.uop"], f"-o m.uop {IS_IN}"),
+    (["hvp", "m.uop", "--wrt", "w", "-o", "m.npz"], f"-o m.npz {BESIDE}"),
+    (["jacobian", "m.uop", "--wrt", "w", "-o", "m.uop"], f"-o m.uop {IS_IN}"),
+    (["hessian", "m.uop", "--wrt", "w", "-o", "m.npz"], f"-o m.npz {BESIDE}"),
+    (["convert", "m.uop", "-o", "m.npz"], f"-o m.npz {BESIDE}"),        # in place of IN, not of the values
+    (["simplify", "m.uop", "-o", "m.npz"], f"-o m.npz {BESIDE}"),
+    (["render", "m.uop", "--format", "dot", "-o", "m.uop"], f"-o m.uop {IS_IN}"),
+    (["render", "m.uop", "--format", "html", "--values", "vals.npz", "-o", "vals.npz"],
+     "-o vals.npz is the file --values reads: writing it would replace the file read; give -o another file"),
+]
+
+
+@pytest.mark.parametrize("args, line", REFUSALS, ids=[" ".join(args) for args, _ in REFUSALS])
+def test_an_output_naming_a_file_the_command_reads_is_refused_and_every_file_kept(work, args, line):
+    """`eval model.onnx --random -o model.onnx` replaced the model with an .npz, exit 0; diff
+    --report IN, render -o its --values file, and -o the model's values beside IN (the only
+    copy of a converted model's weights) did the same."""
+    (work / "sub").mkdir()
+    os.link(work / "m.uop", work / "hard.uop")
+    before = files(work)
+    refused(uopgrad(work, *args), line + usage(args[0]))
+    assert files(work) == before
+
+
+def test_the_weights_beside_a_converted_model_are_not_replaced_by_a_gradient(tmp_path):
+    """The newcomer's slip: `convert model.onnx -o model.uop` wrote the weights as model.npz;
+    `diff model.uop ... -o model.npz` replaced them with a MessagePack graph, exit 0."""
+    assert uopgrad(tmp_path, "convert", MLP_ONNX, "-o", "model.uop").returncode == 0
+    before = files(tmp_path)
+    assert sorted(before) == ["model.npz", "model.uop"]
+    run = uopgrad(tmp_path, "diff", "model.uop", "--wrt", "fc1.weight", "--cotangent", "ones", "-o", "model.npz")
+    refused(run, "-o model.npz is the model's values beside IN model.uop: writing it would replace the file read; "
+                 "give -o another file" + usage("diff"))
+    assert files(tmp_path) == before
+
+
+def test_an_onnx_model_read_is_not_replaced_by_evals_values(tmp_path):
+    shutil.copy(MLP_ONNX, tmp_path / "model.onnx")
+    before = files(tmp_path)
+    refused(uopgrad(tmp_path, "eval", "model.onnx", "--random", "-o", "model.onnx"),
+            f"-o model.onnx {IS_IN}" + usage("eval"))
+    assert files(tmp_path) == before
+
+
+def test_a_constant_file_is_not_replaced(tmp_path):
+    reshape_model(tmp_path / "rs.onnx")
+    np.save(tmp_path / "shape.npy", np.array([2, 6], np.int64))
+    before = files(tmp_path)
+    run = uopgrad(tmp_path, "eval", "rs.onnx", "--constant", "shape=shape.npy", "-i", "x=1", "-o", "shape.npy")
+    refused(run, "-o shape.npy is the file --constant shape=shape.npy reads: writing it would replace the file read; "
+                 "give -o another file" + usage("eval"))
+    assert files(tmp_path) == before
+    done = uopgrad(tmp_path, "eval", "rs.onnx", "--constant", "shape=shape.npy", "-i", "x=1", "-o", "t.npz")
+    assert done.returncode == 0, done.stderr.decode()
+
+
+def test_convert_and_simplify_still_write_in_place(work):
+    done = uopgrad(work, "convert", "m.uop", "--to", "json", "-o", "m.uop")
+    assert done.returncode == 0 and (work / "m.uop").read_bytes().lstrip().startswith(b"{")
+    done = uopgrad(work, "simplify", "m.uop", "-o", "./m.uop")
+    assert done.returncode == 0 and (work / "m.uop").read_bytes().startswith(b"\x85")  # MessagePack again
+    assert load(work / "m.uop").output_names == ["y"]
+
+
+# ----------------------------------------------------------------------------- empty names
+
+@pytest.mark.parametrize("args, line", [
+    (["diff", "m.uop", "--wrt", "x", "-o", ""], "-o is an empty path: name a file (or - for stdout)"),
+    (["diff", "m.uop", "--wrt", "x", "--report", ""], "--report is an empty path: name a file (or - for stdout)"),
+    (["eval", "m.uop", "--random", "-o", ""], "-o is an empty path: name a file (or - for stdout)"),
+    (["convert", "m.uop", "-o", ""], "-o is an empty path: name a file (or - for stdout)"),
+    (["render", "m.uop", "--format", "html", "--values", "", "-o", "p.html"], "--values is an empty path: name a file"),
+    (["diff", "", "--wrt", "x", "-o", "g.uop"], "IN is an empty path: name a file (or - for stdin)"),
+    (["info", ""], "IN is an empty path: name a file (or - for stdin)"),
+    (["validate", ""], "IN is an empty path: name a file (or - for stdin)"),
+])
+def test_an_empty_path_is_a_usage_error_naming_its_option(work, args, line):
+    """-o "" said ": cannot write: Is a directory" (exit 1), IN "" "cannot read: No such file"."""
+    before = files(work)
+    refused(uopgrad(work, *args), line + usage(args[0]))
+    assert files(work) == before
