@@ -2,7 +2,9 @@
 `uopgrad`: -o, --report and the weights beside OUT naming IN, the values beside a .uop IN, an
 -i, --values or --constant file, or a shard, are a usage error (exit 2) in one line naming
 both, and every file is left byte for byte; convert and simplify still write IN in place.
-An empty IN or OUT is a usage error naming it."""
+An empty IN or OUT is a usage error naming it. The weights of an ONNX IN go beside no OUT
+that is a device or a descriptor (a note, as for stdout), nor beside an OUT named .npz (they
+would be OUT itself: refused)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +20,7 @@ import pytest
 
 from uopcli import UOp
 from uopcli.core.graph import Graph
-from uopcli.formats.uop import load, save
+from uopcli.formats.uop import load, loads, save
 
 ROOT = Path(__file__).resolve().parent.parent
 UOPGRAD = shutil.which("uopgrad", path=os.path.dirname(sys.executable)) or shutil.which("uopgrad")
@@ -163,6 +166,56 @@ def test_convert_and_simplify_still_write_in_place(work):
     done = uopgrad(work, "simplify", "m.uop", "-o", "./m.uop")
     assert done.returncode == 0 and (work / "m.uop").read_bytes().startswith(b"\x85")  # MessagePack again
     assert load(work / "m.uop").output_names == ["y"]
+
+
+# ----------------------------------------------------------------------------- the weights beside OUT
+
+def test_an_out_whose_weights_would_be_itself_is_refused(tmp_path):
+    """`diff model.onnx ... -o grad.npz`: the weights "beside" OUT were OUT, and replaced the
+    graph just written (exit 0); from a file and from stdin, for diff and convert."""
+    shutil.copy(MLP_ONNX, tmp_path / "model.onnx")
+    before = files(tmp_path)
+    why = ("an ONNX model's weights go beside a .uop OUT as OUT.npz, here {out} itself, which would replace the "
+           "graph; give -o {stem}.uop (the weights then in {stem}.npz) or -o {stem}.onnx (which holds them)")
+    run = uopgrad(tmp_path, "diff", "model.onnx", "--wrt", "fc1.weight", "--cotangent", "ones", "-o", "grad.npz")
+    refused(run, "-o grad.npz: " + why.format(out="grad.npz", stem="grad") + usage("diff"))
+    run = uopgrad(tmp_path, "convert", "model.onnx", "-o", "model.NPZ.npz")
+    refused(run, "-o model.NPZ.npz: " + why.format(out="model.NPZ.npz", stem="model.NPZ") + usage("convert"))
+    run = uopgrad(tmp_path, "jvp", "-", "--wrt", "fc1.weight", "-o", "j.npz", stdin=before["model.onnx"])
+    refused(run, "-o j.npz: " + why.format(out="j.npz", stem="j") + usage("jvp"))
+    assert files(tmp_path) == before
+    done = uopgrad(tmp_path, "convert", "model.onnx", "-o", "model.uop")  # the rule's own case still works
+    assert done.returncode == 0 and sorted(files(tmp_path)) == ["model.npz", "model.onnx", "model.uop"]
+
+
+WEIGHTS_NOTE = ("uopgrad: the model's weights are not written with OUT {out}, which is not a file (nothing beside it "
+                "holds them): give -o FILE to get FILE.npz beside it\n")
+
+
+def test_no_weights_beside_a_descriptor_or_a_fifo(tmp_path):
+    """`convert model.onnx -o /dev/null` made /dev/null.npz, `-o /dev/stdout` /dev/stdout.npz,
+    and `-o >(consumer)` failed on /dev/fd/63.npz: such an OUT is written as stdout is, the
+    weights left out with a note (and named in the graph's meta, for eval to say)."""
+    shutil.copy(MLP_ONNX, tmp_path / "model.onnx")
+    piped = sh("uopgrad convert model.onnx -o - > piped.uop", tmp_path)
+    assert piped.returncode == 0
+    done = sh("uopgrad convert model.onnx -o /dev/stdout > stdout.uop", tmp_path)
+    assert (done.returncode, done.stderr.decode()) == (0, WEIGHTS_NOTE.format(out="/dev/stdout"))
+    assert (tmp_path / "stdout.uop").read_bytes() == (tmp_path / "piped.uop").read_bytes()  # as -o - writes it
+    done = sh("uopgrad convert model.onnx -o >(cat > fd.uop) && wait", tmp_path)
+    assert done.returncode == 0 and done.stderr.decode().startswith("uopgrad: the model's weights are not written "
+                                                                    "with OUT /dev/fd/")
+    os.mkfifo(tmp_path / "out.fifo")
+    got = []
+    reader = threading.Thread(target=lambda: got.append((tmp_path / "out.fifo").read_bytes()))
+    reader.start()
+    done = uopgrad(tmp_path, "diff", "model.onnx", "--wrt", "fc1.weight", "--cotangent", "ones", "-o", "out.fifo")
+    reader.join(60)
+    assert (done.returncode, done.stderr.decode()) == (0, WEIGHTS_NOTE.format(out="out.fifo"))
+    assert loads(got[0]).output_names == ["grad_fc1.weight"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fd.uop", "model.onnx", "out.fifo", "piped.uop",
+                                                          "stdout.uop"]  # no out.npz, no fd.npz
+    assert (tmp_path / "fd.uop").read_bytes() == (tmp_path / "piped.uop").read_bytes()
 
 
 # ----------------------------------------------------------------------------- empty names

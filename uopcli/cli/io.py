@@ -240,7 +240,7 @@ def _note_values_beside(source: str, output: str) -> None:
     (eval notes that by itself only for the .npz beside the file it evaluates)."""
     from ..tools.model_inputs import archive_beside
     values = archive_beside(source)
-    if values is None or output == "-":
+    if values is None or output == "-" or _is_stream(output):
         return
     if os.path.splitext(os.path.realpath(output))[0] == os.path.splitext(os.path.realpath(source))[0]:
         return  # OUT.npz is IN.npz: eval OUT finds it
@@ -261,10 +261,30 @@ def _with_onnx_weights(files: list, output: str, form: str) -> list:
     if output == "-":
         _note("the model's weights are not written with OUT on stdout: give -o FILE to get FILE.npz beside it")
         return files
-    beside = os.path.splitext(output)[0] + ".npz"
+    if _is_stream(output):  # /dev/null, /dev/stdout, a shell's >(...): no file beside it (/dev/null.npz was made)
+        _note(f"the model's weights are not written with OUT {output}, which is not a file (nothing beside it "
+              "holds them): give -o FILE to get FILE.npz beside it")
+        return files
+    _refuse_weights_as_graph(output)
+    beside = _weights_beside(output)
     _writing(beside, "-o", f"{beside}, the model's weights beside -o {output},")
     _refuse_replacing_other_values(beside, output, weights)
     return files + [(beside, npz_bytes(weights))]
+
+
+def _weights_beside(output: str) -> str:
+    return os.path.splitext(output)[0] + ".npz"
+
+
+def _refuse_weights_as_graph(output: str) -> None:
+    """An OUT whose weights beside it would be OUT itself (-o grad.npz): the weights replaced
+    the graph just written, exit 0. Refused (not written elsewhere, as grad.npz.npz): a graph
+    named .npz reads as values to every later command, and to the one who named it."""
+    if _same_file(_weights_beside(output), output):
+        stem = os.path.splitext(output)[0]
+        raise click.UsageError(f"-o {output}: an ONNX model's weights go beside a .uop OUT as OUT.npz, here {output} "
+                               f"itself, which would replace the graph; give -o {stem}.uop (the weights then in "
+                               f"{stem}.npz) or -o {stem}.onnx (which holds them)")
 
 
 def _refuse_replacing_other_values(beside: str, output: str, weights) -> None:
@@ -339,10 +359,14 @@ def _refuse_read(path: str, label: str, option: str) -> None:
                                    "another file")
 
 
-def _refuse_writing_read(source: str | None, outputs: dict, in_place: bool = False) -> None:
+def _refuse_writing_read(source: str | None, outputs: dict, in_place: bool = False,
+                         graph_form: str | None = None) -> None:
     """Before any work: refuse each of `outputs` ({option: path}, None where not given) that
     names a file the command reads (IN, unless `in_place`, the values beside it, -i's,
-    --values', --constant's, recorded as their options were read) or is empty."""
+    --values', --constant's, recorded as their options were read) or is empty. With
+    `graph_form` (-o's form, a graph), an .onnx IN's weights beside -o that would be -o
+    itself are refused too (_refuse_weights_as_graph); a model piped in is refused there
+    once read."""
     if source is not None:
         _reading_graph(source)
     if in_place:
@@ -350,6 +374,10 @@ def _refuse_writing_read(source: str | None, outputs: dict, in_place: bool = Fal
     for option, path in outputs.items():
         if path is not None:
             _writing(path, option)
+    output = outputs.get("-o")
+    if graph_form not in (None, "onnx") and output not in (None, "-") and source.lower().endswith(".onnx") \
+            and not _is_stream(output):
+        _refuse_weights_as_graph(output)
 
 
 def _refuse_written_twice(files: list) -> None:
@@ -450,7 +478,7 @@ def _graph_data(graph, form: str, opset: int | None, output: str):
     if form != "onnx":
         from ..formats.uop import dump_parts
         weights = _onnx_weights()
-        if output == "-":
+        if output == "-" or _is_stream(output):  # nothing beside a pipe or device
             from ..tools.model_inputs import mark_unwritten_weights, mark_values_beside
             if weights:
                 mark_unwritten_weights(graph, list(weights))

@@ -46,7 +46,7 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats, 
     form = _uop_form(output)
     _check_opset(form, opset)
     _refuse_binary_terminal(output, form, "give -o FILE")
-    _refuse_writing_read(source, {"-o": output, "--report": report_path})
+    _refuse_writing_read(source, {"-o": output, "--report": report_path}, graph_form=form)
     if report_path == "-" and output == "-":
         raise click.UsageError("--report - and the graph cannot both go to stdout: give -o OUT")
     if report_path and _same_file(report_path, output):
@@ -102,7 +102,7 @@ def simplify(source, output, exact, opset):
     form = _uop_form(output)
     _check_opset(form, opset)
     _refuse_binary_terminal(output, form, "give -o FILE")
-    _refuse_writing_read(source, {"-o": output}, in_place=True)  # -o may be IN (the same function,
+    _refuse_writing_read(source, {"-o": output}, in_place=True, graph_form=form)  # -o may be IN (the same function,
     graph, _ = _read_graph(source)                                                 # smaller), no other file read
     result = _simplified(graph, exact)
     before, after = len(graph.nodes()), len(result.nodes())

@@ -61,7 +61,7 @@ def _run(build, source: str, output: str, stats: bool, simplify_: bool, opset, k
     form = _uop_form(output)
     _check_opset(form, opset)
     _refuse_binary_terminal(output, form, "give -o FILE")
-    _refuse_writing_read(source, {"-o": output})
+    _refuse_writing_read(source, {"-o": output}, graph_form=form)
     with _Steps("reading", "differentiating", "encoding", "writing") as steps:
         graph, _ = _read_graph(source, wrt=list(wrt))
         steps.next()

@@ -69,7 +69,7 @@ def convert(source, output, to, opset):
     form = _uop_form(output, to)
     _check_opset(form, opset)
     _refuse_binary_terminal(output, form, "use --to json, or give -o FILE")
-    _refuse_writing_read(source, {"-o": output}, in_place=True)  # -o may be IN (the same graph,
+    _refuse_writing_read(source, {"-o": output}, in_place=True, graph_form=form)  # -o may be IN (the same graph,
     graph, _ = _read_graph(source)                                                 # another form), no other file read
     _write_together(_with_onnx_weights([(output, _graph_data(graph, form, opset, output))], output, form))
 
