@@ -4,7 +4,7 @@
 both, and every file is left byte for byte; convert and simplify still write IN in place.
 An empty IN or OUT is a usage error naming it. The weights of an ONNX IN go beside no OUT
 that is a device or a descriptor (a note, as for stdout), nor beside an OUT named .npz (they
-would be OUT itself: refused)."""
+would be OUT itself: refused). eval -o takes an OUT named .npz (-o results.json wrote a zip)."""
 
 from __future__ import annotations
 
@@ -216,6 +216,24 @@ def test_no_weights_beside_a_descriptor_or_a_fifo(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fd.uop", "model.onnx", "out.fifo", "piped.uop",
                                                           "stdout.uop"]  # no out.npz, no fd.npz
     assert (tmp_path / "fd.uop").read_bytes() == (tmp_path / "piped.uop").read_bytes()
+
+
+# ----------------------------------------------------------------------------- eval -o is an .npz
+
+def test_eval_o_not_named_npz_is_refused(work):
+    """`eval -o results.json` wrote a zip archive under that name, exit 0."""
+    before = files(work)
+    for out, hint in (("results.json", "results.npz, or print them with --json > results.json"), ("y.npy", "y.npz"),
+                      ("out", "out.npz")):
+        for mapped in ([], ["--map", "shards/*.npz"]):
+            run = uopgrad(work, "eval", "m.uop", *mapped, "-i", "m.npz", "-i", "x=x.npy", "-o", out)
+            refused(run, f"-o {out}: eval writes its outputs as an .npz archive, whatever the name; give -o {hint}"
+                    + usage("eval"))
+    assert files(work) == before
+    done = sh("uopgrad eval m.uop -i m.npz -i x=x.npy -o UPPER.NPZ && uopgrad eval m.uop -i m.npz -i x=x.npy -o - "
+              "> piped.npz && uopgrad eval m.uop -i m.npz -i x=x.npy -o /dev/stdout > stdout.npz", work)
+    assert done.returncode == 0, done.stderr.decode()
+    assert (work / "UPPER.NPZ").read_bytes() == (work / "piped.npz").read_bytes() == (work / "stdout.npz").read_bytes()
 
 
 # ----------------------------------------------------------------------------- empty names

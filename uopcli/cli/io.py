@@ -424,6 +424,19 @@ def _same_file(a: str, b: str) -> bool:
         return os.path.realpath(a) == os.path.realpath(b)
 
 
+def _refuse_other_than_npz(output: str | None) -> None:
+    """eval's -o is an .npz archive whatever its name: -o results.json wrote a zip, exit 0.
+    An OUT not named .npz is refused, but for stdout and devices or descriptors (a pipe
+    has no name to go by), and a directory, which the write refuses naming it."""
+    if output is None or output == "-" or output.lower().endswith(".npz") or _is_stream(output) \
+            or os.path.isdir(output):
+        return
+    stem, ext = os.path.splitext(output)
+    hint = f", or print them with --json > {output}" if ext.lower() == ".json" else ""
+    raise click.UsageError(f"-o {output}: eval writes its outputs as an .npz archive, whatever the name; give "
+                           f"-o {stem}.npz{hint}")
+
+
 def _check_specs(ctx, param, specs: tuple) -> tuple:
     """-i values look like NAME=VALUE or data.npz (values.split_spec): a usage error otherwise (exit 2),
     before any reading."""

@@ -7,7 +7,7 @@ import click
 
 from ..app import EXIT_FAILURE, PROG, CommandFailed, _command, _given, _names
 from ..io import (_check_specs, _explain_inputs, _onnx_weights, _progress_bar, _read_graph,
-                  _refuse_binary_terminal, _refuse_writing_read, _Steps, _write)
+                  _refuse_binary_terminal, _refuse_other_than_npz, _refuse_writing_read, _Steps, _write)
 from ...tools.values import npz_bytes
 from ..output import _elements, _stats_json, _stats_text, _table, _value_json
 from .evaluate_map import check_map_usage, eval_map, map_options
@@ -68,6 +68,7 @@ def eval_(source, specs, use_random, seed, output, as_json, stats, literal, keep
         raise click.UsageError("--keep-intermediates stores node values in -o OUT.npz: give -o too")
     if output:
         _refuse_binary_terminal(output, "npz", "give -o OUT.npz")
+        _refuse_other_than_npz(output)
     from ...backends.numpy import EvalStats, evaluate_graph
     from ...tools.index_range import check_index_values
     from ...tools.values import gather_inputs

@@ -10,7 +10,7 @@ import click
 
 from ..app import CommandFailed, _given
 from ..io import (_explain_inputs, _note, _onnx_weights, _progress_bar, _read_graph, _reading, _refuse_binary_terminal,
-                  _refuse_writing_read, _write)
+                  _refuse_other_than_npz, _refuse_writing_read, _write)
 from ..output import _table, _value_json
 
 
@@ -114,6 +114,7 @@ def _check_usage(output, as_json, keep_intermediates, backend, device, reduction
         if as_json:
             raise click.UsageError("give either -o OUT.npz or --json, not both")
         _refuse_binary_terminal(output, "npz", "give -o OUT.npz")
+        _refuse_other_than_npz(output)
 
 
 def _refuse_directory_read(directory: str, source: str, paths: list[str], specs) -> None:
