@@ -2,9 +2,10 @@
 `uopgrad`: -o, --report and the weights beside OUT naming IN, the values beside a .uop IN, an
 -i, --values or --constant file, or a shard, are a usage error (exit 2) in one line naming
 both, and every file is left byte for byte; convert and simplify still write IN in place.
-An empty IN or OUT is a usage error naming it. The weights of an ONNX IN go beside no OUT
-that is a device or a descriptor (a note, as for stdout), nor beside an OUT named .npz (they
-would be OUT itself: refused). eval -o takes an OUT named .npz (-o results.json wrote a zip)."""
+Beside it, what a newcomer's CI runs found near it: the weights of an ONNX IN beside an OUT
+that is a device or a descriptor (none: a note, as for stdout), beside an OUT named .npz
+(OUT itself: refused), eval -o not named .npz (refused), an OUT name of 231 to 255 bytes
+(its temporary now fits), and an empty IN or OUT (a usage error naming it)."""
 
 from __future__ import annotations
 
@@ -236,7 +237,32 @@ def test_eval_o_not_named_npz_is_refused(work):
     assert (work / "UPPER.NPZ").read_bytes() == (work / "piped.npz").read_bytes() == (work / "stdout.npz").read_bytes()
 
 
-# ----------------------------------------------------------------------------- empty names
+# ----------------------------------------------------------------------------- long names, empty names
+
+def test_an_out_name_of_255_bytes_is_written(work):
+    """A legal 231-255-byte OUT failed "File name too long": its temporary name was longer."""
+    name_max = os.pathconf(work, "PC_NAME_MAX")
+    graph, values, directory = "g" * (name_max - 4) + ".uop", "v" * (name_max - 4) + ".npz", "d" * name_max
+    done = sh(f"uopgrad diff m.uop --wrt x -o {graph} && uopgrad diff m.uop --wrt x -o short.uop && "
+              f"uopgrad eval m.uop -i m.npz -i x=x.npy -o {values}", work)
+    assert done.returncode == 0, done.stderr.decode()
+    assert (work / graph).read_bytes() == (work / "short.uop").read_bytes()
+    for _ in range(2):  # the second replaces the directory: its temporary and the old one's name fit too
+        done = uopgrad(work, "eval", "m.uop", "--map", "shards/*.npz", "-i", "m.npz", "--reduce", "none", "-o",
+                       directory)
+        assert done.returncode == 0, done.stderr.decode()
+    assert sorted(p.name for p in work.iterdir() if p.name.startswith(".")) == []  # no temporary left
+    assert os.listdir(work / directory) == ["a.npz"]
+
+
+def test_a_temporary_name_is_cut_by_characters_within_the_limit(tmp_path):
+    from uopcli.formats.atomic import temporary_beside
+    name_max = os.pathconf(tmp_path, "PC_NAME_MAX")
+    for base in ("é" * ((name_max - 4) // 2) + ".uop", "g" * name_max, "short.uop"):
+        temp = os.path.basename(temporary_beside(str(tmp_path / base), reserve=4))
+        assert len(os.fsencode(temp)) + 4 <= name_max and temp.endswith(".tmp") and temp.startswith("." + base[:3])
+    assert os.path.basename(temporary_beside(str(tmp_path / "short.uop"))).startswith(".short.uop.")
+
 
 @pytest.mark.parametrize("args, line", [
     (["diff", "m.uop", "--wrt", "x", "-o", ""], "-o is an empty path: name a file (or - for stdout)"),
