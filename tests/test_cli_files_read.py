@@ -185,6 +185,15 @@ def test_an_out_whose_weights_would_be_itself_is_refused(tmp_path):
     run = uopgrad(tmp_path, "jvp", "-", "--wrt", "fc1.weight", "-o", "j.npz", stdin=before["model.onnx"])
     refused(run, "-o j.npz: " + why.format(out="j.npz", stem="j") + usage("jvp"))
     assert files(tmp_path) == before
+    run = uopgrad(tmp_path, "diff", "model.onnx", "--wrt", "fc1.weight", "--cotangent", "ones", "-o", "g.uop",
+                  "--report", "./g.npz")
+    refused(run, "g.npz, the model's weights beside -o g.uop, is also --report ./g.npz: one would replace the other; "
+                 "give --report another file" + usage("diff"))
+    run = uopgrad(tmp_path, "diff", "model.onnx", "--wrt", "fc1.weight", "--cotangent", "ones", "-o", "g.uop",
+                  "--report", "g.npz")
+    refused(run, "g.npz, the model's weights beside -o g.uop, is also --report g.npz: one would replace the other; "
+                 "give --report another file" + usage("diff"))
+    assert files(tmp_path) == before
     done = uopgrad(tmp_path, "convert", "model.onnx", "-o", "model.uop")  # the rule's own case still works
     assert done.returncode == 0 and sorted(files(tmp_path)) == ["model.npz", "model.onnx", "model.uop"]
 

@@ -344,7 +344,12 @@ def _writing(path: str, option: str, label: str | None = None) -> None:
     label = label or f"{option} {path}"
     ctx = click.get_current_context(silent=True)
     if ctx is not None:
-        ctx.meta.setdefault("uopgrad.written", {})[path] = (label, option)
+        written = ctx.meta.setdefault("uopgrad.written", {})
+        for other, (other_label, other_option) in written.items():
+            if other_label != label and path != "-" and not _is_stream(path) and _same_file(other, path):
+                raise click.UsageError(f"{label} is also {other_label}: one would replace the other; give "
+                                       f"{other_option} another file")
+        written[path] = (label, option)
     _refuse_read(path, label, option)
 
 
@@ -387,17 +392,16 @@ def _refuse_written_twice(files: list) -> None:
     if ctx is None:
         return
     written = ctx.meta.get("uopgrad.written", {})
-    seen: list[tuple[str, str]] = []
+    seen: list[str] = []
     for dest, _ in files:
         if dest == "-":
             continue
         label, option = written.get(dest, (f"-o {dest}", "-o"))
         _refuse_read(dest, label, option)
-        for other, other_label in seen:
-            if not _is_stream(dest) and _same_file(other, dest):
-                raise click.UsageError(f"{other_label} and {label} are the same file: one would replace the other; "
-                                       f"give {option} another file")
-        seen.append((dest, label))
+        if not _is_stream(dest) and any(_same_file(other, dest) for other in seen):
+            raise click.UsageError(f"two outputs name the file {dest}: one would replace the other; give one "
+                                   "another file")
+        seen.append(dest)
 
 
 def _is_stream(path: str) -> bool:

@@ -46,11 +46,11 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats, 
     form = _uop_form(output)
     _check_opset(form, opset)
     _refuse_binary_terminal(output, form, "give -o FILE")
-    _refuse_writing_read(source, {"-o": output, "--report": report_path}, graph_form=form)
     if report_path == "-" and output == "-":
         raise click.UsageError("--report - and the graph cannot both go to stdout: give -o OUT")
     if report_path and _same_file(report_path, output):
         raise click.UsageError(f"--report and -o name the same file ({output}): give the report another")
+    _refuse_writing_read(source, {"-o": output, "--report": report_path}, graph_form=form)
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     with _Steps("reading", "differentiating", "encoding", "writing") as steps:
         graph, _ = _read_graph(source, wrt=wrt_names)
