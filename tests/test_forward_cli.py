@@ -338,3 +338,25 @@ def test_an_input_one_of_several_outputs_depends_on_is_not_noted(tmp_path, comma
     assert done.returncode == 0 and done.stderr == "", done.stderr
     done = uopgrad(command, "m.uop", "--wrt", "u", "--of", "b", "-o", "out.uop", cwd=tmp_path)
     assert done.stderr == "uopgrad: derivatives of b with respect to u are identically zero: not reached\n"
+
+
+@pytest.mark.parametrize("command, wrt", [("hessian", "w1,w2"), ("jacobian", "w1")])
+def test_limit_bounds_every_tensor_of_the_file_not_only_the_blocks(tmp_path, command, wrt):
+    """--limit max_tensor_elements lowers --chunk so that no tensor of the file exceeds it:
+    it bounded the blocks alone, and `uopgrad --limit ... eval` refused the file `hessian
+    --limit ...` had written (intermediates of 131,072 elements, chunk x an activation, and
+    the whole n x n identity the basis was cut from). The values are the default chunk's."""
+    mlp = Path(__file__).resolve().parent.parent / "samples" / "mlp.uop"
+    limit = "max_tensor_elements=70000"
+    ok(command, mlp, "--wrt", wrt, "--chunk", "1000", "--limit", limit, "-o", "bounded.uop", cwd=tmp_path)
+    ok(command, mlp, "--wrt", wrt, "-o", "default.uop", cwd=tmp_path)
+    graph = load(tmp_path / "bounded.uop")
+    assert max(int(np.prod(node.shape)) for node in graph.nodes() if node.shape is not None) <= 70000
+    assert max(int(np.prod(node.shape)) for node in load(tmp_path / "default.uop").nodes()
+               if node.shape is not None) > 70000  # the case bounds something
+    bounded = ok("--limit", limit, "eval", "bounded.uop", "--random", "--json", cwd=tmp_path)
+    default = ok("eval", "default.uop", "--random", "--json", cwd=tmp_path)
+    bounded, default = (json.loads(done.stdout)["outputs"] for done in (bounded, default))
+    assert list(bounded) == list(default)
+    for name in default:  # float32 products over another batch of directions: their last bits may differ
+        np.testing.assert_allclose(bounded[name]["values"], default[name]["values"], rtol=1e-5, atol=1e-6)

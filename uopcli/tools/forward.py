@@ -76,6 +76,7 @@ def jacobian(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None, 
     taken: set[str] = set()  # outputs a and a_q, inputs q_r and r: jacobian_a_q_r, then jacobian2_a_q_r
     names = [[fresh("jacobian", f"{o}_{i}", taken) for i in _names(wrt)] for o in of]
     _check_sizes([(n, r, t) for row, r in zip(names, roots) for n, t in zip(row, targets)], limit)
+    chunk = chunk_within(roots, chunk, limit)
     columns = [_columns(roots, t, chunk) for t in targets]  # per target: per root, (n, *root.shape)
     outputs = [(names[o][k], _matrix(columns[k][o], roots[o], t)) for o in range(len(roots))
                for k, t in enumerate(targets)]
@@ -94,6 +95,7 @@ def hessian(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None, c
     names = [[fresh("hessian", f"{a}_{b}", taken) for b in _names(wrt)] for a in _names(wrt)]
     _check_sizes([(n, a, b) for row, a in zip(names, targets) for n, b in zip(row, targets)], limit)
     grads, cotangent_inputs = _gradients(graph, loss, targets, cotangent)
+    chunk = chunk_within(grads, chunk, limit)
     columns = [_columns(grads, b, chunk) for b in targets]
     outputs = [(names[i][k], _matrix(columns[k][i], grads[i], b)) for i in range(len(targets))
                for k, b in enumerate(targets)]
@@ -109,15 +111,31 @@ def _columns(roots: list[UOp], target: UOp, chunk: int) -> list[UOp]:
         raise GradientError(f"chunk must be at least 1, got {chunk}")
     n = math.prod(target.shape)
     parts: list[list[UOp]] = [[] for _ in roots]
-    eye = UOp.eye(n, dtype=target.dtype) if n else None
     for start in range(0, n, chunk):
         size = min(chunk, n - start)
-        basis = eye.shrink(((start, start + size), (0, n))).reshape((size, *target.shape))
+        # rows start..start+size-1 of the n x n identity, made alone: the whole identity,
+        # then cut, was a tensor of n^2 elements whatever the chunk
+        rows = (UOp.arange(size) + start).unsqueeze(-1).eq(UOp.arange(n)).cast(target.dtype)
+        basis = rows.reshape((size, *target.shape))
         found = compute_jvp(roots, {target: basis}, batch=size)
         for part, root in zip(parts, roots):
             t = found[root]
             part.append(t if t is not None else UOp.full((size, *root.shape), 0, root.dtype))
     return [_stacked(part, root, n) for part, root in zip(parts, roots)]
+
+
+def chunk_within(roots: list[UOp], chunk: int, limit: int | None) -> int:
+    """`chunk`, lowered where `limit` needs it (never below 1): a batched walk's tensors hold
+    chunk times a node's elements (a tangent of every node the roots depend on; the basis,
+    chunk times the target's, is one of them where a root depends on the target, and none
+    of the file where no root does), so that no tensor of the file holds more than `limit`
+    (the blocks themselves are checked apart). Without it --limit bounded the blocks alone,
+    and eval --limit refused the file hessian --limit had written."""
+    if limit is None:
+        return chunk
+    from ..core.walks import scope_toposort
+    largest = max((math.prod(node.shape) for node in scope_toposort(roots) if node.shape is not None), default=1)
+    return max(1, min(chunk, limit // max(largest, 1)))
 
 
 def _stacked(parts: list[UOp], root: UOp, n: int) -> UOp:

@@ -35,7 +35,8 @@ def _matrix_options(fn):
                       help="Basis tangents pushed through the graph at a time. A larger chunk makes fewer nodes, "
                       "faster to write and to evaluate (on a 4,739-weight Hessian, chunk 1 took 17 times as long as "
                       "256, and 5.6 times the memory); a smaller chunk bounds the size of each intermediate tensor (about "
-                      "chunk x the largest activation), which matters only when those are large.")(fn)
+                      "chunk x the largest activation), which matters only when those are large. With --limit "
+                      "max_tensor_elements=N the chunk is lowered where needed so that no tensor of OUT exceeds N.")(fn)
     return fn
 
 
