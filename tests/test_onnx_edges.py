@@ -629,3 +629,25 @@ def test_a_float_type_the_format_lacks_is_refused_with_the_export_that_imports(s
     assert str(caught.value) == f"m.onnx: {what}: element type {name} is not supported" + (
         " (the format's floats are float16, float32 and float64: export the model in one, e.g. torch's "
         "model.float() before torch.onnx.export)" if hint else "")
+
+
+@pytest.mark.parametrize("alpha", [0.01, 0.2, 0.0, -0.5])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16], ids=lambda d: d.__name__)
+def test_leaky_relu_values_bit_for_bit_and_torchs_slope_at_zero(dtype, alpha):
+    """LeakyRelu's values are the spec's (onnx.reference) bit for bit at -0.0, 0.0, the
+    subnormals, nan and inf (a negative alpha too: alpha·(+0) is -0 there, which `x < 0 ?
+    alpha·x : x` gave as +0); its gradient at exactly 0 is torch's, alpha (it was 1).
+    (onnxruntime differs from the spec in the sign of an underflowing alpha·x, +0 for -0,
+    and in float16 rounds alpha·x once in float32.)"""
+    import torch
+    tiny = np.finfo(dtype).smallest_subnormal
+    x = np.array([-0.0, 0.0, tiny, -tiny, 1.5, -1.5, np.inf, -np.inf, np.nan], dtype)
+    model = _one_node("LeakyRelu", {"x": x}, {}, {"alpha": alpha}, 16)
+    graph = import_model(model)[0]
+    assert_exact(evaluated(graph, {"x": x})["out"], ReferenceEvaluator(model).run(None, {"x": x})[0], "LeakyRelu")
+    gradient, _ = differentiate(Graph({"loss": graph.outputs["out"].sum()}), ["x"])
+    at = np.array([0.0, -0.0, 2.0, -2.0, 0.5, -0.5, 3.0, -3.0, 1.0], dtype)  # the model's shape, [9]
+    slopes = evaluate_graph(gradient, {"x": at})["grad_x"]
+    expected = torch.func.grad(lambda t: torch.nn.functional.leaky_relu(t, float(np.float32(alpha))).sum())(
+        torch.tensor(at.astype(np.float64))).numpy()
+    np.testing.assert_allclose(slopes.astype(np.float64), expected, rtol=1e-3 if dtype == np.float16 else 1e-7)

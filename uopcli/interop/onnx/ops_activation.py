@@ -26,9 +26,11 @@ def _expm1(x):
 
 
 def leaky_relu(ctx):
-    """LeakyRelu-16: x for x >= 0, alpha·x below."""
+    """LeakyRelu-16: x for x > 0, alpha·x otherwise, as onnx.reference computes it (at ±0
+    too: -0.5·(+0) is -0) and torch differentiates it (slope alpha at 0: the models exported
+    to it; `x < 0 ? alpha·x : x` gave 1 there)."""
     x = ctx.x(0)
-    return (x < 0).where(x * ctx.attr("alpha"), x)
+    return (x > 0).where(x, x * ctx.attr("alpha"))
 
 
 def prelu(ctx):
