@@ -252,6 +252,33 @@ def test_reduce_none_into_a_directory_this_run_reads_is_refused(tmp_path, out, h
     assert done.returncode == 0 and sorted(os.listdir(tmp_path / "each")) == [p.name for p in paths]
 
 
+@needs_cli
+def test_the_shards_that_gave_nan_or_inf_are_named(tmp_path):
+    """A sum over shards one of which gives nan is nan with no word of where it came from
+    (--debug-nans is for one evaluation): a note names each shard whose outputs hold nan or
+    inf, and which outputs, in path order, and how to trace the first; the traced command
+    names the culprit. A run with finite outputs has no such note."""
+    grad = write_gradient(tmp_path / "grad.uop", 2)
+    inputs = [a for spec in write_weights(tmp_path) for a in ("-i", spec)]
+    paths, _ = write_shards(tmp_path / "shards", 4, 2)
+    for index, member, value in ((1, "x", np.nan), (3, "y", 1e300)):
+        with np.load(paths[index]) as shard:
+            arrays = {name: shard[name].copy() for name in shard.files}
+        arrays[member][1, 2] = value  # a target of 1e300: its square, the loss, overflows to inf (the gradients stay finite)
+        np.savez(paths[index], **arrays)
+    done = uopgrad("eval", grad, "--map", "shards/*.npz", *inputs, "-o", "sum.npz", cwd=tmp_path)
+    assert done.returncode == 0
+    assert done.stderr.decode().splitlines() == [
+        "uopgrad: 2 of 4 shards gave nan or inf: shards/part-01.npz (loss, grad_w1, grad_w2); shards/part-03.npz "
+        f"(loss): `uopgrad eval {grad} -i shards/part-01.npz --debug-nans` (with the same -i) names "
+        "the node that made it"]
+    traced = uopgrad("eval", grad, "-i", "shards/part-01.npz", *inputs, "--debug-nans", cwd=tmp_path)
+    assert traced.returncode == 1 and "input x holds 1 nan among 10 elements: given, not made" in traced.stderr.decode()
+    report = map_graph(mlp_gradient(2), paths[::2], {"w1": np.load(tmp_path / "w1.npy"),
+                                                     "w2": np.load(tmp_path / "w2.npy")})
+    assert report.not_finite_note("grad.uop") is None and all(s.not_finite == () for s in report.shards)
+
+
 # ----------------------------------------------------------------------------- bad shards
 
 def bad_shards(directory):

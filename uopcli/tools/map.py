@@ -185,6 +185,7 @@ class ShardStats:
     eval_seconds: float
     prepare_seconds: float = 0.0
     cpu_seconds: float = 0.0  # this thread's CPU time reading and evaluating: below the wall time, others ran
+    not_finite: tuple = ()    # the outputs holding a nan or an infinity (a sum over the shards then does too)
 
 
 @dataclass
@@ -214,8 +215,16 @@ def run_shard(work: Work, path: str) -> ShardResult:
         raise ShardError(message if message.startswith(path) else f"{path}: {message}") from None
     done = time.perf_counter()
     stats = ShardStats(path, f"{socket.gethostname()}:{os.getpid()}", threading.get_ident(), started, time.time(),
-                       read - parsed, done - read, 0.0 if prepared else parsed - clock, time.thread_time() - cpu_parsed)
+                       read - parsed, done - read, 0.0 if prepared else parsed - clock, time.thread_time() - cpu_parsed,
+                       _not_finite(outputs))
     return ShardResult(outputs, [stats])
+
+
+def _not_finite(outputs: Mapping) -> tuple:
+    """The names of the float outputs holding a nan or an infinity."""
+    import numpy as np
+    return tuple(name for name, value in outputs.items()
+                 if np.asarray(value).dtype.kind in "fc" and not np.isfinite(value).all())
 
 
 def _check_indices(limits: Mapping, given: Mapping, path: str) -> None:
@@ -316,6 +325,21 @@ class MapReport:
         return (f"{count} worker{'s' if count != 1 else ''} left the cluster during the run "
                 f"({', '.join(self.lost_workers)}): Dask ran the shards and sums {'they' if count != 1 else 'it'} "
                 "held again on the others (the result does not depend on where a shard runs)")
+
+    def not_finite_note(self, source: str, shown_as: Mapping[str, str] | None = None) -> str | None:
+        """The shards whose outputs hold a nan or an infinity (the sum over the shards then
+        does too, with no word of where it came from), in path order, and how to trace the
+        first to the node that made it (`source`: IN as given; `shown_as`: a shard's path as
+        the user gave it, by the path map_graph ran it as)."""
+        shown_as = shown_as or {}
+        bad = sorted((shown_as.get(s.shard, s.shard), s.not_finite) for s in self.shards if s.not_finite)
+        if not bad:
+            return None
+        shown = "; ".join(f"{shard} ({', '.join(names)})" for shard, names in bad[:5])
+        more = f"; and {len(bad) - 5} more" if len(bad) > 5 else ""
+        return (f"{len(bad)} of {len(self.shards)} shard{'s' if len(self.shards) != 1 else ''} gave nan or inf: "
+                f"{shown}{more}: `uopgrad eval {source} -i {bad[0][0]} --debug-nans` (with the same -i) names the "
+                "node that made it")
 
     def scheduling_gaps(self) -> list[float]:
         """Each worker thread's time between one shard's end and its next shard's start (on
