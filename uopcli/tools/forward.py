@@ -21,6 +21,7 @@ from typing import Sequence
 
 from ..errors import GradientError
 from ..core.graph import Graph
+from ..core.ops import Ops
 from ..core.uop import UOp
 from .differentiate import COTANGENTS, _chosen_outputs, _known_good_graph, _seeds, _target, _type, _unique
 from .names import fresh, tangent_names
@@ -179,21 +180,41 @@ def zero_derivatives(graph: Graph, wrt: Sequence[str], of: Sequence[str]) -> lis
     """A line per `wrt` input that outputs `of` do not depend on (or only through DETACH):
     all its derivatives there are identically zero, as `differentiate` reports of a
     gradient (the files hold zeros for it, which a misspelt or unused weight name would
-    otherwise give without a word)."""
+    otherwise give without a word). One walk, ended when every input is met; the walk
+    through DETACH only for an input it did not meet. (hvp's caller asks only of the
+    inputs whose hvp_<name> is a zero by construction: an input the output depends on has
+    a gradient that is no constant zero, so no walk at all, mostly.)"""
     from .differentiate import NOT_REACHED, ONLY_DETACH, _reachable
-    roots = [graph.outputs[name] for name in of]
+    if not wrt:
+        return []
     inputs = _inputs(graph)
-    reached, live = set(), set()
-    for root in roots:
-        reached |= _reachable(root, through_detach=True)
-        live |= _reachable(root, through_detach=False)
-    lines = []
-    for name in wrt:
-        target = inputs.get(name)
-        if target is not None and target not in live:
-            reason = NOT_REACHED if target not in reached else ONLY_DETACH
-            lines.append(f"derivatives of {', '.join(of)} with respect to {name} are identically zero: {reason}")
-    return lines
+    targets = {inputs[name] for name in wrt if name in inputs}
+    roots = [graph.outputs[name] for name in of]
+    live = _meeting(roots, targets)
+    missed = [name for name in wrt if name in inputs and inputs[name] not in live]
+    if not missed:
+        return []
+    reached = set().union(*(_reachable(root, through_detach=True) for root in roots))
+    return [f"derivatives of {', '.join(of)} with respect to {name} are identically zero: "
+            f"{NOT_REACHED if inputs[name] not in reached else ONLY_DETACH}" for name in missed]
+
+
+def _meeting(roots: list[UOp], targets: set) -> set:
+    """The `targets` the roots depend on other than through DETACH (iterative; stops once it
+    has met them all)."""
+    seen, met, stack = set(roots), set(), list(roots)
+    detach = Ops.DETACH
+    while stack and len(met) < len(targets):
+        node = stack.pop()
+        if node in targets:
+            met.add(node)
+        if node.op == detach:
+            continue
+        for source in node.src:
+            if source not in seen:
+                seen.add(source)
+                stack.append(source)
+    return met
 
 
 # ----------------------------------------------------------------------------- shared

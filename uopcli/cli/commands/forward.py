@@ -40,6 +40,11 @@ def _matrix_options(fn):
     return fn
 
 
+def is_zero(node) -> bool:
+    from ...tools.differentiate import is_zero as zero
+    return zero(node)
+
+
 def _float_outputs(graph, of):  # the outputs whose derivatives a command writes
     from ...tools.forward import _float_outputs as chosen
     return chosen(graph, of)
@@ -51,14 +56,14 @@ def _one_output(graph, of, cotangent):
 
 
 def _run(build, source: str, output: str, stats: bool, simplify_: bool, opset, keep_forward: bool = False,
-         wrt: list[str] = (), matrix: str | None = None, of=None) -> None:
+         wrt: list[str] = (), matrix: str | None = None, of=None, maybe_zero=None) -> None:
     """Read IN, build the result with `build(graph)`, write it (atomically) to OUT; a note
     names the new inputs and outputs numbered because their plain names were taken, and
     each --wrt weight several modules read (_note_shared_weights); for the blocks of a
     `matrix` ("Jacobian", "Hessian"), what they hold in all when that is large
     (_note_total); each --wrt input the outputs `of(graph)` do not depend on (its
-    derivatives are zeros); and the .npz beside a .uop IN, which evaluating OUT needs
-    (_note_values_beside)."""
+    derivatives are zeros; of those `maybe_zero(result)` names, if given); and the .npz
+    beside a .uop IN, which evaluating OUT needs (_note_values_beside)."""
     form = _uop_form(output)
     _check_opset(form, opset)
     _refuse_binary_terminal(output, form, "give -o FILE")
@@ -66,7 +71,7 @@ def _run(build, source: str, output: str, stats: bool, simplify_: bool, opset, k
     with _Steps("reading", "differentiating", "encoding", "writing") as steps:
         graph, _ = _read_graph(source, wrt=list(wrt))
         steps.next()
-        result = build(graph)
+        result = built = build(graph)
         _note_shared_weights(graph, list(wrt))
         if matrix:
             _note_total(matrix, result)
@@ -79,7 +84,7 @@ def _run(build, source: str, output: str, stats: bool, simplify_: bool, opset, k
     _note_renamed(graph, result, keep_forward)
     if of is not None:
         from ...tools.forward import zero_derivatives
-        for line in zero_derivatives(graph, wrt, of(graph)):
+        for line in zero_derivatives(graph, wrt if maybe_zero is None else maybe_zero(built), of(graph)):
             _note(line)
     _note_values_beside(source, output)
     if stats:
@@ -171,7 +176,8 @@ def hvp(source, wrt, of_, cotangent, output, stats, simplify_, opset):
     from ...tools.forward import hvp as build
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     _run(lambda g: build(g, wrt_names, of_names or None, cotangent), source, output, stats, simplify_, opset,
-         wrt=wrt_names, of=lambda g: [_one_output(g, of_names or None, cotangent)])
+         wrt=wrt_names, of=lambda g: [_one_output(g, of_names or None, cotangent)],
+         maybe_zero=lambda result: [name for name, out in zip(wrt_names, result.outputs.values()) if is_zero(out)])
 
 
 @_command("jacobian", short="Full Jacobians, output.shape + input.shape, by batched forward mode.", example="""\
