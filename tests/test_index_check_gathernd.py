@@ -23,6 +23,7 @@ from uopcli.tools import index_range
 from uopcli.tools.index_range import IndexLimit, IndexOutOfRange, check_index_values, index_limits, index_ranges
 
 from _map_helpers import UOPGRAD, uopgrad
+from test_index_check import refusal
 
 try:
     import onnx
@@ -46,15 +47,6 @@ CASES = [
     ("k3", (2, 3, 4, 2), (5, 3), 0),  # axes of 2, 3 and 4
     ("batch1-k2", (2, 3, 4, 2), (2, 3, 2), 1),  # per batch element, axes of 3 and 4
 ]
-
-
-def refusal(run) -> str:
-    """The one error line of a failed run (exit 1, nothing on stdout, no traceback)."""
-    assert run.returncode == 1, (run.returncode, run.stderr.decode())
-    assert run.stdout == b"" and b"Traceback" not in run.stderr
-    lines = run.stderr.decode().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("uopgrad: error: "), lines
-    return lines[0][len("uopgrad: error: "):]
 
 
 def sizes_of(data_shape: tuple, index_shape: tuple, batch: int) -> list[int]:
@@ -105,6 +97,18 @@ def placed(good: np.ndarray, row: int, column: int, value: int) -> tuple[np.ndar
     return bad, tuple(int(i) for i in at)
 
 
+def refused_as_onnxruntime(graph, model, good: np.ndarray, cases, ort_says: str) -> None:
+    """Each of `cases` (column, value, row, why) placed in `good` is refused by the check in
+    its one line, and by onnxruntime."""
+    for column, value, row, why in cases:
+        bad, at = placed(good, row, column, value)
+        with pytest.raises(IndexOutOfRange) as refused:
+            check_index_values(graph, {"indices": bad})
+        assert str(refused.value) == f"input 'indices' holds {value} {where(at)}, {why} {WHY}"
+        with pytest.raises(Exception, match=ort_says):
+            ort_run(model, {"indices": bad})
+
+
 def where(at: tuple) -> str:
     return f"(at [{','.join(map(str, at))}])"
 
@@ -147,13 +151,7 @@ def test_every_column_refuses_a_value_past_either_end_of_its_own_axis_as_onnxrun
     graph = load_onnx(str(cwd / "gnd.onnx"))[0]
     good = in_range(index_shape, sizes)
     check_index_values(graph, {"indices": good})
-    for column, value, row, why in bad_cases(index_shape, sizes):
-        bad, at = placed(good, row, column, value)
-        with pytest.raises(IndexOutOfRange) as refused:
-            check_index_values(graph, {"indices": bad})
-        assert str(refused.value) == f"input 'indices' holds {value} {where(at)}, {why} {WHY}"
-        with pytest.raises(Exception, match="invalid index found"):
-            ort_run(model, {"indices": bad})
+    refused_as_onnxruntime(graph, model, good, bad_cases(index_shape, sizes), "invalid index found")
 
 
 @needs_cli
@@ -324,13 +322,8 @@ def test_scatter_nd_checks_each_column_as_gather_nd_does(tmp_path):
     assert run.returncode == 0, run.stderr.decode()
     assert np.load(tmp_path / "out.npz")["out"].tobytes() == ort_run(model, {"indices": good}).tobytes()
     loaded = load_onnx(str(tmp_path / "snd.onnx"))[0]
-    for column, value, row, why in bad_cases((3, 2), [3, 5]):
-        bad, at = placed(good, row, column, value)
-        with pytest.raises(IndexOutOfRange) as refused:
-            check_index_values(loaded, {"indices": bad})
-        assert str(refused.value) == f"input 'indices' holds {value} {where(at)}, {why.replace(NODE, SND)} {WHY}"
-        with pytest.raises(Exception, match="invalid indice found"):
-            ort_run(model, {"indices": bad})
+    cases = [(column, value, row, why.replace(NODE, SND)) for column, value, row, why in bad_cases((3, 2), [3, 5])]
+    refused_as_onnxruntime(loaded, model, good, cases, "invalid indice found")
     np.save(tmp_path / "idx.npy", np.array([[0, 7], [1, 1], [2, 2]]))
     run = uopgrad("eval", "snd.onnx", "-i", "indices=idx.npy", "-o", "bad.npz", cwd=tmp_path)
     assert refusal(run) == (f"snd.onnx: input 'indices' holds 7 (at [0,1]), outside -5..4, the indices node {SND} "

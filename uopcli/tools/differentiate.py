@@ -256,8 +256,8 @@ def _zero_gradients(root: UOp, wrt: list[str], targets: list[UOp], grads: dict) 
     zero = [(name, t) for name, t in zip(wrt, targets) if is_zero(grads[t])]
     if not zero:
         return []
-    reached = _reachable(root, through_detach=True)
-    reached_live = _reachable(root, through_detach=False)
+    reached = _reachable([root], through_detach=True)
+    reached_live = _reachable([root], through_detach=False)
     report = []
     for name, t in zero:
         reason = NOT_REACHED if t not in reached else ONLY_DETACH if t not in reached_live else NO_GRADIENT
@@ -279,13 +279,16 @@ def is_zero(node: UOp) -> bool:
 
 
 
-def _reachable(root: UOp, through_detach: bool) -> set[UOp]:
-    """Nodes `root` depends on (iterative); bodies are closed, so call args are enough,
-    but walking the whole source tuple is as cheap and simpler."""
-    seen = {root}
-    stack = [root]
+def _reachable(roots: list[UOp], through_detach: bool, until: set | None = None) -> set[UOp]:
+    """Nodes the `roots` depend on (iterative; not through DETACH unless `through_detach`);
+    bodies are closed, so call args are enough, but walking the whole source tuple is as
+    cheap and simpler. With `until`, the walk ends once it has met all of those nodes (the
+    set it returns then holds them, and only part of the rest)."""
+    seen = set(roots)
+    stack = list(roots)
+    left = len(until - seen) if until is not None else -1
     detach = Ops.DETACH
-    while stack:
+    while stack and left:
         node = stack.pop()
         if not through_detach and node.op == detach:
             continue
@@ -293,4 +296,6 @@ def _reachable(root: UOp, through_detach: bool) -> set[UOp]:
             if s not in seen:
                 seen.add(s)
                 stack.append(s)
+                if until is not None and s in until:
+                    left -= 1
     return seen

@@ -21,7 +21,6 @@ from typing import Sequence
 
 from ..errors import GradientError
 from ..core.graph import Graph
-from ..core.ops import Ops
 from ..core.uop import UOp
 from .differentiate import COTANGENTS, _chosen_outputs, _known_good_graph, _seeds, _target, _type, _unique
 from .names import fresh, tangent_names
@@ -190,31 +189,13 @@ def zero_derivatives(graph: Graph, wrt: Sequence[str], of: Sequence[str]) -> lis
     inputs = _inputs(graph)
     targets = {inputs[name] for name in wrt if name in inputs}
     roots = [graph.outputs[name] for name in of]
-    live = _meeting(roots, targets)
+    live = _reachable(roots, through_detach=False, until=targets)
     missed = [name for name in wrt if name in inputs and inputs[name] not in live]
     if not missed:
         return []
-    reached = set().union(*(_reachable(root, through_detach=True) for root in roots))
+    reached = _reachable(roots, through_detach=True)
     return [f"derivatives of {', '.join(of)} with respect to {name} are identically zero: "
             f"{NOT_REACHED if inputs[name] not in reached else ONLY_DETACH}" for name in missed]
-
-
-def _meeting(roots: list[UOp], targets: set) -> set:
-    """The `targets` the roots depend on other than through DETACH (iterative; stops once it
-    has met them all)."""
-    seen, met, stack = set(roots), set(), list(roots)
-    detach = Ops.DETACH
-    while stack and len(met) < len(targets):
-        node = stack.pop()
-        if node in targets:
-            met.add(node)
-        if node.op == detach:
-            continue
-        for source in node.src:
-            if source not in seen:
-                seen.add(source)
-                stack.append(source)
-    return met
 
 
 # ----------------------------------------------------------------------------- shared
