@@ -271,7 +271,8 @@ def eye_like(ctx):
     rows, columns = rows_columns
     if rows * columns > t.FOLD_LIMIT:  # made when the graph runs (t.FOLD_LIMIT): row + k == column
         row = UOp.arange(rows, dtype=dtypes.int64).reshape(rows, 1) + ctx.attr("k")
-        return row.eq(UOp.arange(columns, dtype=dtypes.int64).reshape(1, columns)).cast(t.FROM_NP(np.empty(0, dtype)))
+        diagonal = row.eq(UOp.arange(columns, dtype=dtypes.int64).reshape(1, columns))
+        return diagonal.cast(t.format_dtype(np.empty(0, dtype)))
     return np.eye(*rows_columns, k=ctx.attr("k"), dtype=dtype)
 
 

@@ -38,7 +38,8 @@ def axes_of(ctx, axes, rank: int, what: str = "axes") -> tuple[int, ...]:
     return out
 
 
-def FROM_NP(array: np.ndarray):  # noqa: N802 - a numpy array's element type, as the format's DType
+def format_dtype(array: np.ndarray):
+    """A numpy array's element type as the format's DType."""
     from uopcli.core.ops import dtype_of
     return dtype_of(array.dtype)
 
@@ -615,7 +616,7 @@ def constant_of_shape(ctx):
     if fill.size != 1 or any(s < 0 for s in sizes):
         ctx.refuse("value must hold one element and the shape sizes be >= 0")
     if math.prod(sizes) > FOLD_LIMIT:  # a CONST expanded, made when the graph runs (FOLD_LIMIT)
-        return UOp.full(sizes, fill.reshape(-1)[0].item(), FROM_NP(fill))
+        return UOp.full(sizes, fill.reshape(-1)[0].item(), format_dtype(fill))
     return np.full(sizes, fill.reshape(-1)[0], dtype=fill.dtype)
 
 
@@ -632,7 +633,7 @@ def range_(ctx):
         if arrays[0].dtype.kind not in "iu":
             ctx.refuse(f"makes {count} elements when importing, more than {FOLD_LIMIT}: a float Range that long "
                        "is not imported")
-        dtype = FROM_NP(arrays[0])
+        dtype = format_dtype(arrays[0])
         return UOp.arange(count, dtype=dtypes.int64).cast(dtype) * UOp.const(delta.item(), dtype) + \
             UOp.const(start.item(), dtype)
     return (start + np.arange(count, dtype=arrays[0].dtype) * delta).astype(arrays[0].dtype)
