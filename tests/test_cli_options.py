@@ -122,6 +122,60 @@ def test_every_option_of_every_command_accumulates_or_is_refused_twice(name, com
         assert f"{'/'.join(param.opts)} is given twice: it takes one value, give it once" in result.output
 
 
+def test_a_names_list_says_its_repeats_add_up_and_stays_required_in_process():
+    """_accumulating's rebuilt option (in-process, where mutation testing sees it): its help
+    says how repeats add up, a required list stays required, an unrequired one absent is None
+    to the command (jvp --of: every output), and its repeats reach the command joined."""
+    runner = CliRunner()
+    diff_help = " ".join(runner.invoke(main, ["diff", "--help"]).output.split())  # as one line
+    assert "--wrt NAMES" in diff_help and "Repeats add up: --wrt a --wrt b is --wrt a,b. [required]" in diff_help
+    assert "Repeats add up: --of a --of b is --of a,b." in diff_help
+    missing = runner.invoke(main, ["diff", str(POLY), "-o", "-"])
+    assert (missing.exit_code, missing.output) == (2, "uopgrad: error: Missing option '--wrt'. (see 'uopgrad diff "
+                                                      "--help')\n")
+    empty = runner.invoke(main, ["diff", str(POLY), "--wrt", "x", "--wrt", ",", "-o", "-"])
+    assert empty.exit_code == 2 and "Invalid value for --wrt: ',' is not a comma-separated list of names" in \
+        empty.output
+    seen = {}
+
+    @click.command(cls=type(main.commands["diff"]))
+    @click.option("--a", metavar="NAMES")
+    @click.option("--n", type=int)
+    def probe(a, n):
+        seen.update(a=a, n=n)
+    from uopcli.cli.app import _accumulating
+    probe.params = [_accumulating(p) for p in probe.params]
+    assert runner.invoke(probe, ["--a", "x", "--a", "y,z", "--n", "1"]).exit_code == 0 and seen == {"a": "x,y,z", "n": 1}
+    assert runner.invoke(probe, []).exit_code == 0 and seen == {"a": None, "n": None}
+    twice = runner.invoke(probe, ["--n", "1", "--n", "2"])
+    assert twice.exit_code == 2 and "--n is given twice: it takes one value, give it once" in twice.output
+
+
+def test_each_command_is_made_with_its_name_help_and_options_in_process():
+    """_command's work, in-process: the command under its name with its short help in the
+    list, its docstring and example in --help, -q first and the common options last, each
+    once, and its name in the --json error document (check's has "passed": false)."""
+    runner = CliRunner()
+    listing = " ".join(runner.invoke(main, ["--help"]).output.split())
+    assert "info Statistics: nodes, ops, inputs, outputs, depth, FLOPs, sha256." in listing
+    assert "eval Evaluate a graph on given or random inputs." in listing
+    assert [p.name for p in main.commands["info"].params] == ["quiet", "source", "as_json", "constant", "shape",
+                                                               "limit", "debug"]
+    assert [p.name for p in main.commands["diff"].params] == [
+        "quiet", "source", "wrt", "of_", "cotangent", "keep_forward", "output", "report_path", "stats", "simplify_",
+        "opset", "constant", "shape", "limit", "debug"]
+    info_help = runner.invoke(main, ["info", "--help"]).output
+    assert info_help.startswith("Usage: uopgrad info [OPTIONS] IN\n\n  Node count, count per op,") and \
+        "\n\n  Example:\n    uopgrad info model.uop\n" in info_help
+    assert "None" not in info_help
+    failed = runner.invoke(main, ["check", str(POLY), "--wrt", "nope", "--json"])
+    assert failed.exit_code == 1 and json.loads(failed.stdout) == {
+        "passed": False, "error": f"{POLY}: no input named 'nope' to differentiate with respect to; inputs: x",
+        "exit_status": 1}
+    failed = runner.invoke(main, ["info", str(POLY), "--json", "--limit", "max_nodes=1"])
+    assert failed.exit_code != 0 and "passed" not in json.loads(failed.stdout)
+
+
 # ----------------------------------------------------------------------------- options for an ONNX IN only
 
 @pytest.mark.parametrize("shape", ["x=3,3", "BATCH=4", "x=16,8"])
