@@ -221,3 +221,25 @@ def test_an_index_compared_twice_with_one_range_names_the_first_comparison():
         numbers = [i for i, node in enumerate(toposort((y,))) if node.op == Ops.CMPEQ]
         assert len(numbers) == 2 and (found.n, found.node) == (5, f"%{numbers[0]} CMPEQ")
 
+
+def test_a_gather_along_an_axis_of_one_is_checked(tmp_path):
+    """A Gather from a one-row table: index 3 read a row of zeros (-0.0, exit 0) where onnxruntime
+    refuses it; its arange(1) is the scalar 0, which was taken for a sentinel, so nothing was
+    checked. Through a wrap of size 1 it is the range -1..0."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto as T, helper, numpy_helper
+    from uopcli.interop.onnx.importer import load_onnx
+    from uopcli.tools.index_range import index_limits
+    table = numpy_helper.from_array(np.arange(3, dtype=np.float32).reshape(1, 3), "table")
+    graph = helper.make_graph([helper.make_node("Gather", ["table", "idx"], ["rows"], name="/g", axis=0)], "one",
+                              [helper.make_tensor_value_info("idx", T.INT64, [2])],
+                              [helper.make_tensor_value_info("rows", T.FLOAT, [2, 3])], initializer=[table])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), tmp_path / "g.onnx")
+    graph = load_onnx(str(tmp_path / "g.onnx"))[0]
+    assert index_limits(graph) == {"idx": (IndexLimit("idx", 1, "'/g' (Gather)", (), -1),)}
+    from uopcli.tools.index_range import IndexOutOfRange, check_index_values
+    check_index_values(graph, {"idx": np.array([0, -1])})
+    with pytest.raises(IndexOutOfRange) as caught:
+        check_index_values(graph, {"idx": np.array([0, 3])})
+    assert str(caught.value) == ("input 'idx' holds 3 (at [1]), outside -1..0, the indices node '/g' (Gather) takes "
+                                 "along an axis of 1 (onnxruntime and torch refuse such indices too)")

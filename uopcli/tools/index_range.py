@@ -258,7 +258,7 @@ def _compared_ranges(index: UOp, users: dict, variable: set) -> tuple[list, set]
             elif user.op in _COMPARISONS:
                 other = user.src[1] if user.src[0] is node else user.src[0]
                 if other not in variable:
-                    compared = _range_of(other)
+                    compared = _range_of(other, one=low == -1)  # a wrap of size 1: its one class 0
                     reached = ids.reached()
                     ranges += [(n, user, low, reached) for n in compared if n == -low or not low]  # a wrap's own
                     if not compared:  # a larger range's values are not legitimate for the smaller
@@ -372,14 +372,16 @@ def _wrap_size(where: UOp, index: UOp, variable: set) -> int | None:
     return sizes.pop() if len(sizes) == 1 and min(sizes) > 0 else None
 
 
-def _range_of(node: UOp) -> list[int]:
+def _range_of(node: UOp, one: bool = False) -> list[int]:
     """[n] when `node` holds integers 0..n-1 among more than one element (an arange, or a
-    view of one), else []: a scalar is a sentinel (ignore_index), not a set of classes."""
+    view of one), else []: a scalar is a sentinel (ignore_index), not a set of classes;
+    but with `one` (after the wrap of a gather along an axis of size 1, whose arange(1) is
+    the scalar 0) one element is the range [1]."""
     import numpy as np
     from ..backends.numpy import evaluate
     while node.op in _SAME_VALUES:  # the arange itself, not a vocabulary-by-tokens broadcast of it
         node = node.src[0]
-    if not node.dtype.is_int or not node.shape or int(np.prod(node.shape)) < 2:
+    if not node.dtype.is_int or int(np.prod(node.shape or ())) < (1 if one else 2) or not (one or node.shape):
         return []
     values = np.asarray(evaluate([node], {})[0])
     if values.min() < 0:
