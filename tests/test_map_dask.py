@@ -169,15 +169,20 @@ def test_a_worker_killed_mid_run_has_its_shards_rerun(cluster, data):
     def kill_one_busy_worker(_):
         if killed:
             return
-        busy = {w: keys for w, keys in cluster.client.processing().items() if keys and w in pids}
+        # a worker running a shard at this moment (one running only sums, or between tasks, is
+        # passed over: the next shard done looks again)
+        busy = {w: [k for k in keys if "shard" in str(k)] for w, keys in cluster.client.processing().items()
+                if w in pids}
+        busy = {w: keys for w, keys in busy.items() if keys}
+        if not busy:
+            return
         worker = sorted(busy)[0]
-        killed.update(pid=pids[worker], address=worker, keys=[k for k in busy[worker] if "shard" in str(k)],
-                      at=time.time())
+        killed.update(pid=pids[worker], address=worker, keys=busy[worker], at=time.time())
         os.kill(killed["pid"], signal.SIGKILL)
 
     report = map_graph(mlp_gradient(BATCH, sizes=SIZES), data["paths"], fixed, dask=cluster.address,
                        progress=kill_one_busy_worker)
-    assert killed["keys"], "the worker killed was running no shard"
+    assert killed and killed["keys"], "no worker was killed while it ran a shard"
     with np.load(directory / "seq.npz") as expected:
         assert list(report.outputs) == expected.files
         for name in expected.files:
@@ -220,7 +225,10 @@ def test_every_worker_killed_mid_run_has_the_run_finish_on_their_replacements(cl
         assert list(report.outputs) == expected.files
         for name in expected.files:
             assert report.outputs[name].tobytes() == expected[name].tobytes()
-    assert report.lost_workers == killed and len(killed) == 2
+    assert len(killed) == 2 and not any(os.path.exists(f"/proc/{pid}") for pid in pids.values())
+    # both left; the report names those the scheduler had seen go when the run ended (it notices
+    # a SIGKILLed worker's closed connection, not always before a run its replacements finish)
+    assert report.lost_workers and set(report.lost_workers) <= set(killed)
     assert {os.path.basename(s.shard) for s in report.shards} == {p.name for p in data["paths"]}
     cluster.wait_for_workers(2)
 
