@@ -224,8 +224,9 @@ def _set_constants(ctx: click.Context, param: click.Parameter, values: tuple[str
         if not name or not given.strip():
             raise click.BadParameter(f"{text!r}: give NAME=V1,V2,... or NAME=FILE.npy", ctx, param)
         chosen[name] = _constant_values(given.strip(), text, ctx, param)
-        if given.strip().lower().endswith(".npy"):  # a file read, that no output may replace (io._reading)
-            ctx.meta.setdefault("uopgrad.read", []).append((f"the file --constant {text} reads", given.strip()))
+        if given.strip().lower().endswith(".npy"):  # a file read, that no output may replace
+            from .io import _reading  # (io imports this module)
+            _reading(f"the file --constant {text} reads", given.strip(), "--constant")
 
 
 def _constant_values(given: str, text: str, ctx, param):

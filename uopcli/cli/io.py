@@ -324,7 +324,9 @@ def _reading(what: str, path: str, option: str) -> None:
         raise click.UsageError(f"{option} is an empty path: name a file" + (" (or - for stdin)" if option == "IN" else ""))
     ctx = click.get_current_context(silent=True)
     if ctx is not None and path != "-":
-        ctx.meta.setdefault("uopgrad.read", []).append((what, path))
+        read = ctx.meta.setdefault("uopgrad.read", [])
+        if (what, path) not in read:  # IN is named before the work (_refuse_writing_read) and as it is read
+            read.append((what, path))
 
 
 def _reading_graph(source: str) -> None:
@@ -383,6 +385,18 @@ def _refuse_writing_read(source: str | None, outputs: dict, in_place: bool = Fal
     if graph_form not in (None, "onnx") and output not in (None, "-") and source.lower().endswith(".onnx") \
             and not _is_stream(output):
         _refuse_weights_as_graph(output)
+
+
+def _refuse_directory_read(directory: str) -> None:
+    """An OUT directory replaced as a whole (eval --map --reduce none): refused when it holds,
+    at any depth, a file the command reads (-o shards/ replaced the data set with the outputs)."""
+    root = os.path.realpath(directory)
+    inside = root.rstrip(os.sep) + os.sep
+    for what, path in click.get_current_context().meta.get("uopgrad.read", ()):
+        if os.path.exists(path) and (os.path.realpath(path) + os.sep).startswith(inside):
+            held = f"IN ({path})" if what == "IN" else what
+            raise click.UsageError(f"-o {directory} holds {held}: --reduce none replaces the directory as a whole, "
+                                   "which would lose it; give -o a directory of its own")
 
 
 def _refuse_written_twice(files: list) -> None:

@@ -10,7 +10,7 @@ import click
 
 from ..app import CommandFailed, _given
 from ..io import (_explain_inputs, _note, _onnx_weights, _progress_bar, _read_graph, _reading, _refuse_binary_terminal,
-                  _refuse_other_than_npz, _refuse_writing_read, _write)
+                  _refuse_directory_read, _refuse_other_than_npz, _refuse_writing_read, _write)
 from ..output import _table, _value_json
 
 
@@ -61,7 +61,7 @@ def eval_map(source, specs, use_random, seed, output, as_json, stats, literal, k
         shard_inputs = mapping.check_shards(graph, paths, _named_by(specs))
         if reduction == "none":
             mapping.output_names(paths)
-            _refuse_directory_read(output, source, paths, specs)
+            _refuse_directory_read(output)
     except mapping.MapError as e:  # names its shard and member: no need of IN's name in front
         raise CommandFailed(str(e)) from None
     _explain_inputs(source, graph, specs, use_random, [node for node in graph.inputs if node.arg not in shard_inputs])
@@ -118,28 +118,6 @@ def _check_usage(output, as_json, keep_intermediates, backend, device, reduction
             raise click.UsageError("give either -o OUT.npz or --json, not both")
         _refuse_binary_terminal(output, "npz", "give -o OUT.npz")
         _refuse_other_than_npz(output)
-
-
-def _refuse_directory_read(directory: str, source: str, paths: list[str], specs) -> None:
-    """--reduce none replaces -o DIR as a whole: refused (a usage error) when DIR holds a
-    file this run reads, the shards (-o shards/ replaced the data set with the outputs), an
-    -i file or IN, at any depth."""
-    from ...tools.values import _npz_member, split_spec
-    root = os.path.realpath(directory)
-    read = [(f"the shard {path}", path) for path in paths]
-    for spec in specs:
-        name, value = split_spec(spec)
-        path = value if name is None else _npz_member(value, name)[0] or value
-        read.append((f"the file -i {spec} reads", path))
-    read.append((f"IN ({source})", source))
-    for what, path in read:
-        if path != "-" and os.path.exists(path) and _within(os.path.realpath(path), root):
-            raise click.UsageError(f"-o {directory} holds {what}: --reduce none replaces the directory as a whole, "
-                                   "which would lose it; give -o a directory of its own")
-
-
-def _within(path: str, directory: str) -> bool:
-    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
 def _named_by(specs) -> list[str]:
