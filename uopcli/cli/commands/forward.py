@@ -40,21 +40,6 @@ def _matrix_options(fn):
     return fn
 
 
-def is_zero(node) -> bool:
-    from ...tools.differentiate import is_zero as zero
-    return zero(node)
-
-
-def _float_outputs(graph, of):  # the outputs whose derivatives a command writes
-    from ...tools.forward import _float_outputs as chosen
-    return chosen(graph, of)
-
-
-def _one_output(graph, of, cotangent):
-    from ...tools.forward import _one_output as chosen
-    return chosen(graph, of, cotangent)
-
-
 def _run(build, source: str, output: str, stats: bool, simplify_: bool, opset, keep_forward: bool = False,
          wrt: list[str] = (), matrix: str | None = None, of=None, maybe_zero=None) -> None:
     """Read IN, build the result with `build(graph)`, write it (atomically) to OUT; a note
@@ -148,7 +133,7 @@ def jvp(source, wrt, of_, keep_forward, output, stats, simplify_, opset):
     x's second tangent (jvp_jvp_y is then d2y along tangent_x and tangent2_x); with
     --keep-forward, a kept output jvp_y makes the new one jvp2_y. Each name gets the
     lowest free number after its kind; a note on stderr says which."""
-    from ...tools.forward import jvp as build
+    from ...tools.forward import _float_outputs, jvp as build
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     _run(lambda g: build(g, wrt_names, of_names or None, keep_forward), source, output, stats, simplify_, opset,
          keep_forward, wrt_names, of=lambda g: _float_outputs(g, of_names or None))
@@ -173,7 +158,8 @@ def hvp(source, wrt, of_, cotangent, output, stats, simplify_, opset):
     Names already taken are numbered: an hvp of a jvp or hvp file along w adds tangent2_w
     (and cotangent2_<of> where IN has cotangent_<of>), the lowest free number after the
     kind; a note on stderr says which."""
-    from ...tools.forward import hvp as build
+    from ...tools.differentiate import is_zero
+    from ...tools.forward import _one_output, hvp as build
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     _run(lambda g: build(g, wrt_names, of_names or None, cotangent), source, output, stats, simplify_, opset,
          wrt=wrt_names, of=lambda g: [_one_output(g, of_names or None, cotangent)],
@@ -196,7 +182,7 @@ def jacobian(source, wrt, of_, chunk, output, stats, simplify_, opset):
     A block whose name an earlier block has taken (outputs a and a_q, inputs q_r and r:
     the blocks (a, q_r) and (a_q, r) are both jacobian_a_q_r) gets the lowest free number,
     blocks in output-major order: the second is jacobian2_a_q_r; a note on stderr says so."""
-    from ...tools.forward import jacobian as build
+    from ...tools.forward import _float_outputs, jacobian as build
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     limit = _size_limit()
     _run(lambda g: build(g, wrt_names, of_names or None, chunk, limit), source, output, stats, simplify_, opset,
@@ -222,7 +208,7 @@ def hessian(source, wrt, of_, cotangent, chunk, output, stats, simplify_, opset)
     and (p_q, r) are both hessian_p_q_r) gets the lowest free number, blocks in row-major
     order: the second is hessian2_p_q_r; an input cotangent_<of> already in IN makes the
     new one cotangent2_<of>. A note on stderr says what was numbered."""
-    from ...tools.forward import hessian as build
+    from ...tools.forward import _one_output, hessian as build
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     limit = _size_limit()
     _run(lambda g: build(g, wrt_names, of_names or None, chunk, limit, cotangent), source, output, stats, simplify_,
