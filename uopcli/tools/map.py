@@ -44,7 +44,7 @@ from typing import Callable, Mapping, Sequence
 from ..errors import EvaluationError
 from ..core.graph import Graph
 from ..core.uop import UOp
-from .values import npz_bytes, npz_headers, read_archive, type_text
+from .values import not_finite, npz_bytes, npz_headers, read_archive, type_text
 
 REDUCTIONS = ("sum", "mean", "none")
 
@@ -216,15 +216,8 @@ def run_shard(work: Work, path: str) -> ShardResult:
     done = time.perf_counter()
     stats = ShardStats(path, f"{socket.gethostname()}:{os.getpid()}", threading.get_ident(), started, time.time(),
                        read - parsed, done - read, 0.0 if prepared else parsed - clock, time.thread_time() - cpu_parsed,
-                       _not_finite(outputs))
+                       not_finite(outputs))
     return ShardResult(outputs, [stats])
-
-
-def _not_finite(outputs: Mapping) -> tuple:
-    """The names of the float outputs holding a nan or an infinity."""
-    import numpy as np
-    return tuple(name for name, value in outputs.items()
-                 if np.asarray(value).dtype.kind in "fc" and not np.isfinite(value).all())
 
 
 def _check_indices(limits: Mapping, given: Mapping, path: str) -> None:

@@ -260,6 +260,14 @@ def _filled(name: str, value: str, node: UOp):
         raise EvaluationError(_out_of_memory(name, node, f"filling it with {value}")) from None
 
 
+def not_finite(outputs: Mapping) -> tuple[str, ...]:
+    """The names of the float arrays of `outputs` ({name: array or None}) that hold a nan or
+    an infinity."""
+    import numpy as np
+    return tuple(name for name, value in outputs.items()
+                 if value is not None and np.asarray(value).dtype.kind == "f" and not np.isfinite(value).all())
+
+
 def check_value(name: str, node: UOp, array, where: str = "the value"):
     """`array` if it is the input's value (shape and dtype exactly; an array of the other
     byte order comes back in this machine's), else EvaluationError."""

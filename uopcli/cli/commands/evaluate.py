@@ -121,10 +121,9 @@ def _not_finite(graph, inputs: dict, results: dict):
     """--debug-nans: None when every float output is finite; else the Finding of the node
     that first makes a non-finite value (tools/nans.py), or _REWRITES_MADE when the graph
     as written makes none."""
-    import numpy as np
     from ...tools.nans import hunt_nans
-    arrays = [a for a in _elements(results).values() if a is not None and np.asarray(a).dtype.kind == "f"]
-    if all(np.all(np.isfinite(a)) for a in arrays):
+    from ...tools.values import not_finite
+    if not not_finite(_elements(results)):
         return None
     return hunt_nans(graph, inputs) or _REWRITES_MADE
 
