@@ -381,7 +381,7 @@ def _range_of(node: UOp, one: bool = False) -> list[int]:
     from ..backends.numpy import evaluate
     while node.op in _SAME_VALUES:  # the arange itself, not a vocabulary-by-tokens broadcast of it
         node = node.src[0]
-    if not node.dtype.is_int or int(np.prod(node.shape or ())) < (1 if one else 2) or not (one or node.shape):
+    if not node.dtype.is_int or int(np.prod(node.shape)) < (1 if one else 2):  # (a scalar's prod(()) is 1)
         return []
     values = np.asarray(evaluate([node], {})[0])
     if values.min() < 0:
