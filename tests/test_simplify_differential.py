@@ -293,6 +293,27 @@ def _scalar_condition_mask():
     return [UOp.make(Ops.WHERE, dtypes.float32, (c, one, zero))], {"p0": np.array(True)}
 
 
+def _integer_quotients_of_negations():
+    """(-x)/c and (-x)/y over every integer dtype's pool: FDIV of integers is C division, and
+    -x wraps (-INT_MIN is INT_MIN; an unsigned -1 is the largest value), so x/(-c) and
+    -(x/y), right for floats, are wrong here (a fuzzer found INT_MIN/2 turned into 2^30)."""
+    roots, inputs = [], {}
+    for dtype in DTYPES:
+        if not dtype.is_int:
+            continue
+        values = pool(dtype)
+        divisors = [v for v in values if v != 0]
+        pairs = [(v, d) for v in values for d in divisors]
+        x_name, y_name = f"x_{dtype.name}", f"y_{dtype.name}"
+        inputs[x_name] = array_of(dtype, [v for v, _ in pairs])
+        inputs[y_name] = array_of(dtype, [d for _, d in pairs])
+        x, y = UOp.param(x_name, (len(pairs),), dtype), UOp.param(y_name, (len(pairs),), dtype)
+        negated = UOp.make(Ops.NEG, dtype, (x,))
+        roots.append(UOp.make(Ops.FDIV, dtype, (negated, y)))
+        roots += [UOp.make(Ops.FDIV, dtype, (negated, const_of(dtype, c))) for c in (2, 3, 7)]
+    return roots, inputs
+
+
 PINNED = {
     "c ? 1 : 0 with a scalar c": _scalar_condition_mask,
     "x - (-0.0) and x - (+0.0)": _minus_minus_zero,
@@ -309,6 +330,7 @@ PINNED = {
     "max(-x), x/(y*0.0), integer x/(y*3) left alone": _algebraic_rows_left_alone,
     "(x/0.0)/(1+x) left alone": _ratio_over_a_zero_constant,
     "a constant condition picks a scalar": _constant_condition_picks_a_scalar,
+    "integer (-x)/c and (-x)/y left alone": _integer_quotients_of_negations,
 }
 
 

@@ -23,6 +23,7 @@ _UNARY_ELEMENTWISE = (Ops.NEG, Ops.RECIPROCAL, Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops
                       Ops.BITCAST)
 
 _INTS = tuple(d for d in vars(dtypes).values() if isinstance(d, type(dtypes.int8)) and d.is_int)
+_FLOATS = tuple(d for d in vars(dtypes).values() if isinstance(d, type(dtypes.int8)) and d.is_float)
 x_, y_, c_ = UPat.var("x"), UPat.var("y"), UPat.cvar("c")
 
 
@@ -202,9 +203,12 @@ EXACT = PatternMatcher([
     (UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(x_,)),)), lambda x: x),
     # (-x)*c = x*(-c), (-x)/c = x/(-c): rounding is symmetric in sign. -(x*c) stays as it
     # is: in a gradient x*c is shared (a SUB's two operands get g and -g), and x*(-c)
-    # beside it would be two nodes (the product, its constant) where the NEG is one
+    # beside it would be two nodes (the product, its constant) where the NEG is one.
+    # Integers: the product is a ring's (wrapping), the same either way; the quotient is
+    # not: -INT_MIN wraps to INT_MIN (INT_MIN/2 is -2^30, not 2^30), and an unsigned -1 is
+    # the largest value (uint8: 255/2 = 127, 1/254 = 0). FDIV's rows are for floats only
     (UPat(Ops.MUL, src=(UPat(Ops.NEG, src=(x_,)), c_), name="node"), _negated_const),
-    (UPat(Ops.FDIV, src=(UPat(Ops.NEG, src=(x_,)), c_), name="node"),
+    (UPat(Ops.FDIV, _FLOATS, src=(UPat(Ops.NEG, src=(x_,)), c_), name="node"),
      lambda x, c, node: _negated_const(x, c, node, Ops.FDIV)),
     # (-a)*(-b) = a*b: the two sign flips cancel in the correctly rounded product
     (UPat(Ops.MUL, src=(UPat(Ops.NEG, src=(x_,)), UPat(Ops.NEG, src=(y_,))), name="node"),
@@ -223,7 +227,8 @@ EXACT = PatternMatcher([
          lambda x, y, m, node: n.make(Ops.SUB, node, (x, n.make(m.op, m, (y,), m.arg))))),
     # (-a)/b = -(a/b), (-a)*b = -(a*b): the sign of a correctly rounded result follows the
     # operands' (moved up, it meets a constant or another NEG it cancels with)
-    (UPat(Ops.FDIV, src=(UPat(Ops.NEG, src=(x_,)), y_), name="node"), lambda x, y, node: -n.make(Ops.FDIV, node, (x, y))),
+    (UPat(Ops.FDIV, _FLOATS, src=(UPat(Ops.NEG, src=(x_,)), y_), name="node"),
+     lambda x, y, node: -n.make(Ops.FDIV, node, (x, y))),
     (UPat(Ops.MUL, src=(UPat(Ops.NEG, src=(x_,)), y_), name="node"), lambda x, y, node: -n.make(Ops.MUL, node, (x, y))),
     (UPat(Ops.MUL, src=(x_, UPat(Ops.NEG, src=(y_,))), name="node"), lambda x, y, node: -n.make(Ops.MUL, node, (x, y))),
     # integers: (x*c1)*c2 = x*(c1*c2): wrapping arithmetic is a ring, the order is free
