@@ -3,6 +3,7 @@ products and maxima, sorting and top-k, and einsum (a product summed over letter
 
 from __future__ import annotations
 
+import math
 import string
 
 from ..errors import GraphError
@@ -38,12 +39,14 @@ class ReduceMixin:
 
     def argmax(self, axis=None, keepdim: bool = False):
         """The first index of the largest value along `axis` (int32; None: of the flat tensor).
-        Each position where the max is reached scores n - index; the best score is the first."""
+        Each position where the max is reached scores n - index; the best score is the first.
+        A NaN is the largest, as numpy's and torch's argmax take it (the max is NaN: tinygrad's
+        x == max holds nowhere, and the index was n, outside the axis)."""
         if axis is None:
             return self.flatten().argmax(0)
         axis = axis_index(axis, len(self.shape))
         size = self.shape[axis]
-        at_max = self.eq(self.max(axis, keepdim=True))
+        at_max = _same_value(self, self.max(axis, keepdim=True))
         scores = self.arange(size, 0, -1).reshape((size,) + (1,) * (len(self.shape) - axis - 1))
         return (size - at_max.where(scores, 0).max(axis, keepdim)).cast(dtypes.int32)
 
@@ -106,14 +109,17 @@ class ReduceMixin:
         positions that differ in one bit, from bit t - 1 down (every other block reversed
         while it does, so each is sorted the other way and the next stage merges them).
         Equal values keep their order: index r is the original position of the same value's
-        same occurrence (an O(n²) comparison, as tinygrad's)."""
+        same occurrence (an O(n²) comparison, as tinygrad's). A NaN is the largest value, as
+        torch sorts it (last ascending, first descending; tinygrad's network let a NaN
+        spread through every maximum and minimum it met): the compare-exchange and the
+        ascending padding say so for floats, the same values and gradient elsewhere."""
         dim = axis_index(dim, len(self.shape))
         size = self.shape[dim]
         if size <= 1:
             return self, type(self).full(self.shape, 0, dtypes.int32)
         stages = (size - 1).bit_length()
         lead = (None,) * dim
-        fill = lowest(self.dtype) if descending else highest(self.dtype)
+        fill = lowest(self.dtype) if descending else math.nan if self.dtype.is_float else highest(self.dtype)
         x = self.pad(lead + ((0, 2 ** stages - size),) + (None,) * (len(self.shape) - dim - 1), value=fill)
         x = x.unflatten(dim, (2,) * stages)  # axis dim + k holds bit stages - 1 - k of the position
 
@@ -126,7 +132,7 @@ class ReduceMixin:
                 x = _odd_blocks_flipped(x, bit_axis(stage), within)
             for bit in reversed(range(stage)):
                 top, bottom = x.split(1, bit_axis(bit))
-                smaller, larger = top.minimum(bottom), top.maximum(bottom)
+                smaller, larger = _ordered_pair(top, bottom)
                 x = larger.cat(smaller, dim=bit_axis(bit)) if descending else smaller.cat(larger, dim=bit_axis(bit))
             if stage < stages:
                 x = _odd_blocks_flipped(x, bit_axis(stage), within)
@@ -141,9 +147,9 @@ class ReduceMixin:
         earlier = type(self).full((size, size), True).tril().reshape(size, size, *trailing)  # [i, j]: j <= i
 
         def occurrence(t):  # how many of t[0..i] equal t[i]
-            return (earlier & t.unsqueeze(dim + 1).eq(t.unsqueeze(dim))).sum(dim + 1)
+            return (earlier & _same_value(t.unsqueeze(dim + 1), t.unsqueeze(dim))).sum(dim + 1)
 
-        same = self.unsqueeze(dim + 1).eq(values.unsqueeze(dim)) \
+        same = _same_value(self.unsqueeze(dim + 1), values.unsqueeze(dim)) \
             & occurrence(self).unsqueeze(dim + 1).eq(occurrence(values).unsqueeze(dim))  # [i, r]
         positions = self.arange(size).reshape(size, 1, *trailing)
         return same.where(positions, 0).sum(dim).cast(dtypes.int32)
@@ -183,13 +189,14 @@ class ReduceMixin:
         return combined.flatten(-2).shrink(lead + ((0, size),)).transpose(axis, -1)
 
     def _first_index_of(self, values, axis: int):
-        """For each i along `axis`, the smallest j ≤ i with x[j] == values[i] (int32)."""
+        """For each i along `axis`, the smallest j ≤ i with x[j] == values[i] (int32), a NaN
+        equal to a NaN (a running maximum is NaN from a NaN on: its first one)."""
         axis = resolve_dim(axis, len(self.shape))
         if not self.shape:
             return type(self).full((), 0, dtypes.int32)
         size = self.shape[axis]
         x, best = self.transpose(axis, -1), values.transpose(axis, -1)
-        match = x.unsqueeze(-1).eq(best.unsqueeze(-2)) & type(self).full((size, size), True).triu()  # [..., j, i]
+        match = _same_value(x.unsqueeze(-1), best.unsqueeze(-2)) & type(self).full((size, size), True).triu()  # [..., j, i]
         positions = self.arange(size).reshape(size, 1)
         return match.where(positions, size).min(-2).cast(dtypes.int32).transpose(-1, axis)
 
@@ -222,6 +229,25 @@ class ReduceMixin:
         kept = [c for c in alphabet if c in output]
         out = product.sum(summed_axes) if summed_axes else product.reshape(tuple(sizes[c] for c in kept))
         return out.permute([kept.index(c) for c in output]) if len(output) > 1 else out
+
+
+def _same_value(a, b):
+    """a == b, elementwise, where a NaN is the same value as a NaN (a float's only value
+    unequal to itself): the places an index search finds, with NaN as the largest value."""
+    equal = a.eq(b)
+    return equal | (a.ne(a) & b.ne(b)) if a.dtype.is_float else equal
+
+
+def _ordered_pair(a, b):
+    """(min, max) of a and b, elementwise; of floats with a NaN as the largest value: a NaN
+    beside a number is the max and the number the min (minimum and maximum would give NaN
+    twice). Where neither is NaN, minimum and maximum themselves: their values, and their
+    even split of the gradient at ties."""
+    smaller, larger = a.minimum(b), a.maximum(b)
+    if not a.dtype.is_float:
+        return smaller, larger
+    a_nan, b_nan = a.ne(a), b.ne(b)
+    return a_nan.where(b, b_nan.where(a, smaller)), a_nan.where(a, b_nan.where(b, larger))
 
 
 def _running(x, op: str):
