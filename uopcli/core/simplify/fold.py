@@ -82,6 +82,10 @@ def fold(node: UOp) -> UOp | None:
 # movements, which only move elements); movements that grow their source (EXPAND, PAD)
 # stay views over the folded value rather than copies of it.
 FOLD_LIMIT = 1024  # elements: a folded BUFFER is at most this big
+# elements: the most a folded node's sources may hold, each step of their movement chains
+# too (a RESHAPE of an EXPAND copies it): a small sum of a Tile of 10^9 constants is left to
+# run time, not made here (`simplify` of such an ONNX model took 7.7 GB and 45 s)
+SOURCE_LIMIT = 1 << 20
 
 _GROWING = frozenset({Ops.EXPAND, Ops.PAD})
 _MOVEMENTS = MOVEMENT
@@ -121,8 +125,12 @@ def _value(node: UOp):
     np = _np()
     chain = []
     while node.op in _MOVEMENTS:
+        if math.prod(node.shape) > SOURCE_LIMIT:
+            return None
         chain.append(node)
         node = node.src[0]
+    if node.shape and math.prod(node.shape) > SOURCE_LIMIT:
+        return None
     if node.op == Ops.CONST:
         value = np.asarray(node.dtype.np.type(node.arg))
     elif node.op == Ops.BUFFER:

@@ -29,7 +29,7 @@ import numpy as np
 
 from uopcli import UOp, dtypes
 
-from .ops_tensor import dtype_from_code, ints_of
+from .ops_tensor import FOLD_LIMIT, dtype_from_code, ints_of
 
 # cos and sin at the quarter turns (4·jk ≡ 0 mod n), exactly: sin(π) is 1.2e-16 in float64
 _QUARTER_COS, _QUARTER_SIN = np.array([1.0, 0.0, -1.0, 0.0]), np.array([0.0, 1.0, 0.0, -1.0])
@@ -46,10 +46,32 @@ def _twiddles(rows: int, columns: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     return cos, sin
 
 
-def _product(x: UOp | None, table: np.ndarray) -> UOp | None:
-    """x [..., rows] times a constant table [rows, columns], in x's type (None: zero)."""
+def _twiddle_nodes(rows: int, columns: int, n: int) -> tuple[UOp, UOp]:
+    """_twiddles as nodes computed when the graph runs, for a table of more than FOLD_LIMIT
+    elements (a 200-byte model's DFT of 40,000 points was a 38 GB table when importing):
+    the same jk mod n, angle and exact quarter turns; sin is np.sin of the same angle, cos
+    is sin(π/2 - 2π jk/n) with its angle from the exact integer n - 4·(jk mod n), within
+    an ulp of the angle as np.cos's."""
+    j = UOp.arange(rows, dtype=dtypes.int64).reshape(rows, 1)
+    k = UOp.arange(columns, dtype=dtypes.int64).reshape(1, columns)
+    turns = (j * k).cmod(n)  # jk mod n, both >= 0: C's remainder is the floored one
+    sin = (turns.cast(dtypes.float64) * (2 * math.pi / n)).sin()
+    cos = ((turns * -4 + n).cast(dtypes.float64) * (math.pi / (2 * n))).sin()
+    four = turns * 4
+    quarter, index = four.cmod(n).eq(0), four.cdiv(n)  # the quarter turns: 0, 1, 2, 3
+    one, zero = sin.const_like(1.0), sin.const_like(0.0)
+    exact_cos = index.eq(0).where(one, index.eq(2).where(-one, zero))
+    exact_sin = index.eq(1).where(one, index.eq(3).where(-one, zero))
+    return quarter.where(exact_cos, cos), quarter.where(exact_sin, sin)
+
+
+def _product(x: UOp | None, table) -> UOp | None:
+    """x [..., rows] times a constant table [rows, columns] (an array, or nodes computed
+    when the graph runs), in x's type (None: zero)."""
     if x is None:
         return None
+    if isinstance(table, UOp):
+        return x @ table.cast(x.dtype)
     return x @ UOp.buffer(table.astype(x.dtype.np))
 
 
@@ -76,16 +98,22 @@ def transform(a: UOp, b: UOp | None, n: int, inverse: bool, onesided: bool) -> t
         cut = tuple((0, size) for size in a.shape[:-1]) + ((0, rows),)
         a, b = a.shrink(cut), (None if b is None else b.shrink(cut))
     columns = n // 2 + 1 if onesided and not inverse else n
-    cos, sin = _twiddles(rows, columns, n)
+    lazy = rows * columns > FOLD_LIMIT  # the tables made when the graph runs
+    cos, sin = _twiddle_nodes(rows, columns, n) if lazy else _twiddles(rows, columns, n)
     if not inverse:
         return _plus(_product(a, cos), _product(b, sin)), _plus(_product(a, -sin), _product(b, cos))
     if not onesided:
         cos, sin = cos / n, sin / n
         return _plus(_product(a, cos), _product(b, -sin)), _plus(_product(a, sin), _product(b, cos))
-    weight = np.full((rows, 1), 2.0)
-    weight[0] = 1.0
-    if n % 2 == 0 and rows > n // 2:
-        weight[n // 2] = 1.0
+    if lazy:  # 1 at bins 0 and n/2, else 2
+        j = UOp.arange(rows, dtype=dtypes.int64).reshape(rows, 1)
+        ends = j.eq(0) | j.eq(n // 2) if n % 2 == 0 else j.eq(0)
+        weight = ends.where(UOp.const(1.0, dtypes.float64), UOp.const(2.0, dtypes.float64))
+    else:
+        weight = np.full((rows, 1), 2.0)
+        weight[0] = 1.0
+        if n % 2 == 0 and rows > n // 2:
+            weight[n // 2] = 1.0
     return _plus(_product(a, weight * cos / n), _product(b, -weight * sin / n)), None
 
 
@@ -190,6 +218,8 @@ def mel_weight_matrix(ctx):
     if bins < 1 or dft_length < 1 or rate < 1 or not 0 <= low < high:
         ctx.refuse(f"num_mel_bins {bins}, dft_length {dft_length}, sample_rate {rate} must be at least 1 and "
                    f"0 <= lower_edge_hertz {low} < upper_edge_hertz {high}")
+    if bins + 2 > FOLD_LIMIT:  # the filters' edges are computed when importing
+        ctx.refuse(f"num_mel_bins {bins} makes {bins + 2} filter edges when importing, more than {FOLD_LIMIT}")
     mel_low, mel_high = (2595 * math.log1p(f / 700) / math.log(10) for f in (low, high))
     points = np.arange(bins + 2) * ((mel_high - mel_low) / (bins + 2)) + mel_low
     hertz = 700 * np.expm1(points / 2595 * math.log(10))
@@ -198,6 +228,8 @@ def mel_weight_matrix(ctx):
     if edges.max() >= spectrum:
         ctx.refuse(f"upper_edge_hertz {high} is above the spectrum's top bin ({spectrum} bins of "
                    f"sample_rate {rate} / dft_length {dft_length})")
+    if spectrum * bins > FOLD_LIMIT:  # made when the graph runs (a 300-byte model's was 40 GB when importing)
+        return _mel_nodes(edges, spectrum, bins).cast(dtype)
     out = np.zeros((spectrum, bins))
     for i in range(bins):
         left, centre, right = edges[i], edges[i + 1], edges[i + 2]
@@ -208,3 +240,20 @@ def mel_weight_matrix(ctx):
         if right > centre:
             out[centre:right, i] = (right - np.arange(centre, right)) / (right - centre)
     return out.astype(dtype.np)
+
+
+def _mel_nodes(edges: np.ndarray, spectrum: int, bins: int) -> UOp:
+    """mel_weight_matrix's loop as nodes computed when the graph runs, in float64: at bin k
+    of filter i (edges left, centre, right), (k - left)/(centre - left) rising to 1 at the
+    centre, then (right - k)/(right - centre), 0 elsewhere; the same integer differences
+    divided in float64 as numpy's, so the same values bit for bit."""
+    def row(part):
+        return UOp.buffer(np.ascontiguousarray(part)).reshape(1, bins)
+    left, centre, right = row(edges[:-2]), row(edges[1:-1]), row(edges[2:])
+    k = UOp.arange(spectrum, dtype=dtypes.int64).reshape(spectrum, 1)
+    rising = (k - left).cast(dtypes.float64) / (centre - left).maximum(1).cast(dtypes.float64)
+    falling = (right - k).cast(dtypes.float64) / (right - centre).maximum(1).cast(dtypes.float64)
+    zero, one = UOp.const(0.0, dtypes.float64), UOp.const(1.0, dtypes.float64)
+    out = ((k < right) & (k > centre)).where(falling, zero)
+    out = ((k < centre) & (k >= left)).where(rising, out)
+    return k.eq(centre).where(one, out)

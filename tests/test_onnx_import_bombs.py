@@ -1,0 +1,183 @@
+"""Import-time memory and time bombs: tiny ONNX models whose import made tables or constants
+sized by an attribute, a constant input or a declared shape (a DFT of 40,000 points was a
+38 GB table, a MelWeightMatrix of 100,000 bins 40 GB, an AffineGrid over 40,000² points 38
+GB, a 10⁹-wide Resize 8 GB). Each is now imported cheaply: its table becomes nodes computed
+when the graph runs (above FOLD_LIMIT elements, as ConstantOfShape's), or the model is
+refused in one line naming the node and the size.
+
+Peak memory is measured on the `uopgrad` process (resource.getrusage of the child, its
+address space limited so a bomb fails fast); values of the run-time tables are checked by
+forcing them on small sizes (the module's FOLD_LIMIT patched) against onnxruntime and the
+tables they replace."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="onnx has no wheel for this Python: the ONNX import tests skip")
+ort = pytest.importorskip("onnxruntime", reason="onnxruntime has no wheel for this Python: the ONNX tests skip")
+
+from onnx import TensorProto as T, helper as h, numpy_helper as nh  # noqa: E402
+
+from test_onnx_import_ops import Init, one_node_model, ours  # noqa: E402
+from test_onnx_signal import DFT_CASES, _dft_model, _input, _numpy_dft, _stft_model  # noqa: E402
+from uopcli.interop.onnx import ops_signal  # noqa: E402
+from uopcli.interop.onnx.importer import import_model  # noqa: E402
+
+UOPGRAD = shutil.which("uopgrad", path=os.path.dirname(sys.executable)) or shutil.which("uopgrad")
+PEAK_MB = 400  # an import of a tiny model peaks near 60 MB; each bomb took gigabytes
+
+# runs uopgrad ARGS with its address space limited (a bomb fails fast, never swaps), passes
+# on its stderr and exit status, and prints its peak resident memory in MB
+_MEASURED = """
+import resource, subprocess, sys
+def limit():
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+done = subprocess.run(sys.argv[1:], preexec_fn=limit, capture_output=True, timeout=240)
+sys.stderr.buffer.write(done.stderr)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)
+sys.exit(done.returncode)
+"""
+
+
+def measured(tmp_path, model, *args):
+    """(exit status, stderr, peak MB) of `uopgrad ARGS bomb.onnx` (validate by default)."""
+    onnx.save(model, tmp_path / "bomb.onnx")
+    done = subprocess.run([sys.executable, "-c", _MEASURED, UOPGRAD, *(args or ("validate",)), "bomb.onnx"],
+                          cwd=tmp_path, capture_output=True, timeout=300)
+    return done.returncode, done.stderr.decode(), int(done.stdout.decode().split()[-1])
+
+
+def value(name, shape, elem=T.FLOAT):
+    return h.make_tensor_value_info(name, elem, list(shape))
+
+
+def ints(name, values):
+    return nh.from_array(np.array(values, np.int64), name)
+
+
+def summed(nodes, inputs, initializers, out, opset, elem=T.FLOAT):
+    """A model whose output y = ReduceSum(out): a scalar, whatever the bomb's size."""
+    graph = h.make_graph(nodes + [h.make_node("ReduceSum", [out], ["y"], keepdims=0)], "bomb", inputs,
+                         [value("y", (), elem)], initializers)
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
+
+
+def assert_cheap(tmp_path, model, *args):
+    status, stderr, peak = measured(tmp_path, model, *args)
+    assert status == 0, stderr
+    assert peak < PEAK_MB, f"peak {peak} MB"
+
+
+# ----------------------------------------------------------------------------- DFT, STFT, MelWeightMatrix
+
+def test_a_dft_of_40000_points_imports_without_its_table(tmp_path):
+    """rows x columns = 1.6e9 cosines and sines: 38 GB (out of memory) before."""
+    model = summed([h.make_node("DFT", ["x"], ["d"], name="dft")], [value("x", (1, 40000, 1))], [], "d", 20)
+    assert_cheap(tmp_path, model)
+
+
+def test_a_dft_of_a_huge_dft_length_imports_cheaply(tmp_path):
+    """dft_length 2e8 of a 2-point signal: 6 GB and 30 s before."""
+    model = summed([h.make_node("DFT", ["x", "n"], ["d"], name="dft")], [value("x", (1, 2, 1))],
+                   [ints("n", 200_000_000)], "d", 20)
+    assert_cheap(tmp_path, model)
+
+
+def test_an_stft_of_long_frames_imports_cheaply(tmp_path):
+    model = summed([h.make_node("STFT", ["x", "step", "", "len"], ["d"], name="stft")], [value("x", (1, 40000, 1))],
+                   [ints("step", 1), ints("len", 40000)], "d", 17)
+    assert_cheap(tmp_path, model)
+
+
+def test_a_mel_matrix_of_100000_bins_imports_cheaply_and_too_many_bins_are_refused(tmp_path):
+    def mel(bins):
+        inits = [ints("bins", bins), ints("n", 100000), ints("rate", 16000),
+                 nh.from_array(np.float32(0), "lo"), nh.from_array(np.float32(7999), "hi")]
+        return summed([h.make_node("MelWeightMatrix", ["bins", "n", "rate", "lo", "hi"], ["m"], name="mel")], [],
+                      inits, "m", 17)
+    assert_cheap(tmp_path, mel(100_000))  # 5e9 elements, 40 GB before
+    status, stderr, peak = measured(tmp_path, mel(2_000_000_000))
+    assert (status, stderr) == (1, "uopgrad: error: bomb.onnx: node 'mel' (MelWeightMatrix): num_mel_bins 2000000000 "
+                                   "makes 2000000002 filter edges when importing, more than 1048576\n")
+    assert peak < PEAK_MB
+
+
+@pytest.fixture
+def lazy_signal(monkeypatch):
+    """Every signal table made when the graph runs, whatever its size."""
+    monkeypatch.setattr(ops_signal, "FOLD_LIMIT", 4)
+
+
+@pytest.mark.parametrize("shape, axis, length, inverse, onesided", DFT_CASES)
+def test_a_dft_whose_tables_are_made_when_running_has_numpys_and_the_tables_values(
+        shape, axis, length, inverse, onesided, monkeypatch):
+    x = _input(shape)
+    (table,) = ours(*_dft_model(x, 20, axis, length, inverse, onesided))
+    monkeypatch.setattr(ops_signal, "FOLD_LIMIT", 0)
+    model, feeds = _dft_model(x, 20, axis, length, inverse, onesided)
+    graph, _ = import_model(model)
+    assert not any(node.op == "BUFFER" and node.shape and len(node.shape) == 2 and min(node.shape) > 1
+                   for node in graph.nodes())  # no table in the graph
+    (got,) = ours(model, feeds)
+    want = _numpy_dft(x, axis, length, inverse, onesided)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-13 * max(1.0, np.abs(want).max()))
+    np.testing.assert_allclose(got, table, rtol=0, atol=4e-15 * max(1.0, np.abs(want).max()))
+
+
+def test_a_float32_dft_and_stft_made_when_running_have_onnxruntimes_values(lazy_signal):
+    x = _input((2, 37, 2), np.float32)
+    signal, window = _input((3, 100, 1), np.float32), np.random.default_rng(3).uniform(0.2, 1, 20).astype(np.float32)
+    for model, feeds in (_dft_model(x, 20, 1, None, 0, 0), _dft_model(x, 20, 1, 50, 1, 0),
+                         _dft_model(_input((2, 37, 1), np.float32), 20, 1, None, 0, 1),
+                         _stft_model(signal, 7, window), _stft_model(signal, 10, None, 32, 0)):
+        (got,) = ours(model, feeds)
+        (theirs,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+        assert got.shape == theirs.shape and got.dtype == theirs.dtype
+        np.testing.assert_allclose(got, theirs, rtol=0, atol=2e-5 * np.abs(theirs).max())
+
+
+@pytest.mark.parametrize("bins, length, rate, low, high", [(5, 16, 8192, 0.0, 4096.0), (6, 400, 16000, 0.0, 8000.0),
+                                                           (6, 30, 1000, 0.0, 400.0), (3, 64, 1000, 50.0, 400.0)])
+def test_a_mel_matrix_made_when_running_is_the_reference_bit_for_bit(bins, length, rate, low, high, monkeypatch):
+    from onnx.reference import ReferenceEvaluator
+    inputs = [Init(np.array(v, t)) for v, t in ((bins, np.int64), (length, np.int64), (rate, np.int64),
+                                                (low, np.float32), (high, np.float32))]
+    model, _ = one_node_model("MelWeightMatrix", inputs, {}, 17, 1, [T.FLOAT])
+    (table,) = ours(model, {})
+    monkeypatch.setattr(ops_signal, "FOLD_LIMIT", 8)
+    (got,) = ours(model, {})
+    np.testing.assert_array_equal(got, table)
+    np.testing.assert_array_equal(got, ReferenceEvaluator(model).run(None, {})[0])
+    (theirs,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})
+    np.testing.assert_allclose(got, theirs, rtol=0, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- simplify's constant folding
+
+def test_simplify_folds_no_constant_it_would_have_to_make_huge(tmp_path):
+    """A Tile of 10^9 constants reshaped and maxed is a node after import (FOLD_LIMIT);
+    simplify's constant folding copied the reshaped broadcast (7.7 GB and 45 s), now it
+    leaves it to run time. y = x + max(tile) = x + 2."""
+    nodes = [h.make_node("Constant", [], ["c"], value=nh.from_array(np.float32([1.0, 2.0]))),
+             h.make_node("Tile", ["c", "reps"], ["t"]), h.make_node("Reshape", ["t", "shp"], ["r"]),
+             h.make_node("ReduceMax", ["r"], ["s"], keepdims=0), h.make_node("Add", ["x", "s"], ["y"])]
+    graph = h.make_graph(nodes, "bomb", [value("x", ())], [value("y", ())],
+                         [ints("reps", [1_000_000_000]), ints("shp", [1000, 2_000_000])])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    assert_cheap(tmp_path, model, "simplify", "-o", "small.uop")
+    small = onnx.helper.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    small.graph.initializer[0].CopyFrom(ints("reps", [3000]))
+    small.graph.initializer[1].CopyFrom(ints("shp", [3, 2000]))
+    onnx.save(small, tmp_path / "small.onnx")
+    done = subprocess.run([UOPGRAD, "simplify", "small.onnx", "-o", "s.onnx"], cwd=tmp_path, capture_output=True)
+    assert done.returncode == 0, done.stderr
+    (y,) = ort.InferenceSession(str(tmp_path / "s.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, {"x": np.array(0.5, np.float32)})
+    assert y == np.float32(2.5)
