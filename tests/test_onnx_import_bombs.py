@@ -27,7 +27,7 @@ from onnx import TensorProto as T, helper as h, numpy_helper as nh  # noqa: E402
 
 from test_onnx_import_ops import Init, one_node_model, ours  # noqa: E402
 from test_onnx_signal import DFT_CASES, _dft_model, _input, _numpy_dft, _stft_model  # noqa: E402
-from uopcli.interop.onnx import ops_signal  # noqa: E402
+from uopcli.interop.onnx import ops_attention, ops_grid, ops_nn, ops_signal  # noqa: E402
 from uopcli.interop.onnx.importer import import_model  # noqa: E402
 
 UOPGRAD = shutil.which("uopgrad", path=os.path.dirname(sys.executable)) or shutil.which("uopgrad")
@@ -181,3 +181,65 @@ def test_simplify_folds_no_constant_it_would_have_to_make_huge(tmp_path):
     (y,) = ort.InferenceSession(str(tmp_path / "s.onnx"), providers=["CPUExecutionProvider"]).run(
         None, {"x": np.array(0.5, np.float32)})
     assert y == np.float32(2.5)
+
+
+# ----------------------------------------------------------------------------- AffineGrid, Col2Im, Attention
+
+def test_an_affine_grid_col2im_and_attention_of_huge_sizes_import_cheaply(tmp_path):
+    """AffineGrid over 40,000² points (its base grid: 38 GB), Col2Im of 200x200 blocks
+    (eye(40000): 6 GB), causal Attention of 40,000 queries and keys (their offsets: 12.8 GB)."""
+    assert_cheap(tmp_path, summed([h.make_node("AffineGrid", ["theta", "size"], ["g"])], [value("theta", (1, 2, 3))],
+                                  [ints("size", [1, 1, 40000, 40000])], "g", 20))
+    assert_cheap(tmp_path, summed([h.make_node("Col2Im", ["x", "img", "blk"], ["c"])], [value("x", (1, 40000, 1))],
+                                  [ints("img", [200, 200]), ints("blk", [200, 200])], "c", 18))
+    qkv = [value(name, (1, 1, 40000, 1)) for name in "qkv"]
+    assert_cheap(tmp_path, summed([h.make_node("Attention", ["q", "k", "v"], ["o"], is_causal=1)], qkv, [], "o", 23))
+
+
+def _same_lazy_or_not(monkeypatch, module, model, feeds):
+    """The model's outputs with its tables made when importing, then when running: bit for bit
+    the same, and onnxruntime's."""
+    before = ours(model, feeds)
+    monkeypatch.setattr(module, "FOLD_LIMIT", 0)
+    graph, _ = import_model(model)
+    assert not any(node.op == "BUFFER" and node.shape and np.prod(node.shape) > 8 for node in graph.nodes())
+    after = ours(model, feeds)
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for got, table, want in zip(after, before, theirs):
+        np.testing.assert_array_equal(got, table)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("size, align", [([2, 3, 5, 7], 0), ([2, 3, 5, 7], 1), ([1, 2, 4, 1, 6], 0),
+                                         ([1, 2, 3, 4, 2], 1), ([2, 1, 2, 9], 1), ([1, 1, 3, 50], 1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_an_affine_grid_made_when_running_has_the_tables_and_onnxruntimes_values(size, align, dtype, monkeypatch):
+    """(linspace's last point is its stop: 49 steps of 2/49 from -1 end 2^-52 below 1)"""
+    dims = len(size) - 2
+    theta = np.random.default_rng(5).standard_normal((size[0], dims, dims + 1)).astype(dtype)
+    model, feeds = one_node_model("AffineGrid", [theta, Init(np.array(size, np.int64))], {"align_corners": align},
+                                  20, 1, [T.FLOAT if dtype == np.float32 else T.DOUBLE])
+    _same_lazy_or_not(monkeypatch, ops_grid, model, feeds)
+
+
+@pytest.mark.parametrize("image, block, attrs", [([5, 6], [2, 3], {}), ([7, 5], [3, 2], {"strides": [2, 1]}),
+                                                 ([6, 6], [2, 2], {"dilations": [2, 1], "pads": [1, 0, 1, 2]})])
+def test_col2im_made_when_running_has_the_tables_and_onnxruntimes_values(image, block, attrs, monkeypatch):
+    spatial = len(image)
+    strides, dilations = attrs.get("strides", [1] * spatial), attrs.get("dilations", [1] * spatial)
+    pads = attrs.get("pads", [0] * 2 * spatial)
+    counts = [(i + pads[a] + pads[a + spatial] - d * (b - 1) - 1) // s + 1
+              for a, (i, b, s, d) in enumerate(zip(image, block, strides, dilations))]
+    x = np.random.default_rng(6).standard_normal((2, 3 * int(np.prod(block)), int(np.prod(counts)))).astype(np.float32)
+    model, feeds = one_node_model("Col2Im", [x, Init(np.array(image, np.int64)), Init(np.array(block, np.int64))],
+                                  attrs, 18, 1, [T.FLOAT])
+    _same_lazy_or_not(monkeypatch, ops_nn, model, feeds)
+
+
+@pytest.mark.parametrize("q_len, kv_len", [(5, 5), (3, 7), (6, 4)])
+def test_causal_attention_made_when_running_has_the_tables_and_onnxruntimes_values(q_len, kv_len, monkeypatch):
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((2, 3, n, 4)).astype(np.float32) for n in (q_len, kv_len, kv_len))
+    model, feeds = one_node_model("Attention", [q, k, v], {"is_causal": 1}, 23, 1, [T.FLOAT])
+    _same_lazy_or_not(monkeypatch, ops_attention, model, feeds)

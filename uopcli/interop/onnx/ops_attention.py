@@ -25,7 +25,7 @@ import numpy as np
 from uopcli import UOp, dtypes
 
 from .float64 import exp64
-from .ops_tensor import dtype_from_code, gather, tanh
+from .ops_tensor import FOLD_LIMIT, dtype_from_code, gather, tanh
 
 
 def attention(ctx):
@@ -98,9 +98,14 @@ def _bias(ctx, q, k, mask, past_key, nonpad):
         ctx.refuse(f"left_window_size {left} and right_window_size {right} must be -1 (unbounded) or >= 0")
     # offset: where query i stands among the keys (a past cache's length, or per batch
     # nonpad_kv_seqlen - q_len); diff[.., i, j] = i + offset - j
-    rows = np.arange(q_len).reshape(q_len, 1) - np.arange(kv_len).reshape(1, kv_len)
+    if q_len * kv_len > FOLD_LIMIT:  # made when the graph runs (a 40,000² table was 12.8 GB when importing)
+        rows = (UOp.arange(q_len, dtype=dtypes.int64).reshape(q_len, 1)
+                - UOp.arange(kv_len, dtype=dtypes.int64).reshape(1, kv_len))
+    else:
+        rows = np.arange(q_len).reshape(q_len, 1) - np.arange(kv_len).reshape(1, kv_len)
     if nonpad is not None and past_key is None:
-        diff = nonpad.reshape(-1, 1, 1, 1) - q_len + UOp.buffer(rows.astype(_int_numpy(nonpad)))
+        table = rows.cast(nonpad.dtype) if isinstance(rows, UOp) else UOp.buffer(rows.astype(_int_numpy(nonpad)))
+        diff = nonpad.reshape(-1, 1, 1, 1) - q_len + table
     else:
         diff = rows + (past_key.shape[2] if past_key is not None else 0)
     rules = []

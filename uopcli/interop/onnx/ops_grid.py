@@ -23,7 +23,7 @@ import numpy as np
 from uopcli import UOp, dtypes
 
 from .ops_exact import round_
-from .ops_tensor import take
+from .ops_tensor import FOLD_LIMIT, take
 
 _MODES = {16: {"bilinear": "linear", "nearest": "nearest", "bicubic": "cubic"},
           20: {"linear": "linear", "nearest": "nearest", "cubic": "cubic"}}
@@ -151,11 +151,37 @@ def affine_grid(ctx):
     if len(spatial) not in (2, 3) or theta.shape != (size[0], len(spatial), len(spatial) + 1):
         ctx.refuse(f"theta {list(theta.shape)} and size {size} do not fit: theta [N, 2, 3] with size [N, C, H, W], "
                    f"or theta [N, 3, 4] with size [N, C, D, H, W]")
+    if math.prod(spatial) * (len(spatial) + 1) > FOLD_LIMIT:  # made when the graph runs
+        base = _base_nodes(spatial, ctx.attr("align_corners")).cast(theta.dtype)
+        grid = theta @ base
+        return grid.permute((0, 2, 1)).reshape((size[0], *spatial, len(spatial)))
     axes = [_base_coordinates(n, ctx.attr("align_corners")) for n in spatial]
     points = np.stack([*np.meshgrid(*axes, indexing="ij")[::-1], np.ones([len(a) for a in axes])], axis=-1)
     base = UOp.buffer(np.ascontiguousarray(points.reshape(-1, len(spatial) + 1).T.astype(theta.dtype.np)))
     grid = theta @ base  # [N, dims, points]
     return grid.permute((0, 2, 1)).reshape((size[0], *spatial, len(spatial)))
+
+
+def _base_nodes(spatial: list[int], align_corners: int) -> UOp:
+    """affine_grid's base [dims + 1, points] as nodes computed when the graph runs (a
+    40,000² grid was 38 GB when importing): each axis's _base_coordinates, in float64 by
+    the same operations (np.linspace's arange·step + start, its last point the stop),
+    broadcast over the others; rows x, y[, z], then ones."""
+    shape, rows = tuple(spatial), []
+    for axis in reversed(range(len(spatial))):
+        n = spatial[axis]
+        place = UOp.arange(n, dtype=dtypes.int64)
+        if n <= 1:
+            line = UOp.full((n,), 0.0, dtypes.float64)
+        elif align_corners:
+            line = place.cast(dtypes.float64) * (2.0 / (n - 1)) + -1.0
+            line = place.eq(n - 1).where(UOp.const(1.0, dtypes.float64), line)
+        else:
+            line = (place * 2 + 1).cast(dtypes.float64) / n - 1
+        along = tuple(n if a == axis else 1 for a in range(len(spatial)))
+        rows.append(line.reshape(along).expand(shape).reshape(1, math.prod(shape)))
+    rows.append(UOp.full((1, math.prod(shape)), 1.0, dtypes.float64))
+    return rows[0].cat(*rows[1:])
 
 
 def _base_coordinates(n: int, align_corners: int) -> np.ndarray:

@@ -11,7 +11,7 @@ import numpy as np
 from uopcli import UOp, dtypes
 
 from .ops_norm import at_least_stashed, stash_type
-from .ops_tensor import axis_of, ints_of, log_softmax_of
+from .ops_tensor import FOLD_LIMIT, axis_of, ints_of, log_softmax_of
 
 # ----------------------------------------------------------------------------- products
 
@@ -211,9 +211,15 @@ def col2im(ctx):
     if x.shape[1] % size or min(counts) < 1 or math.prod(counts) != x.shape[2]:
         ctx.refuse(f"input {list(x.shape)} does not hold {size}-element blocks at {counts} positions")
     channels = x.shape[1] // size
-    one_hot = np.tile(np.eye(size, dtype=x.dtype.np).reshape(size, 1, *block), (channels,) + (1,) * (spatial + 1))
+    if channels * size * size > FOLD_LIMIT:  # made when the graph runs: element e of the block is 1 at place e
+        places = UOp.arange(size, dtype=dtypes.int64)
+        eye = places.reshape(size, 1, *(1,) * spatial).eq(places.reshape(1, 1, *block)).cast(x.dtype)
+        one_hot = eye.reshape(1, size, 1, *block).expand(channels, size, 1, *block).reshape(channels * size, 1, *block)
+    else:
+        one_hot = UOp.buffer(np.tile(np.eye(size, dtype=x.dtype.np).reshape(size, 1, *block),
+                                     (channels,) + (1,) * (spatial + 1)))
     y = x.reshape(x.shape[0], x.shape[1], *counts).conv_transpose2d(
-        UOp.buffer(one_hot), None, groups=channels, stride=tuple(strides), dilation=tuple(dilations))
+        one_hot, None, groups=channels, stride=tuple(strides), dilation=tuple(dilations))
     for axis, (start, length, n) in enumerate(zip(pads[:spatial], image, y.shape[2:]), start=2):
         y = _window(y, axis, start, length, n)  # zeros where the blocks leave the padded image uncovered
     return y
