@@ -27,7 +27,7 @@ from onnx import TensorProto as T, helper as h, numpy_helper as nh  # noqa: E402
 
 from test_onnx_import_ops import Init, one_node_model, ours  # noqa: E402
 from test_onnx_signal import DFT_CASES, _dft_model, _input, _numpy_dft, _stft_model  # noqa: E402
-from uopcli.interop.onnx import ops_attention, ops_grid, ops_nn, ops_signal  # noqa: E402
+from uopcli.interop.onnx import ops_attention, ops_grid, ops_nn, ops_signal, ops_tensor  # noqa: E402
 from uopcli.interop.onnx.importer import import_model  # noqa: E402
 
 UOPGRAD = shutil.which("uopgrad", path=os.path.dirname(sys.executable)) or shutil.which("uopgrad")
@@ -243,3 +243,40 @@ def test_causal_attention_made_when_running_has_the_tables_and_onnxruntimes_valu
     q, k, v = (rng.standard_normal((2, 3, n, 4)).astype(np.float32) for n in (q_len, kv_len, kv_len))
     model, feeds = one_node_model("Attention", [q, k, v], {"is_causal": 1}, 23, 1, [T.FLOAT])
     _same_lazy_or_not(monkeypatch, ops_attention, model, feeds)
+
+
+# ----------------------------------------------------------------------------- Resize, Upsample, Det
+
+@pytest.mark.parametrize("op, opset, inputs, initializers, attrs, message", [
+    ("Resize", 19, ["x", "", "", "sizes"], [ints("sizes", [1, 1, 1, 1_000_000_000])], {"mode": "linear"},
+     "resizes axis 3 to 1000000000 positions of 2 taps: its index and weight tables, 2000000000 elements computed "
+     "when importing, are more than 1048576"),
+    ("Resize", 19, ["x", "", "scales"], [nh.from_array(np.float32([1, 1, 1, 3e5]), "scales")],
+     {"mode": "cubic"}, "resizes axis 3 to 600000 positions of 4 taps: its index and weight tables, 2400000 elements "
+     "computed when importing, are more than 1048576"),
+    ("Upsample", 7, ["x"], [], {"scales": [1.0, 1.0, 1.0, 5e8]},
+     "resizes axis 3 to 1000000000 positions of 1 taps: its index and weight tables, 1000000000 elements computed "
+     "when importing, are more than 1048576"),
+])
+def test_a_resize_to_a_huge_axis_is_refused_naming_the_node_and_its_tables(tmp_path, op, opset, inputs, initializers,
+                                                                            attrs, message):
+    """The sampling tables of a 10^9-wide axis took 8 GB (linear) when importing."""
+    model = summed([h.make_node(op, inputs, ["r"], name="rs", **attrs)], [value("x", (1, 1, 1, 2))], initializers, "r",
+                   opset)
+    status, stderr, peak = measured(tmp_path, model)
+    assert (status, stderr) == (1, f"uopgrad: error: bomb.onnx: node 'rs' ({op}): {message}\n")
+    assert peak < PEAK_MB
+
+
+def test_a_resize_just_within_the_limit_imports(tmp_path):
+    model = summed([h.make_node("Resize", ["x", "", "", "sizes"], ["r"], mode="linear")], [value("x", (1, 1, 1, 2))],
+                   [ints("sizes", [1, 1, 1, 1 << 19])], "r", 19)
+    assert_cheap(tmp_path, model)
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (2, 5, 5), (3, 1, 1)])
+def test_det_with_its_masks_made_when_running_has_the_arrays_and_onnxruntimes_values(shape, monkeypatch):
+    x = np.random.default_rng(8).standard_normal(shape).astype(np.float32)
+    x[..., 0, :] = x[..., 2 % shape[-1], :] if shape[-1] == 4 else x[..., 0, :]  # a singular matrix among them
+    model, feeds = one_node_model("Det", [x], {}, 22, 1, [T.FLOAT])
+    _same_lazy_or_not(monkeypatch, ops_tensor, model, feeds)

@@ -371,12 +371,19 @@ def det(ctx):
     batch = a.shape[:-2]
     if m == 0:
         return UOp.full(batch, 1.0, a.dtype)
-    rows = np.arange(m)
+    # each step's masks over the rows: arrays when small, else nodes computed when the graph
+    # runs (m constants a step, m² in all: a 3000 x 3000 Det took 27 s to import, np.eye each step)
+    from .ops_tensor import FOLD_LIMIT  # (ops_tensor imports this module)
+    lazy = m * m > FOLD_LIMIT
+    rows = UOp.arange(m, dtype=dtypes.int64) if lazy else np.arange(m)
+
+    def mask(values, dtype):
+        return values.cast(dtype) if lazy else UOp.buffer(values.astype(dtype.np))
     result, sign = None, None
     for k in range(m):
-        unit = UOp.buffer(np.eye(m, dtype=a.dtype.np)[k])                      # e_k
+        unit = mask(rows == k if not lazy else rows.eq(k), a.dtype)             # e_k
         column = (a * unit).sum(-1)                                           # a[..., :, k]
-        candidates = UOp.buffer((rows >= k).astype(np.bool_)).where(column.abs(), -1.0)
+        candidates = mask(rows >= k, dtypes.bool).where(column.abs(), -1.0)
         chosen = candidates.argmax(-1)._one_hot_mask(m, len(batch)).cast(a.dtype)  # e_p, per matrix
         row_p = (a * chosen.unsqueeze(-1)).sum(-2)
         row_k = (a * unit.reshape((m, 1))).sum(-2)
@@ -387,7 +394,7 @@ def det(ctx):
         pivot = (row_p * unit).sum(-1)
         result = pivot if result is None else result * pivot
         if k + 1 < m:
-            below = UOp.buffer((rows > k).astype(a.dtype.np))
+            below = mask(rows > k, a.dtype)
             factor = (a * unit).sum(-1) / pivot.eq(0).where(1.0, pivot).unsqueeze(-1) * below
             a = a - factor.unsqueeze(-1) * row_p.unsqueeze(-2)
     return result * sign

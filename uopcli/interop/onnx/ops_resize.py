@@ -20,7 +20,7 @@ import numpy as np
 
 from uopcli import UOp
 
-from .ops_tensor import axes_of, take
+from .ops_tensor import FOLD_LIMIT, axes_of, take
 
 _MODES = ("nearest", "linear", "cubic")
 _NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
@@ -90,6 +90,10 @@ def _resampled(ctx, x, scales, sizes, roi, axes: list[int], legacy: bool):
         window = (0.0, 1.0) if roi is None else (roi[k], roi[len(axes) + k])
         if m == n and math.isclose(scale, 1.0) and window == (0.0, 1.0):
             continue  # the reference skips an axis left as it is (every mode is the identity there)
+        taps = _tap_count(ctx, scale, mode)
+        if m * taps > FOLD_LIMIT:  # the tables are computed when importing: a 10^9 wide axis took 8 GB
+            ctx.refuse(f"resizes axis {axis} to {m} positions of {taps} taps: its index and weight tables, "
+                       f"{m * taps} elements computed when importing, are more than {FOLD_LIMIT}")
         coordinates, outside = _source_coordinates(ctx, n, m, scale, window, legacy)
         indices, weights = _taps(ctx, coordinates, n, scale, mode, legacy)
         x = _gathered(x, axis, indices, weights)
@@ -148,16 +152,21 @@ def _source_coordinates(ctx, n: int, m: int, scale: float, window, legacy: bool)
     ctx.refuse(f"coordinate_transformation_mode={mode!r} is not one of {', '.join(_COORDINATES[:-1])}")
 
 
+def _tap_count(ctx, scale: float, mode: str) -> int:
+    """How many input positions each output position of an axis reads."""
+    if mode == "nearest":
+        return 1
+    if ctx.attr("antialias") and scale < 1:
+        support = 1.0 if mode == "linear" else 2.0  # the filter's half-width, widened by 1/scale
+        return 2 - 2 * (math.floor(-support / scale) + 1)
+    return 2 if mode == "linear" else 4
+
+
 def _taps(ctx, x: np.ndarray, n: int, scale: float, mode: str, legacy: bool):
     """(indices [m, taps] clamped to [0, n), weights [m, taps]) of each output position."""
     if mode == "nearest":
         return _nearest(ctx, x, n, scale, legacy)[:, None], np.ones((len(x), 1))
-    if ctx.attr("antialias") and scale < 1:
-        support = 1.0 if mode == "linear" else 2.0  # the filter's half-width, widened by 1/scale
-        start = math.floor(-support / scale) + 1
-        taps = 2 - 2 * start
-    else:
-        taps = 2 if mode == "linear" else 4
+    taps = _tap_count(ctx, scale, mode)
     # the taps' first index: the one left of x (x itself when x is an integer) is tap taps/2 - 1
     base = np.floor(x)
     ratio = x - base
