@@ -280,3 +280,21 @@ def test_det_with_its_masks_made_when_running_has_the_arrays_and_onnxruntimes_va
     x[..., 0, :] = x[..., 2 % shape[-1], :] if shape[-1] == 4 else x[..., 0, :]  # a singular matrix among them
     model, feeds = one_node_model("Det", [x], {}, 22, 1, [T.FLOAT])
     _same_lazy_or_not(monkeypatch, ops_tensor, model, feeds)
+
+
+# ----------------------------------------------------------------------------- no file read is written over
+
+def test_convert_refuses_to_write_over_the_models_external_data(tmp_path):
+    w = nh.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "w")
+    graph = h.make_graph([h.make_node("MatMul", ["x", "w"], ["y"])], "g", [value("x", (1, 2))], [value("y", (1, 3))],
+                         [w])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    onnx.save(model, tmp_path / "model.onnx", save_as_external_data=True, location="model.onnx.data",
+              size_threshold=0)
+    kept = (tmp_path / "model.onnx.data").read_bytes()
+    done = subprocess.run([UOPGRAD, "convert", "model.onnx", "-o", "model.onnx.data"], cwd=tmp_path,
+                          capture_output=True)
+    assert done.returncode == 2
+    assert "-o model.onnx.data is the external data of IN model.onnx (model.onnx.data): writing it would replace " \
+           "the file read" in done.stderr.decode()
+    assert (tmp_path / "model.onnx.data").read_bytes() == kept

@@ -192,7 +192,12 @@ def _read_onnx(path: str, data: bytes | None = None, specs: tuple = (), wrt: lis
     shapes, constants = ctx.meta.get("uopgrad.shapes"), ctx.meta.get("uopgrad.constants")
     given = given_shapes(specs) if specs else None  # the -i arrays' shapes, read from their headers
     if data is None:
-        graph, weights = load_onnx(path, shapes, constants, given, assume, wrt)
+        external: list[str] = []
+        try:
+            graph, weights = load_onnx(path, shapes, constants, given, assume, wrt, external)
+        finally:  # the model's external data files are read too: no output may replace them
+            for file in external:
+                _reading(f"the external data of IN {path} ({os.path.relpath(file)})", file, "IN")
     else:
         try:
             model = parse_model(data, path)

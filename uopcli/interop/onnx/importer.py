@@ -80,12 +80,14 @@ class Value:
 
 def load_onnx(path: str, shapes: Mapping[str, tuple[int, ...]] | None = None, constants: Mapping | None = None,
               given_shapes: Mapping[str, tuple[int, ...]] | None = None, assume_size: int | None = None,
-              wrt: Iterable[str] = ()):
-    """(Graph, weights) from an ONNX file; external data files are read from its folder."""
+              wrt: Iterable[str] = (), external: list | None = None):
+    """(Graph, weights) from an ONNX file; external data files are read from its folder,
+    and each one's path is appended to `external` (a list, when given: the CLI refuses to
+    write over a file a command read)."""
     data = read_bytes(path)
     return import_model(parse_model(data, path), shapes, source=path, base_dir=os.path.dirname(os.path.abspath(path)),
                         constants=constants, given_shapes=given_shapes, assume_size=assume_size, wrt=wrt,
-                        digest=model_digest(data))
+                        digest=model_digest(data), external=external)
 
 
 def read_bytes(path: str) -> bytes:
@@ -122,7 +124,7 @@ def parse_model(data: bytes, source: str = "<bytes>"):
 def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None, source: str = "<model>",
                  base_dir: str | None = None, constants: Mapping | None = None,
                  given_shapes: Mapping[str, tuple[int, ...]] | None = None, assume_size: int | None = None,
-                 wrt: Iterable[str] = (), digest: str | None = None):
+                 wrt: Iterable[str] = (), digest: str | None = None, external: list | None = None):
     """(Graph, weights) from a ModelProto (see the module's docstring). `shapes`: the sizes
     of symbolic dimensions, {dimension name: size} or {input name: shape} (a name that is
     both is the input's); `constants`: {input name: values (array-like)} for inputs fixed
@@ -133,10 +135,14 @@ def import_model(model, shapes: Mapping[str, tuple[int, ...]] | None = None, sou
     looks at a model nobody has sized yet), recorded in the graph's meta; `wrt`: the inputs
     the caller will differentiate with respect to (a refusal says they cannot be fixed);
     `digest`: the model file's model_digest, recorded in the graph's meta as onnx.sha256
-    (never its file's name: the graph's bytes depend on the model's alone)."""
+    (never its file's name: the graph's bytes depend on the model's alone); `external`: a
+    list the paths of the external data files read are appended to."""
     try:
-        return _Importer(model, dict(shapes or {}), source, base_dir, dict(constants or {}),
-                         dict(given_shapes or {}), assume_size, frozenset(wrt), digest).run()
+        importer = _Importer(model, dict(shapes or {}), source, base_dir, dict(constants or {}),
+                             dict(given_shapes or {}), assume_size, frozenset(wrt), digest)
+        if external is not None:
+            importer.external = external
+        return importer.run()
     except UOpError:
         raise
     except (TypeError, ValueError, AttributeError, KeyError, IndexError, UnicodeError, OverflowError) as e:
@@ -174,6 +180,7 @@ class _Importer(GraphInputs):
         self._names = graph_names(model.graph)  # ONNX name -> graph input/output name (graph_inputs.py)
         self.unfolded: dict[UOp, tuple] = {}  # a node of constants too large to compute -> (op, label, elements)
         self.renamed: dict[str, str] = {}  # the ONNX names the graph's inputs and outputs do not keep -> theirs
+        self.external: list[str] = []  # the external data files read (load_onnx's `external`)
 
     def fail(self, message: str, node=None, op=None):
         raise FormatError(message, node=node, op=op, source=self.source)
@@ -283,6 +290,7 @@ class _Importer(GraphInputs):
             if self.base_dir is None:
                 self.fail(f"{what}: its values are in an external file {location!r}, read from the model's "
                           "folder: give the model's path (not its bytes, as on stdin)", node, op)
+            self.external.append(os.path.join(self.base_dir, location))  # before reading: a refusal may follow
             try:
                 external_data_helper.load_external_data_for_tensor(tensor, self.base_dir)
             except FileNotFoundError:
