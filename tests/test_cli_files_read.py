@@ -198,6 +198,28 @@ def test_an_out_whose_weights_would_be_itself_is_refused(tmp_path):
     assert done.returncode == 0 and sorted(files(tmp_path)) == ["model.npz", "model.onnx", "model.uop"]
 
 
+def test_an_onnx_model_told_by_its_bytes_is_refused_before_any_work(tmp_path):
+    """IN is read by its bytes: an ONNX model named `model` (or model.uop) is read as ONNX, so
+    -o grad.npz would be its graph and its weights at once. The refusal came only after the
+    import and the differentiation (the early check went by the name); it comes first now:
+    a model with an op the importer refuses gets the -o line, exit 2, not the import's."""
+    import onnx
+    from onnx import TensorProto, helper
+    node = helper.make_node("Bernoulli", ["x"], ["y"])  # refused on import: random values
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    why = ("an ONNX model's weights go beside a .uop OUT as OUT.npz, here grad.npz itself, which would replace the "
+           "graph; give -o grad.uop (the weights then in grad.npz) or -o grad.onnx (which holds them)")
+    for name in ("model", "model.uop"):
+        onnx.save(model, tmp_path / name)
+        before = files(tmp_path)
+        run = uopgrad(tmp_path, "diff", name, "--wrt", "x", "--cotangent", "ones", "-o", "grad.npz")
+        refused(run, "-o grad.npz: " + why + usage("diff"))
+        assert files(tmp_path) == before
+        (tmp_path / name).unlink()
+
+
 WEIGHTS_NOTE = ("uopgrad: the model's weights are not written with OUT {out}, which is not a file (nothing beside it "
                 "holds them): give -o FILE to get FILE.npz beside it\n")
 

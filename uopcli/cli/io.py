@@ -71,22 +71,29 @@ def _form_of_file(path: str) -> str | None:
     None for what is no regular file (a pipe, /dev/fd/63: it can be read once) and for a
     file of neither kind without such an extension: its bytes are read whole and told, or
     refused, as stdin's are."""
+    content, named = _forms_of_file(path)
+    if content and named and content != named:
+        what = ("a .uop file (a MessagePack or JSON map)" if content == "uop" else "an ONNX model")
+        extension = os.path.splitext(path)[1].lower()
+        _note(f"{path}: read as {what}, as its bytes are, though its name ends in {extension}")
+    return content or named  # None: bytes of neither kind, and no name to go by: said as stdin's are
+
+
+def _forms_of_file(path: str) -> tuple[str | None, str | None]:
+    """(the form its first bytes say, the form its extension says), each None where it says
+    none; both None for what is no regular file (not opened: a FIFO's writer would be cut off)."""
     import stat
     from ..formats.sniff import looks_like_onnx, looks_like_uop
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):  # not opened: a FIFO's writer would be cut off
-            return None
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None, None
         with open(path, "rb") as file:
             head = file.read(4096)
     except OSError:
         head = b""  # the reader says why it cannot be read
-    extension = os.path.splitext(path)[1].lower()
-    named = _NAMED_FORMS.get(extension)
+    named = _NAMED_FORMS.get(os.path.splitext(path)[1].lower())
     content = None if not head else "uop" if looks_like_uop(head) else "onnx" if looks_like_onnx(head) else None
-    if content and named and content != named:
-        what = ("a .uop file (a MessagePack or JSON map)" if content == "uop" else "an ONNX model")
-        _note(f"{path}: read as {what}, as its bytes are, though its name ends in {extension}")
-    return content or named  # None: bytes of neither kind, and no name to go by: said as stdin's are
+    return content, named
 
 
 def _refuse_limits_for_onnx() -> None:
@@ -377,8 +384,8 @@ def _refuse_writing_read(source: str | None, outputs: dict, in_place: bool = Fal
     names a file the command reads (IN, unless `in_place`, the values beside it, -i's,
     --values', --constant's, recorded as their options were read) or is empty. With
     `graph_form` (-o's form, a graph), an .onnx IN's weights beside -o that would be -o
-    itself are refused too (_refuse_weights_as_graph); a model piped in is refused there
-    once read."""
+    itself are refused too (_refuse_weights_as_graph), IN told an ONNX model as reading will
+    tell it (by its bytes, else its name); a model piped in is refused there once read."""
     if source is not None:
         _reading_graph(source)
     if in_place:
@@ -387,9 +394,15 @@ def _refuse_writing_read(source: str | None, outputs: dict, in_place: bool = Fal
         if path is not None:
             _writing(path, option)
     output = outputs.get("-o")
-    if graph_form not in (None, "onnx") and output not in (None, "-") and source.lower().endswith(".onnx") \
-            and not _is_stream(output):
+    if graph_form not in (None, "onnx") and output not in (None, "-") and not _is_stream(output) \
+            and _is_onnx_file(source):
         _refuse_weights_as_graph(output)
+
+
+def _is_onnx_file(source: str) -> bool:
+    """Whether reading `source` will read an ONNX model (as _form_of_file decides, unsaid)."""
+    content, named = _forms_of_file(source)
+    return (content or named) == "onnx"
 
 
 def _refuse_directory_read(directory: str) -> None:
