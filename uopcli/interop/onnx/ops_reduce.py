@@ -69,8 +69,8 @@ def reduce_l2(ctx):
     as √Σ(x·s)²/s with s = unit_scale (no overflow, and no underflow, of Σx²), the root by
     norm_root (gradient 0 at a zero norm, as torch's; an explicit Sqrt keeps its inf slope)."""
     def fold(x: UOp, axes, keep: bool) -> UOp:
-        if not x.dtype.is_float:
-            return _sum(x * x, axes, keep).sqrt()
+        if not x.dtype.is_float:  # √ in float64, as the reference's np.sqrt (float32's was 3037000448 for 3037000499)
+            return _sum(x * x, axes, keep).cast(dtypes.float64).sqrt()
         scale = unit_scale(x, axes)
         scaled = x * scale
         total = norm_root(_sum(scaled * scaled, axes, keep))
@@ -79,8 +79,12 @@ def reduce_l2(ctx):
 
 
 def reduce_log_sum(ctx):
-    """ReduceLogSum-18: log Σx (-inf for an empty set)."""
-    return _reduced(ctx, lambda x, axes, keep: _sum(x, axes, keep).log())
+    """ReduceLogSum-18: log Σx (-inf for an empty set); integers: the sum in the type, its
+    log in float64, truncated (onnxruntime's; float32's log of 1318815734 was 21, not 20)."""
+    def fold(x: UOp, axes, keep: bool) -> UOp:
+        total = _sum(x, axes, keep)
+        return (total.cast(dtypes.float64) if x.dtype.is_int else total).log()
+    return _reduced(ctx, fold)
 
 
 def reduce_log_sum_exp(ctx):
@@ -88,8 +92,11 @@ def reduce_log_sum_exp(ctx):
     largest value, so neither overflows; m is 0 where it is infinite (an empty set, or an
     inf among the values), where the shift would make inf - inf. float64 takes
     m + log1p(Σe^(x - m) - 1) (sum_exp_less_one64): log Σ was 0, and the result m, where the
-    rest is below 1e-16 of the largest; -inf where every x is -inf (log1p(-1))."""
+    rest is below 1e-16 of the largest; -inf where every x is -inf (log1p(-1)). Integers are
+    computed as float64 and truncated to their type, as onnxruntime."""
     def fold(x: UOp, axes, keep: bool) -> UOp:
+        if x.dtype.is_int:  # in float64, truncated to the type (float32's lost 3037000499's last digits)
+            x = x.cast(dtypes.float64)
         top = _max(x, axes, True).detach()
         top = top.isinf().where(0.0, top)
         if x.dtype is dtypes.float64:

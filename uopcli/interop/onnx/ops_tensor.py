@@ -328,12 +328,30 @@ def _reduction(ctx, kind: str, axes_input_since: int):
     if axes is None:
         return x
     keep = bool(ctx.attr("keepdims"))
+    if kind == "mean" and x.dtype.is_int:
+        return integer_mean(ctx, x, axes, keep)
     if kind == "mean":
         return x.mean(axes, keepdim=keep)
     if kind == "sum":  # the builder counts narrow integers in int32; ONNX keeps the type
         total = x.sum(axes, keepdim=keep)
         return total if total.dtype is x.dtype else total.cast(x.dtype)
     return x.max(axes, keepdim=keep)
+
+
+def integer_mean(ctx, x: UOp, axes, keep: bool) -> UOp:
+    """The mean of integers in their own type, as onnx.reference computes it (np.mean with
+    dtype=x's): the sum in the type (wrapping, as ReduceSum's), divided in float64 and
+    truncated toward 0 (-1/3 is 0, -5/2 is -2). onnxruntime gives the same where the sum
+    neither wraps nor passes 2^53 (it sums in float64: no wrap, but rounding beyond 2^53).
+    The builder's mean was float32 (0.6666667 for [1, -1, 2]), not the declared type. A
+    mean of no integers has no value (the reference's nan cast to the type is INT_MIN,
+    onnxruntime's 0): refused."""
+    count = math.prod(x.shape[a] for a in axes)
+    if count == 0:
+        ctx.refuse(f"the mean of an empty set of {x.dtype.name} (axes {list(axes)} of {list(x.shape)}) has no value in the type")
+    total = x.sum(axes, keepdim=keep)
+    total = total if total.dtype is x.dtype else total.cast(x.dtype)
+    return (total.cast(dtypes.float64) / float(count)).cast(x.dtype)
 
 
 def reduce_mean(ctx): return _reduction(ctx, "mean", 18)   # noqa: E704
