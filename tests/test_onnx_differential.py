@@ -112,3 +112,89 @@ def test_integer_norms_and_log_sums_are_computed_in_float64(op, values, dtype):
     assert_exact(ours, _onnxruntime(model, {"x": x})[0], "against onnxruntime")
     if op == "ReduceL2":  # the reference refuses integer log-sums
         assert_exact(ours, _reference(model, {"x": x})[0], "against onnx.reference")
+
+
+# ----------------------------------------------------------------------------- 2. cos and tan of large float32
+
+
+def _float32_sample(seed: int = 0, count: int = 20000) -> np.ndarray:
+    """Random float32 bit patterns (every exponent), multiples of π/2 and their neighbours."""
+    rng = np.random.default_rng(seed)
+    bits = rng.integers(0, 2 ** 32, count, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    quarters = (np.pi / 2 * np.arange(-300, 300)).astype(np.float32)
+    x = np.concatenate([bits[np.isfinite(bits)], quarters, np.nextafter(quarters, np.float32(np.inf)),
+                        np.nextafter(quarters, np.float32(-np.inf)), np.float32([1e3, 1e7, 3e9, 1e15, 1e17, 1e20])])
+    return np.concatenate([x, -x]).astype(np.float32)
+
+
+# the fuzzer's arguments and onnxruntime's values (the old ones in the comments)
+LARGE = np.array([1000.0, 1e7, 3e9, 1e15, 1e17, 1e20, -3.4028235e38], np.float32)
+COS_LARGE = np.array([0.5623790621757507, -0.9072703719139099, -0.16069024801254272,  # was -0.16069008
+                      0.10535848140716553, -0.8216643333435059, 0.7542592883110046,  # was 0.159, 0.570, -0.657
+                      0.8530210256576538], np.float32)                                # was -0.5218765
+TAN_LARGE = np.array([1.470324158668518, -0.46353083848953247, -6.142282485961914,    # was -6.142288
+                      9.438578605651855, 0.6936794519424438, 0.8704919815063477,      # was 6.25, -1, -1
+                      0.6117979288101196], np.float32)                                # was -1
+
+
+@pytest.mark.parametrize("op, want", [("Cos", COS_LARGE), ("Tan", TAN_LARGE)])
+def test_float32_cos_and_tan_of_large_arguments(op, want):
+    model = _model(op, {"x": LARGE}, opset=22)
+    ours = _ours(model, {"x": LARGE})[0]
+    assert_exact(ours, want, "the fuzzer's values")
+    assert_exact(ours, _onnxruntime(model, {"x": LARGE})[0], "against onnxruntime")
+
+
+@pytest.mark.parametrize("op, f", [("Cos", np.cos), ("Tan", np.tan)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_cos_and_tan_are_float64s_rounded_once(op, f, dtype):
+    """Every float16, and 40,000 float32s of every exponent: float64's value rounded to the
+    type, bit for bit (onnxruntime's float32 is up to 2 ulps from it); nan at ±inf."""
+    x = np.arange(2 ** 16, dtype=np.uint16).view(np.float16) if dtype is np.float16 else _float32_sample()
+    model = _model(op, {"x": x}, opset=22)
+    with np.errstate(invalid="ignore"):
+        truth = f(x.astype(np.float64)).astype(dtype)
+        ours = _ours(model, {"x": x})[0]
+    assert_exact(ours, truth, "float64's, rounded")
+    finite = np.isfinite(truth)
+    assert _ulps(ours[finite], _onnxruntime(model, {"x": x})[0][finite]).max() <= 2
+
+
+def _float32_slopes(op: str, x: np.ndarray, opset: int = 22) -> np.ndarray:
+    from uopcli import Graph
+    from uopcli.tools.differentiate import differentiate
+    graph, _ = import_model(_model(op, {"x": x}, opset=opset))
+    gradient, _ = differentiate(Graph({"loss": graph.outputs["out0"].sum()}), ["x"])
+    return np.asarray(evaluate_graph(gradient, {"x": x})["grad_x"])
+
+
+@pytest.mark.parametrize("op, slope", [("Cos", lambda x: -np.sin(x)), ("Tan", lambda x: 1 / np.cos(x) ** 2)])
+def test_float32_cos_and_tan_slopes(op, slope):
+    """The gradient of the float64 forms, rounded to float32: within 2 ulps of float64's slope."""
+    x = _float32_sample(1, 4000)
+    x = x[np.abs(x) < 1e30]  # beyond, 1/cos² of a float32 is still finite; tested apart below
+    got = _float32_slopes(op, x)
+    want = slope(x.astype(np.float64)).astype(np.float32)
+    finite = np.isfinite(want)
+    assert _ulps(got[finite], want[finite]).max() <= 2
+    assert _ulps(_float32_slopes(op, LARGE), slope(LARGE.astype(np.float64)).astype(np.float32)).max() <= 2
+
+
+def test_float64_cos_and_tan_slopes_beyond_the_reduced_range():
+    """Beyond |x| = 2^19·π/2 the forms' values were right but their slopes SIN's,
+    sin(π/2 - x): cos' slope at 1e9 was 1e-16, not -sin(1e9) = -0.55. Now the addition
+    formulas turn the accurate sin and cos by d = 0: slopes and second slopes within 1e-15."""
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 40
+    from uopcli import Graph
+    from uopcli.tools.differentiate import differentiate
+    x = np.array([1e6, -3e7, 1e9, 1e15, -1e17, 1e20, 3e300, -1.7e308])
+    for op, slope, second in [("Cos", lambda v: -mp.sin(v), lambda v: -mp.cos(v)),
+                              ("Tan", lambda v: mp.sec(v) ** 2, lambda v: 2 * mp.sec(v) ** 2 * mp.tan(v))]:
+        graph, _ = import_model(_model(op, {"x": x}, opset=22))
+        gradient, _ = differentiate(Graph({"loss": graph.outputs["out0"].sum()}), ["x"])
+        got = np.asarray(evaluate_graph(gradient, {"x": x})["grad_x"])
+        np.testing.assert_allclose(got, [float(slope(mp.mpf(v))) for v in x], rtol=1e-15, err_msg=op)
+        hessian, _ = differentiate(Graph({"loss": gradient.outputs["grad_x"].sum()}), ["x"])
+        got = np.asarray(evaluate_graph(hessian, {"x": x})["grad_x"])
+        np.testing.assert_allclose(got, [float(second(mp.mpf(v))) for v in x], rtol=1e-14, err_msg=f"{op}''")

@@ -1,7 +1,7 @@
 """float64 forms of exp, exp - 1, log(1 + u), the logistic function, sin and cos, softsign,
 softmax and log Σeˣ, for the ops whose builder forms are only float32-accurate in float64
 (ops_math.py, ops_tensor.py, ops_reduce.py and ops_activation.py call them for float64
-inputs only; float32 and float16 graphs keep the builder's forms; Sin keeps SIN, so that an exported graph reads back bit for bit). Each is accurate to a few ulps in relative terms, and so
+inputs only, but for float32 and float16 Cos and Tan, which are sin_cos64's rounded; float32 and float16 graphs keep the builder's forms otherwise; Sin keeps SIN, so that an exported graph reads back bit for bit). Each is accurate to a few ulps in relative terms, and so
 is its gradient, which `diff` takes through the same graph: no branch makes inf or nan
 for the gradient of another (the values each branch sees are kept finite).
 
@@ -156,7 +156,9 @@ def sin_cos64(x: UOp) -> tuple[UOp, UOp]:
     (Cody-Waite, π/2 in three parts, the first subtraction exact, the second by TwoSum),
     |r| <= π/4; then sin r, and cos r = 1 - 2·sin²(r/2), with no cancellation (nor in their
     slopes), chosen and signed by n mod 4. Beyond: SIN itself (accurate), and cos x =
-    sin 2x / (2 sin x) (1 - 2·sin²(x/2) once 2x overflows); their slopes are the builder's."""
+    sin 2x / (2 sin x) (1 - 2·sin²(x/2) once 2x overflows), of x detached, turned by
+    d = x - x(detached) = 0 through the addition formulas, which gives them their slopes.
+    float32 and float16 Cos and Tan are these, rounded."""
     near = x.abs() < REDUCED_BELOW  # nan and inf are far
     xs = near.where(x, 0.0)  # finite for the reduction and its gradient
     n = (xs * (2 / math.pi) + 0.5).floor().detach()
@@ -173,10 +175,19 @@ def sin_cos64(x: UOp) -> tuple[UOp, UOp]:
     sin_near = quarter.eq(0).where(s, quarter.eq(1).where(c, quarter.eq(2).where(-s, -c)))
     cos_near = quarter.eq(0).where(c, quarter.eq(1).where(-s, quarter.eq(2).where(-c, s)))
     xf = near.where(1.0, x)  # away from the reduced range; 1 keeps sin x nonzero
-    sin_far = xf.sin()
-    doubled = xf.abs() < 8e307
-    ratio = doubled.where(xf, 1.0)
-    halved = (xf * 0.5).sin()
-    cos_far = doubled.where((ratio * 2.0).sin() / (2.0 * ratio.sin()), 1.0 - 2.0 * halved * halved)
+    fixed = xf.detach()
+    sin_fixed = fixed.sin()
+    doubled = fixed.abs() < 8e307
+    ratio = doubled.where(fixed, 1.0)
+    halved = (fixed * 0.5).sin()
+    cos_fixed = doubled.where((ratio * 2.0).sin() / (2.0 * ratio.sin()), 1.0 - 2.0 * halved * halved)
+    # sin(x0 + d) = sin x0·cos d + cos x0·sin d at d = x - x0 = 0, x0 = x detached: the values
+    # are the accurate sin x0 and cos x0, and so are the slopes of every order (SIN's own
+    # slope, sin(π/2 - x), lost π/2 beside a large x: 1e-16 for cos(1e9) = 0.54)
+    d = xf - fixed
+    half_d = (d * 0.5).sin()
+    sin_d, cos_d = d.sin(), 1.0 - 2.0 * half_d * half_d
+    sin_far = sin_fixed * cos_d + cos_fixed * sin_d
+    cos_far = cos_fixed * cos_d - sin_fixed * sin_d
     sin_near = xs.eq(0).where(xs, sin_near)  # r is +0.0 for x = -0.0
     return near.where(sin_near, sin_far), near.where(cos_near, cos_far)

@@ -99,25 +99,31 @@ def _float(x: UOp) -> UOp:
 
 
 def _in_float64(x: UOp, f) -> UOp:
-    """f(x) computed in float64 and rounded back: π/2 - x rounds in float32, which near a
-    pole of tan is a large relative error (tan(x) ≈ 219.6 off by 2e-5)."""
+    """f(x) computed in float64 and rounded back: every float32 (and float16) x is a
+    float64, and float64's few-ulp error leaves the rounded result correct but for near
+    ties."""
     x = _float(x)
     return f(x.cast(dtypes.float64)).cast(x.dtype)
 
 
 def cos(ctx):
-    """Cos-22: sin(π/2 - x) computed in float64; a float64 x by sin_cos64 (π/2 - x rounds there)."""
+    """Cos-22: by sin_cos64 in float64 (float32 and float16 rounded back once). The
+    builder's sin(π/2 - x), even in float64, lost π/2 beside a large x: float32 Cos(1e15)
+    was 0.159 (0.105), Cos(-3.4e38) -0.522 (0.853), Cos(3e9) 1e-6 off."""
     x = _float(ctx.x(0))
-    return sin_cos64(x)[1] if x.dtype is dtypes.float64 else _in_float64(x, lambda x: x.cos())
+    return sin_cos64(x)[1] if x.dtype is dtypes.float64 else _in_float64(x, lambda x: sin_cos64(x)[1])
+
+
+def _tan64(x: UOp) -> UOp:
+    s, c = sin_cos64(x)
+    return s / c
 
 
 def tan(ctx):
-    """Tan-22: sin x / cos x computed in float64; a float64 x by sin_cos64."""
+    """Tan-22: sin x / cos x by sin_cos64 in float64 (float32 and float16 rounded back
+    once): the builder's tan, from sin(π/2 - x), was -1 for every float32 x from 1e17."""
     x = _float(ctx.x(0))
-    if x.dtype is dtypes.float64:
-        s, c = sin_cos64(x)
-        return s / c
-    return _in_float64(x, lambda x: x.tan())
+    return _tan64(x) if x.dtype is dtypes.float64 else _in_float64(x, _tan64)
 
 
 # Taylor coefficients of x·Σ c_n x^(2n): 5 terms are exact to float32 where the rows use the
