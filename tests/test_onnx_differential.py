@@ -198,3 +198,47 @@ def test_float64_cos_and_tan_slopes_beyond_the_reduced_range():
         hessian, _ = differentiate(Graph({"loss": gradient.outputs["grad_x"].sum()}), ["x"])
         got = np.asarray(evaluate_graph(hessian, {"x": x})["grad_x"])
         np.testing.assert_allclose(got, [float(second(mp.mpf(v))) for v in x], rtol=1e-14, err_msg=f"{op}''")
+
+
+# ----------------------------------------------------------------------------- 3. Acosh
+
+
+@pytest.mark.parametrize("dtype, x", [
+    (np.float32, [-3.4028235e38, -8.507059e37, -1e20, -1e4, -2.0, 0.5, -np.inf, np.nan]),  # were inf, inf, inf, -inf
+    (np.float16, [-65504.0, -16376.0, -1e4, -2.0, 0.5, -np.inf, np.nan]),                   # were -inf
+    (np.float64, [-1.7976931348623157e308, -4.4942328371557893e307, -1e20, -2.0, 0.5, -np.inf, np.nan]),  # inf, inf, 0.0
+])
+def test_acosh_below_one_is_nan(dtype, x):
+    x = np.array(x, dtype)
+    model = _model("Acosh", {"x": x}, opset=22)
+    ours = _ours(model, {"x": x})[0]
+    assert np.isnan(ours).all(), ours
+    with np.errstate(invalid="ignore"):
+        assert_exact(ours, _reference(model, {"x": x})[0], "against onnx.reference")
+    if dtype is not np.float64:  # onnxruntime has no float64 Acosh
+        assert_exact(ours, _onnxruntime(model, {"x": x})[0], "against onnxruntime")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_acosh_is_float64s_rounded_once(dtype):
+    """From 1 up (1.001: 0.044718165, now 0.04471868, onnxruntime's) to the largest float,
+    every float16 and 40,000 float32s: float64's value rounded, bit for bit."""
+    x = np.arange(2 ** 16, dtype=np.uint16).view(np.float16) if dtype is np.float16 else \
+        np.concatenate([_float32_sample(), 1 + np.float32(2.0 ** -23) * np.arange(2000, dtype=np.float32),
+                        np.float32([1.001, 1.0, np.inf])])
+    model = _model("Acosh", {"x": x}, opset=22)
+    with np.errstate(invalid="ignore"):
+        truth = np.arccosh(x.astype(np.float64)).astype(dtype)
+        assert_exact(_ours(model, {"x": x})[0], truth, "float64's, rounded")
+    one = np.array([1.001], dtype)
+    assert_exact(_ours(_model("Acosh", {"x": one}, opset=22), {"x": one})[0],
+                 _onnxruntime(_model("Acosh", {"x": one}, opset=22), {"x": one})[0], "at 1.001 against onnxruntime")
+
+
+def test_float32_acosh_slopes():
+    """1/√(x² - 1) within 2 ulps from just above 1 to 3e38; nan below 1 (torch's)."""
+    x = np.concatenate([1 + np.float32(2.0 ** -23) * np.geomspace(1, 2 ** 22, 200).astype(np.float32),
+                        np.geomspace(2, 3e38, 300).astype(np.float32), np.float32([1e8, 1.0000001e8])])
+    want = (1 / np.sqrt(x.astype(np.float64) ** 2 - 1)).astype(np.float32)
+    assert _ulps(_float32_slopes("Acosh", x), want).max() <= 2
+    assert np.isnan(_float32_slopes("Acosh", np.float32([0.5, -1e20, -2.0]))).all()

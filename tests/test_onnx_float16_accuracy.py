@@ -144,7 +144,10 @@ def _import_with(op, build, dtype):
         import_table.TABLE[op] = saved
 
 
-WIDENED = sorted({BY_LABEL[label].op for label in FIXED})
+# computed in float64 and rounded once, float16 as float32 (not in float32 first: float64
+# to float32 to float16 rounds twice, an ulp off at times); tests/test_onnx_differential.py
+IN_FLOAT64 = {"Acosh"}
+WIDENED = sorted({BY_LABEL[label].op for label in FIXED} - IN_FLOAT64)
 
 
 @pytest.mark.parametrize("op", WIDENED)

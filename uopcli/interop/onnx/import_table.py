@@ -238,7 +238,7 @@ TABLE.update({
     "Sinh": _row(_float32_inside(m.sinh), (9, 22)),           # sinh x
     "Cosh": _row(_float32_inside(m.cosh), (9, 22)),           # cosh x
     "Asinh": _row(_float32_inside(m.asinh), (9, 22)),  # arsinh x
-    "Acosh": _row(_float32_inside(m.acosh), (9, 22)),  # arcosh x
+    "Acosh": _row(m.acosh, (9, 22)),                          # arcosh x (float16 too in float64, rounded once)
     "Atanh": _row(_float32_inside(m.atanh), (9, 22)),  # artanh x
     "Size": _row(m.size, (1, 13) + _LATER),                   # element count (int64 scalar)
     # activations

@@ -256,17 +256,24 @@ def asinh(ctx):
 
 
 def acosh(ctx):
-    """Acosh-22: log(x + √(x² - 1)), and log x + ln 2 beyond 1e8, where the dropped
-    -1/(4x²) is below 1e-16 of the value (x² overflowed from 1.8e19 in float32, 1.3e154 in
-    float64); float64 as log1p(d + √(d(x + 1))), d = x - 1 exact near 1 (x² - 1 cancelled
-    there: 2e-7 off)."""
+    """Acosh-22: log1p(d + √(d(x + 1))), d = x - 1 exact near 1 (log(x + √(x² - 1))
+    cancelled there: float32 Acosh(1.001) was 0.044718165, not 0.04471868), and log x + ln 2
+    beyond 1e8, where the dropped -1/(4x²) is below 1e-16 of the value (x² overflowed from
+    1.8e19 in float32, 1.3e154 in float64); nan below 1 (-1e20 gave inf in float32, 0 in
+    float64: x² - 1 is positive there too). float32 and float16 computed in float64 and
+    rounded once. Each branch sees an x it keeps finite (no 0·inf slope); below 1 the slope
+    is nan, as torch's 1/√(x² - 1)."""
     x = _float(ctx.x(0))
+    return _acosh64(x) if x.dtype is dtypes.float64 else _in_float64(x, _acosh64)
+
+
+def _acosh64(x: UOp) -> UOp:
+    inside = x >= 1  # nan is not
     big = x > 1e8
-    if x.dtype is not dtypes.float64:  # each branch sees an x it keeps finite: no 0·inf slope
-        return big.where(big.where(x, 2.0).log() + math.log(2), big.where(2.0, x).acosh())
-    near = big.where(2.0, x) - 1.0  # 2 where big: a finite branch not taken, and its slope
+    near = (big | ~inside).where(2.0, x) - 1.0  # 2 where not taken: a finite branch, and its slope
     far = big.where(x, 2.0).log() + math.log(2)
-    return big.where(far, log1p64(near + (near * (near + 2.0)).sqrt()))
+    # below 1: x·nan there, x·0 elsewhere (x·nan everywhere made every slope nan: 0·nan)
+    return inside.where(big.where(far, log1p64(near + (near * (near + 2.0)).sqrt())), x * inside.where(0.0, math.nan))
 
 
 _ATANH_TAYLOR = _terms(lambda n: 1 / (2 * n + 1), 5, 10)  # 1, 1/3, 1/5, ...
