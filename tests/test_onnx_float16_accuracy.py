@@ -25,7 +25,6 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 from uopcli import differentiate, evaluate_graph  # noqa: E402
 from uopcli.interop.onnx import import_table  # noqa: E402
-from uopcli.interop.onnx import ops_activation as act  # noqa: E402
 from uopcli.interop.onnx.importer import import_model  # noqa: E402
 
 import _float16_sweep as sweep  # noqa: E402 - the sweep's cases and its float16 ulps
@@ -146,7 +145,7 @@ def _import_with(op, build, dtype):
 
 # computed in float64 and rounded once, float16 as float32 (not in float32 first: float64
 # to float32 to float16 rounds twice, an ulp off at times); tests/test_onnx_differential.py
-IN_FLOAT64 = {"Acosh"}
+IN_FLOAT64 = {"Acosh", "Sinh", "Cosh", "Softplus", "Mish"}
 WIDENED = sorted({BY_LABEL[label].op for label in FIXED} - IN_FLOAT64)
 
 
@@ -163,11 +162,17 @@ def test_float32_and_float64_models_import_to_the_graphs_they_did(op):
     assert any(n.op == "CAST" for n in half.nodes()), op
 
 
-def test_float32_mish_keeps_its_softplus():
-    """Mish's compensated softplus is the float16 row's (in float32) alone: a float32 Mish is
-    act.mish's graph, as before."""
-    plain = _import_with("Mish", act.mish, TensorProto.FLOAT)
-    assert plain.outputs["y0"] is _import_with("Mish", import_table.TABLE["Mish"].build, TensorProto.FLOAT).outputs["y0"]
+@pytest.mark.parametrize("op", sorted(IN_FLOAT64))
+def test_float32_and_float64_models_of_the_float64_ops(op):
+    """A float64 model of an op computed in float64 imports to its unwrapped build's graph;
+    a float32 one casts to float64 and back (import_table._float64_inside, ops_math.acosh)."""
+    build = import_table.TABLE[op].build
+    plain = getattr(build, "__wrapped__", build)
+    wrapped, unwrapped = _import_with(op, build, TensorProto.DOUBLE), _import_with(op, plain, TensorProto.DOUBLE)
+    assert all(wrapped.outputs[k] is unwrapped.outputs[k] for k in unwrapped.outputs), op
+    for dtype in (TensorProto.FLOAT, TensorProto.FLOAT16):
+        casts = {n.dtype.name for n in _import_with(op, build, dtype).nodes() if n.op == "CAST"}
+        assert "float64" in casts, (op, dtype, casts)
 
 
 def _float32_node(op, x):

@@ -46,9 +46,12 @@ def _negative_magnitude(x: UOp) -> tuple[UOp, UOp]:
 def log1p64(u: UOp) -> UOp:
     """log(1 + u) for u >= 0 (or above -1): log w + e/w with w = 1 + u rounded and e its
     rounding error, exact by Fast2Sum (the larger of 1 and u first). log w alone is 0 for
-    u < 1e-16. The slope is 1/w (e is constant to first order). inf stays inf."""
+    u < 1e-16. The slope is 1/w (e is constant to first order). inf stays inf. The error is
+    (1 - w) + u, not u - (w - 1): the same exact value, but eval's tinygrad rewrites fold
+    (1 + u) - 1 into u (fold_constant_terms), which made it 0 (float64 Softplus(-30) was
+    9.348e-14, not 9.358e-14, and 0 below -37 again)."""
     w = 1.0 + u
-    error = (u.abs() <= 1).where(u - (w - 1.0), 1.0 - (w - u))
+    error = (u.abs() <= 1).where((1.0 - w) + u, 1.0 - (w - u))
     error = w.ne(math.inf).where(error, 0.0)  # inf - inf
     return w.log() + error / w
 

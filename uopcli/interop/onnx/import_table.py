@@ -75,6 +75,26 @@ def _float32_inside(build, widened=None):
     return wide
 
 
+def _float64_inside(build):
+    """`build` computed in float64 where its inputs are float32 or float16, its results
+    rounded back once: for the elementwise ops whose float64 forms (float64.py) are accurate
+    to a few float64 ulps, so that the rounded result is the correctly rounded one but for
+    near ties, where the builder's float32 forms were up to 17 ulps off (eˣ as 2^(x·log2 e):
+    the product rounds) or lost every digit (log(1 + e^-|x|) is 0 below x = -17: Softplus,
+    Mish). float16 goes straight to float64 (through float32 it would round twice)."""
+    def wide(ctx):
+        narrow = [i for i, v in enumerate(ctx.inputs) if v is not None and v.dtype in (dtypes.float32, dtypes.float16)]
+        if not narrow:
+            return build(ctx)
+        back = ctx.x(narrow[0]).dtype
+        result = build(ctx.with_inputs({i: ctx.x(i).cast(dtypes.float64) for i in narrow}))
+        rounded = [r.cast(back) if isinstance(r, UOp) and r.dtype is dtypes.float64 else r
+                   for r in (result if isinstance(result, list) else [result])]
+        return rounded if isinstance(result, list) else rounded[0]
+    wide.__name__, wide.__doc__, wide.__wrapped__ = build.__name__, build.__doc__, build
+    return wide
+
+
 # the window attributes of Conv, MaxPool and AveragePool
 _WINDOW = dict(auto_pad="NOTSET", kernel_shape=None, pads=None, strides=None, dilations=None)
 _REDUCE = dict(keepdims=1, noop_with_empty_axes=0)
@@ -93,7 +113,7 @@ TABLE: dict[str, OpRow] = {
     "Div": _row(t.div, (7, 13, 14)),                          # a / b; integers truncate
     "Pow": _row(t.pow_, (7, 12, 13, 15)),                     # a ** b (12: mixed types)
     "Sqrt": _row(t.sqrt, (6, 13)),                            # √x
-    "Exp": _row(t.exp, (6, 13)),                              # eˣ
+    "Exp": _row(_float64_inside(t.exp), (6, 13)),             # eˣ
     "Log": _row(_float32_inside(t.log), (6, 13)),             # ln x
     "Neg": _row(t.neg, (6, 13)),                              # -x
     "Abs": _row(t.abs_, (6, 13)),                             # |x|
@@ -235,8 +255,8 @@ TABLE.update({
     "Asin": _row(_float32_inside(m.asin), (7, 22)),  # arcsin x
     "Acos": _row(_float32_inside(m.acos), (7, 22)),  # arccos x
     "Atan": _row(_float32_inside(m.atan), (7, 22)),  # arctan x
-    "Sinh": _row(_float32_inside(m.sinh), (9, 22)),           # sinh x
-    "Cosh": _row(_float32_inside(m.cosh), (9, 22)),           # cosh x
+    "Sinh": _row(_float64_inside(m.sinh), (9, 22)),           # sinh x
+    "Cosh": _row(_float64_inside(m.cosh), (9, 22)),           # cosh x
     "Asinh": _row(_float32_inside(m.asinh), (9, 22)),  # arsinh x
     "Acosh": _row(m.acosh, (9, 22)),                          # arcosh x (float16 too in float64, rounded once)
     "Atanh": _row(_float32_inside(m.atanh), (9, 22)),  # artanh x
@@ -250,9 +270,9 @@ TABLE.update({
     "Celu": _row(_float32_inside(act.celu), (12, 28), alpha=1.0),  # max(0, x) + min(0, α(e^(x/α) - 1))
     "HardSigmoid": _row(_float32_inside(act.hard_sigmoid), (6, 22), alpha=0.2, beta=0.5),  # clamp(αx + β, 0, 1)
     "HardSwish": _row(_float32_inside(act.hard_swish), (14, 22)),  # x·clamp(x/6 + 1/2, 0, 1)
-    "Softplus": _row(_float32_inside(act.softplus), (1, 22)),  # log(eˣ + 1)
+    "Softplus": _row(_float64_inside(act.softplus), (1, 22)),  # log(eˣ + 1)
     "Softsign": _row(act.softsign, (1, 22)),                  # x / (1 + |x|)
-    "Mish": _row(_float32_inside(act.mish, act.mish_compensated), (18, 22)),  # x·tanh(softplus x)
+    "Mish": _row(_float64_inside(act.mish), (18, 22)),        # x·tanh(softplus x)
     "ThresholdedRelu": _row(act.thresholded_relu, (10, 22), alpha=1.0),  # x > α ? x : 0
     "Swish": _row(_float32_inside(act.swish), (24,), alpha=1.0),  # x·σ(αx)
     "Shrink": _row(act.shrink, (9,), bias=0.0, lambd=0.5),    # soft/hard shrinkage

@@ -9,7 +9,7 @@ import math
 from uopcli import dtypes
 
 from . import ops_tensor as t
-from .float64 import expm1_64, log1p64, softplus64, softsign64
+from .float64 import expm1_64, softplus64, softsign64
 from .ops_math import sinh_series
 
 # Selu-6's defaults, the float32 values the spec writes out
@@ -100,17 +100,6 @@ def mish(ctx):
     """Mish-22: x·tanh(softplus(x))."""
     x = ctx.x(0)
     return x * ctx.call(t.tanh, _softplus(x))
-
-
-def mish_compensated(ctx):
-    """Mish-22 with softplus as max(x, 0) + log1p(e^-|x|), log1p by float64.log1p64's
-    compensated form (in any dtype): log(1 + e^-|x|) rounds 1 + e^-|x| first, 6e-8 in
-    float32, which below x = -4 is a share of the softplus that Mish keeps (x·softplus
-    there): float16's Mish by float32's plain form was 15 float16 ulps off near x = -12.
-    The float16 row's form (import_table.py), run in float32."""
-    x = ctx.x(0)
-    softplus = x.maximum(0) + log1p64((-x.abs()).exp())
-    return x * ctx.call(t.tanh, softplus)
 
 
 def thresholded_relu(ctx):
