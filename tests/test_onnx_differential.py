@@ -309,3 +309,70 @@ def test_float32_exp_family_slopes(op):
     normal = np.isfinite(want) & (np.abs(want) >= np.finfo(np.float32).tiny)
     got = _float32_slopes(op, x)
     assert _ulps(got[normal], want[normal]).max() <= 2, op
+
+
+# ----------------------------------------------------------------------------- 5. TopK with nan
+
+
+def _top_k(x: np.ndarray, k: int, **attrs):
+    kind = helper.np_dtype_to_tensor_dtype(x.dtype)
+    return _model("TopK", {"x": x}, {"k": np.array([k], np.int64)}, attrs, outputs=2,
+                  output_types=[kind, helper.np_dtype_to_tensor_dtype(np.dtype(np.int64))])
+
+
+ROWS_WITH_NAN = [[5.96e-8, np.nan, -0.73],  # the fuzzer's: [nan, nan] at [0, 0], not [nan, 6e-8] at [1, 0]
+                 [np.nan, 1, np.nan, np.inf, -np.inf, -0.0, 0.0, 2, 2], [np.nan, np.nan, np.nan]]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+@pytest.mark.parametrize("largest", [1, 0])
+@pytest.mark.parametrize("row", ROWS_WITH_NAN, ids=["fuzzer", "mixed", "all-nan"])
+def test_top_k_ranks_nan_largest(dtype, largest, row):
+    x = np.array(row, dtype)
+    for k in range(len(row) + 1):
+        model = _top_k(x, k, largest=largest)
+        ours = _ours(model, {"x": x})
+        for mine, theirs, what in zip(ours, _reference(model, {"x": x}), ("values", "indices")):
+            assert_exact(mine, theirs, f"{what} against onnx.reference")
+        if dtype is not np.float64 or largest:
+            for mine, theirs, what in zip(ours, _onnxruntime(model, {"x": x}), ("values", "indices")):
+                assert_exact(mine, theirs, f"{what} against onnxruntime")
+    if row[0] == 5.96e-8 and largest:
+        ours = _ours(_top_k(x, 2, largest=1), {"x": x})
+        assert np.isnan(ours[0][0]) and ours[0][1] == x[0] and ours[1].tolist() == [1, 0]
+
+
+def test_top_k_along_a_middle_axis_with_nan_and_its_gradient():
+    from uopcli import Graph
+    from uopcli.tools.differentiate import differentiate
+    x = np.random.default_rng(0).standard_normal((3, 6, 4)).astype(np.float32)
+    x[1, 2, 0] = x[2, 4, 3] = x[2, 5, 3] = np.nan
+    x[0, 1, 1] = x[0, 3, 1]  # a tie
+    model = _top_k(x, 3, axis=1)
+    ours = _ours(model, {"x": x})
+    for theirs in (_onnxruntime(model, {"x": x}), _reference(model, {"x": x})):
+        for mine, other in zip(ours, theirs):
+            assert_exact(mine, other, "TopK along axis 1")
+    graph, _ = import_model(model)
+    gradient, _ = differentiate(Graph({"loss": graph.outputs["out0"].sum()}), ["x"])
+    slopes = np.asarray(evaluate_graph(gradient, {"x": x})["grad_x"])
+    want = np.zeros_like(x)
+    np.put_along_axis(want, ours[1], 1.0, axis=1)
+    assert_exact(slopes, want, "the gradient: 1 at each chosen element")
+
+
+@pytest.mark.parametrize("op, attrs", [("ArgMax", {}), ("ArgMin", {}), ("ArgMax", {"select_last_index": 1}),
+                                       ("ArgMin", {"select_last_index": 1}), ("ReduceMax", {}), ("ReduceMin", {})])
+def test_nan_in_arg_and_extreme_reductions(op, attrs):
+    """nan wins ArgMax and ArgMin and is ReduceMax's and ReduceMin's value, as onnx.reference
+    (numpy) gives them; onnxruntime's skip the nan (its comparisons are false): the two
+    disagree, and we follow the reference."""
+    x = np.array([[5.96e-8, np.nan, -0.73, np.nan], [1.0, -1.0, 2.0, 2.0]], np.float32)
+    model = _model(op, {"x": x}, attrs=dict(axis=1, **attrs) if op.startswith("Arg") else {"keepdims": 0},
+                   opset=13 if op.startswith("Arg") else 18,
+                   output_types=[helper.np_dtype_to_tensor_dtype(np.dtype(np.int64))] if op.startswith("Arg") else None)
+    if not op.startswith("Arg"):
+        model = _model(op, {"x": x}, {"axes": np.array([1], np.int64)}, {"keepdims": 0})
+    ours = _ours(model, {"x": x})[0]
+    assert_exact(ours, _reference(model, {"x": x})[0], "against onnx.reference")
+    assert_exact(ours[1:], _onnxruntime(model, {"x": x})[0][1:], "against onnxruntime, the row without nan")

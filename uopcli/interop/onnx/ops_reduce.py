@@ -180,7 +180,42 @@ def top_k(ctx):
     axis = t.axis_of(ctx, ctx.attr("axis"), len(x.shape))
     if k is None or len(k) != 1 or not 0 <= k[0] <= x.shape[axis]:
         ctx.refuse(f"k {k} must be one integer in [0, {x.shape[axis]}]")
+    if x.dtype.is_float:
+        return _float_top_k(x, k[0], axis, bool(ctx.attr("largest")))
     values, indices = x.topk(k[0], axis, largest=bool(ctx.attr("largest")))
+    return [values, indices.cast(dtypes.int64)]
+
+
+def _float_top_k(x: UOp, k: int, axis: int, largest: bool) -> list:
+    """TopK of floats with nan the largest value (onnxruntime's, onnx.reference's lexsort's,
+    torch's): first in a largest TopK, last in a smallest one; equal values (nans among
+    themselves, -0.0 and +0.0) by index. The builder's bitonic network compares by min and
+    max, which spread a nan over its neighbours: [6e-8, nan, -0.73] gave [nan, nan] at
+    [0, 0], not [nan, 6e-8] at [1, 0]. Each element's rank is the count of those before it
+    (an [n, n] comparison); the r-th is the one whose rank is r, so its gradient reaches x
+    at its index."""
+    moved = x.transpose(axis, -1) if axis != len(x.shape) - 1 else x
+    n = moved.shape[-1]
+    mine, other = moved.unsqueeze(-1), moved.unsqueeze(-2)  # [..., i, 1] and [..., 1, j]
+    mine_nan, other_nan = mine.isnan(), other.isnan()
+    if largest:
+        ahead = (other > mine) | (other_nan & ~mine_nan)
+    else:
+        ahead = (other < mine) | (mine_nan & ~other_nan)
+    tie = other.eq(mine) | (other_nan & mine_nan)
+    positions = UOp.arange(n)
+    earlier = UOp.buffer(np.tril(np.ones((n, n), np.bool_), -1))  # [i, j]: j < i
+    rank = (ahead | (tie & earlier)).cast(dtypes.int32).sum(-1)  # [..., i]
+    chosen = rank.unsqueeze(-1).eq(UOp.arange(k).cast(dtypes.int32))  # [..., i, r]
+    indices = chosen.where(positions.reshape((n, 1)).cast(dtypes.int64), 0).sum(-2)
+    # the value: the chosen x summed with zeros (x exactly, and its slope 1 at its index; a
+    # nan too), but +0.0 for -0.0, so a zero is taken as the largest of the chosen non-nan x
+    # and -inf fills (whose slope is finite: a nan among them made 0/0 there)
+    total = chosen.where(mine, 0.0).sum(-2)
+    largest_of = (chosen & ~mine_nan).where(mine, -math.inf).max(-2)
+    values = total.eq(0).where(largest_of, total)
+    if axis != len(x.shape) - 1:
+        values, indices = values.transpose(axis, -1), indices.transpose(axis, -1)
     return [values, indices.cast(dtypes.int64)]
 
 
