@@ -376,3 +376,37 @@ def test_nan_in_arg_and_extreme_reductions(op, attrs):
     ours = _ours(model, {"x": x})[0]
     assert_exact(ours, _reference(model, {"x": x})[0], "against onnx.reference")
     assert_exact(ours[1:], _onnxruntime(model, {"x": x})[0][1:], "against onnxruntime, the row without nan")
+
+
+# ----------------------------------------------------------------------------- 6. float16 ReduceProd
+
+
+FUZZED_PROD = np.array([[[100.0, 5.3125], [1.4853515625, 0.71923828125], [-3.103515625, -65504.0], [2.138671875, 4.5625]],
+                        [[-1.603515625, 1.5712890625], [-1.7490234375, 0.53466796875],
+                         [5.960464477539063e-08, 5.960464477539063e-08], [0.8857421875, 4.6372413635253906e-05]],
+                        [[65504.0, 0.0], [-1.4033203125, 3.6171875], [-0.798828125, -1.212890625], [2.681640625, 3.0]]],
+                       np.float16)
+
+
+def test_float16_reduce_prod_multiplies_in_float32():
+    """The fuzzer's [3, 4, 2] over axes (0, 1): the float16 running product overflowed to inf,
+    which met a 0 (nan) and was 2 ulps off in the other column: [-28.71875, nan] where
+    onnxruntime (a float32 product, rounded once) and float64's rounded give [-28.75, 0.0].
+    onnx.reference multiplies in float16 (np.prod's dtype), as we did: we follow onnxruntime."""
+    model = _model("ReduceProd", {"x": FUZZED_PROD}, {"axes": np.array([0, 1], np.int64)}, {"keepdims": 0})
+    ours = _ours(model, {"x": FUZZED_PROD})[0]
+    assert_exact(ours, np.array([-28.75, 0.0], np.float16), "the float64 product, rounded")
+    assert_exact(ours, _onnxruntime(model, {"x": FUZZED_PROD})[0], "against onnxruntime")
+
+
+@pytest.mark.parametrize("axes", [[0], [1], [2], [0, 1], [1, 2], [0, 1, 2]])
+def test_float16_reduce_prod_against_onnxruntime(axes):
+    rng = np.random.default_rng(len(axes) * 7 + axes[0])
+    x = (rng.standard_normal((5, 6, 7)) * np.exp(rng.uniform(-3, 3, (5, 6, 7)))).astype(np.float16)
+    x[0, 0, 0], x[1, 2, 3], x[4, 5, 6] = 60000.0, 0.0, 1e-7
+    model = _model("ReduceProd", {"x": x}, {"axes": np.array(axes, np.int64)}, {"keepdims": 1})
+    ours = _ours(model, {"x": x})[0]
+    theirs = _onnxruntime(model, {"x": x})[0]
+    finite = np.isfinite(theirs)
+    assert np.array_equal(np.isnan(ours), np.isnan(theirs)) and np.array_equal(ours[~finite], theirs[~finite])
+    assert _ulps(ours[finite], theirs[finite]).max() <= 1  # float32 products in another order

@@ -188,7 +188,7 @@ TABLE: dict[str, OpRow] = {
     "Det": _row(m.det, (11, 22)),                              # Π pivots of partial-pivoting elimination
     "Einsum": _row(x.einsum, (12, 28), equation=None),         # Σ over the letters not in the output
     "Pad": _row(x.pad, (11, 13, 18, 19, 21, 23, 24, 25), mode="constant"),  # pads [begins, ends]; 4 modes
-    "ReduceProd": _row(x.reduce_prod, (11, 13, 18), axes=None, **_REDUCE),  # Π over axes
+    "ReduceProd": _row(_float32_inside(x.reduce_prod), (11, 13, 18), axes=None, **_REDUCE),  # Π over axes
     # -- values known at import
     "Constant": _row(t.constant, (12, 13) + _LATER, value=None, value_float=None, value_floats=None,
                      value_int=None, value_ints=None),
