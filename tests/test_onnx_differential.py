@@ -410,3 +410,32 @@ def test_float16_reduce_prod_against_onnxruntime(axes):
     finite = np.isfinite(theirs)
     assert np.array_equal(np.isnan(ours), np.isnan(theirs)) and np.array_equal(ours[~finite], theirs[~finite])
     assert _ulps(ours[finite], theirs[finite]).max() <= 1  # float32 products in another order
+
+
+# ----------------------------------------------------------------------------- 7. Concat of mismatched inputs
+
+
+@pytest.mark.parametrize("a, b, axis, why", [
+    (np.zeros(3, np.bool_), np.array(True), 0, r"input 1 \[\] does not fit input 0 \[3\] along axis 0"),  # the fuzzer's seed 524
+    (np.zeros(3, np.float32), np.float32(1.0).reshape(()), -1, r"input 1 \[\] does not fit input 0 \[3\] along axis 0"),
+    (np.zeros((2, 3), np.float32), np.zeros((2,), np.float32), 0, r"input 1 \[2\] does not fit input 0 \[2, 3\]"),
+    (np.zeros((2, 3), np.float32), np.zeros((3, 3), np.float32), 1, r"input 1 \[3, 3\] does not fit input 0 \[2, 3\] along axis 1"),
+    (np.array(1.0, np.float32), np.array(2.0, np.float32), 0, r"input 0 is a scalar"),
+], ids=["rank1-rank0-bool", "rank1-rank0", "rank2-rank1", "sizes-off-the-axis", "scalars"])
+def test_concat_of_inputs_that_do_not_fit_is_refused_naming_the_node(a, b, axis, why):
+    """Accepted before (a rank-0 input beside a rank-1 one); onnxruntime and onnx.reference
+    refuse each."""
+    model = _model("Concat", {"a": a, "b": b}, attrs=dict(axis=axis))
+    with pytest.raises(FormatError, match=r"node '/fuzz/Concat' \(Concat\): " + why) as refused:
+        import_model(model)
+    assert "\n" not in str(refused.value)
+    with pytest.raises(Exception):
+        _onnxruntime(model, {"a": a, "b": b})
+    with pytest.raises(Exception):
+        _reference(model, {"a": a, "b": b})
+
+
+def test_concat_still_joins_what_fits_and_skips_empty_pieces():
+    a, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.zeros((0, 3), np.float32)
+    model = _model("Concat", {"a": a, "b": b, "c": a}, attrs=dict(axis=0))
+    assert_exact(_ours(model, {"a": a, "b": b, "c": a})[0], _onnxruntime(model, {"a": a, "b": b, "c": a})[0], "Concat")

@@ -445,7 +445,14 @@ def concat(ctx):
     parts = [ctx.x(i) for i in range(ctx.input_count) if ctx.present(i)]
     if ctx.attr("axis") is None or not parts:
         ctx.refuse("needs the attribute axis and at least one input")
-    axis = axis_of(ctx, ctx.attr("axis"), len(parts[0].shape))
+    rank = len(parts[0].shape)
+    if rank == 0:  # onnxruntime and onnx.reference refuse scalars too (there is no axis)
+        ctx.refuse("input 0 is a scalar (rank 0): Concat joins tensors of rank 1 or more along an axis")
+    axis = axis_of(ctx, ctx.attr("axis"), rank)
+    for i, part in enumerate(parts):  # every input of the first's rank, the same sizes off the axis (as the peers)
+        if len(part.shape) != rank or any(a != b for d, (a, b) in enumerate(zip(part.shape, parts[0].shape)) if d != axis):
+            ctx.refuse(f"input {i} {list(part.shape)} does not fit input 0 {list(parts[0].shape)} along axis {axis}: "
+                       "inputs must share their rank and every size but the axis'")
     parts = [p for p in parts if p.shape[axis] != 0] or parts[:1]  # empty pieces add nothing
     return parts[0].cat(*parts[1:], dim=axis) if len(parts) > 1 else parts[0]
 
