@@ -270,8 +270,10 @@ def test_a_backward_node_links_to_the_forward_group_and_node_it_differentiates(b
     assert page.crumbs()[:3] == ["graph", "gpt", "∇ block.4"]
     details = page.page.inner_text("#details")
     assert "backward (made by differentiation)" in details and "differentiates" in details
-    forward_node = int(page.page.get_attribute("#details div a[data-node]", "data-node"))
+    forward_node = int(page.page.get_attribute("#details div.fwd a[data-node]", "data-node"))
     assert order[forward_node].meta.name == order[grad].meta.name and not order[forward_node].meta.backward
+    # the gradient of w1 is the last node of the rule of w1's RESHAPE to (1, 8, 16) in linear
+    assert order[forward_node].op == "RESHAPE" and order[forward_node].src == (graph.input("w1_4"),)
     assert order[forward_node].meta.scope == order[grad].meta.scope == "gpt/block.4/mlp"
     count = page.draws()
     page.page.click("#details div a[data-group]")

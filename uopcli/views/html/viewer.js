@@ -313,18 +313,78 @@
     const shown = nodes.slice(0, 200).map((i) => "<li>" + nodeLink(i) + "</li>").join("");
     return "<ul>" + shown + "</ul>" + (nodes.length > 200 ? '<div class="muted">… ' + (nodes.length - 200) + " more</div>" : "");
   }
-  function forwardOf(i) {   // the forward group and node a backward node differentiates
-    const m = meta(i);
+  let fed = null;
+  function fedByInput(j) {   // node j is computed from a graph input (so differentiation can go through it)
+    if (!fed) {
+      fed = new Uint8Array(nodeCount);
+      const stack = [];
+      for (let r = 0; r < nodeCount; r++) {   // iterative: sources before users, whatever the order
+        if (fed[r]) continue;
+        stack.push(r);
+        while (stack.length) {
+          const v = stack[stack.length - 1];
+          if (fed[v] === 1 || fed[v] === 2) { stack.pop(); continue; }
+          const open = N.src[v].filter((s) => !fed[s]);
+          if (open.length && fed[v] !== 3) { fed[v] = 3; for (const s of open) stack.push(s); continue; }
+          fed[v] = inputName.has(v) || N.src[v].some((s) => fed[s] === 2) ? 2 : 1;
+          stack.pop();
+        }
+      }
+    }
+    return fed[j] === 2;
+  }
+  // The forward node a backward node differentiates, told from the graph, never guessed.
+  // Metadata names the function and scope (name, loc, scope), not which node: one call may
+  // make many nodes, several calls may share the metadata (no source location). What the
+  // graph tells: the rule that made backward node i for forward node F takes F's gradient (F's
+  // shape) and gives one for a source of F (that source's shape); it reads F or F's sources.
+  // 1. Candidates: the forward nodes of that metadata differentiation can go through
+  //    (computed from a graph input: never a constant or an input).
+  // 2. The call: i's piece (the backward nodes of its metadata joined to it) reads forward
+  //    nodes; the candidates joined (by edges among themselves) to one it reads are the call.
+  // 3. The node: the one candidate F with a source of i's shape whose own shape is that of a
+  //    gradient i reads (i gives the gradient of that source); else, when the call is one
+  //    node, that node if the piece reads it or the piece's incoming and outgoing gradients
+  //    have its and a source's shapes. Anything else (several fit, none fits): no node, as the
+  //    piece of a call of several nodes tells the call but not the node. Checked against the
+  //    node each rule made, on the samples and bench/scoped_gpt.py: never a wrong node.
+  function forwardOf(i) {
+    const m = meta(i), mi = N.meta[i];
     let g = D.home[i];
     while (g >= 0 && !(G.bw[g] && G.twin[g] >= 0)) g = G.p[g];
     const twin = g >= 0 ? G.twin[g] : -1;
-    let node = -1;
     const same = (j) => { const n = meta(j); return n && !n[3] && n[0] === m[0] && n[1] === m[1] && n[2] === m[2]; };
-    for (const s of reach([i], sources, 3)) if (s !== i && same(s)) { node = s; break; }
-    for (let j = 0; j < nodeCount && node < 0; j++) if (same(j) && (twin < 0 || groupsHolding([j]).has(twin))) node = j;
+    let cands = [];
+    for (let j = 0; j < nodeCount; j++) if (same(j) && N.src[j].length && fedByInput(j)) cands.push(j);
+    const known = cands.length;
+    let node = -1;
+    if (cands.length) {
+      const piece = reach([i], (v) => sources(v).concat(usersOf(v)).filter((w) => N.meta[w] === mi), Infinity);
+      const read = new Set(), inShapes = new Set(), outShapes = new Set();
+      for (const v of piece) {
+        for (const s of N.src[v]) {
+          if (piece.has(s)) continue;
+          if (isBackward(s)) inShapes.add(N.sh[s]); else read.add(s);
+        }
+        if (outputNames.has(v) || usersOf(v).some((u) => !piece.has(u))) outShapes.add(N.sh[v]);
+      }
+      const isCand = new Set(cands);
+      const touched = cands.filter((f) => read.has(f));
+      if (touched.length) {   // 2. the calls the piece reads: candidates joined to those
+        const call = reach(touched, (v) => sources(v).concat(usersOf(v)).filter((w) => isCand.has(w)), Infinity);
+        cands = cands.filter((f) => call.has(f));
+      }
+      const gradShapes = new Set(N.src[i].filter(isBackward).map((s) => N.sh[s]));
+      const fit = cands.filter((f) => gradShapes.has(N.sh[f]) && N.src[f].some((s) => N.sh[s] === N.sh[i]));
+      if (fit.length === 1) node = fit[0];
+      else if (cands.length === 1 && (touched.length || ((!inShapes.size || inShapes.has(N.sh[cands[0]]))
+        && N.src[cands[0]].some((s) => outShapes.has(N.sh[s]))))) node = cands[0];
+    }
     // no ∇ group of its own (a call that made one backward node): the forward node's group
-    return { twin: twin >= 0 ? twin : node >= 0 ? D.home[node] : -1, node };
+    const home = node >= 0 && !G.bw[D.home[node]] ? D.home[node] : -1;
+    return { twin: twin >= 0 ? twin : home, node, known };
   }
+  function functionText(m) { return m[0] != null ? m[0] + (m[2] != null ? " in " + m[2] : "") : "scope " + m[2]; }
   function showNode(i) {
     const m = meta(i), rows = [];
     const row = (k, v) => rows.push("<tr><td>" + k + "</td><td>" + v + "</td></tr>");
@@ -346,9 +406,12 @@
     if (m && m[3] && m[0] == null && m[2] == null) {
       html += '<div><b>differentiates</b> <span class="muted">no named forward function (a gradient sum or seed)</span></div>';
     } else if (m && m[3]) {
-      const { twin, node } = forwardOf(i);
-      html += "<div><b>differentiates</b> " + (twin >= 0 ? groupLink(twin) : '<span class="muted">no forward group</span>')
-        + (node >= 0 ? "<br>forward node " + nodeLink(node) : "") + "</div>";
+      const { twin, node, known } = forwardOf(i);
+      const what = esc(functionText(m));
+      html += '<div class="fwd"><b>differentiates</b> ' + (twin >= 0 ? groupLink(twin) : '<span class="muted">' + what + "</span>")
+        + "<br>forward node " + (node >= 0 ? nodeLink(node)
+          : '<span class="muted">' + (known === 0 ? "not in this graph (no computed node of " + what + " here)"
+            : "not told apart among the " + known + " nodes of " + what) + "</span>") + "</div>";
     }
     html += "<div><b>sources</b> (" + N.src[i].length + ")" + listOf(N.src[i]) + "</div>";
     const us = usersOf(i);
@@ -502,6 +565,6 @@
     + '<div><span class="swatch" style="border:2.5px dotted #1f78b4"></span>tangent (∂ scope): made by forward mode (jvp, hvp)</div>'
     + '<div><span class="swatch" style="border:1.5px solid #2a9d8f;background:#f6fbfa"></span>a group: click to open; the bar is its op families</div>'
     + '<div><span class="swatch" style="border:1px dotted #888"></span>a constant beside its user, or ↑ a source drawn higher up</div>';
-  window.uopViewer = { state, timing, open, goTo, search, focus, highlightPath, svgText, centre: centreOn, draw: () => drawn };
+  window.uopViewer = { state, timing, open, goTo, search, focus, highlightPath, svgText, forwardOf, centre: centreOn, draw: () => drawn };
   draw(0);
 })();
