@@ -15,8 +15,8 @@ import pytest
 from uopcli import Metadata, UOp, compute_gradient, load, save
 from uopcli.core.graph import Graph
 from uopcli.core.ops import FAMILY
-from uopcli.views.graphviz import (BACKWARD_BORDER, DEFAULT_MAX_NODES, FAMILY_COLOURS, RenderError, arg_text, render,
-                           to_dot, type_text)
+from uopcli.views.graphviz import (BACKWARD_BORDER, DEFAULT_MAX_NODES, FAMILY_COLOURS, RenderError, RenderWarning,
+                                  arg_text, render, to_dot, type_text)
 from uopcli.core.uop import next_serial, tag_new_nodes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -556,3 +556,40 @@ def test_a_function_body_made_by_differentiation_is_a_backward_cluster():
     backward = [t for t in titles if "cube_backward" in t]
     assert backward and all("∇ FUNCTION cube_backward" in t and "dashed" in t for t in backward)
     assert any("FUNCTION cube" in t and "∇" not in t for t in titles)
+
+
+def tall_chain(ops: int = 700) -> Graph:
+    """A chain of `ops` unary nodes: one rank each, taller than cairo's 32767-pixel bitmaps."""
+    x = UOp.param("x", (4,))
+    y = x
+    for k in range(ops):
+        y = y.exp2() if k % 2 else y.sqrt()
+    return Graph({"y": y.sum()}, inputs=[x])
+
+
+@needs_dot
+@pytest.mark.timeout(60)
+def test_a_png_scaled_down_to_fit_says_so_on_stderr(tmp_path):
+    """dot shrinks a too-tall PNG (and its text) to fit and says so; uopgrad ran it quietly:
+    exit 0, no word. Now one note names the factor and the way out, exit still 0."""
+    save(tall_chain(), tmp_path / "chain.uop")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def run(output):
+        return subprocess.run([sys.executable, "-m", "uopcli", "render", "chain.uop", "--max-nodes", "5000",
+                               "-o", output], capture_output=True, text=True, cwd=tmp_path, env=env)
+    done = run("chain.png")
+    assert done.returncode == 0
+    factor = done.stderr.split("dot scaled it by ")[1].split(" ")[0]
+    assert 0.5 < float(factor) < 1
+    assert done.stderr == (f"uopgrad: chain.png: the picture is too large for a PNG bitmap (cairo's limit is 32767 "
+                           f"pixels a side): dot scaled it by {factor} to fit, its text with it; svg or pdf keep it "
+                           f"full size (or draw a part: --around, --outputs)\n")
+    width, height = struct.unpack(">II", (tmp_path / "chain.png").read_bytes()[16:24])
+    assert height <= 32767 and (tmp_path / "chain.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    svg = run("chain.svg")
+    assert svg.returncode == 0 and svg.stderr == ""
+    with pytest.warns(RenderWarning, match=f"dot scaled it by {factor} to fit"):
+        render(tall_chain(), "png", max_nodes=5000)
+    notes: list[str] = []
+    assert render(mlp(), "png", notes)[:8] == b"\x89PNG\r\n\x1a\n" and notes == []

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections import deque
 from typing import Iterable, Sequence
 
@@ -114,30 +115,62 @@ def to_dot(graph: Graph, *, outputs: Sequence[str] | None = None, around: str | 
     return _Drawing(graph, order, roots, chosen, collapse_functions).dot(max_nodes)
 
 
-def render(graph: Graph, fmt: str = "svg", **options) -> bytes:
+def render(graph: Graph, fmt: str = "svg", notes: list[str] | None = None, **options) -> bytes:
     """The picture as bytes in `fmt` (svg, png, pdf, or dot for the DOT text itself).
-    `options` are to_dot's. Formats other than dot need Graphviz's `dot` program."""
+    `options` are to_dot's. Formats other than dot need Graphviz's `dot` program. What the
+    picture lost on the way (a PNG too large for cairo's bitmaps, scaled down by dot) is
+    appended to `notes`, or, with no list given, issued as a RenderWarning."""
     if fmt not in FORMATS:
         raise RenderError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
     text = to_dot(graph, **options).encode()
     if fmt == "dot":
         return text
-    return _run_dot(text, fmt)
+    found: list[str] = []
+    picture = _run_dot(text, fmt, found)
+    if notes is not None:
+        notes.extend(found)
+    else:
+        import warnings
+        for note in found:
+            warnings.warn(note, RenderWarning, stacklevel=2)
+    return picture
 
 
-def _run_dot(text: bytes, fmt: str) -> bytes:
+class RenderWarning(UserWarning):
+    """The picture was written, but not as drawn (a bitmap scaled down to fit)."""
+
+
+# dot -Tpng (cairo) says this on stderr and scales the whole bitmap down, its text with it
+_SCALED = re.compile(r"graph is too large for cairo-renderer bitmaps\. Scaling by ([0-9.]+) to fit")
+
+
+def _run_dot(text: bytes, fmt: str, notes: list[str] | None = None) -> bytes:
     try:
         import graphviz
     except ImportError:
         raise RenderError("the Python package 'graphviz' is missing: pip install graphviz") from None
     try:
-        picture = graphviz.pipe("dot", fmt, text, quiet=True)
+        # dot's stderr kept (not quiet=True): it is where dot says a bitmap was scaled down
+        picture = graphviz.pipe("dot", fmt, text, quiet=True) if notes is None else _pipe_noting(text, fmt, notes)
         return _fixed_pdf_dates(picture) if fmt == "pdf" else picture
     except graphviz.ExecutableNotFound:
         raise RenderError(INSTALL_DOT_HINT) from None
     except graphviz.CalledProcessError as exc:
         detail = (exc.stderr or b"").decode(errors="replace").strip().splitlines()
         raise RenderError(f"dot failed: {detail[0] if detail else exc}") from None
+
+
+def _pipe_noting(text: bytes, fmt: str, notes: list[str]) -> bytes:
+    """graphviz.pipe, dot's warnings read: a scaled-down bitmap gives a note."""
+    import graphviz
+    proc = graphviz.backend.execute.run_check([*graphviz.backend.dot_command.command("dot", fmt)],
+                                              input=text, capture_output=True, quiet=True)
+    scaled = _SCALED.search((proc.stderr or b"").decode(errors="replace"))
+    if scaled:
+        notes.append(f"the picture is too large for a {fmt.upper()} bitmap (cairo's limit is 32767 pixels a side): "
+                     f"dot scaled it by {float(scaled.group(1)):.3g} to fit, its text with it; "
+                     f"svg or pdf keep it full size (or draw a part: --around, --outputs)")
+    return proc.stdout
 
 
 FIXED_DATE = 315532800  # 1980-01-01 00:00:00 UTC, as the members of the .npz files written (values.npz_bytes)

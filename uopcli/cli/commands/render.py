@@ -62,7 +62,11 @@ def render(source, output, fmt, max_nodes, outputs, around, depth, collapse_func
                "collapse_functions": collapse_functions}
     if max_nodes is not None:
         options["max_nodes"] = max_nodes
-    _write(output, draw(graph, fmt, **options))
+    notes: list[str] = []
+    picture = draw(graph, fmt, notes, **options)
+    _write(output, picture)
+    for note in notes:  # written all the same, exit 0: but not as drawn
+        _note(f"{output}: {note}")
 
 
 def _render_format(output: str) -> str:
