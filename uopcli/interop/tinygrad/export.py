@@ -21,7 +21,12 @@ gradients):
   name (tied weights) and, where no output depends on any named tensor (an output realized
   before the export), the names are recorded in graph meta for `diff --wrt` to explain;
   the latter is also an ExportWarning;
-- COPY between devices is the value itself (the file has no devices).
+- COPY between devices is the value itself (the file has no devices);
+- an integer CONST its dtype cannot hold (tinygrad's `-u` of a uint8 is `u * -1`, its abs and
+  sign make a uint8 -1, `u + 300` a uint8 300) is wrapped to the dtype, as tinygrad's ops
+  compute with it; a comparison or MAX with one is decided as tinygrad's range analysis
+  decides it (`u < -1` is False), and a flooring division by one is refused (tinygrad's
+  value is neither wrapped nor floored).
 What has no counterpart (random bits not realized, multi-device ops, custom kernels,
 symbolic shapes) is refused with one line naming the tinygrad op and the Tensor function
 that made it. tinygrad's metadata (the Tensor function that made a node) becomes node

@@ -132,11 +132,64 @@ def _stack(walk, node, want, srcs):
 
 
 def _comparison(walk, node, want, srcs):
+    """a < b, a != b, a == b. A constant its dtype cannot hold (a uint8 -1) is compared as the
+    number it is, not wrapped: tinygrad's range analysis (uop/symbolic.py folds a comparison
+    whose operands' [vmin, vmax] decide it) makes `u8 < -1` False and `u8 != -1` True on
+    every device, where the wrapped 255 would not."""
     shape = walk.shape(node)
     a, b = (_broadcast(s, shape) for s in srcs)
     if a.dtype is not b.dtype:
         raise walk._refuse(node, f"compares {a.dtype.name} with {b.dtype.name}")
+    decided = _decided_comparison(walk, node, a.dtype)
+    if decided is not None:
+        return _filled(UOp.const(decided, dtypes.bool), shape)
     return UOp.make(node.op.name, walk.dtype(node), (a, b))
+
+
+def _decided_comparison(walk, node, dtype):
+    """The value of comparison `node` where an operand is a constant `dtype` cannot hold
+    (every value of the dtype lies on one side of it), else None."""
+    low, high = _int_range(dtype) if dtype.is_int else (0, 0)
+    # each operand as an interval: a constant beyond the range is itself, any other the range
+    (a_low, a_high), (b_low, b_high) = ((low, high) if (c := _beyond(walk, s, dtype)) is None else (c, c)
+                                        for s in node.src)
+    if (a_low, a_high) == (low, high) and (b_low, b_high) == (low, high):
+        return None
+    name = node.op.name
+    if name == "CMPLT":
+        return True if a_high < b_low else False if a_low >= b_high else None
+    apart = a_high < b_low or b_high < a_low
+    if not apart:
+        return None
+    return name == "CMPNE"
+
+
+def _filled(x: UOp, shape: tuple) -> UOp:
+    """Scalar `x` broadcast to `shape`."""
+    if not shape:
+        return x
+    ones = UOp.make(Ops.RESHAPE, x.dtype, (x,), (1,) * len(shape))
+    return UOp.make(Ops.EXPAND, x.dtype, (ones,), shape)
+
+
+def _maximum(walk, node, want, srcs):
+    """max(a, b). With a constant its dtype cannot hold, tinygrad's range analysis decides it
+    (uop/symbolic.py: `x.maximum(y) -> x` where y's vmax <= x's vmin, and the other way):
+    below the range (`u8.maximum(-1)`) the other operand, above it (`u8.maximum(300)`) the
+    constant, wrapped to the dtype (44) as tinygrad stores it."""
+    dtype = walk.value_dtype(node, want)
+    if dtype.is_int:
+        low, high = _int_range(dtype)
+        for i, s in enumerate(node.src):
+            c = _beyond(walk, s, dtype)
+            if c is not None:
+                other = srcs[1 - i]
+                if c < low and _beyond(walk, node.src[1 - i], dtype) is None:
+                    return _committed(walk, node, want, _broadcast(_cast(other, dtype), walk.shape(node)))
+                if c > high:
+                    return _committed(walk, node, want, _filled(UOp.const(_wrapped(c, dtype), dtype),
+                                                                walk.shape(node)))
+    return _elementwise(walk, node, want, srcs)
 
 
 def _floor_div_mod(walk, node, want, srcs):
@@ -144,6 +197,11 @@ def _floor_div_mod(walk, node, want, srcs):
     (CMOD) has the wrong sign, where the remainder is nonzero and the signs differ; floats:
     floor(a / b) and a - floor(a / b) * b."""
     dtype = walk.value_dtype(node, want)
+    if any(_beyond(walk, s, dtype) is not None for s in node.src):
+        # tinygrad lowers it for signed operands (codegen/decomp/op.py floordiv_to_idiv):
+        # uint8 [1, 100] // -3 gives [255, 255], neither wrapped (x // 253) nor floored
+        raise walk._refuse(node, f"divides {dtype.name} by a constant it cannot hold, which tinygrad computes "
+                                 "neither wrapped nor as a floor")
     shape = walk.shape(node)
     a, b = (_broadcast(_cast(s, dtype), shape) for s in srcs)
     floor_div = node.op.name == "FLOORDIV"
@@ -170,12 +228,40 @@ def _floor_div_mod(walk, node, want, srcs):
 
 
 def _const(walk, node, want, srcs):
+    """A scalar; an integer outside its dtype's range (tinygrad's -x of a uint8 is x * -1,
+    its abs and sign make a uint8 -1, `u8 + 300` a uint8 300) is wrapped to the dtype, as
+    tinygrad computes with it: its ops' results are truncated to the dtype (PYTHON:
+    dtype.py's `truncate`, ctypes' c_uint8(-1) = 255; CPU: C's conversion) and Tensor.full
+    stores it so. A comparison or MAX with one is not modular in tinygrad: see _beyond."""
     dtype = want if walk.is_weak(node) else walk.dtype(node)
     value = node.arg
     if not isinstance(value, (bool, int, float)):
         raise walk._refuse(node, f"holds {value!r}, not a number")
-    value = bool(value) if dtype.is_bool else int(value) if dtype.is_int else float(value)
+    value = bool(value) if dtype.is_bool else _wrapped(int(value), dtype) if dtype.is_int else float(value)
     return UOp.const(value, dtype)
+
+
+def _int_range(dtype) -> tuple[int, int]:
+    bits = dtype.itemsize * 8
+    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if dtype.kind == "i" else (0, (1 << bits) - 1)
+
+
+def _wrapped(value: int, dtype) -> int:
+    """`value` modulo 2^bits, in the dtype's range (two's complement for signed ones)."""
+    low, high = _int_range(dtype)
+    return (value - low) % (high - low + 1) + low
+
+
+def _beyond(walk, node, dtype):
+    """The value of tinygrad node `node` when it is an integer CONST (through the RESHAPE and
+    EXPAND that broadcast one) that `dtype` cannot hold, else None."""
+    while node.op in (walk.T.RESHAPE, walk.T.EXPAND):
+        node = node.src[0]
+    value = node.arg
+    if node.op is not walk.T.CONST or not dtype.is_int or isinstance(value, bool) or not isinstance(value, int):
+        return None
+    low, high = _int_range(dtype)
+    return None if low <= value <= high else value
 
 
 def _cast_build(walk, node, want, srcs):
@@ -272,7 +358,7 @@ def _gettuple(walk, node, want, srcs):
 # ----------------------------------------------------------------------------- the table
 
 _ELEMENTWISE = ("NEG", "RECIPROCAL", "SQRT", "EXP2", "LOG2", "SIN", "TRUNC",   # same names and maths as ours
-                "ADD", "SUB", "MUL", "FDIV", "MAX", "POW", "CDIV", "CMOD", "AND", "OR", "XOR", "SHL", "SHR",
+                "ADD", "SUB", "MUL", "FDIV", "POW", "CDIV", "CMOD", "AND", "OR", "XOR", "SHL", "SHR",
                 "WHERE", "MULACC")
 
 
@@ -280,7 +366,8 @@ def _rules(T) -> dict:
     """tinygrad Ops -> Rule."""
     rules = {getattr(T, name): Rule(_operands, _elementwise) for name in _ELEMENTWISE}
     rules.update({
-        T.CMPLT: Rule(_compared, _comparison),             # a < b
+        T.MAX: Rule(_operands, _maximum),                  # max(a, b); a constant beyond the dtype decides it
+        T.CMPLT: Rule(_compared, _comparison),             # a < b (a constant beyond the dtype decides it)
         T.CMPNE: Rule(_compared, _comparison),             # a != b
         T.CMPEQ: Rule(_compared, _comparison),             # a == b
         T.FLOORDIV: Rule(_operands, _floor_div_mod),       # floor(a / b): CDIV corrected where signs differ
