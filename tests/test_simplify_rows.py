@@ -247,12 +247,14 @@ def test_the_ratio_row_makes_sigmoid_gradient_finite_where_the_literal_is_nan(on
 
 def test_the_ratio_row_needs_the_constant_one():
     """e * 1/(e + k) is 1 - 1/(e + k) only for k the CONST 1: not for another constant, nor
-    for a PARAM whose name is the number 1 (a slot); those are left as written."""
+    for a PARAM whose name is the number 1 (a slot); those are only divided, e / (e + k), as
+    tinygrad's devices divide (the quotient row)."""
     x, slot = UOp.param("x", (4,)), UOp.param(1, (4,))
     e = (x * -1.4426950408889634).exp2()
     values = {x: np.array([-2.0, 0.0, 0.5, 3.0], np.float32), slot: np.full(4, 3.0, np.float32)}
     for k in (UOp.const(2.0), slot):
-        expr = e * UOp.make(Ops.ADD, dtypes.float32, (e, k)).reciprocal()
+        total = UOp.make(Ops.ADD, dtypes.float32, (e, k))
+        expr, divided = e * total.reciprocal(), UOp.make(Ops.FDIV, dtypes.float32, (e, total))
         out = simplify_nodes([expr])[0]
-        literal, simplified = evaluate([expr, out], values)
-        assert _bits(literal) == _bits(simplified), f"e * 1/(e + {k.op} {k.arg}) was rewritten: {literal} -> {simplified}"
+        quotient, simplified = evaluate([divided, out], values)
+        assert _bits(quotient) == _bits(simplified), f"e * 1/(e + {k.op} {k.arg}) was rewritten: {quotient} -> {simplified}"

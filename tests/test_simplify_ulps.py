@@ -37,6 +37,7 @@ WORST_SEEN = {
     "ratio_through_sum": (2.0, 2.0),
     "sum_of_copies": ("count", 0.29),
     "negated_sum": (0.0, 0.0),
+    "quotient": (2.0, 1.0),  # two floats less than 2 ulps apart: 1 within a binade
 }
 
 
@@ -120,7 +121,15 @@ def _negated_sum_forms(rng, dtype):
     yield from ((-m).r(Ops.ADD, (1,)), (-m).r(Ops.ADD, (0, 2)), (-x).r(Ops.ADD, (0,)))
 
 
-FORMS = {"fold_constant_factors": _factor_forms, "reciprocal_of_scaled": _reciprocal_forms,
+def _quotient_forms(rng, dtype):
+    """a * (1/b) in both orders, broadcast, and with a reciprocal on each side."""
+    x, y = UOp.param("x", (M,), dtype), UOp.param("y", (M,), dtype)
+    m, k = UOp.param("m", (3, 1, 4), dtype), UOp.param("k", (1, 1, 4), dtype)
+    yield from (x * y.reciprocal(), y.reciprocal() * x, x.reciprocal() * y.reciprocal(), -x * y.reciprocal(),
+                m.expand(3, 5, 4) * k.reciprocal().expand(3, 5, 4), (x * y) * y.reciprocal())
+
+
+FORMS = {"quotient": _quotient_forms, "fold_constant_factors": _factor_forms, "reciprocal_of_scaled": _reciprocal_forms,
          "fold_constant_terms": _term_forms, "sigmoid_ratio": _ratio_forms,
          "ratio_through_sum": _ratio_sum_forms, "sum_of_copies": _sum_forms,
          "negated_sum": _negated_sum_forms}

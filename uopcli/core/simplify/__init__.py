@@ -8,7 +8,8 @@
   movements that undo each other, constant folding, ...). `uopgrad eval` always applies them.
 - `TINYGRAD` (algebraic.py): the algebraic rewrites tinygrad's compiler applies before a
   kernel runs, which change rounding but not meaning, each bounded in ulps. With them the
-  gradients of sigmoid, tanh, gelu, ... are finite where tinygrad's are.
+  gradients of sigmoid, tanh, gelu, ... are finite where tinygrad's are, and a * (1/b),
+  tinygrad's float division, is a / b rounded once, as its devices with FDIV compute it.
 
 Inputs and outputs keep their names and order, the file's meta is kept, and a node's
 metadata passes to the node that replaces it. The walk is in walk.py.

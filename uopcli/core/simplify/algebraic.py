@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from ..ops import Ops
+from ..ops import SELECTING_MOVES, Ops
 from ..pattern import PatternMatcher, UPat
 from . import nodes as n
 from ..walks import memoised_fold
@@ -346,6 +346,48 @@ def negated_sum(x, node):
     return -n.make(Ops.REDUCE, node, (x,), node.arg)
 
 
+# ----------------------------------------------------------------------------- division
+
+def _reciprocal_under_moves(node, depth: int = 8):
+    """(the RECIPROCAL, the movements above it, top first) when `node` is a RECIPROCAL seen
+    through RESHAPE, EXPAND, PERMUTE, SHRINK or FLIP (each element is still the one 1/b
+    at its place), else None."""
+    moves = []
+    while node.op in SELECTING_MOVES and len(moves) < depth:
+        moves.append(node)
+        node = node.src[0]
+    return (node, moves) if node.op == Ops.RECIPROCAL else None
+
+
+@only_when(lambda key: any(op == Ops.RECIPROCAL or op in SELECTING_MOVES for op in key[2:]))
+def quotient(node):
+    """a * (1/b) = a / b, one rounding (tinygrad: codegen/decomp/op.py
+    get_late_rewrite_patterns, `a * (1/b) -> a/b`, for float dtypes where the device's
+    renderer has FDIV: clang's and LLVM's CPU, CUDA, METAL, AMD, ...; its PYTHON
+    interpreter has none and rounds twice). tinygrad writes every float division so
+    (Tensor.div is a * b.reciprocal()), so its devices divide correctly rounded: 41/41 is 1,
+    where 41 * fl(1/41) is 0.99999994. In a kernel a movement is only indexing, so 1/b
+    broadcast (x / v of a row v) is divided too: here the movements go onto b. A
+    reciprocal of a constant is folded first (tinygrad folds it too: x/3 is x * fl(1/3)
+    there as here); with a reciprocal on each side, the right one is the divisor, as in
+    tinygrad's match order. Literal: 1/b and the product rounded (1.5 ulps of the
+    quotient from a/b, for normal values: 1/b's half ulp is at most an ulp of the
+    product), here one rounding (0.5): at most 2 ulps apart."""
+    if not node.dtype.is_float:
+        return None
+    for a, r in (node.src, node.src[::-1]):
+        found = _reciprocal_under_moves(r)
+        if found is not None:
+            break
+    else:
+        return None
+    reciprocal, moves = found
+    b = reciprocal.src[0]
+    for m in reversed(moves):
+        b = n.make(m.op, m, (b,), m.arg)
+    return n.make(Ops.FDIV, node, (a, b))
+
+
 # ----------------------------------------------------------------------------- the table
 
 ROWS = [
@@ -364,6 +406,10 @@ ROWS = [
         "codegen/simplify.py reduce_unparented", "count"),
     Row(UPat(Ops.REDUCE, src=(UPat(Ops.NEG, src=(x_,)),), name="node"), negated_sum,
         "symbolic.py sym `(x*c).reduce(ADD) -> x.reduce(ADD)*c` with -x as x*-1", 0.0),
+    # last: the rows above see a product's reciprocals first, as tinygrad's symbolic rules
+    # run before its late rewrites
+    Row(UPat(Ops.MUL, name="node"), quotient,
+        "codegen/decomp/op.py get_late_rewrite_patterns `a*(1/b) -> a/b` (renderers with FDIV)", 2.0),
 ]
 
 TINYGRAD = PatternMatcher([(row.pattern, row.fn) for row in ROWS])
