@@ -4,7 +4,7 @@ METAL, ...) divide once, correctly rounded (codegen/decomp/op.py get_late_rewrit
 `a * (1/b) -> a/b`); its PYTHON interpreter has no FDIV and rounds twice. `eval` simplifies as
 tinygrad runs a graph (the algebraic `quotient` row), so its values are tinygrad CPU's, bit for
 bit, and torch's; `--literal` evaluates the MUL of RECIPROCAL as written (two roundings), which
-is what the PYTHON device computes. The way back (to_tinygrad) and ONNX agree."""
+is what the PYTHON device computes. Gradients, the way back (to_tinygrad) and ONNX agree."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from tinygrad import Tensor  # noqa: E402
 from uopcli import evaluate_graph  # noqa: E402
 from uopcli.core.simplify import simplify  # noqa: E402
 from uopcli.interop.tinygrad import evaluate_on_tinygrad, export, save, to_tinygrad  # noqa: E402
+from uopcli.tools.differentiate import differentiate  # noqa: E402
 from _tinygrad_usable import unusable_reason  # noqa: E402
 
 _UNUSABLE = unusable_reason()
@@ -123,6 +124,23 @@ def test_the_fuzzers_program_on_the_command_line(tmp_path):
         return {name: out["values"] for name, out in json.loads(done.stdout)["outputs"].items()}
     assert run() == expected
     assert run("--literal")["floor_x_over_y"] == [0.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("loss", ["sum(a / b)", "sum(a / b * v)", "sum((a / b)^2)", "sum(v / b)"])
+def test_gradients_are_tinygrads_own(loss):
+    """diff of a division, evaluated by default, is tinygrad CPU's Tensor.gradient bit for bit;
+    --literal is its PYTHON device's (the gradient of 1/b is (-g * y) * y, tinygrad's order)."""
+    build = {"sum(a / b)": lambda a, b, v: (a / b).sum(), "sum(a / b * v)": lambda a, b, v: (a / b * v).sum(),
+             "sum((a / b)^2)": lambda a, b, v: (a / b).square().sum(), "sum(v / b)": lambda a, b, v: (v / b).sum()}
+    for device, mode in (("CPU", "tinygrad"), ("PYTHON", None)):
+        a, b, v = _tensors(np.float32, device)
+        out = build[loss](a, b, v)
+        exported = export({"loss": out}, inputs={"a": a, "b": b})
+        grad, _ = differentiate(exported.graph, ["a", "b"])
+        theirs = [g.numpy() for g in out.gradient(a, b)]
+        ours = evaluate_graph(grad, exported.values, simplify=mode)
+        for name, expected in zip(("grad_a", "grad_b"), theirs):
+            assert not _differ(ours[name], expected), f"{loss} {name} vs tinygrad {device}: {_differ(ours[name], expected)}"
 
 
 def test_the_way_back_divides_as_tinygrad_does():

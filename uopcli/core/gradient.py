@@ -355,7 +355,8 @@ GRADIENT_RULES = {
                                    need[2] and _where(y.src[0], _zero(g), g)),
     # elementwise unary (EXP2, SQRT, RECIPROCAL reuse y itself)
     Ops.NEG: lambda g, y, need: (_neg(g),),                                # d(-x) = -dx
-    Ops.RECIPROCAL: lambda g, y, need: (_neg(_mul(g, _mul(y, y))),),       # d(1/x) = -y^2 dx
+    Ops.RECIPROCAL: lambda g, y, need: (_mul(_mul(_neg(g), y), y),),       # d(1/x) = -y^2 dx, as (-g y) y (tinygrad's
+    # `-ctx * ret * ret`): its devices make that (-g/x)/x (a*(1/b) -> a/b), and so does eval
     Ops.SQRT: lambda g, y, need: (_div(g, _mul(y, _const(y, 2.0))),),      # d sqrt(x) = dx / (2y)
     Ops.EXP2: lambda g, y, need: (_mul(_mul(g, y), _const(y, LN2)),),      # d 2^x = y ln2 dx
     Ops.LOG2: lambda g, y, need: (_div(g, _mul(y.src[0], _const(y, LN2))),),  # d log2(x) = dx / (x ln2)
