@@ -2,13 +2,14 @@
 
 tinygrad 0.14 records which Tensor function made a node (one `Metadata` per outermost call,
 set in a ContextVar by a wrapper around every Tensor method) but not who called it, and a
-graph alone cannot say it: `ln(enc(x))` and `enc(x).layernorm()` are the same nodes. So,
-as tinygrad's own wrapper does for the function's name, `record_module_calls` wraps the two
+graph alone cannot say it: `ln(enc(x))` and `enc(x).layernorm()` are the same nodes. So, as
+tinygrad's own wrapper does for the function's name, `record_module_calls` wraps the two
 Tensor methods every node goes through (`_apply_uop`, and `_wrap_uop` for casts) and notes
 for each new node the objects whose methods are on the Python stack (a module's `__call__`,
-a block's `forward`), outermost first. The stack is walked once per outermost Tensor call:
-the modules cannot change inside one. A node made again by another module (tinygrad shares
-equal nodes: q, k and v reshape the same input) keeps the modules both calls share.
+a block's `forward`, whatever its first parameter is named), outermost first. The stack is
+walked once per outermost Tensor call: the modules cannot change inside one. A node made
+again by another module (tinygrad shares equal nodes: q, k and v reshape the same input)
+keeps the modules both calls share.
 
 `ModuleScopes` turns those objects into module paths at export: an object's path is where
 its tensors sit in the state_dict (`attn.q.weight` of an object whose `q.weight` is that
@@ -103,8 +104,10 @@ _tensors_of: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _objects_on_stack(skip) -> tuple:
-    """The nearest tensors of the `self` of each method running outside tinygrad's core
-    (its nn modules count), outermost first, each once; objects without tensors left out."""
+    """The nearest tensors of the instance of each method running outside tinygrad's core
+    (its nn modules count), outermost first, each once; objects without tensors left out.
+    A frame is a method call on an instance when its first positional argument's class has
+    that function (under any name: `def __call__(s, x)` is as much a method as `self`'s)."""
     global _TINYGRAD_DIR
     if _TINYGRAD_DIR is None:
         import tinygrad
@@ -114,14 +117,66 @@ def _objects_on_stack(skip) -> tuple:
     frame = sys._getframe(3)
     while frame is not None:
         code = frame.f_code
-        if code.co_argcount and code.co_varnames[0] == "self" and (
+        if code.co_argcount and (
                 not code.co_filename.startswith(_TINYGRAD_DIR) or code.co_filename.startswith(nn_dir)):
-            obj = frame.f_locals.get("self")
-            tensors = _nearest_tensors(obj, skip[0]) if obj is not None and not isinstance(obj, skip) else ()
+            obj = frame.f_locals.get(code.co_varnames[0])
+            tensors = _nearest_tensors(obj, skip[0]) \
+                if obj is not None and not isinstance(obj, skip) and _is_method_of(type(obj), code) else ()
             if tensors and not (found and found[-1] is tensors):
                 found.append(tensors)
         frame = frame.f_back
     return tuple(reversed(found))
+
+
+_METHOD_CODES = 4096  # answers kept; past that, the cache starts again
+# (class, code object, the class's attribute of the code's name) -> whether the code is a method's of the class
+_method_of: dict = {}
+
+
+def _is_method_of(cls: type, code) -> bool:
+    """Whether `code` is a method's of `cls` (its own or inherited, reached by super(); a
+    property's accessor; a decorated function's inner one; a lambda in the class body): a
+    function taking the instance first, as a free function taking a module first
+    (`run(block, x)`) is not. This runs for each frame as each node is built: one attribute
+    lookup and one cached answer, kept with what the class's attribute of that name is (a
+    test may patch a module's `__call__` and put it back)."""
+    attribute = getattr(cls, code.co_name, None)
+    key = (cls, code, attribute)
+    try:
+        known = _method_of.get(key)
+    except TypeError:  # an unhashable class attribute of that name: not a function
+        return _found_in(cls, code)
+    if known is None:
+        if len(_method_of) >= _METHOD_CODES:
+            _method_of.clear()
+        known = _method_of[key] = _runs(attribute, code) or _found_in(cls, code)
+    return known
+
+
+def _found_in(cls: type, code) -> bool:
+    try:
+        namespaces = [vars(klass) for klass in cls.__mro__]
+    except (AttributeError, TypeError):
+        return False
+    name = code.co_name
+    return any(_runs(ns[name], code) for ns in namespaces if name in ns) or \
+        any(_runs(value, code) for ns in namespaces for value in ns.values())
+
+
+def _runs(value, code) -> bool:
+    """Whether the class attribute `value`, called on an instance, runs `code` first (its
+    own function, a property's accessors, a `functools.wraps` decorator's inner function)."""
+    if value is None:
+        return False
+    if isinstance(value, property):
+        return any(_runs(f, code) for f in (value.fget, value.fset, value.fdel) if f is not None)
+    for _ in range(8):  # decorators seldom stack deeper
+        if getattr(value, "__code__", None) is code:
+            return True
+        value = getattr(value, "__wrapped__", None)
+        if value is None:
+            return False
+    return False
 
 
 def _nearest_tensors(obj, tensor_type) -> tuple:
