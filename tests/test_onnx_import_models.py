@@ -177,7 +177,8 @@ def test_the_graph_says_which_model_it_was_imported_from():
     import hashlib
     graph, _ = load_onnx(str(SAMPLES / "mlp-legacy14.onnx"))
     digest = hashlib.sha256((SAMPLES / "mlp-legacy14.onnx").read_bytes()).hexdigest()
-    assert graph.meta == {"onnx.opset": "14", "onnx.producer": "pytorch 2.13.0", "onnx.sha256": digest}
+    assert graph.meta == {"onnx.opset": "14", "onnx.producer": "pytorch 2.13.0", "onnx.sha256": digest,
+                          "onnx.torch_exporter": "legacy"}
 
 
 def test_module_paths_become_the_scope_of_the_nodes():

@@ -23,14 +23,25 @@ from uopcli.tools.inspect import modules_reading  # noqa: E402
 UOPGRAD = shutil.which("uopgrad", path=os.path.dirname(sys.executable)) or shutil.which("uopgrad")
 
 
+def _scoped(node, *scopes: str):
+    """The node as torch's dynamo exporter tags it: its module path in its name scopes."""
+    prop = node.metadata_props.add()
+    prop.key, prop.value = "pkg.torch.onnx.name_scopes", repr(["", *scopes])
+    return node
+
+
 def merged_model(producer: str = "pytorch") -> onnx.ModelProto:
     """y = sum(n2(n1(x) @ w)), n1 and n2 LayerNorms reading ONE scale `n1.weight` (as the
-    dynamo optimizer leaves two fresh LayerNorms), each its own bias; node names carry
-    the module paths (/n1/..., /n2/...)."""
-    nodes = [helper.make_node("LayerNormalization", ["x", "n1.weight", "n1.bias"], ["h"], name="/n1/LayerNormalization"),
-             helper.make_node("MatMul", ["h", "w"], ["m"], name="/lin/MatMul"),
-             helper.make_node("LayerNormalization", ["m", "n1.weight", "n2.bias"], ["o"], name="/n2/LayerNormalization"),
-             helper.make_node("ReduceSum", ["o"], ["y"], name="/ReduceSum", keepdims=0)]
+    dynamo optimizer leaves two fresh LayerNorms), each its own bias; the nodes carry the
+    module paths as the dynamo exporter's do, but not the program they were made from (as
+    an older torch wrote them): whether the model ties the scale or the exporter merged it,
+    the file cannot tell."""
+    nodes = [_scoped(helper.make_node("LayerNormalization", ["x", "n1.weight", "n1.bias"], ["h"],
+                                      name="node_layer_norm"), "n1", "layer_norm"),
+             _scoped(helper.make_node("MatMul", ["h", "w"], ["m"], name="node_matmul"), "lin", "matmul"),
+             _scoped(helper.make_node("LayerNormalization", ["m", "n1.weight", "n2.bias"], ["o"],
+                                      name="node_layer_norm_1"), "n2", "layer_norm_1"),
+             _scoped(helper.make_node("ReduceSum", ["o"], ["y"], name="node_sum", keepdims=0), "sum")]
     rng = np.random.default_rng(0)
     weights = {"n1.weight": rng.normal(size=4), "n1.bias": rng.normal(size=4), "n2.bias": rng.normal(size=4),
                "w": rng.normal(size=(4, 4))}
@@ -238,3 +249,139 @@ def test_a_data_input_several_modules_read_gets_no_exporter_hint(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "uopgrad: x is read by 2 modules (q, k), so its gradient is the sum of theirs\n" in done.stderr
+
+
+# ----------------------------------------------------------------------------- tied or merged, by real exports
+# A weight several modules read is either one the model itself ties (one Parameter: GPT-2's
+# wte and lm_head; its gradient is rightly the sum) or one torch's dynamo exporter merged
+# (its optimizer, on by default, keeps one of several weights equal at export). The notes
+# blamed the dynamo exporter's optimizer in both cases, also in exports made exactly as the
+# README recommends (legacy without folding; dynamo with optimize=False), and refused a tied
+# name the file lacks with "export with ... optimize=False": what had been done. The legacy
+# exporter writes a tied weight once and separates equal ones by Identity nodes (the import
+# makes each a weight again); a dynamo export's nodes name the parameter their program read
+# (pkg.torch.onnx.fx_node: `linear(%tanh, %p_b_weight)`), so a node that reads a.weight in place
+# of b.weight shows the merge.
+
+def _torch_exports(tmp_path_factory):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+    pytest.importorskip("onnxscript", reason="onnxscript is not installed: torch's dynamo exporter needs it")
+
+    class Tied(torch.nn.Module):  # the repro's: embedding and head share one Parameter
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(10, 4)
+            self.head = torch.nn.Linear(4, 10, bias=False)
+            self.head.weight = self.emb.weight
+
+        def forward(self, ids):
+            return self.head(self.emb(ids)).logsumexp(-1).sum()
+
+    class EqualAtInit(torch.nn.Module):  # two Linears, their own Parameters, equal values
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(4, 4, bias=False)
+            self.b = torch.nn.Linear(4, 4, bias=False)
+            with torch.no_grad():
+                self.b.weight.copy_(self.a.weight)
+
+        def forward(self, x):
+            return self.b(self.a(x).tanh()).sum()
+
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("tied")
+    tied, equal = Tied().double().eval(), EqualAtInit().double().eval()
+    ids, x = torch.tensor([[1, 2, 3, 1]]), torch.randn(2, 4, dtype=torch.float64)
+    exports = {
+        "tied-legacy": (tied, (ids,), ["ids"], dict(dynamo=False, do_constant_folding=False)),
+        "tied-dynamo": (tied, (ids,), ["ids"], dict(dynamo=True, optimize=False, external_data=False)),
+        "equal-optimized": (equal, (x,), ["x"], dict(dynamo=True, optimize=True, external_data=False)),
+        "equal-dynamo": (equal, (x,), ["x"], dict(dynamo=True, optimize=False, external_data=False)),
+    }
+    for name, (model, args, names, how) in exports.items():
+        torch.onnx.export(model, args, str(folder / f"{name}.onnx"), input_names=names, **how)
+    tied(ids).backward()
+    return folder, {"ids": ids.numpy(), "x": x.numpy()}, tied.emb.weight.grad.numpy()
+
+
+@pytest.fixture(scope="module")
+def torch_exports(tmp_path_factory):
+    return _torch_exports(tmp_path_factory)
+
+
+def _notes_and_refusal(path, present: str, absent: str):
+    """shared_weight_notes of --wrt `present` (as the CLI gives them: the file's weights known),
+    and the message refusing --wrt `absent`."""
+    from uopcli.errors import GradientError
+    from uopcli.interop.onnx.importer import load_onnx
+    from uopcli.tools.inspect import shared_weight_notes
+    graph, weights = load_onnx(str(path))
+    notes = shared_weight_notes(graph, [present], set(weights))
+    with pytest.raises(GradientError) as caught:
+        differentiate(graph, [absent])
+    return graph, weights, notes, str(caught.value)
+
+
+TIED_NOTE = ("{w} is read by 2 modules (emb, head), so its gradient is the sum of theirs; the model itself shares "
+             "this one weight (one Parameter: tied weights, or a module applied twice), exported under the name {w}")
+TIED_REFUSAL = ("no input named '{asked}' to differentiate with respect to; inputs: ids, {w}; module {module} reads "
+                "{w}, one weight the model itself shares with {other} (tied: one Parameter), exported under the name "
+                "{w}: --wrt {w}, whose gradient holds the uses of both")
+
+
+def test_a_tied_weight_of_a_legacy_export_is_the_models_own_sharing(torch_exports):
+    """Legacy, folding off (as the README says): the one Parameter is emb.weight; no dynamo blame."""
+    folder, values, torch_grad = torch_exports
+    graph, weights, notes, refusal = _notes_and_refusal(folder / "tied-legacy.onnx", "emb.weight", "head.weight")
+    assert graph.meta["onnx.torch_exporter"] == "legacy" and "onnx.merged_weights" not in graph.meta
+    assert notes == [TIED_NOTE.format(w="emb.weight")]
+    assert refusal == TIED_REFUSAL.format(asked="head.weight", w="emb.weight", module="head", other="emb")
+    grads, _ = differentiate(graph, ["emb.weight"], cotangent=None)  # rightly the sum: torch's own
+    np.testing.assert_allclose(evaluate_graph(grads, {**weights, "ids": values["ids"]})["grad_emb.weight"],
+                               torch_grad, rtol=1e-12)
+
+
+def test_a_tied_weight_of_a_dynamo_export_without_its_optimizer_is_the_models_own_sharing(torch_exports):
+    """Dynamo, optimize=False (as the README says): the one Parameter is named head.weight, and
+    --wrt emb.weight is refused with that name, not with the export already done."""
+    folder, values, torch_grad = torch_exports
+    graph, weights, notes, refusal = _notes_and_refusal(folder / "tied-dynamo.onnx", "head.weight", "emb.weight")
+    assert graph.meta["onnx.torch_exporter"] == "dynamo" and graph.meta["onnx.merged_weights"] == "{}"
+    assert notes == [TIED_NOTE.format(w="head.weight")]
+    assert refusal == TIED_REFUSAL.format(asked="emb.weight", w="head.weight", module="emb", other="head")
+    assert "optimize=False" not in refusal
+    grads, _ = differentiate(graph, ["head.weight"], cotangent=None)
+    np.testing.assert_allclose(evaluate_graph(grads, {**weights, "ids": values["ids"]})["grad_head.weight"],
+                               torch_grad, rtol=1e-12)
+
+
+def test_equal_weights_the_dynamo_optimizer_merged_are_said_to_be_merged(torch_exports):
+    """Two Linears equal at init, dynamo with its optimizer: b.weight was merged into a.weight."""
+    folder, _, _ = torch_exports
+    graph, _, notes, refusal = _notes_and_refusal(folder / "equal-optimized.onnx", "a.weight", "b.weight")
+    assert graph.meta["onnx.merged_weights"] == '{"a.weight": ["b.weight"]}'
+    assert notes == ["a.weight is read by 2 modules (a, b), so its gradient is the sum of theirs; torch's dynamo "
+                     "exporter merged b.weight into it, their values being equal at export (its optimizer, on by "
+                     "default): torch.onnx.export(..., dynamo=True, optimize=False) keeps each module's own"]
+    assert refusal == ("no input named 'b.weight' to differentiate with respect to; inputs: x, a.weight; torch's "
+                       "dynamo exporter merged b.weight into a.weight, their values being equal at export (its "
+                       "optimizer, on by default): --wrt a.weight gives the sum of both modules' gradients, and "
+                       "torch.onnx.export(..., dynamo=True, optimize=False) keeps b.weight")
+    separate, weights = import_model(onnx.load(str(folder / "equal-dynamo.onnx")))
+    assert set(weights) == {"a.weight", "b.weight"} and modules_reading(separate, ["a.weight", "b.weight"]) == {}
+
+
+@pytest.mark.skipif(UOPGRAD is None, reason="the uopgrad console script is not installed")
+def test_diff_of_the_readmes_tied_exports_says_the_model_ties_the_weight(torch_exports):
+    """The newcomer's commands: each export as the README recommends, each told the truth."""
+    folder, _, _ = torch_exports
+    legacy = subprocess.run([UOPGRAD, "diff", "tied-legacy.onnx", "--wrt", "emb.weight", "-o", "l.uop"], cwd=folder,
+                            capture_output=True, text=True, timeout=300)
+    assert legacy.returncode == 0, legacy.stderr
+    assert [line for line in legacy.stderr.splitlines() if "is read by" in line] == [
+        "uopgrad: " + TIED_NOTE.format(w="emb.weight")]
+    dynamo = subprocess.run([UOPGRAD, "diff", "tied-dynamo.onnx", "--wrt", "emb.weight", "-o", "d.uop"], cwd=folder,
+                            capture_output=True, text=True, timeout=300)
+    assert dynamo.returncode == 1
+    assert dynamo.stderr == "uopgrad: error: tied-dynamo.onnx: " + TIED_REFUSAL.format(
+        asked="emb.weight", w="head.weight", module="emb", other="head") + "\n"

@@ -69,7 +69,7 @@ def differentiate(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = N
         raise GradientError("nothing to differentiate with respect to: name at least one input (--wrt)")
     of = _chosen_outputs(graph, of)
     inputs = {node.arg: node for node in graph.inputs}  # one dict: --wrt may name thousands
-    targets = [_target(inputs, name, graph.meta) for name in wrt]
+    targets = [_target(inputs, name, graph.meta, graph) for name in wrt]
     taken = set(graph.outputs) if keep_forward else set()
     grad_names = [fresh("grad", name, taken) for name in wrt]
 
@@ -147,8 +147,9 @@ def _chosen_outputs(graph: Graph, of: Sequence[str] | None) -> list[str]:
     return of
 
 
-def _target(inputs: dict[str, UOp], name: str, meta: dict | None = None) -> UOp:
-    """The input `name` of a graph whose inputs are `inputs` (and file metadata `meta`)."""
+def _target(inputs: dict[str, UOp], name: str, meta: dict | None = None, graph: Graph | None = None) -> UOp:
+    """The input `name` of a graph whose inputs are `inputs` (and file metadata `meta`; `graph`,
+    for a missing name's hint)."""
     node = inputs.get(name)
     if node is None and name in _fixed_inputs(meta):
         raise GradientError(f"input {name!r} was fixed with --constant {name}=... when importing, so it is a "
@@ -160,9 +161,10 @@ def _target(inputs: dict[str, UOp], name: str, meta: dict | None = None) -> UOp:
         raise GradientError(f"no input named {name!r} to differentiate with respect to: the ONNX model's {name!r} is "
                             f"input {renamed} (renamed: a graph's names have no whitespace, '=' or ','); --wrt {renamed}")
     if node is None:
+        hint = _folded_hint(name, meta) or _tinygrad_hint(name, meta) or _shared_hint(name, graph) \
+            or _exporter_hint(meta)
         raise GradientError(f"no input named {name!r} to differentiate with respect to; "
-                            f"inputs: {', '.join(inputs) or 'none'}"
-                            f"{_folded_hint(name, meta) or _tinygrad_hint(name, meta) or _exporter_hint(meta)}")
+                            f"inputs: {', '.join(inputs) or 'none'}{hint}")
     if not node.dtype.is_float:
         raise GradientError(f"input {name!r} is {_type(node)}: only floating-point inputs have gradients")
     return node
@@ -206,6 +208,15 @@ def _tinygrad_hint(name: str, meta: dict | None) -> str:
         return (f"; {name} was given to the tinygrad export, but no output depended on it (an output realized "
                 f"before the export holds its value, not the graph that computed it)")
     return ""
+
+
+def _shared_hint(name: str, graph: Graph | None) -> str:
+    """Where PyTorch parameter `name` is one its exporter merged into another weight, or one the
+    model ties to another (tools/inspect.missing_weight_hint)."""
+    if graph is None:
+        return ""
+    from .inspect import missing_weight_hint
+    return missing_weight_hint(graph, name)
 
 
 def _exporter_hint(meta: dict | None) -> str:

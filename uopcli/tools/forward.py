@@ -70,7 +70,7 @@ def jacobian(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None, 
              limit: int | None = None) -> Graph:
     """The full Jacobians: `jacobian_<output>_<input>` of shape output.shape + input.shape
     for each output of `of` (default: every float output) and input of `wrt`."""
-    targets = [_target(_inputs(graph), name, graph.meta) for name in _unique(list(wrt), "wrt")]
+    targets = [_target(_inputs(graph), name, graph.meta, graph) for name in _unique(list(wrt), "wrt")]
     of = _float_outputs(graph, of)
     roots = [graph.outputs[name] for name in of]
     taken: set[str] = set()  # outputs a and a_q, inputs q_r and r: jacobian_a_q_r, then jacobian2_a_q_r
@@ -89,7 +89,7 @@ def hessian(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None, c
     """The Hessian blocks of scalar output `of`: `hessian_<a>_<b>` = d2 of / da db, shape
     a.shape + b.shape, for each pair of `wrt` names (the Jacobian of the gradient); a
     non-scalar output weighted by `cotangent`, as in `hvp`."""
-    targets = [_target(_inputs(graph), name, graph.meta) for name in _unique(list(wrt), "wrt")]
+    targets = [_target(_inputs(graph), name, graph.meta, graph) for name in _unique(list(wrt), "wrt")]
     loss = _one_output(graph, of, cotangent)
     taken: set[str] = set()
     names = [[fresh("hessian", f"{a}_{b}", taken) for b in _names(wrt)] for a in _names(wrt)]
@@ -213,7 +213,7 @@ def _tangent_inputs(graph: Graph, wrt: Sequence[str]) -> tuple[list[UOp], list[U
     if not wrt:
         raise GradientError("nothing to differentiate with respect to: name at least one input (--wrt)")
     inputs = _inputs(graph)
-    targets = [_target(inputs, name, graph.meta) for name in wrt]
+    targets = [_target(inputs, name, graph.meta, graph) for name in wrt]
     names = tangent_names(graph, wrt)
     return targets, [UOp.param(names[name], t.shape, t.dtype) for name, t in zip(wrt, targets)]
 

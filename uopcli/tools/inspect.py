@@ -99,22 +99,73 @@ def modules_reading(graph: Graph, names: list[str]) -> dict[str, list[str]]:
 def shared_weight_notes(graph: Graph, names: list[str], weights=None) -> list[str]:
     """A line for each of `names` that several modules read (modules_reading): its gradient
     is the sum of theirs; for a weight of a PyTorch export (`weights`: the model's weight
-    names, when known), either the model shares it (a siamese encoder, tied embeddings) or
-    torch's dynamo exporter merged equal ones, and which export keeps each module's own."""
+    names, when known), why: torch's dynamo exporter merged other modules' equal weights into
+    it (MERGED_WEIGHTS, and which export keeps each module's own), or the model itself shares
+    it (tied weights, a module applied twice: one Parameter, which the legacy exporter, whose
+    equal weights the import separates again, and a dynamo export whose nodes say what they
+    read both write once), or, where the file cannot tell, either."""
+    meta = graph.meta or {}
+    merged = meta_json(meta, MERGED_WEIGHTS, dict)
+    knows = meta.get(TORCH_EXPORTER) == "legacy" or MERGED_WEIGHTS in meta
     notes = []
     for name, modules in modules_reading(graph, names).items():
         shown = briefly(modules)
-        hint = ("; unless the model shares it (a module applied twice, tied weights), torch's dynamo exporter "
-                "merged weights of equal values (its optimizer, on by default): torch.onnx.export(..., "
-                "optimize=False) keeps each module's own"
-                if exported_by_pytorch(graph.meta) and (weights is None or name in weights) else "")
+        others = merged.get(name)
+        if not exported_by_pytorch(meta) or (weights is not None and name not in weights):
+            hint = ""
+        elif isinstance(others, list) and others:
+            hint = (f"; torch's dynamo exporter merged {briefly([str(o) for o in others])} into it, their values being "
+                    f"equal at export (its optimizer, on by default): torch.onnx.export(..., dynamo=True, "
+                    f"optimize=False) keeps each module's own")
+        elif knows:
+            hint = (f"; the model itself shares this one weight (one Parameter: tied weights, or a module applied "
+                    f"twice), exported under the name {name}")
+        else:
+            hint = ("; unless the model shares it (a module applied twice, tied weights), torch's dynamo exporter "
+                    "merged weights of equal values (its optimizer, on by default): torch.onnx.export(..., "
+                    "optimize=False) keeps each module's own")
         notes.append(f"{name} is read by {len(modules)} modules ({shown}), so its gradient is the sum of theirs{hint}")
     return notes
+
+
+def missing_weight_hint(graph: Graph, name: str) -> str:
+    """Why parameter `name` of a PyTorch export is no input of it, where the file tells: torch's
+    dynamo exporter merged it into another weight of equal values (MERGED_WEIGHTS), or the
+    model ties it to a weight its module reads, which the exporter wrote once under that
+    weight's name (GPT-2's wte.weight and lm_head.weight: one Parameter). "" otherwise."""
+    meta = graph.meta or {}
+    if not exported_by_pytorch(meta):
+        return ""
+    merged = meta_json(meta, MERGED_WEIGHTS, dict)
+    into = [weight for weight, others in merged.items() if isinstance(others, list) and name in others]
+    if into:
+        return (f"; torch's dynamo exporter merged {name} into {into[0]}, their values being equal at export (its "
+                f"optimizer, on by default): --wrt {into[0]} gives the sum of both modules' gradients, and "
+                f"torch.onnx.export(..., dynamo=True, optimize=False) keeps {name}")
+    if meta.get(TORCH_EXPORTER) != "legacy" and MERGED_WEIGHTS not in meta:
+        return ""
+    module, _, attribute = name.rpartition(".")
+    if not module:
+        return ""
+    alike = [node.arg for node in graph.inputs if node.arg.rpartition(".")[2] == attribute and node.arg not in merged]
+    for weight, modules in modules_reading(graph, alike).items():
+        dotted = [m.replace("/", ".") for m in modules]
+        if module in dotted:
+            others = [m for m, d in zip(modules, dotted) if d != module]
+            return (f"; module {module} reads {weight}, one weight the model itself shares with {briefly(others)} "
+                    f"(tied: one Parameter), exported under the name {weight}: --wrt {weight}, whose gradient "
+                    f"holds the uses of {'both' if len(modules) == 2 else 'all'}")
+    return ""
 
 
 # graph meta of an imported model: JSON {weight: [rewrite rule, module]}, the weights an
 # exporter's optimizer folded a BatchNorm into (interop/onnx/importer.py, _folded_weights)
 FOLDED_WEIGHTS = "onnx.folded_weights"
+# graph meta of an imported model torch.onnx wrote: which exporter, "dynamo" or "legacy" (interop/onnx/importer.py)
+TORCH_EXPORTER = "onnx.torch_exporter"
+# graph meta of a dynamo export whose nodes say what program they were made from: JSON {weight: [the
+# parameters of other modules its optimizer merged into it, their values being equal]}, {} for none
+MERGED_WEIGHTS = "onnx.merged_weights"
 # graph meta of an imported model: JSON list of the inputs --constant fixed when importing
 FIXED_INPUTS = "onnx.fixed_inputs"
 # graph meta of an imported model: JSON {ONNX name: graph name}, the inputs and outputs whose
