@@ -43,6 +43,7 @@ from uopcli.core.uop import next_serial
 from uopcli.tools.inspect import FIXED_INPUTS, FOLDED_WEIGHTS, MERGED_WEIGHTS, RENAMED, TORCH_EXPORTER
 
 from .control import CONTROL
+from .torch_exports import merged_weights, torch_exporter
 from .dtypes import CONSTANT_DOC, FROM_ONNX, TO_ONNX, unsupported_type
 from .functions import body_opset, expanded_nodes, function_of, has_function
 from .graph_inputs import GraphInputs, graph_names, safe_name
@@ -250,65 +251,25 @@ class _Importer(GraphInputs):
         if self.assumed:
             meta["onnx.assumed_sizes"] = (f"{', '.join(f'{n}={self.assume_size}' for n in self.assumed)} (given no "
                                           f"size; --shape NAME=N sets one)")
-        folded = self._folded_weights()
+        weights = {self._weight_source[name]: name for name in self.weight_order}  # ONNX value -> input
+        folded = self._folded_weights(weights)
         if folded:
             meta[FOLDED_WEIGHTS] = json.dumps(folded, sort_keys=True)
-        exporter = self._torch_exporter()
+        exporter = torch_exporter(self.model)
         if exporter:
             meta[TORCH_EXPORTER] = exporter
-        merged = self._merged_weights() if exporter == "dynamo" else None
+        merged = merged_weights(self.graph, weights) if exporter == "dynamo" else None
         if merged is not None:
             meta[MERGED_WEIGHTS] = json.dumps(merged, sort_keys=True)
         return meta
 
-    def _torch_exporter(self) -> str:
-        """Which of torch.onnx's exporters wrote the model: "dynamo" (torch.export's, whose nodes
-        are named `node_linear` and carry `pkg.torch.onnx.*` metadata), "legacy" (TorchScript's,
-        whose nodes are named by module path, `/head/MatMul`, with no metadata), "" (not torch)."""
-        if not self.model.producer_name.startswith("pytorch"):
-            return ""
-        for node in self.graph.node:
-            if node.name.startswith("node_") or any(p.key.startswith("pkg.torch.onnx.") for p in node.metadata_props):
-                return "dynamo"
-        return "legacy"
-
-    def _merged_weights(self) -> dict[str, list[str]] | None:
-        """{weight: the parameters of other modules merged into it} of a dynamo export, from the
-        program each node was made from (`pkg.torch.onnx.fx_node`, `linear(%tanh, %p_b_weight)`):
-        a node of module b whose program read parameter b.weight, which the file lacks, but that
-        reads weight a.weight had b.weight merged into a.weight by the exporter's optimizer
-        (their values were equal). A weight read by several modules and merged into by none is
-        one the model itself shares (tied: the program reads one parameter in each). None where
-        no node says what it was made from (an older torch): which of the two is unknown."""
-        inputs_named = {self._weight_source[name]: name for name in self.weight_order}  # ONNX value -> input
-        own = {f"{prefix}{value.replace('.', '_')}": name for value, name in inputs_named.items()
-               for prefix in ("p_", "b_", "c_")}  # torch.export's placeholder of each weight
-        merged: dict[str, list[str]] = {}
-        evidence = False
-        for node in self.graph.node:
-            props = {p.key: p.value for p in node.metadata_props}
-            program = props.get("pkg.torch.onnx.fx_node")
-            if program is None:
-                continue
-            evidence = True
-            read = [inputs_named[v] for v in dict.fromkeys(node.input) if v in inputs_named]
-            placeholders = set(_PLACEHOLDER.findall(program.partition("(args")[2]))
-            missing = [p for p in placeholders if p not in own and p[:2] in ("p_", "b_")]  # not in the file
-            instead = [name for name in read if not any(own.get(p) == name for p in placeholders)]
-            if len(missing) == 1 and len(instead) == 1:
-                others = merged.setdefault(instead[0], [])
-                name = _parameter_name(missing[0], props.get("pkg.torch.onnx.name_scopes", ""))
-                if name not in others:
-                    others.append(name)
-        return merged if evidence else None
-
-    def _folded_weights(self) -> dict[str, list[str]]:
+    def _folded_weights(self, inputs_named: dict[str, str]) -> dict[str, list[str]]:
         """{weight: [rewrite rule, module]} for each weight a node reads that an exporter's
         optimizer made by folding a BatchNorm into it: onnxscript (torch's dynamo export,
         optimize=True by default) tags such a node `pkg.onnxscript.rewriter.rule_name =
         FuseBatchNormIntoConv` (Gemm, ConvTranspose), with the BatchNorm's module path. The
-        weight keeps the Conv's name but holds W·γ/σ, so its gradient is not the Conv's."""
-        inputs_named = {self._weight_source[name]: name for name in self.weight_order}  # ONNX value -> input
+        weight keeps the Conv's name but holds W·γ/σ, so its gradient is not the Conv's
+        (`inputs_named`: ONNX value -> the graph input of that weight)."""
         folded = {}
         for node in self.graph.node:
             rule = next((p.value for p in node.metadata_props if p.key == "pkg.onnxscript.rewriter.rule_name"), "")
@@ -787,26 +748,6 @@ def _scope(node) -> str | None:
     if name.startswith("/") and name.count("/") > 1:
         return name[1:].rsplit("/", 1)[0]
     return None
-
-
-_PLACEHOLDER = __import__("re").compile(r"%([pbc]_\w+)")  # torch.export's parameter (buffer, constant) in an fx_node
-
-
-def _parameter_name(placeholder: str, name_scopes: str) -> str:
-    """The parameter's name of torch.export placeholder `p_blocks_0_q_weight`, read by a node of
-    module `blocks.0.q` (the last module of its name scopes): `blocks.0.q.weight`; where the
-    module does not lead to it, the placeholder's own words."""
-    bare = placeholder[2:]
-    try:
-        scopes = ast.literal_eval(name_scopes) if name_scopes else []
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        scopes = []
-    if isinstance(scopes, list):
-        for module in reversed([s for s in scopes[:-1] if isinstance(s, str) and s]):
-            start = module.replace(".", "_") + "_"
-            if bare.startswith(start):
-                return f"{module}.{bare[len(start):]}"
-    return bare
 
 
 _PARAMETER_NAME = __import__("re").compile(r"[A-Za-z_]\w*(\.\w+)+\Z")  # module.path.name, as torch names parameters
