@@ -98,6 +98,11 @@ TESTS = [
     # (test_reader_mutants.py holds the tests written for the survivors)
     ("uopcli/formats/uop", ["tests/test_reader_mutants.py", "tests/test_fileformat.py",
                             "tests/test_fileformat_fuzz.py"]),
+    # the tensor builder's composites (tinygrad's Tensor functions): the stored tinygrad values for
+    # every case, numpy's definitions, and test_builder_mutants.py (numpy/torch float64 oracles,
+    # order-sensitive losses and edge values, written for the survivors); 5 s whole
+    ("uopcli/builder", ["tests/test_builder_mutants.py", "tests/test_tinygrad_meaning.py",
+                        "tests/test_builder_definitions.py", "tests/test_builder_gaps.py"]),
     ("uopcli/views/html", ["tests/test_html_viewer.py", "tests/test_html_groups.py"]),
 ]
 
