@@ -44,8 +44,10 @@ class CreationMixin:
     @staticmethod
     def arange(start, stop=None, step=1, dtype=None):
         """[start, stop) by `step` as a vector: float32 if any bound is a float, else int32,
-        or int64 when the range does not fit int32, as tinygrad; a range the dtype cannot
-        hold is refused. tinygrad sums a run of `step`s with its pool; this doubles [0] to
+        or int64 when the values do not fit int32, as tinygrad (whose own check reads
+        stop - step as the last value, so it wraps arange(1, 2^31 + 2, 2^30) in int32; here
+        the last value is the last one made, and an empty range is int32, as tinygrad's);
+        a range the dtype cannot hold is refused. tinygrad sums a run of `step`s with its pool; this doubles [0] to
         [0 .. 2ᵏ) by `cat(a, a + len(a))`, a few nodes a doubling, then scales and shifts."""
         from ..core.uop import UOp
         if stop is None:
@@ -54,7 +56,11 @@ class CreationMixin:
             raise GraphError("arange: step must not be 0")
         if not all(math.isfinite(v) for v in (start, stop, step)):
             raise GraphError(f"arange: bounds and step must be finite, got {start}, {stop}, {step}")
-        low, high = (start, stop - step) if step > 0 else (stop - step, start)
+        count = max(0, math.ceil((stop - start) / step))
+        # the values are start .. start + (count - 1)·step: the last is not stop - step when
+        # step does not divide the range (1, 2^31 + 2 by 2^30 ends at 2^31 + 1); none when empty
+        last = start + (count - 1) * step if count else start
+        low, high = min(start, last), max(start, last)
         if dtype is None:
             dtype = dtypes.float32 if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.int32
             if dtype is dtypes.int32 and not lowest(dtype) <= low <= high <= highest(dtype):
@@ -62,7 +68,6 @@ class CreationMixin:
         dtype = dtype_of(dtype)
         if dtype.is_int and not (lowest(dtype) <= low and high <= highest(dtype)):
             raise GraphError(f"arange [{start}, {stop}) by {step} does not fit {dtype.name}")
-        count = max(0, math.ceil((stop - start) / step))
         if count == 0:
             return UOp.full((0,), 0, dtype)
         counting = UOp.const(0, dtypes.int32).reshape(1)
