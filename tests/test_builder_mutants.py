@@ -1156,3 +1156,56 @@ def test_masked_select_and_nonzero_with_sizes():
     same(run(lambda x: x.nonzero(size=2), np.array(5.0)), np.zeros((2, 0), np.int32), dtype=np.int32)
     with pytest.raises(GraphError, match="masked_select: the mask must be bool, got float64"):
         run(lambda x: x.masked_select(x, size=1), x)
+
+
+# ----------------------------------------------------------------------------- gradients where the form matters
+def grads(build, *arrays, wrt=(0,)):
+    """d sum(w * build(*params)) / d params[k], w distinct weights (order-sensitive)."""
+    from uopcli import Graph
+    from uopcli.backends.numpy import evaluate_graph
+    from uopcli.tools.differentiate import differentiate
+    params = [UOp.param(f"a{k}", a.shape, dtype_of(a.dtype)) for k, a in enumerate(arrays)]
+    out = build(*params)
+    weights = distinct(*out.shape, seed=77) if out.shape else np.array(1.3)
+    loss = (out * UOp.buffer(weights)).sum()
+    graph, _ = differentiate(Graph({"loss": loss}, params), [f"a{k}" for k in wrt])
+    values = evaluate_graph(graph, {f"a{k}": a for k, a in enumerate(arrays)})
+    return [values[f"grad_a{k}"] for k in wrt], weights
+
+
+@pytest.mark.parametrize("reduce", ["amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce_max_min_split_a_tie_evenly_as_torch(reduce, include_self):
+    # with include_self, ties between the tensor's own value and the written ones (3.0, 5.0);
+    # without, own values equal to no result: torch's backward splits with an own value that
+    # equals the result even when include_self=False left it out
+    x = np.array([[3.0, 1.0, 5.0, 0.0]]) if include_self else np.array([[-7.0, 2.5, -9.0, 0.5]])
+    src = np.array([[3.0, 3.0, 1.0, 5.0, -2.0]])
+    index = np.array([[0, 0, 1, 2, 3]], np.int32)
+    (gx, gs), w = grads(lambda x, i, s: x.scatter_reduce(1, i, s, reduce, include_self), x, index, src, wrt=(0, 2))
+    tx, ts = t(x).requires_grad_(), t(src).requires_grad_()
+    out = torch.scatter_reduce(tx, 1, t(index).long(), ts, reduce, include_self=include_self)
+    (out * t(w)).sum().backward()
+    same(gx, tx.grad)
+    same(gs, ts.grad)
+
+
+@pytest.mark.parametrize("build, oracle", [
+    (lambda x: x.logsumexp(1), lambda x: torch.logsumexp(x, 1)),
+    (lambda x: x.logcumsumexp(1), lambda x: torch.logcumsumexp(x, 1)),
+    (lambda x: x.softmin(1), lambda x: F.softmin(x, 1)),
+    (lambda x: x.cummax(1)[0], lambda x: torch.cummax(x, 1).values),
+    (lambda x: x.sort(1)[0], lambda x: torch.sort(x, 1).values),
+    (lambda x: x.layernorm(1), lambda x: F.layer_norm(x, (6,), eps=1e-5)),
+    (lambda x: x.gelu(), lambda x: F.gelu(x, approximate="tanh")),
+    (lambda x: x.cumsum(1), lambda x: torch.cumsum(x, 1)),
+    (lambda x: x.cumprod(1), lambda x: torch.cumprod(x, 1)),
+    (lambda x: x.pad(((0, 0), (2, 3)), mode="reflect"), lambda x: F.pad(x, (2, 3), mode="reflect")),
+    (lambda x: x.roll(2, 1), lambda x: torch.roll(x, 2, 1)),
+])
+def test_composite_gradients_against_torch(build, oracle):
+    x = distinct(4, 6, seed=5)
+    (g,), w = grads(build, x)
+    tx = t(x).requires_grad_()
+    (oracle(tx) * t(w)).sum().backward()
+    same(g, tx.grad, rtol=1e-10, atol=1e-10)
