@@ -1209,3 +1209,16 @@ def test_composite_gradients_against_torch(build, oracle):
     tx = t(x).requires_grad_()
     (oracle(tx) * t(w)).sum().backward()
     same(g, tx.grad, rtol=1e-10, atol=1e-10)
+
+
+def test_cumulative_ops_with_a_size_one_axis_beside_the_running_one():
+    x = distinct(1, 6, seed=8)
+    same(run(lambda x: x.cumsum(1), x), np.cumsum(x, 1))
+    same(run(lambda x: x.cumprod(1), x), np.cumprod(x, 1))
+    same(run(lambda x: x.logcumsumexp(1), x), torch.logcumsumexp(t(x), 1))
+    same(run(lambda x: x.cummax(1)[0], x), np.maximum.accumulate(x, 1), rtol=0, atol=0)
+    same(run(lambda x: x.cummin(1)[1], x), torch.cummin(t(x), 1).indices.numpy().astype(np.int32))
+    same(run(lambda x: x.cumsum(0), x), x)
+    e = np.zeros((3, 0))
+    assert run(lambda x: x.cumsum(0), e).shape == (3, 0) and run(lambda x: x.logcumsumexp(1), e).shape == (3, 0)
+    assert run(lambda x: x.cummax(0)[0], e).shape == (3, 0)

@@ -103,6 +103,10 @@ TESTS = [
     # order-sensitive losses and edge values, written for the survivors); 5 s whole
     ("uopcli/builder", ["tests/test_builder_mutants.py", "tests/test_tinygrad_meaning.py",
                         "tests/test_builder_definitions.py", "tests/test_builder_gaps.py"]),
+    # eval --map in this process: the sum tree, sums and means over shards bit for bit, the
+    # refusals, the per-shard outputs, the report (test_map_mutants.py holds the tests written for
+    # the survivors; test_map.py's CLI cases run the installed uopgrad, not the mutant); 50 s whole
+    ("uopcli/tools/map.py", ["tests/test_map_mutants.py", "tests/test_map.py"]),
     ("uopcli/views/html", ["tests/test_html_viewer.py", "tests/test_html_groups.py"]),
 ]
 
