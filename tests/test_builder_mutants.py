@@ -1222,3 +1222,52 @@ def test_cumulative_ops_with_a_size_one_axis_beside_the_running_one():
     e = np.zeros((3, 0))
     assert run(lambda x: x.cumsum(0), e).shape == (3, 0) and run(lambda x: x.logcumsumexp(1), e).shape == (3, 0)
     assert run(lambda x: x.cummax(0)[0], e).shape == (3, 0)
+
+
+def test_attention_of_rank_three_and_grouped_heads_against_torch():
+    q, k, v = distinct(4, 3, 5, seed=1), distinct(2, 6, 5, seed=2), distinct(2, 6, 3, seed=3)
+    same(run(lambda q, k, v: q.scaled_dot_product_attention(k, v, enable_gqa=True), q, k, v),
+         F.scaled_dot_product_attention(t(q), t(k), t(v), enable_gqa=True))
+    k4, v4 = distinct(4, 6, 5, seed=4), distinct(4, 6, 3, seed=5)
+    same(run(lambda q, k, v: q.scaled_dot_product_attention(k, v, is_causal=True), q, k4, v4),
+         F.scaled_dot_product_attention(t(q), t(k4), t(v4), is_causal=True))
+    q5, k5, v5 = distinct(2, 6, 3, 4, seed=6), distinct(2, 3, 5, 4, seed=7), distinct(2, 3, 5, 2, seed=8)
+    same(run(lambda q, k, v: q.scaled_dot_product_attention(k, v, enable_gqa=True), q5, k5, v5),
+         F.scaled_dot_product_attention(t(q5), t(k5), t(v5), enable_gqa=True))
+    with pytest.raises(GraphError, match=r"6 query heads \(axis -3 of \[2, 6, 3, 4\]\) are not a multiple of the value's \[4, 5, 2\]"):
+        run(lambda q, k, v: q.scaled_dot_product_attention(k, v, enable_gqa=True), q5, k5, distinct(4, 5, 2))
+
+
+def test_max_unpool_of_one_and_three_spatial_axes_with_an_int_kernel():
+    x = distinct(2, 3, 8, seed=3)
+    pooled, indices = F.max_pool1d(t(x), 2, return_indices=True)
+    same(run(lambda p, i: p.max_unpool2d(i, 2), pooled.numpy(), indices.numpy().astype(np.int32)),
+         F.max_unpool1d(pooled, indices, 2), rtol=0, atol=0)
+    y = distinct(1, 2, 4, 4, 6, seed=4)
+    pooled, indices = F.max_pool3d(t(y), 2, return_indices=True)
+    same(run(lambda p, i: p.max_unpool2d(i, 2), pooled.numpy(), indices.numpy().astype(np.int32)),
+         F.max_unpool3d(pooled, indices, 2), rtol=0, atol=0)
+    z = distinct(1, 2, 5, 5, seed=5)  # windows that do not overlap: no index twice (the builder adds repeats up)
+    pooled, indices = F.max_pool2d(t(z), 2, stride=2, padding=1, return_indices=True)
+    w = distinct(1, 2, 6, 6, seed=6)
+    pw, iw = F.max_pool2d(t(w), 2, stride=2, padding=1, return_indices=True)  # 4 x 4 windows: the default size is 6
+    same(run(lambda p, i: p.max_unpool2d(i, 2, stride=2, padding=1), pw.numpy(), iw.numpy().astype(np.int32)),
+         F.max_unpool2d(pw, iw, 2, stride=2, padding=1), rtol=0, atol=0)
+    same(run(lambda p, i: p.max_unpool2d(i, 2, stride=2, padding=1, output_size=(1, 2, 5, 5)), pooled.numpy(),
+             indices.numpy().astype(np.int32)),
+         F.max_unpool2d(pooled, indices, 2, stride=2, padding=1, output_size=(5, 5)), rtol=0, atol=0)
+    with pytest.raises(GraphError, match=r"max_unpool2d: values \[1, 2, 3, 3\] and indices \[1, 2, 3\] must be one shape"):
+        run(lambda p, i: p.max_unpool2d(i), pooled.numpy(), np.zeros((1, 2, 3), np.int32))
+
+
+def test_split_an_axis_of_one_and_isclose_with_a_nan_number():
+    x = distinct(3, 1, 2)
+    for sizes in (1, 2, [1]):
+        got, want = run(lambda x: x.split(sizes, 1), x), torch.split(t(x), sizes, 1)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            same(g, w, rtol=0, atol=0)
+    y = np.array([1.0, np.nan, np.inf, 2.0])
+    for other in (1.0, math.nan, math.inf):
+        for equal_nan in (False, True):
+            same(run(lambda y: y.isclose(other, equal_nan=equal_nan), y), np.isclose(y, other, equal_nan=equal_nan))
