@@ -1271,3 +1271,28 @@ def test_split_an_axis_of_one_and_isclose_with_a_nan_number():
     for other in (1.0, math.nan, math.inf):
         for equal_nan in (False, True):
             same(run(lambda y: y.isclose(other, equal_nan=equal_nan), y), np.isclose(y, other, equal_nan=equal_nan))
+
+
+def test_more_einsum_forms_and_default_diagonal():
+    a, b, c = distinct(2, 3, 4, seed=1), distinct(4, 5, seed=2), distinct(3, 2, 2, seed=3)
+    for formula, ops in (("ij, jk -> ik", (a[0], b)), (" ...ij,jk->...ik", (a, b)), ("...ij,jk", (a, b)),
+                         ("jii->j", (c,)), ("ijj", (c,))):
+        same(run(lambda *xs: UOp.einsum(formula, *xs), *ops), np.einsum(formula.replace(" ", ""), *ops))
+    same(run(lambda x: x.diagonal(), a), torch.diagonal(t(a)), rtol=0, atol=0)
+    same(run(lambda x: x.diagonal(1), a), torch.diagonal(t(a), 1), rtol=0, atol=0)
+
+
+def test_selu_at_signed_zeros_and_its_gradient_there_are_tinygrads():
+    """tinygrad 0.14: selu(-0.0) = -0.0 and d selu / dx = gamma at 0 (its mask is x >= 0;
+    torch's x > 0 gives +0.0 and gamma·alpha)."""
+    z = np.array([-0.0, 0.0])
+    bits(run(lambda x: x.selu(), z), np.array([-0.0, 0.0]))
+    (g,), w = grads(lambda x: x.selu(), z)
+    same(g, 1.0507 * w)
+
+
+def test_zeros_and_ones_take_any_dtype():
+    for dtype, np_dtype in ((dtypes.int8, np.int8), (dtypes.float64, np.float64), (dtypes.uint16, np.uint16),
+                            (dtypes.bool, np.bool_)):
+        bits(run(lambda: UOp.zeros(2, 3, dtype=dtype)), np.zeros((2, 3), np_dtype))
+        bits(run(lambda: UOp.ones((3,), dtype=dtype)), np.ones(3, np_dtype))
