@@ -1296,3 +1296,26 @@ def test_zeros_and_ones_take_any_dtype():
                             (dtypes.bool, np.bool_)):
         bits(run(lambda: UOp.zeros(2, 3, dtype=dtype)), np.zeros((2, 3), np_dtype))
         bits(run(lambda: UOp.ones((3,), dtype=dtype)), np.ones(3, np_dtype))
+
+
+def test_defaults_and_messages_the_first_run_left_unread():
+    x = distinct(4, 3)
+    got, want = run(lambda x: x.split(3), x), torch.split(t(x), 3)
+    assert [g.shape for g in got] == [tuple(w.shape) for w in want]
+    i = np.array([[0, 2, 0], [3, 0, -4]], np.int32)
+    same(run(lambda x: x.nonzero(size=5), i), np.concatenate([np.argwhere(i), np.zeros((2, 2))]).astype(np.int32))
+    p = UOp.param("p", (2, 3), dtypes.float64)
+    with pytest.raises(GraphError) as refused:
+        p.sum(dtype=3.5)
+    assert str(refused.value) == "not a dtype: 3.5"
+    with pytest.raises(GraphError) as refused:
+        p.cumsum(5)
+    assert str(refused.value) == "axis 5 out of range [-2, 1] for rank 2"
+    with pytest.raises(GraphError) as refused:
+        UOp.tuple(p, p)[0:1]
+    assert str(refused.value) == "TUPLE has no shape to index (of a FUNCTION or CALL, [i] is output i)"
+    # a range whose last value is int32's largest is int32, as tinygrad's
+    same(run(lambda: UOp.arange(2 ** 31 - 3, 2 ** 31)), np.arange(2 ** 31 - 3, 2 ** 31).astype(np.int32), dtype=np.int32)
+    same(run(lambda: UOp.arange(-2 ** 31, -2 ** 31 + 2)), np.array([-2 ** 31, -2 ** 31 + 1], np.int32), dtype=np.int32)
+    v = distinct(2, 7)
+    same(run(lambda x: x._pool((3,)), v), t(v).unfold(1, 3, 1), rtol=0, atol=0)  # stride and dilation 1 by default
