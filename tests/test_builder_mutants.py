@@ -1319,3 +1319,97 @@ def test_defaults_and_messages_the_first_run_left_unread():
     same(run(lambda: UOp.arange(-2 ** 31, -2 ** 31 + 2)), np.array([-2 ** 31, -2 ** 31 + 1], np.int32), dtype=np.int32)
     v = distinct(2, 7)
     same(run(lambda x: x._pool((3,)), v), t(v).unfold(1, 3, 1), rtol=0, atol=0)  # stride and dilation 1 by default
+
+
+def _dilated_avg_pool(x, kernel, stride, dilation, padding):
+    """numpy: the mean of each dilated window over the elements inside the unpadded input."""
+    padded = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)), constant_values=np.nan)
+    span = [dilation * (k - 1) + 1 for k in kernel]
+    rows = (padded.shape[2] - span[0]) // stride + 1
+    cols = (padded.shape[3] - span[1]) // stride + 1
+    out = np.empty(x.shape[:2] + (rows, cols))
+    for r in range(rows):
+        for c in range(cols):
+            window = padded[:, :, r * stride:r * stride + span[0]:dilation, c * stride:c * stride + span[1]:dilation]
+            out[:, :, r, c] = np.nanmean(window.reshape(*x.shape[:2], -1), axis=-1)
+    return out
+
+
+def test_pools_defaults_dilation_and_dtypes():
+    x = distinct(1, 2, 6, 7, seed=9)
+    same(run(lambda x: x.avg_pool2d((2, 2), stride=1, dilation=2, padding=1, count_include_pad=False), x),
+         _dilated_avg_pool(x, (2, 2), 1, 2, 1))
+    same(run(lambda x: x.avg_pool2d((3, 3), stride=2, padding=1), x), F.avg_pool2d(t(x), 3, 2, 1))  # counts the padding
+    h = x.astype(np.float16)
+    got = run(lambda x: x.avg_pool2d((3, 3), stride=2, padding=1, count_include_pad=False), h)
+    assert got.dtype == np.float16
+    same(got.astype(np.float64), F.avg_pool2d(t(x), 3, 2, 1, count_include_pad=False), rtol=2e-3, atol=2e-3)
+
+
+def test_batchnorm_over_a_tuple_of_axes_and_default_reductions():
+    y = distinct(2, 3, 4, seed=3)
+    mean, invstd = distinct(3, 4, seed=4), np.abs(distinct(3, 4, seed=5)) + 0.5
+    weight, bias = distinct(3, 4, seed=6), distinct(3, 4, seed=7)
+    same(run(lambda y, w, b, m, v: y.batchnorm(w, b, m, v, axis=(1, 2)), y, weight, bias, mean, invstd),
+         (y - mean) * weight * invstd + bias)
+    logits, classes = distinct(5, 4, seed=1) * 4, np.array([0, 3, 1, 3, 2], np.int32)
+    tl = t(logits)
+    same(run(lambda x, c: x.cross_entropy(c), logits, classes), F.cross_entropy(tl, t(classes).long()))
+    lp = F.log_softmax(tl, 1)
+    same(run(lambda x, c: x.nll_loss(c), lp.numpy(), classes), F.nll_loss(lp, t(classes).long()))
+    y01 = RNG.random((5, 4))
+    same(run(lambda x, y: x.binary_crossentropy_logits(y), logits, y01), F.binary_cross_entropy_with_logits(tl, t(y01)))
+    same(run(lambda x, y: x.binary_crossentropy(y), 1 / (1 + np.exp(-logits)), y01),
+         F.binary_cross_entropy(torch.sigmoid(tl), t(y01)))
+    same(run(lambda x, c: x.sparse_categorical_crossentropy(c), logits, classes), F.cross_entropy(tl, t(classes).long()))
+    # ignore_index -1 means no index is ignored: a label -1 picks no class and still counts in the mean
+    minus = np.array([0, -1, 1, 3, 2], np.int32)
+    want = -F.log_softmax(tl, 1)[[0, 2, 3, 4], [0, 1, 3, 2]].sum() / 5
+    same(run(lambda x, c: x.sparse_categorical_crossentropy(c), logits, minus), want)
+    # class indices along the last axis of (N, T, C) logits
+    l3, c3 = distinct(2, 3, 4, seed=8), np.array([[0, 3, 1], [2, 2, 0]], np.int32)
+    for smoothing in (0.0, 0.3):
+        same(run(lambda x, c: x.sparse_categorical_crossentropy(c, label_smoothing=smoothing), l3, c3),
+             F.cross_entropy(t(l3).permute(0, 2, 1), t(c3).long(), label_smoothing=smoothing))
+    h = logits.astype(np.float16)
+    assert run(lambda x, c: x.cross_entropy(c, "none"), h, classes).dtype == np.float16
+
+
+def test_small_outputs_defaults_and_exact_words_of_layers():
+    x, w = distinct(1, 1, 1, seed=1), distinct(1, 1, 1, seed=2)
+    same(run(lambda x, w: x.conv_transpose2d(w, stride=2, output_padding=1), x, w),
+         F.conv_transpose1d(t(x), t(w), stride=2, output_padding=1))
+    v = distinct(2, 3, 5, seed=3)
+    same(run(lambda x: x.interpolate((2,), align_corners=True), v),
+         F.interpolate(t(v), (2,), mode="linear", align_corners=True), rtol=1e-6, atol=1e-6)
+    big = distinct(2, 3, 4) * 100
+    same(run(lambda x: x.normalize(), big), F.normalize(t(big)))
+    p = UOp.param("p", (2, 3), dtypes.float64)
+    for build, words in ((lambda: p.interpolate((4,), "nearest", True), "interpolate: align_corners is for mode 'linear' only"),
+                         (lambda: p.reshape(1, 2, 3).scaled_dot_product_attention(p.reshape(1, 2, 3), p.reshape(1, 2, 3),
+                                                                                  dropout_p=0.5),
+                          "scaled_dot_product_attention: dropout is random, and a graph here is not")):
+        with pytest.raises(GraphError) as refused:
+            build()
+        assert str(refused.value) == words
+
+
+def test_cumulative_defaults_and_a_running_max_taken_along_its_own_axis():
+    x = distinct(4, 3, seed=2)
+    values, indices = run(lambda x: x.cummin(), x)
+    want = torch.cummin(t(x), 0)
+    same(values, want.values, rtol=0, atol=0)
+    same(run(lambda x: x.logcumsumexp(), x), torch.logcumsumexp(t(x), 0))
+    # rows a thousand apart: a maximum from another row would overflow exp or lose every term
+    far = np.array([[1000.0, 999.0, 1001.0, 1000.5], [-1000.0, -1002.0, -999.0, -1000.5], [0.5, 0.25, -0.5, 1.0]])
+    for axis in (0, 1):
+        same(run(lambda x: x.logcumsumexp(axis), far), torch.logcumsumexp(t(far), axis))
+
+
+@pytest.mark.parametrize("index", [
+    lambda i: (None, slice(1, None), Ellipsis, i), lambda i: (0, Ellipsis, i), lambda i: (slice(None), None, Ellipsis, i),
+    lambda i: (i, Ellipsis, 1), lambda i: (1, None, Ellipsis, i),
+])
+def test_tensor_indexing_after_an_ellipsis_counts_the_axes_before_it(index):
+    i = np.array([[2, -1], [0, 1]], np.int64)
+    same(run(lambda x, i: x[index(i)], A, i), TA[index(t(i))], rtol=0, atol=0)
