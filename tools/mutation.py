@@ -107,6 +107,10 @@ TESTS = [
     # refusals, the per-shard outputs, the report (test_map_mutants.py holds the tests written for
     # the survivors; test_map.py's CLI cases run the installed uopgrad, not the mutant); 50 s whole
     ("uopcli/tools/map.py", ["tests/test_map_mutants.py", "tests/test_map.py"]),
+    # the node itself: interning (make, make_shaped, _new, _leaf, _forget, _const_key, the sweep and
+    # its sibling promotion) and the constructors (test_intern_mutants.py holds the tests written for
+    # the survivors: nodes that differ are two nodes with their own values, before and after sweeps)
+    ("uopcli/core/uop.py", ["tests/test_intern_mutants.py", "tests/test_uop.py"]),
     ("uopcli/views/html", ["tests/test_html_viewer.py", "tests/test_html_groups.py"]),
 ]
 
