@@ -1408,7 +1408,8 @@ def test_cumulative_defaults_and_a_running_max_taken_along_its_own_axis():
 
 @pytest.mark.parametrize("index", [
     lambda i: (None, slice(1, None), Ellipsis, i), lambda i: (0, Ellipsis, i), lambda i: (slice(None), None, Ellipsis, i),
-    lambda i: (i, Ellipsis, 1), lambda i: (1, None, Ellipsis, i),
+    lambda i: (i, Ellipsis, 1), lambda i: (1, None, Ellipsis, i), lambda i: (None, i, Ellipsis, i),
+    lambda i: (slice(1, None), i, Ellipsis),
 ])
 def test_tensor_indexing_after_an_ellipsis_counts_the_axes_before_it(index):
     i = np.array([[2, -1], [0, 1]], np.int64)
