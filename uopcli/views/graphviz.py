@@ -144,14 +144,13 @@ class RenderWarning(UserWarning):
 _SCALED = re.compile(r"graph is too large for cairo-renderer bitmaps\. Scaling by ([0-9.]+) to fit")
 
 
-def _run_dot(text: bytes, fmt: str, notes: list[str] | None = None) -> bytes:
+def _run_dot(text: bytes, fmt: str, notes: list[str]) -> bytes:
     try:
         import graphviz
     except ImportError:
         raise RenderError("the Python package 'graphviz' is missing: pip install graphviz") from None
     try:
-        # dot's stderr kept (not quiet=True): it is where dot says a bitmap was scaled down
-        picture = graphviz.pipe("dot", fmt, text, quiet=True) if notes is None else _pipe_noting(text, fmt, notes)
+        picture = _pipe_noting(text, fmt, notes)  # not graphviz.pipe(quiet=True): dot's warnings are read
         return _fixed_pdf_dates(picture) if fmt == "pdf" else picture
     except graphviz.ExecutableNotFound:
         raise RenderError(INSTALL_DOT_HINT) from None
