@@ -150,9 +150,12 @@ def test_a_sweep_forgets_each_kind_of_node_and_remakes_them_apart():
     parts = [UOp.const(-0.0, dtypes.float32) + x, UOp.const(0.0, dtypes.float32) * x, UOp.buffer(np.arange(3.0, dtype=np.float32)) - x,
              x.cast(dtypes.float64), x.cast(dtypes.float16), UOp.const(math.nan, dtypes.float32) + x]
     assert live_node_count() > count
+    made = {x.serial} | {node.serial for part in parts for node in part.toposort() if node.src}
     del parts, x
     dropped = _collect()
-    assert dropped >= 10 and live_node_count() <= count
+    # every node made on x is gone (a constant another test's graph still holds may stay)
+    assert dropped >= len(made) == 7 and live_node_count() <= count
+    assert not any(node.serial in made for node in core._all_nodes())
     assert not any(key[0] == Ops.PARAM and key[3] == "x_forgotten" for key in core._intern)
     # made again: the two zeros still two constants with their own signs
     minus, plus = UOp.const(-0.0, dtypes.float32), UOp.const(0.0, dtypes.float32)
