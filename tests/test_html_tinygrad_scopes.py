@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-_RECURSION_LIMIT = sys.getrecursionlimit()
-pytest.importorskip("tinygrad", reason="tinygrad is not installed for this Python (make test installs it)")
-sys.setrecursionlimit(_RECURSION_LIMIT)
+from _tinygrad_usable import import_tinygrad
+import_tinygrad()
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (make test installs it)")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 if not os.path.exists(CHROMIUM) or shutil.which("dot") is None:

@@ -26,17 +26,9 @@ _RECURSION_LIMIT = sys.getrecursionlimit()
 tinygrad = pytest.importorskip("tinygrad", reason="tinygrad is not installed for this Python "
                                "(pip install 'uopgrad[tinygrad]'; make test installs it)")
 
+from _tinygrad_usable import unusable_reason  # noqa: E402
 
-def _tinygrad_unusable() -> str | None:
-    """Why tinygrad cannot compute here (its CPU backend needs clang), or None."""
-    try:
-        tinygrad.Tensor([1.0, 2.0]).add(1).numpy()
-    except Exception as e:  # noqa: BLE001 - any reason tinygrad gives is the skip's reason
-        return f"tinygrad cannot run on this machine ({type(e).__name__}: {e}); its CPU backend needs clang"
-    return None
-
-
-_UNUSABLE = _tinygrad_unusable()
+_UNUSABLE = unusable_reason()  # before the limit is read: a first kernel imports tinygrad's scheduler
 _TINYGRAD_RECURSION_LIMIT = max(sys.getrecursionlimit(), _RECURSION_LIMIT)
 sys.setrecursionlimit(_RECURSION_LIMIT)
 pytestmark = pytest.mark.skipif(_UNUSABLE is not None, reason=_UNUSABLE or "")

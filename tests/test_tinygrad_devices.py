@@ -19,10 +19,8 @@ import sys
 import numpy as np
 import pytest
 
-_RECURSION_LIMIT = sys.getrecursionlimit()
-tinygrad = pytest.importorskip("tinygrad", reason="tinygrad is not installed for this Python "
-                               "(pip install 'uopgrad[tinygrad]'; make test installs it)")
-sys.setrecursionlimit(_RECURSION_LIMIT)
+from _tinygrad_usable import import_tinygrad
+tinygrad = import_tinygrad()
 
 from tinygrad import Device, Tensor  # noqa: E402
 

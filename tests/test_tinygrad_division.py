@@ -17,10 +17,8 @@ import sys
 import numpy as np
 import pytest
 
-_RECURSION_LIMIT = sys.getrecursionlimit()
-tinygrad = pytest.importorskip("tinygrad", reason="tinygrad is not installed for this Python "
-                               "(pip install 'uopgrad[tinygrad]'; make test installs it)")
-sys.setrecursionlimit(_RECURSION_LIMIT)
+from _tinygrad_usable import import_tinygrad, unusable_reason
+tinygrad = import_tinygrad()
 
 from tinygrad import Tensor  # noqa: E402
 
@@ -28,7 +26,6 @@ from uopcli import evaluate_graph  # noqa: E402
 from uopcli.core.simplify import simplify  # noqa: E402
 from uopcli.interop.tinygrad import evaluate_on_tinygrad, export, save, to_tinygrad  # noqa: E402
 from uopcli.tools.differentiate import differentiate  # noqa: E402
-from _tinygrad_usable import unusable_reason  # noqa: E402
 
 _UNUSABLE = unusable_reason()
 pytestmark = pytest.mark.skipif(_UNUSABLE is not None, reason=_UNUSABLE or "")

@@ -16,17 +16,14 @@ import warnings
 import numpy as np
 import pytest
 
-_RECURSION_LIMIT = sys.getrecursionlimit()
-tinygrad = pytest.importorskip("tinygrad", reason="tinygrad is not installed for this Python "
-                               "(pip install 'uopgrad[tinygrad]'; make test installs it)")
-sys.setrecursionlimit(_RECURSION_LIMIT)
+from _tinygrad_usable import import_tinygrad, unusable_reason
+tinygrad = import_tinygrad()
 
 from tinygrad import Tensor, nn  # noqa: E402
 from tinygrad.nn.state import get_state_dict  # noqa: E402
 
 from uopcli import differentiate, evaluate_graph  # noqa: E402
 from uopcli.interop.tinygrad import ExportWarning, export, save  # noqa: E402
-from _tinygrad_usable import unusable_reason  # noqa: E402
 
 UOPGRAD = shutil.which("uopgrad", path=os.path.dirname(sys.executable)) or shutil.which("uopgrad")
 

@@ -12,15 +12,12 @@ Every tinygrad op the table has must be reached by some case (`test_every_rule_h
 from __future__ import annotations
 
 import re
-import sys
 
 import numpy as np
 import pytest
 
-_RECURSION_LIMIT = sys.getrecursionlimit()
-tinygrad = pytest.importorskip("tinygrad", reason="tinygrad is not installed for this Python "
-                               "(pip install 'uopgrad[tinygrad]'; make test installs it)")
-sys.setrecursionlimit(_RECURSION_LIMIT)
+from _tinygrad_usable import import_tinygrad, unusable_reason
+tinygrad = import_tinygrad()
 
 from tinygrad import Tensor, dtypes  # noqa: E402
 from tinygrad.uop.ops import Ops as T  # noqa: E402
@@ -29,7 +26,6 @@ from tinygrad.uop.ops import UOp as TinyUOp  # noqa: E402
 from uopcli import evaluate_graph  # noqa: E402
 from uopcli.interop.tinygrad import ExportError, export  # noqa: E402
 from uopcli.interop.tinygrad.export_rules import _rules  # noqa: E402
-from _tinygrad_usable import unusable_reason  # noqa: E402
 
 
 _UNUSABLE = unusable_reason()

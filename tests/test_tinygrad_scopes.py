@@ -7,15 +7,13 @@ with `to_graph` (nothing is realized: no device needed)."""
 from __future__ import annotations
 
 import functools
-import sys
 import weakref
 from collections import Counter
 
 import pytest
 
-_RECURSION_LIMIT = sys.getrecursionlimit()
-pytest.importorskip("tinygrad", reason="tinygrad is not installed for this Python (make test installs it)")
-sys.setrecursionlimit(_RECURSION_LIMIT)
+from _tinygrad_usable import import_tinygrad
+import_tinygrad()
 
 from tinygrad import Tensor, dtypes, nn  # noqa: E402
 from tinygrad.nn.state import get_state_dict  # noqa: E402

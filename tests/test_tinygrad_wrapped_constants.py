@@ -9,21 +9,17 @@ dtype), the case says so."""
 
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 import pytest
 
-_RECURSION_LIMIT = sys.getrecursionlimit()
-tinygrad = pytest.importorskip("tinygrad", reason="tinygrad is not installed for this Python "
-                               "(pip install 'uopgrad[tinygrad]'; make test installs it)")
-sys.setrecursionlimit(_RECURSION_LIMIT)
+from _tinygrad_usable import import_tinygrad, unusable_reason
+tinygrad = import_tinygrad()
 
 from tinygrad import Tensor  # noqa: E402
 
 from uopcli import evaluate_graph  # noqa: E402
 from uopcli.interop.tinygrad import ExportError, export  # noqa: E402
-from _tinygrad_usable import unusable_reason  # noqa: E402
 
 
 def _devices() -> list:
