@@ -351,19 +351,14 @@ def test_roll_of_an_empty_tensor_and_its_refusal():
         run(lambda x: x.roll((1, 2), 0), A)
 
 
-@pytest.mark.parametrize("sizes, dim", [(2, 0), (3, 1), (2, -1), ([1, 2], 0), ([1, 0, 3], 1), ([5], 2), (4, 1), (10, 2)])
-def test_split_against_torch(sizes, dim):
-    got = run(lambda x: x.split(sizes, dim), A)
-    want = torch.split(TA, sizes, dim)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        same(g, w, rtol=0, atol=0)
-
-
-@pytest.mark.parametrize("chunks, dim", [(2, 0), (3, 1), (2, 2), (5, 2), (4, 2), (1, 0), (6, 1)])
-def test_chunk_against_torch(chunks, dim):
-    got = run(lambda x: x.chunk(chunks, dim), A)
-    want = torch.chunk(TA, chunks, dim)
+@pytest.mark.parametrize("name, arg, dim", [
+    *(("split", sizes, dim) for sizes, dim in [(2, 0), (3, 1), (2, -1), ([1, 2], 0), ([1, 0, 3], 1), ([5], 2), (4, 1),
+                                                (10, 2)]),
+    *(("chunk", chunks, dim) for chunks, dim in [(2, 0), (3, 1), (2, 2), (5, 2), (4, 2), (1, 0), (6, 1)]),
+])
+def test_split_and_chunk_against_torch(name, arg, dim):
+    got = run(lambda x: getattr(x, name)(arg, dim), A)
+    want = getattr(torch, name)(TA, arg, dim)
     assert len(got) == len(want)
     for g, w in zip(got, want):
         same(g, w, rtol=0, atol=0)
