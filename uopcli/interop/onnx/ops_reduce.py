@@ -189,11 +189,12 @@ def top_k(ctx):
 def _float_top_k(x: UOp, k: int, axis: int, largest: bool) -> list:
     """TopK of floats with nan the largest value (onnxruntime's, onnx.reference's lexsort's,
     torch's): first in a largest TopK, last in a smallest one; equal values (nans among
-    themselves, -0.0 and +0.0) by index. The builder's bitonic network compares by min and
-    max, which spread a nan over its neighbours: [6e-8, nan, -0.73] gave [nan, nan] at
-    [0, 0], not [nan, 6e-8] at [1, 0]. Each element's rank is the count of those before it
-    (an [n, n] comparison); the r-th is the one whose rank is r, so its gradient reaches x
-    at its index."""
+    themselves, -0.0 and +0.0) by index. Not the builder's topk, which ranks a nan as this
+    does but is tinygrad's bitonic network of min and max: a -0.0 comes out as whichever
+    zero the network keeps (topk of [-0.0, 0.0, 1] gives 0.0 at index 0), and at a tie the
+    gradient is split between the tied elements. Here each element's rank is the count of
+    those before it (an [n, n] comparison); the r-th is the one whose rank is r, so its
+    value is x's own and its gradient reaches x at its index alone."""
     moved = x.transpose(axis, -1) if axis != len(x.shape) - 1 else x
     n = moved.shape[-1]
     mine, other = moved.unsqueeze(-1), moved.unsqueeze(-2)  # [..., i, 1] and [..., 1, j]
