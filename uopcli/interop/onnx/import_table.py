@@ -62,17 +62,7 @@ def _float32_inside(build, widened=None):
     20,000s was inf), squares (Asinh's x², LRN's Σx² from |x| ~ 300), and the chains of a
     few roundings each (Sigmoid, Gelu, Softplus, the normalisations: 200-20,000 ulps
     off; bench/RESULTS-float16.md)."""
-    def wide(ctx):
-        halves = [i for i, v in enumerate(ctx.inputs) if v is not None and v.dtype is dtypes.float16]
-        if not halves:
-            return build(ctx)
-        inner = ctx.with_inputs({i: ctx.x(i).cast(dtypes.float32) for i in halves})
-        result = (widened or build)(inner)
-        narrowed = [r.cast(dtypes.float16) if isinstance(r, UOp) and r.dtype is dtypes.float32 else r
-                    for r in (result if isinstance(result, list) else [result])]
-        return narrowed if isinstance(result, list) else narrowed[0]
-    wide.__name__, wide.__doc__, wide.__wrapped__ = build.__name__, build.__doc__, build
-    return wide
+    return _computed_in(dtypes.float32, (dtypes.float16,), build, widened)
 
 
 def _float64_inside(build):
@@ -82,17 +72,24 @@ def _float64_inside(build):
     near ties, where the builder's float32 forms were up to 17 ulps off (eˣ as 2^(x·log2 e):
     the product rounds) or lost every digit (log(1 + e^-|x|) is 0 below x = -17: Softplus,
     Mish). float16 goes straight to float64 (through float32 it would round twice)."""
-    def wide(ctx):
-        narrow = [i for i, v in enumerate(ctx.inputs) if v is not None and v.dtype in (dtypes.float32, dtypes.float16)]
-        if not narrow:
+    return _computed_in(dtypes.float64, (dtypes.float32, dtypes.float16), build)
+
+
+def _computed_in(wide, narrow: tuple, build, widened=None):
+    """The row `build` (or `widened`, a form of it for the wide dtype) run on its inputs of a
+    `narrow` dtype cast to `wide`, its `wide` results cast back, once, to the first such
+    input's dtype; a row with no such input runs as it is."""
+    def row(ctx):
+        chosen = [i for i, v in enumerate(ctx.inputs) if v is not None and v.dtype in narrow]
+        if not chosen:
             return build(ctx)
-        back = ctx.x(narrow[0]).dtype
-        result = build(ctx.with_inputs({i: ctx.x(i).cast(dtypes.float64) for i in narrow}))
-        rounded = [r.cast(back) if isinstance(r, UOp) and r.dtype is dtypes.float64 else r
+        back = ctx.x(chosen[0]).dtype
+        result = (widened or build)(ctx.with_inputs({i: ctx.x(i).cast(wide) for i in chosen}))
+        rounded = [r.cast(back) if isinstance(r, UOp) and r.dtype is wide else r
                    for r in (result if isinstance(result, list) else [result])]
         return rounded if isinstance(result, list) else rounded[0]
-    wide.__name__, wide.__doc__, wide.__wrapped__ = build.__name__, build.__doc__, build
-    return wide
+    row.__name__, row.__doc__, row.__wrapped__ = build.__name__, build.__doc__, build
+    return row
 
 
 # the window attributes of Conv, MaxPool and AveragePool
