@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+from ...builder.common import highest, lowest
 from ...core.ops import Ops, dtypes
+from ...core.promotion import wrapped
 from ...core.uop import UOp
 
 
@@ -187,7 +189,7 @@ def _maximum(walk, node, want, srcs):
                 if c < low and _beyond(walk, node.src[1 - i], dtype) is None:
                     return _committed(walk, node, want, _broadcast(_cast(other, dtype), walk.shape(node)))
                 if c > high:
-                    return _committed(walk, node, want, _filled(UOp.const(_wrapped(c, dtype), dtype),
+                    return _committed(walk, node, want, _filled(UOp.const(wrapped(c, dtype), dtype),
                                                                 walk.shape(node)))
     return _elementwise(walk, node, want, srcs)
 
@@ -237,19 +239,13 @@ def _const(walk, node, want, srcs):
     value = node.arg
     if not isinstance(value, (bool, int, float)):
         raise walk._refuse(node, f"holds {value!r}, not a number")
-    value = bool(value) if dtype.is_bool else _wrapped(int(value), dtype) if dtype.is_int else float(value)
+    value = bool(value) if dtype.is_bool else wrapped(int(value), dtype) if dtype.is_int else float(value)
     return UOp.const(value, dtype)
 
 
 def _int_range(dtype) -> tuple[int, int]:
-    bits = dtype.itemsize * 8
-    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if dtype.kind == "i" else (0, (1 << bits) - 1)
-
-
-def _wrapped(value: int, dtype) -> int:
-    """`value` modulo 2^bits, in the dtype's range (two's complement for signed ones)."""
-    low, high = _int_range(dtype)
-    return (value - low) % (high - low + 1) + low
+    """The least and the greatest value of integer `dtype`."""
+    return lowest(dtype), highest(dtype)
 
 
 def _beyond(walk, node, dtype):
