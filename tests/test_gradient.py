@@ -84,19 +84,34 @@ def test_max_ties_split_the_gradient_evenly():
     np.testing.assert_array_equal(gb, [0.5, 0.0])
 
 
-def test_an_integer_max_on_the_way_to_a_float_target_halves_ties_by_integer_division():
-    """max(int(a), int(b)) cast back to float: the gradient passes the casts as integers.
-    Where one side is larger it gets g, as in tinygrad; at a tie each side gets g / 2 in
-    the integer dtype (truncated, like the integer REDUCE MAX rule): an int32 gradient
-    cannot hold tinygrad's g * 0.5 (it computes that half in float)."""
+def test_no_gradient_crosses_a_cast_to_an_integer_or_bool():
+    """A float cast to an integer or bool is piecewise constant: its derivative is 0, as in
+    torch and JAX and in the forward row (tinygrad casts g to the integer and back, which
+    truncates it: it gave 3 for d sum(float(int(x)) * 3) and 2 for * 2.5). The float
+    around such a value still has its own gradient: d (t - float(int(t))) / dt is 1."""
     a, b, cot = UOp.param("a", (4,)), UOp.param("b", (4,)), UOp.param("cot", (4,))
-    loss = (a.cast(dtypes.int32).maximum(b.cast(dtypes.int32)).cast(dtypes.float32) * cot).sum()
-    grads = compute_gradient(loss, loss.const_like(1.0), [a, b])
     values = {"a": np.array([1, 3, 2.5, 7], np.float32), "b": np.array([1, 2, 2.9, -1], np.float32),
-              "cot": np.array([1, 3, 5, 7], np.float32)}
-    grad_a, grad_b = evaluate([grads[a], grads[b]], values)
-    np.testing.assert_array_equal(grad_a, [0, 3, 2, 7])  # ties at 0 (1 vs 1) and 2 (2 vs 2)
-    np.testing.assert_array_equal(grad_b, [0, 0, 2, 0])
+              "cot": np.array([2.5, 3, -200, 7], np.float32)}
+    through = {
+        "int32 max": a.cast(dtypes.int32).maximum(b.cast(dtypes.int32)).cast(dtypes.float32),
+        "int8": a.cast(dtypes.int8).cast(dtypes.float32),
+        "bool": a.cast(dtypes.bool).cast(dtypes.float32),
+        "uint8 via float16": a.cast(dtypes.float16).cast(dtypes.uint8).cast(dtypes.float32),
+    }
+    for name, value in through.items():
+        loss = (value * cot).sum()
+        grads = compute_gradient(loss, loss.const_like(1.0), [a, b])
+        grad_a, grad_b = evaluate([grads[a], grads[b]], values)
+        np.testing.assert_array_equal(grad_a, np.zeros(4, np.float32), err_msg=name)
+        np.testing.assert_array_equal(grad_b, np.zeros(4, np.float32), err_msg=name)
+    frac = a - a.cast(dtypes.int32).cast(dtypes.float32)
+    loss = (frac * cot).sum()
+    (grad_a,) = evaluate([compute_gradient(loss, loss.const_like(1.0), [a])[a]], values)
+    np.testing.assert_array_equal(grad_a, values["cot"])
+    half = a.cast(dtypes.float16).cast(dtypes.float32)  # between floats g still goes back
+    loss = (half * cot).sum()
+    (grad_a,) = evaluate([compute_gradient(loss, loss.const_like(1.0), [a])[a]], values)
+    np.testing.assert_array_equal(grad_a, values["cot"])
 
 
 def test_pow_at_zero_base_and_zero_exponent_follows_the_rules_table():

@@ -106,11 +106,21 @@ def _fdiv_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
     return g_over_b, need[1] and _neg(_mul(g_over_b, y))   # -g*y/b = -g*a/b^2
 
 
+def _cast_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
+    """g cast back to x's dtype, between floating-point dtypes. A cast to an integer or bool
+    is piecewise constant (derivative 0, as torch and JAX have it, and as the forward row
+    says), so no gradient crosses one, nor comes back out of an integer value: tinygrad
+    casts g to the integer and back, which truncates it (frac = t - float(int(t)) got
+    w - trunc(w) for w, where d frac/dt is 1)."""
+    x = y.src[0]
+    return (_cast(g, x.dtype),) if x.dtype.is_float and y.dtype.is_float else (None,)
+
+
 def _max_rule(g: UOp, y: UOp, need: tuple[bool, ...]):
     a, b = y.src
-    # half of g at a tie: g * 0.5 as tinygrad writes it; an integer g (a MAX of ints on the
-    # way to a float target, through casts) has no 0.5, and halves by dividing, truncating
-    # as the integer REDUCE MAX rule does
+    # half of g at a tie: g * 0.5 as tinygrad writes it; an integer g (a MAX of ints under an
+    # integer root: no gradient crosses a cast into a float target) has no 0.5, and halves
+    # by dividing, truncating as the integer REDUCE MAX rule does
     half = _mul(g, _const(g, 0.5)) if g.dtype.is_float else _div(g, _const(g, 2))
     tie_share = _where(_eq(a, b), half, _zero(g))
     return need[0] and _where(_lt(b, a), g, tie_share), need[1] and _where(_lt(a, b), g, tie_share)
@@ -362,7 +372,7 @@ GRADIENT_RULES = {
     Ops.LOG2: lambda g, y, need: (_div(g, _mul(y.src[0], _const(y, LN2))),),  # d log2(x) = dx / (x ln2)
     Ops.SIN: lambda g, y, need: (_mul(_sin(_sub(_const(y, math.pi / 2), y.src[0])), g),),  # d sin x = sin(pi/2-x) dx
     Ops.TRUNC: lambda g, y, need: (_zeros(y.src[0]),),                     # piecewise constant: 0
-    Ops.CAST: lambda g, y, need: (_cast(g, y.src[0].dtype),),              # g, back in x's dtype
+    Ops.CAST: _cast_rule,                                                  # g, back in x's dtype; none across ints
     Ops.BITCAST: _none(1),                                                 # bits, not values: none
     # comparisons and integer ops: no gradient
     Ops.CMPLT: _none(2), Ops.CMPNE: _none(2), Ops.CMPEQ: _none(2),
