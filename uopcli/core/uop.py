@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 import sys
+import threading
 from typing import NamedTuple, Sequence
 
 from ..builder import COMPOSITES, CreationMixin, ElementwiseMixin, IndexingMixin, MovementMixin, NNMixin, ReduceMixin
@@ -430,6 +431,15 @@ _sweep_at = _SWEEP_MIN
 made_for: list = [None]
 
 
+# Threads may build graphs at once (a notebook's pool, Dask's threaded workers). A new node
+# is entered with setdefault, one atomic step under the GIL: if another thread made the same
+# node since the caller's look-up, that one is returned and this one dropped, so one
+# structure stays one node. (A lock here cost 3-4x the entry itself.) One sweep runs at a
+# time (two would both move a sibling into a freed slot and delete its key twice); see
+# sweep_intern_table for a look-up that meets a sweep.
+_sweep_lock = threading.Lock()
+
+
 def _new(table: dict, key, op: str, dtype: DType, src: tuple, arg, shape) -> UOp:
     global _node_count
     node = _new_node(_Slots)
@@ -441,7 +451,13 @@ def _new(table: dict, key, op: str, dtype: DType, src: tuple, arg, shape) -> UOp
     node.meta = made_for[0]
     node.serial = next(_serials)
     node.__class__ = UOp  # from here on the node is immutable
-    table[key] = node
+    found = table.setdefault(key, node)
+    if found is not node:  # made meanwhile by another thread: the node, or a sibling in its slot
+        if table is _intern or (found.dtype is dtype and (found.arg is arg or found.arg == arg)):
+            return found
+        found = _intern.setdefault((op, dtype, src, arg), node)
+        if found is not node:
+            return found
     _node_count += 1
     if _node_count > _sweep_at:
         sweep_intern_table()
@@ -490,6 +506,17 @@ def _forget(node: UOp) -> None:
             del _intern[(op, node.dtype, node.src, node.arg)]
 
 
+def _remember(node: UOp) -> None:
+    """Put a node `_forget` removed back where it was (its slot, or its full key)."""
+    op = node.op
+    if op == Ops.PARAM or op == Ops.BUFFER or op == Ops.NOOP:
+        _intern[(op, node.dtype, node.shape, node.arg)] = node
+    elif op == Ops.CONST:
+        _intern[(op, node.dtype, (), _const_key(node.arg, node.dtype))] = node
+    elif _by_src[op].setdefault(node.src, node) is not node:  # its slot, or beside a sibling
+        _intern[(op, node.dtype, node.src, node.arg)] = node
+
+
 def _all_nodes() -> list[UOp]:
     nodes = list(_intern.values())
     for table in _by_src.values():
@@ -518,7 +545,19 @@ def sweep_intern_table() -> int:
 
     A first pass counts references in C speed and finds the dead roots; dropping a dead
     node releases its sources, which are then checked in turn, so whole graphs go at once.
+    Another thread's look-up may find a node between its count and its removal: a node
+    found held after its removal goes back (a thread that makes that very node in the
+    same instant, between the two, is the one race left: it would make a twin).
     """
+    if not _sweep_lock.acquire(blocking=False):
+        return 0  # another thread is sweeping
+    try:
+        return _sweep()
+    finally:
+        _sweep_lock.release()
+
+
+def _sweep() -> int:
     global _sweep_at, _node_count
     _const_fast.clear()
     body_slots_memo.clear()
@@ -536,6 +575,9 @@ def sweep_intern_table() -> int:
         if getrefcount(node) > _DEAD_REFS:
             continue  # still used, or still on the stack twice
         _forget(node)
+        if getrefcount(node) >= _DEAD_REFS:  # another thread found it just before: it stays
+            _remember(node)
+            continue
         dropped += 1
         stack.extend(node.src)
         if node.op == Ops.CALL and node.arg.grad is not None:
@@ -560,9 +602,7 @@ def _promote_siblings() -> None:
     for key, node in list(_intern.items()):
         src = node.src
         if src:  # leaves and CONSTs have none and stay
-            table = _by_src[node.op]
-            if src not in table:
-                table[src] = node
+            if _by_src[node.op].setdefault(src, node) is node:  # (setdefault: a thread may fill it too)
                 del _intern[key]
 
 
