@@ -47,6 +47,7 @@ from ._tinygrad import import_tinygrad, our_dtype
 from .export_rules import _rules
 from .module_calls import ModuleScopes
 from .scopes import assign_scopes
+from .shared_constants import built_from_constants, refusal
 
 
 class ExportError(UOpError):
@@ -187,12 +188,16 @@ def _uop_of(tg, value, what: str):
 def _named_uops(tg, inputs: dict, state_dict: dict) -> tuple[dict, dict]:
     """name -> (tinygrad UOp, the Tensor or UOp given): `inputs` first, then state_dict
     keys. A name in both collides; a tensor under two input names is refused; a state_dict
-    tensor already named (tied weights) keeps its first name: second, {its key: that name}."""
+    tensor already named (tied weights) keeps its first name: second, {its key: that name}.
+    Two names on one node built from constants are two tensors tinygrad merged: refused."""
+    from tinygrad.uop.ops import Ops as TOps
     named: dict = {}
     same: dict = {}
     by_uop: dict = {}
     for name, value in inputs.items():
         uop = _uop_of(tg, value, f"input {name!r}")
+        if uop in by_uop and built_from_constants(TOps, uop):
+            raise ExportError(refusal(TOps, name, uop, also=by_uop[uop]))
         if uop in by_uop:
             raise ExportError(f"inputs {by_uop[uop]!r} and {name!r} are the same tensor: name it once")
         named[name], by_uop[uop] = (uop, value), name
@@ -202,6 +207,8 @@ def _named_uops(tg, inputs: dict, state_dict: dict) -> tuple[dict, dict]:
         if key in named:
             raise ExportError(f"input name {key!r} collides: it is given in inputs and is a state_dict key")
         uop = _uop_of(tg, value, f"state_dict[{key!r}]")
+        if uop in by_uop and built_from_constants(TOps, uop):
+            raise ExportError(refusal(TOps, key, uop, also=by_uop[uop]))
         if uop in by_uop:
             same[key] = by_uop[uop]
         else:
@@ -263,6 +270,8 @@ class _Walk:
             if node in flags:
                 continue
             if node in names:
+                if built_from_constants(T, node):  # the program's equal constants are this node too
+                    raise ExportError(refusal(T, names[node], node))
                 flags[node] = _DATA
                 continue
             if not ready:
