@@ -21,6 +21,8 @@ gradients):
   name (tied weights) and, where no output depends on any named tensor (an output realized
   before the export), the names are recorded in graph meta for `diff --wrt` to explain;
   the latter is also an ExportWarning;
+- a named tensor tinygrad holds as constants alone (a 0-d tensor of a number is a CONST,
+  one node with the program's equal constants) is refused where reached (shared_constants.py);
 - COPY between devices is the value itself (the file has no devices);
 - an integer CONST its dtype cannot hold (tinygrad's `-u` of a uint8 is `u * -1`, its abs and
   sign make a uint8 -1, `u + 300` a uint8 300) is wrapped to the dtype, as tinygrad's ops
