@@ -216,3 +216,38 @@ def test_a_constant_minus_x_is_not_x_plus_the_constant(case):
         np.testing.assert_array_equal(simplified, written)
     expected = {"(2 - x) + 1": 3.0 - values, "1 + (2 - x)": 3.0 - values, "(2 - x) - 1": 1.0 - values}[case]
     np.testing.assert_array_equal(written, expected)
+
+
+def _range_edge_cases():
+    """(dtype, expression, x, y): two constants whose folded product or reciprocal leaves the
+    dtype's normal range, where every value the written graph computes is normal."""
+    f16, f32, f64 = dtypes.float16, dtypes.float32, dtypes.float64
+    cases = []
+    for dtype, big, small, x, tiny, y in ((f16, 256.0, 1 / 256, 0.01, 2.0 ** -17, 2.0 ** 14),
+                                          (f32, 1e20, 1e-30, 1e-30, 1e-39, 1e30),
+                                          (f64, 1e200, 1e-200, 1e-200, 1e-309, 1e300)):
+        def c(v, dtype=dtype):
+            return UOp.const(v, dtype)
+        p, q = UOp.param("x", (2,), dtype), UOp.param("y", (2,), dtype)
+        cases += [(dtype, (p * c(big)) * c(big * 2), x, 1.0),        # the product overflows
+                  (dtype, (p * c(small)) * c(small / 2), 1 / x, 1.0),  # ... falls below the normal range
+                  (dtype, (p / c(small)) * c(big), x, 1.0),           # (x/c1)*c2 = x*(c2/c1)
+                  (dtype, (p * c(big)) / c(small), x, 1.0),           # (x*c1)/c2 = x*(c1/c2)
+                  (dtype, p / (q * c(tiny)), x, y)]                   # x/(y*c) = (x/y)*(1/c): 1/c overflows
+    return cases
+
+
+@pytest.mark.parametrize("dtype, expr, x, y", _range_edge_cases(),
+                         ids=lambda v: v.name if hasattr(v, "name") and not isinstance(v, UOp) else None)
+def test_a_folded_constant_that_leaves_the_normal_range_is_not_folded(dtype, expr, x, y):
+    """fold_constant_factors and reciprocal_of_scaled fold two constants into one rounded to
+    the dtype; where that one overflows (inf) or falls below the normal range (0 or a
+    subnormal), their 3-ulp bound breaks though every value written is normal: float16
+    (x*256)*512 at x = 0.01 gave inf, float32 (x*1e-30)*1e-30 at x = 1e30 gave 0."""
+    values = {"x": np.full(2, x, dtype.np), "y": np.full(2, y, dtype.np)}
+    used = {n.arg for n in expr.toposort() if n.op == Ops.PARAM}
+    values = {k: v for k, v in values.items() if k in used}
+    literal = np.asarray(reference_evaluate([expr], values)[0])
+    assert np.all(np.isfinite(literal)) and np.all(np.abs(literal) >= np.finfo(dtype.np).smallest_normal)
+    simplified = np.asarray(evaluate(simplify_nodes([expr]), values)[0])
+    assert np.all(_ulps(literal, simplified, literal) <= 3.0), (literal, simplified)

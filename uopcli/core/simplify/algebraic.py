@@ -56,6 +56,21 @@ def _has_constant_operand(node) -> bool:
     return b.op == Ops.CONST or (a.op == Ops.CONST and node.op == Ops.MUL)
 
 
+def _normal_constant(value: float, node) -> bool:
+    """Whether `value` rounds to a normal number of the node's dtype: a folded constant
+    that overflows to inf or falls below the normal range (to 0 too: (x*c)*0 is nan where
+    x*c overflows, x*0 is not) would break its row's ulp bound where every value the
+    literal graph computes is normal: float16 (x*256)*512 as x*131072 is inf, float32
+    (x*1e-30)*1e-30 as x*1e-60 is 0."""
+    rounded = abs(float(node.dtype.np.type(value)))
+    return _smallest_normal(node.dtype) <= rounded < float("inf")
+
+
+def _smallest_normal(dtype) -> float:
+    import numpy as np
+    return float(np.finfo(dtype.np).smallest_normal)
+
+
 def _scaled(x, node, value: float):
     """x * value, the constant rounded once to the node's dtype; x itself when it rounds to 1."""
     constant = n.const(value, node)
@@ -92,7 +107,7 @@ def fold_constant_factors(node):
         k1 = 1 / k1 if k1 else None
     if node.op == Ops.FDIV:
         k2 = 1 / k2 if k2 else None
-    if k1 is None or k2 is None:
+    if k1 is None or k2 is None or not _normal_constant(k1 * k2, node):
         return None
     return _scaled(x, node, k1 * k2)
 
@@ -102,7 +117,7 @@ def reciprocal_of_scaled(x, y, c, node):
     tinygrad dividing by multiplying with the reciprocal). Literal: c, y*c and the
     quotient rounded (1.5 ulps from the exact value); here x/y, 1/c and the product (1.5):
     at most 3 ulps apart. The constant then meets the others around it."""
-    if not node.dtype.is_float or float(n.const_value(c)) == 0:
+    if not node.dtype.is_float or float(n.const_value(c)) == 0 or not _normal_constant(1 / float(n.const_value(c)), node):
         return None
     return _scaled(n.make(Ops.FDIV, node, (x, y)), node, 1 / float(n.const_value(c)))
 
