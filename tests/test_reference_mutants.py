@@ -201,6 +201,27 @@ def test_a_float_contraction_that_overflows_gives_inf_without_a_warning():
     bits(recip, np.array([np.inf, -np.inf], np.float32))
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_a_factor_broadcast_along_the_summed_axis_stays_inside_the_sum(dtype):
+    """sum(x * s), s broadcast along the summed axis, is the sum of the products, as op by
+    op: einsum took s out of the sum (s * sum(x)), which overflowed where the products do
+    not (float64 [1e308, 1e308] * 0.5 gave inf, not 1e308: `check` refused the model) and
+    missed the nan of an inf * 0 (sum([0, 1, 2] * inf) gave inf)."""
+    big = float(np.finfo(dtype).max) * 0.75
+    kind = dtype_of(np.dtype(dtype))
+    x, s = UOp.param("x", (2,), kind), UOp.param("s", (), kind)
+    grid, row = UOp.param("grid", (2, 3), kind), UOp.param("row", (1, 3), kind)
+    xv = np.array([big, big], dtype)
+    cases = [((x * s).r("ADD", (0,)), {"x": xv, "s": np.array(0.5, dtype)}),
+             ((s * x).r("ADD", (0,)), {"x": np.array([0, 1], dtype), "s": np.array(np.inf, dtype)}),
+             ((grid * row.expand((2, 3))).r("ADD", (0,)),
+              {"grid": np.array([[big, 0, 1], [big, 1, 2]], dtype), "row": np.array([[0.5, np.inf, -np.inf]], dtype)})]
+    for total, inputs in cases:
+        (unfused,) = reference_evaluate([total], inputs, fuse=False)
+        bits(one(total, **inputs), unfused)
+    bits(one(cases[0][0], **cases[0][1]), np.array([big], dtype))  # finite, as each product is
+
+
 # ----------------------------------------------------------------------------- the walk
 
 def _diamond():

@@ -267,15 +267,21 @@ def _contraction(node, a, b):
     summed = set(node.arg[1])
     compute = np.dtype(accumulation_np(node.dtype.np))  # float16 products and sums in float32
 
-    def factor(x):
-        x = np.broadcast_to(x, shape)
-        # an empty axis is kept whatever its stride (numpy gives a broadcast one stride 0):
-        # element 0 of it does not exist
-        present = [i for i, n in enumerate(shape) if n != 1 and (n == 0 or x.strides[i] != 0)]
-        part = x[tuple(slice(None) if i in present else 0 for i in range(len(shape)))]
-        return part.astype(compute, copy=False), present
+    def spread(x):
+        # the axes x is not broadcast along; an empty axis is kept whatever its stride (numpy
+        # gives a broadcast one stride 0): element 0 of it does not exist
+        return {i for i, n in enumerate(shape) if n != 1 and (n == 0 or x.strides[i] != 0)}
 
-    (fa, pa), (fb, pb) = factor(a), factor(b)
+    def factor(x, present):
+        part = x[tuple(slice(None) if i in present else 0 for i in range(len(shape)))]
+        return part.astype(compute, copy=False), sorted(present)
+
+    a, b = np.broadcast_to(a, shape), np.broadcast_to(b, shape)
+    own_a, own_b = spread(a), spread(b)
+    # a factor broadcast along a summed axis the other spreads over keeps that axis (a
+    # stride-0 view): einsum would take it out of the sum, s * sum(x) for sum(x * s), inf
+    # where the products are finite and their sum is not, and not nan where one is inf * 0
+    (fa, pa), (fb, pb) = factor(a, own_a | (own_b & summed)), factor(b, own_b | (own_a & summed))
     kept = [i for i in range(len(shape)) if i not in summed and (i in pa or i in pb)]
     spec = f"{''.join(_LETTERS[i] for i in pa)},{''.join(_LETTERS[i] for i in pb)}->{''.join(_LETTERS[i] for i in kept)}"
     with np.errstate(all="ignore"):
