@@ -27,14 +27,20 @@ def exp64(x: UOp, scale: int = 0) -> UOp:
     (from ln 2's two parts, exact to 2^-80): the exponent r·log2 e rounds by at most 1e-16
     instead of |x| ulps. 2^k is two powers of two, so that a subnormal result rounds once;
     2^r·log2 e >= 1 and 2^k finite, so the slope (the cotangent times 2^k first) overflows
-    only where eˣ does. x is clamped to [-746, 710] first (0 and inf beyond: k stays
-    finite; nan is kept). `scale`: eˣ·2^scale, in one rounding (cosh's eˣ/2 near 710)."""
-    x = (x < EXP_LOW).where(EXP_LOW, (x > EXP_HIGH).where(EXP_HIGH, x))
-    k = (x * LOG2E).floor()
+    only where eˣ does. x is clamped to [-746, 711] first (0 and inf beyond: k stays
+    finite; nan is kept). Below, the slope is 0, as eˣ's; above, where eˣ is inf, it is the
+    cotangent times 2^k twice (2^(2046 + 2·scale)): inf for any cotangent from 2^-1020 on,
+    0 for 0, where the clamp's 0 was (at x = 711.5 and +inf). `scale`: eˣ·2^scale, in one
+    rounding (cosh's eˣ/2 near 710)."""
+    above = x > EXP_HIGH  # nan is not
+    clamped = (x < EXP_LOW).where(EXP_LOW, above.where(EXP_HIGH, x))
+    k = (clamped * LOG2E).floor()
     k = (k > 1023).where(1023.0, k).detach()
-    r = (x - k * LN2_HI) - k * LN2_LO
+    r = (clamped - k * LN2_HI) - k * LN2_LO
     half = (k * 0.5).trunc()
-    return (r * LOG2E).exp2() * half.exp2() * (k - half + scale).exp2()
+    low, high = half.exp2(), (k - half + scale).exp2()
+    power = low * high  # 2^k, finite above (k = 1023): factors of data, never folded into one inf constant
+    return above.where(x * power * power, (r * LOG2E).exp2() * low * high)
 
 
 def _negative_magnitude(x: UOp) -> tuple[UOp, UOp]:
