@@ -1,7 +1,7 @@
 """float64 forms of exp, exp - 1, log(1 + u), the logistic function, sin and cos, softsign,
 softmax and log Σeˣ, for the ops whose builder forms are only float32-accurate in float64
 (ops_math.py, ops_tensor.py, ops_reduce.py and ops_activation.py call them for float64
-inputs only, but for float32 and float16 Cos and Tan, which are sin_cos64's rounded; float32 and float16 graphs keep the builder's forms otherwise; Sin keeps SIN, so that an exported graph reads back bit for bit). Each is accurate to a few ulps in relative terms, and so
+inputs only, but for float32 and float16 Sin, Cos and Tan, which are sin_cos64's rounded; float32 and float16 graphs keep the builder's forms otherwise; Sin keeps SIN's value, so that an exported graph reads back bit for bit, with sin_cos64's slopes). Each is accurate to a few ulps in relative terms, and so
 is its gradient, which `diff` takes through the same graph: no branch makes inf or nan
 for the gradient of another (the values each branch sees are kept finite).
 

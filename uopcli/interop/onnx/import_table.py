@@ -168,7 +168,6 @@ TABLE: dict[str, OpRow] = {
     "Trilu": _row(t.trilu, (14,), upper=1),
     # -- what uopgrad's exporter writes besides (ops_exact.py), so its files read back
     "Reciprocal": _row(x.reciprocal, (6, 13)),                # 1 / x, IEEE (1/-0.0 = -inf)
-    "Sin": _row(x.sin, (7, 22)),                               # sin x
     "Floor": _row(x.floor, (6, 13)),                          # ⌊x⌋
     "Ceil": _row(x.ceil, (6, 13)),                            # ⌈x⌉
     "Round": _row(x.round_, (11, 22)),                        # nearest, halves to even, sign kept
@@ -247,6 +246,7 @@ TABLE.update({
     "LessOrEqual": _row(m.less_or_equal, (12, 16)),           # a <= b (false with nan)
     "Clip": _row(m.clip, (6, 11, 12, 13), min=None, max=None),  # min(max(x, lo), hi); 6: attributes
     "Sign": _row(m.sign, (9, 13)),                            # -1, 0, 1 (nan kept)
+    "Sin": _row(m.sin, (7, 22)),                              # sin x (SIN's value)
     "Cos": _row(m.cos, (7, 22)),                              # cos x
     "Tan": _row(m.tan, (7, 22)),                              # tan x
     "Asin": _row(_float32_inside(m.asin), (7, 22)),  # arcsin x

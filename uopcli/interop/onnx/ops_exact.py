@@ -14,7 +14,6 @@ from uopcli import UOp
 
 
 def reciprocal(ctx): return ctx.x(0).reciprocal()          # noqa: E704 - Reciprocal-13: 1/x, IEEE
-def sin(ctx): return ctx.x(0).sin()                        # noqa: E704 - Sin-7: SIN (read back bit for bit)
 def floor(ctx): return ctx.x(0).floor()                    # noqa: E704 - Floor-13 (-0.0, nan, inf kept)
 def ceil(ctx): return ctx.x(0).ceil()                      # noqa: E704 - Ceil-13
 
