@@ -143,58 +143,44 @@ def erf(ctx):
     """erf, accurate to its dtype in relative terms. For |x| < 0.5 the Taylor series (where
     the absolute error of a form for erf near 1 would be a large relative one); beyond it,
     in float32 and float16 the builder's Abramowitz-Stegun form (absolute error 1.5e-7,
-    where erf >= 0.52; its slope 4.6e-4 off: Gelu's float32 form only, the Erf row takes
-    erf_rounded), in float64 1 - erfc(|x|) by a Chebyshev fit (within 2 ulps). Each
+    where erf >= 0.52), with erf's exact slopes (_with_erf_slopes: the form's were 4.6e-4
+    off), in float64 1 - erfc(|x|) by a Chebyshev fit (within 2 ulps). Each
     branch sees a harmless value outside its range, so neither makes inf or nan for the
     other (nor for its gradient)."""
     x = ctx.x(0)
     small = x.abs() < 0.5
     series = _series(x, small, _taylor(_ERF_TAYLOR, x))
     if x.dtype is not dtypes.float64:
-        return small.where(series, x.erf())
-    z = small.where(1.0, x.abs().minimum(_ERFC_LAST))  # nan stays nan
-    far = 1.0 - _erfc64(z)
+        return _with_erf_slopes(small.where(series, x.erf()), x)
+    far = 1.0 - _erfc64(_erfc_argument(x, small))
     return small.where(series, (x < 0).where(-far, far))
 
 
-def _power_series(chebyshev) -> list[float]:
-    """The coefficients of 1, u, u², ... of c0 + c1 T1(u) + c2 T2(u) + ... (T_(k+1) =
-    2u T_k - T_(k-1), in exact integers, rounded once)."""
-    from fractions import Fraction
-    previous, current = [1], [0, 1]  # T0, T1
-    total = [Fraction(chebyshev[0])] + [Fraction(0)] * (len(chebyshev) - 1)
-    for k, c in enumerate(chebyshev[1:], start=1):
-        total = [a + Fraction(c) * b for a, b in zip(total, current + [0] * (len(total) - len(current)))]
-        previous, current = current, [2 * a - b for a, b in zip([0] + current, previous + [0, 0])]
-    return [float(c) for c in total]
+def _erfc_argument(x: UOp, small: UOp) -> UOp:
+    """|x|, but 1 where `small` (the series' range) and 28 past it (±inf: slope 0). nan
+    stays nan, its slope too (a MAX with 28 gave nan the slope 0)."""
+    magnitude = small.where(1.0, x.abs())
+    return (magnitude > _ERFC_LAST).where(_ERFC_LAST, magnitude)
 
 
-# float32 and float16 Erf, computed in float64 and rounded once (import_table.py): float64's
-# series cut where the rest is below 1e-12 of the result (so the rounded value and slope are
-# the correctly rounded ones but for near ties), the Chebyshev one by Horner's rule in u
-# (18 terms: its power coefficients are below 0.81, so it loses no more than 1e-15) and eˣ the builder's
-# (|x| ulps of float64, 2e-13 at z = 28): a third of the nodes of erf's float64 form, which
-# made a float32 Erf 8 times slower to run
-_ERF_TAYLOR_ROUNDED = [_ERF_TAYLOR[dtypes.float64][n] for n in range(10)]
-_ERFC_POWERS_ROUNDED = _power_series(_ERFC_CHEBYSHEV[:18])
+_TWO_OVER_ROOT_PI = 2 / math.sqrt(math.pi)
 
 
-def erf_rounded(ctx):
-    """Erf of a float32 or float16 x cast to float64, to be rounded back once: the Taylor
-    series below |x| = 1/2, 1 - erfc(|x|) (signed) beyond, with erfc(z) = t·e^(-z² + f(t))
-    as in float64 but f cut short. The slopes are those of the same accurate forms
-    (2/√π e^(-x²) within 1e-12; the builder's float32 form's were 4.6e-4 off, 1.2e-2 at
-    x = 6, and nan at ±inf, where these are 0)."""
-    x = ctx.x(0)
-    small = x.abs() < 0.5
-    z = small.where(1.0, x.abs().minimum(_ERFC_LAST))  # nan stays nan
-    t = 2.0 / (z + 2.0)
-    u = t * 2.5 - 1.0
-    f = u.const_like(_ERFC_POWERS_ROUNDED[-1])
-    for coefficient in reversed(_ERFC_POWERS_ROUNDED[:-1]):
-        f = f * u + coefficient
-    far = 1.0 - t * (f - z * z).exp()
-    return small.where(_series(x, small, _ERF_TAYLOR_ROUNDED), (x < 0).where(-far, far))
+def _with_erf_slopes(value: UOp, x: UOp) -> UOp:
+    """`value` (erf x by any form, detached) with erf's own slopes, exact to the third order:
+    erf(x0 + d) = erf x0 + c1·d - c2·d² + c3·d³ + ..., c1 = 2/√π e^(-x0²) (erf'), c2 = c1·x0,
+    c3 = c1·(2x0² - 1)/3, at d = x - x0 = 0 for x0 = x detached (as sin_cos64 turns sin x0).
+    The c's are float64's, rounded once (the builder's float32 erf's own slope was 4.6e-4
+    off, 1.2e-2 at x = 6, nan at ±inf). Written value - (c1·e + c2·e² + c3·e³) with e =
+    x0 - x = +0.0: the value's bits, -0.0 kept. ±inf take x0 = 0 (inf - inf), with slope 0."""
+    finite = x.isinf().where(0.0, x)
+    x0 = finite.detach()
+    wide = x0.cast(dtypes.float64)
+    c1 = (wide * -wide).exp() * _TWO_OVER_ROOT_PI  # 0 from |x0| = 27 (e^-x² underflows; x0² never overflows)
+    c2, c3 = c1 * wide, c1 * (wide * wide * 2.0 - 1.0) * (1 / 3)
+    e = x0 - finite
+    c1, c2, c3 = (c.cast(x.dtype) for c in (c1, c2, c3))
+    return value.detach() - e * (c1 + e * (c2 + e * c3))
 
 
 def _erfc64(z):
