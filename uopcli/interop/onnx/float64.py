@@ -22,7 +22,7 @@ LN2_HI, LN2_LO = 6.93147180369123816490e-01, 1.90821492927058770002e-10
 EXP_LOW, EXP_HIGH = -746.0, 711.0  # e^x is 0 below and inf above in float64 (e^x/2 too)
 
 
-def exp64(x: UOp, scale: int = 0) -> UOp:
+def exp64(x: UOp, scale: int = 0, overflows: bool = True) -> UOp:
     """eˣ = 2^r·log2 e·2^k, k = floor(x·log2 e) (at most 1023), r = x - k·ln 2 in [0, 0.92)
     (from ln 2's two parts, exact to 2^-80): the exponent r·log2 e rounds by at most 1e-16
     instead of |x| ulps. 2^k is two powers of two, so that a subnormal result rounds once;
@@ -31,7 +31,8 @@ def exp64(x: UOp, scale: int = 0) -> UOp:
     finite; nan is kept). Below, the slope is 0, as eˣ's; above, where eˣ is inf, it is the
     cotangent times 2^k twice (2^(2046 + 2·scale)): inf for any cotangent from 2^-1020 on,
     0 for 0, where the clamp's 0 was (at x = 711.5 and +inf). `scale`: eˣ·2^scale, in one
-    rounding (cosh's eˣ/2 near 710)."""
+    rounding (cosh's eˣ/2 near 710). `overflows=False`: for callers whose x stays below 711
+    (x <= 0 mostly), without that branch (its three nodes and x kept alive cost Exp 50%)."""
     above = x > EXP_HIGH  # nan is not
     clamped = (x < EXP_LOW).where(EXP_LOW, above.where(EXP_HIGH, x))
     k = (clamped * LOG2E).floor()
@@ -39,8 +40,10 @@ def exp64(x: UOp, scale: int = 0) -> UOp:
     r = (clamped - k * LN2_HI) - k * LN2_LO
     half = (k * 0.5).trunc()
     low, high = half.exp2(), (k - half + scale).exp2()
-    power = low * high  # 2^k, finite above (k = 1023): factors of data, never folded into one inf constant
-    return above.where(x * power * power, (r * LOG2E).exp2() * low * high)
+    mantissa = (r * LOG2E).exp2()
+    if overflows:  # x·2^k·2^k (k = 1023): data, so no rewrite folds the powers into one inf constant
+        mantissa = above.where(x * low * high, mantissa)
+    return mantissa * low * high
 
 
 def _negative_magnitude(x: UOp) -> tuple[UOp, UOp]:
@@ -67,7 +70,7 @@ def sigmoid64(x: UOp) -> UOp:
     so neither the value (subnormal from x = -708) nor the slope (1/(1 + e)² was inf·0)
     is lost."""
     positive, negative = _negative_magnitude(x)
-    e = exp64(negative)
+    e = exp64(negative, overflows=False)
     s = 1.0 / (1.0 + e)
     return positive.where(s, e * s)
 
@@ -75,7 +78,7 @@ def sigmoid64(x: UOp) -> UOp:
 def softplus64(x: UOp) -> UOp:
     """log(1 + eˣ) = max(x, 0) + log1p(e^-|x|): log(1 + e^-|x|) was 0 below x = -37."""
     positive, negative = _negative_magnitude(x)
-    return positive.where(x, 0.0) + log1p64(exp64(negative))
+    return positive.where(x, 0.0) + log1p64(exp64(negative, overflows=False))
 
 
 def softsign64(x: UOp) -> UOp:
@@ -100,7 +103,7 @@ def sum_exp_less_one64(x: UOp, top: UOp, axes, keepdim: bool = True) -> UOp:
     constant, with all of e's derivatives (a tie's slope is e^0/Σ), whether top is detached
     or not. -1 where no x is top and every e is 0 (all -inf, with top 0 for -inf)."""
     tie = x.eq(top).cast(x.dtype)
-    terms = exp64(x - top) - tie
+    terms = exp64(x - top, overflows=False) - tie
 
     def total(v: UOp) -> UOp:
         return v.sum(axes, keepdim=keepdim) if axes else v
@@ -110,7 +113,7 @@ def sum_exp_less_one64(x: UOp, top: UOp, axes, keepdim: bool = True) -> UOp:
 def softmax64(x: UOp, axis: int) -> UOp:
     """e^(x - top) / Σ e^(x - top) along `axis`, top the (detached) largest, by exp64: the
     builder's eˣ was |x - top| ulps off (30 at a logit 30 below the largest)."""
-    e = exp64(x - x.max(axis, keepdim=True).detach())
+    e = exp64(x - x.max(axis, keepdim=True).detach(), overflows=False)
     return e / e.sum(axis, keepdim=True)
 
 
@@ -139,7 +142,7 @@ def expm1_64(x: UOp, sinh_series) -> UOp:
     near = x > -1.0
     half = near.where(x, 0.0) * 0.5
     # + 0.0: e^-0 - 1 is +0.0, as onnxruntime's Selu and Celu give it (2·sinh(-0) is -0.0)
-    return near.where(2.0 * sinh_series(half) * exp64(half) + 0.0, exp64(x) - 1.0)
+    return near.where(2.0 * sinh_series(half) * exp64(half, overflows=False) + 0.0, exp64(x, overflows=False) - 1.0)
 
 
 def cosh_sinh64(x: UOp) -> tuple[UOp, UOp]:
@@ -147,7 +150,7 @@ def cosh_sinh64(x: UOp) -> tuple[UOp, UOp]:
     two: finite (value and slope) up to cosh's overflow at 710.48 (eˣ overflowed from 709.78).
     sinh cancels below |x| = 0.5, where its callers take the series."""
     magnitude = (x < 0).where(-x, x)
-    big, small = exp64(magnitude, -1), exp64(-magnitude, -1)
+    big, small = exp64(magnitude, -1), exp64(-magnitude, -1, overflows=False)
     return big + small, (x < 0).where(small - big, big - small)
 
 

@@ -158,7 +158,7 @@ def _masked_softmax(ctx, scores, bias):
         wide = scores.cast(dtype) if dtype is not scores.dtype else scores
     top = wide.max(-1, keepdim=True)
     top = top.eq(-math.inf).where(0.0, top)
-    e = exp64(wide - top) if wide.dtype is dtypes.float64 else (wide - top).exp()  # builder's: |x| ulps in float64
+    e = exp64(wide - top, overflows=False) if wide.dtype is dtypes.float64 else (wide - top).exp()  # builder's: |x| ulps in float64
     total = e.sum(-1, keepdim=True)
     weights = e / total.eq(0.0).where(1.0, total)
     if bias is not None:

@@ -185,7 +185,7 @@ def _with_erf_slopes(value: UOp, x: UOp) -> UOp:
 
 def _erfc64(z):
     t = 2.0 / (z + 2.0)
-    return t * exp64(_chebyshev(t * 2.5 - 1.0, _ERFC_CHEBYSHEV) - z * z)
+    return t * exp64(_chebyshev(t * 2.5 - 1.0, _ERFC_CHEBYSHEV) - z * z, overflows=False)  # below 0
 
 
 def _chebyshev(u, coefficients):
