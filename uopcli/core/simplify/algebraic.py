@@ -161,6 +161,7 @@ def fold_constant_terms(node):
 # ----------------------------------------------------------------------------- sigmoid's ratio
 
 _PRODUCT_PARTS = (Ops.MUL, Ops.NEG, Ops.FDIV, Ops.RECIPROCAL)
+_SUMS = (Ops.ADD, Ops.SUB)
 _RATIOS_SEEN = "a 1/(1+e) was seen"  # a flag in the walk's ctx: until it is raised, no product is taken apart
 
 
@@ -239,17 +240,62 @@ def _factors(node):
     return numerator, denominator, constant
 
 
+def _merged_base(node) -> object:
+    """e when node is 1 - 1/(1+e), the form sigmoid_ratio writes e * 1/(1+e) in."""
+    if node.op != Ops.SUB or not n.is_const(node.src[0], 1) or node.src[1].op != Ops.RECIPROCAL:
+        return None
+    return _ratio_base(node.src[1].src[0])
+
+
+def _divides_by(base, numerator: list, denominator: list) -> bool:
+    """Whether the product divides by e, or by e/(1+e) merged: its other factors then hold 1/e,
+    which would scale the ulp of 1 that 1 - 1/(1+e) is off by up to the product's own size
+    ((y * r / e) * e merged is y / e * (1 - r): 0 for 2 once e is below an ulp of 1)."""
+    divisors = denominator + [f.src[0] for f in numerator if f.op == Ops.RECIPROCAL]
+    return any(d is base or _merged_base(d) is base for d in divisors)
+
+
+def _cancel_merged(numerator: list, denominator: list) -> bool:
+    """Cancel what a factor 1 - 1/(1+e) (e/(1+e) merged) meets across the fraction bar
+    (tinygrad's `x/x -> 1`, `(x*x2)/x2 -> x`): as a divisor, with the same factor or with e
+    and 1/(1+e) in the numerator (the quotient is 1); in the numerator, with a divisor e (the
+    quotient is 1/(1+e)). Left as it was, the merged factor's error of an ulp of 1 would be
+    divided by e: (y*e*r) / (e*r) is 0/0 once e is below an ulp of 1. True if any was."""
+    cancelled = False
+    for d in list(denominator):
+        base = _merged_base(d)
+        if base is None:
+            continue
+        if d in numerator:
+            numerator.remove(d)
+        elif base in numerator and d.src[1] in numerator:
+            numerator.remove(base)
+            numerator.remove(d.src[1])
+        else:
+            continue
+        denominator.remove(d)
+        cancelled = True
+    for i, f in enumerate(numerator):
+        base = _merged_base(f)
+        if base is not None and base in denominator:
+            numerator[i] = f.src[1]
+            denominator.remove(base)
+            cancelled = True
+    return cancelled
+
+
 def _merge_ratios(numerator: list, denominator: list) -> bool:
-    """Replace each pair e * 1/(1+e) by 1 - 1/(1+e); True if any was."""
+    """Replace each pair e * 1/(1+e) by 1 - 1/(1+e) where the product does not divide by e
+    (_divides_by); True if any was."""
     for i, f in enumerate(numerator):
         base = _ratio_base(f.src[0]) if f.op == Ops.RECIPROCAL else None
-        if base is not None and base in numerator:
+        if base is not None and base in numerator and not _divides_by(base, numerator, denominator):
             numerator[i] = n.const(1, f) - f
             numerator.remove(base)
             return _merge_ratios(numerator, denominator) or True
     for j, d in enumerate(denominator):
         base = _ratio_base(d)
-        if base is not None and base in numerator:
+        if base is not None and base in numerator and not _divides_by(base, numerator, denominator):
             reciprocal = n.make(Ops.RECIPROCAL, d, (d,))
             numerator[numerator.index(base)] = n.const(1, d) - reciprocal
             del denominator[j]
@@ -257,25 +303,47 @@ def _merge_ratios(numerator: list, denominator: list) -> bool:
     return False
 
 
-@only_when(lambda key: any(op in _PRODUCT_PARTS for op in key[2:]) or (key[0] == Ops.FDIV and key[3] == Ops.ADD),
+def _merged_meets_a_divisor(node) -> bool:
+    """Whether node is a quotient where a factor 1 - 1/(1+e) divides, or is divided by e
+    (_cancel_merged's cases: the walk is bottom-up, so e * 1/(1+e) below was merged first)."""
+    if node.op != Ops.FDIV:
+        return False
+    taken = _factors(node)
+    if taken is None:
+        return False
+    numerator, denominator, _ = taken
+    return (any(_merged_base(d) is not None for d in denominator)
+            or any(_merged_base(f) in denominator for f in numerator if _merged_base(f) is not None))
+
+
+@only_when(lambda key: any(op in _PRODUCT_PARTS for op in key[2:]) or (key[0] == Ops.FDIV and (key[2] in _SUMS or key[3] in _SUMS)),
            after=_RATIOS_SEEN)
 def sigmoid_ratio(node, ctx):
     """x * 1/(1+x) = 1 - 1/(1+x) inside a product (tinygrad: `x*(1+x).reciprocal() -> 1-d`,
     `x*(d*y) -> y*(1-d)`, with its constants moved to the end and folded as in
-    `(x*c1)*y -> (x*y)*c1`). The product is rebuilt left to right, numerator over
-    denominator, times one constant. Bound: at most 3 ulps of the largest of the values the
-    product computes on the way and the product of its other factors (1 - d is off by an
-    ulp of 1, and the factors it is multiplied by scale that, however small the values on
-    the way are: `ratio * ((e/y) * k)` with y small; it cancels where x/(1+x) is tiny, and
-    tinygrad's kernels give the same 0 there; the reassociation adds rounding of the same
-    order)."""
-    if not node.dtype.is_float or not _wanted(node, ctx):
+    `(x*c1)*y -> (x*y)*c1`), except where the product also divides by x (_divides_by); and a
+    divisor 1 - 1/(1+x) cancelled with the same factor, or x * 1/(1+x), in the numerator
+    (tinygrad's `(x*x2)/x2 -> x`). The product is rebuilt left to right, numerator over
+    denominator, times one constant.
+    Bound: at most 3 ulps of |P|, P the product with each 1 - 1/(1+x) taken as 1 (the row's
+    scale "factors"): 1 - 1/(1+x) is off by an ulp of 1, which P scales. Since P holds no
+    1/x, that is within 6 ulps of the result where x/(1+x) >= 1/2 (x >= 1); below, the
+    result keeps P's ulps, not its own: where x is under an ulp of 1 it is 0, as in
+    tinygrad's kernels (and torch's sigmoid backward, s * (1 - s)). For normal-range values;
+    a divisor that only makes P large (y/(x+z) with z near -x) is not seen."""
+    if not node.dtype.is_float or not (_wanted(node, ctx) or _merged_meets_a_divisor(node)):
         return None
+    return _ratio_product(node)
+
+
+def _ratio_product(node):
+    """The product `node` with its ratios merged and cancelled (sigmoid_ratio), or None."""
     taken = _factors(node)
     if taken is None:
         return None
     numerator, denominator, constant = taken
-    if not _merge_ratios(numerator, denominator):
+    cancelled = _cancel_merged(numerator, denominator)
+    if not _merge_ratios(numerator, denominator) and not cancelled:
         return None
     out = _product(numerator, node)
     if denominator:
@@ -300,8 +368,6 @@ def note_ratio(node, ctx):
     return None
 
 
-_SUMS = (Ops.ADD, Ops.SUB)
-
 
 @only_when(lambda key: key[0] == Ops.MUL and (key[2] in _SUMS or key[3] in _SUMS), after=_RATIOS_SEEN)
 def ratio_through_sum(node, ctx):
@@ -314,16 +380,19 @@ def ratio_through_sum(node, ctx):
     if not node.dtype.is_float:
         return None
     for x, total in (node.src, node.src[::-1]):
-        if total.op not in _SUMS:
-            continue
+        if total.op not in _SUMS or _merged_base(total) is x:
+            continue  # x * (1 - 1/(1+x)) is x * x/(1+x) merged: split, x - (1 - 1/(1+x)) would cancel
         t, y = total.src
         for held, other, first in ((t, y, True), (y, t, False)):
-            if x in _wanted(held, ctx):
-                with_ratio = n.make(Ops.MUL, node, (x, held))
-                rest = n.make(Ops.MUL, node, (x, other))
-                if total.op == Ops.ADD or first:
-                    return n.make(total.op, node, (with_ratio, rest))
-                return n.make(Ops.SUB, node, (rest, with_ratio))
+            if x not in _wanted(held, ctx):
+                continue
+            with_ratio = n.make(Ops.MUL, node, (x, held))
+            if _ratio_product(with_ratio) is None:  # x * held divides by x: sigmoid_ratio leaves it, so no sum is split for it
+                continue
+            rest = n.make(Ops.MUL, node, (x, other))
+            if total.op == Ops.ADD or first:
+                return n.make(total.op, node, (with_ratio, rest))
+            return n.make(Ops.SUB, node, (rest, with_ratio))
     return None
 
 
