@@ -22,7 +22,7 @@ from uopcli.core.pattern import PatternMatcher
 from uopcli.core.simplify import TINYGRAD_ROWS, simplify_nodes
 from uopcli.core.simplify.walk import Rewriter
 
-from _row_scale import row_scale
+from _row_scale import _other_factors, row_scale
 
 M = 4096  # values per input
 FLOATS = (dtypes.float16, dtypes.float32, dtypes.float64)
@@ -251,3 +251,141 @@ def test_a_folded_constant_that_leaves_the_normal_range_is_not_folded(dtype, exp
     assert np.all(np.isfinite(literal)) and np.all(np.abs(literal) >= np.finfo(dtype.np).smallest_normal)
     simplified = np.asarray(evaluate(simplify_nodes([expr]), values)[0])
     assert np.all(_ulps(literal, simplified, literal) <= 3.0), (literal, simplified)
+
+
+# ----------------------------------------------------------------------------- the ratio where x is tiny
+
+LOG2E = 1.4426950408889634
+LARGE_X = [5.0, 25.0, 40.0, 100.0, 745.0, 800.0]  # e = exp(-x) from 7e-3 to below float64's subnormals
+
+
+def _sigmoid_parts(dtype, size):
+    x, y = UOp.param("x", (size,), dtype), UOp.param("y", (size,), dtype)
+    e = (x * -LOG2E).exp2()  # exp(-x) as tinygrad writes it
+    return x, y, e, (1.0 + e).reciprocal()
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float64, dtypes.float32], ids=lambda d: d.name)
+def test_a_product_that_divides_by_e_keeps_its_value_where_e_is_tiny(dtype):
+    """(y*r/e)*e and (y*e*r)/(e*r), r = sigmoid(x) = 1/(1+e): merged, 1 - r is off by an ulp
+    of 1 and the division by e scaled that to the product's size (float64 x = 40: 0 for 2,
+    and 0/0 = nan for 2; x = 25: 5e-6 off; tinygrad's CPU gives 2 and inf). The first is left
+    as written (its value is the literal's, bit for bit: inf and nan once y*r/e overflows);
+    in the second the merged e*r below the bar cancels the one above: y exactly, where the
+    literal is 0/0 once e underflows."""
+    x, y, e, r = _sigmoid_parts(dtype, len(LARGE_X))
+    feed = {"x": np.array(LARGE_X, dtype.np), "y": np.full(len(LARGE_X), 2.0, dtype.np)}
+    truth = 2.0 / (1.0 + np.exp(-np.array(LARGE_X)))  # float64: y * sigmoid(x)
+    divided, cancelled = (y * r / e) * e, (y * e * r) / (e * r)
+    with np.errstate(all="ignore"):
+        literal = reference_evaluate([divided, cancelled], feed)
+        ours = evaluate(simplify_nodes([divided, cancelled]), feed)
+    np.testing.assert_array_equal(ours[0], literal[0])
+    finite = np.isfinite(literal[0])
+    assert finite[:3].all()  # up to x = 40 both precisions hold y*r/e
+    np.testing.assert_allclose(ours[0][finite], truth[finite], rtol=2 * np.finfo(dtype.np).eps)
+    np.testing.assert_array_equal(ours[1], feed["y"])
+    assert np.isnan(literal[1][-1])  # e underflowed to 0: the literal is 0/0
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float64, dtypes.float32], ids=lambda d: d.name)
+def test_sigmoid_and_its_gradient_stay_finite_at_large_x(dtype):
+    """What the ratio rows are for (tinygrad's rewrite): sigmoid's gradient as the rules write
+    it is nan where exp(-x) overflows; simplified, it is sigmoid * (1 - sigmoid), finite, and
+    within 2 ulps of 1 of torch's in float64 everywhere (sigmoid too: its values, in [0, 1],
+    carry exp2's rounding of x * -log2(e), relatively large where x is)."""
+    torch = pytest.importorskip("torch")
+    from uopcli import Graph, differentiate
+    values = np.array([-1000.0, -745.0, -100.0, -88.8, -20.0, 0.0, 3.0, 40.0, 100.0, 1000.0], dtype.np)
+    x = UOp.param("x", values.shape, dtype)
+    graph, _ = differentiate(Graph({"y": x.sigmoid().sum()}), ["x"])
+    roots = [x.sigmoid(), *graph.outputs.values()][:2]
+    with np.errstate(all="ignore"):
+        literal = reference_evaluate(roots[1:], {"x": values})[0]
+        forward, grad = evaluate(simplify_nodes(roots), {"x": values})
+    assert np.isnan(literal).any()  # exp(1000) overflows in both precisions
+    assert np.all(np.isfinite(forward)) and np.all(np.isfinite(grad))
+    t = torch.tensor(values.astype(np.float64), requires_grad=True)
+    torch.sigmoid(t).sum().backward()
+    eps = float(np.finfo(dtype.np).eps)
+    np.testing.assert_allclose(forward, torch.sigmoid(t).detach().numpy(), rtol=0, atol=2 * eps)
+    np.testing.assert_allclose(grad, t.grad.numpy(), rtol=0, atol=2 * eps)
+
+
+def _random_ratio_product(rng):
+    """Steps of a random product of e, r = 1/(1+e), y, z and a constant: MUL (either side),
+    FDIV, NEG; 2 to 6 of them."""
+    steps = [("leaf", int(rng.integers(5)))]
+    for _ in range(int(rng.integers(2, 7))):
+        steps.append((str(rng.choice(["mul", "mul", "rmul", "div", "neg"])), int(rng.integers(5))))
+    return steps
+
+
+def _built(steps, leaves):
+    node = leaves[steps[0][1]]
+    for kind, k in steps[1:]:
+        f = leaves[k]
+        node = {"mul": lambda: node * f, "rmul": lambda: f * node, "div": lambda: node / f, "neg": lambda: -node}[kind]()
+    return node
+
+
+def _values_of(root, feed, size) -> np.ndarray:
+    """root's value by the reference evaluator, float64, broadcast to (size,) (a product of
+    constants alone is shape ())."""
+    return np.broadcast_to(np.asarray(reference_evaluate([root], _used(root, feed))[0]).astype(np.float64), (size,))
+
+
+def _used(root, feed):
+    names = {m.arg for m in root.toposort() if m.op == Ops.PARAM}
+    return {k: v for k, v in feed.items() if k in names}
+
+
+def _ulps_beyond_the_literal(ours, literal, exact, scale, dtype):
+    """How much further from the exact value ours is than the literal, in ulps of `scale`."""
+    with np.errstate(all="ignore"):  # where the literal overflows: not compared
+        spacing = np.spacing(np.maximum(scale.astype(dtype.np), np.finfo(dtype.np).tiny)).astype(np.float64)
+        return (np.abs(ours - exact) - np.abs(literal - exact)) / spacing
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float64, dtypes.float32], ids=lambda d: d.name)
+def test_random_ratio_products_within_the_stated_bound_of_the_exact_value(dtype):
+    """sigmoid_ratio's bound, as its docstring states it, on random products with x in
+    [-8, 40] (e from 3000 to 4e-18, where 1 - 1/(1+e) is 0), against the exact value (the
+    literal in float64), beyond the literal's own error in `dtype`: for x >= 0, at most 3 ulps
+    of |P|, P the product with each merged 1 - 1/(1+e) taken as 1, and P holds no 1/e: |P| is
+    at most B, the product with e and 1/(1+e) taken as 1 (times 2 per factor: a divisor
+    1/(1+e) is 1+e <= 2); for x <= 0 (e/(1+e) >= 1/2), at most 6 ulps of the result. Merged
+    across a division by e (the old row), P was y/e: up to 2e14 ulps off."""
+    rng, m = np.random.default_rng(0), 64
+    checked = 0
+    for _ in range(200):
+        steps, c = _random_ratio_product(rng), float(rng.choice([2.0, -0.5, 3.0]))
+
+        def product(dt, ratio_leaves=True):
+            x, y, e, r = _sigmoid_parts(dt, m)
+            if not ratio_leaves:
+                e, r = UOp.param("E", (m,), dt), UOp.param("R", (m,), dt)
+            return _built(steps, [e, r, y, UOp.param("z", (m,), dt), UOp.const(c, dt)])
+
+        feed = {"x": rng.uniform(-8, 40, m), "y": rng.uniform(0.5, 2, m) * rng.choice([-1, 1], m),
+                "z": rng.uniform(0.5, 2, m) * rng.choice([-1, 1], m)}
+        narrow = {k: v.astype(dtype.np) for k, v in feed.items()}
+        wide = {k: v.astype(np.float64) for k, v in narrow.items()}
+        expr, exact_expr, bounding = product(dtype), product(dtypes.float64), product(dtypes.float64, False)
+        after = simplify_nodes([expr])[0]
+        with np.errstate(all="ignore"):
+            ours = np.broadcast_to(np.asarray(evaluate([after], _used(after, narrow))[0]).astype(np.float64), (m,))
+            literal, exact = _values_of(expr, narrow, m), _values_of(exact_expr, wide, m)
+            b = np.abs(_values_of(bounding, dict(wide, E=np.ones(m), R=np.ones(m)), m)) * 2.0 ** len(steps)
+            p = _other_factors(after, (m,), _used(after, narrow))
+        fine = np.isfinite(literal) & np.isfinite(exact)
+        tiny, large = fine & (wide["x"] >= 0), fine & (wide["x"] <= 0)
+        if p is None:  # nothing merged: the rewrites change rounding only
+            p = np.zeros(m)
+        assert np.all(p[tiny] <= b[tiny] * (1 + 1e-6)), f"P holds 1/e: {steps}"
+        extra = _ulps_beyond_the_literal(ours, literal, exact, np.maximum(np.abs(exact), p), dtype)
+        assert np.all(extra[tiny] <= 3.0), f"{steps}: {extra[tiny].max():.3g} ulps of |P| beyond the literal's error"
+        relative = _ulps_beyond_the_literal(ours, literal, exact, np.abs(exact), dtype)
+        assert np.all(relative[large] <= 6.0), f"{steps}: {relative[large].max():.3g} ulps of the result, e >= 1"
+        checked += int(fine.sum())
+    assert checked > 200 * m * 0.9

@@ -321,16 +321,19 @@ def _merged_meets_a_divisor(node) -> bool:
 def sigmoid_ratio(node, ctx):
     """x * 1/(1+x) = 1 - 1/(1+x) inside a product (tinygrad: `x*(1+x).reciprocal() -> 1-d`,
     `x*(d*y) -> y*(1-d)`, with its constants moved to the end and folded as in
-    `(x*c1)*y -> (x*y)*c1`), except where the product also divides by x (_divides_by); and a
-    divisor 1 - 1/(1+x) cancelled with the same factor, or x * 1/(1+x), in the numerator
-    (tinygrad's `(x*x2)/x2 -> x`). The product is rebuilt left to right, numerator over
+    `(x*c1)*y -> (x*y)*c1`), except where the product also divides by x (_divides_by); and
+    what a merged 1 - 1/(1+x) meets across the fraction bar cancelled (tinygrad's `x/x -> 1`,
+    `(x*x2)/x2 -> x`; _cancel_merged). The product is rebuilt left to right, numerator over
     denominator, times one constant.
-    Bound: at most 3 ulps of |P|, P the product with each 1 - 1/(1+x) taken as 1 (the row's
-    scale "factors"): 1 - 1/(1+x) is off by an ulp of 1, which P scales. Since P holds no
-    1/x, that is within 6 ulps of the result where x/(1+x) >= 1/2 (x >= 1); below, the
-    result keeps P's ulps, not its own: where x is under an ulp of 1 it is 0, as in
-    tinygrad's kernels (and torch's sigmoid backward, s * (1 - s)). For normal-range values;
-    a divisor that only makes P large (y/(x+z) with z near -x) is not seen."""
+    Bound (normal-range values and intermediates): the result moves from the literal's by at
+    most 3 ulps of |P|, P the product with each 1 - 1/(1+x) taken as 1 (or of the largest
+    value the literal computes on the way, where that is larger: the row's scale "factors");
+    1 - 1/(1+x) is off by an ulp of 1, which P scales. As nothing merged is divided by x, P
+    holds no 1/x: its size is the other factors'. So where x/(1+x) >= 1/2 (x >= 1) the
+    result is within 6 ulps of its own value; below, within 3 ulps of |P|, not of its own:
+    where x is under an ulp of 1, x * 1/(1+x) * y is 0, as in tinygrad's kernels (and torch's
+    sigmoid backward, s * (1 - s)). tests/test_simplify_ulps.py checks both against float64.
+    A divisor small by its value alone (y / (x + z), z near -x) is not seen."""
     if not node.dtype.is_float or not (_wanted(node, ctx) or _merged_meets_a_divisor(node)):
         return None
     return _ratio_product(node)
@@ -374,8 +377,10 @@ def ratio_through_sum(node, ctx):
     """x * (t + y) = x*t + x*y (and -) where the product t holds 1/(1+x) (tinygrad:
     `x*(d+y) -> (1-d)+x*y`); x*t then loses its ratio to sigmoid_ratio. This is how the
     gradient of x/(1+x) stays finite where x overflows: it ends in e * (g/(1+e) - y), which
-    is inf * 0 at e = inf, and becomes g*(1 - 1/(1+e)) - e*y. Bound: 2 ulps of the largest
-    value computed on the way (the distributed sum rounds its two products apart; the
+    is inf * 0 at e = inf, and becomes g*(1 - 1/(1+e)) - e*y. Only where sigmoid_ratio will
+    merge x*t (not where t divides by x), and never x * (1 - 1/(1+x)), the merged form: split,
+    x - (1 - 1/(1+x)) cancels to an ulp of 1 where the product is x^2. Bound: 2 ulps of the
+    largest value computed on the way (the distributed sum rounds its two products apart; the
     sigmoid_ratio that follows is bounded on its own)."""
     if not node.dtype.is_float:
         return None
@@ -483,7 +488,7 @@ ROWS = [
     Row(UPat((Ops.ADD, Ops.SUB), name="node"), fold_constant_terms,
         "symbolic.py two stage ALU folding `(x+c1)+c2 -> x+(c1+c2)` and `x+0 -> x`", 2.0, "operands"),
     Row(UPat((Ops.MUL, Ops.FDIV), name="node"), sigmoid_ratio,
-        "symbolic.py sym `x*(1+x).reciprocal() -> 1-d` and `x*(d*y) -> y*(1-d)`", 3.0, "factors"),
+        "symbolic.py sym `x*(1+x).reciprocal() -> 1-d`, `x*(d*y) -> y*(1-d)`, `(x*x2)/x2 -> x`", 3.0, "factors"),
     Row(UPat(Ops.MUL, name="node"), ratio_through_sum,
         "symbolic.py sym `x*((1+x).reciprocal()+y) -> (1-d)+x*y`", 2.0, "operands"),
     Row(UPat(Ops.REDUCE, src=(UPat(Ops.EXPAND, src=(x_,), name="e"),), name="node"), sum_of_copies,
