@@ -358,8 +358,8 @@ def test_random_ratio_products_within_the_stated_bound_of_the_exact_value(dtype)
     across a division by e (the old row), P was y/e: up to 2e14 ulps off."""
     rng, m = np.random.default_rng(0), 64
     checked = 0
-    for _ in range(200):
-        steps, c = _random_ratio_product(rng), float(rng.choice([2.0, -0.5, 3.0]))
+    for steps in PINNED_PRODUCTS + [_random_ratio_product(rng) for _ in range(200)]:
+        c = float(rng.choice([2.0, -0.5, 3.0]))
 
         def product(dt, ratio_leaves=True):
             x, y, e, r = _sigmoid_parts(dt, m)
@@ -389,3 +389,53 @@ def test_random_ratio_products_within_the_stated_bound_of_the_exact_value(dtype)
         assert np.all(relative[large] <= 6.0), f"{steps}: {relative[large].max():.3g} ulps of the result, e >= 1"
         checked += int(fine.sum())
     assert checked > 200 * m * 0.9
+
+
+# products a seed-0 sweep does not reach: e*e*r merged is e * (1 - r), which split as a sum
+# (ratio_through_sum) is e - (1 - r), off by an ulp of 1 where the value is e^2; (e*r)/e with
+# e*r merged first is (1 - r)/e, its ulp of 1 divided by e
+PINNED_PRODUCTS = [[("leaf", 0), ("mul", 0), ("mul", 1)], [("leaf", 0), ("mul", 0), ("mul", 1), ("div", 0)],
+                   [("leaf", 1), ("mul", 0), ("div", 0)], [("leaf", 0), ("rmul", 0), ("rmul", 1), ("div", 0)]]
+
+
+def test_merged_divisors_cancel_what_they_meet_and_nothing_else():
+    """_cancel_merged, divisor by divisor, float64 against the exact values: a merged e*r
+    below the bar cancels e and r above it, ((y*e)/(e*r))*r = y exactly; one behind another
+    divisor, y*(e*r) / (z*(e*r)) = y/z and y*(e*r) / ((f*s)*(e*r)) = y/(f*s), f = exp(x),
+    s = 1/(1+f), f*s merged and kept (at x = 40 the uncancelled 0/0 is nan); (e*r)/(z*(e*r))
+    = 1/z and -3(e*r)/(e*r) = -3, nothing left on one side or both. A merged divisor
+    with only e above it, (y*e)/(e*r), keeps it: y*(1+e), as tinygrad computes it (inf at
+    x = 40: not here)."""
+    values = np.array([-3.0, 0.5, 5.0, 25.0, 40.0])
+    x, y, e, r = _sigmoid_parts(dtypes.float64, len(values))
+    z = UOp.param("z", (len(values),), dtypes.float64)
+    f = (x * LOG2E).exp2()
+    s = (1.0 + f).reciprocal()
+    feed = {"x": values, "y": np.full(len(values), 2.0), "z": np.full(len(values), -0.75)}
+    exact_e = np.exp(-values)
+    cases = [(((y * e) / (e * r)) * r, np.full(len(values), 2.0)),
+             (y * (e * r) / (z * (e * r)), np.full(len(values), 2.0 / -0.75)),
+             (y * (e * r) / ((f * s) * (e * r)), 2.0 * (1.0 + np.exp(values)) / np.exp(values)),
+             ((e * r) / (z * (e * r)), np.full(len(values), 1 / -0.75)),  # nothing left above the bar
+             (((e * r) * -3.0) / (e * r), np.full(len(values), -3.0))]  # nor below: the constant
+    roots = simplify_nodes([c for c, _ in cases])
+    for (case, exact), out in zip(cases, evaluate(roots, feed)):
+        # 1e-13: f*s merged is off by an ulp of 1, 20 ulps of it at x = -3 (f = 0.05)
+        np.testing.assert_allclose(out, exact, rtol=1e-13, err_msg=str(case))
+    _, y3, e3, r3 = _sigmoid_parts(dtypes.float64, 3)
+    out = evaluate(simplify_nodes([(y3 * e3) / (e3 * r3)]), {"x": values[:3], "y": feed["y"][:3]})[0]
+    np.testing.assert_allclose(out, 2.0 * (1.0 + exact_e[:3]), rtol=1e-12)  # 1 - r is off by an ulp of 1: e = 7e-3
+
+
+def test_a_sum_is_split_only_for_a_ratio_that_merges():
+    """ratio_through_sum splits e * (t + y) only where e*t then merges: with t = (z/(1+e))/e
+    (the product divides by e, sigmoid_ratio leaves it) it keeps the literal's bits, where a
+    split would round e*t and e*y apart."""
+    values = np.linspace(-6.0, 30.0, 64)
+    x, y, e, r = _sigmoid_parts(dtypes.float64, len(values))
+    z = UOp.param("z", (len(values),), dtypes.float64)
+    expr = e * ((z / (1.0 + e)) / e + y)
+    rng = np.random.default_rng(1)
+    feed = {"x": values, "y": rng.uniform(-2, 2, len(values)), "z": rng.uniform(-2, 2, len(values))}
+    literal = reference_evaluate([expr], feed)[0]
+    np.testing.assert_array_equal(evaluate(simplify_nodes([expr]), feed)[0], literal)

@@ -247,12 +247,13 @@ def _merged_base(node) -> object:
     return _ratio_base(node.src[1].src[0])
 
 
-def _divides_by(base, numerator: list, denominator: list) -> bool:
-    """Whether the product divides by e, or by e/(1+e) merged: its other factors then hold 1/e,
-    which would scale the ulp of 1 that 1 - 1/(1+e) is off by up to the product's own size
-    ((y * r / e) * e merged is y / e * (1 - r): 0 for 2 once e is below an ulp of 1)."""
-    divisors = denominator + [f.src[0] for f in numerator if f.op == Ops.RECIPROCAL]
-    return any(d is base or _merged_base(d) is base for d in divisors)
+def _divides_by(base, denominator: list) -> bool:
+    """Whether the product divides by e: its other factors then hold 1/e, which would scale
+    the ulp of 1 that 1 - 1/(1+e) is off by up to the product's own size ((y * r / e) * e
+    merged is y / e * (1 - r): 0 for 2 once e is below an ulp of 1). A divisor 1 - 1/(1+e)
+    is cancelled before (_cancel_merged); a 1/e written as a RECIPROCAL factor becomes a
+    division (the quotient row), where the merged factor over e is cancelled."""
+    return base in denominator
 
 
 def _cancel_merged(numerator: list, denominator: list) -> bool:
@@ -289,13 +290,13 @@ def _merge_ratios(numerator: list, denominator: list) -> bool:
     (_divides_by); True if any was."""
     for i, f in enumerate(numerator):
         base = _ratio_base(f.src[0]) if f.op == Ops.RECIPROCAL else None
-        if base is not None and base in numerator and not _divides_by(base, numerator, denominator):
+        if base is not None and base in numerator and not _divides_by(base, denominator):
             numerator[i] = n.const(1, f) - f
             numerator.remove(base)
             return _merge_ratios(numerator, denominator) or True
     for j, d in enumerate(denominator):
         base = _ratio_base(d)
-        if base is not None and base in numerator and not _divides_by(base, numerator, denominator):
+        if base is not None and base in numerator and not _divides_by(base, denominator):
             reciprocal = n.make(Ops.RECIPROCAL, d, (d,))
             numerator[numerator.index(base)] = n.const(1, d) - reciprocal
             del denominator[j]
