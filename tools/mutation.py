@@ -31,6 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 FORWARD_TESTS = ["tests/test_forward.py", "tests/test_forward_cli.py", "tests/test_forward_torch.py",
                  "tests/test_forward_edges.py", "tests/test_forward_names.py"]
 
+PRIMITIVES_TESTS = ["tests/test_primitives_mutants.py", "tests/test_builder_mutants.py", "tests/test_uop.py",
+                    "tests/test_tinygrad_meaning.py", "tests/test_builder_definitions.py", "tests/test_builder_gaps.py",
+                    "tests/test_builder_nan_order.py", "tests/test_inference_mutants.py"]
+
 # target prefix -> the test files that check it (the first prefix that matches wins)
 TESTS = [
     # the evaluators (numpy backend and the reference one): the tests that compare evaluated values
@@ -111,6 +115,12 @@ TESTS = [
     # its sibling promotion) and the constructors (test_intern_mutants.py holds the tests written for
     # the survivors: nodes that differ are two nodes with their own values, before and after sweeps)
     ("uopcli/core/uop.py", ["tests/test_intern_mutants.py", "tests/test_uop.py"]),
+    # the builder's primitives (operators and tinygrad's promotion, unary ops, casts, reductions,
+    # movement) and promotion.py's pairing: the values of the nodes they make, evaluated, against
+    # numpy/torch and tinygrad's stored cases (test_primitives_mutants.py holds the tests written
+    # for the survivors); about 25 s whole
+    ("uopcli/core/primitives.py", PRIMITIVES_TESTS),
+    ("uopcli/core/promotion.py", PRIMITIVES_TESTS),
     ("uopcli/views/html", ["tests/test_html_viewer.py", "tests/test_html_groups.py"]),
 ]
 
