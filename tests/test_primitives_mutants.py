@@ -180,11 +180,15 @@ def test_float32_with_a_python_float_both_ways_bit_for_bit(name, op, number):
     (lambda x: 2.5 - x, "float32", [2.5, 1.5, -124.5]),
     (lambda x: x * True, "int8", [0, 1, 127]),                     # a bool is below int8
     (lambda x: x + np.int64(300), "int8", [44, 45, -85]),         # numpy scalars as the Python numbers they hold
+    (lambda x: x + np.float32(0.5), "float32", [0.5, 1.5, 127.5]),
     (lambda x: x + np.float64(0.5), "float32", [0.5, 1.5, 127.5]),
+    (lambda x: x + np.bool_(True), "int8", [1, 2, -128]),
+    (lambda x: x + torch.tensor(0.25), "float32", [0.25, 1.25, 127.25]),
     (lambda x: x.cast("uint8") + -1, "uint8", [255, 0, 126]),
     (lambda x: x.cast("bool") + 1, "int32", [1, 2, 2]),            # bool and an int: int32
     (lambda x: x.cast("bool") + 2.5, "float32", [2.5, 3.5, 3.5]),
     (lambda x: x.cast("bool") + True, "bool", [True, True, True]),  # bool ADD is OR
+    (lambda x: x.cast("bool") + np.bool_(False), "bool", [False, True, True]),
     (lambda x: x.cast("float16") + 70000, "float16", [np.inf, np.inf, np.inf]),
     (lambda x: x.cast("float16") * 0.1, "float16", np.float16([0, 1, 127]) * np.float16(0.1)),
     (lambda x: x.cast("int64") + 2**40, "int64", [2**40, 2**40 + 1, 2**40 + 127]),
@@ -223,6 +227,8 @@ def test_promotion_of_mixed_operands_and_python_numbers(build, dtype, want):
     (lambda i, f: i ** -1, "pow: the base int8[3] needs a float dtype for the exponent int -1"),
     (lambda i, f: i.cast("bool") ** -2, "pow: the base bool[3] needs a float dtype for the exponent int -2"),
     (lambda i, f: i + "a", "an operand must be a UOp or a bool, int or float, got str"),
+    (lambda i, f: i + np.array([1.0, 2.0]), "an operand must be a UOp or a bool, int or float, got ndarray"),
+    (lambda i, f: f * torch.tensor([1.0, 2.0]), "an operand must be a UOp or a bool, int or float, got Tensor"),
     (lambda i, f: f * None, "an operand must be a UOp or a bool, int or float, got NoneType"),
 ])
 def test_operator_refusals_word_for_word(build, message):

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from .uop import UOp
 
 # bound by bind_late (uop.py): UOp itself, and these helpers of inference.py
-promoted = broadcast_pair = broadcast_shape = const_value = shape_tuple = per_axis_pairs = None
+promoted = broadcast_pair = broadcast_shape = shape_tuple = per_axis_pairs = None
 
 
 def bind_late(**names) -> None:
@@ -72,8 +72,10 @@ class Primitives:
         """This tensor, cast where tinygrad's promotion lifts it, and `value` as a CONST of
         the dtype they meet in."""
         if value.__class__ not in PYTHON_NUMBERS:
-            value = const_value(value, dtypes.float64 if isinstance(value, float) else dtypes.int64) \
-                if hasattr(value, "item") else value
+            try:  # a numpy or torch scalar: the Python number it holds (np.float32's a float, np.bool_'s a bool)
+                value = value.item() if hasattr(value, "item") else value
+            except (ValueError, RuntimeError):  # more elements than one: refused below
+                pass
             if value.__class__ not in PYTHON_NUMBERS:
                 raise GraphError(f"an operand must be a UOp or a bool, int or float, got {type(value).__name__}")
         dtype, kind = self.dtype, value.__class__

@@ -693,7 +693,7 @@ from .inference import (INFER, MEMO_ARG_CHECK, body_slots_memo, broadcast_pair, 
 
 _by_src.update({op: {} for op in INFER})
 bind_late(UOp=UOp, promoted=promoted, broadcast_pair=broadcast_pair, broadcast_shape=broadcast_shape,
-          const_value=const_value, shape_tuple=shape_tuple, per_axis_pairs=per_axis_pairs)
+          shape_tuple=shape_tuple, per_axis_pairs=per_axis_pairs)
 
 
 # Composites tag what they build with their name, as tinygrad's Tensor functions do.
