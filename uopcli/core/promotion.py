@@ -33,7 +33,8 @@ def true_division(a, b):
 
 def reciprocal_division(a, b):
     """a · (1 / b), tinygrad's division, where its rounding decides an integer result:
-    float16 100 // 2.5 is 39 there (1/2.5 rounds down), and so it is here."""
+    float16 100 // 2.5 is floor(100 · 0.39990234) = 40 here and on tinygrad's CPU device (the
+    product rounds up to 40 in float16; its PYTHON device keeps 39.99 wider, and floors it to 39)."""
     if not a.dtype.is_float:
         a, b = a.cast(dtypes.default_float), b.cast(dtypes.default_float)
     return a * b.reciprocal()
