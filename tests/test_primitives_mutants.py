@@ -625,3 +625,69 @@ def test_flip_of_no_axis_is_the_tensor_and_refusals():
         with pytest.raises(GraphError) as info:
             x.flip(*axis)
         assert str(info.value) == message
+
+
+@pytest.mark.parametrize("build, op", [
+    (lambda x: 5 + x, Ops.ADD), (lambda x: 5 * x, Ops.MUL), (lambda x: 5 & x, Ops.AND), (lambda x: 5 | x, Ops.OR),
+    (lambda x: 5 ^ x, Ops.XOR), (lambda x: 5 - x, Ops.SUB), (lambda x: x.const_like(5) ** x, Ops.POW),
+    (lambda x: x.const_like(5) < x, Ops.CMPLT),
+])
+def test_a_python_number_on_the_left_is_the_first_source_as_in_tinygrad(build, op):
+    """5 & x is AND(5, x) as tinygrad builds it (the order a saved graph and an export show)."""
+    x = UOp.param("x", (3,), dtypes.int32)
+    node = build(x)
+    assert node.op == op and node.src[0].op == Ops.CONST and node.src[1] is x
+    flipped = {Ops.CMPLT: lambda: x > 5}.get(op, lambda: None)()
+    if flipped is not None:
+        assert flipped.src[0].op == Ops.CONST and flipped.src[1] is x
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"])
+def test_a_python_int_wraps_into_each_integer_dtype(dtype):
+    info = np.iinfo(dtype)
+    a = np.array([info.min, 0, 1, info.max], dtype)
+    for number in (2**info.bits + 3, -(2**info.bits) - 3, 2**(info.bits - 1), 2**(info.bits - 1) - 1, -1, info.max, info.min):
+        got, node = run(lambda x: x + number, a)
+        assert node.dtype is dtype_of(dtype)
+        bits(got, wrap([int(v) + number for v in a], a.dtype))
+        assert node.src[1].arg == wrap([number], a.dtype)[0]
+
+
+@pytest.mark.parametrize("a, b", [(100.0, 2.5), (-100.0, 2.5), (7.0, -2.0), (-7.5, -2.0), (1.0, 0.1), (-3.0, 0.3), (60000.0, 0.5)])
+def test_float16_floor_division_is_the_reciprocal_product_rounded_in_float16(a, b):
+    """a // b is floor(a · (1/b)), each step rounded to float16 (100 // 2.5: 1/2.5 rounds down, the
+    product back up to 40); a % b is a - (a // b) · b."""
+    x, y = np.array([a], np.float16), np.array([b], np.float16)
+    with np.errstate(over="ignore"):
+        quotient = np.floor(x * (np.float16(1) / y))
+        rest = x - quotient * y
+    bits(run(operator.floordiv, x, y)[0], quotient)
+    bits(run(operator.mod, x, y)[0], rest)
+    bits(run(lambda u: u // b, x)[0], quotient)
+    bits(run(lambda v: a // v, y)[0], quotient)
+    bits(run(lambda u: u % b, x)[0], rest)
+
+
+@pytest.mark.parametrize("dtype", ["int16", "int32", "int64", "uint16", "uint32", "uint64"])
+def test_integer_floor_division_and_remainder_of_each_sign_pair(dtype):
+    signed = np.dtype(dtype).kind == "i"
+    pairs = [(7, 2), (7, -2), (-7, 2), (-7, -2), (6, 3), (-6, 3), (6, -3), (0, -5), (1, 7), (-1, 7)] if signed else \
+        [(7, 2), (6, 3), (0, 5), (1, 7), (np.iinfo(dtype).max, 10)]
+    a = np.array([p for p, _ in pairs], dtype)
+    b = np.array([q for _, q in pairs], dtype)
+    got, node = run(operator.floordiv, a, b)
+    assert node.dtype is dtype_of(dtype)
+    bits(got, floored(a, b))
+    bits(run(operator.mod, a, b)[0], remainder(a, b))
+    bits(run(lambda u: u.cdiv(b[1].item()), a)[0], c_quotient(a, np.full(a.shape, b[1], dtype)))
+
+
+@pytest.mark.parametrize("axis, message", [(2, "axis 2 out of range for rank 2"), (-3, "axis -3 out of range for rank 2"),
+                                           (1.0, "axis 1.0 out of range for rank 2"),
+                                           (False, "axis False out of range for rank 2")])
+def test_one_axis_refuses_what_is_not_an_axis(axis, message):
+    x = UOp.param("x", (2, 3), dtypes.float32)
+    with pytest.raises(GraphError) as info:
+        x.transpose(axis, 0)
+    assert str(info.value) == message
+    assert x.transpose(-2, -1).shape == (3, 2) and x.transpose(-1, 1) is x
