@@ -410,6 +410,10 @@ def test_float16_sum_accumulates_in_float32_and_rounds_once():
     got, _ = run(lambda x: x.reshape(1, 7).sum(1, keepdim=True), a)
     bits(got, np.float16([[a.astype(np.float32).sum()]]))
     bits(run(lambda x: x.cast("float32").sum(), a)[0], a.astype(np.float32).sum())
+    # 1024 + 0.5 + 2^-24: float32 drops the 2^-24 and the tie rounds to even, 1024 (float64 would keep it: 1025)
+    tie = np.array([1024, 0.5, 2.0**-24], np.float16)
+    bits(run(lambda x: x.sum(), tie)[0], np.float16(1024))
+    bits(run(lambda x: x.sum(0, keepdim=True), tie)[0], np.float16([1024]))
 
 
 @pytest.mark.parametrize("build, want", [
@@ -691,3 +695,33 @@ def test_one_axis_refuses_what_is_not_an_axis(axis, message):
         x.transpose(axis, 0)
     assert str(info.value) == message
     assert x.transpose(-2, -1).shape == (3, 2) and x.transpose(-1, 1) is x
+
+
+def test_a_python_base_takes_any_exponent_and_a_constant_minimum_is_negated_in_place():
+    a = np.array([0, 1, 2, 3, 7], np.int8)
+    bits(run(lambda x: (-2) ** x, a)[0], wrap([(-2) ** int(v) for v in a], np.int8))
+    bits(run(lambda x: 2.5 ** x, a)[0], np.float32(2.5) ** a.astype(np.float32))
+    bits(run(lambda x: True ** x, a)[0], np.ones(5, np.int8))
+    bits(run(lambda x: x ** True, a)[0], a)
+    x = UOp.param("x", (3,), dtypes.float32)
+    made = x.minimum(3.0)
+    assert made.op == Ops.NEG and made.src[0].op == Ops.MAX
+    assert made.src[0].src[1].op == Ops.CONST and made.src[0].src[1].arg == -3.0
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda x: x.pad((True, False)), "pad takes one (int, int) pair (or None) per axis, got (True, False)"),
+    (lambda x: x.pad(((1, 0),)), "PAD -> float32: arg must be one non-negative (before, after) per axis, got ((1, 0),) "
+                                 "(sources: PARAM float32[2, 3])"),
+    (lambda x: x.shrink(((0, 1),)), "SHRINK -> float32: arg must be one (start, end) per axis within [2, 3], got "
+                                    "((0, 1),) (sources: PARAM float32[2, 3])"),
+    (lambda x: x.shrink(((0, 1), (0, 1), (0, 1))), "SHRINK -> float32: arg must be one (start, end) per axis within "
+                                                   "[2, 3], got ((0, 1), (0, 1), (0, 1)) (sources: PARAM float32[2, 3])"),
+    (lambda x: x.expand(-1), "EXPAND -> float32: cannot expand [2, 3] to (2,): same rank, only size-1 axes grow "
+                             "(sources: PARAM float32[2, 3])"),
+    (lambda x: x.reshape(2, 3, None), "reshape [2, 3] to [2, 3, None]: a None past the last axis"),
+])
+def test_movement_refusals_word_for_word(build, message):
+    with pytest.raises(GraphError) as info:
+        build(UOp.param("x", (2, 3), dtypes.float32))
+    assert str(info.value) == message
