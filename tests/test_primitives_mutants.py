@@ -476,7 +476,7 @@ def test_reshape_infers_and_keeps_sizes(shape, want):
 
 def test_reshape_refusals_and_identity():
     x = UOp.param("x", (2, 3), dtypes.float32)
-    assert x.reshape(2, 3) is x and x.reshape(None, -1) is x and x.reshape((2, None)) is x
+    assert x.reshape(2, 3) is x and x.reshape(None, -1) is x and x.reshape((2, None)) is x and x.reshape(None, None) is x
     for shape, message in [((None, None, None), "reshape [2, 3] to [None, None, None]: a None past the last axis"),
                            ((3, None, None), "reshape [2, 3] to [3, None, None]: a None past the last axis"),
                            ((-1, -1), "reshape to [-1, -1]: only one size can be -1 (inferred)"),

@@ -155,10 +155,20 @@ def scratch_copy(targets: list[str], tests: list[str]) -> Path:
         "source_paths": ["uopcli"], "only_mutate": only, "also_copy": ["samples", "schemas", "docs", "tools", "bench", "README.md"],
         "pytest_add_cli_args_test_selection": tests,
         "pytest_add_cli_args": ["-p", "no:randomly", "-q", "-x", "--timeout=600"],
+        # each mutant forked from a server that only collected the tests, not from the process that
+        # ran them all: forked from that one, a mutant whose tests call torch waits forever on its
+        # thread pool's lock (a futex, no CPU) until the wall limit, counted a timeout (2026-12-07,
+        # core/primitives.py: 24 of the first 176 mutants, minutes each; 5 of them survivors)
+        "process_isolation": "forkserver",
     }
     with open(where / "pyproject.toml", "a") as f:
         f.write("\n[tool.mutmut]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items()))
     return where
+
+
+# the thread pools of torch and BLAS kept to one thread in mutmut's processes: one mutant at a
+# time per core, and no pool's lock held across a fork
+ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 
 
 def run_failure(returncode: int, output: str) -> str | None:
@@ -347,7 +357,7 @@ def main() -> int:
         print(f"mutation: {len(chosen)} of the {len(every)} mutants" +
               (f" (a sample, seed {args.seed})" if args.sample is not None else ""), flush=True)
     run = subprocess.run([mutmut, "run", "--max-children", str(args.max_children), *chosen], cwd=where,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ONE_THREAD)
     log = where / "mutmut-run.log"
     log.write_text(run.stdout)
     stopped = run_failure(run.returncode, run.stdout)
