@@ -361,7 +361,9 @@ def test_where_promotes_its_branches_and_keeps_their_order(build, dtype, want):
     x = np.array([[-7, 3, 5], [-2, 9, 127]], np.int8)
     got, node = run(build, cond, x)
     assert node.dtype is dtype_of(dtype)
-    assert all(s.op == Ops.CONST for s in node.src if not s.shape)  # a scalar branch is not broadcast: WHERE takes it
+    # a scalar branch is a CONST of the result's dtype, not broadcast (RESHAPE, EXPAND) nor cast: WHERE takes it
+    assert all(s.op in (Ops.PARAM, Ops.CONST, Ops.CAST) for s in node.src)
+    assert all(s.src[0].op != Ops.CONST for s in node.src if s.op == Ops.CAST)
     bits(got, np.array(want, dtype_of(dtype).np))
 
 
