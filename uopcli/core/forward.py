@@ -38,7 +38,7 @@ from .gradient import (LN2, GRADIENT_RULES, _add, _bind, _cast, _closed_body, _c
                        _mul, _neg, _reduce, _reshape, _sin, _sub, _sum_axes, _where, _zero)
 from .ops import Ops
 from .uop import Metadata, UOp, made_for, make_shaped
-from .walks import no_gc, on_a_deep_stack, scope_sources, scope_toposort
+from .walks import no_gc, node_list, on_a_deep_stack, scope_sources, scope_toposort
 
 TANGENT_SCOPE = "∂"  # the scope every tangent node sits under (its forward node's scope below it)
 _CALL_OPS = frozenset({Ops.FUNCTION, Ops.CALL})
@@ -410,11 +410,13 @@ ZERO_TANGENT_OPS = frozenset(op for op, rule in FORWARD_RULES.items() if rule is
 
 # ----------------------------------------------------------------------------- the walk
 
-def compute_jvp(roots: Iterable[UOp], tangents: Mapping[UOp, UOp], batch: int | None = None) -> dict[UOp, UOp | None]:
+def compute_jvp(roots: UOp | Iterable[UOp], tangents: Mapping[UOp, UOp],
+                batch: int | None = None) -> dict[UOp, UOp | None]:
     """The tangent of each root, {root: tangent or None (zero)}, given tangents of some
     nodes (usually inputs), each of its node's shape and dtype (with a leading axis of
-    `batch` directions when batched)."""
-    roots = list(roots)
+    `batch` directions when batched). One UOp is one root (here and in jvp, linearize
+    and transpose: a list of nodes may always be one node), never its rows."""
+    roots = node_list(roots)
     w = _Walk(batch, {})
     for node, t in tangents.items():
         if not isinstance(node, UOp) or node.shape is None or not isinstance(t, UOp):
@@ -520,9 +522,10 @@ def is_tangent(meta: Metadata | None) -> bool:
 
 # ----------------------------------------------------------------------------- JAX's three
 
-def jvp(roots: Iterable[UOp], tangents: Mapping[UOp, UOp]) -> tuple[list[UOp], list[UOp]]:
-    """(roots, their tangents), as jax.jvp: zero tangents as zeros of the root's shape."""
-    roots = list(roots)
+def jvp(roots: UOp | Iterable[UOp], tangents: Mapping[UOp, UOp]) -> tuple[list[UOp], list[UOp]]:
+    """(roots, their tangents), as jax.jvp: zero tangents as zeros of the root's shape.
+    Both are lists, also for one root given as a UOp."""
+    roots = node_list(roots)
     found = compute_jvp(roots, tangents)
     return roots, [found[r] if found[r] is not None else r.zeros_like() for r in roots]
 
@@ -537,10 +540,10 @@ class Linearized(NamedTuple):
     residuals: list[UOp]
 
 
-def linearize(roots: Iterable[UOp], targets: Iterable[UOp], prefix: str = "tangent_") -> Linearized:
+def linearize(roots: UOp | Iterable[UOp], targets: UOp | Iterable[UOp], prefix: str = "tangent_") -> Linearized:
     """As jax.linearize: the forward graph and a linear graph of new PARAMs `tangent_<name>`
     (slot-numbered `<prefix><i>` for unnamed targets)."""
-    roots, targets = list(roots), list(targets)
+    roots, targets = node_list(roots), node_list(targets)
     inputs = [UOp.param(f"{prefix}{t.arg if isinstance(t.arg, str) else i}", t.shape, t.dtype)
               for i, t in enumerate(targets)]
     _, outs = jvp(roots, dict(zip(targets, inputs)))
@@ -558,11 +561,11 @@ def _residuals(outputs: list[UOp], tangent_inputs: set[UOp]) -> list[UOp]:
     return list(found)
 
 
-def transpose(lin: Linearized, cotangents: Iterable[UOp]) -> list[UOp]:
+def transpose(lin: Linearized, cotangents: UOp | Iterable[UOp]) -> list[UOp]:
     """As jax.linear_transpose: J^T u for cotangents u (one per tangent output), one per
     tangent input: the reverse of the linear graph (its residuals held as they are)."""
     from .gradient import compute_gradient
-    cotangents = list(cotangents)
+    cotangents = node_list(cotangents)
     if len(cotangents) != len(lin.tangent_outputs):
         raise GradientError(f"transpose: {len(cotangents)} cotangents for {len(lin.tangent_outputs)} outputs")
     if len(cotangents) == 1:

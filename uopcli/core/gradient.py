@@ -26,7 +26,7 @@ from ..errors import GradientError
 from .ops import Ops, accumulation_dtype, dtypes
 from .uop import Metadata, UOp, make_shaped, next_serial, tag_new_nodes
 from .substitute import substitute
-from .walks import no_gc, on_a_deep_stack, scope_toposort
+from .walks import no_gc, node_list, on_a_deep_stack, scope_toposort
 
 _make = UOp.make
 _shaped = make_shaped
@@ -408,11 +408,12 @@ GRADIENT_RULES = {
 
 # ----------------------------------------------------------------------------- the walk
 
-def compute_gradient(root: UOp, root_grad: UOp, targets: Iterable[UOp]) -> dict[UOp, UOp]:
+def compute_gradient(root: UOp, root_grad: UOp, targets: UOp | Iterable[UOp]) -> dict[UOp, UOp]:
     """The gradient of `root` (seeded with `root_grad`, of root's shape and dtype) with
     respect to each target: {target: gradient}, every target present (zeros of its shape
-    when the root does not depend on it). Targets must be floating point."""
-    targets = list(dict.fromkeys(targets))
+    when the root does not depend on it). Targets must be floating point; one UOp is one
+    target (as torch.autograd.grad takes one tensor), never its rows."""
+    targets = list(dict.fromkeys(node_list(targets)))
     for t in targets:
         if not isinstance(t, UOp) or t.shape is None:
             raise GradientError(f"a target must be a value node, got {t!r}")

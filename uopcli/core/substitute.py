@@ -25,6 +25,7 @@ from typing import Mapping, Sequence
 
 from .ops import CALLS, Ops
 from .uop import CallArg, UOp, make_shaped
+from .walks import node_list
 
 _make = UOp.make
 
@@ -58,13 +59,14 @@ def _rebuilt_bare(node: UOp, src: tuple) -> UOp:
     return _make(node.op, node.dtype, src, node.arg)
 
 
-def substitute(roots: Sequence[UOp], mapping: Mapping[UOp, UOp], *, into_bodies: bool = True,
+def substitute(roots: UOp | Sequence[UOp], mapping: Mapping[UOp, UOp], *, into_bodies: bool = True,
                into_backward: bool = False, keep_meta: bool = False) -> list[UOp]:
     """`roots` with each key of `mapping` replaced by its value, and every node that
     reaches a key rebuilt (see the module docstring for the options). The values are
-    taken as they are: they are not substituted in turn."""
+    taken as they are: they are not substituted in turn. One UOp is one root."""
     done: dict[UOp, UOp] = dict(mapping)
     rebuild = rebuilt if keep_meta else _rebuilt_bare
+    roots = node_list(roots)
     stack = list(roots)
     push, pop = stack.append, stack.pop
     while stack:

@@ -27,7 +27,7 @@ from ..errors import GraphError
 from .ops import CALLS, DType, Ops, dtype_of, dtypes, least_upper_dtype, least_upper_float
 from .promotion import one_axis, wrapped
 from .primitives import Primitives, bind_late
-from .walks import toposort
+from .walks import node_list, toposort
 
 LN2 = math.log(2.0)
 
@@ -345,8 +345,9 @@ class UOp(_Slots, Primitives, ElementwiseMixin, MovementMixin, ReduceMixin, Crea
     # ------------------------------------------------------------------ calls, memory
     @staticmethod
     def function(name: str, outputs: Sequence["UOp"], args: Sequence["UOp"]) -> "UOp":
-        """A FUNCTION whose body computes `outputs` from slot PARAMs bound to `args`."""
-        return UOp.make(Ops.FUNCTION, dtypes.void, (UOp.tuple(*outputs), *args), name)
+        """A FUNCTION whose body computes `outputs` from slot PARAMs bound to `args` (one
+        UOp is one output, one arg)."""
+        return UOp.make(Ops.FUNCTION, dtypes.void, (UOp.tuple(*node_list(outputs)), *node_list(args)), name)
 
     @staticmethod
     def call(name: str, outputs: Sequence["UOp"], args: Sequence["UOp"],
@@ -355,8 +356,9 @@ class UOp(_Slots, Primitives, ElementwiseMixin, MovementMixin, ReduceMixin, Crea
         computed from slots 0..n-1 (the args) and n..n+m-1 (the outputs' gradients)."""
         grad_body = None
         if grad is not None:
-            grad_body = UOp.tuple(*(UOp.noop() if g is None else g for g in grad))
-        return UOp.make(Ops.CALL, dtypes.void, (UOp.tuple(*outputs), *args), CallArg(name, grad_body))
+            grad_body = UOp.tuple(*(UOp.noop() if g is None else g for g in node_list(grad)))
+        return UOp.make(Ops.CALL, dtypes.void, (UOp.tuple(*node_list(outputs)), *node_list(args)),
+                        CallArg(name, grad_body))
 
     @staticmethod
     def trace_function(name: str, fn, *args: "UOp") -> "UOp":

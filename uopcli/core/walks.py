@@ -68,12 +68,20 @@ def no_gc():
             gc.enable()
 
 
-def toposort(roots: Iterable[UOp], with_call_grads: bool = True) -> list[UOp]:
-    """Post-order of a depth-first walk from `roots` in order, sources in order (iterative).
+def node_list(nodes: UOp | Iterable[UOp]) -> list[UOp]:
+    """`nodes` as a list, one UOp being one node: iterating a UOp gives its rows x[0],
+    x[1], ... (as a tinygrad Tensor), new nodes nothing depends on."""
+    from .uop import UOp
+    return [nodes] if isinstance(nodes, UOp) else list(nodes)
+
+
+def toposort(roots: UOp | Iterable[UOp], with_call_grads: bool = True) -> list[UOp]:
+    """Post-order of a depth-first walk from `roots` in order (one UOp: that node), sources
+    in order (iterative).
 
     With `with_call_grads`, a CALL's backward body is walked after its sources and before
     the CALL itself (the file format's canonical order)."""
-    return _postorder(roots, _WITH_CALL_GRADS if with_call_grads else _SOURCES)
+    return _postorder(node_list(roots), _WITH_CALL_GRADS if with_call_grads else _SOURCES)
 
 
 def scope_toposort(roots: Iterable[UOp], opaque: frozenset = frozenset()) -> list[UOp]:

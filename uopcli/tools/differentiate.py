@@ -24,7 +24,7 @@ from ..errors import GradientError
 from ..core.graph import Graph
 from ..core.ops import CALLS, Ops
 from ..core.uop import Metadata, UOp, next_serial, tag_new_nodes
-from .names import cotangent_names, fresh
+from .names import cotangent_names, fresh, name_list
 
 COTANGENTS = (None, "ones", "input")
 NOT_REACHED = "not reached"
@@ -64,7 +64,7 @@ def differentiate(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = N
     """The gradient graph of `graph`'s output(s) `of` with respect to inputs `wrt`."""
     if cotangent not in COTANGENTS:
         raise GradientError(f"cotangent must be 'ones', 'input' or None, got {cotangent!r}")
-    wrt = _unique(list(wrt), "wrt")
+    wrt = _unique(wrt, "wrt")
     if not wrt:
         raise GradientError("nothing to differentiate with respect to: name at least one input (--wrt)")
     of = _chosen_outputs(graph, of)
@@ -123,7 +123,9 @@ def _named_twice(names: list[str]) -> str | None:
 
 # ----------------------------------------------------------------------------- choosing
 
-def _unique(names: list[str], what: str) -> list[str]:
+def _unique(names, what: str) -> list[str]:
+    """`names` as a list (one str: one name), each at most once."""
+    names = name_list(names, what)
     seen = set()
     for name in names:
         if name in seen:
@@ -133,14 +135,14 @@ def _unique(names: list[str], what: str) -> list[str]:
 
 
 def _chosen_outputs(graph: Graph, of: Sequence[str] | None) -> list[str]:
-    if of is None or not list(of):
+    if of is None or not name_list(of, "of"):
         if len(graph.outputs) == 1:
             return list(graph.outputs)
         if not graph.outputs:
             raise GradientError("the graph has no outputs to differentiate")
         raise GradientError(f"the graph has {len(graph.outputs)} outputs ({', '.join(graph.outputs)}): "
                             f"choose which to differentiate with --of")
-    of = _unique(list(of), "of")
+    of = _unique(of, "of")
     for name in of:
         if name not in graph.outputs:
             raise GradientError(f"no output named {name!r}; outputs: {', '.join(graph.outputs)}")

@@ -23,7 +23,7 @@ from ..errors import GradientError
 from ..core.graph import Graph
 from ..core.uop import UOp
 from .differentiate import COTANGENTS, _chosen_outputs, _known_good_graph, _seeds, _target, _type, _unique
-from .names import fresh, tangent_names
+from .names import fresh, name_list, tangent_names
 
 DEFAULT_CHUNK = 256
 DEFAULT_LIMIT = 1 << 26  # elements of one Jacobian or Hessian block (512 MiB of float64)
@@ -70,7 +70,7 @@ def jacobian(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None, 
              limit: int | None = None) -> Graph:
     """The full Jacobians: `jacobian_<output>_<input>` of shape output.shape + input.shape
     for each output of `of` (default: every float output) and input of `wrt`."""
-    targets = [_target(_inputs(graph), name, graph.meta, graph) for name in _unique(list(wrt), "wrt")]
+    targets = [_target(_inputs(graph), name, graph.meta, graph) for name in _unique(wrt, "wrt")]
     of = _float_outputs(graph, of)
     roots = [graph.outputs[name] for name in of]
     taken: set[str] = set()  # outputs a and a_q, inputs q_r and r: jacobian_a_q_r, then jacobian2_a_q_r
@@ -89,7 +89,7 @@ def hessian(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None, c
     """The Hessian blocks of scalar output `of`: `hessian_<a>_<b>` = d2 of / da db, shape
     a.shape + b.shape, for each pair of `wrt` names (the Jacobian of the gradient); a
     non-scalar output weighted by `cotangent`, as in `hvp`."""
-    targets = [_target(_inputs(graph), name, graph.meta, graph) for name in _unique(list(wrt), "wrt")]
+    targets = [_target(_inputs(graph), name, graph.meta, graph) for name in _unique(wrt, "wrt")]
     loss = _one_output(graph, of, cotangent)
     taken: set[str] = set()
     names = [[fresh("hessian", f"{a}_{b}", taken) for b in _names(wrt)] for a in _names(wrt)]
@@ -184,6 +184,7 @@ def zero_derivatives(graph: Graph, wrt: Sequence[str], of: Sequence[str]) -> lis
     inputs whose hvp_<name> is a zero by construction: an input the output depends on has
     a gradient that is no constant zero, so no walk at all, mostly.)"""
     from .differentiate import NOT_REACHED, ONLY_DETACH, _reachable
+    wrt, of = name_list(wrt, "wrt"), name_list(of, "of")
     if not wrt:
         return []
     inputs = _inputs(graph)
@@ -201,7 +202,7 @@ def zero_derivatives(graph: Graph, wrt: Sequence[str], of: Sequence[str]) -> lis
 # ----------------------------------------------------------------------------- shared
 
 def _names(wrt: Sequence[str]) -> list[str]:
-    return list(wrt)
+    return name_list(wrt, "wrt")
 
 
 def _inputs(graph: Graph) -> dict[str, UOp]:
@@ -209,7 +210,7 @@ def _inputs(graph: Graph) -> dict[str, UOp]:
 
 
 def _tangent_inputs(graph: Graph, wrt: Sequence[str]) -> tuple[list[UOp], list[UOp]]:
-    wrt = _unique(list(wrt), "wrt")
+    wrt = _unique(wrt, "wrt")
     if not wrt:
         raise GradientError("nothing to differentiate with respect to: name at least one input (--wrt)")
     inputs = _inputs(graph)

@@ -386,6 +386,7 @@ def map_graph(graph: Graph, paths: Sequence[str], fixed: Mapping | None = None, 
     if (reduce == "none") != (out_dir is not None):
         raise EvaluationError("reduce='none' writes the shards' outputs into out_dir: give both or neither")
     fixed = dict(fixed or {})
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)  # one path, not its letters
     if shard_inputs is None:
         shard_inputs = check_shards(graph, paths, list(fixed))
     if reduce == "none":

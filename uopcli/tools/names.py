@@ -18,9 +18,24 @@ from __future__ import annotations
 import re
 from typing import Iterable, Sequence
 
+from ..errors import GradientError
+
 KINDS = ("tangent", "cotangent", "grad", "jvp", "hvp", "jacobian", "hessian")
 _NUMBERED = re.compile(r"^(" + "|".join(KINDS) + r")([2-9]|[1-9][0-9]+)_(.+)$")
 _DIRECTION = re.compile(r"^(tangent|cotangent)([2-9]|[1-9][0-9]+)?_.")
+
+
+def name_list(names: str | Iterable[str], what: str) -> list[str]:
+    """`names` (the `wrt` or `of` of a differentiation) as a list of names: one str is one
+    name (list("xy") would be "x" and "y"); a node instead of a name is refused."""
+    if isinstance(names, str):
+        return [names]
+    names = list(names)
+    for name in names:
+        if not isinstance(name, str):
+            hint = f": name it {name.arg!r}" if isinstance(getattr(name, "arg", None), str) else ""
+            raise GradientError(f"{what} takes names (str), got a {type(name).__name__}{hint}")
+    return names
 
 
 def fresh(kind: str, name: str, taken: set[str]) -> str:

@@ -21,6 +21,7 @@ from typing import Sequence
 
 from ..graph import Graph
 from ..uop import UOp
+from ..walks import node_list
 from .algebraic import ROWS as TINYGRAD_ROWS
 from .algebraic import TINYGRAD
 from .exact import EXACT
@@ -41,9 +42,10 @@ def _rewriter(exact: bool) -> Rewriter:
     return rewriter
 
 
-def simplify_nodes(roots: Sequence[UOp], exact: bool = False) -> list[UOp]:
-    """Each root, simplified (the exact rows; with exact=False, tinygrad's too)."""
-    return _rewriter(exact).rewrite_roots(list(roots))
+def simplify_nodes(roots: UOp | Sequence[UOp], exact: bool = False) -> list[UOp]:
+    """Each root (one UOp: that node), simplified (the exact rows; with exact=False,
+    tinygrad's too)."""
+    return _rewriter(exact).rewrite_roots(node_list(roots))
 
 
 def simplify(graph: Graph, exact: bool = False) -> Graph:

@@ -1,0 +1,86 @@
+"""The Python API where a newcomer's numpy/torch habits met it: one UOp where a list of
+nodes is expected, a str where a list of names is, numpy subclasses and operands, bool()
+and == of nodes, bad shapes, pickling, defaults that differ from the CLI's. Every result
+is compared with torch or numpy in float64."""
+
+import numpy as np
+import pytest
+import torch
+
+import uopcli
+from uopcli import GradientError, Graph, UOp, compute_gradient, differentiate, dtypes, evaluate, evaluate_graph
+
+
+def _t(array) -> torch.Tensor:
+    return torch.tensor(np.asarray(array, np.float64), requires_grad=True)
+
+
+# ----------------------------------------------------------------------------- one node is one node
+
+X0 = np.array([[1.5, -2.0], [0.25, 3.0], [-0.5, 4.0]])
+
+
+def test_compute_gradient_takes_one_uop_as_one_target_as_torch_autograd_grad_does():
+    x = UOp.param("x", (3, 2), dtypes.float64)
+    loss = (x * x.sin()).sum()
+    grads = compute_gradient(loss, loss.const_like(1.0), x)
+    assert list(grads) == [x]
+    t = _t(X0)
+    expected, = torch.autograd.grad((t * t.sin()).sum(), t)
+    got, = evaluate([grads[x]], {"x": X0})
+    np.testing.assert_allclose(got, expected.numpy(), rtol=1e-14)
+
+
+def test_forward_mode_takes_one_uop_as_one_root_and_one_target():
+    from uopcli.core.forward import compute_jvp, jvp, linearize, transpose
+    x = UOp.param("x", (3, 2), dtypes.float64)
+    v = UOp.param("v", (3, 2), dtypes.float64)
+    out = x.exp() * x
+    V = np.array([[1.0, 0.5], [-1.0, 2.0], [0.0, 3.0]])
+    _, expected = torch.func.jvp(lambda t: t.exp() * t, (torch.tensor(X0),), (torch.tensor(V),))
+    found = compute_jvp(out, {x: v})
+    assert list(found) == [out]
+    primals, tangents = jvp(out, {x: v})
+    assert primals == [out] and len(tangents) == 1
+    np.testing.assert_allclose(evaluate(tangents, {"x": X0, "v": V})[0], expected.numpy(), rtol=1e-14)
+    lin = linearize(out, x)
+    assert lin.primals == [out] and [t.arg for t in lin.tangent_inputs] == ["tangent_x"]
+    u = UOp.param("u", (3, 2), dtypes.float64)
+    back, = transpose(lin, u)  # J^T u
+    U = np.array([[2.0, 1.0], [1.0, -1.0], [0.5, 0.25]])
+    _, vjp = torch.func.vjp(lambda t: t.exp() * t, torch.tensor(X0))
+    np.testing.assert_allclose(evaluate([back], {"x": X0, "u": U})[0], vjp(torch.tensor(U))[0].numpy(), rtol=1e-14)
+
+
+def test_toposort_and_substitute_take_one_uop_as_one_root():
+    from uopcli.core.substitute import substitute
+    x = UOp.param("x", (3,), dtypes.float64)
+    y = (x * 2).sum()
+    assert uopcli.toposort(y) == uopcli.toposort([y])
+    assert uopcli.toposort(y)[-1] is y
+    z = UOp.param("z", (3,), dtypes.float64)
+    out, = substitute(y, {x: z})
+    assert evaluate(out, {"z": np.array([1.0, 2.0, 4.0])})[0] == 14.0
+
+
+def test_a_str_of_names_is_one_name_never_its_letters():
+    x, y, xy = (UOp.param(n, (2,), dtypes.float64) for n in ("x", "y", "xy"))
+    graph = Graph({"o": (x * y * xy).sum()})
+    grad, _ = differentiate(graph, "xy")
+    assert grad.output_names == ["grad_xy"]
+    values = {"x": np.array([2.0, 3.0]), "y": np.array([5.0, 7.0]), "xy": np.array([1.0, 1.0])}
+    np.testing.assert_array_equal(evaluate_graph(grad, values)["grad_xy"], [10.0, 21.0])
+    assert differentiate(graph, "xy", of="o")[0].output_names == ["grad_xy"]
+    assert uopcli.hvp(graph, "xy").output_names == ["hvp_xy"]
+    assert uopcli.jacobian(graph, "xy", of="o").output_names == ["jacobian_o_xy"]
+    from uopcli.tools.forward import jvp
+    assert jvp(graph, "xy").input_names == ["x", "y", "xy", "tangent_xy"]
+    from uopcli.tools.check import check_gradients
+    report = check_gradients(graph, "xy", inputs=values)
+    assert [t.name for t in report.targets] == ["xy"] and report.passed
+
+
+def test_a_node_where_a_name_is_expected_is_refused_naming_the_name():
+    x = UOp.param("x", (2,), dtypes.float64)
+    with pytest.raises(GradientError, match="wrt takes names \\(str\\), got a UOp: name it 'x'"):
+        differentiate(Graph({"o": (x * x).sum()}), [x])
