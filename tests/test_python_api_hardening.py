@@ -84,3 +84,38 @@ def test_a_node_where_a_name_is_expected_is_refused_naming_the_name():
     x = UOp.param("x", (2,), dtypes.float64)
     with pytest.raises(GradientError, match="wrt takes names \\(str\\), got a UOp: name it 'x'"):
         differentiate(Graph({"o": (x * x).sum()}), [x])
+
+
+# ----------------------------------------------------------------------------- numpy subclasses as inputs
+
+def _square_graphs():
+    y = UOp.param("y", (2, 2), dtypes.float32)
+    return Graph({"sq": y * y, "s": (y * y).sum()})
+
+
+PLAIN = np.float32([[1, 2], [3, 4]])
+
+
+def test_an_np_matrix_input_is_its_plain_array_in_both_evaluators():
+    from uopcli.backends.reference import reference_evaluate_graph
+    graph = _square_graphs()
+    for result in (evaluate_graph(graph, {"y": np.matrix(PLAIN)}), reference_evaluate_graph(graph, {"y": np.matrix(PLAIN)})):
+        assert type(result["sq"]) is np.ndarray
+        np.testing.assert_array_equal(result["sq"], PLAIN * PLAIN)  # elementwise, not the matrix product
+        assert result["s"] == np.float32(30.0)
+
+
+def test_an_np_matrix_of_another_shape_is_refused_by_shape():
+    v = UOp.param("v", (3,), dtypes.float32)
+    with pytest.raises(uopcli.EvaluationError, match=r"input 'v': expected float32\[3\], got float32\[1, 3\]"):
+        evaluate_graph(Graph({"o": v * 2}), {"v": np.matrix(np.float32([1, 2, 3]))})
+
+
+def test_a_masked_array_input_is_refused_in_one_line_naming_filled():
+    from uopcli.backends.reference import reference_evaluate_graph
+    masked = np.ma.masked_array(PLAIN, mask=[[0, 1], [0, 0]])
+    for run in (evaluate_graph, reference_evaluate_graph):
+        with pytest.raises(uopcli.EvaluationError, match=r"input 'y'.*mask would be ignored; pass value.filled\(v\)"):
+            run(_square_graphs(), {"y": masked})
+    filled = evaluate_graph(_square_graphs(), {"y": masked.filled(0)})["sq"]
+    np.testing.assert_array_equal(filled, np.float32([[1, 0], [9, 16]]))

@@ -45,6 +45,7 @@ import numpy as np
 
 from ..errors import EvaluationError
 from ..core.ops import Ops, accumulation_np
+from .inputs import input_array
 
 __all__ = ["reference_evaluate", "reference_evaluate_graph"]
 
@@ -329,8 +330,6 @@ def _input(node, inputs: Mapping, slots: Sequence):
         return slots[node.arg]
     if node.arg not in inputs:
         raise EvaluationError(f"reference evaluator: no value for input {node.arg!r}")
-    value = np.asarray(inputs[node.arg])
-    if value.shape != node.shape or value.dtype != node.dtype.np:
-        raise EvaluationError(f"reference evaluator: input {node.arg!r} is {value.dtype}{list(value.shape)}, "
-                              f"the graph wants {node.dtype.name}{list(node.shape)}")
-    return value
+    value = inputs[node.arg]  # lists and numbers taken as numpy takes them (the checks' own feeds)
+    return input_array(f"reference evaluator: input {node.arg!r}", node,
+                       value if isinstance(value, np.ndarray) else np.asarray(value))

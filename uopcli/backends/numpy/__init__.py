@@ -39,7 +39,8 @@ Semantics where the format leaves room (decided here):
   turn the sum into inf or nan. (A product that is also an output is not fused, and is
   rounded: it, and a sum of it, are then evaluated node by node.)
 - inputs are keyed by name, by PARAM node, or by any node whose value you supply (its
-  sources are then not evaluated); arrays must match shape and dtype exactly.
+  sources are then not evaluated); arrays must match shape and dtype exactly (an ndarray
+  subclass counts as its plain array; a masked array is refused: see backends/inputs.py).
 - outputs are writable arrays: numpy scalars become 0-d arrays, read-only views (a
   broadcast, an embedded BUFFER) are copied; other views are returned as they are.
 - EvalStats.peak_bytes counts arrays held between steps and a contraction's temporaries
@@ -62,6 +63,7 @@ import numpy as np
 from ...errors import EvaluationError
 from ...core.uop import UOp
 from ...core.walks import no_gc
+from ..inputs import checked_inputs
 from .compiler import compile_graph
 from .run import EvalStats, run
 
@@ -111,10 +113,7 @@ def evaluate_graph(graph, inputs: Mapping[str, np.ndarray], *, stats: EvalStats 
     values are what tinygrad computes (finite activation gradients; see uopcli.core.simplify)."""
     if simplify is not None:
         graph = _simplified(graph, simplify)
-    known = set(graph.input_names)
-    for name in inputs:
-        if name not in known:
-            raise EvaluationError(f"unknown input {name!r}; the graph's inputs: {', '.join(graph.input_names) or 'none'}")
+    inputs = checked_inputs(graph, inputs)
     names = list(graph.outputs)
     values = evaluate([graph.outputs[n] for n in names], inputs, stats=stats)
     return dict(zip(names, values))

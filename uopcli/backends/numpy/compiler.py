@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-import numpy as np
 
 from ...errors import EvaluationError
 from ...core.ops import Ops
 from ...core.uop import UOp
+from ..inputs import input_array
 from .passes.broadcast import shrink_broadcast_steps
 from .passes.contractions import fuse_contractions
 from .passes.frees import plan_frees
@@ -47,19 +47,6 @@ _VISITED = object()  # stack marker: the node below it has all its sources done
 
 def _describe(node: UOp) -> str:
     return f"{node.dtype.name}{list(node.shape)}"
-
-
-def _check_value(what: str, node: UOp, value):
-    if node.shape is None:
-        raise EvaluationError(f"{what}: a {node.op} node has no value to supply")
-    if not isinstance(value, np.ndarray):
-        if isinstance(value, np.generic):
-            value = np.asarray(value)
-        else:
-            raise EvaluationError(f"{what}: expected a numpy array {_describe(node)}, got {type(value).__name__}")
-    if value.shape != node.shape or value.dtype != node.dtype.np:
-        raise EvaluationError(f"{what}: expected {_describe(node)}, got {value.dtype}{list(value.shape)}")
-    return value
 
 
 class _Compiler:
@@ -128,7 +115,7 @@ class _Compiler:
                 continue
             if by_node and node in by_node:
                 register[node] = count
-                program.initial[count] = _check_value(f"input {node!r}", node, by_node[node])
+                program.initial[count] = input_array(f"input {node!r}", node, by_node[node])
                 count += 1
                 continue
             how = info[node.op][0]
@@ -211,7 +198,7 @@ class _Compiler:
                                   "bind it by passing the node itself as an input key")
         if name not in self.by_name:
             raise EvaluationError(f"missing input {name!r}: expected {_describe(node)}")
-        return _check_value(f"input {name!r}", node, self.by_name[name])
+        return input_array(f"input {name!r}", node, self.by_name[name])
 
 
 def _output_roots(output: UOp) -> tuple[list[UOp], object]:
