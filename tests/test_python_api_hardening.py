@@ -119,3 +119,21 @@ def test_a_masked_array_input_is_refused_in_one_line_naming_filled():
             run(_square_graphs(), {"y": masked})
     filled = evaluate_graph(_square_graphs(), {"y": masked.filled(0)})["sq"]
     np.testing.assert_array_equal(filled, np.float32([[1, 0], [9, 16]]))
+
+
+# ----------------------------------------------------------------------------- bool() and == of nodes
+
+def test_bool_of_a_node_is_refused_as_tinygrad_refuses_it():
+    from tinygrad import Tensor
+    x = UOp.param("x", (3,), dtypes.float32)
+    with pytest.raises(TypeError):
+        bool(Tensor([1.0]) < 0)  # the peer's behaviour
+    for attempt in (lambda: bool(x < 0), lambda: max(x, 0), lambda: sorted([x * 2, x]), lambda: x if x < 0 else -x,
+                    lambda: not x, lambda: x and 1):
+        with pytest.raises(TypeError, match="truth value of a graph node is not defined.*maximum"):
+            attempt()
+    relu = x.maximum(0)  # what max(x, 0) meant
+    v = np.float32([-1.5, 0.0, 2.0])
+    np.testing.assert_array_equal(evaluate_graph(Graph({"r": relu}), {"x": v})["r"], torch.relu(torch.tensor(v)).numpy())
+
+

@@ -219,7 +219,9 @@ def _cos(x: UOp) -> UOp:
     cosine: the reverse row's slope, or the builder's cos) it is sin z, cos(pi/2 - z) =
     sin z: in a forward-over-reverse graph the forward node sin z itself (hash-consing
     finds it), where sin(pi/2 - (pi/2 - z)) would make two nodes per SIN and round twice."""
-    half_pi = _half_pis.get(x.dtype) or _half_pi(x)
+    half_pi = _half_pis.get(x.dtype)
+    if half_pi is None:
+        half_pi = _half_pi(x)
     if x.op == _SUB and x.src[0] is half_pi and x.src[1].shape == x.shape:
         return _sin(x.src[1])
     return _sin(_sub(half_pi, x))

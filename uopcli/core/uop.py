@@ -77,6 +77,12 @@ class UOp(_Slots, Primitives, ElementwiseMixin, MovementMixin, ReduceMixin, Crea
         arg = "" if self.arg is None else f" {_short(self.arg)}"
         return f"<UOp {self.op} {self.dtype.name}{shape}{arg} src={len(self.src)}>"
 
+    def __bool__(self):
+        """Refused, as tinygrad's Tensor refuses it: a node has no value until evaluated, so
+        `max(x, 0)`, `x if x < 0 else -x` or `sorted(nodes)` would pick a branch blindly."""
+        raise TypeError(f"the truth value of a graph node is not defined ({self!r}): use .where or .maximum "
+                        f"(x.maximum(0) for max(x, 0)), or `is None` to test for a node")
+
     # `==` stays identity (hash-consing makes it structural); use .eq() for CMPEQ.
     __hash__ = object.__hash__
     __eq__ = object.__eq__

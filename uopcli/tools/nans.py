@@ -335,7 +335,8 @@ def _forward_twin(node: UOp, everything) -> UOp | None:
                 best = n
         return best
     # one it reads (rules reuse the forward result); else the function's last node anywhere
-    return latest(scope_toposort([node])) or latest(everything)
+    read = latest(scope_toposort([node]))
+    return latest(everything) if read is None else read
 
 
 def _leading_inputs(node: UOp, mask) -> dict:

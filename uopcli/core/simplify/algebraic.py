@@ -75,7 +75,8 @@ def _scaled(x, node, value: float):
     """x * value, the constant rounded once to the node's dtype; x itself when it rounds to 1."""
     constant = n.const(value, node)
     if constant.arg == 1:
-        return n.full_shaped(x, node) or x * constant
+        same = n.full_shaped(x, node)
+        return x * constant if same is None else same
     return n.make(Ops.MUL, node, (x, constant))
 
 

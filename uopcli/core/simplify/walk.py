@@ -372,10 +372,15 @@ class _Walk:
         src = node.src
         if not src:
             return node
-        done = self.done
-        new_src = tuple([s if done.get(s) is s else done.get(s) or self._final(self._settle_sources(s, depth + 1),
-                                                                                 depth + 1) for s in src])
+        new_src = tuple([self._fixpoint(s, depth + 1) for s in src])
         return node if new_src == src else rebuilt(node, new_src)
+
+    def _fixpoint(self, node: UOp, depth: int) -> UOp:
+        """node's fixpoint: recorded already, or settled now."""
+        found = self.done.get(node)
+        if found is not None:
+            return found
+        return self._final(self._settle_sources(node, depth), depth)
 
 
 def _apply(rows: list, node: UOp, ctx) -> UOp | None:
