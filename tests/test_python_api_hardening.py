@@ -137,3 +137,28 @@ def test_bool_of_a_node_is_refused_as_tinygrad_refuses_it():
     np.testing.assert_array_equal(evaluate_graph(Graph({"r": relu}), {"x": v})["r"], torch.relu(torch.tensor(v)).numpy())
 
 
+def test_eq_of_two_nodes_stays_identity_and_keys_dicts():
+    x = UOp.param("x", (3,), dtypes.float32)
+    assert (x * 2 == x * 2) is True and (x * 2 != x * 3) is True and (x != x) is False
+    assert (x + 1) in [x, x + 1] and [x, x * 2].index(x * 2) == 1
+    assert {x: 1, x * 2: 2}[x * 2] == 2
+
+
+def test_eq_and_ne_with_a_number_or_array_are_refused_naming_eq_and_ne():
+    x = UOp.param("x", (4,), dtypes.float32)
+    for attempt, method in ((lambda: x == 2, "eq"), (lambda: x != 0, "ne"), (lambda: 2 == x, "eq"),
+                            (lambda: x == np.float32(2), "eq"), (lambda: np.float32(2) == x, "eq"),
+                            (lambda: x == torch.tensor(2.0), "eq"), (lambda: x in [1, 2], "eq")):
+        with pytest.raises(TypeError, match=rf"compare nodes \(identity\); for the elementwise comparison use x\.{method}"):
+            attempt()
+    # None and other non-values stay unequal, so lists of nodes and Nones work as Python's
+    assert (x, None, x * 2).count(None) == 1 and (None, x).index(x) == 1 and "a" not in [x] and x != None  # noqa: E711
+    val = np.float32([1, 2, 2, 3])
+    t = torch.tensor(val)
+    y = (x.eq(2) * x).sum()
+    w = x.ne(2) * x
+    got = evaluate_graph(Graph({"y": y, "w": w}), {"x": val})
+    assert got["y"] == ((t == 2) * t).sum().item() == 4.0
+    np.testing.assert_array_equal(got["w"], ((t != 2) * t).numpy())
+
+

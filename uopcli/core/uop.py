@@ -47,6 +47,17 @@ class CallArg(NamedTuple):
 
 # ----------------------------------------------------------------------------- the node
 
+# `==` of two nodes is identity; with a number or an array it would be False, and (x == 2) * x
+# zero where torch and numpy compare elementwise: refused
+_COMPARED = ("a graph node {op} {other}: `==` and `!=` compare nodes (identity); for the elementwise "
+             "comparison use x.{method}(value)")
+
+
+def _has_values(other) -> bool:
+    """A Python number, or a numpy or torch scalar or array (what has a dtype)."""
+    return isinstance(other, (int, float, complex)) or hasattr(other, "dtype")
+
+
 class _Slots:
     __slots__ = ("op", "dtype", "src", "arg", "shape", "meta", "serial")
 
@@ -85,8 +96,20 @@ class UOp(_Slots, Primitives, ElementwiseMixin, MovementMixin, ReduceMixin, Crea
 
     # `==` stays identity (hash-consing makes it structural); use .eq() for CMPEQ.
     __hash__ = object.__hash__
-    __eq__ = object.__eq__
-    __ne__ = object.__ne__
+
+    def __eq__(self, other):
+        if other.__class__ is UOp:
+            return self is other
+        if _has_values(other):
+            raise TypeError(_COMPARED.format(op="==", method="eq", other=type(other).__name__))
+        return NotImplemented  # None, a str: not equal (`None in nodes`, `.count(None)` stay Python's)
+
+    def __ne__(self, other):
+        if other.__class__ is UOp:
+            return self is not other
+        if _has_values(other):
+            raise TypeError(_COMPARED.format(op="!=", method="ne", other=type(other).__name__))
+        return NotImplemented
 
     @property
     def ndim(self) -> int:
