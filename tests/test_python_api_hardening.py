@@ -162,3 +162,27 @@ def test_eq_and_ne_with_a_number_or_array_are_refused_naming_eq_and_ne():
     np.testing.assert_array_equal(got["w"], ((t != 2) * t).numpy())
 
 
+# ----------------------------------------------------------------------------- shapes
+
+@pytest.mark.parametrize("shape", [(-1, 3), (2.7, 3), (True, 3), (3, "a"), (-2,), 3, "ab", (np.float64(2.0),)])
+def test_leaf_and_creation_shapes_are_non_negative_ints(shape):
+    makers = [lambda: UOp.param("z", shape), lambda: UOp.full(shape, 0.0)]
+    if isinstance(shape, tuple):  # zeros(3) is zeros((3,)), as tinygrad's
+        makers += [lambda: UOp.zeros(shape), lambda: UOp.zeros(*shape)]
+    for make in makers:
+        with pytest.raises(uopcli.GraphError, match="a shape (holds|is)"):
+            make()
+
+
+def test_numpy_and_torch_integers_are_sizes_and_reshape_still_infers_minus_one():
+    z = UOp.param("z", (np.int64(2), torch.tensor(3)))
+    assert z.shape == (2, 3) and all(type(s) is int for s in z.shape)
+    assert z.reshape(-1).shape == (6,) and z.reshape(3, -1).shape == (3, 2)
+    assert z.reshape(1, 2, 3).expand(4, -1, -1).shape == (4, 2, 3)
+    assert UOp.param("v", (3,)).broadcast_to((2, -1)).shape == (2, 3)  # torch's -1: keep the size
+    with pytest.raises(uopcli.GraphError, match="a shape holds ints, got 'a'"):
+        z.reshape("a")
+    with pytest.raises(uopcli.GraphError, match=r"sizes >= 0 \(or -1, inferred\), got \[-2, 3\]"):
+        z.reshape(-2, 3)
+
+

@@ -5,6 +5,7 @@ of the builder's methods (broadcasting, promotion, axes)."""
 from __future__ import annotations
 
 import math
+import operator
 from typing import Sequence
 
 from ..errors import GraphError
@@ -50,14 +51,27 @@ def memo_shape(op: str, dtype: DType, src: tuple, arg) -> tuple:
     return shape
 
 
-def shape_tuple(shape) -> tuple[int, ...]:
-    try:
-        out = tuple(int(s) for s in shape)
-    except TypeError:
-        raise GraphError(f"a shape must be a sequence of ints, got {shape!r}") from None
-    if any(s < -1 for s in out):
-        raise GraphError(f"a shape cannot hold negative sizes: {list(out)}")
+def shape_tuple(shape, inferred: bool = False) -> tuple[int, ...]:
+    """`shape` as a tuple of Python ints >= 0 (numpy's and torch's integers count; a bool, a
+    float or a str does not: int(2.7) would quietly be 2). With `inferred`, -1 too: the
+    size reshape infers, or expand keeps."""
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise GraphError(f"a shape is a sequence of ints, got {shape!r}")
+    out = tuple(shape)
+    if not all(s.__class__ is int for s in out):  # the usual case costs one pass in C
+        out = tuple(_size(s, shape) for s in out)
+    if any(s < 0 for s in out) and (not inferred or any(s < -1 for s in out)):
+        raise GraphError(f"a shape holds sizes >= 0{' (or -1, inferred)' if inferred else ''}, got {list(out)}")
     return out
+
+
+def _size(size, shape) -> int:
+    if isinstance(size, bool) or not hasattr(size, "__index__"):
+        raise GraphError(f"a shape holds ints, got {size!r} in {shape!r}")
+    try:
+        return operator.index(size)
+    except TypeError:  # an array of more than one element
+        raise GraphError(f"a shape holds ints, got {size!r} in {shape!r}") from None
 
 
 def broadcast_shape(a: tuple, b: tuple) -> tuple:

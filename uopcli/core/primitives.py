@@ -257,7 +257,7 @@ class Primitives:
             if any(s is None and i >= len(self.shape) for i, s in enumerate(shape)):
                 raise GraphError(f"reshape {list(self.shape)} to {list(shape)}: a None past the last axis")
             shape = tuple(self.shape[i] if s is None else s for i, s in enumerate(shape))
-        shape = shape_tuple(shape)
+        shape = shape_tuple(shape, inferred=True)
         if shape.count(-1) > 1:
             raise GraphError(f"reshape to {list(shape)}: only one size can be -1 (inferred)")
         if -1 in shape:
@@ -268,7 +268,7 @@ class Primitives:
     def expand(self, *shape) -> "UOp":
         """Grow size-1 axes to `shape`, as tinygrad's expand: -1 keeps an axis's size, and
         a longer shape adds leading axes (a RESHAPE first; the EXPAND node itself keeps the rank)."""
-        shape = shape_tuple(varargs(shape))
+        shape = shape_tuple(varargs(shape), inferred=True)
         node = self
         if len(shape) > len(self.shape):
             node = self.reshape((1,) * (len(shape) - len(self.shape)) + self.shape)
@@ -343,8 +343,9 @@ class Primitives:
         return self.permute(order)
 
     def broadcast_to(self, shape: Sequence[int]) -> "UOp":
-        """numpy-style broadcast made explicit: RESHAPE to the rank, then EXPAND."""
-        shape = shape_tuple(shape)
+        """numpy-style broadcast made explicit: RESHAPE to the rank, then EXPAND (-1 keeps
+        an axis's size, as torch's)."""
+        shape = shape_tuple(shape, inferred=True)
         if self.shape == shape:
             return self
         if len(self.shape) > len(shape):
