@@ -186,3 +186,60 @@ def test_numpy_and_torch_integers_are_sizes_and_reshape_still_infers_minus_one()
         z.reshape(-2, 3)
 
 
+# ----------------------------------------------------------------------------- numpy and torch operands
+
+V3 = np.float32([10.0, -20.0, 30.0])
+
+
+def _value(node):
+    return evaluate([node], {"x": V3})[0]
+
+
+@pytest.mark.parametrize("attempt", [
+    lambda x: x * np.ones(3, np.float32), lambda x: np.ones(3, np.float32) * x, lambda x: x + np.ones((1, 1)),
+    lambda x: np.ones((1, 1)) - x, lambda x: x * torch.ones(3), lambda x: x * [1.0, 2.0, 3.0],
+    lambda x: x @ np.eye(3, dtype=np.float32), lambda x: np.eye(3, dtype=np.float32) @ x])
+def test_an_array_operand_is_refused_in_one_line_naming_uop_buffer(attempt):
+    with pytest.raises(uopcli.GraphError, match=r"UOp.buffer\("):
+        attempt(UOp.param("x", (3,), dtypes.float32))
+
+
+def test_numpy_and_torch_scalars_are_numbers_on_either_side():
+    x = UOp.param("x", (3,), dtypes.float32)
+    t = torch.tensor(V3)
+    for node, expected in ((x * np.float32(2), t * 2), (np.float64(2) * x, 2 * t), (np.array(3.0) - x, 3 - t),
+                           (x / torch.tensor(4.0), t / 4), (x + np.int64(1), t + 1)):
+        got = _value(node)
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, expected.numpy())
+
+
+def test_numpy_functions_refuse_nodes_with_a_graph_error_not_an_object_array():
+    x = UOp.param("x", (3,), dtypes.float32)
+    with pytest.raises(uopcli.GraphError, match="numpy.sum does not take graph nodes: use the node's methods"):
+        np.sum(x)
+    with pytest.raises(TypeError, match="does not support ufuncs"):  # numpy's own refusal (__array_ufunc__ = None)
+        np.exp(x)
+
+
+def test_numpy_and_torch_integers_index_and_name_axes_as_ints():
+    x = UOp.param("x", (3,), dtypes.float32)
+    m = UOp.param("m", (2, 3), dtypes.float32)
+    M = np.arange(6, dtype=np.float32).reshape(2, 3)
+    i = np.argmax(V3)  # np.int64(2)
+    cases = [(x[i], V3[i]), (x[np.array([0, 2])], V3[np.array([0, 2])]), (x[torch.tensor(1)], V3[1]),
+             (x[torch.tensor([2, 0])], V3[[2, 0]]), (x.sum(axis=np.int64(0)), V3.sum(axis=0)),
+             (m[np.int64(1), np.array([0, 2])], M[1, [0, 2]]), (m.sum(axis=(np.int32(1),)), M.sum(axis=1)),
+             (m.max(np.int64(-1)), M.max(-1)), (m.softmax(np.int64(0)), torch.tensor(M).softmax(0).numpy())]
+    for node, expected in cases:
+        np.testing.assert_allclose(evaluate([node], {"x": V3, "m": M})[0], expected, rtol=1e-6)
+    with pytest.raises(uopcli.GraphError, match="an axis is an int"):
+        m.sum(axis=np.float64(1.0))
+
+
+def test_a_torch_dtype_is_refused_naming_what_a_dtype_is():
+    with pytest.raises(uopcli.GraphError, match=r"not a dtype: torch.float32 \(a DType such as dtypes.float32"):
+        UOp.param("t", (3,), torch.float32)
+    assert UOp.param("t", (3,), np.float64).dtype is dtypes.float64
+
+

@@ -4,6 +4,7 @@ variadic shapes and each dtype's extreme values."""
 from __future__ import annotations
 
 import math
+import operator
 
 from ..errors import GraphError
 
@@ -15,7 +16,20 @@ def named_dtype(dtype):
     try:
         return dtype_of(dtype)
     except (ValueError, TypeError) as e:
-        raise GraphError(str(e) if isinstance(e, ValueError) else f"not a dtype: {dtype!r}") from None
+        raise GraphError(str(e) if isinstance(e, ValueError) else
+                         f"not a dtype: {dtype!r} (a DType such as dtypes.float32, its name, or a numpy dtype)") from None
+
+
+def whole(value):
+    """numpy's and torch's integer scalars (an axis or index from np.argmax, a 0-d integer
+    array or tensor) as the Python int they hold; anything else as it is (bools too: the
+    checks that follow refuse them)."""
+    if value.__class__ is int or isinstance(value, bool) or not hasattr(value, "__index__"):
+        return value
+    try:
+        return operator.index(value)
+    except TypeError:  # an array of more than one element, a bool array
+        return value
 
 
 def varargs(args: tuple):
@@ -24,6 +38,7 @@ def varargs(args: tuple):
 
 
 def axis_index(dim: int, rank: int) -> int:
+    dim = whole(dim)
     if not isinstance(dim, int) or isinstance(dim, bool) or not -rank <= dim < rank:
         raise GraphError(f"axis {dim!r} out of range for rank {rank}")
     return dim % rank
@@ -34,6 +49,7 @@ def resolve_dim(dim, rank: int, extra: bool = False) -> int:
     place of a new axis), made non-negative. A 0-d tensor has axis 0 (and -1) for this, as
     in tinygrad and torch: x.sum(0) and x.softmax(-1) of a scalar work, x.cumsum(1) does not."""
     total = rank + int(extra)
+    dim = whole(dim)
     if not isinstance(dim, int) or isinstance(dim, bool):
         raise GraphError(f"an axis is an int, got {dim!r}")
     if not -max(1, total) <= dim < max(1, total):
@@ -47,7 +63,8 @@ def reduce_axes(axis, rank: int) -> tuple[int, ...]:
     tensor, whose axis 0 is itself."""
     if axis is None:
         return tuple(range(rank))
-    axes = [resolve_dim(a, rank) for a in ((axis,) if isinstance(axis, int) else tuple(axis))]
+    axis = whole(axis)
+    axes = [resolve_dim(a, rank) for a in (tuple(axis) if hasattr(axis, "__iter__") else (axis,))]
     repeated = [a for k, a in enumerate(axes) if a in axes[:k]]
     if repeated and rank:
         raise GraphError(f"axis {repeated[0]} appears more than once in {tuple(axis)}")
@@ -56,7 +73,8 @@ def reduce_axes(axis, rank: int) -> tuple[int, ...]:
 
 def per_axis(value, count: int) -> tuple:
     """An int for every axis, or one per axis."""
-    values = (value,) * count if isinstance(value, int) else tuple(value)
+    value = whole(value)
+    values = (value,) * count if isinstance(value, int) else tuple(map(whole, value))
     if len(values) != count or not all(isinstance(v, int) and v > 0 for v in values):
         raise GraphError(f"expected a positive int or {count} of them, got {value!r}")
     return values

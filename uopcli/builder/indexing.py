@@ -26,6 +26,7 @@ class IndexingMixin:
         step FLIPs the axis first."""
         if self.shape is None:
             raise GraphError(f"{self.op} has no shape to index (of a FUNCTION or CALL, [i] is output i)")
+        index = tuple(map(plain_index, index)) if isinstance(index, tuple) else plain_index(index)
         parts = split_index(index)
         if any(is_tensor_index(part) for part in parts):
             return tensor_getitem(self, parts)
@@ -198,6 +199,18 @@ def _expand_ellipsis(items: tuple, rank: int) -> tuple:
         return items + fill
     at = next(i for i, item in enumerate(items) if item is Ellipsis)
     return items[:at] + fill + items[at + 1:]
+
+
+def plain_index(item):
+    """An index from numpy or torch as Python's: an integer scalar (np.argmax's np.int64, a
+    0-d tensor) is the int, an integer array the nested list of its ints (as x[[0, 1]]); a
+    node, a slice and Python's own as they are. (A float or bool array then fails the
+    checks a list of them fails.)"""
+    if item.__class__ is int or item.__class__ is slice or item is None or item is Ellipsis:
+        return item
+    if hasattr(item, "tolist") and hasattr(item, "dtype") and not hasattr(item, "src"):  # not a UOp
+        return item.tolist()
+    return item
 
 
 def _int_index(item, size: int, axis: int) -> int:

@@ -32,10 +32,40 @@ def bind_late(**names) -> None:
     globals().update(names)
 
 
+def _python_number(value):
+    """The bool, int or float a numpy or torch scalar holds; anything else refused."""
+    shape = getattr(value, "shape", None)
+    if shape is not None and len(shape) and not isinstance(value, UOp):
+        raise GraphError(f"an operand must be a UOp or a number, got a {type(value).__name__} of shape "
+                         f"{list(shape)}: embed an array in the graph with UOp.buffer(array)")
+    if hasattr(value, "item") and not isinstance(value, UOp):
+        value = value.item()
+    if value.__class__ not in PYTHON_NUMBERS:
+        raise GraphError(f"an operand must be a UOp or a bool, int or float, got {type(value).__name__}"
+                         f"{' (an array: UOp.buffer(np.asarray(value)))' if isinstance(value, (list, tuple)) else ''}")
+    return value
+
+
+def matmul_operand_refused(other) -> str:
+    return (f"a matmul operand must be a UOp, got {type(other).__name__}: embed an array in the graph with "
+            f"UOp.buffer(array)")
+
+
 class Primitives:
     """The operators, unary ops, casts, reductions and movement ops of UOp."""
 
     __slots__ = ()
+
+    # numpy defers to UOp's reflected operators (np.ones(3) * x is x.__rmul__, refused or
+    # computed there) instead of building an object array of nodes, one per element
+    __array_ufunc__ = None
+
+    def __array_function__(self, func, types, args, kwargs):
+        raise GraphError(f"numpy.{func.__name__} does not take graph nodes: use the node's methods "
+                         f"(x.sum(), x.reshape(...), x.maximum(y), ...), or evaluate the graph first")
+
+    def __rmatmul__(self, other):  # only a non-node comes here: a node @ node is __matmul__'s
+        raise GraphError(matmul_operand_refused(other))
 
     # ------------------------------------------------------------------ elementwise
     def _binary(self, op: str, other, reverse: bool = False, out_dtype: DType | None = None) -> "UOp":
@@ -70,14 +100,10 @@ class Primitives:
 
     def _with_number(self, value) -> tuple["UOp", "UOp"]:
         """This tensor, cast where tinygrad's promotion lifts it, and `value` as a CONST of
-        the dtype they meet in."""
+        the dtype they meet in. A numpy or torch scalar (0-d) is the number it holds; an
+        array is refused, even of one element (numpy would broadcast it: x * [[2]] is 2-D)."""
         if value.__class__ not in PYTHON_NUMBERS:
-            try:  # a numpy or torch scalar: the Python number it holds (np.float32's a float, np.bool_'s a bool)
-                value = value.item() if hasattr(value, "item") else value
-            except (ValueError, RuntimeError):  # more elements than one: refused below
-                pass
-            if value.__class__ not in PYTHON_NUMBERS:
-                raise GraphError(f"an operand must be a UOp or a bool, int or float, got {type(value).__name__}")
+            value = _python_number(value)
         dtype, kind = self.dtype, value.__class__
         node = self
         if not (dtype.is_float or kind is bool or (kind is int and dtype.is_int)):

@@ -5,12 +5,14 @@ operand."""
 
 from __future__ import annotations
 
+from ..builder.common import whole
 from ..errors import GraphError
 from .ops import DType, Ops, dtypes
 
 
 def one_axis(axis, rank: int) -> int:
     """An existing axis (of a tensor with at least one): -rank <= axis < rank."""
+    axis = whole(axis)
     if not isinstance(axis, int) or isinstance(axis, bool) or not -rank <= axis < rank:
         raise GraphError(f"axis {axis!r} out of range for rank {rank}")
     return axis % rank

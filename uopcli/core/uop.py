@@ -22,11 +22,11 @@ import threading
 from typing import NamedTuple, Sequence
 
 from ..builder import COMPOSITES, CreationMixin, ElementwiseMixin, IndexingMixin, MovementMixin, NNMixin, ReduceMixin
-from ..builder.common import reduce_axes, resolve_dim
+from ..builder.common import named_dtype, reduce_axes, resolve_dim
 from ..errors import GraphError
 from .ops import CALLS, DType, Ops, dtype_of, dtypes, least_upper_dtype, least_upper_float
 from .promotion import one_axis, wrapped
-from .primitives import Primitives, bind_late
+from .primitives import Primitives, bind_late, matmul_operand_refused
 from .walks import node_list, toposort
 
 LN2 = math.log(2.0)
@@ -145,7 +145,7 @@ class UOp(_Slots, Primitives, ElementwiseMixin, MovementMixin, ReduceMixin, Crea
     def param(name: str | int, shape: Sequence[int] = (), dtype=dtypes.float32) -> "UOp":
         """A graph input named `name`, or (with an int) slot `name` of a function body."""
         shape = shape_tuple(shape)
-        dtype = dtype_of(dtype)
+        dtype = named_dtype(dtype)
         if isinstance(name, bool) or not isinstance(name, (str, int)) or (isinstance(name, int) and name < 0):
             raise GraphError(f"PARAM name must be a str or a slot number >= 0, got {name!r}")
         if isinstance(name, str) and not valid_name(name):
@@ -165,7 +165,7 @@ class UOp(_Slots, Primitives, ElementwiseMixin, MovementMixin, ReduceMixin, Crea
         if dtype is None:
             dtype = dtypes.bool if isinstance(value, bool) else dtypes.int32 if isinstance(value, int) \
                 else dtypes.float32
-        dtype = dtype_of(dtype)
+        dtype = named_dtype(dtype)
         value = const_value(value, dtype)
         key = (Ops.CONST, dtype, (), _const_key(value, dtype))
         node = _intern.get(key)
@@ -346,6 +346,8 @@ class UOp(_Slots, Primitives, ElementwiseMixin, MovementMixin, ReduceMixin, Crea
         neither operand needs a PERMUTE, and each is reshaped once, straight to the
         product's rank (a vector operand too): 7 nodes for a 2-D product."""
         a, b = self, other
+        if not isinstance(b, UOp):
+            raise GraphError(matmul_operand_refused(b))
         if len(a.shape) < 1 or len(b.shape) < 1:
             raise GraphError("matmul needs operands of rank >= 1")
         a_vec, b_vec = len(a.shape) == 1, len(b.shape) == 1
