@@ -243,3 +243,35 @@ def test_a_torch_dtype_is_refused_naming_what_a_dtype_is():
     assert UOp.param("t", (3,), np.float64).dtype is dtypes.float64
 
 
+# ----------------------------------------------------------------------------- check's inputs
+
+def _checked_graph():
+    x, w = UOp.param("x", (3,), dtypes.float32), UOp.param("w", (3,), dtypes.float32)
+    return Graph({"loss": ((x * w).relu() ** 2).sum()})
+
+
+POINT = {"x": np.float32([1, 2, 3]), "w": np.float32([0.5, -1, 2])}
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"X": POINT["x"], "w": POINT["w"]}, r"unknown input 'X'; the graph's inputs: x, w"),
+    ({"x": np.float64([1, 2, 3])}, r"input 'x': expected float32\[3\], got float64\[3\]"),
+    ({"w": [0.5, -1, 2]}, r"input 'w': expected a numpy array float32\[3\], got list"),
+    ({"x": np.ma.masked_array(POINT["x"], [0, 1, 0])}, r"mask would be ignored")])
+def test_the_checks_refuse_the_inputs_evaluate_graph_refuses(bad, message):
+    from uopcli.tools.check import check_gradients
+    from uopcli.tools.forward_check import check_hvp, check_transpose
+    graph = _checked_graph()
+    for run in (lambda: evaluate_graph(graph, bad), lambda: check_gradients(graph, ["w"], inputs=bad),
+                lambda: check_hvp(graph, ["w"], inputs=bad), lambda: check_transpose(graph, ["w"], inputs=bad)):
+        with pytest.raises(uopcli.EvaluationError, match=message):
+            run()
+
+
+def test_check_gradients_checks_at_the_given_point():
+    from uopcli.tools.check import check_gradients
+    report = check_gradients(_checked_graph(), ["w"], inputs=POINT)
+    x, w = (torch.tensor(POINT[n], dtype=torch.float64) for n in ("x", "w"))
+    assert report.passed and report.loss == ((x * w).relu() ** 2).sum().item() == 36.25
+
+

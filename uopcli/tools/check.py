@@ -221,11 +221,14 @@ def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
                     progress: Callable[[int], None] | None = None, simplify: str | None = "tinygrad",
                     directions: int = DIRECTIONS) -> CheckReport:
     """Compare the gradients of `graph` with respect to `wrt` with finite differences.
-    `inputs` maps input names to arrays (checked by the caller); missing ones are random.
+    `inputs` maps input names to arrays, checked as evaluate_graph checks them (a name the
+    graph lacks and an array of another shape or dtype are refused); missing ones are random
+    (`cotangent_<output>` too, the weights of a non-scalar output).
     `samples`: elements compared one by one per target (None: 16 while they cost little).
     `progress(n)` is called after every n evaluations. `simplify` is how the gradient graph
     is evaluated (as evaluate_graph's: "tinygrad", "exact" or None)."""
     import numpy as np
+    from ..backends.inputs import checked_inputs
     from ..backends.numpy import evaluate_graph
     from .values import index_ranges_for, random_value
 
@@ -238,7 +241,7 @@ def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
         raise EvaluationError("nothing to compare: give at least one sample or one direction")
     grad_graph, report = differentiate(graph, wrt, of, cotangent="input")
     of = report.of
-    given = dict(inputs or {})
+    given = checked_inputs(grad_graph, inputs or {})  # evaluate_graph's check: a misspelt name is no random value
     ranges = index_ranges_for(graph.outputs.values(), [n for n in grad_graph.inputs if n.arg not in given])
     values = {n.arg: np.asarray(given[n.arg]) if n.arg in given else random_value(n, seed, ranges)
               for n in grad_graph.inputs}
