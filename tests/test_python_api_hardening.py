@@ -275,3 +275,59 @@ def test_check_gradients_checks_at_the_given_point():
     assert report.passed and report.loss == ((x * w).relu() ** 2).sum().item() == 36.25
 
 
+# ----------------------------------------------------------------------------- pickle and copy
+
+def _pickled_graph():
+    x, w = UOp.param("x", (3,), dtypes.float32), UOp.param("w", (3,), dtypes.float32)
+    graph, _ = differentiate(Graph({"loss": ((x * w).sin() ** 2).sum()}), ["w"], keep_forward=True)
+    return graph
+
+
+def test_a_graph_and_a_node_pickle_as_the_very_nodes_hash_consing_finds():
+    import pickle
+    graph = _pickled_graph()
+    back = pickle.loads(pickle.dumps(graph))
+    assert isinstance(back, Graph) and back is not graph
+    assert back.output_names == graph.output_names and back.inputs == graph.inputs
+    assert all(back.outputs[n] is graph.outputs[n] for n in graph.outputs) and back.meta == graph.meta
+    node = graph.outputs["grad_w"]
+    assert pickle.loads(pickle.dumps(node)) is node
+    assert pickle.loads(pickle.dumps({node: 1, "x": graph.inputs[0]})) == {node: 1, "x": graph.inputs[0]}
+
+
+def test_copies_of_a_node_are_the_node_and_of_a_graph_a_graph_of_the_same_nodes():
+    import copy
+    graph = _pickled_graph()
+    node = graph.outputs["loss"]
+    assert copy.copy(node) is node and copy.deepcopy(node) is node and copy.deepcopy([node])[0] is node
+    for copied in (copy.copy(graph), copy.deepcopy(graph)):
+        assert copied is not graph and copied.outputs is not graph.outputs and copied.inputs is not graph.inputs
+        assert all(copied.outputs[n] is graph.outputs[n] for n in graph.outputs) and copied.inputs == graph.inputs
+        copied.outputs.pop("loss")
+        assert "loss" in graph.outputs
+
+
+def test_a_long_chain_pickles_without_recursion():
+    import pickle
+    x = UOp.param("x", (), dtypes.float64)
+    y = x
+    for _ in range(100_000):
+        y = y * 1.0000001
+    back = pickle.loads(pickle.dumps(Graph({"y": y})))
+    assert back.outputs["y"] is y
+
+
+def test_evaluate_graph_runs_in_a_process_pool_as_here():
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    graph = _pickled_graph()
+    values = {"x": np.float32([1, 2, 3]), "w": np.float32([0.5, -1, 2])}
+    here = evaluate_graph(graph, values)
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        there = pool.submit(evaluate_graph, graph, values).result(timeout=120)
+    assert list(there) == list(here)
+    for name in here:
+        np.testing.assert_array_equal(there[name], here[name])
+    x, w = (torch.tensor(values[n], dtype=torch.float64, requires_grad=True) for n in ("x", "w"))
+    loss = ((x * w).sin() ** 2).sum()
+    np.testing.assert_allclose(there["grad_w"], torch.autograd.grad(loss, w)[0].numpy(), rtol=1e-5)

@@ -6,6 +6,8 @@ The core (UOp, Graph) imports without numpy; everything else (load and save too)
 imported on first use, so a command that only reads a file starts fast.
 """
 
+import copyreg
+
 from .errors import EvaluationError, FormatError, GradientError, GraphError, UOpError
 from .core.ops import DType, Ops, dtypes
 from .core.uop import CallArg, Metadata, UOp
@@ -13,6 +15,17 @@ from .core.walks import toposort
 from .core.graph import Graph
 
 __version__ = "0.1.0"
+
+
+def _pickled(obj):
+    """Graphs and nodes pickle as the file format's bytes (formats/uop/pickled.py), imported
+    only when something is pickled."""
+    from .formats.uop.pickled import reduce
+    return reduce(obj)
+
+
+copyreg.pickle(UOp, _pickled)
+copyreg.pickle(Graph, _pickled)
 
 # name -> module that defines it, imported when the name is first used
 _LAZY = {

@@ -54,6 +54,17 @@ class Graph:
                     raise GraphError(f"duplicate input name {node.arg!r} (two PARAMs of different shape or dtype)")
                 raise GraphError(f"input {node.arg!r} is used but not listed in inputs")
 
+    def __copy__(self) -> "Graph":
+        """A Graph of the same nodes (immutable, so a deep copy is this too) with its own
+        outputs dict, inputs list and meta dict. (Pickled: as the file format's bytes, see
+        uopcli/__init__.py.)"""
+        copied = Graph.__new__(Graph)
+        copied.outputs, copied.inputs, copied.meta = dict(self.outputs), list(self.inputs), dict(self.meta)
+        return copied
+
+    def __deepcopy__(self, memo) -> "Graph":
+        return self.__copy__()
+
     # ------------------------------------------------------------------ lookups
     @property
     def input_names(self) -> list[str]:

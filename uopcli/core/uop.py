@@ -79,6 +79,13 @@ class UOp(_Slots, Primitives, ElementwiseMixin, MovementMixin, ReduceMixin, Crea
     def __setattr__(self, key, value):
         raise AttributeError(f"UOp is immutable (tried to set {key!r}); use set_meta for metadata")
 
+    # immutable and hash-consed: a copy would be this node (pickle: uopcli/__init__.py)
+    def __copy__(self) -> "UOp":
+        return self
+
+    def __deepcopy__(self, memo) -> "UOp":
+        return self
+
     def set_meta(self, meta: Metadata | None) -> "UOp":
         object.__setattr__(self, "meta", meta)
         return self
