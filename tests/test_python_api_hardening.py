@@ -331,3 +331,37 @@ def test_evaluate_graph_runs_in_a_process_pool_as_here():
     x, w = (torch.tensor(values[n], dtype=torch.float64, requires_grad=True) for n in ("x", "w"))
     loss = ((x * w).sin() ** 2).sum()
     np.testing.assert_allclose(there["grad_w"], torch.autograd.grad(loss, w)[0].numpy(), rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- ONNX files
+
+MLP_ONNX = __import__("pathlib").Path(__file__).parent.parent / "samples" / "onnx" / "mlp-dynamo18.onnx"
+
+
+def test_load_onnx_takes_a_models_bytes_as_its_path_and_computes_as_onnxruntime():
+    onnxruntime = pytest.importorskip("onnxruntime")
+    from uopcli.interop.onnx.importer import load_onnx
+    by_path, weights = load_onnx(str(MLP_ONNX))
+    by_bytes, weights_too = load_onnx(MLP_ONNX.read_bytes())
+    assert uopcli.save(by_bytes) == uopcli.save(by_path) and weights_too.keys() == weights.keys()
+    x = by_bytes.input("x")
+    feed = {"x": np.random.default_rng(0).standard_normal(x.shape).astype(x.dtype.np)}
+    ours = evaluate_graph(by_bytes, {**feed, **weights_too})
+    session = onnxruntime.InferenceSession(str(MLP_ONNX), providers=["CPUExecutionProvider"])
+    theirs = session.run(None, feed)
+    np.testing.assert_allclose(list(ours.values())[0], theirs[0], rtol=1e-5, atol=1e-6)
+
+
+def test_onnx_files_fail_as_uop_files_do(tmp_path):
+    from uopcli.interop.onnx.exporter import save_onnx
+    x = UOp.param("x", (3,), dtypes.float32)
+    graph = Graph({"o": x * 2})
+    for path in (tmp_path, tmp_path / "no" / "such" / "m.onnx"):
+        with pytest.raises(uopcli.FormatError, match=f"^{path}: cannot write: "):
+            save_onnx(graph, str(path))
+        with pytest.raises(uopcli.FormatError, match=f"^{path}: cannot write: "):
+            uopcli.save(graph, str(path))
+    with pytest.raises(uopcli.FormatError, match="an ONNX model, not a .uop file: read it with .*load_onnx"):
+        uopcli.load(str(MLP_ONNX))
+
+

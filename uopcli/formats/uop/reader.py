@@ -14,7 +14,7 @@ from ...core.graph import Graph
 from ...core.ops import DTYPES, Ops
 from ...core.uop import Metadata, UOp, valid_name
 from ...core.walks import no_gc, scope_sources
-from ..sniff import MSGPACK_ARRAY, MSGPACK_MAP
+from ..sniff import MSGPACK_ARRAY, MSGPACK_MAP, looks_like_onnx
 from .decoders import (ARG_FORM, CANONICAL_OP, DECODERS, JSON_DECODERS, ONLY_TYPE, PLAIN_CANONICAL, Bad, diagnose,
                        kind_of, shorten)
 from .tables import (ALLOWED_KEYS, DEFAULT_LIMITS, FORMAT, META_KEYS, REQUIRED_KEYS, V1_ARG_DEPTH, VERSION, Limits,
@@ -81,6 +81,9 @@ def loads(data: bytes, *, limits: Limits | None = None, name: str = "<bytes>") -
                           source=name)
     if start == len(data):
         raise FormatError("empty file: a .uop file is one MessagePack or JSON map", source=name)
+    if looks_like_onnx(data[start:start + 1]):
+        raise FormatError("an ONNX model, not a .uop file: read it with uopcli.interop.onnx.importer.load_onnx "
+                          "(`uopgrad convert model.onnx -o model.uop` writes a .uop)", source=name)
     json_form = data[start] == 0x7B  # "{"
     if data[start] == 0x5B:  # "[": JSON, but not a map (as MessagePack it would be the int 91)
         raise FormatError("not a .uop file: the top level is an array, not a map", source=name)

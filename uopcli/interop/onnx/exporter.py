@@ -28,6 +28,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Mapping
 
 import numpy as np
@@ -35,7 +36,7 @@ import onnx
 from onnx import helper
 
 from uopcli import __version__
-from uopcli.errors import GraphError
+from uopcli.errors import FormatError, GraphError
 from uopcli.core.graph import Graph
 from uopcli.core.ops import CALLS, Ops
 
@@ -88,9 +89,14 @@ def onnx_bytes(graph: Graph, opset: int | None = None, weights: Mapping | None =
 
 
 def save_onnx(graph: Graph, path: str, opset: int | None = None, weights: Mapping | None = None) -> None:
-    """Write the ONNX model to `path`, all at once or not at all."""
+    """Write the ONNX model to `path`, all at once or not at all; a path that cannot be
+    written (a directory, a missing folder) is a FormatError, as save()'s."""
     from uopcli.formats.atomic import write_atomically
-    write_atomically(path, onnx_bytes(graph, opset, weights))
+    data = onnx_bytes(graph, opset, weights)
+    try:
+        write_atomically(path, data)
+    except OSError as error:
+        raise FormatError(f"cannot write: {error.strerror or error}", source=os.fspath(path)) from None
 
 
 def _checked_opset(opset: int) -> int:

@@ -82,11 +82,16 @@ class Value:
 def load_onnx(path: str, shapes: Mapping[str, tuple[int, ...]] | None = None, constants: Mapping | None = None,
               given_shapes: Mapping[str, tuple[int, ...]] | None = None, assume_size: int | None = None,
               wrt: Iterable[str] = (), external: list | None = None):
-    """(Graph, weights) from an ONNX file; external data files are read from its folder,
-    and each one's path is appended to `external` (a list, when given: the CLI refuses to
-    write over a file a command read)."""
-    data = read_bytes(path)
-    return import_model(parse_model(data, path), shapes, source=path, base_dir=os.path.dirname(os.path.abspath(path)),
+    """(Graph, weights) from an ONNX file, or from a serialized model's bytes
+    (model.SerializeToString(); such a model's external data files are refused: there is
+    no folder to find them in); external data files are read from the file's folder, and
+    each one's path is appended to `external` (a list, when given: the CLI refuses to write
+    over a file a command read)."""
+    if isinstance(path, (bytes, bytearray, memoryview)):
+        data, path, base_dir = bytes(path), "<bytes>", None
+    else:
+        data, base_dir = read_bytes(path), os.path.dirname(os.path.abspath(path))
+    return import_model(parse_model(data, path), shapes, source=path, base_dir=base_dir,
                         constants=constants, given_shapes=given_shapes, assume_size=assume_size, wrt=wrt,
                         digest=model_digest(data), external=external)
 
