@@ -365,3 +365,22 @@ def test_onnx_files_fail_as_uop_files_do(tmp_path):
         uopcli.load(str(MLP_ONNX))
 
 
+# ----------------------------------------------------------------------------- small inconsistencies
+
+def test_the_node_level_jvp_refuses_a_graph_naming_the_graph_level_one():
+    from uopcli.core.forward import compute_jvp, linearize
+    from uopcli.tools.forward import jvp as graph_jvp
+    x = UOp.param("x", (2,), dtypes.float64)
+    graph = Graph({"o": (x * x).sum()})
+    for attempt in (lambda: uopcli.jvp(graph, ["x"]), lambda: compute_jvp(graph, {}), lambda: linearize(graph, x)):
+        with pytest.raises(GradientError, match=r"takes nodes .* for a Graph use uopcli.tools.forward.jvp\(graph, wrt\)"):
+            attempt()
+    tangent = evaluate_graph(graph_jvp(graph, ["x"]), {"x": np.array([1.5, -2.0]), "tangent_x": np.array([1.0, 3.0])})
+    assert tangent["jvp_o"] == 2 * 1.5 * 1.0 + 2 * -2.0 * 3.0  # d(x.x) = 2 x . dx
+
+
+def test_render_dot_is_the_utf8_bytes_of_to_dot():
+    from uopcli import render, to_dot
+    x = UOp.param("x", (2,), dtypes.float32)
+    graph = Graph({"o": (x * 2).sum()})
+    assert render(graph, "dot") == to_dot(graph).encode("utf-8") and isinstance(to_dot(graph), str)

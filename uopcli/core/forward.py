@@ -36,6 +36,7 @@ from typing import Iterable, Mapping, NamedTuple
 from ..errors import GradientError
 from .gradient import (LN2, GRADIENT_RULES, _add, _bind, _cast, _closed_body, _const, _div, _eq, _expand, _lt,
                        _mul, _neg, _reduce, _reshape, _sin, _sub, _sum_axes, _where, _zero)
+from .graph import Graph
 from .ops import Ops
 from .uop import Metadata, UOp, made_for, make_shaped
 from .walks import no_gc, node_list, on_a_deep_stack, scope_sources, scope_toposort
@@ -418,7 +419,7 @@ def compute_jvp(roots: UOp | Iterable[UOp], tangents: Mapping[UOp, UOp],
     nodes (usually inputs), each of its node's shape and dtype (with a leading axis of
     `batch` directions when batched). One UOp is one root (here and in jvp, linearize
     and transpose: a list of nodes may always be one node), never its rows."""
-    roots = node_list(roots)
+    roots = _roots(roots, "compute_jvp")
     w = _Walk(batch, {})
     for node, t in tangents.items():
         if not isinstance(node, UOp) or node.shape is None or not isinstance(t, UOp):
@@ -434,6 +435,14 @@ def compute_jvp(roots: UOp | Iterable[UOp], tangents: Mapping[UOp, UOp],
         except RecursionError:  # functions nested hundreds deep: once more, on a deep stack
             found = on_a_deep_stack(_tangents, roots, dict(tangents), w)
     return {r: found.get(r) for r in roots}  # each fitted to its root's shape by the walk
+
+
+def _roots(roots, what: str) -> list[UOp]:
+    """The roots as a list of nodes; a Graph is refused naming the graph-level function."""
+    if isinstance(roots, Graph):
+        raise GradientError(f"uopcli.{what} takes nodes (roots, {{node: tangent}}), as jax.{what}; for a Graph "
+                            f"use uopcli.tools.forward.jvp(graph, wrt) (uopgrad jvp), or pass graph.outputs.values()")
+    return node_list(roots)
 
 
 def _tangents(roots: list[UOp], seeds: dict[UOp, UOp], w: _Walk) -> dict[UOp, UOp]:
@@ -527,7 +536,7 @@ def is_tangent(meta: Metadata | None) -> bool:
 def jvp(roots: UOp | Iterable[UOp], tangents: Mapping[UOp, UOp]) -> tuple[list[UOp], list[UOp]]:
     """(roots, their tangents), as jax.jvp: zero tangents as zeros of the root's shape.
     Both are lists, also for one root given as a UOp."""
-    roots = node_list(roots)
+    roots = _roots(roots, "jvp")
     found = compute_jvp(roots, tangents)
     return roots, [found[r] if found[r] is not None else r.zeros_like() for r in roots]
 
@@ -545,7 +554,7 @@ class Linearized(NamedTuple):
 def linearize(roots: UOp | Iterable[UOp], targets: UOp | Iterable[UOp], prefix: str = "tangent_") -> Linearized:
     """As jax.linearize: the forward graph and a linear graph of new PARAMs `tangent_<name>`
     (slot-numbered `<prefix><i>` for unnamed targets)."""
-    roots, targets = node_list(roots), node_list(targets)
+    roots, targets = _roots(roots, "linearize"), node_list(targets)
     inputs = [UOp.param(f"{prefix}{t.arg if isinstance(t.arg, str) else i}", t.shape, t.dtype)
               for i, t in enumerate(targets)]
     _, outs = jvp(roots, dict(zip(targets, inputs)))

@@ -116,7 +116,8 @@ def to_dot(graph: Graph, *, outputs: Sequence[str] | None = None, around: str | 
 
 
 def render(graph: Graph, fmt: str = "svg", notes: list[str] | None = None, **options) -> bytes:
-    """The picture as bytes in `fmt` (svg, png, pdf, or dot for the DOT text itself).
+    """The picture as bytes in `fmt` (svg, png, pdf; dot: the DOT text, UTF-8 encoded, which
+    to_dot gives as a str).
     `options` are to_dot's. Formats other than dot need Graphviz's `dot` program. What the
     picture lost on the way (a PNG too large for cairo's bitmaps, scaled down by dot) is
     appended to `notes`, or, with no list given, issued as a RenderWarning."""
