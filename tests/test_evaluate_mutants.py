@@ -36,7 +36,7 @@ def test_evaluate_graph_simplifies_as_asked():
     x = UOp.param("x", (2,))
     graph, _ = differentiate(Graph({"y": x.sigmoid().sum()}), ["x"])
     points = {"x": np.array([-1000.0, 0.0], np.float32)}
-    literal = evaluate_graph(graph, points)["grad_x"]
+    literal = evaluate_graph(graph, points, simplify=None)["grad_x"]
     bits(evaluate_graph(graph, points, simplify="exact")["grad_x"], literal)
     assert np.isnan(literal[0]) and literal[1] == 0.25
     bits(evaluate_graph(graph, points, simplify="tinygrad")["grad_x"], np.array([0.0, 0.25], np.float32))

@@ -384,3 +384,25 @@ def test_render_dot_is_the_utf8_bytes_of_to_dot():
     x = UOp.param("x", (2,), dtypes.float32)
     graph = Graph({"o": (x * 2).sum()})
     assert render(graph, "dot") == to_dot(graph).encode("utf-8") and isinstance(to_dot(graph), str)
+
+
+# ----------------------------------------------------------------------------- evaluate_graph's default
+
+def test_evaluate_graph_gives_what_uopgrad_eval_gives_and_literal_is_asked_for(tmp_path):
+    import subprocess
+    x = UOp.param("x", (4,), dtypes.float32)
+    grad, _ = differentiate(Graph({"o": x.sigmoid().sum()}), ["x"])
+    uopcli.save(grad, tmp_path / "g.uop")
+    point = np.float32([-100, -5, 0, 3])
+    np.save(tmp_path / "x.npy", point)
+    subprocess.run(["uopgrad", "eval", "g.uop", "-i", "x=x.npy", "-o", "out.npz"], cwd=tmp_path, check=True,
+                   capture_output=True)
+    cli = np.load(tmp_path / "out.npz")["grad_x"]
+    ours = evaluate_graph(grad, {"x": point})["grad_x"]
+    assert ours.tobytes() == cli.tobytes() and ours[0] == 0.0  # sigmoid'(-100): 0, as tinygrad computes it
+    t = torch.tensor(point[1:], dtype=torch.float64, requires_grad=True)
+    expected = torch.autograd.grad(t.sigmoid().sum(), t)[0].numpy()
+    np.testing.assert_allclose(ours[1:], expected, rtol=1e-5)
+    literal = evaluate_graph(grad, {"x": point}, simplify=None)["grad_x"]  # as written: 0 * inf
+    assert np.isnan(literal[0])
+    np.testing.assert_allclose(literal[1:], expected, rtol=1e-5)

@@ -105,12 +105,14 @@ def evaluate(outputs: Sequence[UOp], inputs: Mapping, *, stats: EvalStats | None
 
 
 def evaluate_graph(graph, inputs: Mapping[str, np.ndarray], *, stats: EvalStats | None = None,
-                   simplify: str | None = None) -> dict:
+                   simplify: str | None = "tinygrad") -> dict:
     """Evaluate every output of a Graph; returns {output name: array}. Inputs are given by
     name; a name that is not one of the graph's inputs is an error (likely a typo).
-    `simplify`: None runs the graph as written; "exact" first applies the rewrites that
-    change no bit of any result; "tinygrad" also tinygrad's algebraic rewrites, so the
-    values are what tinygrad computes (finite activation gradients; see uopcli.core.simplify)."""
+    `simplify`: "tinygrad" (the default, as `uopgrad eval`) first applies tinygrad's
+    algebraic rewrites, so the values are what tinygrad computes (finite activation
+    gradients: sigmoid'(-100) is 0, not 0 * inf = nan; see uopcli.core.simplify); "exact"
+    only the rewrites that change no bit of any result; None runs the graph as written
+    (`eval --literal`, and what `evaluate` does)."""
     if simplify is not None:
         graph = _simplified(graph, simplify)
     inputs = checked_inputs(graph, inputs)
