@@ -406,3 +406,23 @@ def test_evaluate_graph_gives_what_uopgrad_eval_gives_and_literal_is_asked_for(t
     literal = evaluate_graph(grad, {"x": point}, simplify=None)["grad_x"]  # as written: 0 * inf
     assert np.isnan(literal[0])
     np.testing.assert_allclose(literal[1:], expected, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- outputs of their own
+
+def test_outputs_are_never_the_callers_inputs_nor_each_other():
+    w = UOp.param("w", (3,), dtypes.float32)
+    graph, _ = differentiate(Graph({"loss": (w * w).sum()}), ["w"], keep_forward=True)
+    graph.outputs.update({"w_out": w, "w_again": w, "w_T": w.reshape(3, 1), "twice": graph.outputs["grad_w"]})
+    w0 = np.float32([1, 2, 3])
+    res = evaluate_graph(graph, {"w": w0}, simplify=None)
+    arrays = list(res.values())
+    assert not any(np.shares_memory(a, w0) for a in arrays)
+    assert res["grad_w"] is not res["twice"] and not np.shares_memory(res["w_out"], res["w_again"])
+    res["w_out"] -= 0.1 * res["grad_w"]  # an SGD step on the returned weights
+    t = torch.tensor(w0, requires_grad=True)
+    step = (t - 0.1 * torch.autograd.grad((t * t).sum(), t)[0]).detach().numpy()
+    np.testing.assert_array_equal(res["w_out"], step)
+    np.testing.assert_array_equal(w0, [1, 2, 3])
+    np.testing.assert_array_equal(res["w_again"], [1, 2, 3])
+    np.testing.assert_array_equal(res["twice"], 2 * w0)

@@ -41,8 +41,10 @@ Semantics where the format leaves room (decided here):
 - inputs are keyed by name, by PARAM node, or by any node whose value you supply (its
   sources are then not evaluated); arrays must match shape and dtype exactly (an ndarray
   subclass counts as its plain array; a masked array is refused: see backends/inputs.py).
-- outputs are writable arrays: numpy scalars become 0-d arrays, read-only views (a
-  broadcast, an embedded BUFFER) are copied; other views are returned as they are.
+- outputs are writable arrays of their own: numpy scalars become 0-d arrays, read-only
+  views (a broadcast, an embedded BUFFER) are copied, and so are an output that is an
+  input array or a view of one, and an output that is the array of an output before it
+  (two outputs of one node); other views of the evaluator's arrays are returned as they are.
 - EvalStats.peak_bytes counts arrays held between steps and a contraction's temporaries
   (inputs and BUFFER bytes are not the evaluator's); scratch space inside one numpy call
   (BLAS packing, einsum's own intermediates) is not seen.
@@ -70,20 +72,34 @@ from .run import EvalStats, run
 __all__ = ["evaluate", "evaluate_graph", "EvalStats"]
 
 
-def _finish(value):
-    """An output as the caller gets it: a writable ndarray (numpy scalars become 0-d
-    arrays; read-only views, such as a broadcast, are copied)."""
-    if value is None:
-        return None
-    value = np.asarray(value)
-    return value if value.flags.writeable else value.copy()
+class _Finisher:
+    """Outputs as the caller gets them: writable ndarrays (numpy scalars become 0-d arrays;
+    read-only views, such as a broadcast, are copied), none of them the caller's own input
+    array or a view of it, nor an array another output already is (an in-place update of
+    one result, `res["w"] -= lr * res["grad_w"]`, changes nothing else)."""
+
+    def __init__(self, inputs):
+        self.held = {id(a) for value in inputs for a in (value, value.base) if a is not None}
+        self.given: set[int] = set()
+
+    def __call__(self, value):
+        if value is None:
+            return None
+        value = np.asarray(value)
+        if not value.flags.writeable or id(value) in self.given or id(value) in self.held \
+                or (value.base is not None and id(value.base) in self.held):
+            value = value.copy()
+        self.given.add(id(value))
+        return value
 
 
 def evaluate(outputs: Sequence[UOp], inputs: Mapping, *, stats: EvalStats | None = None) -> list:
     """The values of `outputs` (a list of UOps) given `inputs`: graph-input names (or PARAM
     nodes, or any node whose value you supply) mapped to numpy arrays of exactly the
     node's shape and dtype. A TUPLE, FUNCTION or CALL output gives a tuple of arrays (None
-    for NOOP). Raises EvaluationError for a missing or mismatched input."""
+    for NOOP). Each output is an array of its own: never an input array (or a view of
+    one), nor the array of another output. Raises EvaluationError for a missing or
+    mismatched input."""
     start = time.perf_counter()
     if isinstance(outputs, UOp):
         outputs = [outputs]
@@ -92,11 +108,12 @@ def evaluate(outputs: Sequence[UOp], inputs: Mapping, *, stats: EvalStats | None
         with np.errstate(all="ignore"):
             values = run(program, stats)
     results = []
+    finish = _Finisher(program.initial.values())
     for out in program.outputs:
         if isinstance(out, tuple):
-            results.append(tuple(None if r is None else _finish(values[r]) for r in out))
+            results.append(tuple(None if r is None else finish(values[r]) for r in out))
         else:
-            results.append(None if out is None else _finish(values[out]))
+            results.append(None if out is None else finish(values[out]))
     if stats is not None:
         stats.seconds = time.perf_counter() - start
         stats.nodes_evaluated = len(program.steps)
@@ -106,8 +123,9 @@ def evaluate(outputs: Sequence[UOp], inputs: Mapping, *, stats: EvalStats | None
 
 def evaluate_graph(graph, inputs: Mapping[str, np.ndarray], *, stats: EvalStats | None = None,
                    simplify: str | None = "tinygrad") -> dict:
-    """Evaluate every output of a Graph; returns {output name: array}. Inputs are given by
-    name; a name that is not one of the graph's inputs is an error (likely a typo).
+    """Evaluate every output of a Graph; returns {output name: array}, each an array of its
+    own (see evaluate). Inputs are given by name; a name that is not one of the graph's
+    inputs is an error (likely a typo).
     `simplify`: "tinygrad" (the default, as `uopgrad eval`) first applies tinygrad's
     algebraic rewrites, so the values are what tinygrad computes (finite activation
     gradients: sigmoid'(-100) is 0, not 0 * inf = nan; see uopcli.core.simplify); "exact"
