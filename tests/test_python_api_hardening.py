@@ -426,3 +426,10 @@ def test_outputs_are_never_the_callers_inputs_nor_each_other():
     np.testing.assert_array_equal(w0, [1, 2, 3])
     np.testing.assert_array_equal(res["w_again"], [1, 2, 3])
     np.testing.assert_array_equal(res["twice"], 2 * w0)
+
+
+def test_a_graph_takes_one_uop_as_its_one_input():
+    x = UOp.param("x", (3, 2), dtypes.float64)
+    graph = Graph({"o": (x * 2).sum()}, inputs=x)
+    assert graph.inputs == [x]
+    assert evaluate_graph(graph, {"x": X0})["o"] == 2 * X0.sum()

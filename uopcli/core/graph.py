@@ -11,14 +11,14 @@ from typing import Iterable, Mapping, Sequence
 from ..errors import GraphError
 from .ops import Ops
 from .uop import UOp, valid_name
-from .walks import toposort
+from .walks import node_list, toposort
 
 
 class Graph:
     """Named roots (`outputs`, in order) over UOps, and the graph inputs (`inputs`, in order).
 
     `inputs` defaults to the named PARAMs the outputs reach, in walk order; pass it to fix
-    the order or to keep inputs that no output uses."""
+    the order or to keep inputs that no output uses (one UOp: that one input)."""
 
     __slots__ = ("outputs", "inputs", "meta")
 
@@ -35,7 +35,7 @@ class Graph:
                 raise GraphError(f"output {name!r} must be a UOp, got {type(node).__name__}")
             self.outputs[name] = node
         reached = [n for n in toposort(self.outputs.values()) if n.op == Ops.PARAM and isinstance(n.arg, str)]
-        self.inputs: list[UOp] = list(reached if inputs is None else inputs)
+        self.inputs: list[UOp] = list(reached) if inputs is None else node_list(inputs)  # one UOp: one input
         self.meta: dict[str, str] = dict(meta or {})
         self._check_inputs(reached)
 
