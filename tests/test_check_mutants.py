@@ -33,8 +33,8 @@ def square(w: UOp, factor: float = 1.0, offset=0.0, plus: float = 0.0, scale: fl
 
 
 W = UOp.param("w", (3,))
-AT = {"w": np.float32([0.5, 1.0, -2.0])}   # gradient 2w = [1, 2, -4], L = 5.25
-ZERO = {"w": np.zeros(3, np.float32)}      # gradient 0, L = 0
+AT = {"w": np.array([0.5, 1.0, -2.0])}     # gradient 2w = [1, 2, -4], L = 5.25
+ZERO = {"w": np.zeros(3)}                  # gradient 0, L = 0
 
 
 # ----------------------------------------------------------------------------- element thresholds
@@ -109,7 +109,7 @@ def test_direction_analytic_and_numeric_are_the_inner_product_and_the_difference
 def test_the_worst_element_is_named_with_its_values():
     """One element of ten planted 1e-2 off: every element compared (10 <= 16), the worst named."""
     w = UOp.param("w", (10,))
-    x = {"w": np.linspace(-1.0, 1.0, 10).astype(np.float32)}
+    x = {"w": np.linspace(-1.0, 1.0, 10)}
     off = np.zeros(10)
     off[7] = 2.0 ** -7                      # exact in float32, as the backward body's buffer
     report = check_gradients(square(w, offset=off), ["w"], inputs=x, directions=0)
@@ -122,7 +122,7 @@ def test_the_worst_element_is_named_with_its_values():
 
 def test_samples_limit_the_elements_and_the_choice_is_seeded_and_sorted():
     w = UOp.param("w", (40,))
-    x = {"w": np.linspace(-1.0, 1.0, 40).astype(np.float32)}
+    x = {"w": np.linspace(-1.0, 1.0, 40)}
     report = check_gradients(square(w), ["w"], inputs=x, directions=0, samples=5, seed=3)
     assert report.targets[0].samples == 5 and report.evaluations == 1 + 2 * 5
     default = check_gradients(square(w), ["w"], inputs=x, directions=0)
@@ -142,7 +142,7 @@ def test_samples_limit_the_elements_and_the_choice_is_seeded_and_sorted():
 def test_a_target_failing_a_direction_gets_elements_compared_when_the_budget_gives_none(monkeypatch):
     monkeypatch.setattr(check_module, "PAIR_BUDGET", 0)
     w = UOp.param("w", (10,))
-    x = {"w": np.linspace(-1.0, 1.0, 10).astype(np.float32)}
+    x = {"w": np.linspace(-1.0, 1.0, 10)}
     good = check_gradients(square(w), ["w"], inputs=x)
     assert good.passed and good.targets[0].samples == 0
     assert good.limited == ("0 elements compared one by one, not the default's 10 (up to 16 a target; the targets "
@@ -167,7 +167,7 @@ def test_a_kink_within_the_step_is_retried_closer_and_the_closer_difference_repo
     """relu·3 at 1e-6 (h = 6.06e-6 straddles 0): the first difference is about 1.75, the closer
     one 3, which is reported; no kink counted."""
     x = UOp.param("x", (1,))
-    report = check_gradients(Graph({"loss": (x.relu() * 3.0).sum()}), ["x"], inputs={"x": np.array([1e-6], np.float32)},
+    report = check_gradients(Graph({"loss": (x.relu() * 3.0).sum()}), ["x"], inputs={"x": np.array([1e-6])},
                              directions=0)
     t = report.targets[0]
     assert report.passed and (t.samples, t.kinks) == (1, 0)
@@ -179,7 +179,7 @@ def test_at_a_kink_a_subgradient_is_not_compared_and_a_gradient_outside_fails():
     """|x| at 0: central differences 0, one-sided -1 and 1. A gradient 0 agrees with the central
     difference; another in [-1, 1] is a kink (not compared); 2, outside, is wrong and fails."""
     x = UOp.param("x", (1,))
-    at = {"x": np.zeros(1, np.float32)}
+    at = {"x": np.zeros(1)}
     for given, kink in [(0.5, True), (0.999, True), (-0.999, True), (1.01, False), (-1.5, False)]:
         graph = Graph({"loss": UOp.trace_call("a", lambda v: v.abs(), lambda v, g: (g * 0.0 + given,), x)[0].sum()})
         report = check_gradients(graph, ["x"], inputs=at, directions=0)
@@ -193,7 +193,7 @@ def test_at_a_kink_a_subgradient_is_not_compared_and_a_gradient_outside_fails():
 def test_every_element_at_a_kink_reports_nothing_compared():
     """relu·3 at 0: central difference 1.5, one-sided 0 and 3, its gradient there 0: a kink each."""
     x = UOp.param("x", (2,))
-    report = check_gradients(Graph({"loss": (x.relu() * 3.0).sum()}), ["x"], inputs={"x": np.zeros(2, np.float32)},
+    report = check_gradients(Graph({"loss": (x.relu() * 3.0).sum()}), ["x"], inputs={"x": np.zeros(2)},
                              directions=0)
     t = report.targets[0]
     assert report.passed and (t.samples, t.kinks, t.max_abs_error, t.max_rel_error, t.worst_index) == (0, 2, 0.0, 0.0, ())
@@ -322,7 +322,7 @@ def test_the_json_of_a_passing_check_with_a_limit_a_kink_and_a_note():
     # |x| with 0.5 for its gradient at 0: inside the one-sided differences -1 and 1, a kink
     graph = Graph({"loss": UOp.trace_call("a", lambda v: v.abs() * 3.0, lambda v, g: (
         g * (v.sign() + (1.0 - v.sign().abs()) * 0.5) * 3.0,), x)[0].sum()}, inputs=[x])
-    report = check_gradients(graph, ["x"], inputs={"x": np.array([0.0, 2.0], np.float32)}, directions=1, simplify=None)
+    report = check_gradients(graph, ["x"], inputs={"x": np.array([0.0, 2.0])}, directions=1, simplify=None)
     d = report.to_dict()
     (direction,) = d["directions"]
     # the seeded direction is v = (0.1044, -1.9891): <grad, v> = 3 (0.5 v0 + v1), a kink along it
@@ -355,7 +355,7 @@ def test_the_custom_backward_note_names_only_the_calls_a_failing_target_flows_th
     sq = UOp.trace_call("sq", lambda v: v * v, lambda v, g: (g * v * 2.0,), w)[0]
     cube = UOp.trace_call("cube", lambda v: v * v * v, lambda v, g: (g * v * v * 2.0,), u * 2.0)[0]  # via u · 2
     report = check_gradients(Graph({"loss": (sq * 2.0).sum() + cube.sum()}), ["w", "u"],
-                             inputs={"w": np.array([1.0, 2.0], np.float32), "u": np.array([1.0, -1.0], np.float32)})
+                             inputs={"w": np.array([1.0, 2.0]), "u": np.array([1.0, -1.0])})
     by = {t.name: t for t in report.targets}
     assert by["w"].passed and by["w"].note == ""
     assert not by["u"].passed and by["u"].note == NOTE.format("cube")
@@ -376,7 +376,7 @@ def test_the_custom_backward_note_inside_a_function_names_the_calls_of_its_body(
         second = UOp.trace_call("r", lambda t: (t * 2.0,), lambda t, g: (g * 2.0,), a)[0]
         return ((first * a).sum() + second.sum(),)
     graph = Graph({"loss": UOp.trace_function("wrap", body, x)[0]}, inputs=[x])
-    report = check_gradients(graph, ["x"], None, {"x": np.array([0.5, 1.5, -2.5], np.float32)}, samples=3)
+    report = check_gradients(graph, ["x"], None, {"x": np.array([0.5, 1.5, -2.5])}, samples=3)
     assert not report.passed and report.targets[0].note == NOTE.format("q, r")
 
 
@@ -399,7 +399,7 @@ def test_a_forward_finite_in_its_own_dtypes_but_not_in_float64_says_so():
 def test_two_targets_with_non_finite_gradients_are_named_together():
     x, y = UOp.param("x", (2,)), UOp.param("y", (2,))
     graph = Graph({"loss": (x.sqrt() + y.sqrt()).sum()}, inputs=[x, y])
-    report = check_gradients(graph, ["x", "y"], inputs={"x": np.array([0.0, 1.0], np.float32), "y": np.array([4.0, 0.0], np.float32)},
+    report = check_gradients(graph, ["x", "y"], inputs={"x": np.array([0.0, 1.0]), "y": np.array([4.0, 0.0])},
                              samples=2)
     assert not report.passed and report.forward_finite
     head = report.not_finite[0]
@@ -437,11 +437,11 @@ def test_a_smooth_minimum_is_no_kink_and_a_wrong_gradient_there_fails():
     at the first step), a kink's does not: now it fails, elements and directions alike."""
     w = UOp.param("w", (1,))
     for seed in range(3):
-        wrong = check_gradients(square(w, offset=5e-5, scale=1e4), ["w"], inputs={"w": np.zeros(1, np.float32)}, seed=seed)
+        wrong = check_gradients(square(w, offset=5e-5, scale=1e4), ["w"], inputs={"w": np.zeros(1)}, seed=seed)
         t = wrong.targets[0]
         assert not wrong.passed and (t.samples, t.kinks) == (1, 0) and t.max_abs_error == pytest.approx(5e-5)
         assert not any(d.kink for d in wrong.directions) and not any(d.passed for d in wrong.directions)
-    right = check_gradients(square(w, scale=1e4), ["w"], inputs={"w": np.zeros(1, np.float32)})
+    right = check_gradients(square(w, scale=1e4), ["w"], inputs={"w": np.zeros(1)})
     assert right.passed and right.targets[0].kinks == 0 and right.evaluations == 7
 
 
@@ -452,11 +452,11 @@ def test_a_relu_kink_along_a_direction_passes_its_right_gradient_whatever_the_se
     x = UOp.param("x", (2,))
     graph = Graph({"loss": (x.relu() * 3.0).sum()}, inputs=[x])
     for seed in range(10):
-        report = check_gradients(graph, ["x"], inputs={"x": np.array([0.0, 2.0], np.float32)}, seed=seed)
+        report = check_gradients(graph, ["x"], inputs={"x": np.array([0.0, 2.0])}, seed=seed)
         assert report.passed and report.targets[0].kinks == 1, seed
         assert all(d.kink and d.passed for d in report.directions), seed
     wrong = Graph({"loss": UOp.trace_call("r", lambda v: v.relu() * 3.0, lambda v, g: (g * 0.0 + 4.0,), x)[0].sum()})
-    assert not check_gradients(wrong, ["x"], inputs={"x": np.array([0.0, 2.0], np.float32)}).passed   # 4: outside [0, 3]
+    assert not check_gradients(wrong, ["x"], inputs={"x": np.array([0.0, 2.0])}).passed   # 4: outside [0, 3]
 
 
 def test_a_target_failing_only_along_its_direction_is_failed_as_false():
@@ -500,7 +500,7 @@ def test_the_whole_report_of_two_failing_targets_and_of_a_pass():
     wrong_w = UOp.trace_call("sq", lambda v: v * v, lambda v, g: (g * v * 3.0,), w)[0].sum()
     wrong_u = UOp.trace_call("sq2", lambda v: v * v, lambda v, g: (g * v * 3.0,), u)[0].sum()
     report = check_gradients(Graph({"loss": wrong_w + wrong_u}), ["w", "u"],
-                             inputs={"w": np.array([2.0], np.float32), "u": np.array([1.0], np.float32)}, directions=0)
+                             inputs={"w": np.array([2.0]), "u": np.array([1.0])}, directions=0)
     assert report.lines() == [
         "target       samples  max abs err  max rel err  worst at",
         "w                  1    2.000e+00    3.333e-01  [0] analytic 6 numeric 4  FAILED",

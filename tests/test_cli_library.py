@@ -167,15 +167,15 @@ def test_check_sees_kinks_for_what_they_are_and_still_fails_wrong_gradients():
     compared. A wrong backward body still fails."""
     x = UOp.param("x", (4,))
     graph = Graph({"loss": (x.relu() * 3.0).sum() + x.abs().sum() * 0.5})
-    report = check_gradients(graph, ["x"], inputs={"x": np.float32([1e-6, 0.0, -2e-6, 0.5])})
+    report = check_gradients(graph, ["x"], inputs={"x": np.array([1e-6, 0.0, -2e-6, 0.5])})
     target = report.targets[0]
     assert report.passed and (target.samples, target.kinks) == (3, 1) and report.to_dict()["targets"][0]["kinks"] == 1
     assert "note: x: 1 sampled element at a kink (the one-sided differences disagree), not compared" in report.lines()
-    smooth = check_gradients(graph, ["x"], inputs={"x": np.float32([1.0, -1.0, 2.0, 0.5])})
+    smooth = check_gradients(graph, ["x"], inputs={"x": np.array([1.0, -1.0, 2.0, 0.5])})
     assert smooth.passed and smooth.targets[0].kinks == 0
     w = UOp.param("w", (3,))
     wrong = UOp.trace_call("wrong", lambda s: s * s, lambda s, g: (g * 3.0,), w)[0].sum()
-    failed = check_gradients(Graph({"loss": wrong}), ["w"], inputs={"w": np.float32([0.0, 1.0, -2.0])})
+    failed = check_gradients(Graph({"loss": wrong}), ["w"], inputs={"w": np.array([0.0, 1.0, -2.0])})
     assert not failed.passed and failed.targets[0].kinks == 0  # 3 where 2w is wanted, w = 0 included
 
 

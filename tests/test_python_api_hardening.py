@@ -255,7 +255,8 @@ POINT = {"x": np.float32([1, 2, 3]), "w": np.float32([0.5, -1, 2])}
 
 @pytest.mark.parametrize("bad, message", [
     ({"X": POINT["x"], "w": POINT["w"]}, r"unknown input 'X'; the graph's inputs: x, w"),
-    ({"x": np.float64([1, 2, 3])}, r"input 'x': expected float32\[3\], got float64\[3\]"),
+    ({"x": np.float32([1, 2])}, r"input 'x': expected float32\[3\], got float32\[2\]"),
+    ({"x": np.int32([1, 2, 3])}, r"input 'x': expected float32\[3\], got int32\[3\]"),
     ({"w": [0.5, -1, 2]}, r"input 'w': expected a numpy array float32\[3\], got list"),
     ({"x": np.ma.masked_array(POINT["x"], [0, 1, 0])}, r"mask would be ignored")])
 def test_the_checks_refuse_the_inputs_evaluate_graph_refuses(bad, message):
@@ -268,11 +269,19 @@ def test_the_checks_refuse_the_inputs_evaluate_graph_refuses(bad, message):
             run()
 
 
-def test_check_gradients_checks_at_the_given_point():
+def test_check_gradients_checks_at_the_given_point_a_float64_one_too():
+    """The checks compute in float64: a float64 point for a float32 input is that point
+    (evaluate_graph, which computes in float32, refuses it)."""
     from uopcli.tools.check import check_gradients
     report = check_gradients(_checked_graph(), ["w"], inputs=POINT)
     x, w = (torch.tensor(POINT[n], dtype=torch.float64) for n in ("x", "w"))
     assert report.passed and report.loss == ((x * w).relu() ** 2).sum().item() == 36.25
+    fine = {"x": np.array([1.1, 2.0, 3.0]), "w": np.array([0.5, -1.0, 2.0])}
+    with pytest.raises(uopcli.EvaluationError, match=r"input 'x': expected float32\[3\], got float64\[3\]"):
+        evaluate_graph(_checked_graph(), fine)
+    report = check_gradients(_checked_graph(), ["w"], inputs=fine)
+    x = torch.tensor(fine["x"], dtype=torch.float64)
+    assert report.passed and report.loss == ((x * w).relu() ** 2).sum().item()
 
 
 # ----------------------------------------------------------------------------- pickle and copy

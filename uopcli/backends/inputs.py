@@ -20,8 +20,10 @@ def _describe(node) -> str:
     return f"{node.dtype.name}{list(node.shape)}"
 
 
-def input_array(what: str, node, value) -> np.ndarray:
-    """`value` as the plain ndarray a node's input takes, or EvaluationError naming `what`."""
+def input_array(what: str, node, value, float_point: bool = False) -> np.ndarray:
+    """`value` as the plain ndarray a node's input takes, or EvaluationError naming `what`.
+    With `float_point`, a floating-point input takes an array of any float dtype (the
+    checks compute in float64, so a float64 point for a float32 input is that point)."""
     if node.shape is None:
         raise EvaluationError(f"{what}: a {node.op} node has no value to supply")
     if value.__class__ is not np.ndarray:
@@ -32,20 +34,22 @@ def input_array(what: str, node, value) -> np.ndarray:
             value = np.asarray(value)  # np.matrix: its 2-D array (the shape check below still applies)
         else:
             raise EvaluationError(f"{what}: expected a numpy array {_describe(node)}, got {type(value).__name__}")
-    if value.shape != node.shape or value.dtype != node.dtype.np:
+    if value.shape != node.shape or value.dtype != node.dtype.np and not (
+            float_point and node.dtype.is_float and value.dtype.kind == "f"):
         raise EvaluationError(f"{what}: expected {_describe(node)}, got {value.dtype}{list(value.shape)}")
     return value
 
 
-def checked_inputs(graph, inputs: Mapping) -> dict:
+def checked_inputs(graph, inputs: Mapping, float_points: bool = False) -> dict:
     """{name: plain array} of `inputs`, given by name: a name that is no input of `graph`
     (likely a typo) and a value that does not fit its input are refused. Inputs left out
-    are not asked for here (evaluate_graph asks for them as it runs)."""
+    are not asked for here (evaluate_graph asks for them as it runs). `float_points`: the
+    checks' points, where a float input takes any float dtype (see input_array)."""
     by_name = {node.arg: node for node in graph.inputs}
     checked = {}
     for name, value in inputs.items():
         node = by_name.get(name) if isinstance(name, str) else None
         if node is None:
             raise EvaluationError(f"unknown input {name!r}; the graph's inputs: {', '.join(graph.input_names) or 'none'}")
-        checked[name] = input_array(f"input {name!r}", node, value)
+        checked[name] = input_array(f"input {name!r}", node, value, float_points)
     return checked

@@ -222,8 +222,9 @@ def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
                     directions: int = DIRECTIONS) -> CheckReport:
     """Compare the gradients of `graph` with respect to `wrt` with finite differences.
     `inputs` maps input names to arrays, checked as evaluate_graph checks them (a name the
-    graph lacks and an array of another shape or dtype are refused); missing ones are random
-    (`cotangent_<output>` too, the weights of a non-scalar output).
+    graph lacks, a list, an array of another shape or dtype are refused), but for a float
+    input any float array: the check computes in float64, at that point; missing ones are
+    random (`cotangent_<output>` too, the weights of a non-scalar output).
     `samples`: elements compared one by one per target (None: 16 while they cost little).
     `progress(n)` is called after every n evaluations. `simplify` is how the gradient graph
     is evaluated (as evaluate_graph's: "tinygrad", "exact" or None)."""
@@ -241,7 +242,7 @@ def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
         raise EvaluationError("nothing to compare: give at least one sample or one direction")
     grad_graph, report = differentiate(graph, wrt, of, cotangent="input")
     of = report.of
-    given = checked_inputs(grad_graph, inputs or {})  # evaluate_graph's check: a misspelt name is no random value
+    given = checked_inputs(grad_graph, inputs or {}, float_points=True)  # a misspelt name is no random value
     ranges = index_ranges_for(graph.outputs.values(), [n for n in grad_graph.inputs if n.arg not in given])
     values = {n.arg: np.asarray(given[n.arg]) if n.arg in given else random_value(n, seed, ranges)
               for n in grad_graph.inputs}

@@ -85,7 +85,8 @@ def check_transpose(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
                     inputs: Mapping | None = None, seed: int = 0, trials: int = TRIALS) -> TransposeReport:
     """<u, J v> from the JVP graph against <J^T u, v> from the gradient graph, for `trials`
     seeded random u and v (inputs not given: seeded random values too), in float64. `inputs`
-    are checked as evaluate_graph checks them (names, shapes, dtypes)."""
+    are checked as evaluate_graph checks them (names, shapes, dtypes; any float dtype for a
+    float input: the check computes in float64)."""
     import numpy as np
     from ..backends.inputs import checked_inputs
     from ..backends.numpy import evaluate_graph
@@ -98,7 +99,7 @@ def check_transpose(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
     # the directions' names: tangent_<x> and cotangent_<y>, numbered where the graph has those
     tangent, cotangent = tangent_names(graph, wrt), cotangent_names(graph, of)
     forward64, backward64 = to_float64(forward), to_float64(backward)
-    given = checked_inputs(graph, inputs or {})  # as evaluate_graph checks them
+    given = checked_inputs(graph, inputs or {}, float_points=True)  # as evaluate_graph checks them
     result = TransposeReport(of, list(wrt))
     ranges = index_ranges_for(graph.outputs.values(), [n for n in graph.inputs if n.arg not in given])
     for trial in range(trials):
@@ -198,7 +199,8 @@ def check_hvp(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None,
     """H v from the HVP graph (numpy evaluator) against central differences of the
     gradient graph along v (reference evaluator), v (and a non-scalar output's cotangent)
     seeded random, in float64. `inputs` are checked as evaluate_graph checks them (names,
-    shapes, dtypes); the ones not given are seeded random."""
+    shapes, dtypes; any float dtype for a float input: the check computes in float64); the
+    ones not given are seeded random."""
     import numpy as np
     from ..backends.inputs import checked_inputs
     from ..backends.numpy import evaluate_graph
@@ -212,7 +214,7 @@ def check_hvp(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None,
     grads, _ = differentiate(graph, wrt, [loss], cotangent="input")  # its cotangent input is named as hvp's
     tangent = tangent_names(graph, wrt)  # tangent_<x>, or tangent2_<x> where the graph has tangent_<x>
     products64, grads64 = to_float64(products), to_float64(grads)
-    given = checked_inputs(products, inputs or {})  # as evaluate_graph checks them
+    given = checked_inputs(products, inputs or {}, float_points=True)  # as evaluate_graph checks them
     ranges = index_ranges_for(graph.outputs.values(), [n for n in products.inputs if n.arg not in given])
     values = {n.arg: np.asarray(given[n.arg]) if n.arg in given else random_value(n, seed, ranges)
               for n in products.inputs}
