@@ -38,9 +38,10 @@ def run_onnx(graph: Graph, inputs: dict, opset: int | None = None) -> dict:
 
 
 def evaluated(graph: Graph, inputs: dict) -> dict:
-    """uopgrad eval's outputs, one array each (a tuple output as name[i], as eval lists it)."""
+    """uopgrad eval --literal's outputs (the graph as written, as the exported model holds
+    it), one array each (a tuple output as name[i], as eval lists it)."""
     flat = {}
-    for name, value in evaluate_graph(graph, inputs).items():
+    for name, value in evaluate_graph(graph, inputs, simplify=None).items():
         if isinstance(value, tuple):
             flat.update((f"{name}[{i}]", v) for i, v in enumerate(value) if v is not None)
         elif value is not None:
@@ -122,7 +123,7 @@ def float64_twin(graph: Graph) -> Graph | None:
         elif node.op == Ops.NOOP:
             made = UOp.noop()
         elif node.op == Ops.CALL:
-            made = UOp.make(Ops.CALL, dtype, src, CallArg(node.arg.name, node.arg.grad and twin[node.arg.grad]))
+            made = UOp.make(Ops.CALL, dtype, src, CallArg(node.arg.name, None if node.arg.grad is None else twin[node.arg.grad]))
         else:
             made = UOp.make(node.op, dtype, src, node.arg)
         twin[node] = made

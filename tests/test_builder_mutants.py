@@ -1302,7 +1302,7 @@ def test_defaults_and_messages_the_first_run_left_unread():
     p = UOp.param("p", (2, 3), dtypes.float64)
     with pytest.raises(GraphError) as refused:
         p.sum(dtype=3.5)
-    assert str(refused.value) == "not a dtype: 3.5"
+    assert str(refused.value) == "not a dtype: 3.5 (a DType such as dtypes.float32, its name, or a numpy dtype)"
     with pytest.raises(GraphError) as refused:
         p.cumsum(5)
     assert str(refused.value) == "axis 5 out of range [-2, 1] for rank 2"

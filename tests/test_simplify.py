@@ -130,7 +130,7 @@ def test_the_literal_gradients_are_nan_where_the_simplified_are_not():
     x = UOp.param("x", (2,))
     graph, _ = differentiate(Graph({"y": x.sigmoid().sum()}), ["x"])
     points = {"x": np.array([-1000.0, 0.0], np.float32)}
-    assert np.isnan(evaluate_graph(graph, points)["grad_x"][0])
+    assert np.isnan(evaluate_graph(graph, points, simplify=None)["grad_x"][0])
     assert np.isnan(evaluate_graph(graph, points, simplify="exact")["grad_x"][0])
     assert evaluate_graph(graph, points, simplify="tinygrad")["grad_x"].tolist() == [0.0, 0.25]
 
