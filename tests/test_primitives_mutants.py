@@ -227,8 +227,10 @@ def test_promotion_of_mixed_operands_and_python_numbers(build, dtype, want):
     (lambda i, f: i ** -1, "pow: the base int8[3] needs a float dtype for the exponent int -1"),
     (lambda i, f: i.cast("bool") ** -2, "pow: the base bool[3] needs a float dtype for the exponent int -2"),
     (lambda i, f: i + "a", "an operand must be a UOp or a bool, int or float, got str"),
-    (lambda i, f: i + np.array([1.0, 2.0]), "an operand must be a UOp or a bool, int or float, got ndarray"),
-    (lambda i, f: f * torch.tensor([1.0, 2.0]), "an operand must be a UOp or a bool, int or float, got Tensor"),
+    (lambda i, f: i + np.array([1.0, 2.0]), "an operand must be a UOp or a number, got a ndarray of shape [2]: "
+                                           "embed an array in the graph with UOp.buffer(array)"),
+    (lambda i, f: f * torch.tensor([1.0, 2.0]), "an operand must be a UOp or a number, got a Tensor of shape [2]: "
+                                                "embed an array in the graph with UOp.buffer(array)"),
     (lambda i, f: f * None, "an operand must be a UOp or a bool, int or float, got NoneType"),
 ])
 def test_operator_refusals_word_for_word(build, message):
