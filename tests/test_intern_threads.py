@@ -5,6 +5,7 @@ intern table entered nodes with setdefault, two threads making UOp.param("w") at
 both miss the table and each keep their own: a gradient with respect to one of them was
 silently zero in a graph built on the other."""
 
+import gc
 import sys
 import threading
 
@@ -63,7 +64,9 @@ def test_a_gradient_built_beside_other_threads_is_right():
             grad = compute_gradient(loss, loss.const_like(1.0), [again])[again]
             wrong += not np.array_equal(evaluate([grad], {w: np.ones(3)})[0], [8.0, 8.0, 8.0])
         return wrong
+    was = gc.isenabled()
     assert all(wrong == 0 for out in _in_threads(train_step, rounds=4) for wrong in out)
+    assert gc.isenabled() == was  # each walk pauses the collector: the last one out restores it
 
 
 def test_sweeps_in_several_threads_at_once_keep_every_live_node():

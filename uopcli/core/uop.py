@@ -558,10 +558,20 @@ def _remember(node: UOp) -> None:
 
 
 def _all_nodes() -> list[UOp]:
-    nodes = list(_intern.values())
+    nodes = _listed(_intern.values)
     for table in _by_src.values():
-        nodes.extend(table.values())
+        nodes.extend(_listed(table.values))
     return nodes
+
+
+def _listed(view) -> list:
+    """list(view()) of a table another thread may enter a node into meanwhile (RuntimeError:
+    dictionary changed size during iteration): taken again until it holds still."""
+    while True:
+        try:
+            return list(view())
+        except RuntimeError:
+            continue
 
 
 def _const_key(value, dtype: DType):
@@ -639,7 +649,7 @@ _FRUITFUL_SHARE = 8  # a sweep that frees at least 1/8 of the table keeps the 2x
 def _promote_siblings() -> None:
     """Move a node kept under a full key into its sources' slot when the sweep emptied it,
     so that an empty slot always means "no node on these sources" (make relies on it)."""
-    for key, node in list(_intern.items()):
+    for key, node in _listed(_intern.items):
         src = node.src
         if src:  # leaves and CONSTs have none and stay
             if _by_src[node.op].setdefault(src, node) is node:  # (setdefault: a thread may fill it too)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import threading
 from contextlib import contextmanager
 from operator import attrgetter
 from typing import TYPE_CHECKING, Iterable
@@ -55,17 +56,30 @@ def no_gc():
     unfreeze: two list splices, no scan). Re-enabled as they were, the collector's first
     act would be to scan every node just made, only to promote it; as old objects they
     wait for the next full collection, which the program's own growth decides. Skipped
-    when the program has frozen objects of its own (unfreeze would thaw them too)."""
-    enabled = gc.isenabled()
-    gc.disable()
+    when the program has frozen objects of its own (unfreeze would thaw them too).
+
+    Threads share the collector: the first walk in pauses it, the last one out restores it
+    (each thread on its own read "enabled?" while another had paused it, and could disable
+    it after that one had enabled it again: off for good)."""
+    with _pause_lock:
+        if not _paused[0]:
+            _paused[1] = gc.isenabled()
+            gc.disable()
+        _paused[0] += 1
     try:
         yield
     finally:
-        if enabled:
-            if not gc.get_freeze_count():
-                gc.freeze()
-                gc.unfreeze()
-            gc.enable()
+        with _pause_lock:
+            _paused[0] -= 1
+            if not _paused[0] and _paused[1]:
+                if not gc.get_freeze_count():
+                    gc.freeze()
+                    gc.unfreeze()
+                gc.enable()
+
+
+_paused = [0, False]  # walks inside no_gc in every thread; whether the collector ran before the first
+_pause_lock = threading.Lock()
 
 
 def node_list(nodes: UOp | Iterable[UOp]) -> list[UOp]:
