@@ -48,12 +48,14 @@ F32, I32 = dtypes.float32, dtypes.int32
 
 def test_shape_tuple_takes_ints_and_minus_one_and_refuses_the_rest():
     assert shape_tuple([2, 3]) == (2, 3) and shape_tuple(()) == ()
-    assert shape_tuple((np.int64(4), True)) == (4, 1)
-    assert shape_tuple((2, -1)) == (2, -1)  # reshape's inferred size
+    assert shape_tuple((np.int64(4), 1)) == (4, 1)
+    refused(lambda: shape_tuple((4, True)), "a shape holds ints, got True in (4, True)")  # a bool is no size
+    assert shape_tuple((2, -1), inferred=True) == (2, -1)  # reshape's inferred size
+    refused(lambda: shape_tuple((2, -1)), "a shape holds sizes >= 0, got [2, -1]")  # a leaf's: no -1
     assert p((3, 0)).shape == (3, 0)
-    refused(lambda: shape_tuple(None), "a shape must be a sequence of ints, got None")
-    refused(lambda: shape_tuple((2, -2)), "a shape cannot hold negative sizes: [2, -2]")
-    refused(lambda: UOp.param("neg", (-3,)), "a shape cannot hold negative sizes: [-3]")
+    refused(lambda: shape_tuple(None), "a shape is a sequence of ints, got None")
+    refused(lambda: shape_tuple((2, -2), inferred=True), "a shape holds sizes >= 0 (or -1, inferred), got [2, -2]")
+    refused(lambda: UOp.param("neg", (-3,)), "a shape holds sizes >= 0, got [-3]")
     assert p((2, 3)).reshape(-1, 2).shape == (3, 2)
 
 

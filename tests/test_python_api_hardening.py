@@ -124,10 +124,9 @@ def test_a_masked_array_input_is_refused_in_one_line_naming_filled():
 # ----------------------------------------------------------------------------- bool() and == of nodes
 
 def test_bool_of_a_node_is_refused_as_tinygrad_refuses_it():
-    from tinygrad import Tensor
+    # (tinygrad's Tensor raises TypeError too; not called here: the raise leaves its function
+    # metadata set, and every later export in this process lost its module scopes)
     x = UOp.param("x", (3,), dtypes.float32)
-    with pytest.raises(TypeError):
-        bool(Tensor([1.0]) < 0)  # the peer's behaviour
     for attempt in (lambda: bool(x < 0), lambda: max(x, 0), lambda: sorted([x * 2, x]), lambda: x if x < 0 else -x,
                     lambda: not x, lambda: x and 1):
         with pytest.raises(TypeError, match="truth value of a graph node is not defined.*maximum"):
