@@ -16,7 +16,8 @@ import numpy as np
 from ..errors import EvaluationError
 
 
-def _describe(node) -> str:
+def describe(node) -> str:
+    """A value node's dtype and shape as messages name them: float32[2, 3]."""
     return f"{node.dtype.name}{list(node.shape)}"
 
 
@@ -33,10 +34,10 @@ def input_array(what: str, node, value, float_point: bool = False) -> np.ndarray
         if isinstance(value, (np.ndarray, np.generic)):
             value = np.asarray(value)  # np.matrix: its 2-D array (the shape check below still applies)
         else:
-            raise EvaluationError(f"{what}: expected a numpy array {_describe(node)}, got {type(value).__name__}")
+            raise EvaluationError(f"{what}: expected a numpy array {describe(node)}, got {type(value).__name__}")
     if value.shape != node.shape or value.dtype != node.dtype.np and not (
             float_point and node.dtype.is_float and value.dtype.kind == "f"):
-        raise EvaluationError(f"{what}: expected {_describe(node)}, got {value.dtype}{list(value.shape)}")
+        raise EvaluationError(f"{what}: expected {describe(node)}, got {value.dtype}{list(value.shape)}")
     return value
 
 

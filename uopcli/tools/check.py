@@ -57,7 +57,7 @@ from ..errors import EvaluationError
 from ..core.graph import Graph
 from ..core.ops import CALLS, Ops
 from .inspect import counted
-from .names import cotangent_names, name_list
+from .names import cotangent_names, wrt_and_of
 from ..core.uop import UOp
 from ..core.walks import toposort
 
@@ -208,7 +208,7 @@ def planned_evaluations(graph: Graph, wrt: Sequence[str], samples: int | None, d
                         of: Sequence[str] | None = None) -> int:
     """How many evaluations check_gradients makes when all goes well (a progress bar's
     length; failures add their retries)."""
-    wrt, of = name_list(wrt, "wrt"), None if of is None else name_list(of, "of")
+    wrt, of = wrt_and_of(wrt, of)
     names = [n for n in wrt if n in graph.input_names]
     sizes = {n: _size(graph.input(n)) for n in names}
     outputs = [graph.outputs[n] for n in (of or graph.outputs) if n in graph.outputs]
@@ -233,7 +233,7 @@ def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
     from ..backends.numpy import evaluate_graph
     from .values import index_ranges_for, random_value
 
-    wrt, of = name_list(wrt, "wrt"), None if of is None else name_list(of, "of")
+    wrt, of = wrt_and_of(wrt, of)
     if samples is not None and samples < 0:
         raise EvaluationError(f"samples must be at least 0, got {samples}")
     if directions < 0:

@@ -36,7 +36,7 @@ from .check_float64 import freeze_detached, to_float64
 from .check_numeric import KINK_STEP_FACTOR, step_base
 from .differentiate import differentiate
 from .forward import hvp, jvp
-from .names import cotangent_names, name_list, tangent_names
+from .names import cotangent_names, tangent_names, wrt_and_of
 
 REL_TOL = 1e-10   # the transpose test's tolerance, relative to the sum of |terms|
 TRIALS = 3        # random (u, v) pairs per transpose check
@@ -92,7 +92,7 @@ def check_transpose(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
     from ..backends.numpy import evaluate_graph
     from .values import index_ranges_for, random_value
 
-    wrt, of = name_list(wrt, "wrt"), None if of is None else name_list(of, "of")
+    wrt, of = wrt_and_of(wrt, of)
     forward = jvp(graph, wrt, of)
     of = forward.meta["jvp_of"].split(",")
     backward, report = differentiate(graph, wrt, of, cotangent="input")
@@ -208,7 +208,7 @@ def check_hvp(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None,
 
     # a non-scalar output weighted as `uopgrad check` weighs it: H of sum(u * y), u the new
     # input cotangent_<y>, seeded random like the other inputs (a scalar is seeded with 1)
-    wrt, of = name_list(wrt, "wrt"), None if of is None else name_list(of, "of")
+    wrt, of = wrt_and_of(wrt, of)
     products = hvp(graph, wrt, of, cotangent="input")
     loss = products.meta["hvp_of"]
     grads, _ = differentiate(graph, wrt, [loss], cotangent="input")  # its cotangent input is named as hvp's

@@ -38,6 +38,12 @@ def name_list(names: str | Iterable[str], what: str) -> list[str]:
     return names
 
 
+def wrt_and_of(wrt, of) -> tuple[list[str], list[str] | None]:
+    """A differentiation's `wrt` and `of` as name lists (name_list); `of` None stays None
+    (every float output)."""
+    return name_list(wrt, "wrt"), None if of is None else name_list(of, "of")
+
+
 def fresh(kind: str, name: str, taken: set[str]) -> str:
     """`<kind>_<name>` when not in `taken`, else `<kind><k>_<name>` for the lowest k >= 2
     that is not; added to `taken`, so names given one after another never meet."""

@@ -11,7 +11,7 @@ from typing import Mapping, Sequence
 from ...errors import EvaluationError
 from ...core.ops import Ops
 from ...core.uop import UOp
-from ..inputs import input_array
+from ..inputs import describe, input_array
 from .passes.broadcast import shrink_broadcast_steps
 from .passes.contractions import fuse_contractions
 from .passes.frees import plan_frees
@@ -43,10 +43,6 @@ _OP_INFO = {op: (_walk_kind(op, impl), impl, memory_kind(op)) for op, impl in IM
 
 
 _VISITED = object()  # stack marker: the node below it has all its sources done
-
-
-def _describe(node: UOp) -> str:
-    return f"{node.dtype.name}{list(node.shape)}"
 
 
 class _Compiler:
@@ -194,10 +190,10 @@ class _Compiler:
     def input_value(self, node: UOp):
         name = node.arg
         if not isinstance(name, str):
-            raise EvaluationError(f"slot PARAM {name} {_describe(node)} is outside any function body: "
+            raise EvaluationError(f"slot PARAM {name} {describe(node)} is outside any function body: "
                                   "bind it by passing the node itself as an input key")
         if name not in self.by_name:
-            raise EvaluationError(f"missing input {name!r}: expected {_describe(node)}")
+            raise EvaluationError(f"missing input {name!r}: expected {describe(node)}")
         return input_array(f"input {name!r}", node, self.by_name[name])
 
 
