@@ -21,12 +21,18 @@ functions breaks there); the others are skipped and counted. Within a compared e
 an element is skipped where the central differences at h and h/2 disagree or the one-sided
 ones do (a near-tie within the step). What remains must agree to 1e-5 relative to 1 + |the
 difference|, and at least one element remains per example.
+
+The differences are taken of the gradient ∇_a sum(w * out), element by element, and only
+then contracted with u: differencing the scalar s would subtract two sums whose other terms
+may be 1e10 (a product of squares of 4s), which rounds away the 1e-5 asked for. An element
+is also skipped where the rounding of the gradient's moved elements alone, divided by the
+step, could exceed a tenth of the tolerance.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
 from _reference_eval import assert_shapes_as_inferred, reference_evaluate
@@ -79,6 +85,11 @@ def build(steps, a, b):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(steps=st.lists(step, min_size=1, max_size=4), a_value=values, b_value=values, seed=st.integers(0, 2**32 - 1))
+# the fresh-clone run of ed43fed: s's other terms were 1e10, and differencing s rounded
+# d/da[1,1] to 0.2153683 where the graph and torch give 0.2153021
+@example(steps=[("unary", "max columns", 0), ("unary", "sum rows", 0), ("unary", "prod of a square", 3),
+                ("unary", "sin", 44)],
+         a_value=np.array([[1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0]]), b_value=np.zeros(SHAPE), seed=0)
 def test_second_derivatives_through_products_and_maxima_agree_with_finite_differences(steps, a_value, b_value,
                                                                                         seed):
     rng = np.random.default_rng(seed)
@@ -90,16 +101,16 @@ def test_second_derivatives_through_products_and_maxima_agree_with_finite_differ
     assert_shapes_as_inferred([second[a], second[b]])
     inputs = {"a": a_value, "b": b_value, "w": rng.uniform(0.5, 1.5, out.shape), "u": rng.uniform(-1.0, 1.0, SHAPE)}
     got = dict(zip("ab", evaluate([second[a], second[b]], inputs)))
-    s = lambda point: float(np.sum(reference_evaluate([first], point)[0] * inputs["u"]))  # noqa: E731
-    at_point = s(inputs)
-    assume(np.isfinite(at_point))
+    gradient = lambda point: reference_evaluate([first], point)[0]  # noqa: E731
+    at_point = gradient(inputs)
+    assume(np.isfinite(at_point).all())
     if ties_between_different_functions(out, inputs, rng):
         event("skipped: a maximum tied between different functions (a kink)")
         return
     compared, skipped = 0, 0
     for name in "ab":
         for index in np.ndindex(SHAPE):
-            central = smooth_partial(s, inputs, name, index, at_point)
+            central = smooth_partial(gradient, inputs, name, index, at_point)
             if central is None:
                 skipped += 1
                 continue
@@ -141,26 +152,36 @@ def tie_masks(maxima: list, point: dict) -> list:
     return masks
 
 
-def central_difference(s, point: dict, name: str, index: tuple, h: float) -> tuple[float, float, float]:
-    """(central difference, s moved +h, s moved -h) of s along point[name][index]."""
-    values = []
+def central_difference(gradient, point: dict, name: str, index: tuple, h: float):
+    """(central difference of s, the gradient moved +h, moved -h) along point[name][index],
+    where s = u · gradient."""
+    moved = []
     for sign in (1, -1):
-        moved = dict(point)
-        moved[name] = point[name].copy()
-        moved[name][index] += sign * h
-        values.append(s(moved))
-    return (values[0] - values[1]) / (2 * h), values[0], values[1]
+        shifted = dict(point)
+        shifted[name] = point[name].copy()
+        shifted[name][index] += sign * h
+        moved.append(gradient(shifted))
+    return contract(point, (moved[0] - moved[1]) / (2 * h)), moved[0], moved[1]
 
 
-def smooth_partial(s, inputs: dict, name: str, index: tuple, at_point: float):
-    """The central difference of s along inputs[name][index], or None where a near-tie
-    lies within the step (central differences at H and H/2, or one-sided ones, disagree)."""
-    central, up, down = central_difference(s, inputs, name, index, H)
-    central_half = central_difference(s, inputs, name, index, H / 2)[0]
-    if not np.isfinite([up, down, central_half]).all():
+def contract(point: dict, gradient_change) -> float:
+    return float(np.sum(gradient_change * point["u"]))
+
+
+def smooth_partial(gradient, inputs: dict, name: str, index: tuple, at_point):
+    """The central difference of s = u · gradient along inputs[name][index], or None where a
+    near-tie lies within the step (central differences at H and H/2, or one-sided ones,
+    disagree) or where rounding in the moved gradient elements could reach the tolerance."""
+    central, up, down = central_difference(gradient, inputs, name, index, H)
+    central_half = central_difference(gradient, inputs, name, index, H / 2)[0]
+    if not np.isfinite([central, central_half]).all() or not np.isfinite(up).all() or not np.isfinite(down).all():
         return None
-    forward, backward = (up - at_point) / H, (at_point - down) / H
+    forward, backward = contract(inputs, (up - at_point) / H), contract(inputs, (at_point - down) / H)
     scale = 1.0 + abs(central)
+    moved = up != down
+    rounding = 4 * np.finfo(np.float64).eps * np.sum(np.abs(inputs["u"]) * (np.abs(up) + np.abs(down)) * moved) / H
+    if rounding > TOLERANCE / 10 * scale:
+        return None
     if abs(central - central_half) > 1e-4 * scale or abs(forward - backward) > 1e-3 * scale:
         return None
     return central
