@@ -1019,7 +1019,7 @@ def test_elementwise_steps_on_sources_broadcast_alike_run_once_along_those_axes(
     same(got[1], np.broadcast_to(inputs["a"] * inputs["b"] + np.float32(1.0), full))
     import importlib
     module = importlib.import_module("uopcli.backends.numpy.compiler")
-    program = module.compile_graph(outputs, inputs)
+    program = module.compile_program(outputs)
     less = next(step for step in program.steps if step.node.op == Ops.CMPLT)
     value = less.impl(less.node, *[np.broadcast_to(inputs[n], full) for n in ("a", "b")])
     assert value.strides[0] == 0 and value.shape == full  # computed on (1, 64, 96), then broadcast

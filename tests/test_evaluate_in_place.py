@@ -24,7 +24,7 @@ import pytest
 
 from uopcli import GraphError, Ops, UOp, dtypes
 from uopcli import compute_gradient, evaluate
-from uopcli.backends.numpy.compiler import compile_graph
+from uopcli.backends.numpy.compiler import compile_program
 from uopcli.backends.numpy.passes.in_place import _into_source
 from uopcli.backends.numpy.table import FLOAT_UFUNC_INTO, NOT_INTO_STRIDED, UFUNC_INTO, where_into_a, where_into_b
 
@@ -222,7 +222,7 @@ def made_by_the_evaluator(x: UOp, dtype) -> UOp:
 
 def planned_in_place(node: UOp, inputs: dict, op: str, ufunc, position: int, arity: int) -> bool:
     """Whether the evaluator's plan writes `node` into its source `position`."""
-    program = compile_graph([node], inputs)
+    program = compile_program([node], [k for k in inputs if isinstance(k, UOp)])
     (step,) = [s for s in program.steps if s.node is node]
     impl = step.impl
     while hasattr(impl, "impl"):  # wrappers (_InViewOrder, OnBroadcast) keep the impl they run

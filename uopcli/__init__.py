@@ -42,6 +42,8 @@ _LAZY = {
     "hessian": "tools.forward",
     "evaluate": "backends.numpy",
     "evaluate_graph": "backends.numpy",
+    "compile_graph": "backends.numpy",
+    "CompiledGraph": "backends.numpy",
     "EvalStats": "backends.numpy",
     "differentiate": "tools.differentiate",
     "DiffReport": "tools.differentiate",

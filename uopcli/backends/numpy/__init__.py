@@ -3,9 +3,13 @@ graph into a flat list of steps, and a tight loop runs them.
 
     evaluate([loss, grad_w], {"x": x, "w": w})        -> [array, array]
     evaluate_graph(graph, {"x": x, "w": w})           -> {"loss": array, "grad_w": array}
+    program = compile_graph(graph)                    # compile once (see compiled.py) ...
+    program({"x": x, "w": w})                         # ... run many times: as evaluate_graph
 
 How it works, and why:
-- **Compile once, run flat.** An explicit-stack walk (no recursion: a 1,000,000-node chain
+- **Compile once, run flat.** The program depends on the graph, never on the inputs'
+  values: `compile_graph` keeps it for any number of calls, each binding its own arrays
+  (evaluate and evaluate_graph are one compile and one call). An explicit-stack walk (no recursion: a 1,000,000-node chain
   is fine) gives every value a register and emits one step per computing node. Nodes
   that only rename a value (CONTIGUOUS, DETACH, COPY, GETTUPLE, a body's slot PARAM,
   STORE/AFTER) get no step: they share their source's register.
@@ -52,7 +56,8 @@ Semantics where the format leaves room (decided here):
 The package: table.py (the op table), contraction.py (the contraction kernels),
 strided.py (movement chains as strided views and scatter-adds), program.py (Step and
 Program), compiler.py (graph to steps, then the passes in passes/, in the order
-compiler.PASSES gives), run.py (the run loop).
+compiler.PASSES gives), run.py (the run loop), compiled.py (CompiledGraph: binding a call's
+inputs, running, the outputs as the caller gets them).
 """
 
 from __future__ import annotations
@@ -62,35 +67,11 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ...errors import EvaluationError
 from ...core.uop import UOp
-from ...core.walks import no_gc
-from ..inputs import checked_inputs
-from .compiler import compile_graph
-from .run import EvalStats, run
+from .compiled import CompiledGraph, compile_graph, evaluate_once, simplified
+from .run import EvalStats
 
-__all__ = ["evaluate", "evaluate_graph", "EvalStats"]
-
-
-class _Finisher:
-    """Outputs as the caller gets them: writable ndarrays (numpy scalars become 0-d arrays;
-    read-only views, such as a broadcast, are copied), none of them the caller's own input
-    array or a view of it, nor an array another output already is (an in-place update of
-    one result, `res["w"] -= lr * res["grad_w"]`, changes nothing else)."""
-
-    def __init__(self, inputs):
-        self.held = {id(a) for value in inputs for a in (value, value.base) if a is not None}
-        self.given: set[int] = set()
-
-    def __call__(self, value):
-        if value is None:
-            return None
-        value = np.asarray(value)
-        if not value.flags.writeable or id(value) in self.given or id(value) in self.held \
-                or (value.base is not None and id(value.base) in self.held):
-            value = value.copy()
-        self.given.add(id(value))
-        return value
+__all__ = ["evaluate", "evaluate_graph", "compile_graph", "CompiledGraph", "EvalStats"]
 
 
 def evaluate(outputs: Sequence[UOp], inputs: Mapping, *, stats: EvalStats | None = None) -> list:
@@ -99,26 +80,9 @@ def evaluate(outputs: Sequence[UOp], inputs: Mapping, *, stats: EvalStats | None
     node's shape and dtype. A TUPLE, FUNCTION or CALL output gives a tuple of arrays (None
     for NOOP). Each output is an array of its own: never an input array (or a view of
     one), nor the array of another output. Raises EvaluationError for a missing or
-    mismatched input."""
-    start = time.perf_counter()
-    if isinstance(outputs, UOp):
-        outputs = [outputs]
-    with no_gc():  # graphs are acyclic: scanning them while the program grows finds nothing
-        program = compile_graph(list(outputs), inputs)
-        with np.errstate(all="ignore"):
-            values = run(program, stats)
-    results = []
-    finish = _Finisher(program.initial.values())
-    for out in program.outputs:
-        if isinstance(out, tuple):
-            results.append(tuple(None if r is None else finish(values[r]) for r in out))
-        else:
-            results.append(None if out is None else finish(values[out]))
-    if stats is not None:
-        stats.seconds = time.perf_counter() - start
-        stats.nodes_evaluated = len(program.steps)
-        stats.contractions = program.contractions
-    return results
+    mismatched input. (One compile and one call: compile_graph(outputs, simplify=None)
+    keeps the program for many calls.)"""
+    return evaluate_once(outputs, inputs, stats)
 
 
 def evaluate_graph(graph, inputs: Mapping[str, np.ndarray], *, stats: EvalStats | None = None,
@@ -130,18 +94,9 @@ def evaluate_graph(graph, inputs: Mapping[str, np.ndarray], *, stats: EvalStats 
     algebraic rewrites, so the values are what tinygrad computes (finite activation
     gradients: sigmoid'(-100) is 0, not 0 * inf = nan; see uopcli.core.simplify); "exact"
     only the rewrites that change no bit of any result; None runs the graph as written
-    (`eval --literal`, and what `evaluate` does)."""
+    (`eval --literal`, and what `evaluate` does). (One compile and one call:
+    compile_graph(graph, simplify=...) keeps the program for many calls.)"""
     if simplify is not None:
-        graph = _simplified(graph, simplify)
-    inputs = checked_inputs(graph, inputs)
-    names = list(graph.outputs)
-    values = evaluate([graph.outputs[n] for n in names], inputs, stats=stats)
-    return dict(zip(names, values))
-
-
-def _simplified(graph, mode: str):
-    from ...core.simplify import MODES
-    from ...core.simplify import simplify as simplified
-    if mode not in MODES:
-        raise EvaluationError(f"simplify must be one of {', '.join(MODES)} or None, got {mode!r}")
-    return simplified(graph, exact=mode == "exact")
+        graph = simplified(graph, simplify)
+    start = time.perf_counter()  # stats.seconds: compile and run, as evaluate's
+    return compile_graph(graph, simplify=None)._call(inputs, stats, start)

@@ -1,17 +1,21 @@
 """The compiler: an explicit-stack walk from the outputs gives every value a register and
 emits one Step per computing node (calls inlined per call site), then the passes of
 `PASSES` rewrite the program, in that order (each pass's docstring says what it needs
-from the ones before it)."""
+from the ones before it).
+
+Nothing here reads an input's values: the program depends on the graph and on which nodes
+are supplied (a node given by itself is not evaluated), and each input register records
+the name or node it takes (Program.inputs); run.bind fills them, call by call."""
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Iterable, Sequence
 
 
 from ...errors import EvaluationError
 from ...core.ops import Ops
 from ...core.uop import UOp
-from ..inputs import describe, input_array
+from ..inputs import describe
 from .passes.broadcast import shrink_broadcast_steps
 from .passes.contractions import fuse_contractions
 from .passes.frees import plan_frees
@@ -52,16 +56,8 @@ class _Compiler:
     body: context ids are given per call site, so one body called twice runs twice, with
     its own slot bindings, and one call node read by several GETTUPLEs runs once."""
 
-    def __init__(self, inputs: Mapping):
-        self.by_name: dict[str, object] = {}
-        self.by_node: dict[UOp, object] = {}
-        for key, value in inputs.items():
-            if isinstance(key, UOp):
-                self.by_node[key] = value
-            elif isinstance(key, str):
-                self.by_name[key] = value
-            else:
-                raise EvaluationError(f"input keys must be names or UOps, got {type(key).__name__}")
+    def __init__(self, supplied_nodes: Iterable[UOp]):
+        self.by_node: frozenset[UOp] = frozenset(supplied_nodes)  # supplied by the caller: not evaluated
         self.program = Program()
         self.register: dict = {}         # key -> register
         self.call_context: dict = {}     # key of a call node -> its body's context id
@@ -96,7 +92,7 @@ class _Compiler:
                     register[node] = register[node.src[1]]
                 elif how == _PARAM:
                     register[node] = count
-                    program.initial[count] = self.input_value(node)
+                    program.inputs.append((count, self.input_name(node), node))
                     count += 1
                 elif how == _CALL:
                     self.context_args[self.context_of(node)] = tuple(map(register.__getitem__, node.src[1:]))
@@ -110,8 +106,10 @@ class _Compiler:
             if node in register:
                 continue
             if by_node and node in by_node:
+                if node.shape is None:
+                    raise EvaluationError(f"input {node!r}: a {node.op} node has no value to supply")
                 register[node] = count
-                program.initial[count] = input_array(f"input {node!r}", node, by_node[node])
+                program.inputs.append((count, node, node))
                 count += 1
                 continue
             how = info[node.op][0]
@@ -187,14 +185,13 @@ class _Compiler:
         program.register_count = count
         return register[(root_context, root)]
 
-    def input_value(self, node: UOp):
+    @staticmethod
+    def input_name(node: UOp) -> str:
         name = node.arg
         if not isinstance(name, str):
             raise EvaluationError(f"slot PARAM {name} {describe(node)} is outside any function body: "
                                   "bind it by passing the node itself as an input key")
-        if name not in self.by_name:
-            raise EvaluationError(f"missing input {name!r}: expected {describe(node)}")
-        return input_array(f"input {name!r}", node, self.by_name[name])
+        return name
 
 
 def _output_roots(output: UOp) -> tuple[list[UOp], object]:
@@ -215,9 +212,11 @@ def _output_roots(output: UOp) -> tuple[list[UOp], object]:
     return [e for e in layout if e is not None], layout
 
 
-def compile_graph(outputs: Sequence[UOp], inputs: Mapping) -> Program:
-    """The program computing `outputs` from `inputs` (see evaluate), after every pass."""
-    compiler = _Compiler(inputs)
+def compile_program(outputs: Sequence[UOp], supplied_nodes: Iterable[UOp] = ()) -> Program:
+    """The program computing `outputs` (see evaluate), after every pass: graph inputs are
+    read by name, and each node of `supplied_nodes` is an input too (its sources are not
+    evaluated). Binding the arrays is run.bind's, per call."""
+    compiler = _Compiler(supplied_nodes)
     layouts, roots = [], []
     for output in outputs:
         needed, layout = _output_roots(output)

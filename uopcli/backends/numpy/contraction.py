@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 
 import numpy as np
 
@@ -43,7 +44,7 @@ class Contraction:
     the mask (see _select_sum).
     """
 
-    __slots__ = ("terms", "order", "outer", "masked", "select", "scratch_bytes")
+    __slots__ = ("terms", "order", "outer", "masked", "select", "_scratch")
 
     def __init__(self, terms: tuple[tuple[int, ...], ...], order: tuple[int, ...] | None = None, masked=None,
                  select=None):
@@ -54,7 +55,17 @@ class Contraction:
         # axes the one reader of the result walks one position at a time (a scatter-add's
         # looped axes, set by lay_out_for_scatters): laid out outside a run of the others
         self.outer: tuple[int, ...] = ()
-        self.scratch_bytes = 0  # temporaries of the last call (converted operands, partial results), for EvalStats
+        # temporaries of the last call (converted operands, partial results), for EvalStats: per
+        # thread, as one compiled program may run in several threads at once
+        self._scratch = threading.local()
+
+    @property
+    def scratch_bytes(self) -> int:
+        return getattr(self._scratch, "bytes", 0)
+
+    @scratch_bytes.setter
+    def scratch_bytes(self, size: int) -> None:
+        self._scratch.bytes = size
 
     def __call__(self, node, *values):
         full_shape = node.src[0].shape

@@ -42,12 +42,14 @@ class Step:
 class Program:
     """The steps in the order they run, and the registers around them."""
 
-    __slots__ = ("steps", "register_count", "initial", "outputs", "contractions")
+    __slots__ = ("steps", "register_count", "inputs", "outputs", "contractions")
 
     def __init__(self):
         self.steps: list[Step] = []
         self.register_count = 0
-        self.initial: dict = {}      # register -> the caller's array (inputs)
+        # per input, in the order the walk met it: (register, its name or supplied node, the node);
+        # the arrays are bound per call (compiled.bind), never kept here
+        self.inputs: list[tuple[int, object, object]] = []
         self.outputs: list = []      # per requested output: a register, None, or a tuple of those
         self.contractions = 0
 

@@ -15,7 +15,7 @@ from .program import EXTERNAL, MAYBE_VIEW, VIEW, Program
 @dataclass
 class EvalStats:
     """Filled in by `evaluate` when passed: what the evaluation cost."""
-    seconds: float = 0.0          # wall time, compile and run
+    seconds: float = 0.0          # wall time: compile and run (evaluate), or one call of a CompiledGraph
     peak_bytes: int = 0           # peak bytes of live arrays the evaluator allocated (not the caller's inputs)
     nodes_evaluated: int = 0      # steps run (renaming nodes and fused products cost none)
     contractions: int = 0         # REDUCE ADD over products run as matmul/einsum
@@ -31,13 +31,15 @@ def _failed(node, error: Exception) -> EvaluationError:
     return EvaluationError(f"evaluating {node!r}: {type(error).__name__}: {error}")
 
 
-def run(program: Program, stats: EvalStats | None = None) -> list:
-    """Every register's value after the program ran (None where a value was dropped after
-    its last reader); with `stats`, stats.peak_bytes as well (see _Meter)."""
+def run(program: Program, bound: dict, stats: EvalStats | None = None) -> list:
+    """Every register's value after the program ran on `bound` ({input register: array})
+    (None where a value was dropped after its last reader); with `stats`,
+    stats.peak_bytes as well (see _Meter). The register list is this call's own: calls
+    from several threads at once share only the program, which no step writes."""
     values = [None] * program.register_count
-    for reg, value in program.initial.items():
+    for reg, value in bound.items():
         values[reg] = value
-    meter = None if stats is None else _Meter(program)
+    meter = None if stats is None else _Meter(program, bound)
     step = None
     try:
         for step in program.steps:
@@ -76,11 +78,11 @@ class _Meter:
 
     __slots__ = ("owner_of", "live", "live_bytes", "peak")
 
-    def __init__(self, program: Program):
+    def __init__(self, program: Program, bound: dict):
         self.owner_of = [0] * program.register_count  # register -> id of the array owning its memory
         self.live: dict[int, list] = {}               # owner id -> [registers using it, bytes, owner]
         self.live_bytes = self.peak = 0
-        for reg, value in program.initial.items():
+        for reg, value in bound.items():
             key = self.owner_of[reg] = id(_owner(value))
             entry = self.live.get(key)
             if entry is None:
