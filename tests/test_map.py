@@ -126,6 +126,46 @@ def test_sums_keep_the_outputs_dtype_and_its_edge_values(tmp_path):
         map_graph(graph, sorted(tmp_path.glob("s*.npz")), {}, reduce="mean")
 
 
+def test_a_worker_compiles_the_graph_once_and_runs_its_shards_in_threads_at_once(tmp_path):
+    """A Work compiles its graph on first use in a process; shards in several threads run
+    that one program, each giving what evaluate_graph gives for that shard, bit for bit.
+    A pickled Work (as Dask sends it) carries no program: the worker compiles its own."""
+    import pickle
+    import threading
+
+    from uopcli.core.simplify import simplify
+    from uopcli.tools.map import Work, run_shard
+    paths, _ = write_shards(tmp_path / "shards", 8, 4)
+    fixed = weights()
+    graph = simplify(mlp_gradient(4))  # as map_graph hands it over
+    work = Work(graph, fixed, ["x", "y"])
+    expected = {str(p): evaluate_graph(graph, {**dict(np.load(p)), **fixed}, simplify=None) for p in paths}
+    first = run_shard(work, str(paths[0]))
+    program = work._program
+    assert program is not None and first.stats[0].prepare_seconds > 0
+    results, failures = {}, []
+
+    def worker(mine):
+        try:
+            for path in mine:
+                results[str(path)] = run_shard(work, str(path))
+        except BaseException as error:  # noqa: BLE001 - reported in the main thread
+            failures.append(error)
+
+    threads = [threading.Thread(target=worker, args=(paths[i::3],)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures[0]
+    assert work._program is program  # compiled once
+    for path, result in results.items():
+        assert result.stats[0].prepare_seconds == 0.0
+        for name, value in expected[path].items():
+            assert result.outputs[name].tobytes() == value.tobytes(), (path, name)
+    assert pickle.loads(pickle.dumps(work))._program is None
+
+
 # ----------------------------------------------------------------------------- the CLI, end to end
 
 @needs_cli

@@ -133,7 +133,8 @@ def output_names(paths: Sequence[str]) -> list[str]:
 class Work:
     """What every shard's task needs besides its file: the (already simplified) graph as
     .uop bytes, the fixed inputs, the reader limits. One object, sent to each worker once;
-    the graph is parsed on first use in each process and kept on the object (not pickled)."""
+    the graph is parsed and compiled on first use in each process and kept on the object
+    (not pickled): the shards of a worker, in all its threads, run one compiled program."""
 
     def __init__(self, graph: Graph, fixed: Mapping, shard_inputs: Sequence[str], limits=None,
                  index_limits: Mapping | None = None):
@@ -144,9 +145,10 @@ class Work:
         self.limits = limits
         self.index_limits = dict(index_limits or {})  # {shard input: its IndexLimits}: its values' ranges
         self._graph: Graph | None = None
+        self._program = None  # the graph's CompiledGraph, in this process
 
     def __getstate__(self):
-        return {**self.__dict__, "_graph": None}
+        return {**self.__dict__, "_graph": None, "_program": None}
 
     @staticmethod
     def one_blas_thread():
@@ -158,6 +160,14 @@ class Work:
             from ..formats.uop import loads
             self._graph = loads(self.graph_bytes, limits=self.limits, name="<the mapped graph>")
         return self._graph
+
+    def program(self):
+        """The graph compiled once per process (simplified once already, by map_graph); two
+        threads starting at once may both compile it, and one program is kept."""
+        if self._program is None:
+            from ..backends.numpy import compile_graph
+            self._program = compile_graph(self.graph(), simplify=None)
+        return self._program
 
 
 _BLAS: list = []  # this process's threadpoolctl controller, made on first use
@@ -197,19 +207,19 @@ class ShardResult:
 
 def run_shard(work: Work, path: str) -> ShardResult:
     """Evaluate the graph on one shard's inputs and the fixed ones (the task of a worker)."""
-    from ..backends.numpy import evaluate_graph
     started, clock = time.time(), time.perf_counter()
-    prepared = work._graph is not None
+    prepared = work._program is not None
     graph = work.graph()
-    parsed, cpu_parsed = time.perf_counter(), time.thread_time()
-    nodes = {node.arg: node for node in graph.inputs if node.arg in work.shard_inputs}
     try:
+        program = work.program()
+        parsed, cpu_parsed = time.perf_counter(), time.thread_time()
+        nodes = {node.arg: node for node in graph.inputs if node.arg in work.shard_inputs}
         given = read_archive(path, nodes)
         _check_indices(work.index_limits, given, path)
         inputs = {**work.fixed, **given}
         read = time.perf_counter()
         with work.one_blas_thread():
-            outputs = _flat(evaluate_graph(graph, inputs, simplify=None))  # simplified once, by map_graph
+            outputs = _flat(program(inputs))
     except EvaluationError as e:
         message = str(e)
         raise ShardError(message if message.startswith(path) else f"{path}: {message}") from None
@@ -405,8 +415,8 @@ def map_graph(graph: Graph, paths: Sequence[str], fixed: Mapping | None = None, 
             if node.dtype.is_int or node.dtype.is_bool:
                 _not_a_mean(name, node.dtype.name)
     if simplify is not None:
-        from ..backends.numpy import _simplified
-        graph = _simplified(graph, simplify)
+        from ..backends.numpy.compiled import simplified
+        graph = simplified(graph, simplify)
     work = Work(graph, fixed, shard_inputs, limits, index_limits=ranged)
     staged = StagedDirectory(out_dir, keep=paths) if out_dir is not None else None
     sink = staged.write if staged is not None else None
