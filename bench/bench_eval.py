@@ -16,6 +16,11 @@ Rows:
   views, and their gradient as strided scatter-adds; see uopcli/backends/numpy/strided.py);
 - chain: a long scalar chain, per-node cost of the interpreter (compile + run).
 Times are medians of repeats run in turns; prints a markdown table.
+
+A second table: one graph evaluated many times, per call, compiled once
+(`compile_graph(graph)(inputs)`) against `evaluate_graph(graph, inputs)`, which compiles on
+every call: the repro's 150k-node elementwise chain and a sample model's gradient. Both
+give the same bits (checked).
 """
 
 from __future__ import annotations
@@ -32,8 +37,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from uopcli import UOp, dtypes  # noqa: E402
-from uopcli.backends.numpy import EvalStats, evaluate  # noqa: E402
+from uopcli import Graph, UOp, differentiate, dtypes, load  # noqa: E402
+from uopcli.backends.numpy import EvalStats, compile_graph, evaluate, evaluate_graph  # noqa: E402
 from uopcli.core.walks import no_gc  # noqa: E402
 
 
@@ -248,11 +253,76 @@ def bench_chain(length: int) -> list:
             f"{seconds / stats.nodes_evaluated * 1e6:.2f} µs/node", "", "", "", "", "a few seconds"]
 
 
+# ----------------------------------------------------------------------------- compile once, call many times
+
+def repro_chain(steps: int) -> tuple:
+    """The user's repro: h = sin(h * 1.0001 + 0.5), `steps` times, over a float32[4]; its sum."""
+    with no_gc():
+        x = UOp.param("x", (4,), dtypes.float32)
+        h = x
+        for _ in range(steps):
+            h = (h * 1.0001 + 0.5).sin()
+        graph = Graph({"y": h.sum()})
+    return graph, [{"x": np.full(4, v, np.float32)} for v in (1.0, -0.5, 2.0)]
+
+
+def sample_gradient(name: str) -> tuple:
+    """The gradient of samples/<name>.uop in every float input, with the forward kept."""
+    graph = load(Path(__file__).resolve().parent.parent / "samples" / f"{name}.uop")
+    grad = differentiate(graph, [n.arg for n in graph.inputs if n.dtype.is_float], keep_forward=True)[0]
+    rng = np.random.default_rng(0)
+    calls = [{n.arg: rng.standard_normal(n.shape).astype(n.dtype.np) for n in grad.inputs} for _ in range(3)]
+    return grad, calls
+
+
+def bench_compiled(label: str, graph, calls: list, repeats: int) -> dict:
+    """Per-call wall and CPU seconds of a program compiled once against evaluate_graph, over
+    the same calls in turns, and whether every output has the same bits."""
+    start = time.perf_counter()
+    program = compile_graph(graph)
+    compile_seconds = time.perf_counter() - start
+
+    def compiled():
+        return [program(inputs) for inputs in calls]
+
+    def every_call():
+        return [evaluate_graph(graph, inputs) for inputs in calls]
+
+    ours, theirs = times_in_turns([compiled, every_call], repeats)
+    same = all(a[k].tobytes() == b[k].tobytes() for a, b in zip(ours[2], theirs[2]) for k in a)
+    return {"label": label, "nodes": len(graph), "compile": compile_seconds, "same": bool(same),
+            "ours": [ours[0] / len(calls), ours[1] / len(calls)], "theirs": [theirs[0] / len(calls), theirs[1] / len(calls)]}
+
+
+def compiled_results(quick: bool) -> list[dict]:
+    """The compile-once rows: the repro's chain (150k nodes; 6k with `quick`) and two
+    sample models' gradients."""
+    steps, repeats = (2_000, 2) if quick else (50_000, 3)
+    return [bench_compiled("repro chain sin(h * 1.0001 + 0.5)", *repro_chain(steps), repeats),
+            bench_compiled("gradient of samples/mlp.uop", *sample_gradient("mlp"), 5 * repeats),
+            bench_compiled("gradient of samples/gpt.uop", *sample_gradient("gpt"), 5 * repeats)]
+
+
+COMPILED_HEADER = ["graph", "compile once", "per call, compiled", "per call, evaluate_graph", "ratio", "same bits"]
+
+
+def compiled_row(result: dict) -> list[str]:
+    return [f"{result['label']}, {result['nodes']:,} nodes", f"{result['compile'] * 1e3:.0f} ms",
+            *time_cells(result["ours"], result["theirs"]), "yes" if result["same"] else "NO"]
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run in seconds")
+    parser.add_argument("--compiled-only", action="store_true", help="only the compile-once table")
     args = parser.parse_args(argv)
-    if args.quick:
+    if not args.compiled_only:
+        main_table(args.quick)
+    compiled_table(args.quick)
+
+
+def main_table(quick: bool) -> None:
+    if quick:
         rows = [bench_matmul(128, 256, 256, 3), bench_mlp(128, 256, 3, 2), bench_conv(2, 4, 8, 2),
                 bench_chain(100_000)]
     else:
@@ -264,6 +334,14 @@ def main(argv=None) -> None:
     print("|" + "---|" * len(header))
     for row in rows:
         print("| " + " | ".join(row) + " |")
+
+
+def compiled_table(quick: bool) -> None:
+    print()
+    print("| " + " | ".join(COMPILED_HEADER) + " |")
+    print("|" + "---|" * len(COMPILED_HEADER))
+    for result in compiled_results(quick):
+        print("| " + " | ".join(compiled_row(result)) + " |")
 
 
 if __name__ == "__main__":

@@ -361,6 +361,7 @@ class Bench:
                          fmt_ratio(mem_ratio), "yes" if timed["same"] else "NO"])
         matmul_table = self._matmul_table(env)
         conv_table = self._conv_table(env)
+        compiled_table = self._compiled_table(env)
         self.sections.append(
             "## 2. Evaluation\n\n"
             "The gradient graph of `sum(relu(...relu(x @ W0 + b0)... @ W3 + b3))` for every weight and "
@@ -373,7 +374,7 @@ class Bench:
             + table(["model", "uopcli evaluate", "numpy", "ratio", "uopcli whole process",
                      "numpy whole process", "ratio", "uopcli peak RSS", "numpy peak RSS", "ratio", "same result"],
                     rows)
-            + "\n\n" + matmul_table + "\n\n" + conv_table)
+            + "\n\n" + matmul_table + "\n\n" + conv_table + "\n\n" + compiled_table)
 
     def _whole_processes(self, env: dict, model: dict):
         """Each side's whole process, run in turns `whole_eval_runs` times; the run of median
@@ -396,6 +397,23 @@ class Bench:
                      [[f"{n}×{k} @ {k}×{m} built as RESHAPE/EXPAND/MUL/REDUCE ADD",
                        f"{result['seconds'] * 1e3:.1f} ms", f"{result['numpy_seconds'] * 1e3:.1f} ms",
                        fmt_ratio(self.matmul_ratio), "yes" if result["same"] else "NO"]])
+
+    def _compiled_table(self, env: dict) -> str:
+        """One graph evaluated many times: `compile_graph(graph)` once, then a call per input
+        set, against `evaluate_graph`, which compiles on every call (bench_eval.compiled_results)."""
+        progress("eval compiled once")
+        try:
+            result = worker("compiled", env=env, quick=self.quick)
+        except BenchError as error:
+            return f"Compile once, call many times: error: {error}"
+        sys.path.insert(0, str(HERE))
+        import bench_eval
+        return ("One graph evaluated many times (a loop, a sweep, the shards of `eval --map`): "
+                "`program = compile_graph(graph)` once, then `program(inputs)` per call, against "
+                "`evaluate_graph(graph, inputs)`, which simplifies and compiles on every call; per call, the "
+                "median of runs in turns over 3 input sets (`bench_eval.compiled_results`). *compile once* "
+                "is `compile_graph` (simplification included), paid once.\n\n"
+                + table(bench_eval.COMPILED_HEADER, [bench_eval.compiled_row(r) for r in result["rows"]]))
 
     def _conv_table(self, env: dict) -> str:
         """A conv net's weight gradients against hand-written im2col numpy (no target: what

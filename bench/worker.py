@@ -139,6 +139,12 @@ def task_conv_eval(batch: int, channels: int, size: int, repeats: int = 5) -> di
             "numpy_peak": bench_eval.traced_peak(lambda: bench_eval.numpy_conv_gradient(arrays))}
 
 
+def task_compiled(quick: bool = False) -> dict:
+    """One graph evaluated many times: compiled once against evaluate_graph per call."""
+    import bench_eval
+    return {"rows": bench_eval.compiled_results(quick)}
+
+
 def task_matmul(n: int, k: int, m: int, repeats: int = 5) -> dict:
     """A (n,k) @ (k,m) product as uopcli builds it (RESHAPE/EXPAND/MUL/REDUCE ADD) against np.matmul."""
     import numpy as np
@@ -196,6 +202,7 @@ def task_agree(family: str, units: int, workdir: str, uopgrad: str) -> dict:
 
 TASKS = {"grad": task_grad, "write_graph": task_write_graph, "files": task_files,
          "eval_time": task_eval_time, "eval_whole": task_eval_whole, "matmul": task_matmul, "conv_eval": task_conv_eval,
+         "compiled": task_compiled,
          "agree": task_agree}
 
 if __name__ == "__main__":
