@@ -283,6 +283,28 @@ def test_a_pickled_program_is_compiled_again_and_gives_the_same_bits():
     identical_results(pickle.loads(pickle.dumps(program))(inputs), program(inputs))
 
 
+def test_stats_of_a_call_count_nothing_of_the_call_before():
+    # a masked contraction with an inf among its values runs its WHEREs as written, with no
+    # temporaries: the scratch bytes of the finite call before it must not count again
+    m = UOp.param("m", (8, 16, 12), dtypes.bool)
+    v = UOp.param("v", (8, 1, 12), dtypes.float32)
+    w = UOp.param("w", (1, 16, 12), dtypes.float32)
+    graph = Graph({"o": m.where(v.expand(8, 16, 12) * w.expand(8, 16, 12), 0.0).sum(1)})
+    program = compile_graph(graph, simplify=None)
+    rng = np.random.default_rng(4)
+    finite = {"m": rng.random((8, 16, 12)) < 0.5, "v": rng.standard_normal((8, 1, 12)).astype(np.float32),
+              "w": rng.standard_normal((1, 16, 12)).astype(np.float32)}
+    infinite = {**finite, "v": np.full((8, 1, 12), np.inf, np.float32)}
+    peaks = []
+    for inputs in (finite, infinite, finite):
+        stats, expected = EvalStats(), EvalStats()
+        identical_results(program(inputs, stats=stats), evaluate_graph(graph, inputs, simplify=None, stats=expected))
+        assert stats.contractions == 1
+        assert stats.peak_bytes == expected.peak_bytes
+        peaks.append(stats.peak_bytes)
+    assert peaks[1] < peaks[0] == peaks[2]  # the finite calls' temporaries are seen, and only in them
+
+
 # ----------------------------------------------------------------------------- threads
 
 

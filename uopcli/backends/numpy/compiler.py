@@ -5,7 +5,7 @@ from the ones before it).
 
 Nothing here reads an input's values: the program depends on the graph and on which nodes
 are supplied (a node given by itself is not evaluated), and each input register records
-the name or node it takes (Program.inputs); run.bind fills them, call by call."""
+the name or node it takes (Program.inputs); compiled.bind fills them, call by call."""
 
 from __future__ import annotations
 
@@ -215,7 +215,7 @@ def _output_roots(output: UOp) -> tuple[list[UOp], object]:
 def compile_program(outputs: Sequence[UOp], supplied_nodes: Iterable[UOp] = ()) -> Program:
     """The program computing `outputs` (see evaluate), after every pass: graph inputs are
     read by name, and each node of `supplied_nodes` is an input too (its sources are not
-    evaluated). Binding the arrays is run.bind's, per call."""
+    evaluated). Binding the arrays is compiled.bind's, per call."""
     compiler = _Compiler(supplied_nodes)
     layouts, roots = [], []
     for output in outputs:

@@ -68,6 +68,9 @@ class Contraction:
         self._scratch.bytes = size
 
     def __call__(self, node, *values):
+        # a path that makes no temporaries (the WHEREs run as written) leaves it at 0: a compiled
+        # program's earlier call must not count in this one's EvalStats
+        self.scratch_bytes = 0
         full_shape = node.src[0].shape
         if self.select is not None:
             return _select_sum(self, node, *values)
