@@ -230,3 +230,19 @@ def scope_sources(node: UOp) -> tuple[UOp, ...]:
     """The sources a node has in its own scope: a FUNCTION's or CALL's body is a scope of
     its own, so a call contributes only its args."""
     return node.src[1:] if node.op == Ops.FUNCTION or node.op == Ops.CALL else node.src
+
+
+def free_slot(roots: Iterable[UOp]) -> UOp | None:
+    """The first slot PARAM `roots` reach outside every FUNCTION/CALL body (slots belong to
+    bodies), or None: a walk that does not enter bodies."""
+    seen: set[UOp] = set()
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node.op == Ops.PARAM and node.arg.__class__ is int:
+            return node
+        stack.extend(scope_sources(node))
+    return None

@@ -98,6 +98,7 @@ def compile_graph(graph: Graph | Sequence[UOp] | UOp, *, simplify: str | None = 
     `simplify` ("tinygrad", "exact" or None, as evaluate_graph's) is applied here, once.
     For a list of UOps, inputs keyed by node (not name) need simplify=None."""
     if isinstance(graph, Graph):
+        graph.check_interface()  # outputs and inputs may have been changed in place
         if simplify is not None:
             graph = simplified(graph, simplify)
         return _of_graph(graph)

@@ -13,7 +13,7 @@ from ...errors import FormatError, GraphError
 from ...core.graph import Graph
 from ...core.ops import DTYPES, Ops
 from ...core.uop import Metadata, UOp, valid_name
-from ...core.walks import no_gc, scope_sources
+from ...core.walks import free_slot, no_gc
 from ..sniff import MSGPACK_ARRAY, MSGPACK_MAP, looks_like_onnx
 from .decoders import (ARG_FORM, CANONICAL_OP, DECODERS, JSON_DECODERS, ONLY_TYPE, PLAIN_CANONICAL, Bad, diagnose,
                        kind_of, shorten)
@@ -532,19 +532,10 @@ class _Reader:
         return listed
 
     def _check_no_free_slots(self, outputs: dict[str, UOp]) -> None:
-        """Slot PARAMs live only inside FUNCTION/CALL bodies: walk from the outputs without
-        entering bodies and refuse any slot reached (only run when the file has slots)."""
-        seen: set[UOp] = set()
-        stack = list(outputs.values())
-        while stack:
-            node = stack.pop()
-            if node in seen:
-                continue
-            seen.add(node)
-            if node.op == Ops.PARAM and node.arg.__class__ is int:
-                index = self.built.index(node)
-                raise self.fail(f"slot PARAM {node.arg} is used outside any FUNCTION or CALL body", index)
-            stack.extend(scope_sources(node))
+        """Slot PARAMs live only inside FUNCTION/CALL bodies (only run when the file has slots)."""
+        node = free_slot(outputs.values())
+        if node is not None:
+            raise self.fail(f"slot PARAM {node.arg} is used outside any FUNCTION or CALL body", self.built.index(node))
 
     # ------------------------------------------------------------------ arg checks used by decoders
     def shape(self, value, what: str = "shape") -> tuple[int, ...]:

@@ -56,17 +56,25 @@ def dump_parts(graph: Graph, form: str = "msgpack") -> list:
     if not isinstance(graph, Graph):
         raise TypeError(f"save() needs a Graph, got {type(graph).__name__}")
     meta = _file_meta_out(graph.meta)
+    # Graph's checks again (its outputs and inputs may have been changed in place): a file
+    # save writes is one load reads. The PARAMs are collected as they are encoded, no walk more.
+    graph.check_interface()
+    params: list[UOp] = []
+    encoders = _JSON_ENCODERS if form == "json" else _ENCODERS
+    encoders = {**encoders, Ops.PARAM: lambda node, index: params.append(node) or _encode_param(node, index)}
     with no_gc():
         if form == "json":
             nodes: list = []
-            index = _canonical_nodes(graph, _JSON_ENCODERS, nodes.append)
+            index = _canonical_nodes(graph, encoders, nodes.append)
+            graph.check_reached(params)
             return [_json_text(_document(graph, index, meta, nodes)).encode("utf-8")]
         # MessagePack: each node is packed as soon as it is numbered (no million-entry list
         # to build, walk again and free), then the map is put together around the nodes'
         # bytes exactly as msgpack.packb would write the whole document.
         import msgpack
         packer = msgpack.Packer(use_bin_type=True, use_single_float=False, autoreset=False)
-        index = _canonical_nodes(graph, _ENCODERS, packer.pack)
+        index = _canonical_nodes(graph, encoders, packer.pack)
+        graph.check_reached(params)
         nodes_bytes = packer.getbuffer()  # a view of the packer's buffer: no copy
         doc = _document(graph, index, meta, _NODES_HERE)
         packer = msgpack.Packer(use_bin_type=True, use_single_float=False)
