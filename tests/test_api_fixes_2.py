@@ -123,3 +123,52 @@ def test_load_still_refuses_a_free_slot_naming_its_node():
     with pytest.raises(FormatError, match=r"node 0 \(PARAM\): slot PARAM 0 is used outside any FUNCTION or CALL body"):
         load(json.dumps(doc).encode())
 
+
+# ----------------------------------------------------------------------------- 10: to_onnx's weights are inputs
+
+def test_to_onnx_refuses_a_weight_that_is_no_input_and_runs_the_ones_that_are(tmp_path):
+    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from uopcli.interop.onnx.exporter import ExportError, onnx_bytes, save_onnx, to_onnx
+    x, w1 = _x(), UOp.param("w1", (3,), F32)
+    graph = Graph({"o": x * w1})
+    w = np.float32([-0.0, 1e-45, 3])
+    typo = {"w1x": w}  # before: written without it, w1 still an input
+    for export in (lambda: to_onnx(graph, weights=typo), lambda: onnx_bytes(graph, weights=typo),
+                   lambda: save_onnx(graph, str(tmp_path / "m.onnx"), weights=typo)):
+        with pytest.raises(ExportError, match=r"^unknown weight 'w1x': weights are graph inputs; the graph's "
+                           r"inputs: x, w1$"):
+            export()
+    assert not (tmp_path / "m.onnx").exists()
+    save_onnx(graph, str(tmp_path / "m.onnx"), weights={"w1": w})
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["x"]
+    xv = np.float32([np.inf, -2, np.nan])
+    (got,) = session.run(None, {"x": xv})
+    with np.errstate(invalid="ignore"):  # inf * -0.0 is nan, on both sides
+        expected = xv * w
+    assert got.tobytes() == expected.tobytes() == evaluate_graph(graph, {"x": xv, "w1": w})["o"].tobytes()
+
+
+def test_the_cli_still_writes_an_onnx_gradient_with_the_models_weights(tmp_path):
+    """The CLI hands to_onnx the model IN's weights (every command keeps every input of IN):
+    the gradient file runs given the model's own input alone, as torch's autograd says."""
+    pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    torch = pytest.importorskip("torch")
+    import subprocess
+    from pathlib import Path
+    model = Path(__file__).resolve().parent.parent / "samples" / "onnx" / "mlp-dynamo18.onnx"
+    out = tmp_path / "g.onnx"
+    subprocess.run(["uopgrad", "diff", str(model), "--wrt", "fc1.weight", "--cotangent", "ones", "-o", str(out),
+                    "--quiet"], check=True)
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["x"]
+    from uopcli.interop.onnx.importer import load_onnx
+    _, weights = load_onnx(str(model))
+    xv = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
+    (got,) = session.run(None, {"x": xv})
+    t = {k: torch.tensor(v, dtype=torch.float64, requires_grad=k == "fc1.weight") for k, v in weights.items()}
+    hidden = torch.relu(torch.tensor(xv, dtype=torch.float64) @ t["fc1.weight"].T + t["fc1.bias"])
+    (hidden @ t["fc2.weight"].T + t["fc2.bias"]).sum().backward()
+    np.testing.assert_allclose(got, t["fc1.weight"].grad.numpy(), rtol=1e-5, atol=1e-6)

@@ -124,7 +124,10 @@ def test_a_weight_of_the_wrong_type_or_shape_is_refused():
         to_onnx(graph, weights={"w": np.zeros(3)})
     with pytest.raises(ExportError, match=r"weight 'w' is float32\[4\]"):
         to_onnx(graph, weights={"w": np.zeros(4, np.float32)})
-    model = to_onnx(graph, weights={"w": np.arange(3, dtype=np.float32), "absent": np.zeros(1)})
+    with pytest.raises(ExportError, match=r"^unknown weight 'absent': weights are graph inputs; the graph's "
+                       r"inputs: x, w$"):
+        to_onnx(graph, weights={"w": np.arange(3, dtype=np.float32), "absent": np.zeros(1)})
+    model = to_onnx(graph, weights={"w": np.arange(3, dtype=np.float32)})
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     assert [i.name for i in session.get_inputs()] == ["x"]
     np.testing.assert_array_equal(session.run(None, {"x": np.ones((2, 3), np.float32)})[0], [[0, 1, 2]] * 2)

@@ -65,16 +65,17 @@ def default_opset() -> int:
 
 def to_onnx(graph: Graph, opset: int | None = None, weights: Mapping | None = None) -> onnx.ModelProto:
     """The ONNX model computing `graph`'s outputs from its inputs (see the module doc);
-    inputs named in `weights` become initializers holding those arrays (names that are
-    no input of the graph are left out)."""
+    inputs named in `weights` become initializers holding those arrays; a name that is no
+    input of the graph is refused (likely a typo), as evaluate_graph refuses it."""
     opset = default_opset() if opset is None else _checked_opset(opset)
+    weights = _checked_weights(graph, weights or {})
     model = helper.make_model(onnx.GraphProto(), opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="uopgrad", producer_version=__version__)
     model.ir_version = helper.find_min_ir_version_for(list(model.opset_import))
     for key, value in sorted(graph.meta.items()):
         entry = model.metadata_props.add()
         entry.key, entry.value = key, value
-    _Exporter(graph, model.graph, weights or {}).run()
+    _Exporter(graph, model.graph, weights).run()
     return model
 
 
@@ -97,6 +98,15 @@ def save_onnx(graph: Graph, path: str, opset: int | None = None, weights: Mappin
         write_atomically(path, data)
     except OSError as error:
         raise FormatError(f"cannot write: {error.strerror or error}", source=os.fspath(path)) from None
+
+
+def _checked_weights(graph: Graph, weights: Mapping) -> Mapping:
+    names = set(graph.input_names)
+    for name in weights:
+        if name not in names:
+            raise ExportError(f"unknown weight {name!r}: weights are graph inputs; the graph's inputs: "
+                              f"{', '.join(graph.input_names) or 'none'}")
+    return weights
 
 
 def _checked_opset(opset: int) -> int:
