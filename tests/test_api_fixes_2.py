@@ -172,3 +172,108 @@ def test_the_cli_still_writes_an_onnx_gradient_with_the_models_weights(tmp_path)
     hidden = torch.relu(torch.tensor(xv, dtype=torch.float64) @ t["fc1.weight"].T + t["fc1.bias"])
     (hidden @ t["fc2.weight"].T + t["fc2.bias"]).sum().backward()
     np.testing.assert_allclose(got, t["fc1.weight"].grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- 12.3: Python words in Python, flags on the CLI
+
+def _api_and_cli_refusals():
+    """(call from Python, the same through the CLI, Python's message, the CLI's line)."""
+    from uopcli import differentiate
+    from uopcli.tools.forward import hessian, jacobian
+    x, y = UOp.param("x", (2,), F32), UOp.param("y", (2,), F32)
+    vector = Graph({"o": x * 2})
+    two = Graph({"a": x.sum(), "b": y.sum()})
+    return [
+        (vector, lambda: differentiate(vector, ["x"]), ["diff", "--wrt", "x"],
+         "output 'o' is float32[2], not a scalar: its gradient needs a cotangent (cotangent='ones' for all ones, "
+         "or cotangent='input' for a new input cotangent_o)",
+         "output 'o' is float32[2], not a scalar: its gradient needs a cotangent (--cotangent ones for all ones, "
+         "or --cotangent input for a new input cotangent_o)"),
+        (two, lambda: differentiate(two, ["x"]), ["diff", "--wrt", "x"],
+         "the graph has 2 outputs (a, b): choose which to differentiate with of=[names]",
+         "the graph has 2 outputs (a, b): choose which to differentiate with --of"),
+        (two, lambda: hessian(two, ["x"], of=["a", "b"]), ["hessian", "--wrt", "x", "--of", "a,b"],
+         "a Hessian is of one output; of= names 2", "a Hessian is of one output; --of names 2"),
+        (vector, lambda: hessian(vector, ["x"]), ["hessian", "--wrt", "x"],
+         "output 'o' is float32[2]: a Hessian needs a floating-point scalar (or a weighting of a float output: "
+         "cotangent='ones', or 'input')",
+         "output 'o' is float32[2]: a Hessian needs a floating-point scalar (or a weighting of a float output: "
+         "--cotangent ones, or input)"),
+        (vector, lambda: jacobian(vector, ["x"], limit=3), ["jacobian", "--wrt", "x", "--limit",
+                                                             "max_tensor_elements=3"],
+         "jacobian_o_x would hold 4 elements (16 bytes of float32), above max_tensor_elements 3: raise it "
+         "(limit=N), or use jvp/hvp for products with a few vectors",
+         "jacobian_o_x would hold 4 elements (16 bytes of float32), above max_tensor_elements 3: raise it with "
+         "--limit max_tensor_elements=N, or use jvp/hvp for products with a few vectors"),
+    ]
+
+
+def test_python_callers_read_parameter_names_and_cli_users_read_flags(tmp_path):
+    import subprocess
+    from uopcli import GradientError
+    for graph, call, command, python_words, cli_words in _api_and_cli_refusals():
+        with pytest.raises(GradientError) as caught:
+            call()
+        assert str(caught.value) == python_words
+        assert "--" not in str(caught.value)
+        path = tmp_path / "g.uop"
+        save(graph, str(path))
+        done = subprocess.run(["uopgrad", command[0], str(path), *command[1:], "-o", str(tmp_path / "out.uop")],
+                              capture_output=True, text=True)
+        assert done.returncode == 1
+        assert done.stderr == f"uopgrad: error: {path}: {cli_words}\n"
+
+
+def test_nothing_to_differentiate_names_wrt_as_each_caller_spells_it():
+    from uopcli import GradientError, differentiate
+    from uopcli.tools.forward import hvp
+    graph = Graph({"s": _x().sum()})
+    for call in (lambda: differentiate(graph, []), lambda: hvp(graph, [])):
+        with pytest.raises(GradientError, match=r"^nothing to differentiate with respect to: name at least one input "
+                           r"\(wrt=\[names\]\)$") as caught:
+            call()
+        assert caught.value.cli_message == ("nothing to differentiate with respect to: name at least one input "
+                                            "(--wrt)")
+
+
+# ----------------------------------------------------------------------------- 12.4: render(graph, "html")
+
+def _two_outputs():
+    x, w = _x(), UOp.param("w", (3,), F32)
+    return Graph({"loss": (x * w).sum(), "y": (x + w).exp()})
+
+
+def test_render_html_is_the_page_the_cli_writes(tmp_path):
+    import shutil
+    import subprocess
+    from uopcli import render
+    if shutil.which("dot") is None:
+        pytest.skip("the page's levels are laid out by Graphviz's dot")
+    graph = _two_outputs()
+    save(graph, str(tmp_path / "g.uop"))
+    values = tmp_path / "v.npz"
+    np.savez(values, x=np.float32([1, -0.0, np.nan]), loss=np.float32(2.5))
+    for extra, options in (([], {}), (["--outputs", "y"], {"outputs": ["y"]}),
+                           (["--values", str(values)], {"values": str(values)})):
+        subprocess.run(["uopgrad", "render", "g.uop", *extra, "-o", "g.html"], cwd=tmp_path, check=True)
+        page = render(graph, "html", title="g.uop", **options)
+        assert page == (tmp_path / "g.html").read_bytes()
+        assert page.startswith(b"<!DOCTYPE html>") and b"<title>g.uop" in page
+    only_y = render(graph, "html", outputs=["y"]).decode()
+    assert '"loss"' not in only_y and '"y"' in only_y
+    assert "<title>graph" in render(graph, "html").decode()  # no title given, no meta name
+    # x's min, mean, max (-0.0 kept) and nan count; the loss's value
+    assert '"values":{"0":["-0","0.5","1","1"],"4":["2.5","2.5","2.5",""]}' in render(graph, "html", values=values).decode()
+
+
+def test_render_html_refuses_picture_options_and_unknown_outputs():
+    from uopcli import render
+    from uopcli.views.graphviz import RenderError
+    graph = _two_outputs()
+    with pytest.raises(RenderError, match=r"^around, max_nodes: for static pictures; the html page holds every node"):
+        render(graph, "html", around="x", max_nodes=3)
+    with pytest.raises(RenderError, match=r"^no output named 'z'; outputs: loss, y$"):
+        render(graph, "html", outputs=["z"])
+    with pytest.raises(RenderError, match=r"^unknown format 'jpg'; one of svg, png, pdf, dot, html$"):
+        render(graph, "jpg")
+

@@ -326,7 +326,7 @@ TIED_NOTE = ("{w} is read by 2 modules (emb, head), so its gradient is the sum o
              "this one weight (one Parameter: tied weights, or a module applied twice), exported under the name {w}")
 TIED_REFUSAL = ("no input named '{asked}' to differentiate with respect to; inputs: ids, {w}; module {module} reads "
                 "{w}, one weight the model itself shares with {other} (tied: one Parameter), exported under the name "
-                "{w}: --wrt {w}, whose gradient holds the uses of both")
+                "{w}: {wrt}, whose gradient holds the uses of both")  # wrt: "wrt=['w']" in Python, "--wrt w" in the CLI
 
 
 def test_a_tied_weight_of_a_legacy_export_is_the_models_own_sharing(torch_exports):
@@ -335,7 +335,8 @@ def test_a_tied_weight_of_a_legacy_export_is_the_models_own_sharing(torch_export
     graph, weights, notes, refusal = _notes_and_refusal(folder / "tied-legacy.onnx", "emb.weight", "head.weight")
     assert graph.meta["onnx.torch_exporter"] == "legacy" and "onnx.merged_weights" not in graph.meta
     assert notes == [TIED_NOTE.format(w="emb.weight")]
-    assert refusal == TIED_REFUSAL.format(asked="head.weight", w="emb.weight", module="head", other="emb")
+    assert refusal == TIED_REFUSAL.format(asked="head.weight", w="emb.weight", module="head", other="emb",
+                                          wrt="wrt=['emb.weight']")
     grads, _ = differentiate(graph, ["emb.weight"], cotangent=None)  # rightly the sum: torch's own
     np.testing.assert_allclose(evaluate_graph(grads, {**weights, "ids": values["ids"]})["grad_emb.weight"],
                                torch_grad, rtol=1e-12)
@@ -348,7 +349,8 @@ def test_a_tied_weight_of_a_dynamo_export_without_its_optimizer_is_the_models_ow
     graph, weights, notes, refusal = _notes_and_refusal(folder / "tied-dynamo.onnx", "head.weight", "emb.weight")
     assert graph.meta["onnx.torch_exporter"] == "dynamo" and graph.meta["onnx.merged_weights"] == "{}"
     assert notes == [TIED_NOTE.format(w="head.weight")]
-    assert refusal == TIED_REFUSAL.format(asked="emb.weight", w="head.weight", module="emb", other="head")
+    assert refusal == TIED_REFUSAL.format(asked="emb.weight", w="head.weight", module="emb", other="head",
+                                          wrt="wrt=['head.weight']")
     assert "optimize=False" not in refusal
     grads, _ = differentiate(graph, ["head.weight"], cotangent=None)
     np.testing.assert_allclose(evaluate_graph(grads, {**weights, "ids": values["ids"]})["grad_head.weight"],
@@ -365,7 +367,7 @@ def test_equal_weights_the_dynamo_optimizer_merged_are_said_to_be_merged(torch_e
                      "default): torch.onnx.export(..., dynamo=True, optimize=False) keeps each module's own"]
     assert refusal == ("no input named 'b.weight' to differentiate with respect to; inputs: x, a.weight; torch's "
                        "dynamo exporter merged b.weight into a.weight, their values being equal at export (its "
-                       "optimizer, on by default): --wrt a.weight gives the sum of both modules' gradients, and "
+                       "optimizer, on by default): wrt=['a.weight'] gives the sum of both modules' gradients, and "
                        "torch.onnx.export(..., dynamo=True, optimize=False) keeps b.weight")
     separate, weights = import_model(onnx.load(str(folder / "equal-dynamo.onnx")))
     assert set(weights) == {"a.weight", "b.weight"} and modules_reading(separate, ["a.weight", "b.weight"]) == {}
@@ -384,4 +386,4 @@ def test_diff_of_the_readmes_tied_exports_says_the_model_ties_the_weight(torch_e
                             capture_output=True, text=True, timeout=300)
     assert dynamo.returncode == 1
     assert dynamo.stderr == "uopgrad: error: tied-dynamo.onnx: " + TIED_REFUSAL.format(
-        asked="emb.weight", w="head.weight", module="emb", other="head") + "\n"
+        asked="emb.weight", w="head.weight", module="emb", other="head", wrt="--wrt head.weight") + "\n"

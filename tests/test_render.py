@@ -305,9 +305,13 @@ def test_png_and_pdf_are_produced():
 
 def test_a_graph_over_the_limit_is_refused_with_a_hint():
     assert DEFAULT_MAX_NODES == 500
-    with pytest.raises(RenderError, match=r"--outputs .*--around.*, or draw the whole graph as a page a level at a "
-                                          r"time: -o graph.html \(or uopgrad view\)$"):
+    with pytest.raises(RenderError, match=r"outputs=\[names\] or around=name, depth=K or raise max_nodes, or draw "
+                                          r"the whole graph as a page a level at a time: render\(graph, 'html'\)$") \
+            as caught:  # Python's words; the CLI's, its flags:
         to_dot(chain(600))
+    assert caught.value.cli_message.endswith("draw a part with --outputs NAMES or --around NAME --depth K or raise "
+                                             "--max-nodes, or draw the whole graph as a page a level at a time: "
+                                             "-o graph.html (or uopgrad view)")
     with pytest.raises(RenderError, match="more than the limit of 5"):
         render(mlp(), "dot", max_nodes=5)
     assert to_dot(chain(600), max_nodes=None).count(" -> ") >= 600
@@ -316,13 +320,15 @@ def test_a_graph_over_the_limit_is_refused_with_a_hint():
 def test_the_hint_offers_collapsing_functions_only_where_there_are_functions_to_collapse():
     with pytest.raises(RenderError) as plain:
         to_dot(chain(600))
-    assert "--collapse-functions" not in str(plain.value)
-    with pytest.raises(RenderError, match=r"--depth K, draw each function as one box with --collapse-functions, "
-                                          r"or raise --max-nodes"):
+    assert "collapse" not in plain.value.cli_message and "collapse" not in str(plain.value)
+    with pytest.raises(RenderError, match=r"depth=K, draw each function as one box with collapse_functions=True, "
+                                          r"or raise max_nodes") as caught:
         to_dot(functions(), max_nodes=5)
+    assert "--depth K, draw each function as one box with --collapse-functions, or raise --max-nodes" \
+        in caught.value.cli_message
     with pytest.raises(RenderError) as collapsed:
         to_dot(functions(), max_nodes=5, collapse_functions=True)
-    assert "--collapse-functions" not in str(collapsed.value) and "more than the limit of 5" in str(collapsed.value)
+    assert "collapse" not in collapsed.value.cli_message and "more than the limit of 5" in str(collapsed.value)
 
 
 def test_a_huge_chain_is_refused_fast_and_drawn_in_part_without_recursion():

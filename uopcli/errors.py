@@ -6,7 +6,21 @@ on stderr and exit status 1. Anything else escaping is a bug.
 
 
 class UOpError(Exception):
-    """Base class of every error uopcli raises for bad input or an impossible request."""
+    """Base class of every error uopcli raises for bad input or an impossible request.
+
+    The message speaks Python (`wrt=`, `of=`, `cotangent="ones"`); where the command line
+    spells the same thing as flags (`--wrt`, `--of`, `--cotangent ones`), `cli` holds the
+    message in those words, and the CLI prints that one (`cli_message`)."""
+
+    cli: str | None = None
+
+    def __init__(self, *args, cli: str | None = None):
+        super().__init__(*args)
+        self.cli = cli
+
+    @property
+    def cli_message(self) -> str:
+        return self.cli or str(self)
 
 
 class GraphError(UOpError):

@@ -340,7 +340,7 @@ def _one_line_errors(fn, args, kwargs):
         raise
     except UOpError as e:
         _maybe_traceback()
-        raise CommandFailed(_name_file(" ".join(str(e).split()))) from e
+        raise CommandFailed(_name_file(" ".join(e.cli_message.split()))) from e
     except OSError as e:
         _maybe_traceback()
         where = e.filename if e.filename is not None else _current_file()

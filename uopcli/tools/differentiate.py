@@ -24,7 +24,7 @@ from ..errors import GradientError
 from ..core.graph import Graph
 from ..core.ops import CALLS, Ops
 from ..core.uop import Metadata, UOp, next_serial, tag_new_nodes
-from .names import cotangent_names, fresh, name_list
+from .names import cotangent_names, fresh, name_list, wrt_words
 
 COTANGENTS = (None, "ones", "input")
 NOT_REACHED = "not reached"
@@ -66,9 +66,9 @@ def differentiate(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = N
         raise GradientError(f"cotangent must be 'ones', 'input' or None, got {cotangent!r}")
     wrt = _unique(wrt, "wrt")
     if not wrt:
-        raise GradientError("nothing to differentiate with respect to: name at least one input (--wrt)")
+        raise _nothing_to_differentiate()
     of = _chosen_outputs(graph, of)
-    inputs = {node.arg: node for node in graph.inputs}  # one dict: --wrt may name thousands
+    inputs = {node.arg: node for node in graph.inputs}  # one dict: wrt may name thousands
     targets = [_target(inputs, name, graph.meta, graph) for name in wrt]
     taken = set(graph.outputs) if keep_forward else set()
     grad_names = [fresh("grad", name, taken) for name in wrt]
@@ -140,8 +140,8 @@ def _chosen_outputs(graph: Graph, of: Sequence[str] | None) -> list[str]:
             return list(graph.outputs)
         if not graph.outputs:
             raise GradientError("the graph has no outputs to differentiate")
-        raise GradientError(f"the graph has {len(graph.outputs)} outputs ({', '.join(graph.outputs)}): "
-                            f"choose which to differentiate with --of")
+        head = f"the graph has {len(graph.outputs)} outputs ({', '.join(graph.outputs)}): choose which to differentiate"
+        raise GradientError(f"{head} with of=[names]", cli=f"{head} with --of")
     of = _unique(of, "of")
     for name in of:
         if name not in graph.outputs:
@@ -160,13 +160,15 @@ def _target(inputs: dict[str, UOp], name: str, meta: dict | None = None, graph: 
                             f"cannot be differentiated with respect to {name} as exported")
     renamed = _renamed(meta).get(name)
     if node is None and renamed in inputs:
-        raise GradientError(f"no input named {name!r} to differentiate with respect to: the ONNX model's {name!r} is "
-                            f"input {renamed} (renamed: a graph's names have no whitespace, '=' or ','); --wrt {renamed}")
+        head = (f"no input named {name!r} to differentiate with respect to: the ONNX model's {name!r} is input "
+                f"{renamed} (renamed: a graph's names have no whitespace, '=' or ',');")
+        python, cli = wrt_words(renamed)
+        raise GradientError(f"{head} {python}", cli=f"{head} {cli}")
     if node is None:
-        hint = _folded_hint(name, meta) or _tinygrad_hint(name, meta) or _shared_hint(name, graph) \
-            or _exporter_hint(meta)
-        raise GradientError(f"no input named {name!r} to differentiate with respect to; "
-                            f"inputs: {', '.join(inputs) or 'none'}{hint}")
+        python, cli = _folded_hint(name, meta) or _tinygrad_hint(name, meta) or _shared_hint(name, graph) \
+            or _exporter_hint(meta) or ("", "")
+        head = f"no input named {name!r} to differentiate with respect to; inputs: {', '.join(inputs) or 'none'}"
+        raise GradientError(f"{head}{python}", cli=f"{head}{cli}")
     if not node.dtype.is_float:
         raise GradientError(f"input {name!r} is {_type(node)}: only floating-point inputs have gradients")
     return node
@@ -184,7 +186,16 @@ def _fixed_inputs(meta: dict | None) -> list:
     return meta_json(meta, FIXED_INPUTS, list)
 
 
-def _folded_hint(name: str, meta: dict | None) -> str:
+# A hint in a message, in two spellings (Python, command line): UOpError's message and its `cli`;
+# () where there is no hint (falsy, so hints chain with `or`).
+Words = tuple
+
+
+def _same_words(text: str) -> Words:
+    return text, text
+
+
+def _folded_hint(name: str, meta: dict | None) -> Words:
     """Where parameter `name`'s module is a BatchNorm the exporter folded into a weight
     (tools/inspect.folded_weights), which weights hold it now."""
     from .inspect import folded_weights
@@ -192,44 +203,46 @@ def _folded_hint(name: str, meta: dict | None) -> str:
     folded = folded_weights(meta)
     into = [weight for weight, (_, where) in folded.items() if where.replace("/", ".") == module]
     if not module or not into:
-        return ""
-    return (f"; the exporter's optimizer folded the BatchNorm {module} into {', '.join(into)} "
-            f"({folded[into[0]][0]}), so its parameters are no inputs of the file: torch.onnx.export(..., "
-            f"optimize=False) keeps them")
+        return ()
+    return _same_words(f"; the exporter's optimizer folded the BatchNorm {module} into {', '.join(into)} "
+                       f"({folded[into[0]][0]}), so its parameters are no inputs of the file: torch.onnx.export(..., "
+                       f"optimize=False) keeps them")
 
 
-def _tinygrad_hint(name: str, meta: dict | None) -> str:
+def _tinygrad_hint(name: str, meta: dict | None) -> Words:
     """Why tinygrad tensor `name`, given to the export, is no input (tools/inspect.SAME_TENSORS,
     UNREACHED): another name of an input's tensor, or a tensor no output depended on."""
     from .inspect import SAME_TENSORS, UNREACHED, meta_json
     same = meta_json(meta, SAME_TENSORS, dict).get(name)
     if isinstance(same, str):
-        return (f"; {name} is the same tensor as {same} in the tinygrad model exported (tied), so {same}'s "
-                f"gradient holds the uses of both: --wrt {same}")
+        head = f"; {name} is the same tensor as {same} in the tinygrad model exported (tied), so {same}'s " \
+               f"gradient holds the uses of both:"
+        python, cli = wrt_words(same)
+        return f"{head} {python}", f"{head} {cli}"
     if name in meta_json(meta, UNREACHED, list):
-        return (f"; {name} was given to the tinygrad export, but no output depended on it (an output realized "
-                f"before the export holds its value, not the graph that computed it)")
-    return ""
+        return _same_words(f"; {name} was given to the tinygrad export, but no output depended on it (an output realized "
+                           f"before the export holds its value, not the graph that computed it)")
+    return ()
 
 
-def _shared_hint(name: str, graph: Graph | None) -> str:
+def _shared_hint(name: str, graph: Graph | None) -> Words:
     """Where PyTorch parameter `name` is one its exporter merged into another weight, or one the
     model ties to another (tools/inspect.missing_weight_hint)."""
     if graph is None:
-        return ""
+        return ()
     from .inspect import missing_weight_hint
     return missing_weight_hint(graph, name)
 
 
-def _exporter_hint(meta: dict | None) -> str:
+def _exporter_hint(meta: dict | None) -> Words:
     """What to do where a model's parameter is missing because its exporter folded it: PyTorch's
     exporters optimize for inference (README, "Exporting for gradients")."""
     from .inspect import exported_by_pytorch
     if not exported_by_pytorch(meta):
-        return ""
-    return ("; PyTorch's ONNX exporter may have folded or renamed it (BatchNorm fused into the Conv weight, "
-            "Linear weights stored transposed as val_N, equal weights merged): export with "
-            "torch.onnx.export(..., dynamo=True, optimize=False), or dynamo=False, do_constant_folding=False")
+        return ()
+    return _same_words("; PyTorch's ONNX exporter may have folded or renamed it (BatchNorm fused into the Conv "
+                       "weight, Linear weights stored transposed as val_N, equal weights merged): export with "
+                       "torch.onnx.export(..., dynamo=True, optimize=False), or dynamo=False, do_constant_folding=False")
 
 
 def _seeds(graph: Graph, of: list[str], cotangent: str | None) -> tuple[list[UOp], list[UOp]]:
@@ -250,9 +263,11 @@ def _seeds(graph: Graph, of: list[str], cotangent: str | None) -> tuple[list[UOp
             seeds.append(param)
             new_inputs.append(param)
         else:
-            raise GradientError(f"output {name!r} is {_type(out)}, not a scalar: its gradient needs a cotangent "
-                                f"(--cotangent ones for all ones, or --cotangent input for a new input "
-                                f"cotangent_{name})")
+            head = f"output {name!r} is {_type(out)}, not a scalar: its gradient needs a cotangent"
+            raise GradientError(f"{head} (cotangent='ones' for all ones, or cotangent='input' for a new input "
+                                f"cotangent_{name})",
+                                cli=f"{head} (--cotangent ones for all ones, or --cotangent input for a new input "
+                                    f"cotangent_{name})")
     return seeds, new_inputs
 
 
@@ -312,3 +327,8 @@ def _reachable(roots: list[UOp], through_detach: bool, until: set | None = None)
                 if until is not None and s in until:
                     left -= 1
     return seen
+
+
+def _nothing_to_differentiate() -> GradientError:
+    head = "nothing to differentiate with respect to: name at least one input"
+    return GradientError(f"{head} (wrt=[names])", cli=f"{head} (--wrt)")

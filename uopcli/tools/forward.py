@@ -22,7 +22,8 @@ from typing import Sequence
 from ..errors import GradientError
 from ..core.graph import Graph
 from ..core.uop import UOp
-from .differentiate import COTANGENTS, _chosen_outputs, _known_good_graph, _seeds, _target, _type, _unique
+from .differentiate import (COTANGENTS, _chosen_outputs, _known_good_graph, _nothing_to_differentiate, _seeds, _target,
+                            _type, _unique)
 from .names import fresh, name_list, tangent_names
 
 DEFAULT_CHUNK = 256
@@ -160,9 +161,11 @@ def _check_sizes(blocks: list[tuple[str, UOp, UOp]], limit: int | None) -> None:
         elements = math.prod(out.shape) * math.prod(inp.shape)
         if elements > limit:
             size = elements * out.dtype.itemsize
-            raise GradientError(f"{name} would hold {elements:,} elements ({_bytes(size)} of {out.dtype.name}), above "
-                                f"max_tensor_elements {limit:,}: raise it with --limit max_tensor_elements=N, or "
-                                f"use jvp/hvp for products with a few vectors")
+            head = (f"{name} would hold {elements:,} elements ({_bytes(size)} of {out.dtype.name}), above "
+                    f"max_tensor_elements {limit:,}: raise it")
+            raise GradientError(f"{head} (limit=N), or use jvp/hvp for products with a few vectors",
+                                cli=f"{head} with --limit max_tensor_elements=N, or use jvp/hvp for products with "
+                                    f"a few vectors")
 
 
 def _bytes(n: int) -> str:
@@ -212,7 +215,7 @@ def _inputs(graph: Graph) -> dict[str, UOp]:
 def _tangent_inputs(graph: Graph, wrt: Sequence[str]) -> tuple[list[UOp], list[UOp]]:
     wrt = _unique(wrt, "wrt")
     if not wrt:
-        raise GradientError("nothing to differentiate with respect to: name at least one input (--wrt)")
+        raise _nothing_to_differentiate()
     inputs = _inputs(graph)
     targets = [_target(inputs, name, graph.meta, graph) for name in wrt]
     names = tangent_names(graph, wrt)
@@ -239,11 +242,13 @@ def _one_output(graph: Graph, of: Sequence[str] | None, cotangent: str | None) -
         raise GradientError(f"cotangent must be 'ones', 'input' or None, got {cotangent!r}")
     chosen = _chosen_outputs(graph, of)
     if len(chosen) != 1:
-        raise GradientError(f"a Hessian is of one output; --of names {len(chosen)}")
+        raise GradientError(f"a Hessian is of one output; of= names {len(chosen)}",
+                            cli=f"a Hessian is of one output; --of names {len(chosen)}")
     out = graph.outputs[chosen[0]]
     if out.shape is None or not out.dtype.is_float or (out.shape != () and cotangent is None):
-        raise GradientError(f"output {chosen[0]!r} is {_type(out)}: a Hessian needs a floating-point scalar "
-                            f"(or a weighting of a float output: --cotangent ones, or input)")
+        head = f"output {chosen[0]!r} is {_type(out)}: a Hessian needs a floating-point scalar"
+        raise GradientError(f"{head} (or a weighting of a float output: cotangent='ones', or 'input')",
+                            cli=f"{head} (or a weighting of a float output: --cotangent ones, or input)")
     return chosen[0]
 
 

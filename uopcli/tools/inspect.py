@@ -16,7 +16,7 @@ from typing import Iterator
 from ..core.graph import Graph
 from ..core.ops import CALLS, MOVEMENT, Ops
 from ..core.uop import UOp, printable
-from .names import briefly
+from .names import briefly, wrt_words
 
 _VIEWS = MOVEMENT | {Ops.CAST, Ops.DETACH, Ops.CONTIGUOUS}  # what reads a weight without computing on it
 
@@ -128,34 +128,36 @@ def shared_weight_notes(graph: Graph, names: list[str], weights=None) -> list[st
     return notes
 
 
-def missing_weight_hint(graph: Graph, name: str) -> str:
+def missing_weight_hint(graph: Graph, name: str) -> tuple:
     """Why parameter `name` of a PyTorch export is no input of it, where the file tells: torch's
     dynamo exporter merged it into another weight of equal values (MERGED_WEIGHTS), or the
     model ties it to a weight its module reads, which the exporter wrote once under that
-    weight's name (GPT-2's wte.weight and lm_head.weight: one Parameter). "" otherwise."""
+    weight's name (GPT-2's wte.weight and lm_head.weight: one Parameter). As (Python's
+    words, the command line's): `wrt=['w']` or `--wrt w`; () otherwise."""
     meta = graph.meta or {}
     if not exported_by_pytorch(meta):
-        return ""
+        return ()
     merged = meta_json(meta, MERGED_WEIGHTS, dict)
     into = [weight for weight, others in merged.items() if isinstance(others, list) and name in others]
     if into:
-        return (f"; torch's dynamo exporter merged {name} into {into[0]}, their values being equal at export (its "
-                f"optimizer, on by default): --wrt {into[0]} gives the sum of both modules' gradients, and "
-                f"torch.onnx.export(..., dynamo=True, optimize=False) keeps {name}")
+        return tuple(f"; torch's dynamo exporter merged {name} into {into[0]}, their values being equal at export "
+                     f"(its optimizer, on by default): {wrt} gives the sum of both modules' gradients, and "
+                     f"torch.onnx.export(..., dynamo=True, optimize=False) keeps {name}" for wrt in wrt_words(into[0]))
     if meta.get(TORCH_EXPORTER) != "legacy" and MERGED_WEIGHTS not in meta:
-        return ""
+        return ()
     module, _, attribute = name.rpartition(".")
     if not module:
-        return ""
+        return ()
     alike = [node.arg for node in graph.inputs if node.arg.rpartition(".")[2] == attribute and node.arg not in merged]
     for weight, modules in modules_reading(graph, alike).items():
         dotted = [m.replace("/", ".") for m in modules]
         if module in dotted:
             others = [m for m, d in zip(modules, dotted) if d != module]
-            return (f"; module {module} reads {weight}, one weight the model itself shares with {briefly(others)} "
-                    f"(tied: one Parameter), exported under the name {weight}: --wrt {weight}, whose gradient "
-                    f"holds the uses of {'both' if len(modules) == 2 else 'all'}")
-    return ""
+            return tuple(f"; module {module} reads {weight}, one weight the model itself shares with "
+                         f"{briefly(others)} (tied: one Parameter), exported under the name {weight}: {wrt}, whose "
+                         f"gradient holds the uses of {'both' if len(modules) == 2 else 'all'}"
+                         for wrt in wrt_words(weight))
+    return ()
 
 
 # graph meta of an imported model: JSON {weight: [rewrite rule, module]}, the weights an

@@ -38,6 +38,12 @@ def name_list(names: str | Iterable[str], what: str) -> list[str]:
     return names
 
 
+def wrt_words(name: str) -> tuple[str, str]:
+    """How to ask for the gradient with respect to input `name`: in Python's words and in
+    the command line's (a message's `cli`, errors.UOpError)."""
+    return f"wrt=[{name!r}]", f"--wrt {name}"
+
+
 def wrt_and_of(wrt, of) -> tuple[list[str], list[str] | None]:
     """A differentiation's `wrt` and `of` as name lists (name_list); `of` None stays None
     (every float output)."""

@@ -51,13 +51,18 @@ from ..core.uop import UOp, printable
 from ..core.walks import scope_sources, scope_toposort, toposort
 
 DEFAULT_MAX_NODES = 500
-FORMATS = ("svg", "png", "pdf", "dot")
+FORMATS = ("svg", "png", "pdf", "dot", "html")
 INSTALL_DOT_HINT = ("the Graphviz 'dot' program is not installed: install it with `apt-get install graphviz` "
-                    "(Debian/Ubuntu) or `brew install graphviz` (macOS), or use --format dot")
+                    "(Debian/Ubuntu) or `brew install graphviz` (macOS), or use ")
 
 
 class RenderError(UOpError):
     """A picture that cannot be drawn: too large, unknown names or format, no `dot`."""
+
+
+def dot_missing() -> RenderError:
+    """No `dot` program: how to install it, or what needs none (the DOT text), as each caller says it."""
+    return RenderError(INSTALL_DOT_HINT + "render(graph, 'dot')", cli=INSTALL_DOT_HINT + "--format dot")
 
 
 # ----------------------------------------------------------------------------- style tables
@@ -117,12 +122,14 @@ def to_dot(graph: Graph, *, outputs: Sequence[str] | None = None, around: str | 
 
 def render(graph: Graph, fmt: str = "svg", notes: list[str] | None = None, **options) -> bytes:
     """The picture as bytes in `fmt` (svg, png, pdf; dot: the DOT text, UTF-8 encoded, which
-    to_dot gives as a str).
+    to_dot gives as a str; html: the offline viewer page, see _html_page).
     `options` are to_dot's. Formats other than dot need Graphviz's `dot` program. What the
     picture lost on the way (a PNG too large for cairo's bitmaps, scaled down by dot) is
     appended to `notes`, or, with no list given, issued as a RenderWarning."""
     if fmt not in FORMATS:
         raise RenderError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
+    if fmt == "html":
+        return _html_page(graph, **options)
     text = to_dot(graph, **options).encode()
     if fmt == "dot":
         return text
@@ -135,6 +142,22 @@ def render(graph: Graph, fmt: str = "svg", notes: list[str] | None = None, **opt
         for note in found:
             warnings.warn(note, RenderWarning, stacklevel=2)
     return picture
+
+
+def _html_page(graph: Graph, *, title: str | None = None, values: str | None = None,
+               outputs: Sequence[str] | None = None, **picture_options) -> bytes:
+    """The page `uopgrad render --format html` writes: every node of `graph` (or of the
+    outputs named), grouped into levels, UTF-8; `title` (default: the graph's meta name, else
+    "graph"); `values`: an .npz of node values (`uopgrad eval -o`), shown per node. Needs `dot`."""
+    if picture_options:
+        raise RenderError(f"{', '.join(picture_options)}: for static pictures; the html page holds every node "
+                          f"(use its search and focus)")
+    from .html.page import page_html
+    from .html.values import value_stats
+    if outputs is not None:
+        graph = Graph(_selected_roots(graph, outputs), meta=graph.meta)
+    stats = value_stats(graph, values) if values is not None else None
+    return page_html(graph, title=title or graph.meta.get("name") or "graph", values=stats).encode()
 
 
 class RenderWarning(UserWarning):
@@ -154,7 +177,7 @@ def _run_dot(text: bytes, fmt: str, notes: list[str]) -> bytes:
         picture = _pipe_noting(text, fmt, notes)  # not graphviz.pipe(quiet=True): dot's warnings are read
         return _fixed_pdf_dates(picture) if fmt == "pdf" else picture
     except graphviz.ExecutableNotFound:
-        raise RenderError(INSTALL_DOT_HINT) from None
+        raise dot_missing() from None
     except graphviz.CalledProcessError as exc:
         detail = (exc.stderr or b"").decode(errors="replace").strip().splitlines()
         raise RenderError(f"dot failed: {detail[0] if detail else exc}") from None
@@ -199,10 +222,13 @@ def _fixed_pdf_dates(pdf: bytes) -> bytes:
 
 def _too_large(count: int, limit: int, collapsible: bool) -> RenderError:
     """`collapsible`: the graph has calls not yet drawn as one box each, so say how to."""
-    collapse = ", draw each function as one box with --collapse-functions," if collapsible else ""
-    return RenderError(f"the picture would have {count} nodes, more than the limit of {limit}; draw a part "
-                       f"with --outputs NAMES or --around NAME --depth K{collapse} or raise --max-nodes, or draw "
-                       f"the whole graph as a page a level at a time: -o graph.html (or uopgrad view)")
+    head = f"the picture would have {count} nodes, more than the limit of {limit}; draw a part with"
+    collapse = ", draw each function as one box with {}," if collapsible else ""
+    python = (f"{head} outputs=[names] or around=name, depth=K{collapse.format('collapse_functions=True')} or "
+              f"raise max_nodes, or draw the whole graph as a page a level at a time: render(graph, 'html')")
+    return RenderError(python, cli=f"{head} --outputs NAMES or --around NAME --depth K"
+                                   f"{collapse.format('--collapse-functions')} or raise --max-nodes, or draw the "
+                                   f"whole graph as a page a level at a time: -o graph.html (or uopgrad view)")
 
 
 def _has_calls(nodes) -> bool:

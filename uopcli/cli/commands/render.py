@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from ..app import CommandFailed, _command, _given, _name_file, _names
+from ..app import _command, _given, _names
 from ..io import _note, _read_graph, _reading, _refuse_binary_terminal, _refuse_writing_read, _write
 
 
@@ -88,20 +88,10 @@ def _html_page(source: str, outputs: str | None, values_path: str | None, *, max
         if given:
             raise click.UsageError(f"{option} is for static pictures; the html page holds every node "
                                    f"(use its search and focus)")
-    from ...core.graph import Graph
-    from ...views.html.page import page_html
-    from ...views.html.values import value_stats
+    from ...views.graphviz import render
     graph, _ = _read_graph(source)
-    names = _names(outputs, "--outputs")
-    if names:
-        missing = [n for n in names if n not in graph.outputs]
-        if missing:
-            raise CommandFailed(_name_file(f"no output named {missing[0]!r}; outputs: "
-                                           f"{', '.join(graph.outputs) or 'none'}"))  # as render's pictures say it
-        graph = Graph({n: graph.outputs[n] for n in dict.fromkeys(names)}, meta=graph.meta)
-    values = value_stats(graph, values_path) if values_path else None
     title = "<stdin>" if source == "-" else os.path.basename(source)
-    return page_html(graph, title=title, values=values).encode()
+    return render(graph, "html", title=title, values=values_path or None, outputs=_names(outputs, "--outputs") or None)
 
 
 @_command("view", short="Open a graph as an interactive page in the browser.", example="""\

@@ -21,7 +21,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 from ...core.uop import UOp
-from ..graphviz import INSTALL_DOT_HINT, LONG_EDGE, RenderError, arg_text, meta_text, type_text
+from ..graphviz import LONG_EDGE, RenderError, arg_text, dot_missing, meta_text, type_text
 from ..graphviz import _children as sources_with_bodies  # sources, and a CALL's backward body
 from .groups import Group, Grouping, is_copied
 
@@ -233,7 +233,7 @@ def run_dot(text: str) -> str:
     try:
         done = subprocess.run(["dot", "-Tplain"], input=text.encode(), capture_output=True, check=False)
     except FileNotFoundError:
-        raise RenderError(INSTALL_DOT_HINT) from None
+        raise dot_missing() from None
     if done.returncode != 0:
         detail = done.stderr.decode(errors="replace").strip().splitlines()
         raise RenderError(f"dot failed: {detail[0] if detail else f'exit status {done.returncode}'}")
