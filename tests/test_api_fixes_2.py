@@ -277,3 +277,84 @@ def test_render_html_refuses_picture_options_and_unknown_outputs():
     with pytest.raises(RenderError, match=r"^unknown format 'jpg'; one of svg, png, pdf, dot, html$"):
         render(graph, "jpg")
 
+
+# ----------------------------------------------------------------------------- 15: float16 statistics in float32
+
+F16 = dtypes.float16
+
+
+def _ulps(ours: np.ndarray, theirs: np.ndarray) -> int:
+    """The largest distance in float16 ulps (same-signed values; nan only where nan)."""
+    assert ours.dtype == np.float16 and np.array_equal(np.isnan(ours), np.isnan(theirs))
+    a, b = (np.where(np.isnan(x), 0, x).astype(np.float16).view(np.int16).astype(np.int64) for x in (ours, theirs))
+    return int(np.abs(a - b).max())
+
+
+def _float16_rows():
+    """Rows whose deviations pass 256 (their float16 squares overflow), modest rows, a
+    constant row, subnormal values, a row with nan and one with inf, all float16."""
+    rng = np.random.default_rng(15)
+    rows = [np.arange(8) * 100 - 350.0, rng.standard_normal(8) * 300, rng.standard_normal(8),
+            np.full(8, -2.5), np.arange(8) * 6e-8, rng.standard_normal(8) * 3e4,
+            [1, 2, np.nan, 4, 5, 6, 7, 8], [1, 2, 3, np.inf, 5, 6, 7, 8]]
+    return np.array(rows).astype(np.float16)
+
+
+@pytest.mark.parametrize("simplify", ["tinygrad", None])
+def test_float16_layernorm_var_std_are_torchs_rounded_once(simplify):
+    torch = pytest.importorskip("torch")
+    values = _float16_rows()
+    h = UOp.param("h", values.shape, F16)
+    graph = Graph({"ln": h.layernorm(), "var": h.var(1), "var0": h.var(1, correction=0), "std": h.std(1),
+                   "all": h[:6].var(), "mean_var": h.var_mean(0)[0]})
+    got = evaluate_graph(graph, {"h": values}, simplify=simplify)
+    assert all(a.dtype == np.float16 for a in got.values())
+    t16, t64 = torch.tensor(values), torch.tensor(values, dtype=torch.float64)
+    with np.errstate(over="ignore"):  # 3e4-sized deviations: a variance past float16's range is inf, as torch's
+        expected = {"ln": (torch.nn.functional.layer_norm(t16, (8,)), torch.nn.functional.layer_norm(t64, (8,))),
+                    "var": (t16.var(1), t64.var(1)), "var0": (t16.var(1, correction=0), t64.var(1, correction=0)),
+                    "std": (t16.std(1), t64.std(1)), "all": (t16[:6].var(), t64[:6].var()),
+                    "mean_var": (t16.var(0), t64.var(0))}
+        for name, (half, double) in expected.items():
+            assert _ulps(got[name], double.numpy().astype(np.float16)) == 0, name  # float64's value, rounded once
+            assert _ulps(got[name], half.numpy()) == 0, name
+    # the repro's row: before, layernorm 0 everywhere and var inf
+    assert got["ln"][0, 0] == np.float16(-1.527) and got["var"][0] == np.float16(60000)
+    assert np.isinf(got["var"][5]) and np.all(got["ln"][3] == 0)
+
+
+def test_float16_layernorm_gradient_through_the_casts_is_torchs():
+    torch = pytest.importorskip("torch")
+    from uopcli import differentiate
+    values = _float16_rows()[[0, 1, 2, 4, 5]]  # finite, not constant (std's slope at 0 is another matter)
+    weights = np.random.default_rng(1).standard_normal(values.shape).astype(np.float16)
+    h, c = UOp.param("h", values.shape, F16), UOp.param("c", values.shape, F16)
+    graph = Graph({"loss": (h.layernorm() * c).sum() + h.std(1).sum() * 1e-3})
+    grad, _ = differentiate(graph, ["h"])
+    got = evaluate_graph(grad, {"h": values, "c": weights})["grad_h"]
+    assert got.dtype == np.float16
+    t64 = torch.tensor(values, dtype=torch.float64, requires_grad=True)
+    ((torch.nn.functional.layer_norm(t64, (8,)) * torch.tensor(weights, dtype=torch.float64)).sum()
+     + t64.std(1).sum() * 1e-3).backward()
+    expected = t64.grad.numpy()
+    # within an ulp of float64's gradient: computed in float32, rounded once (before: 0.0102 off, 27060 ulps)
+    assert _ulps(got, expected.astype(np.float16)) <= 1
+    np.testing.assert_allclose(got, expected, rtol=2 ** -10, atol=2 ** -24)
+    t16 = torch.tensor(values, requires_grad=True)
+    ((torch.nn.functional.layer_norm(t16, (8,)) * torch.tensor(weights)).sum() + t16.std(1).sum() * 1e-3).backward()
+    # torch's own float16 gradient rounds at its steps (74 ulps off float64's on a cancelling element, and its
+    # std backward overflows on the 3e4 row): ours is nowhere farther from float64's than torch's float16 is
+    theirs = t16.grad.numpy().astype(np.float64)
+    ulp = np.spacing(np.abs(got)).astype(np.float64)
+    assert np.all(np.abs(got - expected) <= np.abs(theirs - expected) + ulp)
+
+
+def test_float32_and_float64_statistics_are_the_graphs_they_were():
+    for dtype in (dtypes.float32, dtypes.float64):
+        x = UOp.param("x", (4, 8), dtype)
+        centred = x - x.mean(1, keepdim=True)
+        assert x.var(1) is centred.square().sum(1) / 7
+        assert x.std(1, correction=0) is (centred.square().sum(1) / 8).sqrt()
+        assert x.layernorm() is centred * ((centred * centred).mean(-1, keepdim=True) + 1e-5).rsqrt()
+    ints = UOp.param("i", (4,), dtypes.int32)
+    assert ints.var().dtype == dtypes.float32 and ints.layernorm().dtype == dtypes.float32

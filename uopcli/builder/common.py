@@ -20,6 +20,16 @@ def named_dtype(dtype):
                          f"not a dtype: {dtype!r} (a DType such as dtypes.float32, its name, or a numpy dtype)") from None
 
 
+def in_float32(x, build):
+    """build(x) of a float narrower than float32 (float16) computed in float32 and rounded
+    back once, as torch and tinygrad's CPU compute float16 statistics: in float16 the square
+    of a deviation past 256 overflows (var inf, layernorm 0) and each step rounds. Other
+    dtypes: build(x) as it is. The gradient flows through the two CASTs (in float32 too)."""
+    from ..core.ops import dtypes, least_upper_dtype
+    wide = least_upper_dtype(x.dtype, dtypes.float32)
+    return build(x) if wide == x.dtype else build(x.cast(wide)).cast(x.dtype)
+
+
 def whole(value):
     """numpy's and torch's integer scalars (an axis or index from np.argmax, a 0-d integer
     array or tensor) as the Python int they hold; anything else as it is (bools too: the

@@ -8,7 +8,7 @@ from typing import Sequence
 
 from ..errors import GraphError
 from ..core.ops import dtypes
-from .common import lowest, per_axis
+from .common import in_float32, lowest, per_axis
 from .movement import flat_padding_pairs
 
 REDUCTIONS = ("mean", "sum", "none")
@@ -28,9 +28,12 @@ class NNMixin:
         return out if bias is None else out + bias
 
     def layernorm(self, axis=-1, eps: float = 1e-5):
-        """(x - mean) / √(mean square deviation + eps) over `axis` (no scale or shift)."""
-        centred = self - self.mean(axis, keepdim=True)
-        return centred * ((centred * centred).mean(axis, keepdim=True) + eps).rsqrt()
+        """(x - mean) / √(mean square deviation + eps) over `axis` (no scale or shift); float16
+        computed in float32 and rounded once (common.in_float32), as torch's layer_norm."""
+        def normalised(x):
+            centred = x - x.mean(axis, keepdim=True)
+            return centred * ((centred * centred).mean(axis, keepdim=True) + eps).rsqrt()
+        return in_float32(self, normalised) if self.dtype.is_float else normalised(self)
 
     def batchnorm(self, weight, bias, mean, invstd, axis=1):
         """(x - mean)·weight·invstd + bias, the four shaped along `axis` (an int or a tuple)."""

@@ -22,7 +22,7 @@ import threading
 from typing import NamedTuple, Sequence
 
 from ..builder import COMPOSITES, CreationMixin, ElementwiseMixin, IndexingMixin, MovementMixin, NNMixin, ReduceMixin
-from ..builder.common import named_dtype, reduce_axes, resolve_dim
+from ..builder.common import in_float32, named_dtype, reduce_axes, resolve_dim
 from ..errors import GraphError
 from .ops import CALLS, DType, Ops, dtype_of, dtypes, least_upper_dtype, least_upper_float
 from .promotion import one_axis, wrapped
@@ -284,13 +284,18 @@ class UOp(_Slots, Primitives, ElementwiseMixin, MovementMixin, ReduceMixin, Crea
         return -self if self.dtype.is_float else ~self
 
     def var(self, axis=None, keepdim: bool = False, correction: int = 1) -> "UOp":
-        """The mean square deviation over `axis`, divided by count - correction (at least 0)."""
-        squares = (self._as_float() - self.mean(axis, keepdim=True)).square()
-        count = math.prod(self.shape[a] for a in reduce_axes(axis, len(self.shape)))
-        return squares.sum(axis, keepdim) / max(count - correction, 0)
+        """The mean square deviation over `axis`, divided by count - correction (at least 0);
+        float16 computed in float32 and rounded once (builder.common.in_float32)."""
+        return in_float32(self._as_float(), lambda x: x._var(axis, keepdim, correction))
 
     def std(self, axis=None, keepdim: bool = False, correction: int = 1) -> "UOp":
-        return self.var(axis, keepdim, correction).sqrt()
+        """√var; float16 computed in float32 and rounded once (the root too)."""
+        return in_float32(self._as_float(), lambda x: x._var(axis, keepdim, correction).sqrt())
+
+    def _var(self, axis, keepdim: bool, correction: int) -> "UOp":
+        squares = (self - self.mean(axis, keepdim=True)).square()
+        count = math.prod(self.shape[a] for a in reduce_axes(axis, len(self.shape)))
+        return squares.sum(axis, keepdim) / max(count - correction, 0)
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> "UOp":
         start, end = resolve_dim(start_dim, len(self.shape)), resolve_dim(end_dim, len(self.shape))
