@@ -358,3 +358,23 @@ def test_float32_and_float64_statistics_are_the_graphs_they_were():
         assert x.layernorm() is centred * ((centred * centred).mean(-1, keepdim=True) + 1e-5).rsqrt()
     ints = UOp.param("i", (4,), dtypes.int32)
     assert ints.var().dtype == dtypes.float32 and ints.layernorm().dtype == dtypes.float32
+
+
+# ----------------------------------------------------------------------------- 12.5: inputs by node, as evaluate takes them
+
+def test_evaluate_graph_takes_an_inputs_node_as_evaluate_does():
+    from uopcli import EvaluationError, evaluate
+    x, s = _x(), UOp.param("s", (), F32)
+    graph = Graph({"o": (x * s).sum()})
+    xv, sv = np.float32([1, -0.0, 3e38]), np.float32(2)
+    by_node = evaluate_graph(graph, {x: xv, s: sv}, simplify=None)["o"]
+    (direct,) = evaluate([graph.outputs["o"]], {x: xv, s: sv})
+    assert by_node.tobytes() == direct.tobytes() == evaluate_graph(graph, {"x": xv, "s": sv})["o"].tobytes()
+    assert np.isinf(by_node)  # 3e38 * 2 overflows float32, as in numpy
+    with pytest.raises(EvaluationError, match=r"^input 'x' is given twice \(by its name and by its node\)$"):
+        evaluate_graph(graph, {x: xv, "x": xv, s: sv})
+    other = UOp.param("x", (4,), F32)  # same name, another node: no input of this graph
+    with pytest.raises(EvaluationError, match=r"^unknown input <UOp PARAM float32\[4\] 'x'.*; the graph's inputs: x, s$"):
+        evaluate_graph(graph, {other: np.zeros(4, np.float32)})
+    with pytest.raises(EvaluationError, match=r"^unknown input <UOp MUL"):
+        evaluate_graph(graph, {x * s: xv})

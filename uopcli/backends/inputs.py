@@ -42,15 +42,19 @@ def input_array(what: str, node, value, float_point: bool = False) -> np.ndarray
 
 
 def checked_inputs(graph, inputs: Mapping, float_points: bool = False) -> dict:
-    """{name: plain array} of `inputs`, given by name: a name that is no input of `graph`
-    (likely a typo) and a value that does not fit its input are refused. Inputs left out
-    are not asked for here (evaluate_graph asks for them as it runs). `float_points`: the
+    """{name: plain array} of `inputs`, given by name or by the input's PARAM node (as
+    `evaluate` takes them): a name that is no input of `graph` (likely a typo), an input
+    given twice and a value that does not fit its input are refused. Inputs left out are
+    not asked for here (evaluate_graph asks for them as it runs). `float_points`: the
     checks' points, where a float input takes any float dtype (see input_array)."""
     by_name = {node.arg: node for node in graph.inputs}
     checked = {}
-    for name, value in inputs.items():
+    for key, value in inputs.items():
+        name = key if isinstance(key, str) else getattr(key, "arg", None)
         node = by_name.get(name) if isinstance(name, str) else None
-        if node is None:
-            raise EvaluationError(f"unknown input {name!r}; the graph's inputs: {', '.join(graph.input_names) or 'none'}")
+        if node is None or (key is not name and key is not node):  # a node key: that very input
+            raise EvaluationError(f"unknown input {key!r}; the graph's inputs: {', '.join(graph.input_names) or 'none'}")
+        if name in checked:
+            raise EvaluationError(f"input {name!r} is given twice (by its name and by its node)")
         checked[name] = input_array(f"input {name!r}", node, value, float_points)
     return checked
