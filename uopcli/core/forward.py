@@ -39,7 +39,7 @@ from .gradient import (LN2, GRADIENT_RULES, _add, _bind, _cast, _closed_body, _c
 from .graph import Graph
 from .ops import Ops
 from .uop import Metadata, UOp, made_for, make_shaped
-from .walks import no_gc, node_list, on_a_deep_stack, scope_sources, scope_toposort
+from .walks import no_gc, on_a_deep_stack, scope_sources, scope_toposort, toposort
 
 TANGENT_SCOPE = "∂"  # the scope every tangent node sits under (its forward node's scope below it)
 _CALL_OPS = frozenset({Ops.FUNCTION, Ops.CALL})
@@ -421,12 +421,15 @@ def compute_jvp(roots: UOp | Iterable[UOp], tangents: Mapping[UOp, UOp],
     and transpose: a list of nodes may always be one node), never its rows."""
     roots = _roots(roots, "compute_jvp")
     w = _Walk(batch, {})
+    if not isinstance(tangents, Mapping):
+        raise GradientError(f"tangents are a mapping {{node: its tangent}}, got {_kind(tangents)}")
     for node, t in tangents.items():
         if not isinstance(node, UOp) or node.shape is None or not isinstance(t, UOp):
             raise GradientError(f"a tangent must be given for a value node, as a UOp; got {node!r}: {t!r}")
         if t.shape != w.shape(node) or t.dtype is not node.dtype:
             raise GradientError(f"tangent {t.dtype.name}{list(t.shape or ())} does not fit "
-                                f"{node.dtype.name}{list(w.shape(node))} of {node!r}")
+                                f"{node.dtype.name}{list(w.shape(node))} of {node!r}"
+                                + ("" if batch is None else f" (batch={batch}: a leading axis of {batch} directions)"))
         if not node.dtype.is_float:  # as reverse mode's targets (JAX gives an integer a float0 tangent)
             raise GradientError(f"a tangent is for a floating-point node; {node!r} is {node.dtype.name}")
     with no_gc():
@@ -442,7 +445,7 @@ def _roots(roots, what: str) -> list[UOp]:
     if isinstance(roots, Graph):
         raise GradientError(f"uopcli.{what} takes nodes (roots, {{node: tangent}}), as jax.{what}; for a Graph "
                             f"use uopcli.tools.forward.jvp(graph, wrt) (uopgrad jvp), or pass graph.outputs.values()")
-    return node_list(roots)
+    return _node_list(roots, f"{what}: roots")
 
 
 def _tangents(roots: list[UOp], seeds: dict[UOp, UOp], w: _Walk) -> dict[UOp, UOp]:
@@ -553,12 +556,61 @@ class Linearized(NamedTuple):
 
 def linearize(roots: UOp | Iterable[UOp], targets: UOp | Iterable[UOp], prefix: str = "tangent_") -> Linearized:
     """As jax.linearize: the forward graph and a linear graph of new PARAMs `tangent_<name>`
-    (slot-numbered `<prefix><i>` for unnamed targets)."""
-    roots, targets = _roots(roots, "linearize"), node_list(targets)
-    inputs = [UOp.param(f"{prefix}{t.arg if isinstance(t.arg, str) else i}", t.shape, t.dtype)
+    (`<prefix><i>` for an unnamed target, i its position). A PARAM is its name, shape and
+    dtype (hash-consed), so a name the graph already has would make the "new" input that
+    very node, and one name for two targets one input for both (transpose would count
+    them twice): such a name is numbered as tools/names.py numbers it, `tangent2_x`."""
+    roots, targets = _roots(roots, "linearize"), _targets(targets)
+    taken = {n.arg for n in toposort([*roots, *targets]) if n.op == Ops.PARAM and isinstance(n.arg, str)}
+    inputs = [UOp.param(_fresh(prefix, t.arg if isinstance(t.arg, str) else str(i), taken), t.shape, t.dtype)
               for i, t in enumerate(targets)]
     _, outs = jvp(roots, dict(zip(targets, inputs)))
     return Linearized(roots, inputs, outs, _residuals(outs, set(inputs)))
+
+
+def _targets(targets) -> list[UOp]:
+    """linearize's targets as a list of distinct value nodes (a target given twice would
+    have two tangent inputs and the walk read only the last)."""
+    found = _node_list(targets, "linearize: targets")
+    first: dict[UOp, int] = {}
+    for i, t in enumerate(found):
+        if t.shape is None:
+            raise GradientError(f"linearize: target {i} is {t!r}, not a value")
+        if first.setdefault(t, i) != i:
+            raise GradientError(f"linearize: target {i} is target {first[t]} again: {t!r}")
+    return found
+
+
+def _node_list(nodes, what: str) -> list[UOp]:
+    """node_list, refusing in one line what is not a node (a name or an array would fail
+    deep inside a walk, as an AttributeError)."""
+    if isinstance(nodes, UOp):
+        return [nodes]
+    try:
+        found = None if isinstance(nodes, (str, Graph)) else list(nodes)
+    except TypeError:  # a float, a 0-d array
+        found = None
+    if found is None:
+        raise GradientError(f"{what} are nodes (UOp), one or a list; got {_kind(nodes)}")
+    for i, node in enumerate(found):
+        if not isinstance(node, UOp):
+            raise GradientError(f"{what} are nodes (UOp), one or a list; item {i} is {_kind(node)}")
+    return found
+
+
+def _kind(value) -> str:
+    return f"{type(value).__name__} {value!r:.60}"
+
+
+def _fresh(prefix: str, name: str, taken: set[str]) -> str:
+    """`<prefix><name>`, or where taken `<stem><k>_<name>` for the lowest free k >= 2 (stem:
+    the prefix without its trailing _), added to `taken`: tools/names.fresh's rule, which
+    the core cannot import."""
+    new, stem, k = f"{prefix}{name}", prefix[:-1] if prefix.endswith("_") else prefix, 2
+    while new in taken:
+        new, k = f"{stem}{k}_{name}", k + 1
+    taken.add(new)
+    return new
 
 
 def _residuals(outputs: list[UOp], tangent_inputs: set[UOp]) -> list[UOp]:
@@ -573,18 +625,35 @@ def _residuals(outputs: list[UOp], tangent_inputs: set[UOp]) -> list[UOp]:
 
 
 def transpose(lin: Linearized, cotangents: UOp | Iterable[UOp]) -> list[UOp]:
-    """As jax.linear_transpose: J^T u for cotangents u (one per tangent output), one per
-    tangent input: the reverse of the linear graph (its residuals held as they are)."""
+    """As jax.linear_transpose: J^T u for cotangents u (one per tangent output, of its shape
+    and dtype), one per tangent input: the reverse of the linear graph (its residuals held
+    as they are). A cotangent that does not fit is refused naming it and its output (not
+    the names of the reverse walk that does the work)."""
     from .gradient import compute_gradient
-    cotangents = node_list(cotangents)
-    if len(cotangents) != len(lin.tangent_outputs):
-        raise GradientError(f"transpose: {len(cotangents)} cotangents for {len(lin.tangent_outputs)} outputs")
+    if not isinstance(lin, Linearized):
+        raise GradientError(f"transpose takes what linearize returns (a Linearized), got {_kind(lin)}")
+    cotangents = _node_list(cotangents, "transpose: cotangents")
+    outputs = lin.tangent_outputs
+    if len(cotangents) != len(outputs):
+        raise GradientError(f"transpose: {len(cotangents)} cotangents for {len(outputs)} outputs "
+                            f"(one per tangent output, in the order of linearize's roots)")
+    for i, (u, out) in enumerate(zip(cotangents, outputs)):
+        if u.op == Ops.NOOP and len(outputs) > 1:  # no cotangent (zero), as compute_gradient takes it in a TUPLE
+            continue
+        if u.shape != out.shape or u.dtype is not out.dtype:
+            raise GradientError(f"transpose: cotangent {i} is {_typed(u)}, but tangent output {i} (of root {i}, "
+                                f"{lin.primals[i]!r}) is {_typed(out)}: a cotangent has its tangent output's "
+                                f"shape and dtype")
     if len(cotangents) == 1:
-        root, seed = lin.tangent_outputs[0], cotangents[0]
+        root, seed = outputs[0], cotangents[0]
     else:
-        root, seed = UOp.tuple(*lin.tangent_outputs), UOp.tuple(*cotangents)
+        root, seed = UOp.tuple(*outputs), UOp.tuple(*cotangents)
     grads = compute_gradient(root, seed, lin.tangent_inputs)
     return [grads[t] for t in lin.tangent_inputs]
+
+
+def _typed(node: UOp) -> str:
+    return f"{node.dtype.name}{list(node.shape)}" if node.shape is not None else f"{node.op} (no value)"
 
 
 __all__ = ["FORWARD_RULES", "TANGENT_SCOPE", "Linearized", "compute_jvp", "is_tangent", "jvp", "linearize",
