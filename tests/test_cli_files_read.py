@@ -169,6 +169,46 @@ def test_convert_and_simplify_still_write_in_place(work):
     assert load(work / "m.uop").output_names == ["y"]
 
 
+def test_rerunning_eval_replaces_its_own_outputs_beside_in(work):
+    """`eval h.uop -o h.npz` wrote h's outputs beside h.uop; the same command again was
+    refused (exit 2) as if h.npz were h's weights. An .npz beside IN that holds a value for
+    none of IN's inputs is not the model's values: the rerun replaces it, and its values are
+    still d2/dx2 sum(x x w) = diag(2 w), as torch.func.hessian gives it."""
+    torch = pytest.importorskip("torch")
+    assert uopgrad(work, "hessian", "m.uop", "--wrt", "x", "-o", "h.uop").returncode == 0
+    command = ("eval", "h.uop", "-i", "m.npz", "-i", "x=x.npy", "-o", "h.npz")
+    for _ in range(2):
+        run = uopgrad(work, *command)
+        assert (run.returncode, run.stderr) == (0, b"")
+        with np.load(work / "h.npz") as got:
+            assert list(got) == ["hessian_x_x"]
+            hess = got["hessian_x_x"]
+    w = torch.tensor(np.load(work / "w.npy"), dtype=torch.float64)
+    want = torch.func.hessian(lambda x: (x * x * w).sum())(torch.tensor(np.load(work / "x.npy"), dtype=torch.float64))
+    np.testing.assert_array_equal(hess, want.numpy())
+    # and what is written of h.uop does not call h.npz its values (jvp's note), while m.npz is m.uop's (diff's)
+    run = uopgrad(work, "jvp", "h.uop", "--wrt", "x", "-o", "j.uop")
+    assert (run.returncode, b"h.npz" in run.stderr) == (0, False), run.stderr.decode()
+    run = uopgrad(work, "diff", "m.uop", "--wrt", "x", "-o", "g.uop")
+    assert b"m.npz beside m.uop holds the model's values: evaluate g.uop with -i m.npz" in run.stderr
+
+
+@pytest.mark.parametrize("held", ["values", "no npz"])
+def test_the_file_beside_in_is_kept_when_it_may_be_the_models_values(work, held):
+    """h.npz holding a value of an input of h.uop (w, as convert writes it), or a file that
+    is no .npz (nothing says what it is), stays the model's values: refused, kept."""
+    assert uopgrad(work, "hessian", "m.uop", "--wrt", "x", "-o", "h.uop").returncode == 0
+    if held == "values":
+        shutil.copy(work / "m.npz", work / "h.npz")
+    else:
+        (work / "h.npz").write_bytes(b"version https://git-lfs.github.com/spec/v1\n")
+    before = files(work)
+    refused(uopgrad(work, "eval", "h.uop", "-i", "w=w.npy", "-i", "x=x.npy", "-o", "h.npz"),
+            "-o h.npz is the model's values beside IN h.uop: writing it would replace the file read; give -o "
+            "another file" + usage("eval"))
+    assert files(work) == before
+
+
 # ----------------------------------------------------------------------------- the weights beside OUT
 
 def test_an_out_whose_weights_would_be_itself_is_refused(tmp_path):

@@ -53,6 +53,25 @@ def test_reading_a_graph_records_the_values_beside_it(ctx, tmp_path):
     assert ctx.meta["uopgrad.read"] == [("IN", "m.uop")]
 
 
+def test_the_values_beside_in_are_told_by_the_graph_once_read(ctx, tmp_path):
+    """A readable m.npz is the model's values only if it holds one of m.uop's inputs: not
+    recorded before IN is read; once read, recorded (and an output named on it refused)
+    or, holding none (an earlier eval's outputs), never."""
+    import numpy as np
+    from uopcli import UOp
+    from uopcli.core.graph import Graph
+    graph = Graph({"y": UOp.param("w", (2,)).sum()})
+    np.savez(tmp_path / "m.npz", y=np.zeros(()))
+    io._reading_graph("m.uop")
+    io._writing("m.npz", "-o")
+    io._reading_graph("m.uop", graph)
+    assert ctx.meta["uopgrad.read"] == [("IN", "m.uop")]
+    np.savez(tmp_path / "m.npz", w=np.zeros(2))
+    assert usage_error(io._reading_graph, "m.uop", graph) == \
+        "-o m.npz is the model's values beside IN m.uop: writing it would replace the file read; give -o another file"
+    assert ctx.meta["uopgrad.read"][-1] == ("the model's values beside IN m.uop", "m.npz")
+
+
 def test_nothing_is_recorded_or_refused_without_a_command(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "m.uop").write_bytes(b"m")

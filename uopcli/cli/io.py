@@ -57,7 +57,10 @@ def _read_graph(path: str, remember: bool = True, specs: tuple = (), wrt: list[s
             _refuse_limits_for_onnx()
             return _read_onnx(display, data, specs, wrt, assume_size), None
         _refuse_import_options(display)
-    return loads(data, limits=limits, name=display), data
+    graph = loads(data, limits=limits, name=display)
+    if path != "-":
+        _reading_graph(path, graph)  # the .npz beside it: the model's values, or not (known now)
+    return graph, data
 
 
 _NAMED_FORMS = {".onnx": "onnx", ".uop": "uop", ".json": "uop", ".msgpack": "uop"}
@@ -246,13 +249,14 @@ def _explain_inputs(source: str, graph, specs, use_random: bool, inputs=None) ->
         refuse_random_state(source, missing)
 
 
-def _note_values_beside(source: str, output: str) -> None:
-    """A note when IN is a .uop with IN.npz beside it (the model's values) and OUT a file
-    of another stem: no OUT.npz is written beside OUT, so evaluating it needs -i IN.npz
-    (eval notes that by itself only for the .npz beside the file it evaluates)."""
-    from ..tools.model_inputs import archive_beside
+def _note_values_beside(source: str, output: str, graph) -> None:
+    """A note when IN is a .uop with IN.npz beside it (the model's values, of `graph`'s
+    inputs) and OUT a file of another stem: no OUT.npz is written beside OUT, so evaluating
+    it needs -i IN.npz (eval notes that by itself only for the .npz beside the file it
+    evaluates)."""
+    from ..tools.model_inputs import archive_beside, holds_values_of
     values = archive_beside(source)
-    if values is None or output == "-" or _is_stream(output):
+    if values is None or output == "-" or _is_stream(output) or not holds_values_of(values, graph.input_names):
         return
     if os.path.splitext(os.path.realpath(output))[0] == os.path.splitext(os.path.realpath(source))[0]:
         return  # OUT.npz is IN.npz: eval OUT finds it
@@ -321,8 +325,8 @@ def _refuse_replacing_other_values(beside: str, output: str, weights) -> None:
 # The one policy, for every command: a command never writes over a file it reads, be it -o,
 # --report, or the weights beside OUT. What a command reads is recorded as it is named
 # (_reading): IN and the model's values beside a .uop IN (IN.npz, the only copy of a
-# converted model's weights), -i's files (_check_specs), --values, --constant's .npy
-# (app.py), --map's shards. Each command names its outputs before its work
+# converted model's weights; told once IN is read: _reading_graph), -i's files
+# (_check_specs), --values, --constant's .npy (app.py), --map's shards. Each command names its outputs before its work
 # (_refuse_writing_read), and _write_together checks every file again before writing any,
 # the guard no command can miss. convert and simplify may write IN itself (in_place: the
 # same graph in another form, or smaller), never the other files they read. An empty path
@@ -341,13 +345,23 @@ def _reading(what: str, path: str, option: str) -> None:
             read.append((what, path))
 
 
-def _reading_graph(source: str) -> None:
-    """IN, and the model's values beside a .uop IN (model.npz beside model.uop)."""
-    from ..tools.model_inputs import archive_beside
+def _reading_graph(source: str, graph=None) -> None:
+    """IN, and the model's values beside a .uop IN (model.npz beside model.uop, the only
+    copy of a converted model's weights): an .npz holding a value for one of IN's inputs,
+    or a file that is no .npz (model_inputs.holds_values_of). One that holds none is not
+    (an earlier `eval IN -o IN.npz` wrote IN's outputs there, and running the same command
+    again replaces them); which it is, is known once IN is read (`graph`), and then an
+    output already named on it is refused, as one named after it is."""
+    from ..tools.model_inputs import archive_beside, holds_values_of
     _reading("IN", source, "IN")
     values = archive_beside(source)
-    if values is not None:
-        _reading(f"the model's values beside IN {source}", values, "IN")
+    if values is None or not holds_values_of(values, None if graph is None else graph.input_names):
+        return
+    _reading(f"the model's values beside IN {source}", values, "IN")
+    ctx = click.get_current_context(silent=True)
+    if graph is not None and ctx is not None:
+        for path, (label, option) in ctx.meta.get("uopgrad.written", {}).items():
+            _refuse_read(path, label, option)
 
 
 def _writing(path: str, option: str, label: str | None = None) -> None:

@@ -78,12 +78,32 @@ def given_names(specs: Iterable[str]) -> set[str]:
 
 
 def _members(path: str) -> list[str]:
+    found = _npz_members(path)
+    return [] if found is None else found  # gather_inputs reads it, and says what is wrong
+
+
+def _npz_members(path: str) -> list[str] | None:
+    """The array names of the .npz at `path` (its zip directory alone), None if it is none."""
     import zipfile
     try:
         with zipfile.ZipFile(path) as archive:
             return [n[:-4] for n in archive.namelist() if n.endswith(".npy")]
     except (OSError, zipfile.BadZipFile):
-        return []  # gather_inputs reads it, and says what is wrong
+        return None
+
+
+def holds_values_of(path: str, inputs: Iterable[str] | None) -> bool | None:
+    """Whether `path`, the .npz beside a model (archive_beside), is the model's values: True
+    when it holds a value for one of `inputs` (as save, convert and diff write it), or
+    cannot be read as an .npz to tell (what else it is, nothing says); False when it holds
+    none of them (an earlier `eval IN -o IN.npz` wrote IN's outputs there); None for a
+    readable one without `inputs` (IN not read yet)."""
+    members = _npz_members(path)
+    if members is None:
+        return True
+    if inputs is None:
+        return None
+    return not set(members).isdisjoint(inputs)
 
 
 def missing_inputs(inputs: Sequence[UOp], specs: Iterable[str], defaults: dict | None) -> list[UOp]:

@@ -74,7 +74,7 @@ def diff(source, wrt, of_, cotangent, keep_forward, output, report_path, stats, 
                            list(result.outputs)[len(graph.outputs) if keep_forward else 0:])
     for line in ([renamed] if renamed else []) + report.lines():
         _note(line)
-    _note_values_beside(source, output)
+    _note_values_beside(source, output, graph)
     if stats:
         click.echo(steps.table(), err=True)
 

@@ -71,7 +71,7 @@ def _run(build, source: str, output: str, stats: bool, simplify_: bool, opset, k
         from ...tools.forward import zero_derivatives
         for line in zero_derivatives(graph, wrt if maybe_zero is None else maybe_zero(built), of(graph)):
             _note(line)
-    _note_values_beside(source, output)
+    _note_values_beside(source, output, graph)
     if stats:
         click.echo(steps.table(), err=True)
 
