@@ -156,8 +156,7 @@ class CheckReport:
 
     def lines(self) -> list[str]:
         if not self.forward_finite:
-            return [f"the forward value is not finite at these inputs (L = {self.loss}): no gradient compared",
-                    *self.not_finite, "FAILED: the forward value is not finite"]
+            return not_finite_lines(f"L = {self.loss}", self.not_finite, "gradient")
         width = max([12, *(len(t.name) for t in self.targets)])
         out = [f"{'target':<{width}} {'samples':>7} {'max abs err':>12} {'max rel err':>12}  worst at"]
         out += [_target_line(t, width) for t in self.targets]
@@ -424,6 +423,33 @@ def _size(node: UOp) -> int:
 
 
 # ----------------------------------------------------------------------------- non-finite values
+
+def not_finite_lines(value: str, found: list[str], compared: str) -> list[str]:
+    """The report of every check (`check`, `--transpose`, `--hvp`, `--against`) at a point
+    where the forward value is not finite: that first, where it comes from, nothing compared."""
+    return [f"the forward value is not finite at these inputs ({value}): no {compared} compared", *found,
+            "FAILED: the forward value is not finite"]
+
+
+def forward_not_finite(graph: Graph, of: Sequence[str], values: Mapping) -> tuple[str, list[str]] | None:
+    """(the outputs' values in brief, where the non-finite value comes from) when outputs
+    `of` of `graph` are not finite at `values` in float64, as `check` computes them; None
+    when they are finite. What the forward-mode checks say before comparing anything."""
+    import numpy as np
+    from ..backends.reference import reference_evaluate
+    forward = to_float64(Graph({name: graph.outputs[name] for name in of}, inputs=graph.inputs))
+    feed = {n.arg: np.asarray(values[n.arg], dtype=np.float64) if n.dtype.is_float else values[n.arg]
+            for n in forward.inputs}
+    with np.errstate(all="ignore"):
+        results = [np.asarray(r) for r in reference_evaluate(list(forward.outputs.values()), feed)]
+    bad = [(name, r) for name, r in zip(of, results) if not np.all(np.isfinite(r))]
+    if not bad:
+        return None
+    brief = ", ".join(f"{name} = {float(r)}" if r.ndim == 0 else
+                      f"{name}: {int(np.sum(~np.isfinite(r)))} of {r.size} elements not finite" for name, r in bad)
+    own = {n.arg: np.asarray(values[n.arg]).astype(n.dtype.np, copy=False) for n in graph.inputs}
+    return brief, _forward_nans(graph, [name for name, _ in bad], own)
+
 
 def _forward_nans(graph: Graph, of: list[str], values: Mapping) -> list[str]:
     """Where the forward's non-finite value comes from, in the file's own dtypes."""

@@ -22,6 +22,13 @@ changes the differences, they are taken once more with the DETACH values moving 
 function's own Hessian) and the report says how far H v is from that: a model that
 detaches a value its second derivative needs (tinygrad's BatchNorm detaches the batch mean
 in its variance: the gradient is exact there, the Hessian is not) is told so, not failed.
+
+A check that compared nothing never says ok: a transpose trial whose terms are all 0 (J v
+and J^T u vanish at the point, every ReLU off) compares nothing, and the trials are drawn
+again (TRIALS more at most); an HVP target at a kink, or whose differences are rounding
+noise (tools/forward_differences), is not compared. With nothing compared the verdict is
+"not checked: ... choose another point", exit status 1. A forward value that is not finite
+at the point is reported first, as `check` reports it (tools/check.forward_not_finite).
 """
 
 from __future__ import annotations
@@ -31,15 +38,19 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from ..core.graph import Graph
-from .check import ATOL, RTOL
+from .check import ATOL, RTOL, forward_not_finite, not_finite_lines
 from .check_float64 import freeze_detached, to_float64
-from .check_numeric import KINK_STEP_FACTOR, step_base
+from .check_numeric import step_base
 from .differentiate import differentiate
 from .forward import hvp, jvp
+from .forward_differences import WIDER_STEPS, Along, KinkSites, Target, against_differences, json_float
 from .names import cotangent_names, tangent_names, wrt_and_of
 
 REL_TOL = 1e-10   # the transpose test's tolerance, relative to the sum of |terms|
-TRIALS = 3        # random (u, v) pairs per transpose check
+TRIALS = 3        # random (u, v) pairs per transpose check (as many more drawn where one compares nothing)
+CHOOSE_ANOTHER_POINT = "choose another point (-i, or another --seed)"
+HvpTarget = Target  # one hvp_<name> compared (tools/forward_differences)
+_json = json_float
 
 
 @dataclass
@@ -54,38 +65,62 @@ class TransposeTrial:
     def rel_error(self) -> float:
         return abs(self.jvp_side - self.vjp_side) / max(self.scale, 1e-300)
 
+    @property
+    def compared(self) -> bool:
+        """False when every term is 0: 0 == 0 tells nothing of the rules."""
+        return self.scale != 0
+
 
 @dataclass
 class TransposeReport:
     of: list[str]
     wrt: list[str]
     trials: list[TransposeTrial] = field(default_factory=list)
+    not_finite: tuple[str, list[str]] | None = None  # (the forward value, where it is made) at a trial's point
+
+    @property
+    def compared(self) -> int:
+        return sum(t.compared for t in self.trials)
 
     @property
     def passed(self) -> bool:
-        return all(t.passed for t in self.trials)
+        return self.not_finite is None and self.compared > 0 and all(t.passed for t in self.trials)
 
     def to_dict(self) -> dict:
-        return {"check": "transpose", "of": self.of, "wrt": self.wrt, "passed": self.passed, "rel_tol": REL_TOL,
-                "dtype": "float64", "trials": [{"seed": t.seed, "jvp": _json(t.jvp_side), "vjp": _json(t.vjp_side),
-                                                "rel_error": _json(t.rel_error), "passed": t.passed}
-                                               for t in self.trials]}
+        found = {"check": "transpose", "of": self.of, "wrt": self.wrt, "passed": self.passed, "rel_tol": REL_TOL,
+                 "dtype": "float64", "compared": self.compared,
+                 "trials": [{"seed": t.seed, "jvp": _json(t.jvp_side), "vjp": _json(t.vjp_side),
+                             "rel_error": _json(t.rel_error), "passed": t.passed, "compared": t.compared}
+                            for t in self.trials]}
+        if self.not_finite is not None:
+            found.update(forward_finite=False, not_finite=self.not_finite[1])
+        return found
 
     def lines(self) -> list[str]:
+        if self.not_finite is not None:
+            value, found = self.not_finite
+            return not_finite_lines(f"{value}, seed {self.trials[-1].seed}", found, "inner product")
         out = [f"{'seed':>6} {'<u, J v> (jvp)':>24} {'<J^T u, v> (diff)':>24} {'rel err':>10}"]
         out += [f"{t.seed:>6} {t.jvp_side:>24.16g} {t.vjp_side:>24.16g} {t.rel_error:>10.2e}  "
-                f"{'ok' if t.passed else 'FAILED'}" for t in self.trials]
-        out.append(f"ok: jvp and diff of {', '.join(self.of)} are each other's transpose (float64, rel tol "
-                   f"{REL_TOL:g})" if self.passed else
-                   "FAILED: <u, J v> and <J^T u, v> differ: a forward or reverse rule is wrong")
+                f"{('ok' if t.passed else 'FAILED') if t.compared else 'every term 0: nothing compared'}"
+                for t in self.trials]
+        if not all(t.passed for t in self.trials):
+            out.append("FAILED: <u, J v> and <J^T u, v> differ: a forward or reverse rule is wrong")
+        elif not self.compared:
+            out.append(f"not checked: every term of <u, J v> and <J^T u, v> is 0 at this point (J is 0 there: "
+                       f"every ReLU off, say), nothing compared: {CHOOSE_ANOTHER_POINT}")
+        else:
+            out.append(f"ok: jvp and diff of {', '.join(self.of)} are each other's transpose (float64, rel tol "
+                       f"{REL_TOL:g})")
         return out
 
 
 def check_transpose(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None,
                     inputs: Mapping | None = None, seed: int = 0, trials: int = TRIALS) -> TransposeReport:
     """<u, J v> from the JVP graph against <J^T u, v> from the gradient graph, for `trials`
-    seeded random u and v (inputs not given: seeded random values too), in float64. `inputs`
-    are checked as evaluate_graph checks them (names, shapes, dtypes; any float dtype for a
+    seeded random u and v (inputs not given: seeded random values too), in float64; a
+    trial whose terms are all 0 is drawn again, `trials` more times at most. `inputs` are
+    checked as evaluate_graph checks them (names, shapes, dtypes; any float dtype for a
     float input: the check computes in float64)."""
     import numpy as np
     from ..backends.inputs import checked_inputs
@@ -105,8 +140,8 @@ def check_transpose(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
     tangents_at, grads_at = compile_graph(forward64, simplify=None), compile_graph(backward64, simplify=None)
     result = TransposeReport(of, list(wrt))
     ranges = index_ranges_for(graph.outputs.values(), [n for n in graph.inputs if n.arg not in given])
-    for trial in range(trials):
-        s = seed + trial
+    s = seed
+    while result.compared < trials and len(result.trials) < 2 * trials:
         values = {n.arg: np.asarray(given[n.arg]) if n.arg in given else random_value(n, s, ranges)
                   for n in graph.inputs}
         for node in (*forward64.inputs, *backward64.inputs):  # v: tangent_<x>; u: cotangent_<y>
@@ -123,6 +158,10 @@ def check_transpose(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
         scale = float(sum(np.abs(t).sum() for t in (*jvp_terms, *vjp_terms)))
         passed = math.isfinite(left) and math.isfinite(right) and abs(left - right) <= REL_TOL * scale
         result.trials.append(TransposeTrial(s, left, right, scale, passed))
+        result.not_finite = forward_not_finite(graph, of, values)
+        if result.not_finite is not None or not passed:
+            break  # what is wrong is said: no more trials
+        s += 1
     return result
 
 
@@ -130,20 +169,7 @@ def _for(graph: Graph, values: Mapping) -> dict:
     return {name: values[name] for name in graph.input_names}
 
 
-def _json(x: float):
-    return x if math.isfinite(x) else repr(x)
-
-
 # ----------------------------------------------------------------------------- hvp
-
-@dataclass
-class HvpTarget:
-    name: str
-    max_abs_error: float
-    max_rel_error: float
-    passed: bool
-    kink: bool = False  # the gradient has no derivative at the point along v: not compared
-
 
 @dataclass
 class HvpReport:
@@ -153,32 +179,27 @@ class HvpReport:
     # the same comparison with the DETACH values moving, where holding them changed it:
     # how far H v is from the function's own Hessian (None: no DETACH value moves with --wrt)
     moving: list[HvpTarget] | None = None
+    not_finite: tuple[str, list[str]] | None = None  # (the forward value, where it is made)
 
     @property
     def passed(self) -> bool:
-        return all(t.passed for t in self.targets)
+        return self.not_finite is None and verdict(self.targets) == "ok"
 
     def to_dict(self) -> dict:
         found = {"check": "hvp", "of": [self.of], "seed": self.seed, "passed": self.passed, "rtol": RTOL, "atol": ATOL,
-                 "dtype": "float64", "targets": _targets_json(self.targets)}
+                 "dtype": "float64", "targets": [t.to_dict() for t in self.targets]}
         if self.moving is not None:
-            found["with_detach_moving"] = _targets_json(self.moving)
+            found["with_detach_moving"] = [t.to_dict() for t in self.moving]
+        if self.not_finite is not None:
+            found.update(forward_finite=False, not_finite=self.not_finite[1])
         return found
 
     def lines(self) -> list[str]:
-        width = max([12] + [len(t.name) + 4 for t in self.targets])
-        out = [f"{'hvp of':<{width}} {'max abs err':>12} {'max rel err':>12}"]
-        out += [f"{'hvp_' + t.name:<{width}} {'kink: not compared':>25}" if t.kink else
-                f"{'hvp_' + t.name:<{width}} {t.max_abs_error:>12.3e} {t.max_rel_error:>12.3e}  "
-                f"{'ok' if t.passed else 'FAILED'}" for t in self.targets]
-        failed = [t.name for t in self.targets if not t.passed]
-        out.append(f"FAILED: {', '.join(failed)}" if failed else
-                   f"ok: Hessian-vector products of {self.of} match finite differences of its gradient (float64)")
-        kinks = [t.name for t in self.targets if t.kink]
-        if kinks:
-            out.append(f"note: the gradient jumps at the point along v for hvp_{', hvp_'.join(kinks)} (a relu's or "
-                       f"max's kink: its one-sided differences disagree): no derivative to compare there; another "
-                       f"--seed draws another point and v")
+        if self.not_finite is not None:
+            return not_finite_lines(self.not_finite[0], self.not_finite[1], "Hessian-vector product")
+        out = target_lines("hvp of", [("hvp_" + t.name, t) for t in self.targets])
+        out += verdict_lines(self.targets, "hvp_", f"ok: Hessian-vector products of {self.of} match finite "
+                             f"differences of its gradient (float64)", "the gradient jumps")
         differing = [t for t in self.moving or () if not t.passed]
         if differing:
             worst = max(differing, key=lambda t: t.max_rel_error)
@@ -191,9 +212,50 @@ class HvpReport:
         return out
 
 
-def _targets_json(targets: list[HvpTarget]) -> list[dict]:
-    return [{"target": t.name, "max_abs_error": _json(t.max_abs_error), "max_rel_error": _json(t.max_rel_error),
-             "passed": t.passed, "kink": t.kink} for t in targets]
+def verdict(targets: list[Target]) -> str:
+    """"FAILED" when a target failed, "not checked" when one was too noisy or none was
+    compared (all at kinks), else "ok" (a kink beside compared targets is noted, as `check` does)."""
+    if not all(t.passed or t.noisy for t in targets):
+        return "FAILED"
+    if any(t.noisy for t in targets) or not any(t.compared for t in targets):
+        return "not checked"
+    return "ok"
+
+
+def target_lines(head: str, rows: list[tuple[str, Target]]) -> list[str]:
+    """The table: each target's errors and ok/FAILED, or why it was not compared."""
+    width = max([12] + [len(label) for label, _ in rows])
+    out = [f"{head:<{width}} {'max abs err':>12} {'max rel err':>12}"]
+    for label, t in rows:
+        if t.kink:
+            out.append(f"{label:<{width}} {'kink: not compared':>25}")
+        elif t.noisy:
+            out.append(f"{label:<{width}} {t.max_abs_error:>12.3e} {t.max_rel_error:>12.3e}  too noisy: not compared")
+        else:
+            out.append(f"{label:<{width}} {t.max_abs_error:>12.3e} {t.max_rel_error:>12.3e}  "
+                       f"{'ok' if t.passed else 'FAILED'}")
+    return out
+
+
+def verdict_lines(targets: list[Target], prefix: str, ok: str, jumps: str) -> list[str]:
+    """The verdict line, then a note for each kind of target not compared."""
+    found = verdict(targets)
+    kinks, noisy = [t for t in targets if t.kink], [t for t in targets if t.noisy]
+    if found == "FAILED":
+        out = [f"FAILED: {', '.join(t.name for t in targets if not (t.passed or t.noisy))}"]
+    elif found == "not checked":
+        why = (f"{', '.join(prefix + t.name for t in noisy)}: differences too noisy" if noisy else
+               "every target at a kink")
+        out = [f"not checked: {why}, nothing compared there: {CHOOSE_ANOTHER_POINT}"]
+    else:
+        out = [ok]
+    out += [f"note: {jumps} at the point along v for {prefix}{t.name}, where {t.kink_at} chooses differently on "
+            f"either side (a kink: its one-sided differences disagree): no derivative to compare there; another "
+            f"--seed draws another point and v" for t in kinks]
+    out += [f"note: {prefix}{t.name}: the finite differences do not settle (those at steps h and h/1000 differ by "
+            f"up to {t.noise:.3g}; steps up to {max(WIDER_STEPS):g}h tried): float64 rounding of the graph at "
+            f"this point is larger than any error they could show" for t in noisy]
+    return out
 
 
 def check_hvp(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None, inputs: Mapping | None = None,
@@ -203,32 +265,55 @@ def check_hvp(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None = None,
     seeded random, in float64. `inputs` are checked as evaluate_graph checks them (names,
     shapes, dtypes; any float dtype for a float input: the check computes in float64); the
     ones not given are seeded random."""
-    import numpy as np
     from ..backends.inputs import checked_inputs
     from ..backends.numpy import evaluate_graph
-    from .values import index_ranges_for, random_value
 
     # a non-scalar output weighted as `uopgrad check` weighs it: H of sum(u * y), u the new
     # input cotangent_<y>, seeded random like the other inputs (a scalar is seeded with 1)
     wrt, of = wrt_and_of(wrt, of)
     products = hvp(graph, wrt, of, cotangent="input")
     loss = products.meta["hvp_of"]
+    given = checked_inputs(products, inputs or {}, float_points=True)  # as evaluate_graph checks them
+    values = point(graph, products, given, seed)
+    found = forward_not_finite(graph, [loss], values)
+    if found is not None:
+        return HvpReport(loss, seed, [], not_finite=found)
+    analytic = evaluate_graph(to_float64(products), values, simplify=None)
+    return hvp_against(graph, wrt, loss, {name: analytic[f"hvp_{name}"] for name in wrt}, values, seed)
+
+
+def point(graph: Graph, checked: Graph, given: Mapping, seed: int) -> dict:
+    """{input of `checked`: float64 value}: `given`, else seeded random (the indices a
+    graph's integer inputs take: within their ranges in `graph`)."""
+    import numpy as np
+    from .values import index_ranges_for, random_value
+    ranges = index_ranges_for(graph.outputs.values(), [n for n in checked.inputs if n.arg not in given])
+    values = {n.arg: np.asarray(given[n.arg]) if n.arg in given else random_value(n, seed, ranges)
+              for n in checked.inputs}
+    return {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in values.items()}
+
+
+def hvp_against(graph: Graph, wrt: Sequence[str], loss: str, analytic: Mapping, values: dict,
+                seed: int) -> HvpReport:
+    """{name: H v} `analytic` against central differences of the gradient of output `loss`
+    of `graph` along v = values[tangent_<name>] (its cotangent, a non-scalar's weights:
+    values[cotangent_<loss>]), DETACH values held (and moving, where that changes a verdict)."""
+    import numpy as np
     grads, _ = differentiate(graph, wrt, [loss], cotangent="input")  # its cotangent input is named as hvp's
     tangent = tangent_names(graph, wrt)  # tangent_<x>, or tangent2_<x> where the graph has tangent_<x>
-    products64, grads64 = to_float64(products), to_float64(grads)
-    given = checked_inputs(products, inputs or {}, float_points=True)  # as evaluate_graph checks them
-    ranges = index_ranges_for(graph.outputs.values(), [n for n in products.inputs if n.arg not in given])
-    values = {n.arg: np.asarray(given[n.arg]) if n.arg in given else random_value(n, seed, ranges)
-              for n in products.inputs}
-    values = {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in values.items()}
-    analytic = evaluate_graph(products64, values, simplify=None)
+    grads64 = to_float64(grads)
     # one step for all directions: h scaled to the inputs moved, as check's per-element step
     h = step_base(np.float64) * max([1.0] + [float(np.max(np.abs(values[name]), initial=0.0)) for name in wrt])
+    move = _mover(values, wrt, tangent)
+    sites = KinkSites(graph, [graph.outputs[loss]], wrt, move)
+    keys = {name: f"grad_{name}" for name in wrt}
     held = _detach_held(grads64, values)
-    targets = _against_differences(held, analytic, values, wrt, tangent, h)
-    moving = None if held is grads64 else _against_differences(grads64, analytic, values, wrt, tangent, h)
-    if moving is not None and [t.passed for t in moving] == [t.passed for t in targets]:
-        moving = None  # holding the DETACH values changed no verdict: nothing to tell
+    targets = against_differences(Along(_evaluator(held, move)), analytic, keys, h, sites)
+    moving = None
+    if held is not grads64:
+        moving = against_differences(Along(_evaluator(grads64, move)), analytic, keys, h, sites)
+        if [t.passed for t in moving] == [t.passed for t in targets]:
+            moving = None  # holding the DETACH values changed no verdict: nothing to tell
     return HvpReport(loss, seed, targets, moving)
 
 
@@ -240,63 +325,24 @@ def _detach_held(grads: Graph, values: Mapping) -> Graph:
     return grads if held == roots else Graph(dict(zip(names, held)), grads.inputs, grads.meta)
 
 
-def _against_differences(grads: Graph, analytic: dict, values: dict, wrt: Sequence[str], tangent: dict,
-                         h: float) -> list[HvpTarget]:
-    """Each hvp_<name> of `analytic` against (g(x + h v) - g(x - h v)) / 2h of `grads`. Where
-    that fails, as `check` does: against the same with a step KINK_STEP_FACTOR times smaller
-    (a relu's or max's kink within the first step, where the gradient jumps); and where that
-    fails too, while the one-sided differences disagree with each other and H v lies
-    between them, the gradient has no derivative at x along v: a kink, not compared."""
-    import numpy as np
-    at = _gradients_along(grads, values, wrt, tangent)
-    plus, minus = at(h), at(-h)
-    small = h * KINK_STEP_FACTOR
-    closer = center = None
-    targets = []
-    for name in wrt:
-        a, g = np.asarray(analytic[f"hvp_{name}"]), f"grad_{name}"
-        target = _compared(name, a, (plus[g] - minus[g]) / (2 * h))
-        if not target.passed:
-            closer = closer or (at(small), at(-small))
-            retried = _compared(name, a, (closer[0][g] - closer[1][g]) / (2 * small))
-            if retried.passed:
-                target = retried
-            else:
-                center = center or at(0.0)
-                down, up = (center[g] - closer[1][g]) / small, (closer[0][g] - center[g]) / small
-                if not _compared(name, down, up).passed and _between(a, down, up):
-                    target = HvpTarget(name, math.nan, math.nan, True, kink=True)
-        targets.append(target)
-    return targets
+def _mover(values: dict, wrt: Sequence[str], tangent: Mapping):
+    """t -> every value, the `wrt` inputs moved by t along their tangents."""
+    def move(t: float) -> dict:
+        moved = dict(values)
+        for name in wrt:
+            moved[name] = values[name] + t * values[tangent[name]]
+        return moved
+    return move
 
 
-def _gradients_along(grads: Graph, values: dict, wrt: Sequence[str], tangent: dict):
-    """t -> {output: the gradient graph's value at x + t v} (reference evaluator)."""
+def _evaluator(graph: Graph, move):
+    """t -> {output: value of `graph` at move(t)} (reference evaluator)."""
     import numpy as np
     from ..backends.reference import reference_evaluate_graph
 
     def at(t: float) -> dict:
-        feed = {n.arg: values[n.arg] for n in grads.inputs}
-        for name in wrt:
-            feed[name] = values[name] + t * values[tangent[name]]
+        feed = move(t)
         with np.errstate(all="ignore"):
-            return {k: np.asarray(v) for k, v in reference_evaluate_graph(grads, feed).items()}
+            found = reference_evaluate_graph(graph, {n.arg: feed[n.arg] for n in graph.inputs})
+        return {k: np.asarray(v) for k, v in found.items()}
     return at
-
-
-def _compared(name: str, a, numeric) -> HvpTarget:
-    """`a` against `numeric` elementwise, with `check`'s tolerances (a nan fails)."""
-    import numpy as np
-    err = np.abs(a - numeric)
-    bound = ATOL * max(1.0, float(np.max(np.abs(a), initial=0.0))) + RTOL * np.maximum(np.abs(a), np.abs(numeric))
-    passed = bool(np.all(err <= bound))  # False with a NaN anywhere
-    rel = err / np.maximum(np.maximum(np.abs(a), np.abs(numeric)), 1e-300)
-    return HvpTarget(name, float(np.max(err, initial=0.0)), float(np.max(rel, initial=0.0)), passed)
-
-
-def _between(a, down, up) -> bool:
-    """Whether every element of `a` lies between the one-sided differences (to check's
-    absolute tolerance): the derivative a subgradient-like rule may give at a kink."""
-    import numpy as np
-    slack = ATOL * max(1.0, float(np.max(np.abs(a), initial=0.0)))
-    return bool(np.all((np.minimum(down, up) - slack <= a) & (a <= np.maximum(down, up) + slack)))
