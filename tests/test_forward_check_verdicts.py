@@ -6,11 +6,14 @@ as plain `check` does, that the forward value is not finite, naming the node."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
+from click.testing import CliRunner
 
 from uopcli import UOp, dtypes
+from uopcli.cli import main
 from uopcli.core.forward import FORWARD_RULES, _made
 from uopcli.core.graph import Graph
 from uopcli.core.ops import Ops
@@ -128,3 +131,39 @@ def test_a_forward_value_that_is_not_finite_is_said_first_as_check_says_it():
         assert lines[0].startswith("the forward value is not finite at these inputs (loss = nan")
         assert first_inf in lines and "rule is wrong" not in "\n".join(lines)
         assert report.to_dict()["forward_finite"] is False
+
+
+
+def _check(*args, cwd):
+    """`uopgrad check ARGS` in process (CliRunner: no interpreter start), run in `cwd`."""
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return CliRunner().invoke(main, ["check", *map(str, args)])
+    finally:
+        os.chdir(old)
+
+
+def test_cli_forward_checks_that_compared_nothing_exit_1(tmp_path):
+    """Repros 03 and 04 as the user ran them: exit 0 and "ok" before; now exit 1 and the
+    one-line verdict saying to choose another point."""
+    done = _check(SAMPLES / "logreg.uop", "--wrt", "b", "--hvp", "-i", "b=25", cwd=tmp_path)
+    assert done.exit_code == 1 and "kink" not in done.output, done.output
+    assert done.output.splitlines()[-2].startswith("not checked: hvp_b: differences too noisy")
+    for name, value in DEAD.items():
+        np.save(tmp_path / f"{name}.npy", value)
+    done = _check(SAMPLES / "mlp.uop", "--wrt", "w1", "--transpose", "-i", "x=x.npy", "-i", "b1=b1.npy", cwd=tmp_path)
+    assert done.exit_code == 1 and done.output.splitlines()[-1].startswith("not checked: every term"), done.output
+
+
+def test_cli_forward_checks_say_the_forward_value_is_not_finite_as_check_does(tmp_path):
+    """Repro 02: the three checks end alike, naming the LOG2 node that made the inf."""
+    np.save(tmp_path / "w.npy", _huge_weights()["w"])
+    ends = []
+    for flags in ([], ["--transpose"], ["--hvp"]):
+        done = _check(SAMPLES / "logreg.uop", "--wrt", "w,b", "-i", "w=w.npy", *flags, cwd=tmp_path)
+        assert done.exit_code == 1, done.output
+        lines = done.output.splitlines()
+        ends.append((lines[-1], [line for line in lines if "first inf" in line]))
+    assert ends[0] == ends[1] == ends[2] and ends[0][0] == "FAILED: the forward value is not finite"
+    assert "LOG2 float32[32]" in ends[0][1][0]

@@ -171,7 +171,7 @@ def _evaluate_on_tinygrad(graph, inputs: dict, device: str | None, simplify: str
   uopgrad check model.uop --wrt w1,w2 -i model.npz
   uopgrad check model.uop --wrt x -i x=x.npy --samples 50 --seed 3 --json""")
 @click.argument("source", metavar="IN")
-@click.option("--wrt", required=True, metavar="NAMES", help="Inputs whose gradients are checked.")
+@click.option("--wrt", metavar="NAMES", help="Inputs whose gradients are checked (required but with --against).")
 @click.option("--of", "of_", metavar="NAMES", help="Outputs to differentiate (default: the only one).")
 @click.option("-i", "--input", "specs", multiple=True, metavar="NAME=VALUE", callback=_check_specs,
               help="An input's value (as for eval; a bare data.npz gives every input its member); inputs not "
@@ -188,7 +188,9 @@ def _evaluate_on_tinygrad(graph, inputs: dict, device: str | None, simplify: str
 @click.option("--transpose", is_flag=True, help="Forward mode: <u, J v> from jvp against <J^T u, v> from diff.")
 @click.option("--hvp", is_flag=True, help="Forward mode: hvp against finite differences of the gradient "
               "(not with --transpose: one check a run).")
-def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal, transpose, hvp):
+@click.option("--against", metavar="FILE", help="Check FILE, a jvp, hvp, jacobian or hessian file written from IN, "
+              "against finite differences of IN (its meta says what it is, of what, along what).")
+def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal, transpose, hvp, against):
     """Differentiate IN, evaluate the gradients in float64 and compare them with central
     finite differences: along --directions random directions through every target at once
     (<grad, v> against (L(x+hv) - L(x-hv))/2h), and on up to --samples elements per target.
@@ -200,6 +202,11 @@ def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal, 
     1e-6*max(...); a target whose gradient is too small beside |L| for its elements to show
     an error is also compared along a direction of its own. A forward value that is not finite is reported first, and a gradient that
     is not finite names the node that made it. Exit status 1 when anything fails.
+
+    --hvp and --transpose check forward mode's rules; --against FILE checks a file that jvp,
+    hvp, jacobian or hessian wrote from IN against finite differences of IN (--wrt and --of
+    from FILE's meta). None of them says ok having compared nothing (a kink, differences
+    too noisy, every term 0): "not checked ... choose another point", exit status 1.
     """
     from ...tools.check import check_gradients, planned_evaluations
     from ...tools.index_range import check_index_values
@@ -207,11 +214,17 @@ def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal, 
     if samples == 0 and directions == 0:
         raise click.UsageError("--samples 0 and --directions 0 compare nothing: give one of them more")
     ignored = [f"--{name}" for name in ("samples", "directions", "literal") if _given(name)]
-    if ignored and (hvp or transpose):  # they shape the finite-difference check of the gradient
+    mode = "--hvp" if hvp else "--transpose" if transpose else "--against" if against else None
+    if ignored and mode:  # they shape the finite-difference check of the gradient
         raise click.UsageError(f"{' and '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} for check's "
-                               f"gradient comparison, not --{'hvp' if hvp else 'transpose'}")
-    if transpose and hvp:  # two reports of different kinds: one check a run (forward_check)
-        raise click.UsageError("give one of --hvp and --transpose: each is a check of its own (run check twice)")
+                               f"gradient comparison, not {mode}")
+    modes = [flag for flag, given in (("--hvp", hvp), ("--transpose", transpose), ("--against", against)) if given]
+    if len(modes) > 1:  # reports of different kinds: one check a run
+        raise click.UsageError(f"give one of {' and '.join(modes)}: each is a check of its own (run check twice)")
+    if against:
+        return _check_against(source, against, wrt, of_, specs, seed, as_json)
+    if wrt is None:
+        raise click.UsageError("Missing option '--wrt' (only --against FILE takes it from FILE's meta).")
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
     graph, _ = _read_graph(source, specs=specs, wrt=wrt_names)
     _explain_inputs(source, graph, specs, True)
@@ -224,6 +237,32 @@ def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal, 
     with _progress_bar(total, "finite differences") as bar:
         report = check_gradients(graph, wrt_names, of_names or None, given, seed, samples, progress=bar.update,
                                  simplify="exact" if literal else "tinygrad", directions=directions)
+    if as_json:
+        import json
+        click.echo(json.dumps(report.to_dict()))
+    else:
+        click.echo("\n".join(report.lines()))
+    return 0 if report.passed else EXIT_FAILURE
+
+
+def _check_against(source, against, wrt, of_, specs, seed, as_json) -> int:
+    """`check IN --against FILE` (tools/file_check.py): FILE's meta says what to compare;
+    --wrt and --of, when given, must say the same."""
+    from ...tools.file_check import check_file, written_as
+    from ...tools.index_range import check_index_values
+    from ...tools.values import gather_inputs
+    model, _ = _read_graph(source, specs=specs)
+    written, _ = _read_graph(against, remember=False)
+    click.get_current_context().meta["uopgrad.file"] = against  # what is refused from here on is FILE
+    kind, of, along = written_as(written, against)
+    for option, text, said in (("--wrt", wrt, along), ("--of", of_, of)):
+        if text is not None and _names(text, option) != said:
+            raise click.UsageError(f"{option} {text} is not what {against} is of: its meta says "
+                                   f"{kind}_{option[2:]}={','.join(said)}")
+    _explain_inputs(source, model, specs, True)
+    given = gather_inputs(written.inputs, specs, seed, defaults=_onnx_weights(), roots=model.outputs.values())
+    check_index_values(model, {k: v for k, v in given.items() if k in model.input_names})
+    report = check_file(model, written, given, seed, file=against)
     if as_json:
         import json
         click.echo(json.dumps(report.to_dict()))
