@@ -80,6 +80,18 @@ def test_a_written_file_passes_and_a_planted_wrong_one_fails(kind):
     assert not any(t.kink or t.noisy for _, t in wrong.rows)
 
 
+def test_a_jvp_file_of_a_float32_model_with_a_detach():
+    """softmax with its max detached, in float32 (as samples/attention.uop): the model is
+    checked in float64 with the DETACH value held (a jvp gives it a zero tangent); the
+    held value was once computed from float64 values on the float32 graph, refused."""
+    x = UOp.param("x", (2, 3), dtypes.float32)
+    e = (x - x.max(1, keepdim=True).detach()).exp()
+    model = Graph({"p": e / e.sum(1, keepdim=True)}, inputs=[x])
+    written = forward.jvp(model, ["x"])
+    assert check_file(model, written, seed=1).passed
+    assert not check_file(model, _planted(written, "jvp_p", lambda o: o * 1.001), seed=1).passed
+
+
 def test_the_file_is_evaluated_at_the_point_and_direction_given():
     """-i values of the file's tangents are the direction used: a file wrong by 1e-3 times
     tangent_x passes along tangent_x = 0 (given) and fails along a random one."""

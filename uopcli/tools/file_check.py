@@ -226,8 +226,8 @@ def _jvp_against(model: Graph, of: Sequence[str], wrt: Sequence[str], analytic: 
     values held (a jvp gives a DETACH a zero tangent)."""
     import numpy as np
     from ..backends.reference import reference_evaluate
-    roots = freeze_detached([model.outputs[o] for o in of], {n.arg: values[n.arg] for n in model.inputs})
-    forward = to_float64(Graph(dict(zip(of, roots)), inputs=model.inputs))
+    forward = to_float64(Graph({o: model.outputs[o] for o in of}, inputs=model.inputs))
+    held = freeze_detached(list(forward.outputs.values()), {n.arg: values[n.arg] for n in forward.inputs})
     h = step_base(np.float64) * max([1.0] + [float(np.max(np.abs(values[name]), initial=0.0)) for name in wrt])
 
     def move(t: float) -> dict:
@@ -239,7 +239,7 @@ def _jvp_against(model: Graph, of: Sequence[str], wrt: Sequence[str], analytic: 
     def at(t: float) -> dict:
         feed = move(t)
         with np.errstate(all="ignore"):
-            results = reference_evaluate(list(forward.outputs.values()), {n.arg: feed[n.arg] for n in forward.inputs})
+            results = reference_evaluate(held, {n.arg: feed[n.arg] for n in forward.inputs})
         return {o: np.asarray(r, dtype=np.float64) for o, r in zip(of, results)}
     sites = KinkSites(model, [model.outputs[o] for o in of], wrt, move)
     return against_differences(Along(at), analytic, {o: o for o in of}, h, sites)
