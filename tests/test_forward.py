@@ -696,8 +696,8 @@ def test_check_hvp_calls_a_kink_at_the_point_not_compared_and_says_so():
     assert target.kink_at.startswith("%2 CMPLT bool[3] (relu, at test_forward.py:")
     lines = report.lines()
     assert lines[1].split() == ["hvp_w", "kink:", "not", "compared"]
-    assert lines[-2] == ("not checked: every target at a kink, nothing compared there: choose another point (-i, or "
-                         "another --seed)")
+    assert lines[-2] == ("not checked: every target at a kink, nothing compared there: choose another point or "
+                         "direction (-i, or another --seed)")
     assert lines[-1].startswith(f"note: the gradient jumps at the point along v for hvp_w, where {target.kink_at} "
                                 f"chooses differently on either side (a kink")
     assert report.to_dict()["targets"][0]["kink"] is True and report.to_dict()["passed"] is False

@@ -178,3 +178,31 @@ def test_cli_check_against_a_planted_hvp_file(tmp_path):
     assert done.stderr.startswith("uopgrad: error: good.uop: its meta says it is along 'w', and the model has no such")
     done = _run("check", logreg, "--against", "good.uop", "--hvp", cwd=tmp_path)
     assert done.exit_code == 2 and "give one of --hvp and --against: each is a check of its own" in done.stderr
+
+
+def test_a_direction_of_zeros_compares_nothing():
+    """Tangents given as 0: H 0 = 0 against differences of 0 is no comparison, whatever the
+    file holds (a file wrong by a multiple of v passed): not checked, for check --hvp too."""
+    model = _model()
+    zeros = {"tangent_x": np.zeros(3), "tangent_w": np.zeros(3)}
+    written = forward.hvp(model, ["x", "w"], ["loss"])
+    report = check_file(model, _planted(written, "hvp_w", lambda o: o * 2.0), inputs=zeros)
+    assert not report.passed and all(t.still for _, t in report.rows)
+    assert report.lines()[1].split()[1:] == ["v", "is", "0:", "not", "compared"]
+    assert report.lines()[-1].startswith("not checked: the direction v is 0 (every tangent given is 0)")
+    from uopcli.tools.forward_check import check_hvp
+    assert not check_hvp(model, ["x", "w"], ["loss"], inputs=zeros).passed
+    assert not check_file(model, forward.jvp(model, ["x"]), inputs={"tangent_x": np.zeros(3)}).passed
+    assert check_file(model, written, inputs={"tangent_x": np.zeros(3)}).passed  # w still moves
+
+
+def test_a_jvp_of_an_hvp_file_is_checked_as_the_jvp_it_is():
+    """d3.uop = jvp of hvp.uop keeps hvp.uop's meta (hvp_of) beside its own jvp_of: the kind
+    the model's meta says alike is the model's, so FILE is the jvp (it was refused as two
+    kinds at once)."""
+    model = forward.hvp(_model(), ["x"], ["loss"])
+    third = forward.jvp(model, ["x"])
+    assert set(third.meta) >= {"hvp_of", "jvp_of"}
+    report = check_file(model, third, seed=2)
+    assert report.passed and report.kind == "jvp" and report.rows[0][0] == "jvp_hvp_x"
+    assert not check_file(model, _planted(third, "jvp_hvp_x", lambda o: o * 1.001), seed=2).passed

@@ -93,7 +93,7 @@ def test_check_transpose_with_every_term_zero_is_not_ok(monkeypatch):
     lines = report.lines()
     assert all(line.endswith("every term 0: nothing compared") for line in lines[1:-1])
     assert lines[-1].startswith("not checked: every term of <u, J v> and <J^T u, v> is 0 at this point")
-    assert lines[-1].endswith("choose another point (-i, or another --seed)")
+    assert lines[-1].endswith("choose another point or direction (-i, or another --seed)")
     assert report.to_dict()["compared"] == 0 and report.to_dict()["passed"] is False
     assert check_transpose(graph, ["w1"]).passed
     _drop_one_half_of_mul(monkeypatch)

@@ -33,7 +33,7 @@ from .check import ATOL, RTOL, forward_not_finite, not_finite_lines
 from .check_float64 import freeze_detached, to_float64
 from .check_numeric import step_base
 from .forward_check import hvp_against, point, target_lines, verdict, verdict_lines
-from .forward_differences import Along, KinkSites, Target, against_differences
+from .forward_differences import Along, KinkSites, Target, against_differences, standing_still
 from .names import cotangent_names, fresh, tangent_names
 
 KINDS = ("jvp", "hvp", "jacobian", "hessian")  # meta <kind>_of and <kind>_wrt say which
@@ -72,10 +72,12 @@ class FileReport:
         return out
 
 
-def written_as(written: Graph, file: str) -> tuple[str, list[str], list[str]]:
-    """(kind, of, wrt) from FILE's meta; refused when it says none."""
-    meta = written.meta or {}
-    kinds = [kind for kind in KINDS if f"{kind}_of" in meta and f"{kind}_wrt" in meta]
+def written_as(written: Graph, file: str, model: Graph | None = None) -> tuple[str, list[str], list[str]]:
+    """(kind, of, wrt) from FILE's meta; refused when it says none. A kind the model's meta
+    says too, alike, is the model's own (a jvp of an hvp file keeps hvp_of): not FILE's."""
+    meta, inherited = written.meta or {}, (model.meta or {}) if model is not None else {}
+    kinds = [kind for kind in KINDS if f"{kind}_of" in meta and f"{kind}_wrt" in meta
+             and any(meta[key] != inherited.get(key) for key in (f"{kind}_of", f"{kind}_wrt"))]
     if len(kinds) > 1:
         raise EvaluationError(f"{file}: its meta says it is {' and '.join(kinds)} at once "
                               f"({', '.join(kind + '_of' for kind in kinds)}): not a file one uopgrad command wrote")
@@ -95,7 +97,7 @@ def check_file(model: Graph, written: Graph, inputs: Mapping | None = None, seed
     import numpy as np
     from ..backends.inputs import checked_inputs
     from ..backends.numpy import evaluate_graph
-    kind, of, wrt = written_as(written, file)
+    kind, of, wrt = written_as(written, file, model)
     expected_outputs, extra = _expected(model, written, kind, of, wrt, file)
     _match(model, written, extra, expected_outputs, file)
     given = checked_inputs(written, inputs or {}, float_points=True)
@@ -241,5 +243,8 @@ def _jvp_against(model: Graph, of: Sequence[str], wrt: Sequence[str], analytic: 
         with np.errstate(all="ignore"):
             results = reference_evaluate(held, {n.arg: feed[n.arg] for n in forward.inputs})
         return {o: np.asarray(r, dtype=np.float64) for o, r in zip(of, results)}
+    still = standing_still(list(analytic), [values[tangent[name]] for name in wrt])
+    if still is not None:
+        return still
     sites = KinkSites(model, [model.outputs[o] for o in of], wrt, move)
     return against_differences(Along(at), analytic, {o: o for o in of}, h, sites)

@@ -43,12 +43,13 @@ from .check_float64 import freeze_detached, to_float64
 from .check_numeric import step_base
 from .differentiate import differentiate
 from .forward import hvp, jvp
-from .forward_differences import WIDER_STEPS, Along, KinkSites, Target, against_differences, json_float
+from .forward_differences import (WIDER_STEPS, Along, KinkSites, Target, against_differences, json_float,
+                                  standing_still)
 from .names import cotangent_names, tangent_names, wrt_and_of
 
 REL_TOL = 1e-10   # the transpose test's tolerance, relative to the sum of |terms|
 TRIALS = 3        # random (u, v) pairs per transpose check (as many more drawn where one compares nothing)
-CHOOSE_ANOTHER_POINT = "choose another point (-i, or another --seed)"
+CHOOSE_ANOTHER_POINT = "choose another point or direction (-i, or another --seed)"
 HvpTarget = Target  # one hvp_<name> compared (tools/forward_differences)
 _json = json_float
 
@@ -229,6 +230,8 @@ def target_lines(head: str, rows: list[tuple[str, Target]]) -> list[str]:
     for label, t in rows:
         if t.kink:
             out.append(f"{label:<{width}} {'kink: not compared':>25}")
+        elif t.still:
+            out.append(f"{label:<{width}} {'v is 0: not compared':>25}")
         elif t.noisy:
             out.append(f"{label:<{width}} {t.max_abs_error:>12.3e} {t.max_rel_error:>12.3e}  too noisy: not compared")
         else:
@@ -244,8 +247,12 @@ def verdict_lines(targets: list[Target], prefix: str, ok: str, jumps: str) -> li
     if found == "FAILED":
         out = [f"FAILED: {', '.join(t.name for t in targets if not (t.passed or t.noisy))}"]
     elif found == "not checked":
-        why = (f"{', '.join(prefix + t.name for t in noisy)}: differences too noisy" if noisy else
-               "every target at a kink")
+        if noisy:
+            why = f"{', '.join(prefix + t.name for t in noisy)}: differences too noisy"
+        elif all(t.still for t in targets):
+            why = "the direction v is 0 (every tangent given is 0)"
+        else:
+            why = "every target at a kink"
         out = [f"not checked: {why}, nothing compared there: {CHOOSE_ANOTHER_POINT}"]
     else:
         out = [ok]
@@ -306,6 +313,9 @@ def hvp_against(graph: Graph, wrt: Sequence[str], loss: str, analytic: Mapping, 
     h = step_base(np.float64) * max([1.0] + [float(np.max(np.abs(values[name]), initial=0.0)) for name in wrt])
     move = _mover(values, wrt, tangent)
     sites = KinkSites(graph, [graph.outputs[loss]], wrt, move)
+    still = standing_still(list(analytic), [values[tangent[name]] for name in wrt])
+    if still is not None:
+        return HvpReport(loss, seed, still)
     keys = {name: f"grad_{name}" for name in wrt}
     held = _detach_held(grads64, values)
     targets = against_differences(Along(_evaluator(held, move)), analytic, keys, h, sites)

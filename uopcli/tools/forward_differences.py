@@ -43,10 +43,11 @@ class Target:
     kink_at: str = ""       # the node that chooses differently on the two sides of the point
     noisy: bool = False     # rounding noise hides any error the tolerance promises: not compared
     noise: float = 0.0      # where noisy: how far the differences at h and h/1000 are apart
+    still: bool = False     # the direction v is 0: f(x + h v) = f(x - h v), nothing compared
 
     @property
     def compared(self) -> bool:
-        return not (self.kink or self.noisy)
+        return not (self.kink or self.noisy or self.still)
 
     def to_dict(self) -> dict:
         found = {"target": self.name, "max_abs_error": json_float(self.max_abs_error),
@@ -55,7 +56,18 @@ class Target:
             found["kink_at"] = self.kink_at
         if self.noisy:
             found.update(noisy=True, noise=json_float(self.noise))
+        if self.still:
+            found["direction_zero"] = True
         return found
+
+
+def standing_still(labels, directions) -> list[Target] | None:
+    """Targets "not compared" when every direction is 0 (tangents given as 0): 0 against 0
+    tells nothing; else None."""
+    import numpy as np
+    if any(np.any(np.asarray(v) != 0) for v in directions):
+        return None
+    return [Target(label, 0.0, 0.0, True, still=True) for label in labels]
 
 
 def json_float(x: float):

@@ -254,7 +254,7 @@ def _check_against(source, against, wrt, of_, specs, seed, as_json) -> int:
     model, _ = _read_graph(source, specs=specs)
     written, _ = _read_graph(against, remember=False)
     click.get_current_context().meta["uopgrad.file"] = against  # what is refused from here on is FILE
-    kind, of, along = written_as(written, against)
+    kind, of, along = written_as(written, against, model)
     for option, text, said in (("--wrt", wrt, along), ("--of", of_, of)):
         if text is not None and _names(text, option) != said:
             raise click.UsageError(f"{option} {text} is not what {against} is of: its meta says "
