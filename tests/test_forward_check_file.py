@@ -78,6 +78,10 @@ def test_a_written_file_passes_and_a_planted_wrong_one_fails(kind):
     wrong = check_file(model, _planted(written, name, change), seed=3, file="f.uop")
     assert not wrong.passed and wrong.lines()[-1].startswith("FAILED: "), wrong.lines()
     assert not any(t.kink or t.noisy for _, t in wrong.rows)
+    if kind in ("jacobian", "hessian"):  # every column of a 3-element input alone: the planted one is named
+        failed = [label for label, t in wrong.rows if not t.passed]
+        assert f"{name}[..., 1]" in failed and not any(label.startswith(name + "[") and label != f"{name}[..., 1]"
+                                                       for label in failed), failed
 
 
 def test_a_jvp_file_of_a_float32_model_with_a_detach():

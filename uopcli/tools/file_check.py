@@ -14,9 +14,10 @@ named as it names them. Anything else is refused in one line naming FILE.
 At the point (inputs given, else seeded random, as `check` draws them) and a seeded random
 direction v (the file's tangent inputs; for a matrix, a direction drawn as they are):
 - jvp:      FILE's jvp_<y>                  against (y(x + h v) - y(x - h v)) / 2h of MODEL;
-- jacobian: FILE's jacobian_<y>_<x> . v     against the same (every column at once);
+- jacobian: FILE's jacobian_<y>_<x> . v     against the same (every column at once), then
+            COLUMNS columns of each input (all of a smaller one) along their basis directions;
 - hvp:      FILE's hvp_<x>                  against differences of MODEL's gradient along v;
-- hessian:  sum over b of hessian_<a>_<b> . v_b, against the same;
+- hessian:  sum over b of hessian_<a>_<b> . v_b, against the same, then columns likewise;
 with `check --hvp`'s comparison (tools/forward_differences: kinks named, noise told apart,
 never ok with nothing compared) and its exit status.
 """
@@ -37,6 +38,7 @@ from .forward_differences import Along, KinkSites, Target, against_differences, 
 from .names import cotangent_names, fresh, tangent_names
 
 KINDS = ("jvp", "hvp", "jacobian", "hessian")  # meta <kind>_of and <kind>_wrt say which
+COLUMNS = 4  # a matrix's columns compared one at a time, per input (all of a smaller one)
 
 
 @dataclass
@@ -122,13 +124,48 @@ def check_file(model: Graph, written: Graph, inputs: Mapping | None = None, seed
         cotangent = cotangent_names(model, of)[of[0]]
         if model.outputs[of[0]].shape != () and cotangent not in values:  # written with --cotangent ones
             values[cotangent] = np.ones(model.outputs[of[0]].shape)
-        targets = hvp_against(model, wrt, of[0], analytic, values, seed).targets
-        labels = expected_outputs if kind == "hvp" else [f"hessian_{name}_* . v" for name in wrt]
-    else:
-        targets = _jvp_against(model, of, wrt, analytic, values, tangent)
-        labels = expected_outputs if kind == "jvp" else [f"jacobian_{o}_* . v" for o in of]
-    report.rows = list(zip(labels, targets))
+    compare = _comparison(model, kind, of, wrt, values, tangent, seed)
+    labels = (expected_outputs if kind in ("hvp", "jvp") else
+              [f"{kind}_{name}_* . v" for name in (wrt if kind == "hessian" else of)])
+    report.rows = list(zip(labels, compare(analytic, values)))
+    if kind in ("jacobian", "hessian"):
+        keys = of if kind == "jacobian" else wrt  # what each row of blocks is of
+        report.rows += _columns(found, expected_outputs, keys, wrt, values, tangent, seed, compare)
     return report
+
+
+def _comparison(model: Graph, kind: str, of: list[str], wrt: list[str], values: dict, tangent: dict, seed: int):
+    """(analytic, values) -> targets: against differences of the gradient (hvp, hessian) or
+    of the outputs (jvp, jacobian) along values' tangents."""
+    if kind in ("hvp", "hessian"):
+        return lambda analytic, at: hvp_against(model, wrt, of[0], analytic, at, seed).targets
+    return lambda analytic, at: _jvp_against(model, of, wrt, analytic, at, tangent)
+
+
+def _columns(found: dict, blocks: list[str], keys: list[str], wrt: list[str], values: dict, tangent: dict, seed: int,
+             compare) -> list[tuple[str, Target]]:
+    """A matrix's columns one at a time, each against differences along its basis direction:
+    all of an input with at most COLUMNS elements, else COLUMNS of them (seeded), which
+    names the column at fault, as a random v (every column at once) cannot."""
+    import numpy as np
+    rows = [blocks[k * len(wrt):(k + 1) * len(wrt)] for k in range(len(keys))]  # row-major, as written
+    rng = np.random.default_rng([seed, 3])
+    found_rows = []
+    for i, name in enumerate(wrt):
+        size = int(np.prod(values[name].shape, dtype=np.int64))
+        picks = range(size) if size <= COLUMNS else sorted(rng.choice(size, COLUMNS, replace=False).tolist())
+        for flat in picks:
+            index = np.unravel_index(flat, values[name].shape)
+            at = {**values, **{tangent[x]: np.zeros_like(values[tangent[x]]) for x in wrt}}
+            basis = np.zeros(values[name].shape)
+            basis[index] = 1.0
+            at[tangent[name]] = basis
+            columns = {key: np.asarray(found[row[i]])[(Ellipsis, *index)] for key, row in zip(keys, rows)}
+            at_index = f"[..., {','.join(map(str, index))}]" if index else ""  # a scalar input's one column: all of it
+            shown = [row[i] + at_index for row in rows]
+            found_rows += list(zip(shown, compare(columns, at)))
+    return found_rows
+
 
 
 def _split(text: str) -> list[str]:
