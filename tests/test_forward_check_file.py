@@ -147,6 +147,9 @@ def test_a_file_at_a_noisy_point_is_not_checked():
     report = check_file(model, forward.hvp(model, ["b"]), inputs={"b": np.float32(25.0)})
     assert not report.passed and report.rows[0][1].noisy
     assert report.lines()[-2].startswith("not checked: hvp_b: differences too noisy")
+    nan = check_file(model, _planted(forward.hvp(model, ["b"]), "hvp_b", lambda o: o * float("nan")),
+                     inputs={"b": np.float32(25.0)})  # a nan is wrong wherever it is, noise or not
+    assert nan.lines()[-1] == "FAILED: hvp_b" and not nan.rows[0][1].noisy
 
 
 def _run(*args, cwd):

@@ -33,7 +33,7 @@ from ..errors import EvaluationError
 from .check import ATOL, RTOL, forward_not_finite, not_finite_lines
 from .check_float64 import freeze_detached, to_float64
 from .check_numeric import step_base
-from .forward_check import hvp_against, point, target_lines, verdict, verdict_lines
+from .forward_check import hvp_against, mover, point, target_lines, verdict, verdict_lines
 from .forward_differences import Along, KinkSites, Target, against_differences, standing_still
 from .names import cotangent_names, fresh, tangent_names
 
@@ -268,12 +268,7 @@ def _jvp_against(model: Graph, of: Sequence[str], wrt: Sequence[str], analytic: 
     forward = to_float64(Graph({o: model.outputs[o] for o in of}, inputs=model.inputs))
     held = freeze_detached(list(forward.outputs.values()), {n.arg: values[n.arg] for n in forward.inputs})
     h = step_base(np.float64) * max([1.0] + [float(np.max(np.abs(values[name]), initial=0.0)) for name in wrt])
-
-    def move(t: float) -> dict:
-        moved = dict(values)
-        for name in wrt:
-            moved[name] = values[name] + t * values[tangent[name]]
-        return moved
+    move = mover(values, wrt, tangent)
 
     def at(t: float) -> dict:
         feed = move(t)

@@ -160,8 +160,8 @@ def check_transpose(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
         passed = math.isfinite(left) and math.isfinite(right) and abs(left - right) <= REL_TOL * scale
         result.trials.append(TransposeTrial(s, left, right, scale, passed))
         result.not_finite = forward_not_finite(graph, of, values)
-        if result.not_finite is not None or not passed:
-            break  # what is wrong is said: no more trials
+        if result.not_finite is not None:
+            break  # the forward value is what is wrong: said first, no more trials
         s += 1
     return result
 
@@ -311,11 +311,11 @@ def hvp_against(graph: Graph, wrt: Sequence[str], loss: str, analytic: Mapping, 
     grads64 = to_float64(grads)
     # one step for all directions: h scaled to the inputs moved, as check's per-element step
     h = step_base(np.float64) * max([1.0] + [float(np.max(np.abs(values[name]), initial=0.0)) for name in wrt])
-    move = _mover(values, wrt, tangent)
-    sites = KinkSites(graph, [graph.outputs[loss]], wrt, move)
     still = standing_still(list(analytic), [values[tangent[name]] for name in wrt])
     if still is not None:
         return HvpReport(loss, seed, still)
+    move = mover(values, wrt, tangent)
+    sites = KinkSites(graph, [graph.outputs[loss]], wrt, move)
     keys = {name: f"grad_{name}" for name in wrt}
     held = _detach_held(grads64, values)
     targets = against_differences(Along(_evaluator(held, move)), analytic, keys, h, sites)
@@ -335,7 +335,7 @@ def _detach_held(grads: Graph, values: Mapping) -> Graph:
     return grads if held == roots else Graph(dict(zip(names, held)), grads.inputs, grads.meta)
 
 
-def _mover(values: dict, wrt: Sequence[str], tangent: Mapping):
+def mover(values: dict, wrt: Sequence[str], tangent: Mapping):
     """t -> every value, the `wrt` inputs moved by t along their tangents."""
     def move(t: float) -> dict:
         moved = dict(values)

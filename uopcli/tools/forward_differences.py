@@ -100,6 +100,7 @@ def against_differences(along: Along, analytic: Mapping, keys: Mapping, h: float
 
 
 def _retried(along: Along, label: str, a, key: str, h: float, first: Target, sites: "KinkSites") -> Target:
+    import numpy as np
     small = h * KINK_STEP_FACTOR
     closer = compared(label, a, _central(along, key, small))
     if closer.passed:  # a kink within the first step only
@@ -116,7 +117,8 @@ def _retried(along: Along, label: str, a, key: str, h: float, first: Target, sit
             return wider
     at_h, at_small = _central(along, key, h), _central(along, key, small)
     settled = compared(label, at_h, at_small)
-    if not settled.passed and math.isfinite(settled.max_abs_error) and not sites.flipped(-h, h):
+    finite = math.isfinite(settled.max_abs_error) and bool(np.all(np.isfinite(a)))  # a nan H v is wrong, not noise
+    if not settled.passed and finite and not sites.flipped(-h, h):
         # a smooth f's differences at h and h/1000 agree to rounding; rounding noise's
         # grow 1000 times: the reference itself is noise, and cannot judge the value
         return Target(label, first.max_abs_error, first.max_rel_error, False, noisy=True,
