@@ -169,7 +169,8 @@ def _evaluate_on_tinygrad(graph, inputs: dict, device: str | None, simplify: str
 
 @_command("check", short="Compare gradients with finite differences (exit 1 on failure).", example="""\
   uopgrad check model.uop --wrt w1,w2 -i model.npz
-  uopgrad check model.uop --wrt x -i x=x.npy --samples 50 --seed 3 --json""")
+  uopgrad check model.uop --wrt x -i x=x.npy --samples 50 --seed 3 --json
+  uopgrad check model.uop --against hvp.uop -i model.npz""")
 @click.argument("source", metavar="IN")
 @click.option("--wrt", metavar="NAMES", help="Inputs whose gradients are checked (required but with --against).")
 @click.option("--of", "of_", metavar="NAMES", help="Outputs to differentiate (default: the only one).")
