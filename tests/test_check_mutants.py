@@ -86,8 +86,9 @@ def test_a_direction_fails_past_its_tighter_relative_bound():
     t = bad.targets[0]
     assert not t.passed and t.samples == 0 and t.direction is not None and not t.direction.passed
     assert t.direction.rel_error == pytest.approx(3e-6, rel=1e-3)
-    # the point; each failing direction (two, then w alone): central, closer, one-sided
-    assert bad.evaluations == 1 + 3 * (2 + 2 + 2)
+    # the point; each failing direction (two, then w alone): central, closer, one-sided, then
+    # the wider steps 10h and 100h (noise is told from a wrong value: forward_differences)
+    assert bad.evaluations == 1 + 3 * (2 + 2 + 2 + 2 + 2)
     ok = check_gradients(square(W, factor=1 + 3e-7), ["w"], inputs=AT, samples=0)
     assert ok.passed and all(d.passed and d.rel_error == pytest.approx(3e-7, rel=1e-3) for d in ok.directions)
     assert ok.evaluations == 5 and ok.targets[0].direction is None
@@ -177,28 +178,37 @@ def test_a_kink_within_the_step_is_retried_closer_and_the_closer_difference_repo
 
 def test_at_a_kink_a_subgradient_is_not_compared_and_a_gradient_outside_fails():
     """|x| at 0: central differences 0, one-sided -1 and 1. A gradient 0 agrees with the central
-    difference; another in [-1, 1] is a kink (not compared); 2, outside, is wrong and fails."""
+    difference; another in [-1, 1] is a kink (not compared: with nothing else compared, "not
+    checked", never ok); 2, outside, is wrong and fails (after the wider steps 10h, 100h)."""
     x = UOp.param("x", (1,))
     at = {"x": np.zeros(1)}
     for given, kink in [(0.5, True), (0.999, True), (-0.999, True), (1.01, False), (-1.5, False)]:
         graph = Graph({"loss": UOp.trace_call("a", lambda v: v.abs(), lambda v, g: (g * 0.0 + given,), x)[0].sum()})
         report = check_gradients(graph, ["x"], inputs=at, directions=0)
         t = report.targets[0]
-        assert (t.kinks, t.samples, report.passed) == ((1, 0, True) if kink else (0, 1, False)), given
-        assert report.evaluations == 1 + 2 + 2 + 2
+        assert (t.kinks, t.samples, report.verdict) == ((1, 0, "not checked") if kink else (0, 1, "FAILED")), given
+        assert report.evaluations == 1 + 2 + 2 + 2 + (0 if kink else 2 + 2)
+        assert not report.passed
         if not kink:
             assert t.analytic == given and t.numeric == pytest.approx(0.0, abs=1e-9)
 
 
 def test_every_element_at_a_kink_reports_nothing_compared():
-    """relu·3 at 0: central difference 1.5, one-sided 0 and 3, its gradient there 0: a kink each."""
+    """relu·3 at 0: central difference 1.5, one-sided 0 and 3, its gradient there 0: a kink each,
+    at the relu's comparison. Nothing compared: "not checked", exit 1 (it said ok)."""
     x = UOp.param("x", (2,))
     report = check_gradients(Graph({"loss": (x.relu() * 3.0).sum()}), ["x"], inputs={"x": np.zeros(2)},
                              directions=0)
     t = report.targets[0]
-    assert report.passed and (t.samples, t.kinks, t.max_abs_error, t.max_rel_error, t.worst_index) == (0, 2, 0.0, 0.0, ())
+    assert (t.samples, t.kinks, t.max_abs_error, t.max_rel_error, t.worst_index) == (0, 2, 0.0, 0.0, ())
+    assert not report.passed and report.verdict == "not checked" and report.to_dict()["verdict"] == "not checked"
     assert math.isnan(t.analytic) and math.isnan(t.numeric)
-    assert "note: x: 2 sampled elements at a kink (the one-sided differences disagree), not compared" in report.lines()
+    lines = report.lines()
+    assert lines[1].endswith("(no element compared: at a kink)  not compared")
+    assert (f"note: x: 2 sampled elements at a kink (the one-sided differences disagree; {t.kink_at} chooses "
+            "differently on either side), not compared") in lines and "CMPLT" in t.kink_at
+    assert lines[-1] == ("not checked: every element and direction at a kink, nothing compared there: choose "
+                         "another point or direction (-i, or another --seed)")
 
 
 # ----------------------------------------------------------------------------- report, errors
@@ -297,7 +307,7 @@ def test_the_json_of_a_non_finite_gradient_spells_its_infinities():
     direction = {"targets": 1, "analytic": "-inf", "numeric": "nan", "rel_error": "inf", "passed": False,
                  "kink": False}
     assert report.to_dict() == {
-        "of": ["loss"], "seed": 0, "passed": False, "rtol": 1e-4, "atol": 1e-6, "dtype": "float64",
+        "of": ["loss"], "seed": 0, "passed": False, "verdict": "FAILED", "rtol": 1e-4, "atol": 1e-6, "dtype": "float64",
         "evaluators": {"analytic": "numpy", "numeric": "reference"}, "simplified": "tinygrad", "loss": 3.0,
         "step": "h = 6.06e-06 · max(1, |x|) (float64: eps^(1/3))", "forward_finite": True, "evaluations": 11,
         "directions": [direction, direction],
@@ -329,13 +339,16 @@ def test_the_json_of_a_passing_check_with_a_limit_a_kink_and_a_note():
     v = np.random.default_rng([0, 1]).standard_normal(2)
     v = v / np.linalg.norm(v) * np.array([1.0, 2.0])
     assert direction == {"targets": 1, "analytic": pytest.approx(3 * (0.5 * v[0] + v[1]), rel=1e-12),
-                         "numeric": "nan", "rel_error": 0.0, "passed": True, "kink": True}
-    assert "directions: 1 random direction through every target, rel err kink  ok" in report.lines()
-    assert "note: x: 1 sampled element at a kink (the one-sided differences disagree), not compared" in report.lines()
+                         "numeric": "nan", "rel_error": 0.0, "passed": True, "kink": True,
+                         "kink_at": "CMPNE inside the body of %26 CALL void[]"}
+    assert "directions: 1 random direction through every target, rel err kink  not compared" in report.lines()
+    assert ("note: x: 1 sampled element at a kink (the one-sided differences disagree; CMPNE inside the body of "
+            "%26 CALL void[] chooses differently on either side), not compared") in report.lines()
     assert d["simplified"] == "no" and d["passed"] is True and "limited" not in d and "not_finite" not in d
     assert d["targets"] == [{"target": "x", "samples": 1, "max_abs_error": report.targets[0].max_abs_error,
                              "max_rel_error": report.targets[0].max_rel_error, "worst_index": [1], "analytic": 3.0,
-                             "numeric": report.targets[0].numeric, "passed": True, "kinks": 1}]
+                             "numeric": report.targets[0].numeric, "passed": True, "kinks": 1,
+                             "kink_at": "CMPNE inside the body of %26 CALL void[]"}]
     assert report.targets[0].numeric == pytest.approx(3.0, rel=1e-9)
     assert report.lines()[-2] == ("evaluators: analytic by the numpy evaluator on the gradient graph as written, finite "
                                   "differences by the reference evaluator (op by op)")

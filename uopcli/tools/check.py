@@ -36,8 +36,12 @@ How, and why so:
   sum of many terms: a small target's error must show); a NaN anywhere fails.
 - A kink (relu's 0, max's tie) within h of the point spoils a difference, not the
   gradient: a failure is tried again with a step 1000 times smaller; when even then the
-  one-sided differences disagree (by more than their rounding), L has no derivative
-  there: not compared, counted.
+  one-sided differences disagree (by more than their rounding) and a node that can make a
+  kink chooses differently on either side (forward_differences.KinkSites, as the forward
+  checks find theirs), L has no derivative there: not compared, counted, the node named.
+  Differences that do not settle (h against h/1000, wider steps tried) with no such node
+  flipping are rounding noise: "too noisy", not compared. A check with anything too noisy,
+  or that compared nothing, is "not checked" (exit 1), never ok (CheckReport.verdict).
 - Non-finite values say where they come from: a forward value that is not finite at the
   point is reported first (no gradient is compared), with the node that made it; a
   gradient that is not finite names the node of the gradient graph that made it (tools/nans).
@@ -50,7 +54,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from .check_float64 import freeze_detached, to_float64
-from .check_numeric import (Loss, agree, allocate_samples, difference, direction_move, element_move,
+from .check_numeric import (WIDER_STEPS, Loss, agree, allocate_samples, difference, direction_move, element_move,
                             evaluation_work, inner, random_direction, step_base, step_text)
 from .differentiate import differentiate
 from ..errors import EvaluationError
@@ -78,6 +82,7 @@ BLIND = 1e3
 SAMPLES = 16                # elements a target, by default, while they cost little
 NAMING_SAMPLES = 4          # elements compared at least in a target that fails a direction
 PAIR_BUDGET = 2e9           # element operations the default element samples may cost in all
+CHOOSE_ANOTHER_POINT = "choose another point or direction (-i, or another --seed)"
 
 
 @dataclass
@@ -88,6 +93,12 @@ class DirectionCheck:
     passed: bool
     kink: bool = False
     own: bool = False  # a target's own direction (BLIND), not its part of one through every target
+    kink_at: str = ""  # the node that chooses differently on either side (a kink)
+    noisy: bool = False  # the differences do not settle: not compared
+
+    @property
+    def compared(self) -> bool:
+        return not (self.kink or self.noisy)
 
     @property
     def rel_error(self) -> float:
@@ -99,7 +110,8 @@ class DirectionCheck:
     def to_dict(self) -> dict:
         return {"targets": len(self.targets), "analytic": _json_float(self.analytic),
                 "numeric": _json_float(self.numeric), "rel_error": _json_float(self.rel_error),
-                "passed": self.passed, "kink": self.kink, **({"own": True} if self.own else {})}
+                "passed": self.passed, "kink": self.kink, **({"kink_at": self.kink_at} if self.kink_at else {}),
+                **({"noisy": True} if self.noisy else {}), **({"own": True} if self.own else {})}
 
 
 @dataclass
@@ -114,6 +126,9 @@ class TargetCheck:
     passed: bool
     note: str = ""               # why a failure may be by design (a CALL's own backward body)
     kinks: int = 0               # sampled elements where L has no derivative (not compared)
+    kink_at: str = ""            # the node the first of them chooses differently at
+    noisy: int = 0               # sampled elements whose differences are rounding noise (not compared)
+    noise: float = 0.0           # the largest gap of their differences at h and h/1000
     direction: DirectionCheck | None = None  # this target alone along a failed direction
 
     def to_dict(self) -> dict:
@@ -121,6 +136,10 @@ class TargetCheck:
                "max_rel_error": _json_float(self.max_rel_error), "worst_index": list(self.worst_index),
                "analytic": _json_float(self.analytic), "numeric": _json_float(self.numeric), "passed": self.passed,
                "kinks": self.kinks}
+        if self.kink_at:
+            out["kink_at"] = self.kink_at
+        if self.noisy:
+            out.update(noisy=self.noisy, noise=_json_float(self.noise))
         if self.direction is not None:
             out["direction"] = self.direction.to_dict()
         return {**out, **({"note": self.note} if self.note else {})}
@@ -142,10 +161,33 @@ class CheckReport:
 
     @property
     def passed(self) -> bool:
-        return self.forward_finite and all(t.passed for t in self.targets) and all(d.passed for d in self.directions)
+        return self.verdict == "ok"
+
+    @property
+    def verdict(self) -> str:
+        """"FAILED" when anything compared failed (or the forward value is not finite), "not
+        checked" when anything was too noisy or nothing was compared (every element and
+        direction at a kink), else "ok", as the forward checks decide (forward_check.verdict)."""
+        if not (self.forward_finite and all(t.passed for t in self.targets) and all(d.passed for d in self.directions)):
+            return "FAILED"
+        if self._noisy() or not self._compared_any():
+            return "not checked"
+        return "ok"
+
+    def _noisy(self) -> list[str]:
+        return ([t.name for t in self.targets if t.noisy or (t.direction is not None and t.direction.noisy)]
+                + (["a direction through every target"] if any(d.noisy for d in self.directions) else []))
+
+    def _compared_any(self) -> bool:
+        """Whether any element or direction was compared (or there was none to compare: every
+        target empty)."""
+        moved = [t for t in self.targets if t.samples or t.kinks or t.noisy or t.direction is not None]
+        return (not moved and not self.directions) or any(t.samples for t in self.targets) or any(
+            d.compared for d in self.directions)
 
     def to_dict(self) -> dict:
-        return {"of": self.of, "seed": self.seed, "passed": self.passed, "rtol": RTOL, "atol": ATOL,
+        return {"of": self.of, "seed": self.seed, "passed": self.passed, "verdict": self.verdict, "rtol": RTOL,
+                "atol": ATOL,
                 "dtype": "float64", "evaluators": {"analytic": ANALYTIC_EVALUATOR, "numeric": NUMERIC_EVALUATOR},
                 "simplified": self.simplify or "no", "loss": _json_float(self.loss), "step": self.step,
                 "forward_finite": self.forward_finite, "evaluations": self.evaluations,
@@ -161,34 +203,67 @@ class CheckReport:
         out = [f"{'target':<{width}} {'samples':>7} {'max abs err':>12} {'max rel err':>12}  worst at"]
         out += [_target_line(t, width) for t in self.targets]
         if self.directions:
-            errors = " / ".join("kink" if d.kink else f"{d.rel_error:.2e}" for d in self.directions)
-            ok = all(d.passed for d in self.directions)
+            errors = " / ".join(_direction_error(d) for d in self.directions)
             out.append(f"directions: {counted(len(self.directions), 'random direction')} through every target, "
-                       f"rel err {errors}  {'ok' if ok else 'FAILED'}")
+                       f"rel err {errors}  {_status(self.directions)}")
         out.append(f"step: {self.step}")
         out += [f"note: {t.name}: {t.note}" for t in self.targets if t.note]
         out += [f"note: {t.name}: {counted(t.kinks, 'sampled element')} at a kink (the one-sided differences "
-                f"disagree), not compared" for t in self.targets if t.kinks]
+                f"disagree; {t.kink_at} chooses differently on either side), not compared"
+                for t in self.targets if t.kinks]
+        out += [f"note: {t.name}: {counted(t.noisy, 'sampled element')} too noisy: not compared (the finite "
+                f"differences do not settle: those at steps h and h/1000 differ by up to {t.noise:.3g}; steps up "
+                f"to {max(WIDER_STEPS):g}h tried): float64 rounding of the graph at this point is larger than any "
+                f"error they could show" for t in self.targets if t.noisy]
+        sites = [d.kink_at for d in (*self.directions, *(t.direction for t in self.targets if t.direction))
+                 if d.kink_at]
+        out += [f"note: a direction at a kink, where {sites[0]} chooses differently on either side: not compared"
+                ] if sites else []
         out += [f"note: {self.limited}"] if self.limited else []
         out += self.not_finite
         out.append(f"evaluators: analytic by the {ANALYTIC_EVALUATOR} evaluator on the gradient graph "
                    f"{_HOW_EVALUATED[self.simplify]}, finite differences by the {NUMERIC_EVALUATOR} evaluator (op by op)")
-        failed = [t.name for t in self.targets if not t.passed]
-        if not failed and not self.passed:
-            failed = ["a direction through every target"]
-        out.append(f"FAILED: {', '.join(failed)}" if failed else
-                   f"ok: gradients of {', '.join(self.of)} match finite differences (float64)")
+        verdict = self.verdict
+        if verdict == "FAILED":
+            failed = [t.name for t in self.targets if not t.passed] or ["a direction through every target"]
+            out.append(f"FAILED: {', '.join(failed)}")
+        elif verdict == "not checked":
+            noisy = self._noisy()
+            why = f"{', '.join(noisy)}: differences too noisy" if noisy else "every element and direction at a kink"
+            out.append(not_checked_line(why))
+        else:
+            out.append(f"ok: gradients of {', '.join(self.of)} match finite differences (float64)")
         return out
 
 
+def _status(compared: list) -> str:
+    """FAILED, ok, or "not compared" (every one at a kink or too noisy)."""
+    if not all(c.passed for c in compared):
+        return "FAILED"
+    return "ok" if any(c.compared for c in compared) else "not compared"
+
+
+def _direction_error(d: DirectionCheck) -> str:
+    return "kink" if d.kink else "too noisy" if d.noisy else f"{d.rel_error:.2e}"
+
+
+def not_checked_line(why: str) -> str:
+    """The verdict of every check (`check`, `--transpose`, `--hvp`, `--against`) that
+    compared nothing, or too little to say ok: why, and what to do."""
+    return f"not checked: {why}, nothing compared there: {CHOOSE_ANOTHER_POINT}"
+
+
 def _target_line(t: TargetCheck, width: int) -> str:
-    verdict = "ok" if t.passed else "FAILED"
+    skipped = not t.samples and (t.kinks or t.noisy) and not (t.direction and t.direction.compared)
+    verdict = "FAILED" if not t.passed else "not compared" if skipped else "ok"
     along = ""
     if t.direction is not None:
-        error = "kink" if t.direction.kink else f"rel err {t.direction.rel_error:.2e}"
+        error = _direction_error(t.direction) if not t.direction.compared else f"rel err {t.direction.rel_error:.2e}"
         along = f"  alone along {'a direction of its own' if t.direction.own else 'the direction'}: {error}"
     if not t.samples:
-        return f"{t.name:<{width}} {0:>7} {'-':>12} {'-':>12}  (no element compared: the directions only){along}  {verdict}"
+        why = ("the directions only" if not (t.kinks or t.noisy) else
+               ", ".join(part for part in (t.kinks and "at a kink", t.noisy and "too noisy") if part))
+        return f"{t.name:<{width}} {0:>7} {'-':>12} {'-':>12}  (no element compared: {why}){along}  {verdict}"
     where = "[" + ",".join(map(str, t.worst_index)) + "]"
     return (f"{t.name:<{width}} {t.samples:>7} {t.max_abs_error:>12.3e} {t.max_rel_error:>12.3e}  "
             f"{where} analytic {t.analytic:.6g} numeric {t.numeric:.6g}{along}  {verdict}")
@@ -252,7 +327,9 @@ def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
     cotangent = cotangent_names(graph, of)  # cotangent_<y>, or cotangent2_<y> where the graph has that input
     cotangents = [values64.get(cotangent[name], 1.0) for name in of]
     targets = list(report.wrt)
-    loss = Loss(outputs, cotangents, values64, targets, progress)
+    from .forward_differences import KinkSites  # (it reads this module's tolerances)
+    sites = KinkSites(graph, [graph.outputs[name] for name in of], targets, feed=None)
+    loss = Loss(outputs, cotangents, values64, targets, progress, sites)
     h = step_base(np.float64)
     result = CheckReport(of, seed, loss.base, [], simplify, step=step_text(np.float64))
     if not math.isfinite(loss.base):
@@ -335,9 +412,11 @@ def _alone_where_elements_are_blind(loss: Loss, gradients: dict, feed: dict, tar
 def _along(loss: Loss, gradients: dict, feed: dict, v: dict, h: float, scale: float,
            own: bool = False) -> DirectionCheck:
     analytic, _ = inner(gradients, v)
-    found = difference(loss, direction_move(feed, v), analytic, scale, DIRECTION_RTOL, h)
-    passed = found.kink or agree(analytic, found.numeric, scale, DIRECTION_RTOL)
-    return DirectionCheck(list(v), analytic, found.numeric, passed, found.kink, own)
+    move = direction_move(feed, v)
+    settle = (ATOL * max(1.0, abs(loss.base)), RTOL)  # noise: not settled to an element's tolerance
+    found = difference(loss, move, analytic, scale, DIRECTION_RTOL, h, settle)
+    passed = not found.compared or agree(analytic, found.numeric, scale, DIRECTION_RTOL)
+    return DirectionCheck(list(v), analytic, found.numeric, passed, found.kink, own, found.kink_at, found.noisy)
 
 
 def _allocation(sizes: dict, samples: int | None, outputs: list, attributed: dict) -> tuple[dict, str]:
@@ -390,14 +469,18 @@ def _check_target(name, analytic, feed, loss, scale, rng, count: int, h: float) 
         return TargetCheck(name, 0, 0.0, 0.0, (), math.nan if x.size else 0.0, math.nan if x.size else 0.0, True)
     picks = np.arange(x.size) if x.size <= count else np.sort(rng.choice(x.size, count, replace=False))
     worst = (-1.0, (), math.nan, math.nan)  # relative error, index, analytic, numeric
-    max_abs, passed, kinks = 0.0, True, 0
+    max_abs, passed, kinks, noisy, noise, kink_at = 0.0, True, 0, 0, 0.0, ""
     for flat in picks:
         index = tuple(int(i) for i in np.unravel_index(int(flat), x.shape))
         a = float(analytic[index])
         step = h * max(1.0, abs(float(x[index]))) if math.isfinite(float(x[index])) else h
-        found = difference(loss, element_move(feed, name, index), a, scale, RTOL, step)
+        move = element_move(feed, name, index)
+        found = difference(loss, move, a, scale, RTOL, step)
         if found.kink:
-            kinks += 1
+            kinks, kink_at = kinks + 1, kink_at or found.kink_at
+            continue
+        if found.noisy:
+            noisy, noise = noisy + 1, max(noise, found.noise)
             continue
         numeric = found.numeric
         ok = agree(a, numeric, scale, RTOL)
@@ -409,10 +492,10 @@ def _check_target(name, analytic, feed, loss, scale, rng, count: int, h: float) 
         max_abs = max(max_abs, abs_err)
         if rel_err > worst[0]:
             worst = (rel_err, index, a, numeric)
-    if worst[0] < 0:  # every sample at a kink
+    if worst[0] < 0:  # every sample at a kink or too noisy
         worst = (0.0, (), math.nan, math.nan)
-    return TargetCheck(name, len(picks) - kinks, max_abs, worst[0], worst[1], worst[2], worst[3], passed,
-                       kinks=kinks)
+    return TargetCheck(name, len(picks) - kinks - noisy, max_abs, worst[0], worst[1], worst[2], worst[3], passed,
+                       kinks=kinks, kink_at=kink_at, noisy=noisy, noise=noise)
 
 
 def _size(node: UOp) -> int:

@@ -12,9 +12,13 @@ inputs, evaluated by the reference evaluator, and the differences taken of it.
   v = z · max(1, |x|) elementwise, z standard normal scaled to unit length over all the
   elements moved, so the pair moves the point as far as one element's difference does.
 - `element`: the central difference of one element, as before.
-A difference that fails is tried again with a step KINK_STEP_FACTOR times smaller (a kink
-of relu or max within the first step); if the two one-sided differences then disagree, L
-has no derivative there along that direction: a kink, not compared.
+A difference that fails is tried again as the forward checks try theirs
+(tools/forward_differences): with a step KINK_STEP_FACTOR times smaller (a kink of relu or
+max within the first step); as a kink at the point, when the two one-sided differences then
+disagree and a node that can make one (`KinkSites`) chooses differently on either side, that
+node named; with wider steps; and as rounding noise, "too noisy", when the differences at h
+and h·KINK_STEP_FACTOR disagree with no kink site flipping within h. Kinks and noise are not
+compared.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ KINK_STEP_FACTOR = 1e-3  # the second, smaller step after a failure
 # a kink's one-sided differences disagree by the same at both steps, a smooth function's by
 # KINK_STEP_FACTOR times less at the smaller: a kink keeps more than this share of the gap
 KINK_GAP_KEPT = 0.1
+WIDER_STEPS = (10.0, 100.0)  # steps tried, times h, where rounding noise spoils the first
 ROUNDING = 4 * 2.0 ** -52  # float64 rounding of L, a few eps of |L|, for the one-sided differences' error
 
 
@@ -49,9 +54,9 @@ class Loss:
     first evaluation's values of the nodes that do not depend on what a later one changes."""
 
     def __init__(self, outputs: list, cotangents: list, feed: Mapping, targets: Sequence[str],
-                 progress: Callable[[int], None] | None = None):
+                 progress: Callable[[int], None] | None = None, sites=None):
         self.outputs, self.cotangents, self.feed = outputs, cotangents, dict(feed)
-        self.progress = progress
+        self.progress, self.sites = progress, sites  # sites: forward_differences.KinkSites of the graph
         self.evaluations = 0
         self._outputs = set(outputs)
         self._order = scope_toposort(outputs)
@@ -73,6 +78,13 @@ class Loss:
                      and (node in self._outputs or any(moved[r] & changed for r in self._readers.get(node, ())))]
             self._frontiers[changed] = found
         return found
+
+    def flipped_along(self, move: Callable[[float], dict]) -> Callable[[float, float], str]:
+        """(t0, t1) -> the kink site choosing differently between the points move(t0) and
+        move(t1), described ("" none, and always without sites)."""
+        if not self.sites:
+            return lambda t0, t1: ""
+        return self.sites.along(lambda t: {**self.feed, **move(t)}).flipped
 
     def __call__(self, changes: Mapping) -> float:
         """L with the inputs in `changes` ({name: array}) replacing the base feed's."""
@@ -125,6 +137,13 @@ def _readers(order: list) -> dict:
 class Difference:
     numeric: float          # the derivative by finite differences (nan when at a kink)
     kink: bool = False      # the one-sided differences disagree: no derivative there
+    kink_at: str = ""       # the node that chooses differently on either side (a kink)
+    noisy: bool = False     # the differences do not settle: rounding noise, not compared
+    noise: float = 0.0      # where noisy: how far those at h and h·KINK_STEP_FACTOR are apart
+
+    @property
+    def compared(self) -> bool:
+        return not (self.kink or self.noisy)
 
 
 def agree(a: float, b: float, scale: float, rtol: float) -> bool:
@@ -133,12 +152,12 @@ def agree(a: float, b: float, scale: float, rtol: float) -> bool:
 
 
 def difference(loss: Loss, move: Callable[[float], dict], analytic: float, scale: float, rtol: float,
-               h: float) -> Difference:
+               h: float, settle: tuple[float, float] | None = None) -> Difference:
     """The central difference of L along `move(t)` ({name: array} at parameter t, t = 0 the
-    base point), compared with `analytic`; retried closer on a failure, and called a kink
-    when the one-sided differences then disagree, by as much as at the first step (a
-    curvature's disagreement shrinks with the step, a kink's does not), and `analytic` lies
-    between them (to within their rounding: a rule's subgradient is often one of them)."""
+    base point), compared with `analytic`; on a failure retried as the module says.
+    `settle` (scale, rtol): how far the differences at h and h·KINK_STEP_FACTOR may differ
+    and be settled (default: `analytic`'s own tolerance; a direction's is tighter than the
+    rounding of the small step's difference, and would call every failure noise)."""
     ahead, behind = _pair(loss, move, h)
     numeric = _quotient(ahead - behind, 2 * h)
     if agree(analytic, numeric, scale, rtol) or not (math.isfinite(numeric) and math.isfinite(analytic)):
@@ -147,6 +166,29 @@ def difference(loss: Loss, move: Callable[[float], dict], analytic: float, scale
     closer = _central(loss, move, small)
     if agree(analytic, closer, scale, rtol):  # the kink was within the first step only
         return Difference(closer)
+    if _bent(loss, move, analytic, scale, rtol, h, ahead, behind):
+        site = loss.flipped_along(move)(-small, small)
+        if site:  # no derivative here: a subgradient is all one can ask
+            return Difference(math.nan, kink=True, kink_at=site)
+    for factor in WIDER_STEPS:  # less rounding noise, more truncation
+        wider = _central(loss, move, h * factor)
+        if agree(analytic, wider, scale, rtol):
+            return Difference(wider)
+    # a smooth L's differences at h and h/1000 agree to rounding; rounding noise's do not:
+    # the reference is noise and cannot judge the gradient (a nan difference is no noise)
+    if math.isfinite(closer) and not agree(numeric, closer, *(settle or (scale, rtol))) and not (
+            loss.flipped_along(move)(-h, h)):
+        return Difference(numeric, noisy=True, noise=abs(numeric - closer))
+    return Difference(numeric)
+
+
+def _bent(loss: Loss, move, analytic: float, scale: float, rtol: float, h: float, ahead: float,
+          behind: float) -> bool:
+    """Whether L looks bent at the point along `move`: the one-sided differences at the small
+    step disagree, by as much as at h (a curvature's disagreement shrinks with the step, a
+    kink's does not), and `analytic` lies between them (to within their rounding: a rule's
+    subgradient is often one of them)."""
+    small = h * KINK_STEP_FACTOR
     down, up = _one_sided(loss, move, small)
     base = loss.base
     wide = _quotient((ahead - base) - (base - behind), h)  # the one-sided differences' gap at step h
@@ -156,9 +198,7 @@ def difference(loss: Loss, move: Callable[[float], dict], analytic: float, scale
     # between two such numbers is no subgradient (the first step's failure stands)
     gap = abs(up - down)
     bent = not agree(down, up, scale, rtol) and gap > KINK_GAP_KEPT * abs(wide) and gap > 2 * rounding
-    if bent and min(down, up) - scale - rounding <= analytic <= max(down, up) + scale + rounding:
-        return Difference(math.nan, kink=True)  # no derivative here: a subgradient is all one can ask
-    return Difference(numeric)
+    return bent and min(down, up) - scale - rounding <= analytic <= max(down, up) + scale + rounding
 
 
 def _pair(loss: Loss, move, h: float) -> tuple[float, float]:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from ..core.graph import Graph
-from .check import ATOL, RTOL, forward_not_finite, not_finite_lines
+from .check import ATOL, CHOOSE_ANOTHER_POINT, RTOL, forward_not_finite, not_checked_line, not_finite_lines
 from .check_float64 import freeze_detached, to_float64
 from .check_numeric import step_base
 from .differentiate import differentiate
@@ -49,7 +49,6 @@ from .names import cotangent_names, tangent_names, wrt_and_of
 
 REL_TOL = 1e-10   # the transpose test's tolerance, relative to the sum of |terms|
 TRIALS = 3        # random (u, v) pairs per transpose check (as many more drawn where one compares nothing)
-CHOOSE_ANOTHER_POINT = "choose another point or direction (-i, or another --seed)"
 HvpTarget = Target  # one hvp_<name> compared (tools/forward_differences)
 _json = json_float
 
@@ -253,7 +252,7 @@ def verdict_lines(targets: list[Target], prefix: str, ok: str, jumps: str) -> li
             why = "the direction v is 0 (every tangent given is 0)"
         else:
             why = "every target at a kink"
-        out = [f"not checked: {why}, nothing compared there: {CHOOSE_ANOTHER_POINT}"]
+        out = [not_checked_line(why)]
     else:
         out = [ok]
     out += [f"note: {jumps} at the point along v for {prefix}{t.name}, where {t.kink_at} chooses differently on "

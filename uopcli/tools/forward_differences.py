@@ -28,9 +28,7 @@ from typing import Callable, Mapping, Sequence
 from ..core.ops import COMPARISON, Ops
 from ..core.uop import UOp
 from .check import ATOL, RTOL
-from .check_numeric import KINK_STEP_FACTOR
-
-WIDER_STEPS = (10.0, 100.0)  # steps tried, times h, where rounding noise spoils the first
+from .check_numeric import KINK_STEP_FACTOR, WIDER_STEPS
 
 
 @dataclass
@@ -175,6 +173,14 @@ class KinkSites:
 
     def __bool__(self) -> bool:
         return bool(self._main or self._in_bodies)
+
+    def along(self, feed: Callable[[float], dict]) -> "KinkSites":
+        """The same sites, choosing at the points `feed(t)` gives (`check` moves one element,
+        then another: the sites are found once)."""
+        import copy
+        moved = copy.copy(self)
+        moved._feed = feed
+        return moved
 
     def flipped(self, t0: float, t1: float) -> str:
         """The first site whose choice differs between x + t0 v and x + t1 v, described ("" none)."""

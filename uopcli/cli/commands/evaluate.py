@@ -204,6 +204,11 @@ def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal, 
     an error is also compared along a direction of its own. A forward value that is not finite is reported first, and a gradient that
     is not finite names the node that made it. Exit status 1 when anything fails.
 
+    Where the differences are rounding noise, or every element and direction
+    is at a kink (a MAX, comparison, TRUNC or cast to an integer choosing
+    differently on either side), the verdict is "not checked ... choose
+    another point", exit status 1.
+
     --hvp and --transpose check forward mode's rules; --against FILE checks a file that jvp,
     hvp, jacobian or hessian wrote from IN against finite differences of IN (--wrt and --of
     from FILE's meta). None of them says ok having compared nothing (a kink, differences
