@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from uopcli import UOp, dtypes
@@ -78,6 +79,22 @@ def test_planted_wrong_rules_at_an_all_kink_point_are_not_ok(monkeypatch):
             assert at_kink.verdict != "ok", (op, at_kink.lines())
             away = check_gradients(_relu_graph(), ["x"], inputs={"x": np.array([0.5, 1.5, -1.0, 2.0])})
             assert away.verdict == "FAILED", (op, away.lines())
+
+
+def test_a_wrong_gradient_beside_a_kink_within_the_step_fails_not_noise(monkeypatch):
+    """relu·3 at 1e-6, a kink within h (6.06e-6) but not at the point: the differences at h
+    (1.75) and h/1000 (3) disagree, as noise's do, but relu's comparison flips within h, so
+    it is no noise: a MUL rule planted 0.8 times (2.4 for 3) fails; the right one passes."""
+    x = UOp.param("x", (1,), f64)
+    graph = Graph({"loss": (x.relu() * 3.0).sum()}, inputs=[x])
+    at = {"x": np.array([1e-6])}
+    assert check_gradients(graph, ["x"], inputs=at).verdict == "ok"
+    _plant(monkeypatch, Ops.MUL, 0.8)
+    report = check_gradients(graph, ["x"], inputs=at, directions=0)
+    (t,) = report.targets
+    assert report.verdict == "FAILED" and (t.samples, t.kinks, t.noisy) == (1, 0, 0), report.lines()
+    h = np.finfo(np.float64).eps ** (1 / 3)
+    assert t.analytic == pytest.approx(2.4, rel=1e-15) and t.numeric == pytest.approx(3 * (1e-6 + h) / (2 * h), rel=1e-9)
 
 
 def test_logreg_at_b_25_names_no_kink_and_is_too_noisy():
