@@ -28,6 +28,19 @@ def _leave_no_nodes_behind():
     sweep_intern_table()
 
 
+@pytest.fixture
+def default_recursion_limit():
+    """Python's default recursion limit (1000) for the test: a deep-graph test proves a walk
+    is iterative only there, and a test before it in the same process may have left it
+    raised (importing tinygrad raises it to 10,000: a test that asserted <= 1000 failed in
+    a run where a module before it imported tinygrad)."""
+    import sys
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    yield
+    sys.setrecursionlimit(limit)
+
+
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False,
                      help="also run tests marked slow (long fuzz and scale runs)")
