@@ -14,7 +14,8 @@ next (OpenBLAS and numpy pick their kernels by what the CPU has), so an output w
 are the same and whose numbers agree to 1e-3 (relative) keeps the file's text; in the
 table of a passing `uopgrad check` the error columns and which sampled element is the
 worst are rounding noise, so only the target, the sample count and the verdict count.
-tests/test_samples.py runs the same commands and checks that each exits with status 0.
+tests/test_samples.py runs it on a copy of the README: every command must exit 0 and leave
+the file unchanged.
 """
 
 from __future__ import annotations
