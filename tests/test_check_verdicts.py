@@ -7,15 +7,13 @@ choose another point", exit 1, as the forward checks say it."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
+from _cli_in_process import uopgrad_in_process
 from uopcli import UOp, dtypes
-from uopcli.cli import main
 from uopcli.core import gradient as gradient_module
 from uopcli.core.graph import Graph
 from uopcli.core.ops import Ops
@@ -129,13 +127,7 @@ def test_planted_wrong_rules_in_logreg_are_not_ok_at_a_noisy_point(monkeypatch):
 
 
 def _check(*args, cwd):
-    """`uopgrad check ARGS` in process (CliRunner: no interpreter start), run in `cwd`."""
-    old = os.getcwd()
-    os.chdir(cwd)
-    try:
-        return CliRunner().invoke(main, ["check", *map(str, args)])
-    finally:
-        os.chdir(old)
+    return uopgrad_in_process("check", *args, cwd=cwd)
 
 
 def test_cli_plain_check_that_compared_nothing_exits_1(tmp_path):

@@ -6,14 +6,13 @@ as plain `check` does, that the forward value is not finite, naming the node."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
-from click.testing import CliRunner
+
+from _cli_in_process import uopgrad_in_process
 
 from uopcli import UOp, dtypes
-from uopcli.cli import main
 from uopcli.core.forward import FORWARD_RULES, _made
 from uopcli.core.graph import Graph
 from uopcli.core.ops import Ops
@@ -135,13 +134,7 @@ def test_a_forward_value_that_is_not_finite_is_said_first_as_check_says_it():
 
 
 def _check(*args, cwd):
-    """`uopgrad check ARGS` in process (CliRunner: no interpreter start), run in `cwd`."""
-    old = os.getcwd()
-    os.chdir(cwd)
-    try:
-        return CliRunner().invoke(main, ["check", *map(str, args)])
-    finally:
-        os.chdir(old)
+    return uopgrad_in_process("check", *args, cwd=cwd)
 
 
 def test_cli_forward_checks_that_compared_nothing_exit_1(tmp_path):
