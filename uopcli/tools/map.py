@@ -490,27 +490,26 @@ class StagedDirectory:
     """The directory `target` built beside itself (`.NAME.<pid>.<random>.tmp`) and renamed
     into place by commit(); discard() removes what commit() did not place (an error, ^C,
     SIGTERM: no partial `target`). An existing `target` is replaced only if it holds
-    nothing but .npz files (an earlier run's outputs), never a directory of other files,
-    nor one that holds a file of `keep` (the shards the run reads)."""
+    nothing but regular .npz files (an earlier run's outputs): never a directory of other
+    files, nor a sub-directory or link named like an .npz (its contents would go with it),
+    nor one that holds a file of `keep` (the shards the run reads). Every refusal is a
+    MapError naming `target`, raised before any shard runs."""
 
     def __init__(self, target: str, keep: Sequence[str] = ()):
         self.target = os.path.abspath(target)
         root = os.path.join(os.path.realpath(self.target), "")
         inside = next((path for path in keep if os.path.realpath(path).startswith(root)), None)
         if inside is not None:
-            raise EvaluationError(f"{target}: holds the shard {inside}: replacing the directory would lose the data "
-                                  f"set; write the outputs to a directory of their own")
+            raise MapError(f"{target}: holds the shard {inside}: replacing the directory would lose the data "
+                           f"set; write the outputs to a directory of their own")
         if os.path.lexists(self.target):
-            if not os.path.isdir(self.target) or os.path.islink(self.target):
-                raise EvaluationError(f"{target}: exists and is not a directory: --reduce none writes a directory "
-                                      f"of .npz files there")
-            others = [name for name in os.listdir(self.target) if not name.endswith(".npz")]
-            if others:
-                raise EvaluationError(f"{target}: holds {others[0]!r}, which this run did not write: refusing to "
-                                      f"replace a directory that holds anything but .npz files")
+            _check_replaceable(target, self.target)
         from ..formats.atomic import temporary_beside
         self.temp = temporary_beside(self.target, reserve=len(".old"))  # commit's self.temp + ".old" fits too
-        os.mkdir(self.temp)
+        try:
+            os.mkdir(self.temp)
+        except OSError as e:  # the parent is missing, a file, read-only: say OUT, not the hidden name
+            raise MapError(f"{target}: cannot write: {e.strerror}") from None
         self.old: str | None = None
 
     def write(self, shard: str, arrays: Mapping) -> None:
@@ -531,3 +530,28 @@ class StagedDirectory:
             if leftover is not None:
                 shutil.rmtree(leftover, ignore_errors=True)
         self.temp = self.old = None
+
+
+def _check_replaceable(shown: str, target: str) -> None:
+    """MapError unless `target` is a real directory (not a link to one) holding only
+    regular files named *.npz: what an earlier --reduce none wrote, and nothing else."""
+    import stat
+    if os.path.islink(target):
+        raise MapError(f"{shown}: is a symbolic link: --reduce none replaces the directory itself; give -o the "
+                       f"directory it points to ({os.path.realpath(target)})")
+    if not os.path.isdir(target):
+        raise MapError(f"{shown}: exists and is not a directory: --reduce none writes a directory of .npz files "
+                       f"there")
+    with os.scandir(target) as entries:
+        for entry in sorted(entries, key=lambda e: e.name):
+            regular = stat.S_ISREG(entry.stat(follow_symlinks=False).st_mode)
+            if not (regular and entry.name.endswith(".npz")):
+                kind = "" if regular else f" ({_kind(entry)})"
+                raise MapError(f"{shown}: holds {entry.name!r}{kind}, which this run did not write: refusing to "
+                               f"replace a directory that holds anything but .npz files")
+
+
+def _kind(entry: os.DirEntry) -> str:
+    if entry.is_symlink():
+        return "a symbolic link"
+    return "a directory" if entry.is_dir() else "not a regular file"
