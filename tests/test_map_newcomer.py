@@ -6,6 +6,8 @@ and the OUT refusals (one line naming OUT)."""
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 
 import numpy as np
@@ -71,6 +73,92 @@ def test_reduce_none_still_replaces_a_directory_of_its_own_outputs(tmp_path):
         map_graph(identity_graph(3, dtypes.float32), paths, reduce="none", out_dir=str(out))
     assert sorted(os.listdir(out)) == ["s00.npz", "s01.npz"]
     assert np.load(out / "s01.npz")["h"].tolist() == [1, 1, 1] and leftovers(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------- 01: bools count
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 7])
+def test_a_sum_of_bool_outputs_counts_as_numpys_sum(tmp_path, count):
+    rng = np.random.default_rng(count)
+    shards = [rng.integers(-3, 4, 6).astype(np.int32) for _ in range(count)]
+    a = UOp.param("a", (6,), dtypes.int32)
+    graph = Graph({"pos": a > 0, "any": (a > 0).sum()}, inputs=[a])
+    outputs = map_graph(graph, write(tmp_path / "s", [{"a": s} for s in shards])).outputs
+    expected = np.sum([s > 0 for s in shards], axis=0)  # numpy (and torch.sum) count bools in int64
+    assert outputs["pos"].dtype == np.int64 and expected.dtype == np.int64
+    assert outputs["pos"].tolist() == expected.tolist()
+    assert outputs["any"].tolist() == sum(int((s > 0).sum()) for s in shards)  # the graph's own count, summed
+
+
+# ----------------------------------------------------------------------------- 02: float16 in float64
+
+def float16_edges(rng, n: int) -> np.ndarray:
+    """float16 values over the whole range: subnormals, -0.0, the largest finite ones."""
+    bits = rng.integers(0, 0x7C00, n, dtype=np.uint16) | (rng.integers(0, 2, n, dtype=np.uint16) << 15)
+    values = bits.view(np.float16)
+    values[:4] = [-0.0, 6e-8, 65504, -65504]
+    return values
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 5])
+def test_float16_sum_and_mean_are_numpys_float64_rounded_once(tmp_path, count):
+    rng = np.random.default_rng(count)
+    shards = [float16_edges(rng, 64) for _ in range(count)]
+    if count > 1:  # a column every shard has -0.0 in: the sum keeps its sign
+        for s in shards:
+            s[0] = -0.0
+    paths = write(tmp_path / "s", [{"h": s} for s in shards])
+    # the shards added in float64 (exact for these): np.sum would start from +0.0, and turn a sum of -0.0s
+    # into +0.0, where the map (as for float32, test_map_mutants) adds the shards themselves: -0.0 stays
+    exact = functools.reduce(np.add, [s.astype(np.float64) for s in shards])
+    for reduce, expected in (("sum", exact), ("mean", exact / count)):
+        got = map_graph(identity_graph(64, dtypes.float16), paths, reduce=reduce).outputs["h"]
+        assert got.dtype == np.float16
+        with np.errstate(over="ignore"):  # a sum past 65504 rounds to inf
+            assert got.tobytes() == expected.astype(np.float16).tobytes(), reduce
+
+
+def test_a_float16_mean_of_large_values_does_not_overflow(tmp_path):
+    paths = write(tmp_path / "s", [{"h": np.array([30000, 2, 65504], np.float16)}] * 5)
+    outputs = map_graph(identity_graph(3, dtypes.float16), paths, reduce="mean").outputs
+    assert outputs["h"].tolist() == [30000, 2, 65504]
+    total = map_graph(identity_graph(3, dtypes.float16), paths).outputs["h"]
+    assert total.tobytes() == np.array([np.inf, 10, np.inf], np.float16).tobytes()  # 150000 > 65504: inf, as numpy
+    if UOPGRAD is not None:  # the command too, with no RuntimeWarning of numpy's on stderr
+        save(identity_graph(3, dtypes.float16, total=False), str(tmp_path / "h.uop"))  # each shard finite
+        done = uopgrad("eval", "h.uop", "--map", "s/*.npz", "--reduce", "mean", "--json", cwd=tmp_path)
+        assert (done.returncode, done.stderr) == (0, b"")
+        assert json.loads(done.stdout)["outputs"]["h"]["values"] == [30000, 2, 65504]
+        done = uopgrad("eval", "h.uop", "--map", "s/*.npz", "--json", cwd=tmp_path)  # the sum: inf, and said so
+        assert json.loads(done.stdout)["outputs"]["h"]["values"] == ["inf", 10, "inf"]
+        assert (done.returncode, done.stderr.decode()) == (0, OVERFLOWED.format("h (float16)"))
+
+
+OVERFLOWED = "uopgrad: the sum over the shards overflowed to inf (or nan) in {}, though every shard's value is finite\n"
+
+
+@needs_cli
+def test_cli_a_float32_sum_that_overflows_is_noted_in_one_line(tmp_path):
+    write(tmp_path / "s", [{"h": np.array([3e38, -3e38, 1], np.float32)}] * 2)
+    save(identity_graph(3, dtypes.float32, total=False), str(tmp_path / "h.uop"))
+    done = uopgrad("eval", "h.uop", "--map", "s/*.npz", "--json", cwd=tmp_path)
+    assert json.loads(done.stdout)["outputs"]["h"]["values"] == ["inf", "-inf", 2]  # as numpy's float32 adds
+    assert (done.returncode, done.stderr.decode()) == (0, OVERFLOWED.format("h (float32)"))
+
+
+# ----------------------------------------------------------------------------- 11: always an ndarray
+
+@pytest.mark.parametrize("count", [1, 2, 3])
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_a_0d_output_is_an_ndarray_whatever_the_number_of_shards(tmp_path, count, reduce):
+    shards = [np.arange(4, dtype=np.float32) + i for i in range(count)]
+    outputs = map_graph(identity_graph(4, dtypes.float32), write(tmp_path / "s", [{"h": s} for s in shards]),
+                        reduce=reduce).outputs
+    total = outputs["total"]
+    assert type(total) is np.ndarray and total.shape == () and total.dtype == np.float32
+    expected = np.float32(sum(s.sum() for s in shards)) / (np.float32(count) if reduce == "mean" else 1)
+    assert total.item() == expected
+    total[...] = 0  # writable, as an array is
 
 
 # ----------------------------------------------------------------------------- 03: OUT named in refusals

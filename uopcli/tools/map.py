@@ -203,6 +203,7 @@ class ShardResult:
     """A shard's outputs (or a sum of several shards'), with the stats of those shards."""
     outputs: dict
     stats: list = field(default_factory=list)
+    narrow: dict = field(default_factory=dict)  # {output: its float16 dtype} where `outputs` holds float64 sums
 
 
 def run_shard(work: Work, path: str) -> ShardResult:
@@ -249,21 +250,44 @@ def _flat(results: dict) -> dict:
 
 
 def add_results(left: ShardResult, right: ShardResult) -> ShardResult:
-    """Each output of `left` plus the same output of `right`, in the output's dtype (numpy's
-    addition: integers wrap, as the graph's own ADD does)."""
+    """Each output of `left` plus the same output of `right`, in the sum's dtype (_summed):
+    integers wrap, as the graph's own ADD does; bools count; float16 adds in float64."""
     import numpy as np
-    outputs = {name: np.add(value, right.outputs[name]) for name, value in left.outputs.items()}
-    return ShardResult(outputs, left.stats + right.stats)
+    with np.errstate(all="ignore"):  # an overflow is the sum's value: the not-finite note names the shards
+        outputs = {name: np.add(_summed(value), _summed(right.outputs[name])) for name, value in left.outputs.items()}
+    narrow = {**left.narrow, **right.narrow, **_narrow_dtypes(left.outputs), **_narrow_dtypes(right.outputs)}
+    return ShardResult(outputs, left.stats + right.stats, narrow)
+
+
+# How an output's dtype adds over the shards, by its numpy kind and size: the others add in their dtype.
+#   bool          counts, in int64 (numpy's np.sum and torch.sum of bools; numpy's bool `+` is OR)
+#   float16       adds in float64 and is rounded once to float16 at the end (finish): five shards of
+#                 30000 have the mean 30000, not inf; the exact sum of float16s fits float64's 53 bits
+def _summed(value):
+    import numpy as np
+    if value.dtype == np.bool_:
+        return value.astype(np.int64)
+    if value.dtype.kind == "f" and value.dtype.itemsize < 4:
+        return value.astype(np.float64)
+    return value
+
+
+def _narrow_dtypes(outputs: Mapping) -> dict:
+    """{name: dtype} of the outputs _summed widens to float64, to round back to at the end."""
+    return {name: value.dtype for name, value in outputs.items() if value.dtype.kind == "f" and value.dtype.itemsize < 4}
 
 
 def mean_of(total: ShardResult, count: int) -> dict:
-    """The sum divided by the number of shards, in each output's floating dtype."""
+    """The sum divided by the number of shards, in each output's floating dtype (a float16
+    output: divided in float64, then rounded once)."""
     import numpy as np
+    narrow = {**_narrow_dtypes(total.outputs), **total.narrow}
     means = {}
     for name, value in total.outputs.items():
         if value.dtype.kind not in "fc":
             _not_a_mean(name, value.dtype.name)
-        means[name] = np.divide(value, np.asarray(count, value.dtype))
+        value = _summed(value)
+        means[name] = np.asarray(np.divide(value, np.asarray(count, value.dtype)), narrow.get(name, value.dtype))
     return means
 
 
@@ -308,8 +332,8 @@ class SumTree:
 
 @dataclass
 class MapReport:
-    """What map_graph did: the reduced outputs (None for reduce="none"), each shard's stats,
-    and the times of the steps around the shards (seconds)."""
+    """What map_graph did: the reduced outputs ({name: ndarray}, a 0-d output too; None for
+    reduce="none"), each shard's stats, and the times of the steps around the shards (seconds)."""
     outputs: dict | None
     shards: list
     workers: int
@@ -343,6 +367,19 @@ class MapReport:
         return (f"{len(bad)} of {len(self.shards)} shard{'s' if len(self.shards) != 1 else ''} gave nan or inf: "
                 f"{shown}{more}: `uopgrad eval {source} -i {bad[0][0]} --debug-nans` (with the same -i) names the "
                 "node that made it")
+
+    def overflow_note(self) -> str | None:
+        """The reduced outputs holding a nan or an infinity that no shard's own output holds:
+        the sum over the shards overflowed its dtype (which the shards' note cannot say)."""
+        if self.outputs is None:
+            return None
+        from_shards = {name for s in self.shards for name in s.not_finite}
+        made = [name for name in not_finite(self.outputs) if name not in from_shards]
+        if not made:
+            return None
+        listed = ", ".join(f"{name} ({self.outputs[name].dtype.name})" for name in made)
+        return (f"the sum over the shards overflowed to inf (or nan) in {listed}, though every shard's value is "
+                "finite")
 
     def scheduling_gaps(self) -> list[float]:
         """Each worker thread's time between one shard's end and its next shard's start (on
@@ -481,7 +518,14 @@ def _run_here(work: Work, paths: Sequence[str], reduce: str, sink, progress) -> 
 
 
 def finish(total: ShardResult, reduce: str, count: int) -> dict:
-    return mean_of(total, count) if reduce == "mean" else total.outputs
+    """The reduced outputs: ndarrays (a 0-d one too: numpy's arithmetic gives scalars), in
+    the outputs' dtypes (a float16 sum rounded once from float64; a count of bools int64)."""
+    import numpy as np
+    if reduce == "mean":
+        return mean_of(total, count)
+    narrow = {**_narrow_dtypes(total.outputs), **total.narrow}
+    with np.errstate(over="ignore"):  # a float16 sum past 65504 is inf, as numpy's
+        return {name: np.asarray(_summed(v), narrow.get(name)) for name, v in total.outputs.items()}
 
 
 # ----------------------------------------------------------------------------- a directory, all or nothing

@@ -78,8 +78,9 @@ def eval_map(source, specs, use_random, seed, output, as_json, stats, literal, k
     if report.lost_workers:
         _note(report.lost_workers_note())
     not_finite = report.not_finite_note(source, {os.path.abspath(path): path for path in paths})
-    if not_finite:
-        _note(not_finite)
+    for note in (not_finite, report.overflow_note()):
+        if note:
+            _note(note)
     if reduction == "none":
         return
     if output:
