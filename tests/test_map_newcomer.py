@@ -9,11 +9,13 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 
 import numpy as np
 import pytest
 
 from uopcli import Graph, UOp, dtypes
+from uopcli.errors import EvaluationError
 from uopcli.formats.uop import save
 from uopcli.tools.map import MapError, map_graph
 
@@ -144,6 +146,36 @@ def test_cli_a_float32_sum_that_overflows_is_noted_in_one_line(tmp_path):
     done = uopgrad("eval", "h.uop", "--map", "s/*.npz", "--json", cwd=tmp_path)
     assert json.loads(done.stdout)["outputs"]["h"]["values"] == ["inf", "-inf", 2]  # as numpy's float32 adds
     assert (done.returncode, done.stderr.decode()) == (0, OVERFLOWED.format("h (float32)"))
+
+
+# ----------------------------------------------------------------------------- 14: one stored name
+
+@pytest.mark.parametrize("tuple_first", [True, False])
+def test_two_outputs_stored_under_one_name_are_refused(tmp_path, tuple_first):
+    x = UOp.param("x", (2,), dtypes.float32)
+    pair = UOp.trace_function("two", lambda a: (a * 2, a * 3), x)
+    outputs = {"t": pair, "t[0]": x * 100} if tuple_first else {"t[0]": x * 100, "t": pair}
+    graph = Graph(outputs, inputs=[x])
+    paths = write(tmp_path / "s", [{"x": np.ones(2, np.float32)}] * 2)
+    first, second = ("t", "t[0]") if tuple_first else ("t[0]", "t")
+    message = f"outputs '{first}' and '{second}' would both be stored as 't[0]': rename one of them"
+    with pytest.raises(EvaluationError, match=re.escape(message)):
+        map_graph(graph, paths, reduce="none", out_dir=str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists() and leftovers(tmp_path) == []
+    if UOPGRAD is not None and tuple_first:
+        save(graph, str(tmp_path / "g.uop"))
+        for args in (["--map", "s/*.npz"], ["-i", paths[0]]):
+            done = uopgrad("eval", "g.uop", *args, "-o", "o.npz", cwd=tmp_path)
+            assert done.returncode == 1 and not (tmp_path / "o.npz").exists()
+            assert done.stderr.decode() == f"uopgrad: error: g.uop: {message}\n"
+
+
+def test_a_tuple_output_alone_is_stored_element_by_element(tmp_path):
+    x = UOp.param("x", (2,), dtypes.float32)
+    graph = Graph({"t": UOp.trace_function("two", lambda a: (a * 2, a * 3), x), "u": x * 100}, inputs=[x])
+    paths = write(tmp_path / "s", [{"x": np.array([1, -2], np.float32)}] * 3)
+    outputs = map_graph(graph, paths).outputs
+    assert {k: v.tolist() for k, v in outputs.items()} == {"t[0]": [6, -12], "t[1]": [9, -18], "u": [300, -600]}
 
 
 # ----------------------------------------------------------------------------- 11: always an ndarray

@@ -5,15 +5,10 @@ from __future__ import annotations
 
 
 def _elements(results: dict) -> dict:
-    """Outputs one array each: a TUPLE, FUNCTION or CALL output (a tuple of arrays, None
-    for a NOOP element) becomes one entry per element, named `t[0]`, `t[1]`, ..."""
-    flat = {}
-    for name, value in results.items():
-        if isinstance(value, tuple):
-            flat.update((f"{name}[{i}]", element) for i, element in enumerate(value))
-        else:
-            flat[name] = value
-    return flat
+    """Outputs one array each (values.stored_elements: `t[0]`, `t[1]`, ... for a tuple
+    output, None for a NOOP element; two outputs stored under one name are refused)."""
+    from ..tools.values import stored_elements
+    return stored_elements(results)
 
 
 def _value_json(value):

@@ -44,7 +44,7 @@ from typing import Callable, Mapping, Sequence
 from ..errors import EvaluationError
 from ..core.graph import Graph
 from ..core.uop import UOp
-from .values import not_finite, npz_bytes, npz_headers, read_archive, type_text
+from .values import not_finite, npz_bytes, npz_headers, read_archive, stored_elements, type_text
 
 REDUCTIONS = ("sum", "mean", "none")
 
@@ -240,13 +240,16 @@ def _check_indices(limits: Mapping, given: Mapping, path: str) -> None:
 
 
 def _flat(results: dict) -> dict:
-    """One array per name, as `eval -o` stores them: a tuple output's elements are `t[0]`,
-    `t[1]`, ...; a NOOP element (None) is left out."""
-    flat = {}
-    for name, value in results.items():
-        items = [(f"{name}[{i}]", v) for i, v in enumerate(value)] if isinstance(value, tuple) else [(name, value)]
-        flat.update((key, v) for key, v in items if v is not None)
-    return flat
+    """One array per name, as `eval -o` stores them (values.stored_elements); a NOOP element
+    (None) is left out."""
+    return {key: v for key, v in stored_elements(results).items() if v is not None}
+
+
+def _check_stored_names(graph: Graph) -> None:
+    """EvaluationError, before any shard runs, when two outputs would be stored under one name."""
+    from ..backends.numpy.compiler import _output_roots
+    layouts = {name: _output_roots(node)[1] for name, node in graph.outputs.items()}
+    stored_elements({name: tuple(layout) if isinstance(layout, tuple) else None for name, layout in layouts.items()})
 
 
 def add_results(left: ShardResult, right: ShardResult) -> ShardResult:
@@ -442,6 +445,7 @@ def map_graph(graph: Graph, paths: Sequence[str], fixed: Mapping | None = None, 
     given = dict(zip(absolute, map(str, paths)))  # a shard as its refusals name it: as the user did
     paths = absolute
     _check_fixed(graph, fixed, shard_inputs)
+    _check_stored_names(graph)
     ranged = {}
     if check_indices:  # on the graph as given: simplifying may fold the comparisons it looks for
         from .index_range import check_index_values, index_limits

@@ -346,6 +346,22 @@ def gather_inputs(inputs: Iterable[UOp], specs: Iterable[str], random_seed: int 
     return {name: values[name] for name in nodes}
 
 
+def stored_elements(results: Mapping) -> dict:
+    """Outputs one array each, as `eval -o` and `--map` store them: a TUPLE, FUNCTION or CALL
+    output (a tuple; None for a NOOP element) gives one entry per element, `t[0]`, `t[1]`, ...
+    EvaluationError when two outputs would be stored under one name (a tuple `t` and an
+    output named `t[0]`): one would silently replace the other."""
+    flat, owner = {}, {}
+    for name, value in results.items():
+        items = [(f"{name}[{i}]", v) for i, v in enumerate(value)] if isinstance(value, tuple) else [(name, value)]
+        for key, element in items:
+            if key in owner:
+                raise EvaluationError(f"outputs {owner[key]!r} and {name!r} would both be stored as {key!r}: "
+                                      f"rename one of them")
+            flat[key], owner[key] = element, name
+    return flat
+
+
 def npz_bytes(arrays: Mapping) -> bytes:
     """An .npz archive of `arrays` (what numpy.savez writes), deterministic: fixed
     timestamps, members in output order, no pickles."""
