@@ -211,12 +211,17 @@ def test_cli_mean_json_table_and_stats(tmp_path):
     values = {k: v["values"] for k, v in json.loads(done.stdout)["outputs"].items()}
     assert values["loss"] == float(expected["loss"])
     assert np.array(values["grad_w2"]).tolist() == expected["grad_w2"].tolist()
-    stats = done.stderr.decode().splitlines()
+    document = json.loads(done.stdout)["stats"]  # eval --help: with --json, under "stats" in the document
+    assert [s["shard"] for s in document["shards"]] == [f"shards/part-0{i}.npz" for i in range(3)]
+    assert document["workers"] == 1 and document["startup_seconds"] == 0.0 and document["overhead_seconds_per_shard"] >= 0
+    assert all(s["eval_seconds"] > 0 and s["not_finite"] == [] for s in document["shards"])
+    assert done.stderr.decode() == ""
+    table = uopgrad("eval", grad, "--map", "shards/*.npz", *inputs, "--stats", cwd=tmp_path)
+    assert [line.split()[0] for line in table.stdout.decode().splitlines()] == ["name", "loss", "grad_w1", "grad_w2"]
+    stats = table.stderr.decode().splitlines()
     assert [line.split()[0] for line in stats[1:4]] == ["part-00.npz", "part-01.npz", "part-02.npz"]
     assert stats[4].startswith("3 shards on 1 worker: start-up 0.000 s")
     assert stats[5].startswith("overhead per shard: ") and "(2 gaps: " in stats[5]
-    table = uopgrad("eval", grad, "--map", "shards/*.npz", *inputs, cwd=tmp_path)
-    assert [line.split()[0] for line in table.stdout.decode().splitlines()] == ["name", "loss", "grad_w1", "grad_w2"]
 
 
 @needs_cli

@@ -397,6 +397,19 @@ class MapReport:
             gaps += [max(0.0, b.started - a.ended) for a, b in zip(runs, runs[1:])]
         return gaps
 
+    def stats_dict(self, shown_as: Mapping[str, str] | None = None) -> dict:
+        """--stats --json: what lines() prints, as JSON values (seconds; a shard's path as
+        the user gave it, by `shown_as`, else as it ran)."""
+        from dataclasses import asdict
+        shown_as = shown_as or {}
+        shards = [{**asdict(s), "shard": shown_as.get(s.shard, s.shard), "not_finite": list(s.not_finite)}
+                  for s in sorted(self.shards, key=lambda s: s.shard)]
+        gaps = self.scheduling_gaps()
+        return {"shards": shards, "workers": self.workers, "startup_seconds": self.startup_seconds,
+                "send_seconds": self.send_seconds, "run_seconds": self.run_seconds,
+                "overhead_seconds_per_shard": sum(gaps) / len(gaps) if gaps else None,
+                "lost_workers": list(self.lost_workers)}
+
     def lines(self) -> list[str]:
         """--stats: a line per shard, then the totals and the overhead per shard."""
         width = max(len(os.path.basename(s.shard)) for s in self.shards)

@@ -73,11 +73,12 @@ def eval_map(source, specs, use_random, seed, output, as_json, stats, literal, k
                                        progress=bar.update, shard_inputs=shard_inputs)
         except mapping.MapError as e:  # a shard, or the cluster
             raise CommandFailed(str(e)) from None
-    if stats:
+    shown_as = {os.path.abspath(path): path for path in paths}
+    if stats and not as_json:  # with --json: under "stats" in the document
         click.echo("\n".join(report.lines()), err=True)
     if report.lost_workers:
         _note(report.lost_workers_note())
-    not_finite = report.not_finite_note(source, {os.path.abspath(path): path for path in paths})
+    not_finite = report.not_finite_note(source, shown_as)
     for note in (not_finite, report.overflow_note()):
         if note:
             _note(note)
@@ -88,7 +89,10 @@ def eval_map(source, specs, use_random, seed, output, as_json, stats, literal, k
         _write(output, npz_bytes(report.outputs))
     elif as_json:
         import json
-        click.echo(json.dumps({"outputs": {name: _value_json(a) for name, a in report.outputs.items()}}))
+        document = {"outputs": {name: _value_json(a) for name, a in report.outputs.items()}}
+        if stats:
+            document["stats"] = report.stats_dict(shown_as)
+        click.echo(json.dumps(document))
     else:
         click.echo(_table(report.outputs))
 
