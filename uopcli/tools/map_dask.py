@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 import uuid
 
@@ -69,13 +70,10 @@ def client_for(target):
             import warnings
 
             import dask
-            # workers forked from this process (where fork exists) start in a fraction of the
-            # time of fresh interpreters (1.5 s against 13.5 s for two on a busy two-core
-            # machine): they have numpy, uopcli and distributed imported already
-            method = "fork" if hasattr(os, "fork") else "spawn"
+            method = _start_method()
             import threadpoolctl  # noqa: F401 - imported once, here, for the forked workers' first shard
-            with dask.config.set({"distributed.worker.multiprocessing-method": method}), _frozen_heap(), \
-                    warnings.catch_warnings():
+            with dask.config.set({"distributed.worker.multiprocessing-method": method}), \
+                    (_frozen_heap() if method == "fork" else _main_out_of_sight()), warnings.catch_warnings():
                 # its scheduler's HTTP server takes another port where 8787 is busy (another
                 # cluster's): nothing for our stderr, which has one line per failure
                 warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
@@ -128,6 +126,35 @@ def _probe(target: str) -> None:
     if not isinstance(answer, dict) or answer.get("type") != "Scheduler":
         kind = answer.get("type") if isinstance(answer, dict) else type(answer).__name__
         raise ClusterError(f"{target} is not a Dask scheduler but a {kind}: give the scheduler's address")
+
+
+def _start_method() -> str:
+    """How `local:N` starts its workers. Forked from this process where it runs no other
+    thread (the CLI): two start in 0.2 s, with numpy, uopcli and distributed imported
+    already. A fork copies other threads' locks as they are: with a caller's thread inside an
+    OpenBLAS product, the workers' start or that thread hung for good; so, where this
+    process has threads, from multiprocessing's fork server, a fresh single-threaded process
+    (0.6 s for two); spawned where fork does not exist (1.4 s)."""
+    if not hasattr(os, "fork"):
+        return "spawn"
+    return "fork" if threading.active_count() == 1 else "forkserver"
+
+
+@contextlib.contextmanager
+def _main_out_of_sight():
+    """A bare `__main__` while the workers start: a fork server's or spawned child runs the
+    caller's script again unless the script guards itself (`if __name__ == "__main__"`),
+    and it would start a cluster of its own; the workers need nothing of it (their tasks
+    are uopcli's functions)."""
+    import sys
+    import types
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
 
 
 @contextlib.contextmanager
