@@ -91,7 +91,7 @@ def session_processes(session: int) -> list[int]:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if fields[0] != "Z" and int(fields[4]) == session:  # state, ppid, pgrp, session
+        if fields[0] != "Z" and int(fields[3]) == session:  # state, ppid, pgrp, session
             found.append(int(entry))
     return found
 

@@ -436,13 +436,16 @@ def test_a_workers_address_is_no_scheduler(cluster, data, tmp_path):
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="local workers are spawned where fork does not exist")
-def test_local_workers_are_forked_from_a_frozen_heap_and_the_caller_is_left_unfrozen():
+def test_local_workers_are_forked_from_a_frozen_heap_and_the_caller_is_left_unfrozen(monkeypatch):
     """`local:N` forks its workers with this process's objects frozen (gc.freeze), so that a
     worker's collector never scans, and so copies, the heap it shares with its parent; the
-    caller's own collector is as it was after the cluster starts."""
+    caller's own collector is as it was after the cluster starts. (It forks only a process
+    without other threads, which this one, with the module's Client, is not: fork forced.)"""
     import gc
 
+    from uopcli.tools import map_dask
     from uopcli.tools.map_dask import client_for
+    monkeypatch.setattr(map_dask, "_start_method", lambda: "fork")
     before = gc.get_freeze_count()
     with client_for("local:1") as (client, startup):
         assert gc.get_freeze_count() == before

@@ -12,9 +12,14 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
-from _map_helpers import BIN, session_processes
+from uopcli import Graph, UOp, dtypes
+from uopcli.formats.uop import save
+from uopcli.tools.differentiate import differentiate
+
+from _map_helpers import BIN, UOPGRAD, session_processes
 
 distributed = pytest.importorskip("distributed", reason="dask and distributed (the extra uopgrad[dask]) are not "
                                   "installed: make test installs them")
@@ -69,3 +74,74 @@ def test_local_workers_start_beside_a_thread_inside_a_matrix_product(tmp_path):
     """, tmp_path, timeout=40)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["script started", "thread ran on: True", "same bits: True"], done.stdout
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="without fork, local workers are always spawned")
+def test_local_workers_are_forked_only_from_a_process_without_other_threads(tmp_path):
+    """The CLI (one thread) forks, fast; a program with a thread of its own uses the fork server."""
+    done = _python("""
+        import threading
+        from uopcli.tools.map_dask import _start_method
+        print(_start_method())
+        threading.Thread(target=threading.Event().wait, daemon=True).start()
+        print(_start_method())
+    """, tmp_path)
+    assert done.stdout.split() == ["fork", "forkserver"], done.stderr
+
+
+@pytest.fixture
+def scheduler():
+    """A scheduler in this process (no worker of its own) on a free port of 127.0.0.1."""
+    import logging
+    with distributed.LocalCluster(n_workers=0, processes=False, protocol="tcp", host="127.0.0.1", dashboard_address=None,
+                                  silence_logs=logging.CRITICAL) as cluster:
+        yield cluster
+
+
+def _worker(address: str, directory, env: dict) -> subprocess.Popen:
+    return subprocess.Popen([DASK, "worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
+                             "--local-directory", str(directory)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if session_processes(process.pid):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+
+
+def _small_run(tmp_path) -> list:
+    """A gradient and two shards in tmp_path; the uopgrad arguments that map it."""
+    rng = np.random.default_rng(4)
+    for i in range(2):
+        np.savez(tmp_path / f"s{i}.npz", x=rng.standard_normal((4, 3)).astype(np.float32))
+    np.save(tmp_path / "w.npy", rng.standard_normal(3).astype(np.float32))
+    x, w = UOp.param("x", (4, 3), dtypes.float32), UOp.param("w", (3,), dtypes.float32)
+    save(differentiate(Graph({"loss": (x @ w).sum()}, inputs=[x, w]), ["w"])[0], str(tmp_path / "g.uop"))
+    return ["eval", "g.uop", "--map", "s*.npz", "-i", "w=w.npy"]
+
+
+@pytest.mark.skipif(DASK is None or UOPGRAD is None, reason="the dask or uopgrad console script is not installed")
+def test_a_worker_without_uopcli_is_refused_at_once_by_name(scheduler, tmp_path):
+    """A `dask worker` on a machine without uopgrad (here: a uopcli that fails to import)
+    cannot unpickle a shard's task: the run waited forever. Now one line naming the worker
+    and the fix, before any task is sent."""
+    fake = tmp_path / "fake" / "uopcli"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise ImportError("no uopgrad on this machine")\n')
+    worker = _worker(scheduler.scheduler_address, tmp_path / "w",
+                     {**os.environ, "PYTHONPATH": str(tmp_path / "fake")})
+    try:
+        with distributed.Client(scheduler) as client:
+            client.wait_for_workers(1, timeout=60)
+            address = next(iter(client.scheduler_info()["workers"]))
+        args = _small_run(tmp_path)
+        done = subprocess.run([UOPGRAD, *args, "--dask", scheduler.scheduler_address, "-o", "out.npz"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=30)  # was: forever
+    finally:
+        _stop(worker)
+    assert done.returncode == 1 and done.stderr.splitlines() == [
+        f"uopgrad: error: the Dask worker {address} cannot import uopcli (ImportError: no uopgrad on this machine): "
+        "install uopgrad where each worker runs (pip install 'uopgrad[dask]', the version this run uses) and restart "
+        "it"], done.stderr
+    assert not (tmp_path / "out.npz").exists()

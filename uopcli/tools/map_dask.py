@@ -128,6 +128,20 @@ def _probe(target: str) -> None:
         raise ClusterError(f"{target} is not a Dask scheduler but a {kind}: give the scheduler's address")
 
 
+def _require_uopcli_on_workers(client) -> None:
+    """ClusterError naming the workers that cannot import uopcli: a task they cannot
+    unpickle (its function is uopcli's) never ends, and the run waited forever. Asked of
+    the workers there at the start; exec is a builtin, which any worker can unpickle."""
+    answers = client.run(exec, "import uopcli.tools.map", {}, on_error="return")
+    failed = {worker: error for worker, error in answers.items() if isinstance(error, BaseException)}
+    if failed:
+        worker, error = sorted(failed.items())[0]
+        others = f" (and {len(failed) - 1} more of {len(answers)})" if len(failed) > 1 else ""
+        raise ClusterError(f"the Dask worker {worker}{others} cannot import uopcli "
+                           f"({type(error).__name__}: {' '.join(str(error).split())}): install uopgrad where each "
+                           f"worker runs (pip install 'uopgrad[dask]', the version this run uses) and restart it")
+
+
 def _start_method() -> str:
     """How `local:N` starts its workers. Forked from this process where it runs no other
     thread (the CLI): two start in 0.2 s, with numpy, uopcli and distributed imported
@@ -186,6 +200,7 @@ def run_on_dask(work: Work, paths: list, reduce: str, sink, progress, target) ->
     """map_graph's run on the cluster `target` (see client_for)."""
     from distributed import as_completed
     with client_for(target) as (client, startup):
+        _require_uopcli_on_workers(client)
         at_start = client.scheduler_info()["workers"]
         workers = sum(w.get("nthreads", 1) for w in at_start.values())
         clock = time.perf_counter()
