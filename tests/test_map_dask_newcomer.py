@@ -5,12 +5,14 @@ stopping what it starts."""
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -145,3 +147,70 @@ def test_a_worker_without_uopcli_is_refused_at_once_by_name(scheduler, tmp_path)
         "install uopgrad where each worker runs (pip install 'uopgrad[dask]', the version this run uses) and restart "
         "it"], done.stderr
     assert not (tmp_path / "out.npz").exists()
+
+
+def _many_shards(directory, count: int) -> None:
+    """`count` shards in directory/many: links to the two of _small_run (a run that lasts)."""
+    (directory / "many").mkdir()
+    for i in range(count):
+        os.symlink(directory / f"s{i % 2}.npz", directory / "many" / f"p{i:05d}.npz")
+
+
+@pytest.mark.skipif(DASK is None or UOPGRAD is None, reason="the dask or uopgrad console script is not installed")
+def test_a_scheduler_killed_mid_run_is_one_line_naming_it(tmp_path):
+    """kill -9 of the scheduler while the shards run: distributed logged a 35-line traceback
+    and the error blamed a shard ('p0113.npz: the Dask task failed: FutureCancelledError')."""
+    args = _small_run(tmp_path)
+    _many_shards(tmp_path, 3000)
+    scheduler = subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                                  "--scheduler-file", str(tmp_path / "scheduler.json")], cwd=tmp_path,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    worker = run = None
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "scheduler.json").exists() or not (tmp_path / "scheduler.json").read_text():
+            assert time.monotonic() < deadline and scheduler.poll() is None
+            time.sleep(0.05)
+        import json
+        address = json.loads((tmp_path / "scheduler.json").read_text())["address"]
+        worker = _worker(address, tmp_path / "w", dict(os.environ))
+        run = subprocess.Popen([UOPGRAD, *args[:3], "many/*.npz", *args[4:], "--dask", address, "-o", "out.npz"],
+                               cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+        with distributed.Client(address, timeout=30) as client:
+            while not any(str(key).startswith("uopgrad-shard") for keys in client.processing().values()
+                          for key in keys):  # the shards are running
+                assert time.monotonic() < deadline and run.poll() is None, run.communicate()
+                time.sleep(0.05)
+            os.kill(scheduler.pid, signal.SIGKILL)
+            _, err = run.communicate(timeout=60)
+    finally:
+        for process in (run, worker, scheduler):
+            if process is not None:
+                _stop(process)
+    assert run.returncode == 1 and err.splitlines() == [
+        f"uopgrad: error: the Dask scheduler at {address} went away during the run (the connection to it was lost): "
+        "nothing was written"], err
+    assert not (tmp_path / "out.npz").exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or UOPGRAD is None, reason="local workers are forked by the CLI only "
+                    "where fork exists; the uopgrad console script")
+def test_ctrl_c_to_the_process_group_of_a_local_cluster_run_is_one_line(tmp_path):
+    """A terminal's ^C reaches uopgrad and its forked workers: each worker printed a
+    KeyboardInterrupt traceback (68 lines for two). The workers ignore it; uopgrad stops
+    them and says `interrupted`, with nothing written and nothing left running."""
+    args = _small_run(tmp_path)
+    _many_shards(tmp_path, 3000)
+    run = subprocess.Popen([UOPGRAD, *args[:3], "many/*.npz", *args[4:], "--dask", "local:2", "--reduce", "none",
+                            "-o", "stopped"], cwd=tmp_path, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(os.listdir(d) for d in glob.glob(str(tmp_path / ".stopped.*.tmp"))):
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+            time.sleep(0.01)
+        os.killpg(run.pid, signal.SIGINT)
+        _, err = run.communicate(timeout=60)
+    finally:
+        _stop(run)
+    assert run.returncode == 1 and [line for line in err.splitlines() if line] == ["uopgrad: error: interrupted"], err
+    assert not glob.glob(str(tmp_path / "*stopped*")) and not glob.glob(str(tmp_path / ".stopped*"))

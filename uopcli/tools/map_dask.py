@@ -73,7 +73,8 @@ def client_for(target):
             method = _start_method()
             import threadpoolctl  # noqa: F401 - imported once, here, for the forked workers' first shard
             with dask.config.set({"distributed.worker.multiprocessing-method": method}), \
-                    (_frozen_heap() if method == "fork" else _main_out_of_sight()), warnings.catch_warnings():
+                    (_frozen_heap() if method == "fork" else _main_out_of_sight()), \
+                    (_interrupt_held() if method == "fork" else contextlib.nullcontext()), warnings.catch_warnings():
                 # its scheduler's HTTP server takes another port where 8787 is busy (another
                 # cluster's): nothing for our stderr, which has one line per failure
                 warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
@@ -185,10 +186,28 @@ def _frozen_heap():
         gc.unfreeze()
 
 
+@contextlib.contextmanager
+def _interrupt_held():
+    """A ^C while the workers are forked: recorded, and raised here once they have started
+    (this process then stops them). The workers keep the recording handler, so ignore a ^C:
+    a terminal sends it to the whole process group, and each worker printed a
+    KeyboardInterrupt traceback of its own (68 lines for two)."""
+    import signal
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda *_: caught.append(True))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
+
+
 def _as_a_fresh_process() -> None:
     """In a forked worker: undo what the uopgrad command set in its own process, the cyclic
     garbage collector paused and SIGTERM/SIGHUP raised as exceptions (cli.app), which a
-    long-lived worker needs as a fresh interpreter has them."""
+    long-lived worker needs as a fresh interpreter has them. (SIGINT keeps the handler of
+    _interrupt_held, which only records it: the caller stops its workers.)"""
     import gc
     import signal
     gc.enable()
@@ -199,7 +218,7 @@ def _as_a_fresh_process() -> None:
 def run_on_dask(work: Work, paths: list, reduce: str, sink, progress, target) -> MapReport:
     """map_graph's run on the cluster `target` (see client_for)."""
     from distributed import as_completed
-    with client_for(target) as (client, startup):
+    with client_for(target) as (client, startup), _scheduler_loss_named(client):
         _require_uopcli_on_workers(client)
         at_start = client.scheduler_info()["workers"]
         workers = sum(w.get("nthreads", 1) for w in at_start.values())
@@ -245,15 +264,34 @@ def run_on_dask(work: Work, paths: list, reduce: str, sink, progress, target) ->
                          startup, send, elapsed, lost)
 
 
+@contextlib.contextmanager
+def _scheduler_loss_named(client):
+    """The scheduler gone mid-run as one line naming it: every future is then cancelled, at
+    whatever step the run was (sending the Work, a shard, the sum), and the error blamed a
+    shard, after distributed's 35-line traceback."""
+    try:
+        yield
+    except Exception as e:
+        if "scheduler-connection-lost" not in str(e) and client.status == "running":
+            raise
+        raise ClusterError(f"the Dask scheduler at {client.scheduler.address} went away during the run (the "
+                           "connection to it was lost): nothing was written") from None
+
+
 def _the_work(work: Work) -> Work:
     return work
 
 
 def _result(future, where: str):
     """The future's value; a task's failure as one line naming the shard."""
+    from distributed.client import FutureCancelledError
     try:
         return future.result()
     except UOpError:
         raise
-    except Exception as e:  # noqa: BLE001 - KilledWorker, a lost connection: the engine's failures
+    except FutureCancelledError as e:
+        if e.reason == "scheduler-connection-lost":
+            raise  # the run's failure, not the shard's: _scheduler_loss_named
+        raise ShardError(f"{where}: the Dask task was cancelled ({e.reason})") from None
+    except Exception as e:  # noqa: BLE001 - KilledWorker: the engine's failures
         raise ShardError(f"{where}: the Dask task failed: {type(e).__name__}: {' '.join(str(e).split())}") from None

@@ -4,11 +4,12 @@ uopcli.tools.map; dask is imported only for --dask (uopcli.tools.map_dask)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import click
 
-from ..app import CommandFailed, _given
+from ..app import CommandFailed, _flag, _given
 from ..io import (_explain_inputs, _note, _onnx_weights, _progress_bar, _read_graph, _reading, _refuse_binary_terminal,
                   _refuse_directory_read, _refuse_other_than_npz, _refuse_writing_read, _write)
 from ..output import _table, _value_json
@@ -66,7 +67,7 @@ def eval_map(source, specs, use_random, seed, output, as_json, stats, literal, k
         raise CommandFailed(str(e)) from None
     _explain_inputs(source, graph, specs, use_random, [node for node in graph.inputs if node.arg not in shard_inputs])
     fixed = _fixed_inputs(graph, shard_inputs, specs, seed if use_random else None)
-    with _progress_bar(len(paths), "shards") as bar:
+    with _progress_bar(len(paths), "shards") as bar, _dask_logs_off(dask_target):
         try:
             report = mapping.map_graph(graph, paths, fixed, reduce=reduction, out_dir=output if reduction == "none"
                                        else None, dask=dask_target, simplify="exact" if literal else "tinygrad",
@@ -95,6 +96,23 @@ def eval_map(source, specs, use_random, seed, output, as_json, stats, literal, k
         click.echo(json.dumps(document))
     else:
         click.echo(_table(report.outputs))
+
+
+@contextlib.contextmanager
+def _dask_logs_off(dask_target):
+    """No log lines of distributed's during a --dask run (--debug keeps them): a lost
+    scheduler or ^C had it log tracebacks of 35-140 lines before our one line, which says
+    what failed (a task's error, a lost worker or scheduler all reach this process as
+    exceptions or in the report)."""
+    if dask_target is None or _flag("debug"):
+        yield
+        return
+    import logging
+    logging.disable(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)
 
 
 def _check_usage(output, as_json, keep_intermediates, backend, device, reduction, use_random, dask_target) -> None:
