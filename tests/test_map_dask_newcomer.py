@@ -214,3 +214,49 @@ def test_ctrl_c_to_the_process_group_of_a_local_cluster_run_is_one_line(tmp_path
         _stop(run)
     assert run.returncode == 1 and [line for line in err.splitlines() if line] == ["uopgrad: error: interrupted"], err
     assert not glob.glob(str(tmp_path / "*stopped*")) and not glob.glob(str(tmp_path / ".stopped*"))
+
+
+@pytest.mark.skipif(UOPGRAD is None, reason="the uopgrad console script is not installed")
+@pytest.mark.parametrize("address, why", [
+    ("http://127.0.0.1:8786", "a scheduler's address is tcp://HOST:PORT (tcp, tls, ws, wss, ucx), not http://"),
+    ("127.0.0.1", "a scheduler's address is tcp://HOST:PORT, the port too (8786 unless the scheduler was told "
+                  "otherwise), or local:N"),
+    ("inproc://x", "a scheduler's address is tcp://HOST:PORT (tcp, tls, ws, wss, ucx), not inproc:// (inproc:// is a "
+                   "scheduler inside one process: pass its distributed.Client)"),  # was: not enough values to unpack
+    ("tcp://127.0.0.1:99999", "port 99999 is not one (1 to 65535)"),          # was: a 30 s wait, then "Timed out"
+    ("tcp://127.0.0.1:0", "port 0 is not one (1 to 65535)"),
+])
+def test_a_malformed_address_is_a_usage_error_at_once(tmp_path, address, why):
+    """Exit 2 (as `--dask local:0`), before dask is imported or anything read: was exit 1."""
+    done = subprocess.run([UOPGRAD, "eval", "g.uop", "--map", "s*.npz", "--dask", address], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        f"uopgrad: error: --dask {address}: {why} (see 'uopgrad eval --help')"], done.stderr
+
+
+def test_a_malformed_address_from_python_names_dask_not_the_flag(tmp_path):
+    from uopcli.tools.map import map_graph
+    from uopcli.tools.map_dask import ClusterError
+    _small_run(tmp_path)
+    from uopcli.formats.uop import load
+    with pytest.raises(ClusterError) as caught:
+        map_graph(load(str(tmp_path / "g.uop")), [str(tmp_path / "s0.npz")], {"w": np.load(tmp_path / "w.npy")},
+                  dask="127.0.0.1")
+    assert str(caught.value).startswith("dask='127.0.0.1': a scheduler's address is tcp://HOST:PORT, the port too")
+
+
+@pytest.mark.skipif(UOPGRAD is None, reason="the uopgrad console script is not installed")
+def test_a_refused_port_says_nothing_listens_there(tmp_path):
+    """distributed retries a refused connection until its connect timeout, then said "no
+    answer ... 8787 is its dashboard", as for a silent port."""
+    import socket
+    with socket.socket() as probe:  # a free port no scheduler listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = _small_run(tmp_path)
+    env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "1s"}
+    done = subprocess.run([UOPGRAD, *args, "--dask", f"tcp://127.0.0.1:{port}"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stderr.splitlines() == [
+        f"uopgrad: error: cannot reach the Dask scheduler at tcp://127.0.0.1:{port}: nothing listens on port {port} "
+        f"of 127.0.0.1 (tried for 1 s): start the scheduler (dask scheduler --port {port})"], done.stderr

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 import time
 import uuid
@@ -38,17 +39,37 @@ def require() -> None:
         raise DaskMissing(f"--dask needs dask and distributed ({e}): pip install 'uopgrad[dask]'") from None
 
 
+SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")  # distributed's comms between processes (inproc is within one)
+_ADDRESS = re.compile(r"(?:(?P<scheme>[A-Za-z][\w+.-]*)://)?(?P<host>\[[^\]]*\]|[^/:\[\]\s]+):(?P<port>\d+)/?")
+
+
 def parse_target(target: str) -> tuple[str, int | None]:
     """("local", N or None) for `local` / `local:N`, else ("address", None) for a scheduler's
-    address (tcp://host:8786, host:8786)."""
+    address (tcp://host:8786, host:8786); ClusterError for text that is neither."""
     if target == "local":
         return "local", None
     if target.startswith("local:"):
         count = target[len("local:"):]
         if not count.isdigit() or int(count) < 1:
-            raise ClusterError(f"--dask {target}: give local:N with N a number of workers >= 1")
+            raise _malformed(target, "give local:N with N a number of workers >= 1")
         return "local", int(count)
+    found = _ADDRESS.fullmatch(target)
+    scheme = found["scheme"] if found else (target.split("://")[0] if "://" in target else None)
+    if scheme is not None and scheme.lower() not in SCHEMES:
+        inproc = " (inproc:// is a scheduler inside one process: pass its distributed.Client)" \
+            if scheme == "inproc" else ""
+        raise _malformed(target, f"a scheduler's address is tcp://HOST:PORT ({', '.join(SCHEMES)}), not "
+                                 f"{scheme}://{inproc}")
+    if found is None:
+        raise _malformed(target, "a scheduler's address is tcp://HOST:PORT, the port too (8786 unless the "
+                                 "scheduler was told otherwise), or local:N")
+    if not 0 < int(found["port"]) < 65536:
+        raise _malformed(target, f"port {found['port']} is not one (1 to 65535)")
     return "address", None
+
+
+def _malformed(target: str, why: str) -> ClusterError:
+    return ClusterError(f"dask={target!r}: {why}", cli=f"--dask {target}: {why}")
 
 
 @contextlib.contextmanager
@@ -117,9 +138,14 @@ def _probe(target: str) -> None:
     try:
         answer = asyncio.run(identity())
     except (TimeoutError, asyncio.TimeoutError):
-        raise ClusterError(f"cannot reach the Dask scheduler at {target}: no answer within {seconds:g} s (a "
-                           f"scheduler listens on port 8786 unless told otherwise; 8787 is its dashboard)") from None
-    except (OSError, ValueError) as e:
+        raise ClusterError(f"cannot reach the Dask scheduler at {target}: {_why_no_answer(target, seconds)}") \
+            from None
+    except OSError as e:
+        if "Timed out" not in str(e):
+            raise ClusterError(f"cannot reach the Dask scheduler at {target}: {' '.join(str(e).split())}") from None
+        raise ClusterError(f"cannot reach the Dask scheduler at {target}: {_why_no_answer(target, seconds)}") \
+            from None
+    except ValueError as e:
         raise ClusterError(f"cannot reach the Dask scheduler at {target}: {' '.join(str(e).split())}") from None
     except (MemoryError, Exception) as e:  # noqa: BLE001 - whatever another protocol's bytes become
         raise ClusterError(f"cannot reach the Dask scheduler at {target}: what answers there does not speak "
@@ -170,6 +196,26 @@ def _main_out_of_sight():
     finally:
         if main is not None:
             sys.modules["__main__"] = main
+
+
+def _why_no_answer(target: str, seconds: float) -> str:
+    """What a connection that timed out met, tried once more directly (distributed retries
+    a refused connection until its timeout, and then says only "Timed out")."""
+    import socket
+    found = _ADDRESS.fullmatch(target)
+    host, port = found["host"].strip("[]"), int(found["port"])
+    tried = f"tried for {seconds:g} s"
+    try:
+        with socket.create_connection((host, port), timeout=min(seconds, 5)):
+            pass
+    except socket.gaierror:
+        return f"no host is named {host!r} ({tried})"
+    except ConnectionRefusedError:
+        return f"nothing listens on port {port} of {host} ({tried}): start the scheduler (dask scheduler --port {port})"
+    except OSError as e:
+        return f"{host}:{port} does not answer ({e.strerror or type(e).__name__}; {tried})"
+    return (f"no answer within {seconds:g} s (a scheduler listens on port 8786 unless told otherwise; 8787 is its "
+            "dashboard)")
 
 
 @contextlib.contextmanager

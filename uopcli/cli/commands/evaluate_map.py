@@ -121,7 +121,7 @@ def _check_usage(output, as_json, keep_intermediates, backend, device, reduction
         try:
             parse_target(dask_target)
         except ClusterError as e:
-            raise click.UsageError(str(e)) from None
+            raise click.UsageError(e.cli_message) from None
     if _given("seed") and not use_random:
         raise click.UsageError("--seed is the seed of --random: give --random too")
     if keep_intermediates:
