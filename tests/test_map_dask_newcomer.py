@@ -52,7 +52,8 @@ def test_local_workers_start_beside_a_thread_inside_a_matrix_product(tmp_path):
     on, and the script (no `if __name__ == "__main__"` guard) runs once."""
     done = _python("""
         import threading, time
-                from uopcli import UOp, Graph, dtypes, differentiate
+        import numpy as np
+        from uopcli import UOp, Graph, dtypes, differentiate
         from uopcli.tools.map import map_graph
         print("script started", flush=True)
         x = UOp.param("x", (16, 8), dtypes.float32); w = UOp.param("w", (8, 4), dtypes.float32)
@@ -260,3 +261,58 @@ def test_a_refused_port_says_nothing_listens_there(tmp_path):
     assert done.returncode == 1 and done.stderr.splitlines() == [
         f"uopgrad: error: cannot reach the Dask scheduler at tcp://127.0.0.1:{port}: nothing listens on port {port} "
         f"of 127.0.0.1 (tried for 1 s): start the scheduler (dask scheduler --port {port})"], done.stderr
+
+
+def test_python_callers_read_python_and_the_cli_its_flags(tmp_path):
+    """map_graph's refusals named -i and --reduce sum to Python callers; the command line's
+    wording is now the errors' cli_message, which uopgrad prints."""
+    from uopcli.formats.uop import load
+    from uopcli.tools.map import map_graph
+    from uopcli.errors import EvaluationError
+    args = _small_run(tmp_path)
+    graph, paths = load(str(tmp_path / "g.uop")), [str(tmp_path / "s0.npz"), str(tmp_path / "s1.npz")]
+    w, x = np.load(tmp_path / "w.npy"), np.zeros((4, 3), np.float32)
+    with pytest.raises(EvaluationError) as missing:
+        map_graph(graph, paths, {})
+    assert str(missing.value) == "missing input value: w float32[3] (neither a member of the shards nor in fixed=)"
+    with pytest.raises(EvaluationError) as twice:
+        map_graph(graph, paths, {"w": w, "x": x})
+    assert str(twice.value) == f"{paths[0]}: member 'x' is an input given once for every shard (fixed=): give it in " \
+                               "one place"
+    np.savez(tmp_path / "xw.npz", x=x, w=w)
+    done = subprocess.run([UOPGRAD, *args[:-2], "-i", "xw.npz"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60) if UOPGRAD else None
+    if done is not None:
+        assert done.returncode == 1 and done.stderr.splitlines() == [
+            "uopgrad: error: s0.npz: member 'x' is an input given once for every shard (-i): give it in one place"]
+
+
+def test_no_shards_is_said_so_even_with_every_input_fixed(tmp_path):
+    """map_graph(g, []) said "missing input value x", and with every input fixed raised a bare
+    ValueError ("a sum needs at least one leaf")."""
+    from uopcli.formats.uop import load
+    from uopcli.tools.map import ShardError, map_graph
+    _small_run(tmp_path)
+    graph, w = load(str(tmp_path / "g.uop")), np.load(tmp_path / "w.npy")
+    for fixed in ({"w": w}, {"w": w, "x": np.zeros((4, 3), np.float32)}):
+        with pytest.raises(ShardError) as e:
+            map_graph(graph, [], fixed)
+        assert str(e.value) == "no shards: paths is empty (shard_paths(pattern) lists a data set's)"
+
+
+def test_fixed_inputs_keyed_by_their_param_node_as_evaluate_graph_takes_them(tmp_path):
+    from uopcli.errors import EvaluationError
+    from uopcli.formats.uop import load
+    from uopcli.tools.map import map_graph
+    _small_run(tmp_path)
+    graph, w = load(str(tmp_path / "g.uop")), np.load(tmp_path / "w.npy")
+    paths = [str(tmp_path / "s0.npz"), str(tmp_path / "s1.npz")]
+    node = next(n for n in graph.inputs if n.arg == "w")
+    by_node, by_name = map_graph(graph, paths, {node: w}).outputs, map_graph(graph, paths, {"w": w}).outputs
+    assert by_node["grad_w"].tobytes() == by_name["grad_w"].tobytes()
+    xs = sum(np.load(p)["x"].astype(np.float64) for p in paths)
+    np.testing.assert_allclose(by_node["grad_w"], xs.sum(0), rtol=1e-6)  # d/dw sum(x @ w) = column sums of x
+    stranger = UOp.param("w", (4,), dtypes.float32)  # named as one, not one of its inputs
+    with pytest.raises(EvaluationError) as e:
+        map_graph(graph, paths, {stranger: w})
+    assert "is not an input of the graph; inputs: x, w" in str(e.value)

@@ -125,8 +125,10 @@ def test_add_results_and_mean_of_keep_dtypes_and_stats():
     assert means["h"].dtype == np.float16 and means["h"].tobytes() == (np.float16(1.0) / np.float16(3)).tobytes()
     with pytest.raises(EvaluationError) as refused:
         mean_of(ShardResult({"i": np.array([1], np.int32)}), 2)
-    assert str(refused.value) == ("--reduce mean: output 'i' is int32, and a mean of whole numbers is not one: "
-                                  "use --reduce sum")
+    assert str(refused.value) == ("reduce='mean': output 'i' is int32, and a mean of whole numbers is not one: "
+                                  "use reduce='sum'")
+    assert refused.value.cli_message == ("--reduce mean: output 'i' is int32, and a mean of whole numbers is not one: "
+                                         "use --reduce sum")
     assert mapping.finish(ShardResult({"f": np.array([4.0])}), "sum", 2)["f"].tolist() == [4.0]
     assert mapping.finish(ShardResult({"f": np.array([4.0])}), "mean", 2)["f"].tolist() == [2.0]
 
@@ -163,9 +165,9 @@ def test_map_graph_refusals_word_for_word(tmp_path):
     assert refused(reduce="none") == "reduce='none' writes the shards' outputs into out_dir: give both or neither"
     assert refused(out_dir=str(tmp_path / "o")) == ("reduce='none' writes the shards' outputs into out_dir: give both "
                                                     "or neither")
-    assert refused(fixed={}) == ("missing input value: w float32[4] (neither a member of the shards nor given with -i)")
+    assert refused(fixed={}) == ("missing input value: w float32[4] (neither a member of the shards nor in fixed=)")
     assert refused(fixed={"w": W, "q": W}) == "fixed input 'q' names no input; inputs: x, w, n"
-    assert refused(reduce="mean").startswith("--reduce mean: output 'k' is int32")
+    assert refused(reduce="mean").startswith("reduce='mean': output 'k' is int32")
     x = UOp.param("x", (4,), dtypes.float32)
     g2 = Graph({"o": x * UOp.param("a", (4,), dtypes.float32) * UOp.param("b", (4,), dtypes.float32)},
                inputs=[x, UOp.param("a", (4,), dtypes.float32), UOp.param("b", (4,), dtypes.float32)])
@@ -177,8 +179,9 @@ def test_map_graph_refusals_word_for_word(tmp_path):
     np.savez(twins / "s00.npz", x=np.zeros(4, np.float32), n=np.zeros(2, np.int32))
     with pytest.raises(ShardError) as e:
         map_graph(graph, [paths[0], twins / "s00.npz"], {"w": W}, reduce="none", out_dir=str(tmp_path / "o"))
-    assert str(e.value) == (f"{paths[0]} and {twins / 's00.npz'} would both be written as s00.npz: --reduce none names "
+    assert str(e.value) == (f"{paths[0]} and {twins / 's00.npz'} would both be written as s00.npz: reduce='none' names "
                             f"each output after its shard")
+    assert e.value.cli_message == str(e.value).replace("reduce='none'", "--reduce none")
 
 
 def test_missing_inputs_are_named_in_the_plural():
@@ -186,7 +189,9 @@ def test_missing_inputs_are_named_in_the_plural():
     with pytest.raises(EvaluationError) as e:
         mapping._check_fixed(Graph({"o": x * w * v}, inputs=[x, w, v]), {}, ["x"])
     assert str(e.value) == ("missing input values: w float64[2], v float64[2] (neither a member of the shards nor "
-                            "given with -i)")
+                            "in fixed=)")
+    assert e.value.cli_message == ("missing input values: w float64[2], v float64[2] (neither a member of the shards "
+                                   "nor given with -i)")
     with pytest.raises(EvaluationError) as e:
         mapping._check_fixed(Graph({"o": x}, inputs=[x]), {"w": np.zeros(2)}, ["x"])
     assert str(e.value) == "fixed input 'w' names no input; inputs: x"
@@ -207,8 +212,9 @@ def test_check_shards_refusals_and_members(tmp_path):
     np.savez(d / "c.npz", x=np.zeros(4, np.float32), w=W)
     with pytest.raises(ShardError) as e:
         check_shards(graph, [d / "c.npz"], ["w"])
-    assert str(e.value) == (f"{d / 'c.npz'}: member 'w' is an input given once for every shard (-i): give it in one "
-                            "place")
+    assert str(e.value) == (f"{d / 'c.npz'}: member 'w' is an input given once for every shard (fixed=): give it in "
+                            "one place")
+    assert e.value.cli_message == str(e.value).replace("(fixed=)", "(-i)")
     np.savez(d / "e.npz", q=np.zeros(1))
     with pytest.raises(ShardError) as e:
         check_shards(graph, [d / "e.npz"])
@@ -246,7 +252,8 @@ def test_shard_paths_and_output_names(tmp_path):
     assert shard_paths(str(tmp_path / "*.npz")) == [str(tmp_path / n) for n in ("a.npz", "b.npz", "c.npz")]
     with pytest.raises(ShardError) as e:
         shard_paths(str(tmp_path / "*.none"))
-    assert str(e.value) == f"--map {str(tmp_path / '*.none')!r} matches no file"
+    assert str(e.value) == f"shard_paths({str(tmp_path / '*.none')!r}) matches no file"
+    assert e.value.cli_message == f"--map {str(tmp_path / '*.none')!r} matches no file"
     assert output_names(["x/a.npz", "y/b.npz"]) == ["a.npz", "b.npz"]
 
 

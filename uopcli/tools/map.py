@@ -65,7 +65,7 @@ def shard_paths(pattern: str) -> list[str]:
     order, which fixes the order of the sums."""
     paths = sorted(p for p in glob.glob(pattern) if not os.path.isdir(p))
     if not paths:
-        raise ShardError(f"--map {pattern!r} matches no file")
+        raise ShardError(f"shard_paths({pattern!r}) matches no file", cli=f"--map {pattern!r} matches no file")
     return paths
 
 
@@ -103,8 +103,8 @@ def _check_member(path: str, name: str, shape: tuple, dtype, nodes: Mapping[str,
     if node is None:
         raise ShardError(f"{path}: member {name!r} names no input; inputs: {', '.join(nodes) or 'none'}")
     if name in fixed:
-        raise ShardError(f"{path}: member {name!r} is an input given once for every shard (-i): "
-                         f"give it in one place")
+        head = f"{path}: member {name!r} is an input given once for every shard"
+        raise ShardError(f"{head} (fixed=): give it in one place", cli=f"{head} (-i): give it in one place")
     native = dtype.newbyteorder("=") if not dtype.isnative else dtype
     if shape != node.shape or native != node.dtype.np:
         short = (native == node.dtype.np and len(shape) == len(node.shape) > 0 and shape[0] < node.shape[0]
@@ -122,8 +122,9 @@ def output_names(paths: Sequence[str]) -> list[str]:
     for path in paths:
         base = os.path.basename(path)
         if base in seen:
-            raise ShardError(f"{seen[base]} and {path} would both be written as {base}: --reduce none names "
-                             f"each output after its shard")
+            head = f"{seen[base]} and {path} would both be written as {base}:"
+            raise ShardError(f"{head} reduce='none' names each output after its shard",
+                             cli=f"{head} --reduce none names each output after its shard")
         seen[base] = path
     return list(seen)
 
@@ -295,8 +296,8 @@ def mean_of(total: ShardResult, count: int) -> dict:
 
 
 def _not_a_mean(name: str, dtype: str):
-    raise EvaluationError(f"--reduce mean: output {name!r} is {dtype}, and a mean of whole numbers is not one: "
-                          f"use --reduce sum")
+    why = f"output {name!r} is {dtype}, and a mean of whole numbers is not one"
+    raise EvaluationError(f"reduce='mean': {why}: use reduce='sum'", cli=f"--reduce mean: {why}: use --reduce sum")
 
 
 # ----------------------------------------------------------------------------- the sum tree
@@ -448,8 +449,10 @@ def map_graph(graph: Graph, paths: Sequence[str], fixed: Mapping | None = None, 
         raise EvaluationError(f"reduce must be one of {', '.join(REDUCTIONS)}, got {reduce!r}")
     if (reduce == "none") != (out_dir is not None):
         raise EvaluationError("reduce='none' writes the shards' outputs into out_dir: give both or neither")
-    fixed = dict(fixed or {})
+    fixed = _by_name(graph, fixed or {})
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)  # one path, not its letters
+    if not paths:
+        raise ShardError("no shards: paths is empty (shard_paths(pattern) lists a data set's)")
     if shard_inputs is None:
         shard_inputs = check_shards(graph, paths, list(fixed))
     if reduce == "none":
@@ -483,7 +486,7 @@ def map_graph(graph: Graph, paths: Sequence[str], fixed: Mapping | None = None, 
         if staged is not None:
             staged.commit()
     except ShardError as e:
-        raise ShardError(_as_given(str(e), given)) from None
+        raise ShardError(_as_given(str(e), given), cli=_as_given(e.cli_message, given)) from None
     finally:
         if staged is not None:
             staged.discard()
@@ -498,6 +501,20 @@ def _as_given(message: str, given: Mapping[str, str]) -> str:
     return message
 
 
+def _by_name(graph: Graph, fixed: Mapping) -> dict:
+    """`fixed` keyed by input name: a key may be the input's PARAM node, as evaluate_graph's."""
+    inputs = set(graph.inputs)
+    named = {}
+    for key, value in fixed.items():
+        if isinstance(key, UOp):
+            if key not in inputs:
+                raise EvaluationError(f"fixed input {key} is not an input of the graph; inputs: "
+                                      f"{', '.join(node.arg for node in graph.inputs) or 'none'}")
+            key = key.arg
+        named[key] = value
+    return named
+
+
 def _check_fixed(graph: Graph, fixed: Mapping, shard_inputs: Sequence[str]) -> None:
     """Every input is given by the shards or by `fixed`, and `fixed` fits the graph."""
     from .values import check_value
@@ -509,8 +526,8 @@ def _check_fixed(graph: Graph, fixed: Mapping, shard_inputs: Sequence[str]) -> N
     missing = [node for name, node in nodes.items() if name not in fixed and name not in shard_inputs]
     if missing:
         listed = ", ".join(f"{n.arg} {type_text(n)}" for n in missing)
-        raise EvaluationError(f"missing input value{'s' if len(missing) > 1 else ''}: {listed} (neither a member "
-                              f"of the shards nor given with -i)")
+        head = f"missing input value{'s' if len(missing) > 1 else ''}: {listed} (neither a member of the shards nor"
+        raise EvaluationError(f"{head} in fixed=)", cli=f"{head} given with -i)")
 
 
 def _ignore(_: int) -> None:

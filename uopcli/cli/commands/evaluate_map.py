@@ -64,7 +64,7 @@ def eval_map(source, specs, use_random, seed, output, as_json, stats, literal, k
             mapping.output_names(paths)
             _refuse_directory_read(output)
     except mapping.MapError as e:  # names its shard and member: no need of IN's name in front
-        raise CommandFailed(str(e)) from None
+        raise CommandFailed(e.cli_message) from None
     _explain_inputs(source, graph, specs, use_random, [node for node in graph.inputs if node.arg not in shard_inputs])
     fixed = _fixed_inputs(graph, shard_inputs, specs, seed if use_random else None)
     with _progress_bar(len(paths), "shards") as bar, _dask_logs_off(dask_target):
@@ -73,7 +73,7 @@ def eval_map(source, specs, use_random, seed, output, as_json, stats, literal, k
                                        else None, dask=dask_target, simplify="exact" if literal else "tinygrad",
                                        progress=bar.update, shard_inputs=shard_inputs)
         except mapping.MapError as e:  # a shard, or the cluster
-            raise CommandFailed(str(e)) from None
+            raise CommandFailed(e.cli_message) from None
     shown_as = {os.path.abspath(path): path for path in paths}
     if stats and not as_json:  # with --json: under "stats" in the document
         click.echo("\n".join(report.lines()), err=True)
