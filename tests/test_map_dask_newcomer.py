@@ -279,8 +279,8 @@ def test_python_callers_read_python_and_the_cli_its_flags(tmp_path):
         map_graph(graph, paths, {"w": w, "x": x})
     assert str(twice.value) == f"{paths[0]}: member 'x' is an input given once for every shard (fixed=): give it in " \
                                "one place"
-    np.savez(tmp_path / "xw.npz", x=x, w=w)
-    done = subprocess.run([UOPGRAD, *args[:-2], "-i", "xw.npz"], cwd=tmp_path, capture_output=True, text=True,
+    np.save(tmp_path / "x.npy", x)
+    done = subprocess.run([UOPGRAD, *args, "-i", "x=x.npy"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=60) if UOPGRAD else None
     if done is not None:
         assert done.returncode == 1 and done.stderr.splitlines() == [
@@ -316,3 +316,22 @@ def test_fixed_inputs_keyed_by_their_param_node_as_evaluate_graph_takes_them(tmp
     with pytest.raises(EvaluationError) as e:
         map_graph(graph, paths, {stranger: w})
     assert "is not an input of the graph; inputs: x, w" in str(e.value)
+
+
+@pytest.mark.skipif(UOPGRAD is None, reason="the uopgrad console script is not installed")
+def test_a_bare_npz_holding_the_batch_too_says_how_to_take_the_weights_alone(tmp_path):
+    """The tinygrad bridge's mlp.npz holds the weights and the batch it was traced with: as a
+    whole -i over shards it was refused with no way out. The hint's command runs, and its
+    gradient is the column sums of the shards' x (d/dw of sum(x @ w))."""
+    args = _small_run(tmp_path)
+    np.savez(tmp_path / "model.npz", x=np.zeros((4, 3), np.float32), w=np.load(tmp_path / "w.npy"))
+    done = subprocess.run([*[UOPGRAD, *args[:-2]], "-i", "model.npz"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1 and done.stderr.splitlines() == [
+        "uopgrad: error: -i model.npz holds x, which the shards give (each shard its own): take the other members "
+        "alone: -i w=model.npz"], done.stderr
+    done = subprocess.run([UOPGRAD, *args[:-2], "-i", "w=model.npz", "-o", "out.npz"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    xs = sum(np.load(tmp_path / f"s{i}.npz")["x"].astype(np.float64) for i in range(2))
+    np.testing.assert_allclose(np.load(tmp_path / "out.npz")["grad_w"], xs.sum(0), rtol=1e-6)

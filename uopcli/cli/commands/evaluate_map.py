@@ -59,6 +59,7 @@ def eval_map(source, specs, use_random, seed, output, as_json, stats, literal, k
         # an ONNX model's symbolic sizes: from -i's arrays, else from the first shard's members
         sizing = (*specs, paths[0]) if paths[0].lower().endswith(".npz") else specs
         graph, _ = _read_graph(source, specs=sizing)
+        _refuse_shard_members_in_a_bare_npz(specs, paths[0])
         shard_inputs = mapping.check_shards(graph, paths, _named_by(specs))
         if reduction == "none":
             mapping.output_names(paths)
@@ -152,6 +153,25 @@ def _named_by(specs) -> list[str]:
         name, value = split_spec(spec)
         names += [name] if name is not None else list(read_members(value))
     return names
+
+
+def _refuse_shard_members_in_a_bare_npz(specs, shard: str) -> None:
+    """A whole `-i data.npz` that also holds what the shards give (the tinygrad bridge's
+    mlp.npz: the weights and the batch it was traced with): refused, as check_shards would,
+    but saying how to take the other members alone."""
+    from ...tools.map import read_members
+    from ...tools.values import split_spec
+    if not shard.lower().endswith(".npz"):
+        return  # refused as no shard elsewhere
+    given = set(read_members(shard))
+    for spec in specs:
+        name, value = split_spec(spec)
+        members = list(read_members(value)) if name is None else []
+        both = [member for member in members if member in given]
+        if both:
+            others = " ".join(f"-i {member}={value}" for member in members if member not in given)
+            raise CommandFailed(f"-i {value} holds {', '.join(both)}, which the shards give (each shard its own): "
+                                f"take the other members alone{': ' + others if others else ''}")
 
 
 def _fixed_inputs(graph, shard_inputs, specs, random_seed) -> dict:
