@@ -335,3 +335,26 @@ def test_a_bare_npz_holding_the_batch_too_says_how_to_take_the_weights_alone(tmp
     assert done.returncode == 0, done.stderr
     xs = sum(np.load(tmp_path / f"s{i}.npz")["x"].astype(np.float64) for i in range(2))
     np.testing.assert_allclose(np.load(tmp_path / "out.npz")["grad_w"], xs.sum(0), rtol=1e-6)
+
+
+@pytest.mark.skipif(UOPGRAD is None, reason="the uopgrad console script is not installed")
+@pytest.mark.parametrize("order, more", [
+    (["g.uop", "--map", "sh/s0.npz", "sh/s1.npz", "sh/s2.npz"], "2 more .npz arguments (sh/s1.npz, ...)"),
+    (["--map", "sh/s0.npz", "sh/s1.npz", "sh/s2.npz", "g.uop"], "2 more .npz arguments (sh/s1.npz, ...)"),
+    (["--map", "sh/s0.npz", "sh/s1.npz"], "1 more .npz argument (sh/s1.npz)"),  # IN forgotten: a shard as IN
+])
+def test_an_unquoted_pattern_the_shell_expanded_says_quote_it(tmp_path, order, more):
+    """Was "Got unexpected extra arguments (...)" or "sh/s1.npz: neither a .uop file ...";
+    one file given to --map unquoted, and nothing after it, still runs."""
+    _small_run(tmp_path)
+    (tmp_path / "sh").mkdir()
+    for i in range(3):
+        shutil.copy(tmp_path / f"s{i % 2}.npz", tmp_path / "sh" / f"s{i}.npz")
+    done = subprocess.run([UOPGRAD, "eval", *order, "-i", "w=w.npy"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        f"uopgrad: error: --map sh/s0.npz and {more}: the shell expanded the pattern; quote it: --map 'sh/*.npz' "
+        "(see 'uopgrad eval --help')"], done.stderr
+    done = subprocess.run([UOPGRAD, "eval", "g.uop", "--map", "sh/s0.npz", "-i", "w=w.npy", "--json"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

@@ -393,6 +393,9 @@ class _Command(click.Command):
         def parse_args(args):
             opts, largs, order = parse(args=args)  # order: each option as often as it was given
             _refuse_repeated(ctx, order)
+            if opts.get("map_pattern") is not None:  # eval --map
+                from .commands.evaluate_map import refuse_expanded_pattern
+                refuse_expanded_pattern(ctx, opts["map_pattern"], [opts.get("source"), *largs])
             return opts, largs, order
         parser.parse_args = parse_args
         return parser

@@ -32,6 +32,19 @@ def map_options(fn):
     return fn
 
 
+def refuse_expanded_pattern(ctx, pattern: str, arguments: list) -> None:
+    """A usage error when the shell expanded an unquoted --map pattern: --map took the first
+    shard, and the others came as arguments (click said "Got unexpected extra arguments", or
+    read one as IN). A pattern without * ? [ and .npz arguments (IN's among them) is that."""
+    shards = [a for a in arguments if a is not None and a.lower().endswith(".npz")]
+    if not shards or any(c in pattern for c in "*?[") or not pattern.lower().endswith(".npz"):
+        return
+    example = os.path.join(os.path.dirname(pattern), "*.npz")
+    raise click.UsageError(f"--map {pattern} and {len(shards)} more .npz argument{'s' if len(shards) > 1 else ''} "
+                           f"({shards[0]}{', ...' if len(shards) > 1 else ''}): the shell expanded the pattern; "
+                           f"quote it: --map '{example}'", ctx)
+
+
 def check_map_usage(map_pattern, reduction, dask_target) -> bool:
     """Whether this is a --map run; --reduce and --dask only with --map."""
     if map_pattern is None:
