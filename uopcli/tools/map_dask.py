@@ -93,6 +93,8 @@ def client_for(target):
             import dask
             method = _start_method()
             import threadpoolctl  # noqa: F401 - imported once, here, for the forked workers' first shard
+            if method == "fork":
+                _versions_looked_up()
             with dask.config.set({"distributed.worker.multiprocessing-method": method}), \
                     (_frozen_heap() if method == "fork" else _main_out_of_sight()), \
                     (_interrupt_held() if method == "fork" else contextlib.nullcontext()), warnings.catch_warnings():
@@ -216,6 +218,17 @@ def _why_no_answer(target: str, seconds: float) -> str:
         return f"{host}:{port} does not answer ({e.strerror or type(e).__name__}; {tried})"
     return (f"no answer within {seconds:g} s (a scheduler listens on port 8786 unless told otherwise; 8787 is its "
             "dashboard)")
+
+
+def _versions_looked_up() -> None:
+    """The package versions a worker reports when it registers, looked up here, once, before
+    any worker is forked. Looking them up imports modules lazily (importlib.metadata), and
+    the scheduler did that in its own thread while the workers were being forked: a fork
+    copies an import lock that another thread holds, and the worker then waited on it
+    forever at registration (seen once in CI: `--dask local:2` never started). distributed
+    caches each version, so neither the scheduler nor a forked worker imports for them now."""
+    from distributed.versions import get_versions
+    get_versions()
 
 
 @contextlib.contextmanager
