@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pickle
 import sys
+import time
 import threading
 from pathlib import Path
 
@@ -107,6 +108,29 @@ def test_simplify_is_applied_at_compile_time():
     identical_results(simplified(inputs), evaluate_graph(graph, inputs))
     identical_results(literal(inputs), evaluate_graph(graph, inputs, simplify=None))
     assert np.isfinite(simplified(inputs)["grad_x"]).all() and np.isnan(literal(inputs)["grad_x"][0])
+
+
+def test_a_list_of_uops_is_simplified_in_the_mode_asked_for():
+    # the same sigmoid gradient as nodes: "exact" keeps the written 0 * inf = nan at -100,
+    # "tinygrad" rewrites it to 0, each as evaluate_graph's same mode gives
+    x = UOp.param("x", (3,), dtypes.float32)
+    graph = gradient_of(Graph({"s": x.sigmoid().sum()}))
+    inputs = {"x": np.float32([-100, 0, 100])}
+    for mode in ("exact", "tinygrad"):
+        (got,) = compile_graph([graph.outputs["grad_x"]], simplify=mode)(inputs)
+        identical(got, evaluate_graph(graph, inputs, simplify=mode)["grad_x"])
+        assert np.isnan(got[0]) == (mode == "exact"), (mode, got)
+
+
+def test_stats_seconds_are_the_calls_own():
+    graph = gradient_of(load(ROOT / "samples" / "mlp.uop"))
+    program = compile_graph(graph)
+    inputs = inputs_for(graph, 3)
+    stats = EvalStats()
+    start = time.perf_counter()
+    program(inputs, stats=stats)
+    elapsed = time.perf_counter() - start
+    assert 0 < stats.seconds <= elapsed
 
 
 # ----------------------------------------------------------------------------- many calls, edge values
