@@ -7,15 +7,14 @@ meta saying what they are, are refused in one line naming them."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
+
+from _cli_in_process import uopgrad_in_process
 
 from uopcli import UOp, dtypes
-from uopcli.cli import main
 from uopcli.core.graph import Graph
 from uopcli.errors import EvaluationError
 from uopcli.formats.uop import load, save
@@ -152,16 +151,6 @@ def test_a_file_at_a_noisy_point_is_not_checked():
     assert nan.lines()[-1] == "FAILED: hvp_b" and not nan.rows[0][1].noisy
 
 
-def _run(*args, cwd):
-    """`uopgrad ARGS` in process (CliRunner: no interpreter start per call), run in `cwd`."""
-    old = os.getcwd()
-    os.chdir(cwd)
-    try:
-        return CliRunner().invoke(main, [*map(str, args)])
-    finally:
-        os.chdir(old)
-
-
 def test_cli_check_against_a_planted_hvp_file(tmp_path):
     """Repro 07 through the CLI: good.uop passes, bad.uop (hvp_b 1.5 times) fails naming
     hvp_b, exit 1; --wrt/--of disagreeing with the file's meta and a file of another model
@@ -170,20 +159,20 @@ def test_cli_check_against_a_planted_hvp_file(tmp_path):
     good = forward.hvp(load(logreg), ["w", "b"])
     save(good, tmp_path / "good.uop")
     save(_planted(good, "hvp_b", lambda o: o * 1.5), tmp_path / "bad.uop")
-    done = _run("check", logreg, "--against", "good.uop", cwd=tmp_path)
+    done = uopgrad_in_process("check", logreg, "--against", "good.uop", cwd=tmp_path)
     assert done.exit_code == 0 and done.stdout.splitlines()[-1] == (
         "ok: good.uop (hvp of loss along w, b) matches finite differences of its gradient (float64)"), done.stderr
-    done = _run("check", logreg, "--against", "bad.uop", "--json", cwd=tmp_path)
+    done = uopgrad_in_process("check", logreg, "--against", "bad.uop", "--json", cwd=tmp_path)
     report = json.loads(done.stdout)
     assert done.exit_code == 1 and not report["passed"] and report["kind"] == "hvp"
     assert [t["passed"] for t in report["targets"]] == [True, False]
     assert abs(report["targets"][1]["max_rel_error"] - 1 / 3) < 1e-6
-    done = _run("check", logreg, "--against", "good.uop", "--wrt", "w", cwd=tmp_path)
+    done = uopgrad_in_process("check", logreg, "--against", "good.uop", "--wrt", "w", cwd=tmp_path)
     assert done.exit_code == 2 and "--wrt w is not what good.uop is of: its meta says hvp_wrt=w,b" in done.stderr
-    done = _run("check", SAMPLES / "mlp.uop", "--against", "good.uop", cwd=tmp_path)
+    done = uopgrad_in_process("check", SAMPLES / "mlp.uop", "--against", "good.uop", cwd=tmp_path)
     assert done.exit_code == 1 and done.stdout == "" and done.stderr.count("\n") == 1
     assert done.stderr.startswith("uopgrad: error: good.uop: its meta says it is along 'w', and the model has no such")
-    done = _run("check", logreg, "--against", "good.uop", "--hvp", cwd=tmp_path)
+    done = uopgrad_in_process("check", logreg, "--against", "good.uop", "--hvp", cwd=tmp_path)
     assert done.exit_code == 2 and "give one of --hvp and --against: each is a check of its own" in done.stderr
 
 
