@@ -21,6 +21,13 @@ A piece goes to the call with the most such evidence when one call has the most;
 with no evidence, or a tie, stays unmatched (its group says so). Matching repeats until
 nothing more is matched. Every walk is in canonical order, so the same graph gives the same
 numbers.
+
+A forward node computed from constants alone (tinygrad's `-1.0` inside `tanh`) belongs to
+no call: front ends keep one node per such value, shared by every call that builds it
+(tinygrad for the whole process), and its metadata names whichever call built it first,
+perhaps for another model an hour before. It never joins calls: it is in the one call its
+users are in (in `piece`); any other is placed with its users by groups.py, as a constant
+is.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from ...core.uop import UOp
 from ...core.walks import scope_sources
 
 _LEAVES = (Ops.PARAM, Ops.CONST, Ops.BUFFER)
+_NOT_CONSTANT = (*_LEAVES, Ops.FUNCTION, Ops.CALL)  # a call's value is its body's: not looked into
 UNMATCHED = -1  # the piece number of a backward node matched to no call
 
 
@@ -47,6 +55,9 @@ class Calls:
         self.piece: dict[UOp, int] = {}
         self.count: dict[tuple, int] = {}
         self.parts: dict[tuple, int] = {}
+        # nodes computed from constants alone; those in `piece` are one call's own
+        self.constants = constants = constant_expressions(nodes)
+        users = _users(nodes) if constants else {}
         keyed: dict[tuple, list[UOp]] = {}
         for node in nodes:
             meta = node.meta
@@ -57,8 +68,8 @@ class Calls:
             if key[3] or len(members) < 2:
                 continue
             if key[1] not in joined:
-                joined[key[1]] = _joined(nodes, key[1])
-            found = _split(members, joined[key[1]])
+                joined[key[1]] = _joined(nodes, key[1], constants)
+            found = _split(members, joined[key[1]], constants, users)
             if len(found) > 1 and len({tuple(sorted(Counter(n.op for n in piece).items())) for piece in found}) > 1:
                 self.parts[key] = len(found)  # pieces of unlike ops: one call in parts, or several
             elif len(found) > 1:
@@ -73,7 +84,8 @@ class Calls:
         unit = {}  # forward node -> (forward key, call number): the call (or function) that made it
         for node in nodes:
             meta = node.meta
-            if meta is not None and meta.name and not meta.backward:
+            if meta is not None and meta.name and not meta.backward \
+                    and (node not in self.constants or node in self.piece):  # (a constant's name is any call's)
                 unit[node] = (self._key(meta), self.piece.get(node, 0))
         near: dict[tuple, set] = {}  # unit -> units it reads or feeds, and the nodes it reads
         for node, mine in unit.items():
@@ -163,21 +175,66 @@ class Calls:
             return None
         return self._key(meta._replace(backward=False)), number
 
-def _joined(nodes: list[UOp], name: str) -> dict:
+def constant_expressions(nodes: list[UOp]) -> set[UOp]:
+    """The forward nodes of `nodes` (sources before users) computed from constants alone,
+    through no input, BUFFER or call. (A gradient is often constant down a chain from its
+    seed, each node made for one forward node: the backward's metadata is ours to trust.)"""
+    found: set[UOp] = set()
+    for node in nodes:
+        sources = node.src
+        if sources and node.op not in _NOT_CONSTANT and not _is_backward(node) \
+                and all(src.op == Ops.CONST or src in found for src in sources):
+            found.add(node)
+    return found
+
+
+def _joined(nodes: list[UOp], name: str, constants: set[UOp]) -> dict:
     """node -> a number naming its piece, for the context's forward nodes of function
-    `name` or of none (not an input), joined by their edges: the scope assignment may have
-    put part of a call elsewhere, and a call of another function is what parts two calls."""
-    joins = [node for node in nodes if not _is_backward(node) and node.op not in _LEAVES
+    `name` or of none (not an input, not a shared constant), joined by their edges: the
+    scope assignment may have put part of a call elsewhere, and a call of another function
+    is what parts two calls."""
+    joins = [node for node in nodes if not _is_backward(node) and node.op not in _LEAVES and node not in constants
              and (node.meta is None or node.meta.name is None or node.meta.name == name)]
     return {node: number for number, piece in enumerate(components(joins)) for node in piece}
 
 
-def _split(members: list[UOp], joined: dict) -> list[list[UOp]]:
-    """One key's `members` as its calls, ordered by their first node."""
+def _split(members: list[UOp], joined: dict, constants: set[UOp], users: dict) -> list[list[UOp]]:
+    """One key's `members` as its calls, ordered by their first node. A constant is in the
+    one piece its users are in; one that several pieces use (or none) is in none."""
     found: dict[int, list[UOp]] = {}
     for node in members:
-        found.setdefault(joined[node], []).append(node)
+        if node in constants:
+            pieces = _pieces_using(node, joined, constants, users)
+            if len(pieces) != 1:
+                continue
+            number = pieces.pop()
+        else:
+            number = joined[node]
+        found.setdefault(number, []).append(node)
     return list(found.values())
+
+
+def _pieces_using(constant: UOp, joined: dict, constants: set[UOp], users: dict) -> set[int]:
+    """The pieces of `joined` that use `constant`, directly or through other constants."""
+    pieces: set[int] = set()
+    stack, seen = [constant], {constant}
+    while stack:
+        for user in users.get(stack.pop(), ()):
+            if user in constants:
+                if user not in seen:
+                    seen.add(user)
+                    stack.append(user)
+            elif user in joined:
+                pieces.add(joined[user])
+    return pieces
+
+
+def _users(nodes: list[UOp]) -> dict[UOp, list[UOp]]:
+    found: dict[UOp, list[UOp]] = {}
+    for node in nodes:
+        for src in scope_sources(node):
+            found.setdefault(src, []).append(node)
+    return found
 
 
 def components(nodes: list[UOp]) -> list[list[UOp]]:

@@ -16,6 +16,10 @@ Every node gets one home group. The tree, from the root (the whole graph) down:
 - A node with neither a name nor a scope (a graph input, an op written by hand, a gradient
   sum) joins the deepest group holding all its users of its own direction (forward users
   for a forward node), so a layer's weights sit in the layer.
+- A forward node computed from constants alone (`-1.0` as `1.0 * -1.0`) joins its users'
+  group the same way, whatever its metadata says (a front end shares it between every
+  call that builds it, and names it after whichever built it first), unless it is one
+  numbered call's own (calls.py).
 - Constants, BUFFERs and slot PARAMs are drawn as a copy beside each user (as in
   `uopgrad render`); their home is their first user's group.
 - A level never holds more than MAX_ITEMS items: more are split, in canonical order, into
@@ -137,8 +141,10 @@ class Grouping:
         """Home groups for one context's own nodes: by metadata, then (for nodes without a
         name or scope) by their users, in reverse canonical order so users come first."""
         nodes = [n for n in self.members[scope] if not is_copied(n) and self.home[self.index[n]] is None]
-        calls = Counter(_call_key(n.meta) for n in nodes if n.meta is not None and n.meta.name)
         self._calls = Calls(nodes, _call_key)
+        # a node of constants alone that is no one call's: its metadata names whoever made it first
+        by_users = self._calls.constants.difference(self._calls.piece)
+        calls = Counter(_call_key(n.meta) for n in nodes if n.meta is not None and n.meta.name and n not in by_users)
         made = Counter((_call_key(n.meta._replace(backward=False)), p, n.meta.backward)
                        for n, p in self._calls.piece.items())
         self._forward = Counter()  # scope path prefix -> forward nodes under it, () the context
@@ -153,7 +159,7 @@ class Grouping:
                 users.setdefault(src, []).append(node)
         for node in reversed(nodes):
             meta = node.meta
-            if meta is not None and (meta.name or meta.scope):
+            if meta is not None and (meta.name or meta.scope) and node not in by_users:
                 piece = self._calls.piece.get(node)
                 if piece is None:
                     own = calls[_call_key(meta)] > 1
