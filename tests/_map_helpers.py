@@ -3,8 +3,10 @@ data set written as .npz files, and the installed `uopgrad` run as a user runs i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -74,10 +76,24 @@ def uopgrad(*args, cwd: Path, timeout: float = 300, **popen) -> subprocess.Compl
 
 def uopgrad_process(*args, cwd: Path) -> subprocess.Popen:
     """The installed console script started in the background, in a session of its own (so
-    that whatever it starts can be found, and stopped, by its session id)."""
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    that whatever it starts can be found, and stopped, by its session id). Its Python's
+    faulthandler is on: `stacks_of_a_stuck(process)` shows where each thread waits."""
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "PYTHONFAULTHANDLER": "1"}
     return subprocess.Popen([UOPGRAD, *map(str, args)], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
+
+
+def stacks_of_a_stuck(process: subprocess.Popen) -> str:
+    """What a process that does not end is doing: SIGABRT makes faulthandler print every
+    thread's stack on its stderr (and ends it); its session is then stopped."""
+    process.send_signal(signal.SIGABRT)
+    try:
+        _, err = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        err = b"(no stacks: it did not end on SIGABRT either)"
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    return err.decode(errors="replace")
 
 
 def session_processes(session: int) -> list[int]:

@@ -17,6 +17,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import zipfile
 
@@ -27,8 +28,8 @@ from uopcli.backends.numpy import evaluate_graph
 from uopcli.tools.map import ShardError, map_graph
 from uopcli.tools.values import npz_bytes
 
-from _map_helpers import (BIN, UOPGRAD, mlp_gradient, relative_error, session_processes, uopgrad, uopgrad_process,
-                          write_gradient, write_shards, write_weights)
+from _map_helpers import (BIN, UOPGRAD, mlp_gradient, relative_error, session_processes, stacks_of_a_stuck, uopgrad,
+                          uopgrad_process, write_gradient, write_shards, write_weights)
 
 distributed = pytest.importorskip("distributed", reason="dask and distributed (the extra uopgrad[dask]) are not "
                                   "installed: make test installs them")
@@ -340,7 +341,10 @@ def test_an_interrupted_cluster_run_leaves_no_partial_output(cluster, data):
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
         time.sleep(0.01)
     process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=60)
+    try:
+        _, err = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("still running 60 s after SIGINT; its threads:\n" + stacks_of_a_stuck(process))
     assert process.returncode == 1 and err.decode().strip() == "uopgrad: error: interrupted"
     assert not glob.glob(str(directory / "*stopped*")) and not glob.glob(str(directory / ".stopped*"))
     assert session_processes(process.pid) == []
@@ -454,3 +458,77 @@ def test_local_workers_are_forked_from_a_frozen_heap_and_the_caller_is_left_unfr
         assert all(client.run(gc.isenabled).values())  # a fresh interpreter's collector, running
         assert startup > 0
     assert gc.get_freeze_count() == before
+
+
+@contextlib.contextmanager
+def _closing_held_back(monkeypatch, which: str):
+    """distributed's Client.close (`which` "client") or a local cluster's close ("cluster")
+    held until the block ends (a close that cannot finish, as when the loop thread waits on
+    a lock the stopped main thread holds); then let through, so the closes left behind end
+    and nothing of the test lingers."""
+    import asyncio
+
+    import distributed
+    from distributed.deploy.spec import SpecCluster
+    release = threading.Event()
+    owner = distributed.Client if which == "client" else SpecCluster
+    close = owner._close
+
+    async def held(self, *args, **kwargs):
+        while not release.is_set():
+            await asyncio.sleep(0.05)
+        await close(self, *args, **kwargs)
+    monkeypatch.setattr(owner, "_close", held)
+    try:
+        yield
+    finally:
+        release.set()
+        for thread in threading.enumerate():
+            if thread.name == "uopgrad-close-after-stop":
+                thread.join(60)
+
+
+def _stop_at_first_shard(seen: list):
+    def progress(_):
+        import distributed
+        seen.extend(distributed.default_client().run(os.getpid).values())
+        raise KeyboardInterrupt
+    return progress
+
+
+@pytest.mark.timeout(120)  # (what it guards against is a wait with no end)
+@pytest.mark.parametrize("where, held", [("scheduler", "client"), ("local:1", "client"), ("local:1", "cluster")])
+def test_a_stopped_run_ends_when_its_client_cannot_close(cluster, data, tmp_path, monkeypatch, where, held):
+    """A stop lands anywhere, and closing the client after it needs distributed's loop thread
+    and the scheduler to answer (a fresh-clone CI run once saw a ^C'd run not end in 60 s).
+    With a close (the client's, or the local cluster's) that never finishes, the stop still
+    ends the run within STOP_SECONDS, nothing written; a local cluster's workers, not stopped
+    by then, are killed."""
+    from uopcli.tools import map_dask
+    monkeypatch.setattr(map_dask, "STOP_SECONDS", 1)
+    workers = []
+    with _closing_held_back(monkeypatch, held):
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            map_graph(mlp_gradient(BATCH, sizes=SIZES), data["paths"], data["fixed"], reduce="none",
+                      out_dir=str(tmp_path / "out"), progress=_stop_at_first_shard(workers),
+                      dask=cluster.address if where == "scheduler" else where)
+        waited = time.monotonic() - start
+        assert os.listdir(tmp_path) == []
+        assert len(workers) == (2 if where == "scheduler" else 1)
+        if where == "local:1":
+            deadline = time.monotonic() + 10
+            while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not any(_alive(pid) for pid in workers), "a local worker outlived the stopped run"
+        else:
+            assert all(_alive(pid) for pid in cluster.worker_pids().values())  # not ours to stop
+    assert waited < 30, waited  # a start-up and one shard, then at most a second to close
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -21,6 +21,7 @@ from ..errors import UOpError
 from .map import MapError, MapReport, ShardError, SumTree, Work, add_results, finish, run_shard
 
 WORKERS_TIMEOUT = 60   # seconds to wait for a scheduler's first worker
+STOP_SECONDS = 5       # seconds a stopped run waits for its client and local cluster to close
 
 
 class DaskMissing(MapError):
@@ -119,7 +120,49 @@ def client_for(target):
             except TimeoutError:
                 raise ClusterError(f"the Dask scheduler at {target} has had no worker for {WORKERS_TIMEOUT} s: "
                                       f"start some (dask worker {target})") from None
-        yield client, time.perf_counter() - start
+        try:
+            yield client, time.perf_counter() - start
+        except KeyboardInterrupt:  # ^C, SIGTERM, SIGHUP (cli.app.Stopped)
+            if not _closed_within(client, STOP_SECONDS):
+                stack.pop_all()  # still closing: left to the process's end, as waiting may be forever
+            raise
+
+
+def _closed_within(client, seconds: float) -> bool:
+    """Whether the client (and the local cluster it started) of a stopped run closed within
+    `seconds`: closing needs distributed's event-loop thread and the scheduler to answer,
+    and a stop lands anywhere, also where a lock that thread needs is held (a fresh-clone CI
+    run saw a ^C'd run not end in 60 s). The workers of a local cluster not closed by then
+    are killed: they are this run's own."""
+    pids = _local_worker_pids(client)
+    cluster = getattr(client, "cluster", None)
+
+    def close():
+        client.close()
+        if cluster is not None:
+            cluster.close()
+    closing = threading.Thread(target=close, name="uopgrad-close-after-stop", daemon=True)
+    closing.start()
+    closing.join(seconds)
+    if not closing.is_alive():
+        return True
+    import signal
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return False
+
+
+def _local_worker_pids(client) -> list[int]:
+    """The process ids of the worker processes a local cluster of this process started
+    (read from its nannies, no message sent); none for a scheduler elsewhere."""
+    nannies = getattr(getattr(client, "cluster", None), "workers", None) or {}
+    pids = []
+    for nanny in list(nannies.values()):
+        pid = getattr(getattr(getattr(nanny, "process", None), "process", None), "pid", None)
+        if isinstance(pid, int):
+            pids.append(pid)
+    return pids
 
 
 def _probe(target: str) -> None:
