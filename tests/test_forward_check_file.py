@@ -116,7 +116,8 @@ def test_files_that_do_not_say_what_they_are_or_are_of_another_model_are_refused
     model = _model()
     _refusal(model, model, r"^f.uop: its meta names none of jvp_of, hvp_of, jacobian_of, hessian_of")
     grads = Graph({"grad_w": model.outputs["loss"]}, model.inputs, {"gradient_of": "loss", "gradient_wrt": "w"})
-    _refusal(model, grads, r"a gradient file \(diff\): check its model with `uopgrad check MODEL --wrt")
+    # a diff file is checked now (tests/test_check_against_gradient.py); this one's grad_w is not w's shape
+    _refusal(model, grads, r"^f.uop: its output grad_w float64\[\] is not shaped as the model's input w float64\[3\]")
     x, w = UOp.param("x", (4,), f64), UOp.param("w", (4,), f64)
     other = Graph({"loss": (x * w).sin().sum()}, inputs=[x, w])
     _refusal(model, forward.hvp(other, ["w"]), r"^f.uop: its input 1 is x float64\[4\], where the model's input 1 is "

@@ -365,7 +365,7 @@ def check_gradients(graph: Graph, wrt: Sequence[str], of: Sequence[str] | None =
         result.targets.append(check)
     for target in result.targets:
         if not target.passed:
-            target.note = _custom_backward_note(graph, of, graph.input(target.name))
+            target.note = custom_backward_note(graph, of, graph.input(target.name))
     result.evaluations = loss.evaluations
     return result
 
@@ -438,7 +438,7 @@ def _allocation(sizes: dict, samples: int | None, outputs: list, attributed: dic
                         f"operations; the directions cover every element (--samples N compares up to N a target)")
 
 
-def _custom_backward_note(graph: Graph, of: list[str], target: UOp) -> str:
+def custom_backward_note(graph: Graph, of: list[str], target: UOp) -> str:
     """A gradient that flows through a CALL's own backward body (a straight-through
     estimator, say) is whatever that body says, not the derivative of the forward: name
     such calls, so a failure there reads as what it may well be, a design choice."""

@@ -170,6 +170,7 @@ def _evaluate_on_tinygrad(graph, inputs: dict, device: str | None, simplify: str
 @_command("check", short="Compare gradients with finite differences (exit 1 on failure).", example="""\
   uopgrad check model.uop --wrt w1,w2 -i model.npz
   uopgrad check model.uop --wrt x -i x=x.npy --samples 50 --seed 3 --json
+  uopgrad check model.uop --against grad.uop -i model.npz
   uopgrad check model.uop --against hvp.uop -i model.npz""")
 @click.argument("source", metavar="IN")
 @click.option("--wrt", metavar="NAMES", help="Inputs whose gradients are checked (required but with --against).")
@@ -189,8 +190,8 @@ def _evaluate_on_tinygrad(graph, inputs: dict, device: str | None, simplify: str
 @click.option("--transpose", is_flag=True, help="Forward mode: <u, J v> from jvp against <J^T u, v> from diff.")
 @click.option("--hvp", is_flag=True, help="Forward mode: hvp against finite differences of the gradient "
               "(not with --transpose: one check a run).")
-@click.option("--against", metavar="FILE", help="Check FILE, a jvp, hvp, jacobian or hessian file written from IN, "
-              "against finite differences of IN (its meta says what it is, of what, along what).")
+@click.option("--against", metavar="FILE", help="Check FILE, a diff, jvp, hvp, jacobian or hessian file written from "
+              "IN, against finite differences of IN (its meta says what it is, of what, along what).")
 def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal, transpose, hvp, against):
     """Differentiate IN, evaluate the gradients in float64 and compare them with central
     finite differences: along --directions random directions through every target at once
@@ -209,10 +210,13 @@ def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal, 
     differently on either side), the verdict is "not checked ... choose
     another point", exit status 1.
 
-    --hvp and --transpose check forward mode's rules; --against FILE checks a file that jvp,
-    hvp, jacobian or hessian wrote from IN against finite differences of IN (--wrt and --of
-    from FILE's meta). None of them says ok having compared nothing (a kink, differences
-    too noisy, every term 0): "not checked ... choose another point", exit status 1.
+    --hvp and --transpose check forward mode's rules; --against FILE checks a file that diff,
+    jvp, hvp, jacobian or hessian wrote from IN against finite differences of IN (--wrt and
+    --of from FILE's meta): a gradient file's grad_<x> along a random direction, then up to
+    4 elements of each input one at a time (naming a wrong one), and the outputs it kept
+    with --keep-forward. A diff of a diff file is checked against that file (its IN). None
+    of them says ok having compared nothing (a kink, differences too noisy, every term 0):
+    "not checked ... choose another point", exit status 1.
     """
     from ...tools.check import check_gradients, planned_evaluations
     from ...tools.index_range import check_index_values
