@@ -135,6 +135,24 @@ def test_the_file_the_check_and_torch_agree_on_the_mlp():
     assert len(bad) == 4 and all(not t.passed and t.max_rel_error == pytest.approx(1 / 3, abs=1e-6) for t in bad)
 
 
+def test_a_second_order_file_is_torchs_double_backward_and_passes():
+    """g2 = diff of g1's sum(grad_w1) along w1 is torch's d/dw1 sum(d loss/d w1) (double
+    backward, float64) to 1e-12, and passes against g1."""
+    torch = pytest.importorskip("torch")
+    mlp, point = load(SAMPLES / "mlp.uop"), _mlp_point(seed=7)
+    g1 = _diff(mlp, ["w1"])
+    g2 = _diff(g1, ["w1"], of=["grad_w1"], cotangent="ones")
+    t = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in point.items()}
+    prediction = torch.relu(t["x"] @ t["w1"] + t["b1"]) @ t["w2"] + t["b2"]
+    (grad_w1,) = torch.autograd.grad(((prediction - t["y"]) ** 2).mean(), t["w1"], create_graph=True)
+    (theirs,) = torch.autograd.grad(grad_w1.sum(), t["w1"])
+    ours = evaluate_graph(to_float64(g2), point, simplify=None)["grad_w1"]
+    np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-12, atol=1e-14)
+    assert np.abs(ours).max() > 0.1  # the curvature is there (the MSE's, through the ReLU's active units)
+    report = check_file(g1, g2, inputs=point)
+    assert report.passed and all(t.compared for _, t in report.rows), report.lines()
+
+
 # ----------------------------------------------------------------------------- planted wrong files
 
 def test_planted_wrong_files_fail_naming_the_output(tmp_path):
@@ -288,6 +306,8 @@ def test_a_gradient_of_a_gradient_is_checked_against_the_first_file(tmp_path):
     report = check_file(g1, g2, seed=0)
     assert report.passed and report.of == ["grad_w1"], report.lines()
     assert not check_file(g1, _planted(g2, "grad_w1", _one_element_off((7, 3), 1e-3)), seed=0).passed
+    both = _diff(g1, ["w1", "b1"], of=["grad_w1"], cotangent="ones")  # named as g1's outputs: none kept
+    assert list(both.outputs) == list(g1.outputs) and check_file(g1, both, seed=0).passed
     with pytest.raises(EvaluationError, match=r"^g2.uop: its meta says it is the gradient of 'grad_w1', and the model "
                                               r"has no such output \(its outputs: loss\): grad_w1 is an output uopgrad "
                                               r"writes: give the file that has it as MODEL$"):
