@@ -431,3 +431,18 @@ def test_a_node_of_constants_one_call_uses_is_that_calls_own():
         assert _own(_group_nodes(grouping, group)) == _own(made)
         constant = [n for n in made if n.op == Ops.MUL and all(s.op == Ops.CONST for s in n.src)]
         assert len(constant) == 1 and _home(grouping, constant[0]) is group
+
+
+def test_an_input_that_carries_a_calls_name_is_no_part_of_its_calls():
+    """A file may give an input metadata (a hand-edited file, an exporter's tag): an input
+    named like a function told apart into calls is none of them, and the page is drawn
+    (it raised KeyError: the input has no piece)."""
+    x1, x2 = UOp.param("px1", (4,)), UOp.param("px2", (4,))
+    a = tagged("affine", "net", lambda: (x1 * 2.0 + 1.0).sum())
+    b = tagged("affine", "net", lambda: (x2 * 2.0 + 1.0).sum())
+    x1.set_meta(Metadata(name="affine", scope="net"))
+    try:
+        grouping = Grouping(Graph({"loss": tagged("__mul__", "net", lambda: a * b)}, inputs=[x1, x2]))
+        assert sorted(c.label for c in _one(grouping, "net").children) == ["affine #1", "affine #2"]
+    finally:
+        x1.set_meta(None)

@@ -426,3 +426,50 @@ def test_a_method_is_told_by_its_class_not_its_parameters_name():
     assert not module_calls._is_method_of(_AttnS, _run_block.__code__)
     assert not module_calls._is_method_of(_Base, _Derived.forward.__code__)
     assert not module_calls._is_method_of(_AttnS, _AttnSelf.__call__.__code__)
+
+
+_EXPORT_AFTER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from tinygrad_zoo import ZOO, gpt_four_blocks
+from uopcli.interop.tinygrad import save
+for name in sys.argv[3:]:  # other models exported first, in this process
+    case = ZOO[name]()
+    save(sys.argv[2] + "." + name, case.outputs, case.inputs, case.state_dict)
+case = gpt_four_blocks()
+save(sys.argv[2], case.outputs, case.inputs, case.state_dict)
+"""
+
+
+def test_an_export_is_the_same_file_whatever_the_process_exported_before(tmp_path):
+    """Nodes are shared by structure in a process: an embedding of the same token input
+    exported first made the GPT's one-hot nodes its own, and the GPT export lost their
+    `embedding` scope (CI saw the viewer fold the embedding away, and two Linears' nodes at
+    the top). Each export now tags every node it makes, shared or not: the GPT's file is
+    the same bytes after the embedding's, after every zoo model, and alone."""
+    import os
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    files = {}
+    for before in ((), ("embedding_int_tokens",), ("mlp_mse", "embedding_int_tokens", "lstm_unrolled",
+                                                   "transformer_block", "norms_and_losses")):
+        out = tmp_path / f"gpt-after-{len(before)}.uop"
+        done = subprocess.run([sys.executable, "-c", _EXPORT_AFTER, here, str(out), *before],
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        files[before] = out.read_bytes()
+    alone = files.pop(())
+    assert all(data == alone for data in files.values()), [before for before, data in files.items() if data != alone]
+
+
+def test_an_export_takes_its_own_tags_for_nodes_an_earlier_export_made():
+    """In one process: exported after an embedding of the same tokens, the GPT's one-hot
+    nodes are in `embedding` (the earlier export's graph now carries the GPT's tags there:
+    a node has one metadata per process)."""
+    from tinygrad_zoo import embedding_int_tokens
+    _graph(embedding_int_tokens())
+    graph = _graph(gpt_four_blocks())
+    tokens = graph.input("tokens")
+    one_hot = [n for n in graph.nodes() if n.op == Ops.CMPNE and tokens in n.toposort()]
+    assert len(one_hot) == 2 and all(n.meta.scope == "embedding" for n in one_hot), [n.meta for n in one_hot]

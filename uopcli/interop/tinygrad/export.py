@@ -44,7 +44,7 @@ from typing import Mapping, NamedTuple
 from ...errors import UOpError
 from ...core.graph import Graph
 from ...core.ops import DType, Ops, dtypes, least_upper_dtype
-from ...core.uop import Metadata, UOp, next_serial, tag_new_nodes, valid_name
+from ...core.uop import Metadata, UOp, valid_name
 from ._tinygrad import import_tinygrad, our_dtype
 from .export_rules import _rules
 from .module_calls import ModuleScopes
@@ -241,6 +241,9 @@ def _realize_values(tg, graph: Graph, walk: "_Walk", named: dict) -> dict:
 
 # ----------------------------------------------------------------------------- the walk
 
+_LEAVES = (Ops.PARAM, Ops.CONST, Ops.BUFFER)
+
+
 class _Walk:
     """Two iterative passes over tinygrad's graph: `classify` marks what is data and what
     depends on named inputs; `translate` builds our nodes, one rule per tinygrad op."""
@@ -260,6 +263,7 @@ class _Walk:
         self._rules = _rules(TOps)
         self._weak = set(tg.dtypes.weaks)
         self._output, self._root = "", None
+        self._claimed: set[UOp] = set()  # our nodes this export made or met for a tinygrad node
         self._buffers = 0
         self._taken = set(names.values())
 
@@ -346,22 +350,38 @@ class _Walk:
         return memo[(root, self._default(root.dtype) if root.dtype in self._weak else None)]
 
     def _build(self, rule, node, want, srcs) -> UOp:
-        since = next_serial()
         try:
             result = rule.build(self, node, want, srcs)
         except ExportError:
             raise
         except UOpError as e:
             raise self._refuse(node, f"does not fit the format: {e}") from None
-        self._tag(node, result, since)
+        self._tag(node, result)
         return result
 
-    def _tag(self, node, made: UOp, since: int) -> None:
-        """Our nodes made for tinygrad `node` since serial `since` get its function's name
-        and the scope of the module that made it."""
+    def _tag(self, node, made: UOp) -> None:
+        """Our nodes made for tinygrad `node` get its function's name and the scope of the
+        module that made it: those reached from `made` that no earlier tinygrad node of
+        this export claimed (the first claim wins, as tinygrad tags a shared node once).
+        A node that exists already is claimed too, and its tag replaced: nodes are shared
+        by structure in a process, and a graph exported earlier (another model on the same
+        input names) must not decide this export's names and scopes."""
         metadata, scope = node.metadata, self.scope_of(node)
-        if metadata or scope:
-            tag_new_nodes(made, since, Metadata(name=metadata[0].name if metadata else None, scope=scope))
+        meta = Metadata(name=metadata[0].name if metadata else None, scope=scope) if metadata or scope else None
+        claimed, stack = self._claimed, [made]
+        while stack:
+            ours = stack.pop()
+            if ours in claimed:
+                continue
+            claimed.add(ours)
+            if ours.op in _LEAVES:  # a constant, drawn beside its users, keeps its first tag; an input none
+                if ours.meta is None and ours.op != Ops.PARAM:
+                    ours.set_meta(meta)
+                continue
+            ours.set_meta(meta)
+            stack.extend(ours.src)
+            if ours.op == Ops.CALL and ours.arg.grad is not None:
+                stack.append(ours.arg.grad)
 
     def _data(self, node) -> UOp:
         """Data `node` as the input holding its values, reshaped to its shape."""
@@ -370,9 +390,8 @@ class _Walk:
         shape = self.shape(node)
         if shape == param.shape:
             return param
-        since = next_serial()
         view = UOp.make(Ops.RESHAPE, param.dtype, (param,), shape)
-        self._tag(node, view, since)
+        self._tag(node, view)
         return view
 
     def param(self, node, name: str | None) -> UOp:

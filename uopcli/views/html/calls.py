@@ -57,6 +57,9 @@ class Calls:
         self.parts: dict[tuple, int] = {}
         # nodes computed from constants alone; those in `piece` are one call's own
         self.constants = constants = constant_expressions(nodes)
+        # what no call owns whatever its metadata says (a constant several calls share, an input
+        # named like the calls): groups.py places it with its users
+        self.loose: set[UOp] = set()
         users = _users(nodes) if constants else {}
         keyed: dict[tuple, list[UOp]] = {}
         for node in nodes:
@@ -77,6 +80,8 @@ class Calls:
                 for number, piece in enumerate(found):
                     for node in piece:
                         self.piece[node] = number
+                self.loose.update(node for node in members if node not in self.piece)
+        self.loose.update(constants.difference(self.piece))
         if self.count:
             self._match_backward(nodes, keyed)
 
@@ -208,8 +213,10 @@ def _split(members: list[UOp], joined: dict, constants: set[UOp], users: dict) -
             if len(pieces) != 1:
                 continue
             number = pieces.pop()
-        else:
+        elif node in joined:
             number = joined[node]
+        else:  # an input or a backward body's slot that carries the name: no call's work
+            continue
         found.setdefault(number, []).append(node)
     return list(found.values())
 

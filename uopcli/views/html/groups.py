@@ -19,7 +19,7 @@ Every node gets one home group. The tree, from the root (the whole graph) down:
 - A forward node computed from constants alone (`-1.0` as `1.0 * -1.0`) joins its users'
   group the same way, whatever its metadata says (a front end shares it between every
   call that builds it, and names it after whichever built it first), unless it is one
-  numbered call's own (calls.py).
+  numbered call's own (calls.py); so does an input named like calls told apart.
 - Constants, BUFFERs and slot PARAMs are drawn as a copy beside each user (as in
   `uopgrad render`); their home is their first user's group.
 - A level never holds more than MAX_ITEMS items: more are split, in canonical order, into
@@ -142,8 +142,7 @@ class Grouping:
         name or scope) by their users, in reverse canonical order so users come first."""
         nodes = [n for n in self.members[scope] if not is_copied(n) and self.home[self.index[n]] is None]
         self._calls = Calls(nodes, _call_key)
-        # a node of constants alone that is no one call's: its metadata names whoever made it first
-        by_users = self._calls.constants.difference(self._calls.piece)
+        by_users = self._calls.loose  # a constant no one call owns: its metadata names whoever made it first
         calls = Counter(_call_key(n.meta) for n in nodes if n.meta is not None and n.meta.name and n not in by_users)
         made = Counter((_call_key(n.meta._replace(backward=False)), p, n.meta.backward)
                        for n, p in self._calls.piece.items())
