@@ -217,6 +217,67 @@ def test_ctrl_c_to_the_process_group_of_a_local_cluster_run_is_one_line(tmp_path
     assert not glob.glob(str(tmp_path / "*stopped*")) and not glob.glob(str(tmp_path / ".stopped*"))
 
 
+def _children(pid: int) -> list[int]:
+    """The live processes whose parent is `pid` (Linux /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if entry.isdigit() and fields[0] != "Z" and int(fields[1]) == pid:
+            found.append(int(entry))
+    return sorted(found)
+
+
+def _workers_ignoring_ctrl_c(pid: int, besides: list[int]) -> list[int]:
+    """The Dask workers among `pid`'s children, but `besides`, that ignore SIGINT."""
+    found = []
+    for child in _children(pid):
+        try:
+            with open(f"/proc/{child}/cmdline") as f:
+                command = f.read()
+            with open(f"/proc/{child}/status") as f:
+                ignored = int(next(line for line in f if line.startswith("SigIgn:")).split()[1], 16)
+        except OSError:
+            continue
+        if child not in besides and "resource_tracker" not in command and ignored & (1 << (signal.SIGINT - 1)):
+            found.append(child)
+    return found
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or UOPGRAD is None, reason="local workers are forked by the CLI only "
+                    "where fork exists; the uopgrad console script")
+def test_ctrl_c_after_a_local_worker_was_started_again_is_one_line(tmp_path):
+    """A local worker that dies is started again by its nanny (spawned: a fresh interpreter,
+    whose ^C raises KeyboardInterrupt), and it printed a traceback of its own on the
+    terminal's ^C: the set-up of the first workers reached only them. Every worker, started
+    again or not, is now set up to ignore ^C. (Not covered: a ^C in the second or so a
+    worker started again takes to start, before it is set up.)"""
+    args = _small_run(tmp_path)
+    _many_shards(tmp_path, 3000)
+    run = subprocess.Popen([UOPGRAD, *args[:3], "many/*.npz", *args[4:], "--dask", "local:2", "--reduce", "none",
+                            "-o", "stopped"], cwd=tmp_path, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(os.listdir(d) for d in glob.glob(str(tmp_path / ".stopped.*.tmp"))):
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+            time.sleep(0.01)
+        first = _children(run.pid)
+        assert len(first) == 2, first
+        os.kill(first[0], signal.SIGKILL)
+        while not _workers_ignoring_ctrl_c(run.pid, besides=first):  # its nanny starts another, set up
+            assert run.poll() is None and time.monotonic() < deadline, "no worker started again ignores ^C"
+            time.sleep(0.05)
+        os.killpg(run.pid, signal.SIGINT)
+        _, err = run.communicate(timeout=60)
+    finally:
+        _stop(run)
+    assert run.returncode == 1 and [line for line in err.splitlines() if line] == ["uopgrad: error: interrupted"], err
+    assert not glob.glob(str(tmp_path / "*stopped*")) and not glob.glob(str(tmp_path / ".stopped*"))
+
+
 @pytest.mark.skipif(UOPGRAD is None, reason="the uopgrad console script is not installed")
 @pytest.mark.parametrize("address, why", [
     ("http://127.0.0.1:8786", "a scheduler's address is tcp://HOST:PORT (tcp, tls, ws, wss, ucx), not http://"),

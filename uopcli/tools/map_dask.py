@@ -98,7 +98,7 @@ def client_for(target):
                 _versions_looked_up()
             with dask.config.set({"distributed.worker.multiprocessing-method": method}), \
                     (_frozen_heap() if method == "fork" else _main_out_of_sight()), \
-                    (_interrupt_held() if method == "fork" else contextlib.nullcontext()), warnings.catch_warnings():
+                    _interrupt_held(), warnings.catch_warnings():
                 # its scheduler's HTTP server takes another port where 8787 is busy (another
                 # cluster's): nothing for our stderr, which has one line per failure
                 warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
@@ -107,7 +107,8 @@ def client_for(target):
                     dashboard_address=None, silence_logs=logging.CRITICAL))  # a task's failure is ours to say, in one line
             client = stack.enter_context(distributed.Client(cluster))
             if method == "fork":
-                client.run(_as_a_fresh_process)
+                from .map_dask_plugin import FreshProcess
+                client.register_plugin(FreshProcess(), name="uopgrad-fresh-process")
         else:
             _probe(target)
             try:
@@ -290,31 +291,36 @@ def _frozen_heap():
 
 @contextlib.contextmanager
 def _interrupt_held():
-    """A ^C while the workers are forked: recorded, and raised here once they have started
-    (this process then stops them). The workers keep the recording handler, so ignore a ^C:
-    a terminal sends it to the whole process group, and each worker printed a
-    KeyboardInterrupt traceback of its own (68 lines for two)."""
+    """^C blocked in this thread while the local cluster starts. The threads the cluster
+    starts here inherit the blocked signal and keep it (Python runs handlers in the main
+    thread only), and so do the worker processes they fork or spawn, then or later (a
+    nanny starts a worker again after one died): a terminal's ^C to the whole process group
+    reaches uopgrad alone, which stops its workers. Each worker had printed a
+    KeyboardInterrupt traceback of its own (68 lines for two), and one started again still
+    did. A ^C during the start arrives when it is over, here."""
     import signal
-    caught = []
-    previous = signal.signal(signal.SIGINT, lambda *_: caught.append(True))
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-    if caught:
-        raise KeyboardInterrupt
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _as_a_fresh_process() -> None:
     """In a forked worker: undo what the uopgrad command set in its own process, the cyclic
     garbage collector paused and SIGTERM/SIGHUP raised as exceptions (cli.app), which a
-    long-lived worker needs as a fresh interpreter has them. (SIGINT keeps the handler of
-    _interrupt_held, which only records it: the caller stops its workers.)"""
+    long-lived worker needs as a fresh interpreter has them; and ignore ^C, which a terminal
+    sends to the whole process group: the caller stops its workers (_interrupt_held has it
+    blocked already)."""
     import gc
     import signal
     gc.enable()
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def run_on_dask(work: Work, paths: list, reduce: str, sink, progress, target) -> MapReport:
