@@ -231,6 +231,31 @@ def _children(pid: int) -> list[int]:
     return sorted(found)
 
 
+@pytest.mark.skipif(UOPGRAD is None, reason="the uopgrad console script is not installed")
+@pytest.mark.parametrize("after", [0.3, 1.0])
+def test_ctrl_c_while_a_local_cluster_starts_is_one_line(tmp_path, after):
+    """^C to the process group while `local:2` starts its scheduler and workers (held back
+    until they have started, then raised: uopgrad stops them): one line, exit status 1,
+    nothing written, nothing of its session left."""
+    args = _small_run(tmp_path)
+    _many_shards(tmp_path, 300)
+    run = subprocess.Popen([UOPGRAD, *args[:3], "many/*.npz", *args[4:], "--dask", "local:2", "--reduce", "none",
+                            "-o", "stopped"], cwd=tmp_path, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        time.sleep(after)
+        os.killpg(run.pid, signal.SIGINT)
+        _, err = run.communicate(timeout=60)
+        deadline = time.monotonic() + 10
+        while session_processes(run.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = session_processes(run.pid)
+    finally:
+        _stop(run)
+    assert run.returncode == 1 and [line for line in err.splitlines() if line] == ["uopgrad: error: interrupted"], err
+    assert not glob.glob(str(tmp_path / "*stopped*")) and not glob.glob(str(tmp_path / ".stopped*"))
+    assert left == [], f"still running after the run ended: {left}"
+
+
 def _workers_ignoring_ctrl_c(pid: int, besides: list[int]) -> list[int]:
     """The Dask workers among `pid`'s children, but `besides`, that ignore SIGINT."""
     found = []
