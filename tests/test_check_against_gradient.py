@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from _cli_in_process import uopgrad_in_process
+from test_forward_check_file import _model  # y = x * x * w, loss = sum(sin(y)) + sum(w^3)
 
 from uopcli import UOp, dtypes
 from uopcli.backends.numpy import evaluate_graph
@@ -30,11 +31,6 @@ SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 f64 = dtypes.float64
 
 
-def _model():
-    """y = x * x * w (vector), loss = sum(sin(y)) + sum(w^3)."""
-    x, w = UOp.param("x", (3,), f64), UOp.param("w", (3,), f64)
-    y = x * x * w
-    return Graph({"y": y, "loss": y.sin().sum() + (w * w * w).sum()}, inputs=[x, w])
 
 
 def _diff(model, wrt, **options):

@@ -194,21 +194,30 @@ def test_a_scheduler_killed_mid_run_is_one_line_naming_it(tmp_path):
     assert not (tmp_path / "out.npz").exists()
 
 
+def _a_long_local_run(tmp_path) -> subprocess.Popen:
+    """uopgrad mapping 3,000 shards on `--dask local:2` (--reduce none -o stopped), in a
+    session of its own, once it has written its first output."""
+    args = _small_run(tmp_path)
+    _many_shards(tmp_path, 3000)
+    run = subprocess.Popen([UOPGRAD, *args[:3], "many/*.npz", *args[4:], "--dask", "local:2", "--reduce", "none",
+                            "-o", "stopped"], cwd=tmp_path, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not any(os.listdir(d) for d in glob.glob(str(tmp_path / ".stopped.*.tmp"))):
+        if run.poll() is not None or time.monotonic() > deadline:
+            _stop(run)
+            pytest.fail(f"no output within 60 s: {run.communicate()}")
+        time.sleep(0.01)
+    return run
+
+
 @pytest.mark.skipif(not hasattr(os, "fork") or UOPGRAD is None, reason="local workers are forked by the CLI only "
                     "where fork exists; the uopgrad console script")
 def test_ctrl_c_to_the_process_group_of_a_local_cluster_run_is_one_line(tmp_path):
     """A terminal's ^C reaches uopgrad and its forked workers: each worker printed a
     KeyboardInterrupt traceback (68 lines for two). The workers ignore it; uopgrad stops
     them and says `interrupted`, with nothing written and nothing left running."""
-    args = _small_run(tmp_path)
-    _many_shards(tmp_path, 3000)
-    run = subprocess.Popen([UOPGRAD, *args[:3], "many/*.npz", *args[4:], "--dask", "local:2", "--reduce", "none",
-                            "-o", "stopped"], cwd=tmp_path, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    run = _a_long_local_run(tmp_path)
     try:
-        deadline = time.monotonic() + 60
-        while not any(os.listdir(d) for d in glob.glob(str(tmp_path / ".stopped.*.tmp"))):
-            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
-            time.sleep(0.01)
         os.killpg(run.pid, signal.SIGINT)
         _, err = run.communicate(timeout=60)
     finally:
@@ -280,15 +289,9 @@ def test_ctrl_c_after_a_local_worker_was_started_again_is_one_line(tmp_path):
     terminal's ^C: the set-up of the first workers reached only them. Every worker, started
     again or not, is now set up to ignore ^C. (Not covered: a ^C in the second or so a
     worker started again takes to start, before it is set up.)"""
-    args = _small_run(tmp_path)
-    _many_shards(tmp_path, 3000)
-    run = subprocess.Popen([UOPGRAD, *args[:3], "many/*.npz", *args[4:], "--dask", "local:2", "--reduce", "none",
-                            "-o", "stopped"], cwd=tmp_path, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    run = _a_long_local_run(tmp_path)
     try:
         deadline = time.monotonic() + 60
-        while not any(os.listdir(d) for d in glob.glob(str(tmp_path / ".stopped.*.tmp"))):
-            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
-            time.sleep(0.01)
         first = _children(run.pid)
         assert len(first) == 2, first
         os.kill(first[0], signal.SIGKILL)
