@@ -38,7 +38,7 @@ from .gradient import (LN2, GRADIENT_RULES, _add, _bind, _cast, _closed_body, _c
                        _mul, _neg, _reduce, _reshape, _sin, _sub, _sum_axes, _where, _zero)
 from .graph import Graph
 from .ops import Ops
-from .uop import Metadata, UOp, made_for, make_shaped
+from .uop import Metadata, UOp, made_for, make_shaped, numbered_name
 from .walks import no_gc, on_a_deep_stack, scope_sources, scope_toposort, toposort
 
 TANGENT_SCOPE = "∂"  # the scope every tangent node sits under (its forward node's scope below it)
@@ -559,10 +559,11 @@ def linearize(roots: UOp | Iterable[UOp], targets: UOp | Iterable[UOp], prefix: 
     (`<prefix><i>` for an unnamed target, i its position). A PARAM is its name, shape and
     dtype (hash-consed), so a name the graph already has would make the "new" input that
     very node, and one name for two targets one input for both (transpose would count
-    them twice): such a name is numbered as tools/names.py numbers it, `tangent2_x`."""
+    them twice): such a name is numbered by uop.numbered_name, as every command numbers
+    the names it adds: `tangent2_x`."""
     roots, targets = _roots(roots, "linearize"), _targets(targets)
     taken = {n.arg for n in toposort([*roots, *targets]) if n.op == Ops.PARAM and isinstance(n.arg, str)}
-    inputs = [UOp.param(_fresh(prefix, t.arg if isinstance(t.arg, str) else str(i), taken), t.shape, t.dtype)
+    inputs = [UOp.param(numbered_name(prefix, t.arg if isinstance(t.arg, str) else str(i), taken), t.shape, t.dtype)
               for i, t in enumerate(targets)]
     _, outs = jvp(roots, dict(zip(targets, inputs)))
     return Linearized(roots, inputs, outs, _residuals(outs, set(inputs)))
@@ -600,17 +601,6 @@ def _node_list(nodes, what: str) -> list[UOp]:
 
 def _kind(value) -> str:
     return f"{type(value).__name__} {value!r:.60}"
-
-
-def _fresh(prefix: str, name: str, taken: set[str]) -> str:
-    """`<prefix><name>`, or where taken `<stem><k>_<name>` for the lowest free k >= 2 (stem:
-    the prefix without its trailing _), added to `taken`: tools/names.fresh's rule, which
-    the core cannot import."""
-    new, stem, k = f"{prefix}{name}", prefix[:-1] if prefix.endswith("_") else prefix, 2
-    while new in taken:
-        new, k = f"{stem}{k}_{name}", k + 1
-    taken.add(new)
-    return new
 
 
 def _residuals(outputs: list[UOp], tangent_inputs: set[UOp]) -> list[UOp]:

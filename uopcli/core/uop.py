@@ -726,6 +726,18 @@ def valid_name(name) -> bool:
     return isinstance(name, str) and bool(name) and not any(c in "=," or c.isspace() for c in name)
 
 
+def numbered_name(prefix: str, name: str, taken: set[str]) -> str:
+    """`<prefix><name>` when not in `taken`, else `<stem><k>_<name>` for the lowest k >= 2
+    that is not (stem: the prefix without its trailing `_`: `tangent3_x`); added to
+    `taken`, so names given one after another never meet. The one rule for every name a
+    derivative adds (tools/names.fresh, core/forward.linearize)."""
+    new, stem, k = f"{prefix}{name}", prefix[:-1] if prefix.endswith("_") else prefix, 2
+    while new in taken:
+        new, k = f"{stem}{k}_{name}", k + 1
+    taken.add(new)
+    return new
+
+
 def printable(text: str) -> str:
     """`text` with every non-printable character (newline, escape, NUL, ...) written as its
     Python escape (`\\n`, `\\x1b`): names and tags come from files, and shown raw they

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from typing import Iterable, Sequence
 
+from ..core.uop import numbered_name
 from ..errors import GradientError
 
 KINDS = ("tangent", "cotangent", "grad", "jvp", "hvp", "jacobian", "hessian")
@@ -53,13 +54,7 @@ def wrt_and_of(wrt, of) -> tuple[list[str], list[str] | None]:
 def fresh(kind: str, name: str, taken: set[str]) -> str:
     """`<kind>_<name>` when not in `taken`, else `<kind><k>_<name>` for the lowest k >= 2
     that is not; added to `taken`, so names given one after another never meet."""
-    new = f"{kind}_{name}"
-    k = 2
-    while new in taken:
-        new = f"{kind}{k}_{name}"
-        k += 1
-    taken.add(new)
-    return new
+    return numbered_name(f"{kind}_", name, taken)
 
 
 def tangent_names(graph, wrt: Sequence[str]) -> dict[str, str]:
