@@ -54,6 +54,18 @@ TESTS = [
                                  "tests/test_gradient_rules_edges.py"]),
     # forward mode: its rule table and walk, the graph-level commands and the transpose check
     ("uopcli/core/forward.py", FORWARD_TESTS),
+    # `check MODEL --against FILE`: the written derivative files (diff, jvp, hvp, jacobian, hessian)
+    # and their refusals, in-process (test_file_check_mutants.py holds the tests written for the
+    # survivors); 7 s whole
+    ("uopcli/tools/file_check.py", ["tests/test_file_check_mutants.py", "tests/test_check_against_gradient.py",
+                                    "tests/test_forward_check_file.py"]),
+    # the finite-difference comparison that check --hvp, check --against and plain check share
+    # (kinks named, noise told apart, `not checked`): their verdict files, check's kink sites
+    # (test_check_mutants.py) and check --hvp's tests in test_forward.py; about 30 s whole
+    ("uopcli/tools/forward_differences.py", ["tests/test_file_check_mutants.py", "tests/test_forward_check_verdicts.py",
+                                             "tests/test_check_verdicts.py", "tests/test_check_mutants.py",
+                                             "tests/test_forward_check_file.py", "tests/test_check_against_gradient.py",
+                                             "tests/test_forward.py"]),
     ("uopcli/tools/forward", FORWARD_TESTS),
     # the classes a random integer index is drawn below (eval --random, check), and given ones are checked against
     ("uopcli/tools/index_range.py", ["tests/test_index_range.py", "tests/test_index_check.py"]),
