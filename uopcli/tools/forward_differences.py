@@ -104,7 +104,8 @@ def _retried(along: Along, label: str, a, key: str, h: float, first: Target, sit
     if closer.passed:  # a kink within the first step only
         return closer
     center = along(0.0)[key]
-    down, up = (center - along(-small)[key]) / small, (along(small)[key] - center) / small
+    with np.errstate(all="ignore"):  # inf - inf where f overflows beside the point: a nan, which fails
+        down, up = (center - along(-small)[key]) / small, (along(small)[key] - center) / small
     if not compared(label, down, up).passed and _between(a, down, up):
         site = sites.flipped(-small, small)
         if site:
