@@ -6,6 +6,8 @@ words, and the comparison's tolerances, kinks, noise and `not checked` at their 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -242,3 +244,210 @@ def test_a_matrix_files_direction_is_drawn_as_a_jvp_files_tangents_are(monkeypat
     assert seen[0].dtype == seen[1].dtype == np.float64
     assert seen[0].tobytes() == seen[1].tobytes()
     assert seen[1].astype(np.float32).astype(np.float64).tobytes() != seen[1].tobytes()  # a float64 draw
+
+
+def test_inputs_more_or_missing_are_all_named():
+    model = _model()
+    written = forward.jvp(model, ["x", "w"])
+    z, q = UOp.param("z", (1,), f64), UOp.param("q", (2,), f64)
+    with pytest.raises(EvaluationError) as refused:
+        check_file(model, Graph(written.outputs, [*written.inputs, z, q], written.meta), file="f.uop")
+    assert str(refused.value) == ("f.uop: it has 6 inputs, the model and its directions 4 (more: z, q): "
+                                  "not written from this model")
+    x = UOp.param("x", (3,), f64)
+    with pytest.raises(EvaluationError) as refused:
+        check_file(model, Graph({"jvp_y": x * 2.0, "jvp_loss": x.sum()}, [x], written.meta), file="f.uop")
+    assert str(refused.value) == ("f.uop: it has 1 inputs, the model and its directions 4 (missing: w, tangent_x, "
+                                  "tangent_w): not written from this model")
+
+
+# ----------------------------------------------------------------------------- the forward value first
+
+@pytest.mark.parametrize("kind", ["jvp", "jacobian", "gradient"])
+def test_a_second_output_not_finite_is_said_first(kind):
+    """A file of y and z (z = sum(log2(x)), -inf... nan at x < 0): every output the file
+    differentiates is looked at, not only the first: the forward value is not finite."""
+    x, w = UOp.param("x", (2,), f64), UOp.param("w", (2,), f64)
+    model = Graph({"y": x * w, "z": x.log2().sum()}, inputs=[x, w])
+    written = {"jvp": lambda: forward.jvp(model, ["x"]), "jacobian": lambda: forward.jacobian(model, ["x"]),
+               "gradient": lambda: differentiate(model, ["x"], of=["y", "z"], cotangent="ones")[0]}[kind]()
+    report = check_file(model, written, inputs={"x": np.array([-1.0, 2.0]), "w": np.array([0.5, 3.0])})
+    assert not report.passed and report.lines()[-1] == "FAILED: the forward value is not finite", report.lines()
+    assert report.lines()[0].startswith("the forward value is not finite at these inputs (z = nan)"), report.lines()
+
+
+HESSIAN_ROWS = ["hessian_x_* . v", "hessian_w_* . v"] + [
+    f"hessian_{a}_{b}[..., {k}]" for b in ("x", "w") for k in range(3) for a in ("x", "w")]
+
+
+@pytest.mark.parametrize("of, cotangent", [("loss", None), ("y", "ones"), ("y", "input")])
+def test_a_hessian_files_rows_are_named_by_its_inputs(of, cotangent):
+    """A row per input a of H v (hessian_<a>_* . v), then each column b[k] of each block:
+    also for a non-scalar output weighted by ones (its weights made by the check) or by
+    its cotangent input; a block planted wrong in one column is named there alone."""
+    model = _model()
+    written = forward.hessian(model, ["x", "w"], [of], cotangent=cotangent)
+    report = check_file(model, written, seed=1)
+    assert report.passed and [label for label, _ in report.rows] == HESSIAN_ROWS, report.lines()
+    mask = np.zeros((3, 3), dtype=bool)
+    mask[:, 2] = True
+    wrong = _planted(written, "hessian_w_x", lambda b: UOp.buffer(mask).where(b + 1e-3, b))
+    failed = [label for label, t in check_file(model, wrong, seed=1).rows if not t.passed]
+    assert failed == ["hessian_w_* . v", "hessian_w_x[..., 2]"], failed
+
+
+# ----------------------------------------------------------------------------- forward_differences: the targets' JSON
+
+def test_a_targets_json_says_why_it_was_not_compared():
+    from uopcli.tools.forward_differences import Target
+    nan, inf = float("nan"), float("inf")
+    base = {"target": "hvp_w", "max_abs_error": 1.5, "max_rel_error": 0.25, "passed": True, "kink": False}
+    assert Target("hvp_w", 1.5, 0.25, True).to_dict() == base
+    assert Target("hvp_w", nan, nan, True, kink=True, kink_at="%2 MAX float64[3]").to_dict() == {
+        **base, "max_abs_error": "nan", "max_rel_error": "nan", "kink": True, "kink_at": "%2 MAX float64[3]"}
+    assert Target("hvp_w", 1.5, inf, False, noisy=True, noise=2e-4).to_dict() == {
+        **base, "max_rel_error": "inf", "passed": False, "noisy": True, "noise": 2e-4}
+    assert Target("hvp_w", 0.0, 0.0, True, noisy=True, noise=-inf).to_dict()["noise"] == "-inf"
+    assert Target("hvp_w", 0.0, 0.0, True, still=True).to_dict() == {
+        **base, "max_abs_error": 0.0, "max_rel_error": 0.0, "direction_zero": True}
+
+
+# ----------------------------------------------------------------------------- forward_differences: between, at its edges
+
+def test_a_value_between_the_one_sided_differences_to_the_absolute_tolerance():
+    """[min - slack, max + slack], slack = ATOL * max(1, max |a|): inclusive at both ends,
+    both ends required, the slack growing with the largest |a| (not shrinking)."""
+    from uopcli.tools.check import ATOL
+    from uopcli.tools.forward_differences import _between
+    down, up = np.array([0.0, 1.0]), np.array([1.0, 0.0])
+    assert _between(np.array([-ATOL, 1.0 + ATOL]), down, up)  # both ends, exactly
+    assert not _between(np.array([-2 * ATOL, 0.5]), down, up)
+    assert not _between(np.array([0.5, 1.0 + 2 * ATOL]), down, up)
+    assert not _between(np.array([5.0, 0.5]), down, up) and not _between(np.array([0.5, -5.0]), down, up)
+    big = np.array([1000.0, 1000.0 + 500 * ATOL])  # slack 1000 ATOL: within it
+    assert _between(big, np.array([999.0, 999.0]), np.array([1000.0, 1000.0]))
+    assert not _between(big + 2000 * ATOL, np.array([999.0, 999.0]), np.array([1000.0, 1000.0]))
+    assert _between(np.zeros(0), np.zeros(0), np.zeros(0))  # nothing to lie outside
+
+
+# ----------------------------------------------------------------------------- forward_differences: kink sites
+
+def _sites_graph():
+    x, w = UOp.param("x", (2, 3), f64), UOp.param("w", (2, 3), f64)
+    maximum, reduced = x.maximum(w), x.max(1)
+    return Graph({"m": maximum, "r": reduced}, inputs=[x, w]), maximum, reduced
+
+
+def test_a_max_site_flips_where_its_sides_cross_and_only_there():
+    """x.maximum(w) with x[0,2] = w[0,2] = 3 moving along v = 1: which side wins changes
+    between -h and h, not between h and 2h; named by its number in the graph."""
+    from uopcli.tools.forward_differences import KinkSites
+    graph, maximum, _ = _sites_graph()
+    x0, w0 = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]), np.array([[0.0, 0.0, 3.0], [0.0, 0.0, 0.0]])
+    sites = KinkSites(graph, [maximum], ["x"], lambda t: {"x": x0 + t, "w": w0})
+    assert sites.flipped(-1e-6, 1e-6) == "%2 MAX float64[2,3]"
+    assert sites.flipped(1e-6, 2e-6) == "" and sites.flipped(-2e-6, -1e-6) == ""
+    away = sites.along(lambda t: {"x": x0 + 10 + t, "w": w0})
+    assert away.flipped(-1e-6, 1e-6) == "" and sites.flipped(-1e-6, 1e-6) == "%2 MAX float64[2,3]"
+
+
+def test_a_reduce_max_site_flips_where_the_maximum_moves():
+    """max over axis 1 with x[0,1] = x[0,2] = 3 moving apart (v = +1, -1): where the
+    maximum is changes between -h and h; not between h and 2h, nor along v = 0 there."""
+    from uopcli.tools.forward_differences import KinkSites
+    graph, _, reduced = _sites_graph()
+    x0, v = np.array([[1.0, 3.0, 3.0], [4.0, 5.0, 6.0]]), np.array([[0.0, 1.0, -1.0], [0.0, 0.0, 0.0]])
+    sites = KinkSites(graph, [reduced], ["x"], lambda t: {"x": x0 + t * v, "w": x0})
+    assert sites.flipped(-1e-6, 1e-6) == "%3 REDUCE float64[2,1]"
+    assert sites.flipped(1e-6, 2e-6) == ""
+    x1 = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    assert sites.along(lambda t: {"x": x1 + t * v, "w": x1}).flipped(-1e-6, 1e-6) == ""
+
+
+def test_a_site_is_described_by_number_op_dtype_shape_name_and_place():
+    from uopcli.core.uop import Metadata
+    from uopcli.tools.forward_differences import KinkSites
+    graph, maximum, _ = _sites_graph()
+    sites = KinkSites(graph, [maximum], ["x"], lambda t: {})
+    assert sites.describe(maximum) == "%2 MAX float64[2,3]"
+    outside = (graph.input("x") * 7.125).set_meta(Metadata("relu", "model.py:12"))  # not a node of the graph
+    assert sites.describe(outside) == "MUL float64[2,3] (relu, at model.py:12)"
+    scalar = (graph.input("x").sum() * 3.5).set_meta(Metadata("loss"))
+    assert sites.describe(scalar) == "MUL float64[] (loss)"
+
+
+# ----------------------------------------------------------------------------- forward_differences: a kink, or a wrong value
+
+def _kinked(a: float, x0: float, h: float = 1e-4):
+    """d/dt of f = max(x0 + t, 0) + 5 against a, through against_differences: the offset
+    5 makes f(0) no zero, so a one-sided difference that adds where it subtracts is off."""
+    from uopcli.tools.forward_differences import Along, KinkSites, against_differences
+    x, w = UOp.param("x", (), f64), UOp.param("w", (), f64)
+    graph = Graph({"y": x.maximum(w) + 5.0}, inputs=[x, w])
+    feed = lambda t: {"x": np.float64(x0 + t), "w": np.float64(0.0)}  # noqa: E731
+    sites = KinkSites(graph, [graph.outputs["y"]], ["x"], feed)
+    along = Along(lambda t: {"y": np.float64(max(x0 + t, 0.0) + 5.0)})
+    (target,) = against_differences(along, {"y": a}, {"y": "y"}, h, sites)
+    return target
+
+
+def test_at_a_kink_a_value_between_the_sides_is_not_compared_and_one_outside_fails():
+    """At x = 0 the one-sided derivatives are 0 and 1, the central 0.5: 0.25, 0 and 1 lie between
+    them (a kink, named); 2 and -1 do not: FAILED, no kink. At x = 1 (smooth) 1 passes, 2 fails."""
+    for a in (0.25, 0.0, 1.0):
+        t = _kinked(a, 0.0)
+        assert t.kink and t.passed and not t.compared and t.kink_at == "%2 MAX float64[]", (a, t)
+    for a in (2.0, -1.0):
+        t = _kinked(a, 0.0)
+        assert not (t.kink or t.passed or t.noisy) and t.kink_at == "", (a, t)
+        assert t.max_abs_error == pytest.approx(abs(a - 0.5), rel=1e-6)  # against the central difference at h
+    assert _kinked(1.0, 1.0).passed and _kinked(1.0, 1.0).compared
+    wrong = _kinked(2.0, 1.0)
+    assert not (wrong.passed or wrong.kink or wrong.noisy) and wrong.max_abs_error == pytest.approx(1.0, rel=1e-9)
+
+
+class _Sites:
+    """Kink sites stand-in: the site `flips` names, for every pair of points."""
+
+    def __init__(self, flips: str = ""):
+        self.flips, self.asked = flips, []
+
+    def flipped(self, t0: float, t1: float) -> str:
+        self.asked.append((t0, t1))
+        return self.flips
+
+
+def _wobbly(a: float, amplitude: float, reach: float, sites=None, h: float = 1e-4):
+    """d/dt of f = 2t + amplitude * sign(t) for |t| < reach (0 beyond) against a: a step
+    in f at 0 that differences at h and h/1000 see (more at h/1000), wider ones may not."""
+    from uopcli.tools.forward_differences import Along, against_differences
+    along = Along(lambda t: {"f": np.float64(2 * t + (amplitude * np.sign(t) if abs(t) < reach else 0.0))})
+    (target,) = against_differences(along, {"f": a}, {"f": "f"}, h, sites or _Sites())
+    return target
+
+
+def test_a_wider_step_beyond_the_noise_passes_named():
+    """The wobble reaches 5h: at h the difference is 2.01, at 10h exactly 2: passed there."""
+    t = _wobbly(2.0, 1e-6, 5e-4)
+    assert (t.name, t.passed, t.compared) == ("f", True, True) and t.max_abs_error < 1e-9, t
+    assert t.to_dict()["target"] == "f"
+    wrong = _wobbly(2.5, 1e-6, 5e-4)  # no step agrees; at h 2.01, at h/1000 12: the noise hides it
+    assert (wrong.passed, wrong.noisy, wrong.kink) == (False, True, False)
+    assert wrong.max_abs_error == pytest.approx(0.49, rel=1e-9) and wrong.noise == pytest.approx(9.99, rel=1e-9)
+
+
+def test_differences_that_do_not_settle_are_noise_unless_a_site_flips():
+    """A wobble everywhere: at h 2.1, at h/1000 102, at 10h 2.01, at 100h 2.001: no step
+    agrees with 2, and the differences at h and h/1000 are 99.9 apart: too noisy, not
+    compared, its errors those at h. A kink site flipping within h makes it FAILED; so
+    does a nan value (wrong, not noise)."""
+    sites = _Sites()
+    t = _wobbly(2.0, 1e-5, math.inf, sites)
+    assert (t.name, t.passed, t.noisy, t.kink, t.compared) == ("f", False, True, False, False), t
+    assert t.max_abs_error == pytest.approx(0.1, rel=1e-9) and t.max_rel_error == pytest.approx(0.1 / 2.1, rel=1e-9)
+    assert t.noise == pytest.approx(99.9, rel=1e-9)
+    assert sites.asked[-1] == (-1e-4, 1e-4)
+    flipped = _wobbly(2.0, 1e-5, math.inf, _Sites("%3 MAX float64[]"))
+    assert not (flipped.passed or flipped.noisy or flipped.kink) and flipped.max_abs_error == pytest.approx(0.1)
+    nan = _wobbly(math.nan, 1e-5, math.inf)
+    assert not (nan.passed or nan.noisy) and math.isnan(nan.max_abs_error)
