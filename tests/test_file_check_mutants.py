@@ -451,3 +451,50 @@ def test_differences_that_do_not_settle_are_noise_unless_a_site_flips():
     assert not (flipped.passed or flipped.noisy or flipped.kink) and flipped.max_abs_error == pytest.approx(0.1)
     nan = _wobbly(math.nan, 1e-5, math.inf)
     assert not (nan.passed or nan.noisy) and math.isnan(nan.max_abs_error)
+
+
+# ----------------------------------------------------------------------------- forward_differences: compared, standing still
+
+def test_compared_is_inclusive_at_the_tolerance_and_quiet_on_inf():
+    """err <= ATOL * max(1, max |a|) + RTOL * max(|a|, |numeric|) elementwise; 0 against
+    1.0001000100010001e-06 is exactly at it (passes), the next float up fails. inf - inf
+    is nan: fails, without numpy's warning. Nothing to compare passes with errors 0."""
+    import warnings
+    from uopcli.tools.forward_differences import compared
+    edge = 1.0001000100010001e-06
+    at = compared("t", np.array([0.0]), np.array([edge]))
+    assert at.passed and at.max_abs_error == edge and at.max_rel_error == 1.0
+    assert not compared("t", np.array([0.0]), np.array([np.nextafter(edge, 1.0)])).passed
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        inf = compared("t", np.array([np.inf, 1.0]), np.array([np.inf, 1.0]))
+    assert not inf.passed and math.isnan(inf.max_abs_error)
+    empty = compared("t", np.zeros(0), np.zeros(0))
+    assert (empty.passed, empty.max_abs_error, empty.max_rel_error) == (True, 0.0, 0.0)
+    tiny = compared("t", np.array([0.0]), np.array([1e-310]))  # relative to 1e-300 at least: no division by 0
+    assert tiny.passed and tiny.max_rel_error == pytest.approx(1e-10, rel=1e-9)
+    assert compared("t", np.array([0.0]), np.array([0.0])).max_rel_error == 0.0
+
+
+def test_standing_still_only_when_every_direction_is_zero():
+    from uopcli.tools.forward_differences import Target, standing_still
+    assert standing_still(["a", "b"], [np.zeros(3), np.array([-0.0])]) == [
+        Target("a", 0.0, 0.0, True, still=True), Target("b", 0.0, 0.0, True, still=True)]
+    assert standing_still(["a"], [np.zeros(3), np.array([0.0, 1e-300])]) is None
+
+
+def test_the_ops_that_can_kink_along_a_float_input():
+    """MAX, a comparison, TRUNC of floats, REDUCE MAX of floats, a cast or bitcast of a float
+    to an integer: a site. The same of integers, a float-to-float cast, a sum, a sine: none."""
+    from uopcli.core.ops import Ops
+    from uopcli.tools.forward_differences import _can_kink
+    x, w = UOp.param("x", (3,), f64), UOp.param("w", (3,), f64)
+    i, j = UOp.param("i", (3,), dtypes.int32), UOp.param("j", (3,), dtypes.int32)
+    sites = {"MAX": x.maximum(w), "CMPLT": x < w, "TRUNC": x.trunc(), "REDUCE MAX": x.max(),
+             "CAST to int": x.cast(dtypes.int32), "BITCAST to int": x.bitcast(dtypes.int64)}
+    smooth = {"MAX of ints": i.maximum(j), "CMPLT of ints": i < j, "REDUCE MAX of ints": i.max(),
+              "REDUCE ADD": x.sum(), "CAST to float32": x.cast(dtypes.float32), "SIN": x.sin(),
+              "CAST int to float": i.cast(f64)}
+    for name, node in {**sites, **smooth}.items():
+        node = next(n for n in [node, *node.src] if n.op not in (Ops.RESHAPE, Ops.PARAM))  # max() reshapes
+        assert _can_kink(node) == (name in sites), (name, node.op)
