@@ -228,22 +228,25 @@ def test_a_jvp_file_of_a_model_with_an_output_named_jvp_y():
     assert wrong.lines()[-1] == "FAILED: jvp2_y"
 
 
-def test_a_matrix_files_direction_is_drawn_as_a_jvp_files_tangents_are(monkeypatch):
+@pytest.mark.parametrize("dtype", [dtypes.float64, dtypes.float32])
+def test_a_matrix_files_direction_is_drawn_as_a_jvp_files_tangents_are(monkeypatch, dtype):
     """A jacobian file has no tangent inputs: its random direction is drawn as check draws
-    the jvp file's tangent_x (float64 x: a float64 draw, not a float32 one widened), so both
-    compare J v along the same v, bit for bit."""
+    the jvp file's tangent_x, in x's dtype (a float64 draw for float64 x, a float32 one for
+    float32 x), so both compare J v along the same v, bit for bit."""
     from uopcli.tools import file_check
     seen = []
     compare = file_check._jvp_against
     monkeypatch.setattr(file_check, "_jvp_against",
                         lambda model, of, wrt, analytic, values, tangent: seen.append(values["tangent_x"]) or
                         compare(model, of, wrt, analytic, values, tangent))
-    model = _model()
+    x, w = UOp.param("x", (3,), dtype), UOp.param("w", (3,), dtype)
+    model = Graph({"y": (x * x * w).sin()}, inputs=[x, w])
     assert check_file(model, forward.jvp(model, ["x"], ["y"]), seed=5).passed
     assert check_file(model, forward.jacobian(model, ["x"], ["y"]), seed=5).passed
     assert seen[0].dtype == seen[1].dtype == np.float64
     assert seen[0].tobytes() == seen[1].tobytes()
-    assert seen[1].astype(np.float32).astype(np.float64).tobytes() != seen[1].tobytes()  # a float64 draw
+    narrowed = seen[1].astype(np.float32).astype(np.float64).tobytes() == seen[1].tobytes()
+    assert narrowed == (dtype == dtypes.float32)
 
 
 def test_inputs_more_or_missing_are_all_named():
@@ -498,3 +501,22 @@ def test_the_ops_that_can_kink_along_a_float_input():
     for name, node in {**sites, **smooth}.items():
         node = next(n for n in [node, *node.src] if n.op not in (Ops.RESHAPE, Ops.PARAM))  # max() reshapes
         assert _can_kink(node) == (name in sites), (name, node.op)
+
+
+def test_a_calls_sites_are_its_forward_bodys_not_its_backward_bodys():
+    """A CALL whose forward is sin and whose given backward compares (w < 0): no site (a
+    kink of the backward body is no kink of the function); one whose forward takes a
+    maximum: that MAX, named inside the call."""
+    from uopcli.tools.forward_differences import KinkSites
+    w = UOp.param("w", (3,), f64)
+
+    def along(fn, backward):
+        graph = Graph({"loss": UOp.trace_call("f", fn, backward, w).gettuple(0).sum()}, inputs=[w])
+        return graph, KinkSites(graph, [graph.outputs["loss"]], ["w"], lambda t: {"w": np.full(3, 1.0 + t)})
+
+    graph, sites = along(lambda s: s.sin(), lambda s, g: (s < 0.0).where(g * s.cos(), g * s.cos()))
+    assert not sites and sites.flipped(-1e-6, 1e-6) == ""
+    graph, sites = along(lambda s: s.maximum(s * 0.5), lambda s, g: g)
+    call = next(n for n in graph.nodes() if n.op == "CALL")
+    assert sites and sites.flipped(-1e-6, 1e-6) == f"MAX inside the body of {sites.describe(call)}"
+    assert sites.describe(call).endswith(" CALL void[]")
