@@ -323,7 +323,8 @@ def test_a_value_between_the_one_sided_differences_to_the_absolute_tolerance():
     from uopcli.tools.check import ATOL
     from uopcli.tools.forward_differences import _between
     down, up = np.array([0.0, 1.0]), np.array([1.0, 0.0])
-    assert _between(np.array([-ATOL, 1.0 + ATOL]), down, up)  # both ends, exactly
+    assert _between(np.array([-0.5 - ATOL]), np.array([-0.5]), np.array([0.5]))  # each end, exactly (slack ATOL)
+    assert _between(np.array([0.5 + ATOL]), np.array([0.5]), np.array([-0.5]))
     assert not _between(np.array([-2 * ATOL, 0.5]), down, up)
     assert not _between(np.array([0.5, 1.0 + 2 * ATOL]), down, up)
     assert not _between(np.array([5.0, 0.5]), down, up) and not _between(np.array([0.5, -5.0]), down, up)
@@ -515,6 +516,9 @@ def test_a_calls_sites_are_its_forward_bodys_not_its_backward_bodys():
         return graph, KinkSites(graph, [graph.outputs["loss"]], ["w"], lambda t: {"w": np.full(3, 1.0 + t)})
 
     graph, sites = along(lambda s: s.sin(), lambda s, g: (s < 0.0).where(g * s.cos(), g * s.cos()))
+    assert not sites and sites.flipped(-1e-6, 1e-6) == ""
+    inner = lambda s: UOp.trace_call("g", lambda r: r.sin(), lambda r, g: (r < 0.0).where(g, g * 2.0), s)  # noqa: E731
+    graph, sites = along(lambda s: inner(s).gettuple(0) * 3.0, None)  # a call inside: its backward is no site
     assert not sites and sites.flipped(-1e-6, 1e-6) == ""
     graph, sites = along(lambda s: s.maximum(s * 0.5), lambda s, g: g)
     call = next(n for n in graph.nodes() if n.op == "CALL")
