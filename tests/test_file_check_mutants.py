@@ -526,12 +526,11 @@ def test_a_calls_sites_are_its_forward_bodys_not_its_backward_bodys():
     assert sites.describe(call).endswith(" CALL void[]")
 
 
-def test_the_file_is_evaluated_as_written_not_with_tinygrads_rewrites():
+def test_the_file_is_evaluated_as_eval_runs_it_or_as_written_if_asked():
     """diff's gradient of sum(sigmoid(x)) at x = -1000 is, as written, 0 * inf = nan in
-    float64 (tinygrad's rewrites, eval's default, make it 0). --against checks FILE as
-    written (as check --transpose and --hvp evaluate their graphs): that element is nan and
-    fails, the other is compared and passes. (Plain `check --wrt x` evaluates the gradient
-    as eval does and passes here: docs/mutation.md.)"""
+    float64; tinygrad's rewrites, eval's default, make it 0. --against checks the values
+    `eval` gives (0: passes, as plain `check --wrt x` does); with simplify="exact"
+    (`--literal`) the file as written: that element is nan and fails, the other passes."""
     from uopcli.backends.numpy import evaluate_graph
     x = UOp.param("x", (2,), f64)
     model = Graph({"loss": x.sigmoid().sum()}, inputs=[x])
@@ -539,6 +538,7 @@ def test_the_file_is_evaluated_as_written_not_with_tinygrads_rewrites():
     point = {"x": np.array([-1000.0, 0.5])}
     literal = evaluate_graph(written, point, simplify=None)["grad_x"]
     assert math.isnan(literal[0]) and evaluate_graph(written, point)["grad_x"][0] == 0.0
-    report = check_file(model, written, inputs=point)
+    assert check_file(model, written, inputs=point).passed
+    report = check_file(model, written, inputs=point, simplify="exact")
     assert report.lines()[-1] == "FAILED: grad_* . v, grad_x[0]", report.lines()
     assert math.isnan(report.rows[1][1].max_abs_error) and report.rows[2][1].passed

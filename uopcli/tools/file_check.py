@@ -117,9 +117,12 @@ def written_as(written: Graph, file: str, model: Graph | None = None) -> tuple[s
 
 
 def check_file(model: Graph, written: Graph, inputs: Mapping | None = None, seed: int = 0,
-               file: str = "FILE") -> FileReport:
+               file: str = "FILE", simplify: str | None = "tinygrad") -> FileReport:
     """FILE (`written`) against finite differences of `model` at `inputs` (the rest seeded
-    random), as the module says."""
+    random), as the module says. FILE is evaluated as `eval` runs it (`simplify`, as
+    evaluate_graph's: tinygrad's rewrites by default, "exact" for `--literal`): the values
+    its users get are the ones checked (as written, a sigmoid's gradient at -1000 is
+    0 * inf = nan in float64, and `eval` gives 0)."""
     import numpy as np
     from ..backends.inputs import checked_inputs
     from ..backends.numpy import evaluate_graph
@@ -139,7 +142,7 @@ def check_file(model: Graph, written: Graph, inputs: Mapping | None = None, seed
     report.not_finite = forward_not_finite(model, loss, values)
     if report.not_finite is not None:
         return report
-    found = evaluate_graph(to_float64(written), {n.arg: values[n.arg] for n in written.inputs}, simplify=None)
+    found = evaluate_graph(to_float64(written), {n.arg: values[n.arg] for n in written.inputs}, simplify=simplify)
     if kind == "gradient":
         weights = _weights(model, of, values, {n.arg for n in extra})
         report.rows = _gradient_rows(model, found, expected_outputs, of, wrt, values, weights, seed)

@@ -186,7 +186,8 @@ def _evaluate_on_tinygrad(graph, inputs: dict, device: str | None, simplify: str
 @click.option("--directions", type=click.IntRange(min=0), default=2, show_default=True,
               help="Random directions through every target at once, two evaluations each.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (an error too: {\"passed\": false, \"error\": ...}).")
-@click.option("--literal", is_flag=True, help="Evaluate the gradient graph as written (not simplified as eval does).")
+@click.option("--literal", is_flag=True, help="Evaluate the gradient graph (or --against FILE) as written (not "
+              "simplified as eval does).")
 @click.option("--transpose", is_flag=True, help="Forward mode: <u, J v> from jvp against <J^T u, v> from diff.")
 @click.option("--hvp", is_flag=True, help="Forward mode: hvp against finite differences of the gradient "
               "(not with --transpose: one check a run).")
@@ -223,7 +224,8 @@ def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal, 
     from ...tools.values import gather_inputs
     if samples == 0 and directions == 0:
         raise click.UsageError("--samples 0 and --directions 0 compare nothing: give one of them more")
-    ignored = [f"--{name}" for name in ("samples", "directions", "literal") if _given(name)]
+    ignored = [f"--{name}" for name in ("samples", "directions", "literal") if _given(name)
+               and not (against and name == "literal")]  # --against runs FILE as eval does, or as written
     mode = "--hvp" if hvp else "--transpose" if transpose else "--against" if against else None
     if ignored and mode:  # they shape the finite-difference check of the gradient
         raise click.UsageError(f"{' and '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} for check's "
@@ -232,7 +234,7 @@ def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal, 
     if len(modes) > 1:  # reports of different kinds: one check a run
         raise click.UsageError(f"give one of {' and '.join(modes)}: each is a check of its own (run check twice)")
     if against:
-        return _check_against(source, against, wrt, of_, specs, seed, as_json)
+        return _check_against(source, against, wrt, of_, specs, seed, as_json, literal)
     if wrt is None:
         raise click.UsageError("Missing option '--wrt' (only --against FILE takes it from FILE's meta).")
     wrt_names, of_names = _names(wrt, "--wrt"), _names(of_, "--of")
@@ -255,7 +257,7 @@ def check(source, wrt, of_, specs, seed, samples, directions, as_json, literal, 
     return 0 if report.passed else EXIT_FAILURE
 
 
-def _check_against(source, against, wrt, of_, specs, seed, as_json) -> int:
+def _check_against(source, against, wrt, of_, specs, seed, as_json, literal: bool) -> int:
     """`check IN --against FILE` (tools/file_check.py): FILE's meta says what to compare;
     --wrt and --of, when given, must say the same."""
     from ...tools.file_check import check_file, written_as
@@ -272,7 +274,7 @@ def _check_against(source, against, wrt, of_, specs, seed, as_json) -> int:
     _explain_inputs(source, model, specs, True)
     given = gather_inputs(written.inputs, specs, seed, defaults=_onnx_weights(), roots=model.outputs.values())
     check_index_values(model, {k: v for k, v in given.items() if k in model.input_names})
-    report = check_file(model, written, given, seed, file=against)
+    report = check_file(model, written, given, seed, file=against, simplify="exact" if literal else "tinygrad")
     if as_json:
         import json
         click.echo(json.dumps(report.to_dict()))
