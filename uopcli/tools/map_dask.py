@@ -293,11 +293,11 @@ def _frozen_heap():
 def _interrupt_held():
     """^C blocked in this thread while the local cluster starts. The threads the cluster
     starts here inherit the blocked signal and keep it (Python runs handlers in the main
-    thread only), and so do the worker processes they fork or spawn, then or later (a
-    nanny starts a worker again after one died): a terminal's ^C to the whole process group
-    reaches uopgrad alone, which stops its workers. Each worker had printed a
-    KeyboardInterrupt traceback of its own (68 lines for two), and one started again still
-    did. A ^C during the start arrives when it is over, here."""
+    thread only), and so do the workers forked from them: a terminal's ^C to the whole
+    process group reaches uopgrad, which stops its workers (each had printed a
+    KeyboardInterrupt traceback of its own, 68 lines for two). A worker a nanny spawns
+    later, after one died, does not keep the block: FreshProcess makes it ignore ^C once it
+    is set up. A ^C during the start arrives when it is over, here."""
     import signal
     if not hasattr(signal, "pthread_sigmask"):
         yield
@@ -310,11 +310,11 @@ def _interrupt_held():
 
 
 def _as_a_fresh_process() -> None:
-    """In a forked worker: undo what the uopgrad command set in its own process, the cyclic
-    garbage collector paused and SIGTERM/SIGHUP raised as exceptions (cli.app), which a
-    long-lived worker needs as a fresh interpreter has them; and ignore ^C, which a terminal
-    sends to the whole process group: the caller stops its workers (_interrupt_held has it
-    blocked already)."""
+    """In a local worker (FreshProcess): undo what the uopgrad command set in its own
+    process and a forked worker inherits, the cyclic garbage collector paused and
+    SIGTERM/SIGHUP raised as exceptions (cli.app), which a long-lived worker needs as a
+    fresh interpreter has them; and ignore ^C, which a terminal sends to the whole process
+    group: the caller stops its workers."""
     import gc
     import signal
     gc.enable()
