@@ -337,9 +337,15 @@ def test_a_value_between_the_one_sided_differences_to_the_absolute_tolerance():
 # ----------------------------------------------------------------------------- forward_differences: kink sites
 
 def _sites_graph():
-    x, w = UOp.param("x", (2, 3), f64), UOp.param("w", (2, 3), f64)
+    """Inputs `x`, `w` named apart from other tests' (a node is shared by structure in a
+    process, with one metadata: test_gradient's softmax tagged an x.max(1) of its own), and
+    untagged, as the descriptions below expect."""
+    x, w = UOp.param("sites_x", (2, 3), f64), UOp.param("sites_w", (2, 3), f64)
     maximum, reduced = x.maximum(w), x.max(1)
-    return Graph({"m": maximum, "r": reduced}, inputs=[x, w]), maximum, reduced
+    graph = Graph({"m": maximum, "r": reduced}, inputs=[x, w])
+    for node in graph.nodes():
+        node.set_meta(None)
+    return graph, maximum, reduced
 
 
 def test_a_max_site_flips_where_its_sides_cross_and_only_there():
@@ -348,10 +354,10 @@ def test_a_max_site_flips_where_its_sides_cross_and_only_there():
     from uopcli.tools.forward_differences import KinkSites
     graph, maximum, _ = _sites_graph()
     x0, w0 = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]), np.array([[0.0, 0.0, 3.0], [0.0, 0.0, 0.0]])
-    sites = KinkSites(graph, [maximum], ["x"], lambda t: {"x": x0 + t, "w": w0})
+    sites = KinkSites(graph, [maximum], ["sites_x"], lambda t: {"sites_x": x0 + t, "sites_w": w0})
     assert sites.flipped(-1e-6, 1e-6) == "%2 MAX float64[2,3]"
     assert sites.flipped(1e-6, 2e-6) == "" and sites.flipped(-2e-6, -1e-6) == ""
-    away = sites.along(lambda t: {"x": x0 + 10 + t, "w": w0})
+    away = sites.along(lambda t: {"sites_x": x0 + 10 + t, "sites_w": w0})
     assert away.flipped(-1e-6, 1e-6) == "" and sites.flipped(-1e-6, 1e-6) == "%2 MAX float64[2,3]"
 
 
@@ -361,22 +367,22 @@ def test_a_reduce_max_site_flips_where_the_maximum_moves():
     from uopcli.tools.forward_differences import KinkSites
     graph, _, reduced = _sites_graph()
     x0, v = np.array([[1.0, 3.0, 3.0], [4.0, 5.0, 6.0]]), np.array([[0.0, 1.0, -1.0], [0.0, 0.0, 0.0]])
-    sites = KinkSites(graph, [reduced], ["x"], lambda t: {"x": x0 + t * v, "w": x0})
+    sites = KinkSites(graph, [reduced], ["sites_x"], lambda t: {"sites_x": x0 + t * v, "sites_w": x0})
     assert sites.flipped(-1e-6, 1e-6) == "%3 REDUCE float64[2,1]"
     assert sites.flipped(1e-6, 2e-6) == ""
     x1 = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
-    assert sites.along(lambda t: {"x": x1 + t * v, "w": x1}).flipped(-1e-6, 1e-6) == ""
+    assert sites.along(lambda t: {"sites_x": x1 + t * v, "sites_w": x1}).flipped(-1e-6, 1e-6) == ""
 
 
 def test_a_site_is_described_by_number_op_dtype_shape_name_and_place():
     from uopcli.core.uop import Metadata
     from uopcli.tools.forward_differences import KinkSites
     graph, maximum, _ = _sites_graph()
-    sites = KinkSites(graph, [maximum], ["x"], lambda t: {})
+    sites = KinkSites(graph, [maximum], ["sites_x"], lambda t: {})
     assert sites.describe(maximum) == "%2 MAX float64[2,3]"
-    outside = (graph.input("x") * 7.125).set_meta(Metadata("relu", "model.py:12"))  # not a node of the graph
+    outside = (graph.input("sites_x") * 7.125).set_meta(Metadata("relu", "model.py:12"))  # not a node of the graph
     assert sites.describe(outside) == "MUL float64[2,3] (relu, at model.py:12)"
-    scalar = (graph.input("x").sum() * 3.5).set_meta(Metadata("loss"))
+    scalar = (graph.input("sites_x").sum() * 3.5).set_meta(Metadata("loss"))
     assert sites.describe(scalar) == "MUL float64[] (loss)"
 
 
@@ -386,10 +392,12 @@ def _kinked(a: float, x0: float, h: float = 1e-4):
     """d/dt of f = max(x0 + t, 0) + 5 against a, through against_differences: the offset
     5 makes f(0) no zero, so a one-sided difference that adds where it subtracts is off."""
     from uopcli.tools.forward_differences import Along, KinkSites, against_differences
-    x, w = UOp.param("x", (), f64), UOp.param("w", (), f64)
+    x, w = UOp.param("kinked_x", (), f64), UOp.param("kinked_w", (), f64)  # (see _sites_graph)
     graph = Graph({"y": x.maximum(w) + 5.0}, inputs=[x, w])
-    feed = lambda t: {"x": np.float64(x0 + t), "w": np.float64(0.0)}  # noqa: E731
-    sites = KinkSites(graph, [graph.outputs["y"]], ["x"], feed)
+    for node in graph.nodes():
+        node.set_meta(None)
+    feed = lambda t: {"kinked_x": np.float64(x0 + t), "kinked_w": np.float64(0.0)}  # noqa: E731
+    sites = KinkSites(graph, [graph.outputs["y"]], ["kinked_x"], feed)
     along = Along(lambda t: {"y": np.float64(max(x0 + t, 0.0) + 5.0)})
     (target,) = against_differences(along, {"y": a}, {"y": "y"}, h, sites)
     return target
