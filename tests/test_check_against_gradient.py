@@ -280,6 +280,22 @@ def test_a_keep_forward_file_checks_its_kept_outputs_too():
                                                                        if label in _failed(grad)]
 
 
+def test_a_jvp_keep_forward_file_checks_its_kept_outputs_too():
+    """jvp --keep-forward writes the model's outputs before jvp_<y>: compared with the
+    model's, as a gradient file's are (a wrong one fails, named; right ones alone are no
+    verdict)."""
+    model = _model()
+    written = forward.jvp(model, ["x", "w"], keep_forward=True)
+    assert list(written.outputs) == ["y", "loss", "jvp_y", "jvp_loss"]
+    report = check_file(model, written, seed=1)
+    assert report.passed and [label for label, _ in report.kept] == ["y", "loss"]
+    assert all(t.max_abs_error == 0 for _, t in report.kept)
+    wrong = check_file(model, _planted(written, "y", lambda o: o * 1.01), seed=1)
+    assert not wrong.passed and wrong.lines()[-1] == "FAILED: y"
+    plain = check_file(model, forward.jvp(model, ["x", "w"]), seed=1)
+    assert plain.passed and plain.kept == []
+
+
 def test_a_kept_output_that_is_nan_in_the_model_too_agrees():
     """A kept output not differentiated may be nan at the point, in the model as in the file."""
     x = UOp.param("x", (2,), f64)

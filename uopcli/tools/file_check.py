@@ -20,7 +20,7 @@ direction v (the file's tangent inputs; for a matrix, a direction drawn as they 
             over the outputs differentiated of <u, y> (u: 1 for a scalar, FILE's
             cotangent input, else ones, as diff seeds it), then COLUMNS elements of each
             input (all of a smaller one) along their basis directions, and the forward
-            outputs FILE kept against MODEL's values;
+            outputs FILE kept against MODEL's values (a jvp's too);
 - jvp:      FILE's jvp_<y>                  against (y(x + h v) - y(x - h v)) / 2h of MODEL;
 - jacobian: FILE's jacobian_<y>_<x> . v     against the same (every column at once), then
             COLUMNS columns of each input (all of a smaller one) along their basis directions;
@@ -163,6 +163,8 @@ def check_file(model: Graph, written: Graph, inputs: Mapping | None = None, seed
     labels = (expected_outputs if kind in ("hvp", "jvp") else
               [f"{kind}_{name}_* . v" for name in (wrt if kind == "hessian" else of)])
     report.rows = list(zip(labels, compare(analytic, values)))
+    if kind == "jvp" and list(written.outputs) != expected_outputs:  # jvp --keep-forward
+        report.kept = _kept_rows(model, found, values)
     if kind in ("jacobian", "hessian"):
         keys = of if kind == "jacobian" else wrt  # what each row of blocks is of
         report.rows += _columns(found, expected_outputs, keys, wrt, values, tangent, seed, compare)
