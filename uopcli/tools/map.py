@@ -271,21 +271,32 @@ def _summed(value):
     import numpy as np
     if value.dtype == np.bool_:
         return value.astype(np.int64)
-    if value.dtype.kind == "f" and value.dtype.itemsize < 4:
+    if _widened(value.dtype):
         return value.astype(np.float64)
     return value
 
 
+def _widened(dtype) -> bool:
+    """Whether _summed adds this float dtype in float64 (float16)."""
+    return dtype.kind == "f" and dtype.itemsize < 4
+
+
 def _narrow_dtypes(outputs: Mapping) -> dict:
     """{name: dtype} of the outputs _summed widens to float64, to round back to at the end."""
-    return {name: value.dtype for name, value in outputs.items() if value.dtype.kind == "f" and value.dtype.itemsize < 4}
+    return {name: value.dtype for name, value in outputs.items() if _widened(value.dtype)}
+
+
+def _narrow_of(total: ShardResult) -> dict:
+    """{name: dtype} to round `total`'s widened sums back to: those it holds, and those its
+    additions recorded."""
+    return {**_narrow_dtypes(total.outputs), **total.narrow}
 
 
 def mean_of(total: ShardResult, count: int) -> dict:
     """The sum divided by the number of shards, in each output's floating dtype (a float16
     output: divided in float64, then rounded once)."""
     import numpy as np
-    narrow = {**_narrow_dtypes(total.outputs), **total.narrow}
+    narrow = _narrow_of(total)
     means = {}
     for name, value in total.outputs.items():
         if value.dtype.kind not in "fc":
@@ -557,7 +568,7 @@ def finish(total: ShardResult, reduce: str, count: int) -> dict:
     import numpy as np
     if reduce == "mean":
         return mean_of(total, count)
-    narrow = {**_narrow_dtypes(total.outputs), **total.narrow}
+    narrow = _narrow_of(total)
     with np.errstate(over="ignore"):  # a float16 sum past 65504 is inf, as numpy's
         return {name: np.asarray(_summed(v), narrow.get(name)) for name, v in total.outputs.items()}
 
