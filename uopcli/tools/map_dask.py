@@ -183,16 +183,10 @@ def _probe(target: str) -> None:
             return await asyncio.wait_for(scheduler.identity(), seconds)
     try:
         answer = asyncio.run(identity())
-    except (TimeoutError, asyncio.TimeoutError):
-        raise ClusterError(f"cannot reach the Dask scheduler at {target}: {_why_no_answer(target, seconds)}") \
-            from None
-    except OSError as e:
-        if "Timed out" not in str(e):
-            raise ClusterError(f"cannot reach the Dask scheduler at {target}: {' '.join(str(e).split())}") from None
-        raise ClusterError(f"cannot reach the Dask scheduler at {target}: {_why_no_answer(target, seconds)}") \
-            from None
-    except ValueError as e:
-        raise ClusterError(f"cannot reach the Dask scheduler at {target}: {' '.join(str(e).split())}") from None
+    except (OSError, ValueError, asyncio.TimeoutError) as e:  # (TimeoutError is an OSError)
+        timed_out = isinstance(e, (TimeoutError, asyncio.TimeoutError)) or "Timed out" in str(e)
+        why = _why_no_answer(target, seconds) if timed_out else " ".join(str(e).split())
+        raise ClusterError(f"cannot reach the Dask scheduler at {target}: {why}") from None
     except (MemoryError, Exception) as e:  # noqa: BLE001 - whatever another protocol's bytes become
         raise ClusterError(f"cannot reach the Dask scheduler at {target}: what answers there does not speak "
                            f"Dask's protocol ({type(e).__name__})") from None
